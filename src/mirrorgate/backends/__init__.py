@@ -1,0 +1,58 @@
+"""The one place a `MirrorQueue` is built from settings.
+
+`open_queue` reads the provider from the validated settings and imports that backend's module
+only then, so an SQS deployment never imports the Pub/Sub client and the memory default needs
+neither extra installed. A backend that cannot start (no such queue, no credentials, endpoint
+unreachable) raises `QueueUnavailableError` with a message naming what to set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mirrorgate.config import PROVIDERS, QueueSettings
+from mirrorgate.mirror import MirrorQueue
+
+__all__ = ["PROVIDERS", "QueueUnavailableError", "open_queue"]
+
+
+class QueueUnavailableError(Exception):
+    """The selected backend cannot be used; the message says what to set or check."""
+
+
+def _ignore_drop(_total: int) -> None:
+    return None
+
+
+async def open_queue(
+    settings: QueueSettings,
+    on_drop: Callable[[int], None] = _ignore_drop,
+) -> MirrorQueue:
+    provider = settings.provider
+    if provider == "memory":
+        from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
+
+        memory = MemoryQueueSettings(settings.max_depth, float(settings.poll_wait))
+        return bounded_memory_queue(memory, on_drop)
+    if provider == "sqs":
+        try:
+            from mirrorgate.backends.sqs import open_sqs_queue
+        except ImportError as error:
+            raise QueueUnavailableError(
+                f"MIRROR_QUEUE_PROVIDER=sqs needs the sqs extra ({error.name} is missing); "
+                "install it with: pip install 'mirrorgate[sqs]'"
+            ) from None
+        return await open_sqs_queue(settings, on_drop)
+    if provider == "pubsub":
+        try:
+            from mirrorgate.backends.pubsub import open_pubsub_queue
+        except ImportError as error:
+            raise QueueUnavailableError(
+                f"MIRROR_QUEUE_PROVIDER=pubsub needs the pubsub extra ({error.name} is missing); "
+                "install it with: pip install 'mirrorgate[pubsub]'"
+            ) from None
+        return await open_pubsub_queue(settings, on_drop)
+    raise QueueUnavailableError(
+        f"MIRROR_QUEUE_PROVIDER={provider!r} is not a queue backend; "
+        f"valid providers are {', '.join(PROVIDERS)}"
+    )

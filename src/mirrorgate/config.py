@@ -1,0 +1,412 @@
+"""Environment variables into one frozen `Settings`, validated once at start-up.
+
+Every variable mirrorgate reads is declared in `VARIABLES`, with its default and a line of help;
+`mirrorgate --help` and `mirrorgate check-config` are generated from that table, so the list a
+person reads cannot drift from the list the code reads. Decisions:
+
+- Problems are collected, not raised one at a time: `ConfigError` carries every one, each
+  naming the variable, what is wrong with the value and an example of a good one.
+- Secrets (the private token) are held in `Secret`, whose repr is redacted, so a settings
+  object can be logged or printed without leaking them.
+- The public upstream defaults to the registry npm itself is configured with (`npm config get
+  registry`), asked only when `MIRRORGATE_PUBLIC_UPSTREAM` is unset; no registry host name is
+  written into mirrorgate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = [
+    "VARIABLES",
+    "ConfigError",
+    "QueueSettings",
+    "Secret",
+    "Settings",
+    "load_settings",
+    "npm_configured_registry",
+]
+
+PROVIDERS = ("memory", "sqs", "pubsub")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    default: str | None
+    help: str
+    secret: bool = False
+
+
+VARIABLES: tuple[Var, ...] = (
+    Var("MIRROR_QUEUE_PROVIDER", "memory", "queue backend: memory (in process), sqs or pubsub"),
+    Var("MIRROR_QUEUE_MAX_DEPTH", "10000", "jobs the memory queue (or a network backend's send "
+        "buffer) holds before it drops the newest"),
+    Var("MIRROR_POLL_WAIT_SECONDS", "20", "longest a receive waits for a job (1..20)"),
+    Var("MIRROR_VISIBILITY_SECONDS", "60", "how long the worker holds a job in flight before it "
+        "must extend it again (10..600)"),
+    Var("MIRROR_SQS_QUEUE_URL", None, "SQS queue URL (MIRROR_QUEUE_PROVIDER=sqs); also reads "
+        "AWS_REGION, AWS_ENDPOINT_URL_SQS and the default AWS credential chain"),
+    Var("MIRROR_PUBSUB_TOPIC", None, "Pub/Sub topic projects/P/topics/T to publish jobs to "
+        "(MIRROR_QUEUE_PROVIDER=pubsub); honours PUBSUB_EMULATOR_HOST"),
+    Var("MIRROR_PUBSUB_SUBSCRIPTION", None, "Pub/Sub subscription projects/P/subscriptions/S "
+        "the worker pulls from"),
+    Var("MIRRORGATE_LISTEN", "127.0.0.1:8080", "host:port the proxy listens on"),
+    Var("MIRRORGATE_WORKER_LISTEN", "127.0.0.1:8081", "host:port of `mirrorgate worker`'s "
+        "/livez, /readyz and /metrics"),
+    Var("MIRRORGATE_PUBLIC_URL", None, "the proxy's external base URL, used in tarball URLs "
+        "(default: from the request's Host and X-Forwarded-* headers)"),
+    Var("MIRRORGATE_PUBLIC_UPSTREAM", None, "the public npm registry URL (default: the registry "
+        "npm is configured with)"),
+    Var("MIRRORGATE_PRIVATE_UPSTREAM", None, "the organisation's npm registry URL (http(s)://) or "
+        "an embedded store (file:///path); default: file store under MIRRORGATE_DATA_DIR"),
+    Var("MIRRORGATE_PRIVATE_TOKEN", None, "bearer token for the private upstream and mirror "
+        "target", secret=True),
+    Var("MIRRORGATE_PRIVATE_TOKEN_FILE", None, "file holding that token (a mounted Secret)"),
+    Var("MIRRORGATE_MIRROR_TARGET", None, "where the worker publishes (default: the private "
+        "upstream)"),
+    Var("MIRRORGATE_DATA_DIR", None, "data directory of the embedded file store (default: "
+        "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)"),
+    Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: only the "
+        "integrity-presence rule)"),
+    Var("MIRRORGATE_CACHE_TTL", "60", "seconds a fetched packument is served before it is "
+        "revalidated upstream"),
+    Var("MIRRORGATE_CACHE_MAX_ENTRIES", "5000", "packuments held in the metadata cache"),
+    Var("MIRRORGATE_CACHE_MAX_BYTES", str(512 * MIB), "bytes the metadata cache may hold"),
+    Var("MIRRORGATE_MAX_METADATA_BYTES", str(32 * MIB), "largest packument body read from an "
+        "upstream"),
+    Var("MIRRORGATE_MAX_TARBALL_BYTES", str(256 * MIB), "largest tarball the worker mirrors"),
+    Var("MIRRORGATE_UPSTREAM_TIMEOUT", "30", "seconds an upstream call may take (connect and "
+        "each read)"),
+    Var("MIRRORGATE_REQUEST_TIMEOUT", "60", "seconds a client request may take before 504"),
+    Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired"),
+    Var("MIRRORGATE_WORKER_CONCURRENCY", "1", "mirror jobs in flight at once"),
+    Var("MIRRORGATE_HEARTBEAT_STALE_AFTER", "120", "seconds without a worker heartbeat before "
+        "/livez answers 503"),
+    Var("MIRRORGATE_DRAIN_TIMEOUT", "30", "seconds in-flight work may take to finish after "
+        "SIGTERM"),
+    Var("MIRRORGATE_LOG_LEVEL", "info", "debug, info, warning or error"),
+    Var("MIRRORGATE_LOG_FORMAT", "auto", "json, console or auto (console on a TTY)"),
+)
+_BY_NAME = {var.name: var for var in VARIABLES}
+
+
+class Secret:
+    """A value that must never be printed; its repr and str say so instead."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**redacted**')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    provider: str
+    max_depth: int
+    poll_wait: int
+    visibility: int
+    sqs_queue_url: str | None
+    pubsub_topic: str | None
+    pubsub_subscription: str | None
+
+
+@dataclass(frozen=True)
+class Settings:
+    queue: QueueSettings
+    listen: tuple[str, int]
+    worker_listen: tuple[str, int]
+    public_url: str | None
+    public_upstream: str
+    private_upstream: str
+    private_token: Secret | None
+    mirror_target: str
+    data_dir: Path
+    rules_file: Path | None
+    cache_ttl: float
+    cache_max_entries: int
+    cache_max_bytes: int
+    max_metadata_bytes: int
+    max_tarball_bytes: int
+    upstream_timeout: float
+    request_timeout: float
+    max_deliveries: int
+    worker_concurrency: int
+    heartbeat_stale_after: float
+    drain_timeout: float
+    log_level: str
+    log_format: str
+
+    def describe(self) -> dict[str, Any]:
+        """The resolved settings as plain values, secrets redacted, for check-config."""
+        out: dict[str, Any] = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, QueueSettings):
+                for sub in fields(value):
+                    out[f"queue.{sub.name}"] = getattr(value, sub.name)
+                continue
+            if isinstance(value, Secret):
+                value = "**redacted**"
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = f"{value[0]}:{value[1]}"
+            out[item.name] = value
+        return out
+
+
+class ConfigError(Exception):
+    """Every problem found in the environment, each a sentence a person can act on."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def npm_configured_registry() -> str | None:
+    """The registry npm itself would use, or None when npm is absent or says nothing."""
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    try:
+        done = subprocess.run(
+            [npm, "config", "get", "registry"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    value = done.stdout.strip()
+    return value if done.returncode == 0 and value.startswith(("http://", "https://")) else None
+
+
+class _Reader:
+    """Reads variables from one environment, collecting problems instead of raising."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self.problems: list[str] = []
+
+    def raw(self, name: str) -> str | None:
+        value = self.environ.get(name)
+        if value is None or value.strip() == "":
+            return _BY_NAME[name].default
+        return value.strip()
+
+    def problem(self, name: str, text: str) -> None:
+        self.problems.append(f"{name}: {text}")
+
+    def integer(self, name: str, low: int, high: int | None, example: str) -> int:
+        text = self.raw(name) or "0"
+        try:
+            value = int(text)
+        except ValueError:
+            self.problem(name, f"{text!r} is not a whole number; set it like {name}={example}")
+            return int(_BY_NAME[name].default or 0)
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            self.problem(name, f"{value} is out of range; it must be {bound}, "
+                         f"e.g. {name}={example}")
+            return int(_BY_NAME[name].default or 0)
+        return value
+
+    def seconds(self, name: str, low: float, example: str) -> float:
+        text = self.raw(name) or "0"
+        try:
+            value = float(text)
+        except ValueError:
+            self.problem(name, f"{text!r} is not a number of seconds; e.g. {name}={example}")
+            return float(_BY_NAME[name].default or 0)
+        if not value >= low or value == float("inf"):
+            self.problem(name, f"{text} must be a finite number of seconds >= {low}; "
+                         f"e.g. {name}={example}")
+            return float(_BY_NAME[name].default or 0)
+        return value
+
+    def address(self, name: str) -> tuple[str, int]:
+        text = self.raw(name) or ""
+        host, sep, port = text.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            self.problem(name, f"{text!r} is not host:port; e.g. {name}=0.0.0.0:8080")
+            default = _BY_NAME[name].default or "127.0.0.1:0"
+            host, _, port = default.rpartition(":")
+        return host, int(port)
+
+    def url(self, name: str, value: str | None, schemes: tuple[str, ...]) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in schemes or (parts.scheme != "file" and not parts.hostname):
+            allowed = " or ".join(f"{s}://" for s in schemes)
+            self.problem(name, f"{value!r} is not a {allowed} URL; e.g. "
+                         f"{name}=https://registry.example.com/")
+            return None
+        if parts.username or parts.password:
+            self.problem(name, "credentials in the URL are refused (they would end up in logs); "
+                         "use MIRRORGATE_PRIVATE_TOKEN or MIRRORGATE_PRIVATE_TOKEN_FILE")
+            return None
+        if parts.scheme == "file":
+            return "file://" + parts.path.rstrip("/")
+        return value if value.endswith("/") else value + "/"
+
+    def choice(self, name: str, allowed: tuple[str, ...]) -> str:
+        value = (self.raw(name) or "").lower()
+        if value not in allowed:
+            self.problem(name, f"{value!r} is not one of {', '.join(allowed)}; "
+                         f"e.g. {name}={allowed[0]}")
+            return _BY_NAME[name].default or allowed[0]
+        return value
+
+
+def _queue(read: _Reader) -> QueueSettings:
+    provider = (read.raw("MIRROR_QUEUE_PROVIDER") or "memory").lower()
+    if provider not in PROVIDERS:
+        read.problem("MIRROR_QUEUE_PROVIDER", f"unknown provider {provider!r}; valid providers "
+                     f"are {', '.join(PROVIDERS)} (e.g. MIRROR_QUEUE_PROVIDER=memory)")
+    queue = QueueSettings(
+        provider=provider,
+        max_depth=read.integer("MIRROR_QUEUE_MAX_DEPTH", 1, None, "10000"),
+        poll_wait=read.integer("MIRROR_POLL_WAIT_SECONDS", 1, 20, "20"),
+        visibility=read.integer("MIRROR_VISIBILITY_SECONDS", 10, 600, "60"),
+        sqs_queue_url=read.raw("MIRROR_SQS_QUEUE_URL"),
+        pubsub_topic=read.raw("MIRROR_PUBSUB_TOPIC"),
+        pubsub_subscription=read.raw("MIRROR_PUBSUB_SUBSCRIPTION"),
+    )
+    if provider == "sqs" and not queue.sqs_queue_url:
+        read.problem("MIRROR_SQS_QUEUE_URL", "is required with MIRROR_QUEUE_PROVIDER=sqs; e.g. "
+                     "MIRROR_SQS_QUEUE_URL=https://sqs.REGION.amazonaws.com/ACCOUNT/mirrorgate")
+    if provider == "pubsub":
+        for name, kind in (("MIRROR_PUBSUB_TOPIC", "topics"),
+                           ("MIRROR_PUBSUB_SUBSCRIPTION", "subscriptions")):
+            value = read.raw(name)
+            parts = (value or "").split("/")
+            if len(parts) != 4 or parts[0] != "projects" or parts[2] != kind or not all(parts):
+                shown = "is required" if not value else f"{value!r} is not projects/P/{kind}/NAME"
+                read.problem(name, f"{shown} with MIRROR_QUEUE_PROVIDER=pubsub; "
+                             f"e.g. {name}=projects/my-project/{kind}/mirrorgate")
+    return queue
+
+
+def _token(read: _Reader) -> Secret | None:
+    token = read.raw("MIRRORGATE_PRIVATE_TOKEN")
+    path = read.raw("MIRRORGATE_PRIVATE_TOKEN_FILE")
+    if token and path:
+        read.problem("MIRRORGATE_PRIVATE_TOKEN_FILE", "set either MIRRORGATE_PRIVATE_TOKEN or "
+                     "MIRRORGATE_PRIVATE_TOKEN_FILE, not both")
+    if path:
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as error:
+            read.problem("MIRRORGATE_PRIVATE_TOKEN_FILE", f"cannot read {path}: "
+                         f"{error.strerror}; point it at a readable file holding the token")
+            return None
+        if not token:
+            read.problem("MIRRORGATE_PRIVATE_TOKEN_FILE", f"{path} is empty")
+            return None
+    if token and any(ord(c) < 33 or ord(c) == 127 for c in token):
+        read.problem("MIRRORGATE_PRIVATE_TOKEN", "the token holds whitespace or control "
+                     "characters; set the bare token")
+        return None
+    return Secret(token) if token else None
+
+
+def _data_dir(read: _Reader) -> Path:
+    explicit = read.raw("MIRRORGATE_DATA_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = read.environ.get("XDG_DATA_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "share"
+    return base / "mirrorgate"
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None,
+    npm_registry: Callable[[], str | None] = npm_configured_registry,
+) -> Settings:
+    """The settings the environment describes; raises ConfigError listing every problem."""
+    read = _Reader(os.environ if environ is None else environ)
+    queue = _queue(read)
+    data_dir = _data_dir(read)
+
+    public = read.raw("MIRRORGATE_PUBLIC_UPSTREAM")
+    if public is None:
+        public = npm_registry()
+        if public is None:
+            read.problem("MIRRORGATE_PUBLIC_UPSTREAM", "is not set and npm's own registry "
+                         "setting could not be read; set the public registry, e.g. "
+                         "MIRRORGATE_PUBLIC_UPSTREAM=https://registry.example.com/")
+    public = read.url("MIRRORGATE_PUBLIC_UPSTREAM", public, ("http", "https")) or ""
+
+    private = read.url("MIRRORGATE_PRIVATE_UPSTREAM", read.raw("MIRRORGATE_PRIVATE_UPSTREAM"),
+                       ("http", "https", "file"))
+    private = private or f"file://{(data_dir / 'store').resolve()}"
+    target = read.url("MIRRORGATE_MIRROR_TARGET", read.raw("MIRRORGATE_MIRROR_TARGET"),
+                      ("http", "https", "file")) or private
+    if public and private and public.rstrip("/") == private.rstrip("/"):
+        read.problem("MIRRORGATE_PRIVATE_UPSTREAM", "is the same registry as the public "
+                     "upstream; point it at the organisation's own registry")
+
+    public_url = read.url("MIRRORGATE_PUBLIC_URL", read.raw("MIRRORGATE_PUBLIC_URL"),
+                          ("http", "https"))
+    rules = read.raw("MIRRORGATE_RULES_FILE")
+    rules_file = Path(rules).expanduser() if rules else None
+    if rules_file is not None and not rules_file.is_file():
+        read.problem("MIRRORGATE_RULES_FILE", f"{rules_file} is not a readable file; point it at "
+                     "a TOML rules file (see the README's Rules section)")
+
+    settings = Settings(
+        queue=queue,
+        listen=read.address("MIRRORGATE_LISTEN"),
+        worker_listen=read.address("MIRRORGATE_WORKER_LISTEN"),
+        public_url=public_url,
+        public_upstream=public,
+        private_upstream=private,
+        private_token=_token(read),
+        mirror_target=target,
+        data_dir=data_dir,
+        rules_file=rules_file,
+        cache_ttl=read.seconds("MIRRORGATE_CACHE_TTL", 0, "60"),
+        cache_max_entries=read.integer("MIRRORGATE_CACHE_MAX_ENTRIES", 1, None, "5000"),
+        cache_max_bytes=read.integer("MIRRORGATE_CACHE_MAX_BYTES", MIB, None, str(512 * MIB)),
+        max_metadata_bytes=read.integer("MIRRORGATE_MAX_METADATA_BYTES", 1024, None,
+                                        str(32 * MIB)),
+        max_tarball_bytes=read.integer("MIRRORGATE_MAX_TARBALL_BYTES", 1024, None,
+                                       str(256 * MIB)),
+        upstream_timeout=read.seconds("MIRRORGATE_UPSTREAM_TIMEOUT", 0.1, "30"),
+        request_timeout=read.seconds("MIRRORGATE_REQUEST_TIMEOUT", 0.1, "60"),
+        max_deliveries=read.integer("MIRRORGATE_MAX_DELIVERIES", 1, None, "5"),
+        worker_concurrency=read.integer("MIRRORGATE_WORKER_CONCURRENCY", 1, 64, "1"),
+        heartbeat_stale_after=read.seconds("MIRRORGATE_HEARTBEAT_STALE_AFTER", 1, "120"),
+        drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
+        log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),
+        log_format=read.choice("MIRRORGATE_LOG_FORMAT", ("auto", "json", "console")),
+    )
+    if read.problems:
+        raise ConfigError(read.problems)
+    return settings

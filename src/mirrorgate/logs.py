@@ -1,0 +1,74 @@
+"""structlog set up once per process: JSON lines off a TTY, the console renderer on one.
+
+Every line carries a stable `event` name an alert can match (`job_published`,
+`upstream_failed`...); context such as the job's package, version and message id is bound with
+`structlog.contextvars`. Secrets are kept out twice over: keys that name credentials are
+replaced, and any registered secret value (the private token) is masked wherever it appears in
+a string, so an upstream's error text that echoes a header cannot leak it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+__all__ = ["configure_logging", "register_secret"]
+
+_SECRET_VALUES: set[str] = set()
+_SECRET_KEYS = frozenset({"authorization", "token", "password", "secret", "_authtoken",
+                          "private_token", "cookie"})
+MASK = "**redacted**"
+
+
+def register_secret(value: str) -> None:
+    """Mask `value` in every log line from now on (values shorter than 6 characters are not
+    masked: they would blank out ordinary words and are not worth having as tokens anyway)."""
+    if len(value) >= 6:
+        _SECRET_VALUES.add(value)
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        for secret in _SECRET_VALUES:
+            if secret in value:
+                value = value.replace(secret, MASK)
+        return value
+    if isinstance(value, dict):
+        return {k: MASK if str(k).lower() in _SECRET_KEYS else _scrub(v)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def redact(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key in list(event):
+        if key.lower() in _SECRET_KEYS:
+            event[key] = MASK
+        else:
+            event[key] = _scrub(event[key])
+    return event
+
+
+def configure_logging(level: str = "info", fmt: str = "auto") -> None:
+    console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
+    renderer: Any = (structlog.dev.ConsoleRenderer() if console
+                     else structlog.processors.JSONRenderer())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            redact,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )

@@ -1,0 +1,99 @@
+"""Every Prometheus metric mirrorgate exports, declared in one place.
+
+A `Metrics` owns its own `CollectorRegistry` (not the global one), so each process, and each
+test, gets a fresh set. Queue figures (depth, drops, send failures) are not counted here but
+read from the backend's `stats()` at scrape time, so the backend's own count is the only one.
+Label values are fixed vocabularies (route names, outcomes, rule names), never package names
+or URLs, so the series count stays bounded and nothing a client sends becomes a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mirrorgate.mirror import QueueStats
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _QueueCollector(Collector):
+    def __init__(self, stats: Callable[[], QueueStats], provider: str) -> None:
+        self._stats = stats
+        self._provider = provider
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        labels = ["provider"]
+        values = [self._provider]
+        if stats.depth is not None:
+            depth = GaugeMetricFamily("mirrorgate_queue_depth",
+                                      "jobs held locally by the queue backend", labels=labels)
+            depth.add_metric(values, stats.depth)
+            yield depth
+        for name, doc, value in (
+            ("mirrorgate_jobs_dropped", "jobs dropped because the queue or its send buffer "
+             "was full", stats.dropped),
+            ("mirrorgate_enqueue_failures", "job sends the queue backend failed and retried",
+             stats.send_failures),
+            ("mirrorgate_jobs_sent", "jobs handed to the queue backend", stats.sent),
+        ):
+            family = CounterMetricFamily(name, doc, labels=labels)
+            family.add_metric(values, value)
+            yield family
+
+
+class _HeartbeatCollector(Collector):
+    def __init__(self, age: Callable[[], float | None]) -> None:
+        self._age = age
+
+    def collect(self) -> Iterator[Metric]:
+        age = self._age()
+        if age is not None:
+            yield GaugeMetricFamily("mirrorgate_worker_heartbeat_age_seconds",
+                                    "seconds since the worker's last heartbeat", value=age)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("mirrorgate_requests", "client requests by route and status",
+                                ["route", "status"], registry=r)
+        self.upstream_seconds = Histogram(
+            "mirrorgate_upstream_seconds", "upstream call latency",
+            ["upstream", "kind"], registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.upstream_failures = Counter("mirrorgate_upstream_failures",
+                                         "failed upstream calls by upstream and reason",
+                                         ["upstream", "reason"], registry=r)
+        self.cache = Counter("mirrorgate_cache", "packument cache lookups by result",
+                             ["result"], registry=r)
+        self.rule_denials = Counter("mirrorgate_rule_denials", "versions denied, by rule",
+                                    ["rule"], registry=r)
+        self.refusals = Counter("mirrorgate_refusals",
+                                "inputs refused for safety (bad names, off-origin URLs...)",
+                                ["reason"], registry=r)
+        self.enqueued = Counter("mirrorgate_jobs_enqueued", "mirror jobs enqueued by the proxy",
+                                registry=r)
+        self.jobs = Counter("mirrorgate_jobs", "mirror jobs by outcome: published, "
+                            "already_present, tampered, retried, retired", ["outcome"],
+                            registry=r)
+        self.retired = Counter("mirrorgate_jobs_retired", "mirror jobs retired, by reason",
+                               ["reason"], registry=r)
+        self.tampered = Counter("mirrorgate_tampered", "tarballs whose bytes did not match "
+                                "the admitted digest", registry=r)
+
+    def watch_queue(self, stats: Callable[[], QueueStats], provider: str) -> None:
+        self.registry.register(_QueueCollector(stats, provider))
+
+    def watch_heartbeat(self, age: Callable[[], float | None]) -> None:
+        self.registry.register(_HeartbeatCollector(age))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,308 @@
+"""The domain every part of mirrorgate agrees on: a mirror job and the queue that carries it.
+
+The serve path admits a public version, captures what it admitted as a `MirrorJob` and hands
+it to a `MirrorQueue`; the worker receives it, verifies the bytes against the digest captured
+at that moment (never a re-fetched one) and publishes them. Decisions taken here:
+
+- A `MirrorArtifact` without a digest cannot be built. The serve path only admits versions
+  that carry one, so a job the worker cannot verify is unrepresentable, not merely unlikely.
+- `MirrorQueue` is a record of four async functions, not a class hierarchy. A backend is a
+  function that builds the record; its state lives in the closures, out of the worker's reach.
+  Retry is "don't ack": the backend redelivers after its visibility window. There is no nack.
+- `ReceiptHandle` and `Seconds` are distinct types so a delivery token or a duration cannot be
+  passed where some other string or integer was meant.
+- Jobs travel as versioned JSON (`"v": 1`) and decoding is strict: anything else is refused
+  with a `JobDecodeError` naming the problem, so a foreign message is retired, never guessed at.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NewType
+
+import orjson
+
+__all__ = [
+    "STRONGEST_FIRST",
+    "Digest",
+    "JobDecodeError",
+    "MirrorArtifact",
+    "MirrorJob",
+    "MirrorQueue",
+    "QueueMessage",
+    "QueueStats",
+    "ReceiptHandle",
+    "Seconds",
+    "decode_job",
+    "digests_from_dist",
+    "encode_job",
+    "parse_integrity",
+    "parse_shasum",
+    "strongest",
+]
+
+# The algorithms the worker can verify, strongest first. Anything else found in an SRI string
+# is kept on the job (it was admitted that way) but never chosen for verification.
+STRONGEST_FIRST: tuple[str, ...] = ("sha512", "sha384", "sha256", "sha1")
+
+_HEX_SHA1 = re.compile(r"[0-9a-fA-F]{40}")
+_SRI_ENTRY = re.compile(r"([A-Za-z0-9]+)-([A-Za-z0-9+/=_-]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """One integrity digest: the algorithm (lower case) and its base64 value, as SRI writes it."""
+
+    algorithm: str
+    value: str
+
+    @property
+    def verifiable(self) -> bool:
+        return self.algorithm in STRONGEST_FIRST
+
+    def raw(self) -> bytes:
+        """The digest's bytes; raises ValueError when the value is not base64."""
+        return base64.b64decode(self.value, validate=True)
+
+    def sri(self) -> str:
+        return f"{self.algorithm}-{self.value}"
+
+
+def parse_integrity(text: str) -> tuple[Digest, ...]:
+    """Every well-formed entry of an SRI string ("sha512-... sha1-...?opt"), in order.
+
+    Options after `?` are ignored. Malformed entries are skipped: an SRI string is a set of
+    alternatives, and one unreadable alternative does not make the others wrong.
+    """
+    found: list[Digest] = []
+    for token in text.split():
+        entry = token.split("?", 1)[0]
+        match = _SRI_ENTRY.fullmatch(entry)
+        if match is None:
+            continue
+        digest = Digest(match.group(1).lower(), match.group(2))
+        if digest.verifiable:
+            try:
+                digest.raw()
+            except (binascii.Error, ValueError):
+                continue
+        if digest not in found:
+            found.append(digest)
+    return tuple(found)
+
+
+def parse_shasum(text: str) -> Digest | None:
+    """npm's `dist.shasum`: a hex sha1, returned as an SRI-style sha1 digest."""
+    text = text.strip()
+    if _HEX_SHA1.fullmatch(text) is None:
+        return None
+    return Digest("sha1", base64.b64encode(bytes.fromhex(text)).decode("ascii"))
+
+
+def digests_from_dist(dist: Mapping[str, Any]) -> tuple[Digest, ...]:
+    """Every digest a version's `dist` carries: the SRI entries of `integrity`, then `shasum`."""
+    found: list[Digest] = []
+    integrity = dist.get("integrity")
+    if isinstance(integrity, str):
+        found.extend(parse_integrity(integrity))
+    shasum = dist.get("shasum")
+    if isinstance(shasum, str):
+        sha1 = parse_shasum(shasum)
+        if sha1 is not None and sha1 not in found:
+            found.append(sha1)
+    return tuple(found)
+
+
+def strongest(digests: tuple[Digest, ...]) -> Digest | None:
+    """The digest verification must use: the strongest known algorithm present, else None."""
+    for algorithm in STRONGEST_FIRST:
+        for digest in digests:
+            if digest.algorithm == algorithm:
+                return digest
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorArtifact:
+    """What the worker needs to fetch, verify and name one tarball, captured at admission."""
+
+    tarball_url: str
+    filename: str
+    size: int | None
+    digests: tuple[Digest, ...]
+
+    def __post_init__(self) -> None:
+        if not self.digests:
+            raise ValueError(
+                f"a MirrorArtifact needs at least one digest ({self.filename}): "
+                "a version without integrity is never admitted, so it is never mirrored"
+            )
+        if self.size is not None and self.size < 0:
+            raise ValueError(f"a declared size cannot be negative, got {self.size}")
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorJob:
+    """One admitted version to copy into the mirror target."""
+
+    name: str
+    version: str
+    artifact: MirrorArtifact
+    manifest: Mapping[str, Any] = field(hash=False)
+
+    def __post_init__(self) -> None:
+        if "readme" in self.manifest:
+            trimmed = {k: v for k, v in self.manifest.items() if k != "readme"}
+            object.__setattr__(self, "manifest", trimmed)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+ReceiptHandle = NewType("ReceiptHandle", str)
+"""A backend's delivery token (an SQS receipt handle, a Pub/Sub ackId). Built only by backends."""
+
+Seconds = NewType("Seconds", int)
+"""A whole number of seconds, for visibility windows."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMessage:
+    """A delivery: the decoded job (or why it could not be decoded), its receipt, its count.
+
+    `job` is None exactly when `problem` says why the body was refused; the worker retires such
+    a message. `deliveries` is what the backend reports, 1 on first delivery, or None where the
+    backend cannot tell (Pub/Sub without a dead-letter policy).
+    """
+
+    job: MirrorJob | None
+    receipt: ReceiptHandle
+    deliveries: int | None
+    problem: str | None = None
+    message_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """What a backend knows about itself, read by /metrics at scrape time.
+
+    `depth` is the jobs held locally (the memory queue, or a network backend's send buffer),
+    None where unknown. The counters only grow.
+    """
+
+    depth: int | None = None
+    dropped: int = 0
+    sent: int = 0
+    send_failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorQueue:
+    """The seam between the serve path and the worker: four async functions and their frame.
+
+    - `enqueue(job)`: never raises and never waits on the network; a backend that cannot take
+      the job counts and logs it. Mirroring is an optimisation; the response never depends on it.
+    - `receive()`: a bounded long-poll; `[]` is a healthy idle.
+    - `ack(receipt)`: done. Not acking is how a job is retried.
+    - `extend_visibility(receipt, seconds)`: hold a delivery longer; `Seconds(0)` releases it.
+
+    Around them: `close()` flushes what the backend buffers and releases its resources;
+    `stats()` reports depth and counters; `crosses_processes` says whether a worker in another
+    process can receive what this queue's enqueue takes; `redelivers` says whether a delivery
+    that is not acked comes back (false only for the bounded memory queue).
+    """
+
+    provider: str
+    enqueue: Callable[[MirrorJob], Coroutine[Any, Any, None]]
+    receive: Callable[[], Coroutine[Any, Any, list[QueueMessage]]]
+    ack: Callable[[ReceiptHandle], Coroutine[Any, Any, None]]
+    extend_visibility: Callable[[ReceiptHandle, Seconds], Coroutine[Any, Any, None]]
+    close: Callable[[], Coroutine[Any, Any, None]]
+    stats: Callable[[], QueueStats]
+    crosses_processes: bool
+    redelivers: bool
+
+
+# --- the codec ----------------------------------------------------------------------------
+
+CODEC_VERSION = 1
+
+
+class JobDecodeError(ValueError):
+    """A message body that is not a version-1 mirrorgate job; the text names the problem."""
+
+
+def encode_job(job: MirrorJob) -> bytes:
+    artifact = job.artifact
+    return orjson.dumps(
+        {
+            "v": CODEC_VERSION,
+            "name": job.name,
+            "version": job.version,
+            "artifact": {
+                "tarball": artifact.tarball_url,
+                "filename": artifact.filename,
+                "size": artifact.size,
+                "digests": [digest.sri() for digest in artifact.digests],
+            },
+            "manifest": job.manifest,
+        }
+    )
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in obj:
+        raise JobDecodeError(f"missing field {where}{key}")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise JobDecodeError(
+            f"field {where}{key} should be {kind.__name__}, got {type(value).__name__}"
+        )
+    return value
+
+
+def decode_job(body: bytes | str) -> MirrorJob:
+    """The job a message body carries; raises JobDecodeError naming what is wrong."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise JobDecodeError(f"body is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise JobDecodeError(f"body should be a JSON object, got {type(data).__name__}")
+    if "v" not in data:
+        raise JobDecodeError("missing field v (the codec version); not a mirrorgate job")
+    if data["v"] != CODEC_VERSION or isinstance(data["v"], bool):
+        raise JobDecodeError(f"unknown codec version v={data['v']!r}; this worker reads v=1")
+    name = _field(data, "name", str, "")
+    version = _field(data, "version", str, "")
+    artifact = _field(data, "artifact", dict, "")
+    manifest = _field(data, "manifest", dict, "")
+    tarball = _field(artifact, "tarball", str, "artifact.")
+    filename = _field(artifact, "filename", str, "artifact.")
+    if "size" not in artifact:
+        raise JobDecodeError("missing field artifact.size (null when unknown)")
+    size = artifact["size"]
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise JobDecodeError(f"field artifact.size should be a non-negative int or null: {size!r}")
+    entries = _field(artifact, "digests", list, "artifact.")
+    digests: list[Digest] = []
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise JobDecodeError(f"artifact.digests holds a {type(entry).__name__}, not a string")
+        parsed = parse_integrity(entry)
+        if len(parsed) != 1:
+            raise JobDecodeError(f"artifact.digests holds {entry!r}, not one SRI digest")
+        digests.append(parsed[0])
+    if not digests:
+        raise JobDecodeError("artifact.digests is empty; a job without a digest cannot be verified")
+    return MirrorJob(
+        name=name,
+        version=version,
+        artifact=MirrorArtifact(tarball, filename, size, tuple(digests)),
+        manifest=manifest,
+    )

@@ -1,0 +1,84 @@
+"""The environment becomes one validated Settings, or a list of every problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from mirrorgate.config import ConfigError, Secret, load_settings
+
+BASE = {"MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/"}
+
+
+def no_npm() -> None:
+    return None
+
+
+def load(**env: str) -> object:
+    return load_settings({**BASE, **env}, npm_registry=no_npm)
+
+
+def problems(**env: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({**BASE, **env}, npm_registry=no_npm)
+    return caught.value.problems
+
+
+def test_the_defaults_need_nothing_but_a_public_upstream() -> None:
+    settings = load_settings(BASE, npm_registry=no_npm)
+    assert settings.queue.provider == "memory"
+    assert settings.queue.max_depth == 10_000
+    assert settings.private_upstream.startswith("file://")
+    assert settings.mirror_target == settings.private_upstream
+
+
+def test_the_public_upstream_defaults_to_npms_registry() -> None:
+    settings = load_settings({}, npm_registry=lambda: "http://127.0.0.1:7/")
+    assert settings.public_upstream == "http://127.0.0.1:7/"
+
+
+def test_without_any_public_upstream_start_up_is_refused_saying_what_to_set() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({}, npm_registry=no_npm)
+    assert "MIRRORGATE_PUBLIC_UPSTREAM" in caught.value.problems[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "lots", "1.5"])
+def test_a_bad_queue_depth_is_refused_naming_the_variable_and_an_example(value: str) -> None:
+    [problem] = problems(MIRROR_QUEUE_MAX_DEPTH=value)
+    assert problem.startswith("MIRROR_QUEUE_MAX_DEPTH:")
+    assert "MIRROR_QUEUE_MAX_DEPTH=10000" in problem
+
+
+def test_an_unknown_provider_is_refused_listing_the_valid_ones() -> None:
+    [problem] = problems(MIRROR_QUEUE_PROVIDER="kafka")
+    assert "memory, sqs, pubsub" in problem
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    found = problems(MIRROR_QUEUE_MAX_DEPTH="x", MIRRORGATE_LISTEN="nope",
+                     MIRRORGATE_CACHE_TTL="soon")
+    assert len(found) == 3
+
+
+def test_a_cloud_provider_needs_its_queue_names() -> None:
+    assert "MIRROR_SQS_QUEUE_URL" in problems(MIRROR_QUEUE_PROVIDER="sqs")[0]
+    found = problems(MIRROR_QUEUE_PROVIDER="pubsub", MIRROR_PUBSUB_TOPIC="mirror")
+    assert any("projects/P/topics/NAME" in p for p in found)
+    assert any("MIRROR_PUBSUB_SUBSCRIPTION" in p for p in found)
+
+
+def test_the_token_is_read_from_a_file_and_never_shown(tmp_path: object) -> None:
+    from pathlib import Path
+
+    token_file = Path(str(tmp_path)) / "token"
+    token_file.write_text("s3cr3t-token-value\n")
+    settings = load_settings({**BASE, "MIRRORGATE_PRIVATE_TOKEN_FILE": str(token_file)},
+                             npm_registry=no_npm)
+    assert settings.private_token == Secret("s3cr3t-token-value")
+    assert "s3cr3t" not in repr(settings)
+    assert "s3cr3t" not in str(settings.describe())
+
+
+def test_credentials_in_an_upstream_url_are_refused() -> None:
+    [problem] = problems(MIRRORGATE_PRIVATE_UPSTREAM="http://bob:pw@127.0.0.1:9/")
+    assert "credentials in the URL" in problem
