@@ -1,0 +1,1 @@
+"""The npm registry protocol: names, origins, the upstream HTTP client, packuments, publishing."""

@@ -1,0 +1,260 @@
+"""The HTTP client for one upstream registry: one pooled session, bounded, origin-locked.
+
+Each upstream (public, private, mirror target) gets one `Upstream`, holding one aiohttp
+`ClientSession` for the life of the process. Decisions:
+
+- No redirects are followed: a 3xx is an answer like any other, so an upstream cannot bounce
+  the proxy to another host. Every call has a timeout (connect and each read).
+- The bearer token, when there is one, is sent only on requests to this upstream's own origin,
+  and never appears in an error: errors carry the upstream's label and a status, not headers.
+- Metadata is read with a byte cap enforced while reading (after decompression, so a gzip bomb
+  is stopped too) and parsed with orjson, whose nesting limit (1,024) bounds JSON depth. Any
+  failure becomes an `UpstreamError` whose `kind` decides the client's status: unreachable and
+  bad answers 502, a timeout 504, 429 and 503 answer 503 with the upstream's Retry-After.
+- Tarballs are streamed (`stream()`), never buffered: the caller copies chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from mirrorgate.config import Secret
+from mirrorgate.metrics import Metrics
+from mirrorgate.registry.origins import Origin, OriginRefusal, check_on_origin
+
+__all__ = ["ABBREVIATED", "JsonAnswer", "Upstream", "UpstreamError"]
+
+ABBREVIATED = "application/vnd.npm.install-v1+json"
+CHUNK = 64 * 1024
+
+
+class UpstreamError(Exception):
+    """An upstream call that did not produce a usable answer.
+
+    `kind`: unreachable, timeout, status (an unexpected HTTP status), too-large, invalid (not
+    the JSON object promised), refused (a URL off the upstream's origin).
+    """
+
+    def __init__(self, label: str, kind: str, detail: str, *, status: int | None = None,
+                 retry_after: str | None = None) -> None:
+        super().__init__(f"{label} upstream: {detail}")
+        self.label = label
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def client_status(self) -> int:
+        """The status a client of the proxy should see for this failure."""
+        if self.kind == "timeout":
+            return 504
+        if self.kind == "status" and self.status in (429, 503):
+            return 503
+        return 502
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying later: the upstream may answer differently in a minute."""
+        if self.kind in ("unreachable", "timeout"):
+            return True
+        return self.kind == "status" and self.status is not None and (
+            self.status >= 500 or self.status in (408, 429))
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswer:
+    """A metadata answer: 200 with a document, 304 (not modified) or 404 (unknown)."""
+
+    status: int
+    document: dict[str, Any] | None
+    etag: str | None
+    size: int
+
+
+class Upstream:
+    def __init__(
+        self,
+        label: str,
+        base_url: str,
+        *,
+        timeout: float,
+        max_metadata_bytes: int,
+        token: Secret | None = None,
+        metrics: Metrics | None = None,
+        connections: int = 64,
+    ) -> None:
+        self.label = label
+        self.base = base_url if base_url.endswith("/") else base_url + "/"
+        self.origin = Origin.of(self.base)
+        self._token = token
+        self._timeout = timeout
+        self._max_metadata = max_metadata_bytes
+        self._metrics = metrics
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=60),
+                timeout=aiohttp.ClientTimeout(total=None, connect=self._timeout,
+                                              sock_read=self._timeout),
+                headers={"User-Agent": "mirrorgate"},
+                trust_env=False,
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError(f"the {self.label} upstream was used before start()")
+        return self._session
+
+    def url(self, path: str) -> str:
+        return self.base + path.lstrip("/")
+
+    def _headers(self, url: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+        headers = dict(extra or {})
+        if self._token is not None and Origin.of(url) == self.origin:
+            headers["Authorization"] = f"Bearer {self._token.reveal()}"
+        return headers
+
+    def _observe(self, kind: str, started: float) -> None:
+        if self._metrics is not None:
+            self._metrics.upstream_seconds.labels(self.label, kind).observe(
+                time.monotonic() - started)
+
+    def _failure(self, error: UpstreamError) -> UpstreamError:
+        if self._metrics is not None:
+            self._metrics.upstream_failures.labels(self.label, error.kind).inc()
+        return error
+
+    def _translate(self, error: BaseException) -> UpstreamError:
+        if isinstance(error, UpstreamError):
+            return self._failure(error)
+        if isinstance(error, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+            return self._failure(UpstreamError(self.label, "timeout",
+                                               f"no answer within {self._timeout:g} s"))
+        if isinstance(error, aiohttp.ClientConnectorError | aiohttp.ServerDisconnectedError
+                      | ConnectionError | aiohttp.ClientOSError):
+            return self._failure(UpstreamError(self.label, "unreachable",
+                                               f"cannot connect ({type(error).__name__})"))
+        if isinstance(error, aiohttp.ClientPayloadError):
+            return self._failure(UpstreamError(self.label, "unreachable",
+                                               "the answer was cut off mid-body"))
+        return self._failure(UpstreamError(self.label, "unreachable",
+                                           f"request failed ({type(error).__name__})"))
+
+    async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
+        declared = response.content_length
+        if declared is not None and declared > self._max_metadata:
+            raise UpstreamError(self.label, "too-large",
+                                f"the document is {declared} bytes; the limit is "
+                                f"{self._max_metadata} (MIRRORGATE_MAX_METADATA_BYTES)")
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(CHUNK):
+            size += len(chunk)
+            if size > self._max_metadata:
+                raise UpstreamError(self.label, "too-large", f"the document exceeds "
+                                    f"{self._max_metadata} bytes (MIRRORGATE_MAX_METADATA_BYTES)")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def get_json(self, path: str, *, etag: str | None = None,
+                       accept: str = "application/json") -> JsonAnswer:
+        """GET a JSON object at `path` under the base URL: 200, 304 (with `etag`) or 404."""
+        url = self.url(path)
+        headers = {"Accept": accept, "Accept-Encoding": "gzip"}
+        if etag:
+            headers["If-None-Match"] = etag
+        started = time.monotonic()
+        try:
+            async with self.session.get(url, headers=self._headers(url, headers),
+                                        allow_redirects=False) as response:
+                if response.status == 304:
+                    return JsonAnswer(304, None, response.headers.get("ETag") or etag, 0)
+                if response.status == 404:
+                    return JsonAnswer(404, None, None, 0)
+                if response.status != 200:
+                    raise UpstreamError(self.label, "status", f"answered {response.status}",
+                                        status=response.status,
+                                        retry_after=response.headers.get("Retry-After"))
+                body = await asyncio.wait_for(self._read_capped(response),
+                                              timeout=self._timeout * 4)
+                answer_etag = response.headers.get("ETag")
+        except Exception as error:  # every failure becomes one typed UpstreamError
+            raise self._translate(error) from None
+        finally:
+            self._observe("metadata", started)
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as error:
+            raise self._failure(UpstreamError(self.label, "invalid", f"the document is not "
+                                              f"usable JSON ({str(error)[:120]})")) from None
+        if not isinstance(document, dict):
+            raise self._failure(UpstreamError(self.label, "invalid",
+                                              "the document is not a JSON object"))
+        return JsonAnswer(200, document, answer_etag, len(body))
+
+    @asynccontextmanager
+    async def stream(self, url: str, *, method: str = "GET",
+                     accept_missing: bool = True) -> AsyncIterator[aiohttp.ClientResponse | None]:
+        """Open `url` (on this upstream's origin only) for streaming, bytes as stored.
+
+        Yields the response on a 2xx, None on a 404 (when `accept_missing`), and raises
+        UpstreamError otherwise. The body is not decompressed: a tarball travels as is.
+        """
+        try:
+            check_on_origin(url, self.origin)
+        except OriginRefusal as refusal:
+            raise self._failure(UpstreamError(self.label, "refused", str(refusal))) from None
+        started = time.monotonic()
+        try:
+            response = await self.session.request(
+                method, url, headers=self._headers(url, {"Accept": "*/*"}),
+                allow_redirects=False, auto_decompress=False)
+        except Exception as error:  # connection-level failures become UpstreamError
+            self._observe("tarball", started)
+            raise self._translate(error) from None
+        self._observe("tarball", started)
+        try:
+            if response.status == 404 and accept_missing:
+                yield None
+            elif 200 <= response.status < 300:
+                yield response
+            else:
+                raise self._failure(UpstreamError(
+                    self.label, "status", f"answered {response.status}", status=response.status,
+                    retry_after=response.headers.get("Retry-After")))
+        finally:
+            response.release()
+
+    async def send_json(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        """A write (publish) to this upstream: the status and up to 64 KiB of the answer."""
+        url = self.url(path)
+        started = time.monotonic()
+        try:
+            async with self.session.request(
+                method, url, data=body, allow_redirects=False,
+                headers=self._headers(url, {"Content-Type": "application/json",
+                                            "Accept": "application/json"}),
+            ) as response:
+                answer = await response.content.read(64 * 1024)
+                return response.status, answer
+        except Exception as error:
+            raise self._translate(error) from None
+        finally:
+            self._observe("publish", started)
