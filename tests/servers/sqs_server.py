@@ -1,1 +1,181 @@
-"""Placeholder: filled in by the change that adds these fixtures."""
+"""moto's SQS server on loopback, for every suite that needs a real SQS endpoint.
+
+One server per test session, run in this process on a free port; every queue gets a unique name,
+so tests never share one and nothing needs a reset. Decisions:
+
+- The server is werkzeug's, built here rather than through moto's `ThreadedMotoServer`, so the
+  port is bound before the thread starts (a busy port is an error, not a hang) and `stop()`
+  closes the listening socket: a stopped endpoint refuses connections, as a dead one does.
+  moto keeps its state per process, so a server started again on the same port serves the
+  same queues, which is how a test takes the endpoint away and brings it back.
+- Region and dummy credentials are passed to every client explicitly (`SQS_REGION`,
+  `SQS_CREDENTIALS`); no environment variable is changed for other tests.
+- A server that cannot start fails the session's SQS tests when CI is set, skips them otherwise.
+
+Fixtures: `sqs_server` (a `SqsServer`: the endpoint, `create_queue`, `open`, `client`) and
+`sqs_endpoint` (its URL). `sqs_harness` is the conformance suite's factory for `BACKENDS`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiobotocore.session import get_session  # type: ignore[import-untyped]
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from mirrorgate.backends.sqs import open_sqs_queue
+from mirrorgate.config import QueueSettings
+from mirrorgate.mirror import MirrorQueue
+from tests.queue.harness import Harness
+
+__all__ = [
+    "SQS_CREDENTIALS",
+    "SQS_REGION",
+    "MotoServer",
+    "SqsServer",
+    "SqsTestQueue",
+    "sqs_endpoint",
+    "sqs_harness",
+    "sqs_server",
+    "sqs_settings",
+]
+
+SQS_REGION = "us-east-1"
+SQS_CREDENTIALS = ("testing", "testing")
+
+
+class MotoServer:
+    """moto's server application on 127.0.0.1:`port` (0: a free one), in a thread."""
+
+    def __init__(self, port: int = 0) -> None:
+        app = DomainDispatcherApplication(create_backend_app)
+        self._server: BaseWSGIServer = make_server(
+            "127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
+        self.port: int = self._server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name=f"moto-{self.port}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+@dataclass(frozen=True)
+class SqsTestQueue:
+    url: str
+    arn: str
+    dlq_url: str | None = None
+
+
+def sqs_settings(url: str, *, poll_wait: int = 1, visibility: int = 1,
+                 max_depth: int = 1000) -> QueueSettings:
+    """Queue settings for `url` with test-sized windows (1 s poll, 1 s visibility)."""
+    return QueueSettings(provider="sqs", max_depth=max_depth, poll_wait=poll_wait,
+                         visibility=visibility, sqs_queue_url=url, pubsub_topic=None,
+                         pubsub_subscription=None)
+
+
+@dataclass(frozen=True)
+class SqsServer:
+    endpoint: str
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[Any]:
+        """A raw aiobotocore SQS client on this server, for setting up and inspecting."""
+        async with get_session().create_client(
+            "sqs", region_name=SQS_REGION, endpoint_url=self.endpoint,
+            aws_access_key_id=SQS_CREDENTIALS[0], aws_secret_access_key=SQS_CREDENTIALS[1],
+        ) as sqs:
+            yield sqs
+
+    async def create_queue(
+        self,
+        *,
+        visibility: int = 1,
+        max_receive_count: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> SqsTestQueue:
+        """A fresh queue with a unique name; with `max_receive_count`, a dead-letter queue too,
+        wired by a redrive policy."""
+        name = f"mg-{uuid.uuid4().hex[:16]}"
+        wanted = {"VisibilityTimeout": str(visibility), **(attributes or {})}
+        async with self.client() as sqs:
+            dlq_url: str | None = None
+            if max_receive_count is not None:
+                dlq_url = (await sqs.create_queue(QueueName=f"{name}-dlq"))["QueueUrl"]
+                dlq_arn = await _arn(sqs, dlq_url)
+                wanted["RedrivePolicy"] = json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)})
+            url: str = (await sqs.create_queue(QueueName=name, Attributes=wanted))["QueueUrl"]
+            return SqsTestQueue(url=url, arn=await _arn(sqs, url), dlq_url=dlq_url)
+
+    async def open(self, url: str, *, poll_wait: int = 1, visibility: int = 1,
+                   max_depth: int = 1000, **overrides: Any) -> MirrorQueue:
+        """mirrorgate's SQS backend on `url`, with short backoffs unless overridden."""
+        options: dict[str, Any] = {
+            "endpoint_url": self.endpoint,
+            "region": SQS_REGION,
+            "credentials": SQS_CREDENTIALS,
+            "send_backoff": (0.05, 0.2),
+            "receive_backoff": (0.05, 0.2),
+        }
+        options.update(overrides)
+        settings = sqs_settings(url, poll_wait=poll_wait, visibility=visibility,
+                                max_depth=max_depth)
+        return await open_sqs_queue(settings, **options)
+
+
+async def _arn(sqs: Any, url: str) -> str:
+    answer = await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    return str(answer["Attributes"]["QueueArn"])
+
+
+@pytest.fixture(scope="session")
+def sqs_server() -> Iterator[SqsServer]:
+    try:
+        server = MotoServer()
+    except Exception as error:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"moto's SQS server could not start: {error}")
+    try:
+        yield SqsServer(server.endpoint)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def sqs_endpoint(sqs_server: SqsServer) -> str:
+    return sqs_server.endpoint
+
+
+@asynccontextmanager
+async def sqs_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """The conformance suite's SQS backend: a fresh queue with a 1 s visibility window.
+
+    `hold` is 3 s because moto answers an idle 1 s long-poll after up to 2 s; `quiet` covers
+    one such poll.
+    """
+    server: SqsServer = request.getfixturevalue("sqs_server")
+    created = await server.create_queue(visibility=1)
+    queue = await server.open(created.url, poll_wait=1, visibility=1)
+    try:
+        yield Harness("sqs", queue, window=1.0, hold=3, patience=3.0, quiet=0.5)
+    finally:
+        await queue.close()

@@ -1,0 +1,468 @@
+"""`MIRROR_QUEUE_PROVIDER=sqs`: the MirrorQueue on Amazon SQS, through aiobotocore.
+
+The serve path and the worker may run in different processes (or pods); SQS carries the jobs
+between them and redelivers any delivery that is not acked within its visibility window.
+Decisions:
+
+- One aiobotocore client per process, owned by the queue and closed by `close()`. The region
+  is `AWS_REGION` (read here: botocore itself only reads `AWS_DEFAULT_REGION` and the profile),
+  the endpoint is botocore's (it honours `AWS_ENDPOINT_URL_SQS`), credentials come from the
+  default chain. Keyword-only overrides exist for tests, never new environment variables.
+- Start-up asks `GetQueueAttributes` for the queue's `MaximumMessageSize`, so a missing queue,
+  absent credentials or an unreachable endpoint stop the process with a message naming what
+  to set, and a job too big for *this* queue (at most 1 MiB) is refused at enqueue with a log
+  line, not discovered later as a poisoned batch.
+- `enqueue` only encodes and hands the bytes to the bounded `SendBuffer`; the buffer's task
+  calls `SendMessageBatch`. Entries SQS lists as failed through no fault of the sender are
+  retried; entries it refuses as the sender's fault are logged (`mirror_queue_send_refused`)
+  and counted, never retried. A whole batch refused for its content is re-sent one message at
+  a time, so one bad job cannot hold the others back.
+- `receive` long-polls (`WaitTimeSeconds` = the poll wait) with the client's read timeout above
+  it, asks for `ApproximateReceiveCount` (reported as the delivery count) and sets the
+  visibility window to `MIRROR_VISIBILITY_SECONDS`, so the window the worker extends against is
+  the one SQS applies whatever the queue's own default. A body that is not a job comes back
+  with `job=None` and the decoder's reason; a failed call is logged, backed off and answered
+  with `[]`, so the worker's loop (and its heartbeat) keep going.
+- `ack` deletes; acks issued in the same loop tick share one `DeleteMessageBatch` (10 at most).
+  A failed ack or extend is logged and swallowed: the message comes back and the worker handles
+  a redelivery idempotently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+import orjson
+import structlog
+from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
+from aiobotocore.session import get_session  # type: ignore[import-untyped]
+from botocore import exceptions as boto  # type: ignore[import-untyped]
+
+from mirrorgate.backends import QueueUnavailableError
+from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
+from mirrorgate.config import QueueSettings
+from mirrorgate.mirror import (
+    JobDecodeError,
+    MirrorJob,
+    MirrorQueue,
+    QueueMessage,
+    QueueStats,
+    ReceiptHandle,
+    Seconds,
+    decode_job,
+    encode_job,
+)
+
+__all__ = ["BATCH_SIZE", "SQS_MAX_MESSAGE_BYTES", "open_sqs_queue"]
+
+log = structlog.get_logger("mirrorgate.queue")
+
+PROVIDER = "sqs"
+
+BATCH_SIZE = 10
+"""SQS's cap on messages per receive, per SendMessageBatch and per DeleteMessageBatch."""
+
+SQS_MAX_MESSAGE_BYTES = 1024 * 1024
+"""SQS's largest message, and largest batch payload: 1 MiB."""
+
+MAX_VISIBILITY = 12 * 60 * 60
+"""SQS's longest visibility timeout, in seconds."""
+
+READ_TIMEOUT_MARGIN = 10
+"""Seconds the client's read timeout stays above the long-poll wait, so a healthy idle poll
+is never mistaken for a dead connection."""
+
+_QUEUE_MISSING = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+_CREDENTIALS_REFUSED = frozenset({
+    "AccessDenied", "AccessDeniedException", "InvalidClientTokenId", "UnrecognizedClientException",
+    "SignatureDoesNotMatch", "IncompleteSignature", "InvalidSecurity", "ExpiredToken",
+    "ExpiredTokenException", "MissingAuthenticationToken", "KMS.AccessDeniedException",
+})
+_CONTENT_REFUSED = frozenset({
+    "InvalidMessageContents", "InvalidParameterValue", "BatchRequestTooLong",
+    "MessageTooLong", "InvalidParameterValueException",
+})
+"""Codes by which SQS refuses what a message holds: sending it again cannot succeed."""
+
+
+def _ignore_drop(_total: int) -> None:
+    return None
+
+
+def _code(error: Any) -> str:
+    try:
+        return str(error.response["Error"]["Code"])
+    except (AttributeError, KeyError, TypeError):
+        return ""
+
+
+def _describe(error: BaseException) -> str:
+    code = _code(error)
+    text = str(error).splitlines()[0] if str(error) else ""
+    name = f"{type(error).__name__}({code})" if code else type(error).__name__
+    return f"{name}: {text}"[:300]
+
+
+def _sqs_safe(text: str) -> str:
+    """The JSON text with U+FFFE and U+FFFF written as escapes: SQS refuses those two raw
+    characters, and inside a JSON string the escape decodes to the same text."""
+    if "\ufffe" in text or "\uffff" in text:
+        return text.replace("\ufffe", "\\ufffe").replace("\uffff", "\\uffff")
+    return text
+
+
+def _label(body: bytes) -> str:
+    """The package@version a refused body carries, for the log line; '' when unreadable."""
+    try:
+        data = orjson.loads(body)
+        return f"{data['name']}@{data['version']}"
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return ""
+
+
+def _deliveries(attributes: Any) -> int | None:
+    if not isinstance(attributes, Mapping):
+        return None
+    try:
+        count = int(attributes["ApproximateReceiveCount"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return count if count >= 1 else None
+
+
+def _message(raw: Any) -> QueueMessage | None:
+    """One received SQS message as a QueueMessage; None (logged) when it has no receipt."""
+    if not isinstance(raw, Mapping):
+        log.warning("mirror_queue_message_malformed", provider=PROVIDER, reason="not an object")
+        return None
+    receipt = raw.get("ReceiptHandle")
+    message_id = raw.get("MessageId")
+    message_id = message_id if isinstance(message_id, str) else ""
+    if not isinstance(receipt, str) or not receipt:
+        log.warning("mirror_queue_message_malformed", provider=PROVIDER, message_id=message_id,
+                    reason="no receipt handle")
+        return None
+    deliveries = _deliveries(raw.get("Attributes"))
+    body = raw.get("Body")
+    problem: str
+    if not isinstance(body, str):
+        problem = "message has no body"
+    else:
+        try:
+            job = decode_job(body)
+        except JobDecodeError as error:
+            problem = str(error)
+        except Exception as error:  # a body the codec did not foresee is still one bad message
+            problem = f"body could not be decoded: {_describe(error)}"
+        else:
+            return QueueMessage(job, ReceiptHandle(receipt), deliveries, message_id=message_id)
+    return QueueMessage(None, ReceiptHandle(receipt), deliveries, problem=problem,
+                        message_id=message_id)
+
+
+def _explain(error: Exception, url: str, region: str | None, endpoint: str | None) -> str:
+    """Why the start-up check failed, naming the variable to set or the permission to grant."""
+    where = f"at {endpoint}" if endpoint else "at the default AWS endpoint"
+    if isinstance(error, boto.NoRegionError):
+        return ("no AWS region is configured for SQS: set AWS_REGION to the queue's region "
+                "(e.g. AWS_REGION=eu-west-1)")
+    if isinstance(error, boto.NoCredentialsError | boto.PartialCredentialsError
+                  | boto.CredentialRetrievalError):
+        return (f"no usable AWS credentials for SQS ({_describe(error)}): set AWS_ACCESS_KEY_ID "
+                "and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with an IAM role "
+                "(web identity, ECS task role or EC2 instance profile)")
+    if isinstance(error, boto.ConnectionError | boto.HTTPClientError):
+        return (f"cannot reach SQS {where} ({_describe(error)}): check AWS_ENDPOINT_URL_SQS "
+                "(unset it to use the AWS endpoint of AWS_REGION) and the network")
+    code = _code(error)
+    if code in _QUEUE_MISSING:
+        return (f"no SQS queue at MIRROR_SQS_QUEUE_URL={url} (region {region or 'unset'}, "
+                f"{where}): create the queue, or fix MIRROR_SQS_QUEUE_URL, AWS_REGION or "
+                "AWS_ENDPOINT_URL_SQS")
+    if code in _CREDENTIALS_REFUSED:
+        return (f"SQS refused the credentials ({_describe(error)}): check AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, and grant sqs:GetQueueAttributes on "
+                f"MIRROR_SQS_QUEUE_URL={url} (see the README's SQS section)")
+    if isinstance(error, ValueError):
+        return (f"the SQS endpoint is not usable ({_describe(error)}): "
+                "check AWS_ENDPOINT_URL_SQS and MIRROR_SQS_QUEUE_URL")
+    return (f"the SQS start-up check failed for MIRROR_SQS_QUEUE_URL={url} {where} "
+            f"({_describe(error)}): check MIRROR_SQS_QUEUE_URL, AWS_REGION, "
+            "AWS_ENDPOINT_URL_SQS and the credentials")
+
+
+def _max_message_bytes(answer: Any) -> int:
+    try:
+        declared = int(answer["Attributes"]["MaximumMessageSize"])
+    except (KeyError, TypeError, ValueError):
+        return SQS_MAX_MESSAGE_BYTES
+    return max(1, min(declared, SQS_MAX_MESSAGE_BYTES))
+
+
+async def open_sqs_queue(
+    settings: QueueSettings,
+    on_drop: Callable[[int], None] = _ignore_drop,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    credentials: tuple[str, str] | None = None,
+    close_within: float = 5.0,
+    send_backoff: tuple[float, float] = (0.1, 5.0),
+    receive_backoff: tuple[float, float] = (0.5, 5.0),
+    connect_timeout: float = 5.0,
+    max_attempts: int = 3,
+) -> MirrorQueue:
+    """The SQS MirrorQueue for `settings.sqs_queue_url`, checked to exist and be reachable.
+
+    Raises `QueueUnavailableError` naming what to set when it cannot be used. The keyword-only
+    arguments are for tests and embedding: an explicit endpoint, region and (access key id,
+    secret) pair instead of botocore's resolution, the bound on `close()`'s flush, the send and
+    receive backoff (base, cap) in seconds, and the client's connect timeout and attempts.
+    """
+    url = settings.sqs_queue_url
+    if not url:
+        raise QueueUnavailableError(
+            "MIRROR_QUEUE_PROVIDER=sqs needs MIRROR_SQS_QUEUE_URL, e.g. "
+            "MIRROR_SQS_QUEUE_URL=https://sqs.REGION.amazonaws.com/ACCOUNT/mirrorgate")
+    region = region or os.environ.get("AWS_REGION") or None
+    wait = max(0, min(settings.poll_wait, 20))
+    visibility = max(0, min(settings.visibility, MAX_VISIBILITY))
+    config = AioConfig(
+        connect_timeout=connect_timeout,
+        read_timeout=wait + READ_TIMEOUT_MARGIN,
+        retries={"mode": "standard", "max_attempts": max_attempts},
+    )
+    keys: dict[str, str] = {}
+    if credentials is not None:
+        keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
+
+    stack = AsyncExitStack()
+    client: Any = None
+    try:
+        client = await stack.enter_async_context(get_session().create_client(
+            "sqs", region_name=region, endpoint_url=endpoint_url, config=config, **keys))
+        answer = await client.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["MaximumMessageSize"])
+    except Exception as error:
+        endpoint = endpoint_url or (client.meta.endpoint_url if client is not None else None)
+        await stack.aclose()
+        raise QueueUnavailableError(_explain(error, url, region, endpoint)) from error
+    except BaseException:
+        await stack.aclose()
+        raise
+    max_body = _max_message_bytes(answer)
+    resolved_region = client.meta.region_name
+
+    counters = {"refused": 0, "refused_in_send": 0, "ack_failures": 0,
+                "extend_failures": 0, "receive_failures": 0}
+    closed = False
+
+    def refuse(body: bytes, code: str, reason: str) -> None:
+        counters["refused"] += 1
+        counters["refused_in_send"] += 1
+        log.error("mirror_queue_send_refused", provider=PROVIDER, job=_label(body), code=code,
+                  reason=reason[:300], bytes=len(body), refused=counters["refused"])
+
+    async def send_each(batch: list[bytes]) -> SendOutcome:
+        retry: list[int] = []
+        for index, body in enumerate(batch):
+            try:
+                await client.send_message(QueueUrl=url, MessageBody=body.decode("utf-8"))
+            except boto.ClientError as error:
+                if _code(error) in _CONTENT_REFUSED:
+                    refuse(body, _code(error), _describe(error))
+                else:
+                    retry.append(index)
+            except Exception:
+                retry.append(index)
+        return SendOutcome(retry=tuple(retry))
+
+    async def send(batch: list[bytes]) -> SendOutcome:
+        entries = [{"Id": str(i), "MessageBody": body.decode("utf-8")}
+                   for i, body in enumerate(batch)]
+        try:
+            answer = await client.send_message_batch(QueueUrl=url, Entries=entries)
+        except boto.ClientError as error:
+            if _code(error) not in _CONTENT_REFUSED:
+                raise
+            if len(batch) == 1:
+                refuse(batch[0], _code(error), _describe(error))
+                return SendOutcome()
+            log.warning("mirror_queue_batch_refused", provider=PROVIDER, jobs=len(batch),
+                        error=_describe(error))
+            return await send_each(batch)
+        answered: set[int] = set()
+        for entry in answer.get("Successful") or ():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                answered.add(int(entry["Id"]))
+        retry: list[int] = []
+        for entry in answer.get("Failed") or ():
+            try:
+                index = int(entry["Id"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not 0 <= index < len(batch) or index in answered:
+                continue
+            answered.add(index)  # answered for, one way or the other
+            code = str(entry.get("Code", ""))
+            reason = str(entry.get("Message", ""))
+            if entry.get("SenderFault") is True:
+                refuse(batch[index], code, reason)
+            else:
+                retry.append(index)
+                log.warning("mirror_queue_send_entry_failed", provider=PROVIDER, code=code,
+                            reason=reason[:300])
+        retry.extend(i for i in range(len(batch)) if i not in answered)
+        return SendOutcome(retry=tuple(retry))
+
+    buffer = SendBuffer(send, provider=PROVIDER, max_depth=settings.max_depth,
+                        max_count=BATCH_SIZE, max_bytes=SQS_MAX_MESSAGE_BYTES, on_drop=on_drop,
+                        backoff_base=send_backoff[0], backoff_cap=send_backoff[1])
+
+    async def enqueue(job: MirrorJob) -> None:
+        try:
+            body = _sqs_safe(encode_job(job).decode("utf-8")).encode("utf-8")
+        except Exception as error:  # the serve path must never fail because of a job
+            counters["refused"] += 1
+            log.error("mirror_queue_job_unencodable", provider=PROVIDER, job=job.label,
+                      error=_describe(error))
+            return
+        if len(body) > max_body:
+            counters["refused"] += 1
+            log.error("mirror_queue_job_too_large", provider=PROVIDER, job=job.label,
+                      bytes=len(body), limit=max_body, refused=counters["refused"])
+            return
+        buffer.offer(body)
+
+    async def receive() -> list[QueueMessage]:
+        if closed:
+            return []
+        try:
+            answer = await client.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=BATCH_SIZE,
+                WaitTimeSeconds=wait,
+                VisibilityTimeout=visibility,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        except Exception as error:
+            counters["receive_failures"] += 1
+            base, cap = receive_backoff
+            delay = min(cap, base * 2 ** min(counters["receive_failures"] - 1, 16))
+            delay = random.uniform(delay / 2, delay)
+            log.warning("mirror_queue_receive_failed", provider=PROVIDER,
+                        error=_describe(error), retry_in=round(delay, 3))
+            await asyncio.sleep(delay)
+            return []
+        counters["receive_failures"] = 0
+        raw = answer.get("Messages") if isinstance(answer, Mapping) else None
+        if not isinstance(raw, list):
+            return []
+        return [message for item in raw if (message := _message(item)) is not None]
+
+    pending: list[tuple[ReceiptHandle, asyncio.Future[None]]] = []
+    flushes: set[asyncio.Task[None]] = set()
+
+    def ack_failed(jobs: int, error: str) -> None:
+        counters["ack_failures"] += jobs
+        log.warning("mirror_queue_ack_failed", provider=PROVIDER, jobs=jobs, error=error,
+                    ack_failures=counters["ack_failures"])
+
+    async def delete(receipts: list[ReceiptHandle]) -> None:
+        try:
+            if len(receipts) == 1:
+                await client.delete_message(QueueUrl=url, ReceiptHandle=receipts[0])
+                return
+            answer = await client.delete_message_batch(QueueUrl=url, Entries=[
+                {"Id": str(i), "ReceiptHandle": receipt} for i, receipt in enumerate(receipts)])
+        except Exception as error:
+            ack_failed(len(receipts), _describe(error))
+            return
+        failed = answer.get("Failed") or ()
+        if failed:
+            codes = sorted({str(entry.get("Code", "")) for entry in failed})
+            ack_failed(len(failed), ", ".join(codes))
+
+    async def flush_acks() -> None:
+        await asyncio.sleep(0)  # let every ack issued in this tick join the batch
+        taken = pending[:]
+        pending.clear()
+        try:
+            for start in range(0, len(taken), BATCH_SIZE):
+                chunk = taken[start:start + BATCH_SIZE]
+                await delete([receipt for receipt, _ in chunk])
+                for _, done in chunk:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            for _, done in taken:
+                if not done.done():
+                    done.set_result(None)
+
+    async def ack(receipt: ReceiptHandle) -> None:
+        if closed:
+            ack_failed(1, "the queue is closed")
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        pending.append((receipt, done))
+        if len(pending) == 1:
+            task = asyncio.get_running_loop().create_task(flush_acks())
+            flushes.add(task)
+            task.add_done_callback(flushes.discard)
+        await asyncio.shield(done)
+
+    async def extend_visibility(receipt: ReceiptHandle, seconds: Seconds) -> None:
+        timeout = max(0, min(int(seconds), MAX_VISIBILITY))
+        if closed:
+            error = "the queue is closed"
+        else:
+            try:
+                await client.change_message_visibility(
+                    QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=timeout)
+                return
+            except Exception as failure:
+                error = _describe(failure)
+        counters["extend_failures"] += 1
+        log.warning("mirror_queue_extend_failed", provider=PROVIDER, seconds=timeout,
+                    error=error, extend_failures=counters["extend_failures"])
+
+    async def close() -> None:
+        nonlocal closed
+        if closed:
+            return
+        closed = True
+        left = await buffer.close(close_within)
+        if flushes:
+            await asyncio.wait(set(flushes), timeout=close_within)
+        await stack.aclose()
+        log.info("mirror_queue_closed", provider=PROVIDER, unsent=left,
+                 ack_failures=counters["ack_failures"], refused=counters["refused"])
+
+    def stats() -> QueueStats:
+        return QueueStats(
+            depth=buffer.depth,
+            dropped=buffer.dropped,
+            sent=buffer.sent - counters["refused_in_send"],
+            send_failures=buffer.failures + counters["refused"],
+        )
+
+    log.info("mirror_queue_opened", provider=PROVIDER, region=resolved_region,
+             endpoint=client.meta.endpoint_url, max_message_bytes=max_body,
+             wait_seconds=wait, visibility_seconds=visibility)
+    return MirrorQueue(
+        provider=PROVIDER,
+        enqueue=enqueue,
+        receive=receive,
+        ack=ack,
+        extend_visibility=extend_visibility,
+        close=close,
+        stats=stats,
+        crosses_processes=True,
+        redelivers=True,
+    )
