@@ -216,27 +216,33 @@ async def open_sqs_queue(
     send_backoff: tuple[float, float] = (0.1, 5.0),
     receive_backoff: tuple[float, float] = (0.5, 5.0),
     connect_timeout: float = 5.0,
-    max_attempts: int = 3,
+    attempts: int = 3,
 ) -> MirrorQueue:
     """The SQS MirrorQueue for `settings.sqs_queue_url`, checked to exist and be reachable.
 
     Raises `QueueUnavailableError` naming what to set when it cannot be used. The keyword-only
     arguments are for tests and embedding: an explicit endpoint, region and (access key id,
     secret) pair instead of botocore's resolution, the bound on `close()`'s flush, the send and
-    receive backoff (base, cap) in seconds, and the client's connect timeout and attempts.
+    receive backoff (base, cap) in seconds, the client's connect timeout, and the attempts
+    botocore makes per call (retries included).
     """
     url = settings.sqs_queue_url
     if not url:
         raise QueueUnavailableError(
             "MIRROR_QUEUE_PROVIDER=sqs needs MIRROR_SQS_QUEUE_URL, e.g. "
             "MIRROR_SQS_QUEUE_URL=https://sqs.REGION.amazonaws.com/ACCOUNT/mirrorgate")
+    if url.rstrip("/").endswith(".fifo"):
+        raise QueueUnavailableError(
+            f"MIRROR_SQS_QUEUE_URL={url} is a FIFO queue; mirrorgate needs a standard queue "
+            "(jobs are independent and redeliveries are handled idempotently, so FIFO ordering "
+            "buys nothing and its message groups are not sent)")
     region = region or os.environ.get("AWS_REGION") or None
     wait = max(0, min(settings.poll_wait, 20))
     visibility = max(0, min(settings.visibility, MAX_VISIBILITY))
     config = AioConfig(
         connect_timeout=connect_timeout,
         read_timeout=wait + READ_TIMEOUT_MARGIN,
-        retries={"mode": "standard", "max_attempts": max_attempts},
+        retries={"mode": "standard", "total_max_attempts": attempts},
     )
     keys: dict[str, str] = {}
     if credentials is not None:
@@ -352,6 +358,8 @@ async def open_sqs_queue(
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
             )
         except Exception as error:
+            if closed:  # close() shut the client under this poll: not a failure
+                return []
             counters["receive_failures"] += 1
             base, cap = receive_backoff
             delay = min(cap, base * 2 ** min(counters["receive_failures"] - 1, 16))
