@@ -59,15 +59,30 @@ def _settings() -> Settings | None:
         return None
 
 
+def _check_config(settings: Settings) -> int:
+    from mirrorgate.rules import RulesError, describe, load_rules
+
+    try:
+        rules = load_rules(settings.rules_file)
+    except RulesError as error:
+        print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  - MIRRORGATE_RULES_FILE ({settings.rules_file}): {problem}",
+                  file=sys.stderr)
+        return 2
+    report = {"settings": settings.describe(), "rules": describe(rules)}
+    sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    sys.stdout.write("\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = _settings()
     if settings is None:
         return 2
     if args.command == "check-config":
-        sys.stdout.write(orjson.dumps(settings.describe(), option=orjson.OPT_INDENT_2).decode())
-        sys.stdout.write("\n")
-        return 0
+        return _check_config(settings)
     from mirrorgate.process import run
 
     return run(settings, command=args.command, with_worker=not getattr(args, "no_worker", False))
