@@ -1,0 +1,374 @@
+"""The fixture "public" npm registry: an aiohttp server, in its own thread, serving packages.
+
+mirrorgate's public upstream in the tests. It answers the npm read protocol for the
+`FixturePackage`s added to it and injects the faults the fault tests need. Decisions:
+
+- It runs on its own event loop in a background thread, started and stopped from plain code,
+  so it keeps answering while a test blocks its own loop (`subprocess.run(["npm", ...])`, a
+  sync HTTP call). Its port is chosen once, so `stop()` and `start()` bring it back on the same
+  URL: the public upstream going down and coming back.
+- Paths are matched after percent-decoding, so `/@s/n`, `/@s%2fn` and `/@s%2Fn` are the same
+  package; what was actually requested is kept verbatim in `requests`.
+- Packuments are rendered once per package and representation (full, or abbreviated when the
+  Accept header asks for `application/vnd.npm.install-v1+json`) and carry an ETag;
+  `If-None-Match` answers 304. `add()` (also while running) replaces a package and its cache.
+- Faults are explicit and few: `fault(path, Fault(...))` makes requests under `path` (a path
+  prefix on segment boundaries, or `exact=True`) answer a status, wait, send other bytes, send
+  slowly, or cut the body short after a truthful Content-Length; `times` limits a fault to the
+  next N requests. The newest matching fault wins. `clear_faults()` removes them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import unquote
+
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from tests.servers.packages import FixturePackage, tarball_path
+from tests.servers.ports import free_port
+
+__all__ = ["ABBREVIATED", "Fault", "FixtureRegistry", "SeenRequest"]
+
+ABBREVIATED = "application/vnd.npm.install-v1+json"
+JSON = "application/json"
+OCTETS = "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What to do instead of (or on the way to) the real answer.
+
+    - `status`: answer this status, with `body` or a small JSON error, instead of the real one.
+    - `headers`: added to whatever is answered (`Retry-After`...).
+    - `delay`: seconds to wait before answering (a hang, when longer than the client waits).
+    - `body`: answer these bytes instead of the real body (a tampered tarball, a changed or
+      huge or deeply nested packument); status 200 unless `status` says otherwise.
+    - `truncate_after`: send the full Content-Length, then only this many bytes, then close.
+    - `chunk_size`/`chunk_delay`: send the body in chunks with a pause between (a slow body).
+    - `times`: apply to the next N matching requests only, then answer normally.
+    """
+
+    status: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    body: bytes | None = None
+    truncate_after: int | None = None
+    chunk_size: int = 1024
+    chunk_delay: float = 0.0
+    times: int | None = None
+
+
+class SeenRequest(NamedTuple):
+    """A request as received: the method, the raw path (query included) and the headers."""
+
+    method: str
+    path: str
+    headers: CIMultiDictProxy[str]
+
+
+@dataclass
+class _Rule:
+    path: str
+    exact: bool
+    fault: Fault
+    remaining: int | None
+
+    def matches(self, path: str) -> bool:
+        if path == self.path:
+            return True
+        if self.exact:
+            return False
+        return path.startswith(self.path if self.path.endswith("/") else self.path + "/")
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def _etag(body: bytes) -> str:
+    return '"' + hashlib.sha1(body, usedforsecurity=False).hexdigest() + '"'
+
+
+def _not_modified(request: web.Request, etag: str) -> bool:
+    wanted = request.headers.get("If-None-Match")
+    if not wanted:
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in wanted.split(",")}
+    return etag in tags or "*" in tags
+
+
+async def _shut_down(runner: web.AppRunner) -> None:
+    """Close the listener and connections, then cancel whatever still runs (a hanging fault)."""
+    await runner.cleanup()
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks() if task is not current]
+    for task in leftovers:
+        task.cancel()
+    await asyncio.gather(*leftovers, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+def _error(status: int, message: str) -> _Answer:
+    return _Answer(status, {"Content-Type": JSON}, orjson.dumps({"error": message}))
+
+
+class FixtureRegistry:
+    """An npm registry for tests, on 127.0.0.1, serving `FixturePackage`s. Use `start()` and
+    `stop()` (or `with FixtureRegistry() as registry:`); both are plain, blocking calls."""
+
+    def __init__(self, *packages: FixturePackage, host: str = "127.0.0.1",
+                 port: int | None = None) -> None:
+        self.host = host
+        self.port = port if port is not None else free_port(host)
+        self._lock = threading.Lock()
+        self._packages: dict[str, FixturePackage] = {}
+        self._rendered: dict[tuple[str, bool], tuple[bytes, str]] = {}
+        self._rules: list[_Rule] = []
+        self._requests: list[SeenRequest] = []
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.add(*packages)
+
+    # -- what tests use ------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The base URL, with a trailing slash: `http://127.0.0.1:PORT/`."""
+        return f"http://{self.host}:{self.port}/"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def add(self, *packages: FixturePackage) -> None:
+        """Serve these packages (replacing any of the same name), also while running."""
+        with self._lock:
+            for package in packages:
+                self._packages[package.name] = package
+                self._rendered.pop((package.name, False), None)
+                self._rendered.pop((package.name, True), None)
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._packages.pop(name, None)
+            self._rendered.pop((name, False), None)
+            self._rendered.pop((name, True), None)
+
+    def package(self, name: str) -> FixturePackage:
+        with self._lock:
+            return self._packages[name]
+
+    def packument(self, name: str, abbreviated: bool = False) -> dict[str, Any]:
+        """The document this registry serves for `name`, parsed (for expectations)."""
+        body, _etag = self._render(name, abbreviated)
+        document: dict[str, Any] = orjson.loads(body)
+        return document
+
+    def tarball_url(self, name: str, version: str) -> str:
+        return self.url.rstrip("/") + tarball_path(name, version)
+
+    @property
+    def requests(self) -> list[SeenRequest]:
+        """A snapshot of every request received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self._requests.clear()
+
+    def fault(self, path: str, fault: Fault, *, exact: bool = False) -> None:
+        """Apply `fault` to requests for `path` (decoded or not: `/@s%2fn` is `/@s/n`) and,
+        unless `exact`, everything under it (`/alpha` covers `/alpha/-/alpha-1.0.0.tgz`,
+        not `/alphabet`)."""
+        with self._lock:
+            self._rules.append(_Rule(unquote(path), exact, fault, fault.times))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._rules.clear()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> FixtureRegistry:
+        if self._thread is not None:
+            raise RuntimeError(f"the fixture registry on port {self.port} is already running")
+        ready: concurrent.futures.Future[asyncio.AbstractEventLoop] = concurrent.futures.Future()
+        thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
+                                  name=f"fixture-registry-{self.port}")
+        thread.start()
+        try:
+            self._loop = ready.result(timeout=10)
+        except BaseException:
+            thread.join(timeout=5)
+            raise
+        self._thread = thread
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and drop every connection (a request in a `delay` is cancelled)."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        self._thread = self._loop = None
+
+    def __enter__(self) -> FixtureRegistry:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def _serve(self, ready: concurrent.futures.Future[asyncio.AbstractEventLoop]) -> None:
+        loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
+        try:
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+            loop.run_until_complete(site.start())
+        except BaseException as error:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+            ready.set_exception(error)
+            return
+        ready.set_result(loop)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(_shut_down(runner))
+            loop.close()
+
+    # -- the protocol --------------------------------------------------------------------
+
+    def _render(self, name: str, abbreviated: bool) -> tuple[bytes, str]:
+        with self._lock:
+            cached = self._rendered.get((name, abbreviated))
+            package = self._packages[name]
+        if cached is not None:
+            return cached
+        document = package.abbreviated(self.url) if abbreviated else package.packument(self.url)
+        body = orjson.dumps(document)
+        rendered = (body, _etag(body))
+        with self._lock:
+            if self._packages.get(name) is package:
+                self._rendered[(name, abbreviated)] = rendered
+        return rendered
+
+    def _lookup(self, name: str) -> FixturePackage | None:
+        with self._lock:
+            return self._packages.get(name)
+
+    def _answer(self, request: web.Request, path: str) -> _Answer:
+        if request.method not in ("GET", "HEAD"):
+            return _error(405, f"{request.method} is not supported by the fixture registry")
+        if path == "/-/ping":
+            return _Answer(200, {"Content-Type": JSON}, b"{}")
+        rest = path.lstrip("/")
+        if "/-/" in rest:
+            name, filename = rest.split("/-/", 1)
+            return self._tarball(request, name, filename)
+        parts = rest.split("/")
+        cut = 2 if rest.startswith("@") else 1
+        name, remainder = "/".join(parts[:cut]), parts[cut:]
+        package = self._lookup(name)
+        if package is None or len(remainder) > 1:
+            return _error(404, "Not found")
+        if remainder:
+            return self._version(package, remainder[0])
+        abbreviated = ABBREVIATED in request.headers.get("Accept", "")
+        body, etag = self._render(name, abbreviated)
+        headers = {"Content-Type": ABBREVIATED if abbreviated else JSON, "ETag": etag,
+                   "Vary": "Accept"}
+        if _not_modified(request, etag):
+            return _Answer(304, headers, b"")
+        return _Answer(200, headers, body)
+
+    def _version(self, package: FixturePackage, wanted: str) -> _Answer:
+        version = package.versions.get(package.dist_tags.get(wanted, wanted))
+        if version is None:
+            return _error(404, "version not found")
+        return _Answer(200, {"Content-Type": JSON}, orjson.dumps(version.document(self.url)))
+
+    def _tarball(self, request: web.Request, name: str, filename: str) -> _Answer:
+        package = self._lookup(name)
+        version = package.by_filename(filename) if package is not None else None
+        if version is None:
+            return _error(404, "Not found")
+        body = version.tarball
+        etag = _etag(body)
+        headers = {"Content-Type": OCTETS, "ETag": etag}
+        if _not_modified(request, etag):
+            return _Answer(304, headers, b"")
+        return _Answer(200, headers, body)
+
+    def _take_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            for rule in reversed(self._rules):
+                if not rule.matches(path):
+                    continue
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                    if rule.remaining <= 0:
+                        self._rules.remove(rule)
+                return rule.fault
+        return None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = unquote(request.raw_path.split("?", 1)[0])
+        with self._lock:
+            self._requests.append(SeenRequest(request.method, request.raw_path,
+                                              CIMultiDictProxy(CIMultiDict(request.headers))))
+        fault = self._take_fault(path)
+        if fault is not None and fault.delay > 0:
+            await asyncio.sleep(fault.delay)
+        answer = self._answer(request, path)
+        if fault is None:
+            return web.Response(status=answer.status, headers=answer.headers, body=answer.body)
+        return await self._faulty(request, answer, fault)
+
+    async def _faulty(self, request: web.Request, answer: _Answer,
+                      fault: Fault) -> web.StreamResponse:
+        status, headers, body = answer.status, dict(answer.headers), answer.body
+        if fault.status is not None:
+            status = fault.status
+            headers = {"Content-Type": JSON}
+            body = orjson.dumps({"error": f"fault injected: status {status}"})
+        if fault.body is not None:
+            if fault.status is None:
+                status = 200
+            headers.pop("ETag", None)
+            headers.setdefault("Content-Type", OCTETS)
+            body = fault.body
+        headers.update(fault.headers)
+        if fault.truncate_after is None and fault.chunk_delay <= 0:
+            return web.Response(status=status, headers=headers, body=body)
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = len(body)
+        await response.prepare(request)
+        if request.method == "HEAD":
+            return response
+        limit = len(body) if fault.truncate_after is None else min(fault.truncate_after,
+                                                                   len(body))
+        step = max(1, fault.chunk_size)
+        for start in range(0, limit, step):
+            await response.write(body[start:min(start + step, limit)])
+            if fault.chunk_delay > 0:
+                await asyncio.sleep(fault.chunk_delay)
+        if limit < len(body) and request.transport is not None:
+            request.transport.close()
+        return response
