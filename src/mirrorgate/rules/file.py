@@ -1,0 +1,267 @@
+"""The rules file: TOML in, a compiled `Rules` out, or every problem named by its key.
+
+Anything the file says that cannot be honoured exactly (an unknown table or key, a wrong type,
+a bad duration, pattern or range) is refused with a `RulesError` listing every problem, each
+naming its key, so a typo can never silently weaken the policy and one start-up attempt shows
+everything to fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from mirrorgate.rules.patterns import (
+    PATTERN_EXAMPLES,
+    PackagePattern,
+    PatternList,
+    parse_pattern,
+    quoted,
+)
+from mirrorgate.rules.policy import ALGORITHMS, DEFAULT_RULES, MAX_MINIMUM_AGE, Rules, plural
+
+__all__ = ["RulesError", "load_rules", "parse_rules"]
+
+_ZERO = timedelta(0)
+
+
+class RulesError(Exception):
+    """A rules file that cannot be honoured; one line per problem, each naming its TOML key."""
+
+    def __init__(self, problems: list[str], source: str = "<rules>") -> None:
+        super().__init__("\n".join(f"{source}: {problem}" for problem in problems))
+        self.problems = problems
+        self.source = source
+
+
+
+_SCHEMA: dict[str, tuple[str, ...]] = {
+    "integrity": ("minimum",),
+    "age": ("minimum", "minimum_days", "missing_time", "exempt"),
+    "deny": ("packages",),
+    "allow": ("packages",),
+    "install_scripts": ("block", "allow"),
+}
+_DURATION = re.compile(r"([0-9]{1,9})\s*([mhdw])")
+_UNITS: dict[str, tuple[int, str]] = {
+    "m": (60, "minute"),
+    "h": (3600, "hour"),
+    "d": (86400, "day"),
+    "w": (7 * 86400, "week"),
+}
+
+
+def _toml_type(value: object) -> str:
+    kinds: tuple[tuple[type, str], ...] = (
+        (bool, "a boolean"),
+        (int, "an integer"),
+        (float, "a float"),
+        (str, "a string"),
+        (list, "an array"),
+        (dict, "a table"),
+    )
+    for kind, label in kinds:
+        if isinstance(value, kind):
+            return label
+    return "a date or time"
+
+
+def _suggest(word: str, choices: tuple[str, ...], shape: str = "{}") -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {shape.format(close[0])}?)" if close else ""
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    shown = [quoted(choice) for choice in choices]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+
+
+class _Reader:
+    """Reads one parsed TOML document, collecting every problem instead of stopping at one."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self.problems: list[str] = []
+
+    def problem(self, key: str, text: str) -> None:
+        self.problems.append(f"{key}: {text}")
+
+    def tables(self) -> dict[str, dict[str, Any]]:
+        tables: dict[str, dict[str, Any]] = {}
+        known = tuple(_SCHEMA)
+        listing = ", ".join(f"[{name}]" for name in known)
+        for key, value in self.document.items():
+            if key not in _SCHEMA:
+                if isinstance(value, dict):
+                    self.problem(f"[{key}]", f"unknown table{_suggest(key, known, '[{}]')}; "
+                                 f"the tables are {listing}")
+                else:
+                    self.problem(key, f"unknown top-level key; rules live in the tables "
+                                 f"{listing}")
+                continue
+            if not isinstance(value, dict):
+                self.problem(key, f"should be a table ([{key}]), got {_toml_type(value)}")
+                continue
+            allowed = _SCHEMA[key]
+            for inner in value:
+                if inner not in allowed:
+                    self.problem(f"{key}.{inner}", f"unknown key{_suggest(inner, allowed)}; "
+                                 f"[{key}] takes {', '.join(allowed)}")
+            tables[key] = value
+        return tables
+
+    def string(self, key: str, value: object, allowed: tuple[str, ...]) -> str | None:
+        shown = _one_of(allowed)
+        if not isinstance(value, str):
+            self.problem(key, f"should be a string, got {_toml_type(value)}; write {shown}")
+            return None
+        if value.strip().lower() not in allowed:
+            self.problem(key, f"{quoted(value)} is not one of {shown}")
+            return None
+        return value.strip().lower()
+
+    def boolean(self, key: str, value: object) -> bool | None:
+        if not isinstance(value, bool):
+            self.problem(key, f"should be true or false, got {_toml_type(value)}")
+            return None
+        return value
+
+    def patterns(self, key: str, value: object) -> PatternList:
+        if not isinstance(value, list):
+            self.problem(key, f"should be an array of patterns such as [{PATTERN_EXAMPLES}], "
+                         f"got {_toml_type(value)}")
+            return PatternList()
+        compiled: list[PackagePattern] = []
+        for index, item in enumerate(value):
+            where = f"{key}[{index}]"
+            if not isinstance(item, str):
+                self.problem(where, f"should be a string pattern such as {PATTERN_EXAMPLES}, "
+                             f"got {_toml_type(item)}")
+                continue
+            try:
+                compiled.append(parse_pattern(item))
+            except ValueError as error:
+                self.problem(where, str(error))
+        return PatternList.of(tuple(compiled))
+
+    def duration(self, key: str, value: object) -> tuple[timedelta, str] | None:
+        example = 'write a whole number and a unit, like "90m", "36h", "3d" or "2w"'
+        if not isinstance(value, str):
+            self.problem(key, f"should be a string, got {_toml_type(value)}; {example}")
+            return None
+        match = _DURATION.fullmatch(value.strip())
+        if match is None:
+            self.problem(key, f"{quoted(value)} is not a duration; {example}")
+            return None
+        count = int(match.group(1))
+        seconds, unit = _UNITS[match.group(2)]
+        if count * seconds > MAX_MINIMUM_AGE.total_seconds():
+            self.too_long(key)
+            return None
+        return timedelta(seconds=count * seconds), plural(count, unit)
+
+    def days(self, key: str, value: object) -> tuple[timedelta, str] | None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            shown = repr(value) if numeric else _toml_type(value)
+            self.problem(key, f"should be a whole number of days (0 or more), got {shown}; "
+                         "e.g. minimum_days = 3")
+            return None
+        if value > MAX_MINIMUM_AGE.days:
+            self.too_long(key)
+            return None
+        return timedelta(days=value), plural(value, "day")
+
+    def too_long(self, key: str) -> None:
+        self.problem(key, f"is longer than {MAX_MINIMUM_AGE.days} days, which would deny "
+                     "every version; set a shorter minimum or leave [age] out")
+
+
+def _document(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise RulesError(
+            [f"is not valid TOML ({error}); see the README's Rules section for the format"],
+            source,
+        ) from None
+
+
+def parse_rules(text: str, source: str = "<rules>") -> Rules:
+    """The policy a TOML rules document describes; raises RulesError naming every bad key."""
+    read = _Reader(_document(text, source))
+    tables = read.tables()
+    values: dict[str, Any] = {}
+
+    integrity = tables.get("integrity", {})
+    if "minimum" in integrity:
+        minimum = read.string("integrity.minimum", integrity["minimum"], ALGORITHMS)
+        if minimum is not None:
+            values["integrity_minimum"] = minimum
+
+    if "age" in tables:
+        age = tables["age"]
+        parsed: tuple[timedelta, str] | None = None
+        if "minimum" in age and "minimum_days" in age:
+            read.problem("age.minimum_days", "set either age.minimum or age.minimum_days, "
+                         "not both")
+        elif "minimum" in age:
+            parsed = read.duration("age.minimum", age["minimum"])
+        elif "minimum_days" in age:
+            parsed = read.days("age.minimum_days", age["minimum_days"])
+        else:
+            read.problem("age.minimum", 'is required in [age]; write minimum = "3d" '
+                         "(or leave [age] out to impose no minimum release age)")
+        if parsed is not None:
+            values["minimum_age"], text_form = parsed
+            values["minimum_age_text"] = text_form if parsed[0] > _ZERO else "off"
+        if "missing_time" in age:
+            choice = read.string("age.missing_time", age["missing_time"], ("deny", "allow"))
+            values["missing_time_allowed"] = choice == "allow"
+        if "exempt" in age:
+            values["age_exempt"] = read.patterns("age.exempt", age["exempt"])
+
+    if "packages" in tables.get("deny", {}):
+        values["deny"] = read.patterns("deny.packages", tables["deny"]["packages"])
+    if "packages" in tables.get("allow", {}):
+        values["allow"] = read.patterns("allow.packages", tables["allow"]["packages"])
+
+    if "install_scripts" in tables:
+        scripts = tables["install_scripts"]
+        # Writing the table is asking for the block; `block = false` keeps it and turns it off.
+        block = read.boolean("install_scripts.block", scripts.get("block", True))
+        values["block_install_scripts"] = bool(block)
+        if "allow" in scripts:
+            values["install_scripts_allow"] = read.patterns(
+                "install_scripts.allow", scripts["allow"]
+            )
+
+    if read.problems:
+        raise RulesError(read.problems, source)
+    return Rules(source=source, **values)
+
+
+def load_rules(path: Path | None) -> Rules:
+    """The policy in the rules file at `path`; None means `DEFAULT_RULES`.
+
+    A file that cannot be read or honoured raises RulesError; the caller refuses to start.
+    """
+    if path is None:
+        return DEFAULT_RULES
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RulesError(["is not UTF-8 text; a rules file is TOML"], source) from None
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise RulesError(
+            [f"cannot read the rules file ({reason}); point MIRRORGATE_RULES_FILE at a "
+             "readable TOML file"],
+            source,
+        ) from None
+    return parse_rules(text, source)

@@ -1,0 +1,257 @@
+"""The compiled policy and its evaluation: is this public version admitted, and if not, why.
+
+Evaluation is pure (no I/O, no clock of its own: `now` is passed in), deterministic and cheap,
+because the serve path runs it for every public version of a packument when it fills its cache.
+Six rules with stable names (metric labels, 403 bodies) are evaluated in this order, the first
+denial winning: `integrity-presence` (always on), `digest-floor` (sha1-only versions admitted
+but flagged weak unless a stronger floor is set), `deny-list`, `allow-list` (a non-empty allow
+list admits only what it names), `install-scripts`, `minimum-age`. A version that is not valid
+semver cannot be placed relative to a range: a ranged deny entry denies it (fail closed), a
+ranged allow or exemption entry does not cover it. A missing or unparseable publish time is "no
+time entry", denied by the age rule unless `age.missing_time = "allow"`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from mirrorgate.mirror import digests_from_dist, strongest
+from mirrorgate.rules.patterns import PatternList, Subject, quoted
+
+__all__ = ["ALGORITHMS", "ALLOW_LIST", "DEFAULT_RULES", "DENY_LIST", "DIGEST_FLOOR",
+           "INSTALL_SCRIPTS", "INSTALL_SCRIPT_KEYS", "INTEGRITY_PRESENCE", "MAX_MINIMUM_AGE",
+           "MINIMUM_AGE", "RULE_NAMES", "Rules", "Verdict", "describe", "evaluate", "plural"]
+
+INTEGRITY_PRESENCE = "integrity-presence"
+DIGEST_FLOOR = "digest-floor"
+DENY_LIST = "deny-list"
+ALLOW_LIST = "allow-list"
+INSTALL_SCRIPTS = "install-scripts"
+MINIMUM_AGE = "minimum-age"
+RULE_NAMES: tuple[str, ...] = (
+    INTEGRITY_PRESENCE,
+    DIGEST_FLOOR,
+    DENY_LIST,
+    ALLOW_LIST,
+    INSTALL_SCRIPTS,
+    MINIMUM_AGE,
+)
+
+ALGORITHMS: tuple[str, ...] = ("sha1", "sha256", "sha384", "sha512")  # weakest first
+_RANK = {algorithm: rank for rank, algorithm in enumerate(ALGORITHMS)}
+INSTALL_SCRIPT_KEYS: tuple[str, ...] = ("preinstall", "install", "postinstall")
+MAX_MINIMUM_AGE = timedelta(days=3650)
+_ZERO = timedelta(0)
+
+
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The compiled policy. Build it with `parse_rules` or `load_rules`; `DEFAULT_RULES` is the
+    policy without a file: integrity presence, sha1-only admitted but flagged weak."""
+
+    integrity_minimum: str = "sha1"
+    minimum_age: timedelta = _ZERO
+    minimum_age_text: str = "off"
+    missing_time_allowed: bool = False
+    age_exempt: PatternList = field(default_factory=PatternList)
+    deny: PatternList = field(default_factory=PatternList)
+    allow: PatternList = field(default_factory=PatternList)
+    block_install_scripts: bool = False
+    install_scripts_allow: PatternList = field(default_factory=PatternList)
+    source: str = field(default="<defaults>", compare=False)
+
+
+DEFAULT_RULES = Rules()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome for one version: admitted, or denied by `rule` for `reason`."""
+
+    admitted: bool
+    rule: str | None
+    reason: str | None
+    weak: bool = False
+
+
+_ADMITTED = Verdict(True, None, None)
+_ADMITTED_WEAK = Verdict(True, None, None, weak=True)
+
+
+def _deny(rule: str, reason: str) -> Verdict:
+    return Verdict(False, rule, reason)
+
+
+def _install_scripts(manifest: Mapping[str, Any]) -> list[str]:
+    found: list[str] = []
+    scripts = manifest.get("scripts")
+    if isinstance(scripts, Mapping):
+        found = [key for key in INSTALL_SCRIPT_KEYS if scripts.get(key) not in (None, "")]
+    if not found and manifest.get("hasInstallScript") not in (None, False):
+        found = ["hasInstallScript"]
+    return found
+
+
+def _published_at(published: object) -> datetime | None:
+    if not isinstance(published, str) or len(published) > 64:
+        return None
+    try:
+        when = datetime.fromisoformat(published.strip())
+        if when.tzinfo is None:
+            return when.replace(tzinfo=UTC)
+        return when.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
+_PRINTABLE = re.compile(r"[ -~]{1,200}")
+
+
+def _label(name: str, version: str) -> str:
+    """`name@version` for a reason a terminal will print: the version comes from an upstream
+    packument, so anything odd in it (control characters, escapes, great length) is escaped."""
+    label = f"{name}@{version}"
+    if _PRINTABLE.fullmatch(label):
+        return label
+    shown = json.dumps(label[:200])[1:-1]
+    return shown + ("..." if len(label) > 200 else "")
+
+
+def plural(count: int, unit: str) -> str:
+    return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
+
+
+def _span(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 120:
+        return plural(seconds, "second")
+    if seconds < 2 * 3600:
+        return plural(seconds // 60, "minute")
+    if seconds < 2 * 86400:
+        return plural(seconds // 3600, "hour")
+    return plural(seconds // 86400, "day")
+
+
+def _age_reason(when: datetime, age: timedelta, rules: Rules) -> str:
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    relative = f"{_span(age)} ago" if age >= _ZERO else f"{_span(-age)} in the future"
+    return f"published {stamp}, {relative}; the minimum release age is {rules.minimum_age_text}"
+
+
+def evaluate(
+    rules: Rules,
+    name: str,
+    version: str,
+    manifest: Mapping[str, Any],
+    published: str | None,
+    now: datetime,
+) -> Verdict:
+    """Whether the public version `name@version` is admitted, and if not by which rule and why.
+
+    `manifest` is the packument's `versions[version]`, `published` its `time[version]` (or None)
+    and `now` the moment to measure release age against. Pure: no I/O, no clock, no logging.
+    """
+    is_mapping = isinstance(manifest, Mapping)
+    dist = manifest.get("dist") if is_mapping else None
+    best = strongest(digests_from_dist(dist)) if isinstance(dist, Mapping) else None
+    if best is None:
+        return _deny(
+            INTEGRITY_PRESENCE,
+            f"{_label(name, version)} carries no digest to verify its tarball against (no sha1 "
+            "to sha512 dist.integrity and no hex dist.shasum), and every version must carry one",
+        )
+    if _RANK[best.algorithm] < _RANK[rules.integrity_minimum]:
+        wanted = rules.integrity_minimum
+        floor = wanted if wanted == ALGORITHMS[-1] else f"{wanted} or stronger"
+        return _deny(
+            DIGEST_FLOOR,
+            f"{_label(name, version)}'s strongest digest is {best.algorithm}; "
+            f"the rules require {floor}",
+        )
+    admitted = _ADMITTED_WEAK if best.algorithm == "sha1" else _ADMITTED
+
+    subject = Subject(name, version)
+    if rules.deny:
+        hit = rules.deny.first_match(subject, unparseable_matches=True)
+        if hit is not None:
+            entry = quoted(hit.text)
+            if hit.range is not None and subject.parsed() is None:
+                reason = (
+                    f"{_label(name, version)} is not a valid semver version, so it cannot be "
+                    f"shown to be outside the deny list entry {entry}"
+                )
+            else:
+                reason = f"{_label(name, version)} matches the deny list entry {entry}"
+            return _deny(DENY_LIST, reason)
+    if rules.allow and rules.allow.first_match(subject, unparseable_matches=False) is None:
+        return _deny(
+            ALLOW_LIST,
+            f"{_label(name, version)} matches no allow list entry, and only versions on the "
+            "allow list are admitted",
+        )
+    if rules.block_install_scripts and is_mapping:
+        scripts = _install_scripts(manifest)
+        if scripts and (
+            rules.install_scripts_allow.first_match(subject, unparseable_matches=False) is None
+        ):
+            return _deny(
+                INSTALL_SCRIPTS,
+                f"{_label(name, version)} has install scripts ({', '.join(scripts)}), which the "
+                "rules block for packages not listed in install_scripts.allow",
+            )
+    if rules.minimum_age > _ZERO and (
+        not rules.age_exempt
+        or rules.age_exempt.first_match(subject, unparseable_matches=False) is None
+    ):
+        when = _published_at(published)
+        if when is None:
+            if not rules.missing_time_allowed:
+                return _deny(
+                    MINIMUM_AGE,
+                    f"{_label(name, version)} has no publish time in the packument, so its age "
+                    f"is unknown; the minimum release age is {rules.minimum_age_text}",
+                )
+        else:
+            current = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+            age = current - when
+            if age < rules.minimum_age:
+                return _deny(MINIMUM_AGE, _age_reason(when, age, rules))
+    return admitted
+
+
+def describe(rules: Rules) -> dict[str, Any]:
+    """The policy as plain data, for `mirrorgate check-config`."""
+    sha1_only = "admitted, flagged weak" if rules.integrity_minimum == "sha1" else "denied"
+    return {
+        "source": rules.source,
+        "order": list(RULE_NAMES),
+        "integrity": {
+            "presence": "always on",
+            "minimum": rules.integrity_minimum,
+            "sha1_only": sha1_only,
+        },
+        "age": {
+            "minimum": rules.minimum_age_text,
+            "minimum_seconds": int(rules.minimum_age.total_seconds()),
+            "missing_time": "allow" if rules.missing_time_allowed else "deny",
+            "exempt": rules.age_exempt.texts(),
+        },
+        "deny": {"packages": rules.deny.texts()},
+        "allow": {
+            "packages": rules.allow.texts(),
+            "mode": "only these" if rules.allow else "everything not denied",
+        },
+        "install_scripts": {
+            "block": rules.block_install_scripts,
+            "allow": rules.install_scripts_allow.texts(),
+        },
+    }
+
+
