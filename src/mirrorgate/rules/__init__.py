@@ -17,11 +17,12 @@ go by package name or scope. Private versions are trusted and never evaluated. D
   denies it (fail closed) and a ranged allow or exemption entry does not cover it.
 - A publish time that is missing or unparseable is "no time entry"; the age rule denies such a
   version unless `age.missing_time = "allow"`. A time without a zone is read as UTC.
-The package holds three ideas, one module each: `patterns` (the list syntax), `policy` (the
-compiled rules and `evaluate`), `file` (the TOML reader).
 - The rules file is TOML. Anything it says that cannot be honoured exactly (an unknown table or
   key, a wrong type, a bad duration, pattern or range) is refused with a `RulesError` listing
   every problem, each naming its key: a typo must never silently weaken the policy.
+
+Three ideas, one module each: `patterns` (the list syntax), `policy` (the compiled rules and
+`evaluate`), `file` (the TOML reader); this module re-exports their public names.
 """
 
 from mirrorgate.rules.file import RulesError, load_rules, parse_rules
