@@ -1,0 +1,126 @@
+"""The npm publish document: what `PUT /<name>` sends to put one version into a registry.
+
+The worker mirrors a version by publishing it the way the npm client does, so any npm registry
+(Verdaccio, Artifactory, Nexus, CodeArtifact...) can be the mirror target. Decisions:
+
+- The version manifest is the one admitted, whole (dependencies, bin, engines, scripts...),
+  `readme` aside (already gone from the job). `name`, `version` and `_id` are set from the job,
+  never taken from the manifest.
+- `dist` is rebuilt to describe the bytes sent: sha512 `integrity`, sha1 `shasum` (computed
+  from those bytes, see `verify.describe`) and `tarball`, the target's own URL for the file;
+  of the admitted `dist` only `fileCount` and `unpackedSize` are kept. The rest belongs to the
+  public registry and would be false elsewhere: `signatures`, `npm-signature` and
+  `attestations` are signed by, or point at, the public registry and would fail verification
+  against the target.
+- `_attachments` carries the exact bytes in base64 with their length.
+- `dist-tags` never moves an existing `latest` backwards: the new version becomes `latest` only
+  when the target has none, or when it is a release above the current one; otherwise it is
+  tagged `mirrorgate` (npm registries, Verdaccio included, merge the tags a publish carries, and
+  a publish without any tag leaves some registries without a way to name the version).
+- Every "already exists" answer registries give is recognised in one place
+  (`says_already_exists`): 409 always, 400 or 403 when the body says so.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import nodesemver
+import orjson
+
+from mirrorgate.registry.names import PackageName
+from mirrorgate.registry.versions import is_prerelease
+
+__all__ = [
+    "NON_LATEST_TAG",
+    "choose_dist_tags",
+    "publish_document",
+    "says_already_exists",
+    "version_manifest",
+]
+
+NON_LATEST_TAG = "mirrorgate"
+"""The tag a mirrored version gets when it must not become `latest`."""
+
+_KEPT_DIST = ("fileCount", "unpackedSize")
+_ALREADY_EXISTS = (
+    "already exist",            # Artifactory, GitLab, many others
+    "already present",          # Verdaccio: "this package is already present"
+    "publish over",             # npm: "cannot publish over the previously published versions"
+    "pre-existing version",     # npm: "cannot modify pre-existing version"
+    "does not allow updating",  # Nexus: "Repository does not allow updating assets"
+)
+
+
+def says_already_exists(status: int, body: bytes) -> bool:
+    """A registry's refusal to publish because the version is already there."""
+    if status == 409:
+        return True
+    if status not in (400, 403):
+        return False
+    text = body[:4096].decode("utf-8", errors="replace").lower()
+    return any(phrase in text for phrase in _ALREADY_EXISTS)
+
+
+def _newer(version: str, current: str) -> bool:
+    try:
+        return bool(nodesemver.gt(version, current, loose=True))
+    except (ValueError, TypeError):
+        return False
+
+
+def _parses(version: str) -> bool:
+    try:
+        nodesemver.make_semver(version, loose=True)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def choose_dist_tags(version: str, current_tags: Mapping[str, Any] | None) -> dict[str, str]:
+    """The tags to publish `version` with, given the target's current `dist-tags`."""
+    latest = (current_tags or {}).get("latest")
+    if not isinstance(latest, str) or not latest:
+        return {"latest": version}
+    if latest == version:
+        return {"latest": version}
+    if _parses(version) and not is_prerelease(version) and _newer(version, latest):
+        return {"latest": version}
+    return {NON_LATEST_TAG: version}
+
+
+def version_manifest(name: PackageName, version: str, admitted: Mapping[str, Any],
+                     integrity: str, shasum: str, tarball_url: str) -> dict[str, Any]:
+    """The admitted manifest with `dist` rebuilt for the target and the identity fields set."""
+    manifest = {key: value for key, value in admitted.items() if key != "readme"}
+    old_dist = admitted.get("dist")
+    dist: dict[str, Any] = {}
+    if isinstance(old_dist, Mapping):
+        dist.update((key, old_dist[key]) for key in _KEPT_DIST if key in old_dist)
+    dist.update(integrity=integrity, shasum=shasum, tarball=tarball_url)
+    manifest.update(name=name.full, version=version, _id=f"{name.full}@{version}", dist=dist)
+    return manifest
+
+
+def publish_document(name: PackageName, version: str, manifest: Mapping[str, Any],
+                     filename: str, tarball: bytes, dist_tags: Mapping[str, str]) -> bytes:
+    """The JSON body of `PUT /<name>`; CPU-bound for large tarballs (base64): use a thread."""
+    document: dict[str, Any] = {
+        "_id": name.full,
+        "name": name.full,
+        "dist-tags": dict(dist_tags),
+        "versions": {version: manifest},
+        "_attachments": {
+            filename: {
+                "content_type": "application/octet-stream",
+                "data": base64.b64encode(tarball).decode("ascii"),
+                "length": len(tarball),
+            }
+        },
+    }
+    description = manifest.get("description")
+    if isinstance(description, str):
+        document["description"] = description
+    return orjson.dumps(document)

@@ -1,0 +1,221 @@
+"""Checking tarball bytes against the digest their version was admitted with, as they stream in.
+
+The worker must never publish bytes other than the ones the admission rules saw described, so
+this module decides what "the same bytes" means. Decisions:
+
+- One digest decides: the strongest the job carries (sha512 > sha384 > sha256 > sha1, the
+  order of `mirror.STRONGEST_FIRST`). Only that one is computed while streaming, so verifying
+  costs one pass of one hash (`hashlib`, fed the chunks as they arrive, no copies); a weaker
+  digest that matches never rescues a stronger one that does not.
+- Size is checked twice: against the cap (`MIRRORGATE_MAX_TARBALL_BYTES`) before a byte is
+  read when the upstream declares a Content-Length, and on every chunk, so a lying or absent
+  Content-Length cannot make the worker hold more than the cap; and against the size the job
+  declares, when it declares one, as soon as the bytes run past it and again at the end.
+- The publish document needs the sha512 integrity and the sha1 shasum of the bytes it carries.
+  `describe()` reuses the verified hash where it is one of those and computes the rest, then
+  insists that every sha512 or sha1 the job carries agrees, so the `dist` a registry stores
+  always describes the verified bytes and never contradicts what was admitted.
+- Comparing a stored version with a job (`agreement()`) follows the same rule: the strongest
+  algorithm both sides carry decides, and a match on something weaker than the job's
+  strongest digest is `UNKNOWN`, not `SAME`.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mirrorgate.mirror import STRONGEST_FIRST, Digest, digests_from_dist, strongest
+
+__all__ = [
+    "Agreement",
+    "DigestMismatch",
+    "SizeMismatch",
+    "StreamVerifier",
+    "TarballDigests",
+    "TooLarge",
+    "Unverifiable",
+    "Verified",
+    "agreement",
+    "describe",
+    "digest_of",
+    "same_digest",
+    "strongest_of",
+]
+
+
+class Unverifiable(Exception):  # noqa: N818 - an outcome the worker retires, not a bug
+    """The job carries no digest this worker can compute (e.g. only md5)."""
+
+
+class TooLarge(Exception):  # noqa: N818 - an outcome the worker retires, not a bug
+    """The tarball is bigger than the configured cap; `size` is what was seen or declared."""
+
+    def __init__(self, size: int, limit: int, declared: bool) -> None:
+        how = "declares" if declared else "ran past"
+        super().__init__(f"the tarball {how} {size} bytes; the limit is {limit} "
+                         "(MIRRORGATE_MAX_TARBALL_BYTES)")
+        self.size = size
+        self.limit = limit
+
+
+class SizeMismatch(Exception):  # noqa: N818 - tampering or corruption, logged as such
+    """The bytes are not the size the job declares; `complete` is False when the download was
+    stopped as soon as it ran past the declared size (then `actual` is a lower bound)."""
+
+    def __init__(self, expected: int, actual: int, complete: bool) -> None:
+        shown = str(actual) if complete else f"more than {expected}"
+        super().__init__(f"the job declares {expected} bytes, the upstream sent {shown}")
+        self.expected = expected
+        self.actual = actual
+        self.complete = complete
+
+
+class DigestMismatch(Exception):  # noqa: N818 - tampering or corruption, logged as such
+    """The bytes do not hash to the digest the job was admitted with."""
+
+    def __init__(self, expected: Digest, actual: Digest) -> None:
+        super().__init__(f"expected {expected.sri()}, the bytes hash to {actual.sri()}")
+        self.expected = expected
+        self.actual = actual
+
+
+def strongest_of(digests: tuple[Digest, ...]) -> Digest:
+    """The digest that decides; raises Unverifiable when none is of a known algorithm."""
+    chosen = strongest(digests)
+    if chosen is None:
+        shown = ", ".join(d.algorithm for d in digests) or "none"
+        raise Unverifiable(f"the job carries no digest this worker can verify ({shown}); "
+                           f"it needs one of {', '.join(STRONGEST_FIRST)}")
+    return chosen
+
+
+def digest_of(algorithm: str, data: bytes) -> Digest:
+    return Digest(algorithm, base64.b64encode(hashlib.new(algorithm, data).digest()).decode())
+
+
+def same_digest(a: Digest, b: Digest) -> bool:
+    """Equal algorithm and equal bytes (the base64 spelling may differ in padding)."""
+    if a.algorithm != b.algorithm:
+        return False
+    try:
+        return hmac.compare_digest(a.raw(), b.raw())
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """Bytes that matched: the digest that decided, and how many bytes there were."""
+
+    digest: Digest
+    size: int
+
+
+class StreamVerifier:
+    """Feed it the chunks of one download; `finish()` says whether they are the admitted bytes.
+
+    `declared_length()` and `update()` raise `TooLarge` or `SizeMismatch` as soon as the bytes
+    cannot be right, so the caller stops downloading; `finish()` raises `SizeMismatch` or
+    `DigestMismatch`, or returns `Verified`.
+    """
+
+    __slots__ = ("_hash", "expected", "expected_size", "limit", "size")
+
+    def __init__(self, digests: tuple[Digest, ...], *, expected_size: int | None,
+                 limit: int) -> None:
+        expected = strongest_of(digests)
+        self.expected = expected
+        self.expected_size = expected_size
+        self.limit = limit
+        self.size = 0
+        self._hash = hashlib.new(expected.algorithm)
+
+    def declared_length(self, length: int | None) -> None:
+        """Check the upstream's Content-Length before reading the body."""
+        if length is None:
+            return
+        if length > self.limit:
+            raise TooLarge(length, self.limit, declared=True)
+        if self.expected_size is not None and length != self.expected_size:
+            raise SizeMismatch(self.expected_size, length, complete=True)
+
+    def update(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise TooLarge(self.size, self.limit, declared=False)
+        if self.expected_size is not None and self.size > self.expected_size:
+            raise SizeMismatch(self.expected_size, self.size, complete=False)
+        self._hash.update(chunk)
+
+    def finish(self) -> Verified:
+        if self.expected_size is not None and self.size != self.expected_size:
+            raise SizeMismatch(self.expected_size, self.size, complete=True)
+        actual = Digest(self.expected.algorithm,
+                        base64.b64encode(self._hash.digest()).decode("ascii"))
+        if not same_digest(actual, self.expected):
+            raise DigestMismatch(self.expected, actual)
+        return Verified(actual, self.size)
+
+
+@dataclass(frozen=True, slots=True)
+class TarballDigests:
+    """What a registry's `dist` says about bytes: the sha512 SRI and the hex sha1 shasum."""
+
+    integrity: str
+    shasum: str
+
+
+def describe(tarball: bytes, verified: Verified, job_digests: tuple[Digest, ...]) -> TarballDigests:
+    """The sha512 integrity and sha1 shasum of verified bytes; raises DigestMismatch when a
+    sha512 or sha1 the job carries disagrees with them (the job's metadata contradicts itself,
+    and bytes that contradict any admitted digest are never published).
+
+    CPU-bound for large tarballs: call it in a thread.
+    """
+    computed: dict[str, Digest] = {verified.digest.algorithm: verified.digest}
+    for algorithm in ("sha512", "sha1"):
+        if algorithm not in computed:
+            computed[algorithm] = digest_of(algorithm, tarball)
+    for wanted in job_digests:
+        have = computed.get(wanted.algorithm)
+        if have is not None and not same_digest(have, wanted):
+            raise DigestMismatch(wanted, have)
+    return TarballDigests(integrity=computed["sha512"].sri(),
+                          shasum=computed["sha1"].raw().hex())
+
+
+class Agreement(enum.Enum):
+    """How a stored version's `dist` compares with a job's digests."""
+
+    SAME = "same"
+    DIFFERENT = "different"
+    UNKNOWN = "unknown"
+
+
+def agreement(stored_dist: Mapping[str, Any] | None,
+              job_digests: tuple[Digest, ...]) -> tuple[Agreement, Digest | None]:
+    """Compare by the strongest algorithm both carry; also return the stored digest used.
+
+    SAME needs that algorithm to be the job's strongest; a match on a weaker one is UNKNOWN.
+    """
+    if not isinstance(stored_dist, Mapping):
+        return Agreement.UNKNOWN, None
+    stored = digests_from_dist(stored_dist)
+    wanted = strongest(job_digests)
+    for algorithm in STRONGEST_FIRST:
+        mine = [d for d in job_digests if d.algorithm == algorithm]
+        theirs = [d for d in stored if d.algorithm == algorithm]
+        if not mine or not theirs:
+            continue
+        if not any(same_digest(m, t) for m in mine for t in theirs):
+            return Agreement.DIFFERENT, theirs[0]
+        if wanted is not None and algorithm == wanted.algorithm:
+            return Agreement.SAME, theirs[0]
+        return Agreement.UNKNOWN, theirs[0]
+    return Agreement.UNKNOWN, None

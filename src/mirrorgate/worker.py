@@ -1,0 +1,439 @@
+"""The mirror worker: receive a job, fetch its tarball from public, verify it, publish it.
+
+One message, one outcome, one log line with a stable event name and one count in
+`mirrorgate_jobs{outcome}`:
+
+- `published`: the target took the verified bytes. Acked.
+- `already_present`: the target lists the version with the job's integrity (asked before any
+  download), or answered "already exists" and reading it back shows that integrity. Acked.
+- `retried`: the public upstream or the target failed in a way that may pass (connection,
+  timeout, 5xx, 408, 429), or the job crashed unexpectedly. Not acked: released with
+  `extend_visibility(0)` where the backend redelivers.
+- `tampered`: the bytes do not match the admitted digest or size. Never published, logged as a
+  security event, counted in `mirrorgate_tampered`, acked (retired, never retried).
+- `retired`: the job can never succeed (undecodable, too many deliveries, off-origin URL,
+  oversized, gone from public, refused by the target, the target holds other bytes). Acked,
+  with the reason in `mirrorgate_jobs_retired{reason}`.
+
+Decisions:
+
+- A cheap question first: a target that already holds the version with the job's integrity
+  costs a metadata read, never a download.
+- The tarball is fetched only from the public upstream's origin (checked before anything is
+  sent), never through a redirect, and never past `MIRRORGATE_MAX_TARBALL_BYTES`; it is hashed
+  chunk by chunk as it arrives (`verify.StreamVerifier`).
+- Retry is "do not ack". A transient failure releases the message at once (`Seconds(0)`), so the
+  backend hands it out again; `MIRRORGATE_MAX_DELIVERIES` bounds how often.
+- While a message is held (waiting for a slot or running), its visibility is extended every
+  third of the window, so a slow publish is not handed to another worker mid-flight.
+- `MIRRORGATE_WORKER_CONCURRENCY` jobs run at once; the loop receives again only when a slot is
+  free, so it never holds more than one batch beyond what it can run.
+- The heartbeat advances when a receive returns (an empty poll is a healthy idle) and after each
+  job, so a job stuck with every slot taken shows as a stale `/livez`.
+- Stopping: the waiting receive is cancelled (the backends are safe to cancel), messages not
+  yet started are released at once, running jobs get `MIRRORGATE_DRAIN_TIMEOUT` to finish and
+  are then cancelled and released.
+- Every log line a job causes carries its package, version and message id (structlog
+  contextvars). Nothing raised by one message ends the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import structlog
+
+from mirrorgate.config import Settings
+from mirrorgate.healthz import Heartbeat
+from mirrorgate.metrics import Metrics
+from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage, Seconds
+from mirrorgate.registry.names import InvalidNameError, parse_name
+from mirrorgate.registry.origins import OriginRefusal, check_on_origin
+from mirrorgate.registry.upstream import Upstream, UpstreamError
+from mirrorgate.target import THREAD_ABOVE, MirrorTarget, PublishResult, TargetConflict, TargetError
+from mirrorgate.verify import (
+    DigestMismatch,
+    SizeMismatch,
+    StreamVerifier,
+    TarballDigests,
+    TooLarge,
+    Unverifiable,
+    Verified,
+    describe,
+)
+
+__all__ = ["Outcome", "Worker", "WorkerDeps"]
+
+log = structlog.get_logger("mirrorgate.worker")
+
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+-]{0,255}")
+RELEASE_TIMEOUT = 5.0
+"""Longest a release (`extend_visibility(0)`) may take while stopping; the backend redelivers
+after the visibility window anyway."""
+_T = TypeVar("_T")
+RECEIVE_BACKOFF = 2.0
+"""Pause after a receive that raised, so a queue that is down is not hammered."""
+
+
+class Outcome(enum.StrEnum):
+    PUBLISHED = "published"
+    ALREADY_PRESENT = "already_present"
+    TAMPERED = "tampered"
+    RETRIED = "retried"
+    RETIRED = "retired"
+
+
+@dataclass(frozen=True)
+class WorkerDeps:
+    settings: Settings
+    queue: MirrorQueue
+    public: Upstream
+    target: MirrorTarget
+    metrics: Metrics
+    heartbeat: Heartbeat
+
+
+class _Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it
+    def __init__(self, reason: str, detail: str, **fields: Any) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.fields = fields
+
+
+class _Retry(Exception):  # noqa: N818 - control flow inside one job, never escapes it
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+async def _in_thread_if_large(size: int, work: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(work, *args) if size >= THREAD_ABOVE else work(*args)
+
+
+class Worker:
+    def __init__(self, deps: WorkerDeps, *, idle_pause: float = 1.0) -> None:
+        """`idle_pause`: the least time between two empty receives, so a backend whose
+        receive returns at once when idle (the in-memory double) is not polled in a spin."""
+        self.deps = deps
+        self.settings = deps.settings
+        self.queue = deps.queue
+        self.metrics = deps.metrics
+        self.heartbeat = deps.heartbeat
+        self.idle_pause = idle_pause
+        self._running: set[asyncio.Task[None]] = set()
+
+    # --- the loop ----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Receive and process until `stop` is set, then drain and return."""
+        concurrency = max(1, self.settings.worker_concurrency)
+        slots = asyncio.Semaphore(concurrency)
+        held: set[asyncio.Task[None]] = set()
+        log.info("worker_started", concurrency=concurrency, queue=self.queue.provider,
+                 target=self.deps.target.label)
+        try:
+            while not stop.is_set():
+                if len(held) >= concurrency:
+                    await _first_of(stop, held)
+                    continue
+                started = time.monotonic()
+                messages = await self._receive(stop)
+                if messages is None:
+                    break
+                for message in messages:
+                    task = asyncio.create_task(self._hold(message, slots))
+                    held.add(task)
+                    task.add_done_callback(held.discard)
+                if not messages:
+                    idle = self.idle_pause - (time.monotonic() - started)
+                    if idle > 0:
+                        await _first_of(stop, set(), timeout=idle)
+            await self._drain(held)
+        finally:
+            for task in held:
+                task.cancel()
+            if held:
+                await asyncio.wait(held)
+
+    async def _receive(self, stop: asyncio.Event) -> list[QueueMessage] | None:
+        """The next batch ([] when idle or failed), or None once `stop` is set."""
+        receiving = asyncio.ensure_future(self.queue.receive())
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({receiving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not receiving.done():
+                receiving.cancel()
+            await asyncio.wait({receiving, stopping})
+        if receiving.cancelled():
+            return None
+        error = receiving.exception()
+        if error is not None:
+            log.warning("worker_receive_failed", error=str(error) or type(error).__name__)
+            await _first_of(stop, set(), timeout=RECEIVE_BACKOFF)
+            return None if stop.is_set() else []
+        messages = receiving.result()
+        self.heartbeat.beat()
+        if stop.is_set():
+            # the batch arrived as the stop did: hand it straight back
+            for message in messages:
+                await self._release(message, "stopping")
+            return None
+        return messages
+
+    async def _hold(self, message: QueueMessage, slots: asyncio.Semaphore) -> None:
+        """Hold one message from receipt to outcome: keep it invisible, wait for a slot, run."""
+        current = asyncio.current_task()
+        try:
+            async with self._keepalive(message), slots:
+                if current is not None:
+                    self._running.add(current)
+                await self._handle_held(message)
+        except asyncio.CancelledError:
+            with structlog.contextvars.bound_contextvars(**_context(message)):
+                await self._release(message, "stopping")
+            raise
+        finally:
+            if current is not None:
+                self._running.discard(current)
+
+    async def _drain(self, held: set[asyncio.Task[None]]) -> None:
+        waiting = [task for task in held if task not in self._running]
+        running = [task for task in held if task in self._running]
+        log.info("worker_stopping", running=len(running), waiting=len(waiting),
+                 drain_timeout=self.settings.drain_timeout)
+        for task in waiting:
+            task.cancel()  # not started: released at once for another worker
+        unfinished: set[asyncio.Task[None]] = set()
+        if running:
+            _done, unfinished = await asyncio.wait(running, timeout=self.settings.drain_timeout)
+        for task in unfinished:
+            task.cancel()
+        if waiting or unfinished:
+            await asyncio.wait([*waiting, *unfinished])
+        log.info("worker_stopped", released=len(waiting) + len(unfinished),
+                 finished=len(running) - len(unfinished))
+
+    @contextlib.asynccontextmanager
+    async def _keepalive(self, message: QueueMessage) -> AsyncIterator[None]:
+        if not self.queue.redelivers:
+            yield
+            return
+        extender = asyncio.create_task(self._extend_periodically(message))
+        try:
+            yield
+        finally:
+            extender.cancel()
+            await asyncio.wait({extender})
+
+    async def _extend_periodically(self, message: QueueMessage) -> None:
+        window = max(1, int(self.settings.queue.visibility))
+        with structlog.contextvars.bound_contextvars(**_context(message)):
+            while True:
+                await asyncio.sleep(window / 3)
+                try:
+                    await self.queue.extend_visibility(message.receipt, Seconds(window))
+                except Exception as error:  # a failed extension must not fail the job
+                    log.warning("mirror_visibility_extend_failed",
+                                error=str(error) or type(error).__name__)
+
+    # --- one message -------------------------------------------------------------------
+
+    async def handle(self, message: QueueMessage) -> str:
+        """Process one message to its outcome (acked or released); returns the outcome name."""
+        async with self._keepalive(message):
+            return await self._handle_held(message)
+
+    async def _handle_held(self, message: QueueMessage) -> str:
+        with structlog.contextvars.bound_contextvars(**_context(message)):
+            try:
+                outcome = await self._process(message)
+            except Exception:  # one message never ends the loop: log it, retry it later
+                log.exception("mirror_job_crashed", deliveries=message.deliveries)
+                await self._release(message, "crashed")
+                outcome = Outcome.RETRIED
+            self.metrics.jobs.labels(outcome.value).inc()
+            self.heartbeat.beat()
+            return outcome.value
+
+    async def _process(self, message: QueueMessage) -> Outcome:
+        job = message.job
+        if job is None:
+            return await self._retire(message, "undecodable",
+                                      message.problem or "the message is not a mirror job")
+        limit = self.settings.max_deliveries
+        if message.deliveries is not None and message.deliveries > limit:
+            return await self._retire(message, "max-deliveries",
+                                      f"delivered {message.deliveries} times; the limit is "
+                                      f"{limit} (MIRRORGATE_MAX_DELIVERIES)",
+                                      deliveries=message.deliveries)
+        try:
+            result = await self._mirror(job)
+        except _Retire as retire:
+            return await self._retire(message, retire.reason, str(retire), **retire.fields)
+        except _Retry as retry:
+            log.warning("mirror_retry", reason=retry.reason, detail=str(retry),
+                        deliveries=message.deliveries)
+            await self._release(message, retry.reason)
+            return Outcome.RETRIED
+        except DigestMismatch as mismatch:
+            log.critical("mirror_digest_mismatch", security=True,
+                         expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
+                         algorithm=mismatch.expected.algorithm,
+                         url=_loggable(job.artifact.tarball_url))
+            return await self._tampered(message)
+        except SizeMismatch as mismatch:
+            log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
+                         actual_size=mismatch.actual, complete=mismatch.complete,
+                         url=_loggable(job.artifact.tarball_url))
+            return await self._tampered(message)
+        except TargetConflict as conflict:
+            log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
+                         expected=conflict.expected.sri(),
+                         stored=conflict.stored.sri() if conflict.stored else None)
+            return await self._retire(message, "target-conflict", str(conflict))
+        await self._ack(message)
+        return Outcome(result.value)
+
+    async def _mirror(self, job: MirrorJob) -> PublishResult:
+        """Fetch, verify and publish; raises _Retire, _Retry or a verify/target error."""
+        try:
+            parse_name(job.name)
+        except InvalidNameError as error:
+            raise _Retire("invalid-name", f"{job.name!r}: {error}") from None
+        if _VERSION.fullmatch(job.version) is None:
+            raise _Retire("invalid-version", f"{job.version!r} is not a version string")
+        url = job.artifact.tarball_url
+        shown = _loggable(url)
+        try:
+            verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
+                                      limit=self.settings.max_tarball_bytes)
+        except Unverifiable as error:
+            raise _Retire("unverifiable", str(error)) from None
+        try:
+            check_on_origin(url, self.deps.public.origin)
+        except OriginRefusal as refusal:
+            raise _Retire("off-origin", str(refusal), url=shown, kind=refusal.kind) from None
+        target = self.deps.target
+        if await self._target_call(target.holds(job)):
+            log.info("mirror_already_present", target=target.label, fetched=False)
+            return PublishResult.ALREADY_PRESENT
+        tarball, verified = await self._fetch(url, verifier)
+        digests: TarballDigests = await _in_thread_if_large(
+            len(tarball), describe, tarball, verified, job.artifact.digests)
+        result = await self._target_call(target.publish(job, tarball, digests))
+        event = ("mirror_published" if result is PublishResult.PUBLISHED
+                 else "mirror_already_present")
+        log.info(event, target=target.label, fetched=True, size=verified.size,
+                 integrity=digests.integrity)
+        return result
+
+    async def _target_call(self, call: Awaitable[_T]) -> _T:
+        try:
+            return await call
+        except TargetConflict:
+            raise
+        except TargetError as error:
+            if error.transient:
+                raise _Retry(error.reason, str(error)) from None
+            raise _Retire(error.reason, str(error)) from None
+
+    async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
+        chunks: list[bytes] = []
+        try:
+            async with self.deps.public.stream(url) as response:
+                if response is None:
+                    raise _Retire("public-missing", "the public upstream answered 404", url=url)
+                verifier.declared_length(response.content_length)
+                async for chunk in response.content.iter_any():
+                    verifier.update(chunk)
+                    chunks.append(chunk)
+        except UpstreamError as error:
+            if error.kind == "refused":
+                raise _Retire("off-origin", str(error), url=url) from None
+            if error.transient:
+                raise _Retry("public-failed", str(error)) from None
+            raise _Retire("public-refused", str(error), url=url, status=error.status) from None
+        except TooLarge as error:
+            raise _Retire("oversized", str(error), url=url, size=error.size) from None
+        except (aiohttp.ClientError, TimeoutError, ConnectionError) as error:
+            raise _Retry("public-failed", "the download broke off "
+                         f"({type(error).__name__})") from None
+        return b"".join(chunks), verifier.finish()
+
+    # --- acknowledgements --------------------------------------------------------------
+
+    async def _retire(self, message: QueueMessage, reason: str, detail: str,
+                      **fields: Any) -> Outcome:
+        log.warning("mirror_retired", reason=reason, detail=detail,
+                    deliveries=message.deliveries, **fields)
+        self.metrics.retired.labels(reason).inc()
+        await self._ack(message)
+        return Outcome.RETIRED
+
+    async def _tampered(self, message: QueueMessage) -> Outcome:
+        self.metrics.tampered.inc()
+        await self._ack(message)
+        return Outcome.TAMPERED
+
+    async def _ack(self, message: QueueMessage) -> None:
+        try:
+            await self.queue.ack(message.receipt)
+        except Exception as error:  # redelivered later, and then acked cheaply
+            log.warning("mirror_ack_failed", error=str(error) or type(error).__name__)
+
+    async def _release(self, message: QueueMessage, why: str) -> None:
+        if not self.queue.redelivers:
+            return
+        try:
+            await asyncio.wait_for(self.queue.extend_visibility(message.receipt, Seconds(0)),
+                                   timeout=RELEASE_TIMEOUT)
+        except Exception as error:  # it comes back when its window lapses anyway
+            log.warning("mirror_release_failed", why=why,
+                        error=str(error) or type(error).__name__)
+        else:
+            if why == "stopping":
+                log.info("mirror_released", why=why)
+
+
+def _loggable(url: str) -> str:
+    """A URL fit for a log line: no user, password, query or fragment."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+    except ValueError:
+        return "(unparseable URL)"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _context(message: QueueMessage) -> dict[str, Any]:
+    context: dict[str, Any] = {"message_id": message.message_id}
+    if message.job is not None:
+        context["package"] = message.job.name
+        context["version"] = message.job.version
+    return context
+
+
+async def _first_of(stop: asyncio.Event, tasks: set[asyncio.Task[None]],
+                    timeout: float | None = None) -> None:  # noqa: ASYNC109 - a bound, not a deadline
+    """Wait until `stop` is set, one of `tasks` finishes, or `timeout` passes."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({stopping, *tasks}, timeout=timeout,
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        await asyncio.wait({stopping})

@@ -1,0 +1,149 @@
+"""The worker mirrors admitted versions, exactly, into a real Verdaccio and into the file store."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+from structlog.testing import LogCapture
+
+from mirrorgate.registry.filestore import FileStore
+from mirrorgate.registry.names import parse_name
+from mirrorgate.target import PublishResult, RegistryTarget
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.packages import FixtureVersion, make_package, make_version
+from tests.servers.verdaccio import Verdaccio
+from tests.worker.rig import RigFactory, events, job_from
+
+
+def sri512(data: bytes) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
+def rich_package(name: str = "@acme/widget") -> list[FixtureVersion]:
+    version = make_version(name, "1.4.2", {"left-pad": "^1.3.0", "@acme/core": "~2.0.0"},
+                           bin={"widget": "bin/widget.js"}, engines={"node": ">=18"},
+                           peerDependencies={"react": ">=17"},
+                           optionalDependencies={"fsevents": "^2.3.0"},
+                           files={"index.js": b"module.exports = 42;\n",
+                                  "bin/widget.js": b"#!/usr/bin/env node\n"})
+    return [version]
+
+
+async def test_a_job_is_published_to_verdaccio_with_the_public_integrity_and_its_manifest(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+        logs: LogCapture) -> None:
+    public_registry.add(make_package("@acme/widget", rich_package()))
+    rig = await make_rig(target=verdaccio)
+    job = job_from(public_registry, "@acme/widget", "1.4.2")
+    await rig.queue.enqueue(job)
+
+    assert await rig.handle_next() == "published"
+
+    public_version = public_registry.packument("@acme/widget")["versions"]["1.4.2"]
+    stored = verdaccio.packument("@acme/widget")
+    assert stored is not None
+    version = stored["versions"]["1.4.2"]
+    assert version["dist"]["integrity"] == public_version["dist"]["integrity"]
+    assert version["dist"]["shasum"] == public_version["dist"]["shasum"]
+    for key in ("dependencies", "bin", "engines", "peerDependencies", "optionalDependencies"):
+        assert version[key] == public_version[key], key
+    assert stored["dist-tags"]["latest"] == "1.4.2"
+    tarball = verdaccio.tarball("@acme/widget", "widget-1.4.2.tgz")
+    assert tarball == public_registry.package("@acme/widget").version("1.4.2").tarball
+    assert tarball is not None
+    assert sri512(tarball) == version["dist"]["integrity"]
+    assert rig.outcomes("published") == 1
+    assert await rig.queue.receive() == []  # acked: never comes back
+
+    published = events(logs, "mirror_published")
+    assert len(published) == 1
+    assert published[0]["package"] == "@acme/widget"
+    assert published[0]["version"] == "1.4.2"
+    assert published[0]["message_id"]
+
+
+async def test_a_job_is_written_to_the_file_store_with_the_public_integrity_and_its_manifest(
+        make_rig: RigFactory, public_registry: FixtureRegistry, tmp_path: Path) -> None:
+    public_registry.add(make_package("@acme/widget", rich_package()))
+    rig = await make_rig(target=tmp_path / "store")
+    await rig.queue.enqueue(job_from(public_registry, "@acme/widget", "1.4.2"))
+
+    assert await rig.handle_next() == "published"
+
+    store = FileStore(tmp_path / "store")
+    name = parse_name("@acme/widget")
+    public_version = public_registry.packument("@acme/widget")["versions"]["1.4.2"]
+    stored = await store.manifest(name, "1.4.2")
+    assert stored is not None
+    assert stored["dist"]["integrity"] == public_version["dist"]["integrity"]
+    assert stored["dependencies"] == public_version["dependencies"]
+    assert stored["bin"] == public_version["bin"]
+    chunks = [chunk async for chunk in store.tarball_chunks(name, "widget-1.4.2.tgz")]
+    assert b"".join(chunks) == public_registry.package("@acme/widget").version("1.4.2").tarball
+    packument = await store.packument(name)
+    assert packument is not None
+    assert packument["dist-tags"]["latest"] == "1.4.2"
+
+
+async def test_a_version_already_in_verdaccio_is_acked_without_fetching_the_tarball(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+        logs: LogCapture) -> None:
+    package = make_package("left-pad", ["1.3.0"])
+    public_registry.add(package)
+    verdaccio.publish(package.version("1.3.0"))
+    rig = await make_rig(target=verdaccio)
+    public_registry.clear_requests()
+    await rig.queue.enqueue(job_from(public_registry, "left-pad", "1.3.0"))
+
+    assert await rig.handle_next() == "already_present"
+
+    assert rig.tarball_gets() == []
+    assert rig.outcomes("already_present") == 1
+    assert events(logs, "mirror_already_present")[0]["fetched"] is False
+    assert await rig.queue.receive() == []
+
+
+async def test_a_version_already_in_the_file_store_is_acked_without_fetching_the_tarball(
+        make_rig: RigFactory, public_registry: FixtureRegistry) -> None:
+    public_registry.add(make_package("left-pad", ["1.3.0"]))
+    rig = await make_rig()
+    await rig.queue.enqueue(job_from(public_registry, "left-pad", "1.3.0"))
+    assert await rig.handle_next() == "published"
+    public_registry.clear_requests()
+
+    await rig.queue.enqueue(job_from(public_registry, "left-pad", "1.3.0"))
+    assert await rig.handle_next() == "already_present"
+    assert rig.tarball_gets() == []
+
+
+async def test_an_already_exists_answer_counts_once_the_stored_integrity_is_read_back(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio) -> None:
+    package = make_package("left-pad", ["1.3.0"])
+    public_registry.add(package)
+    verdaccio.publish(package.version("1.3.0"))
+    rig = await make_rig(target=verdaccio)
+    target = rig.deps.target
+    assert isinstance(target, RegistryTarget)
+
+    job = job_from(public_registry, "left-pad", "1.3.0")
+    result = await target.publish(job, package.version("1.3.0").tarball)
+
+    assert result is PublishResult.ALREADY_PRESENT
+
+
+async def test_latest_never_moves_back_when_an_older_version_is_mirrored_after_a_newer_one(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio) -> None:
+    public_registry.add(make_package("alpha", ["1.0.0", "2.0.0", "2.1.0-rc.1", "3.0.0"]))
+    rig = await make_rig(target=verdaccio)
+
+    for version in ("2.0.0", "1.0.0", "2.1.0-rc.1"):
+        await rig.queue.enqueue(job_from(public_registry, "alpha", version))
+        assert await rig.handle_next() == "published"
+        assert verdaccio.dist_tags("alpha")["latest"] == "2.0.0"
+
+    await rig.queue.enqueue(job_from(public_registry, "alpha", "3.0.0"))
+    assert await rig.handle_next() == "published"
+    assert verdaccio.dist_tags("alpha")["latest"] == "3.0.0"
+    assert verdaccio.versions("alpha") == ["1.0.0", "2.0.0", "2.1.0-rc.1", "3.0.0"]
