@@ -1,0 +1,212 @@
+"""The packument cache: a short TTL, single-flight fills, an LRU bound on entries and bytes.
+
+A packument is merged, gated and rendered once per fill; every request within the TTL is a
+dictionary lookup. The cache knows nothing about npm: it holds values of any type, filled by a
+loader the serve path passes in, which receives the previous slot so it can revalidate (send
+the upstream's ETag in If-None-Match and hand back the same value on a 304). Decisions:
+
+- Single flight: concurrent misses for one key share one fill (one upstream fetch). The fill
+  runs in its own task, so a client that disconnects does not cancel it for the others, and
+  its result is stored even when nobody waits for it any more.
+- Stale-if-error, bounded: past its TTL an entry is revalidated before it is served, but when
+  the revalidation fails, or takes longer than `revalidate_wait`, the previous entry is served
+  for up to `stale_if_error` seconds past its TTL (10 minutes by default), and a failed key is
+  not retried for `retry_interval` seconds, so a dead upstream costs one attempt per key every
+  few seconds, not one per request. A slow revalidation that later succeeds still updates the
+  entry. After that window the failure is the answer.
+- A fill may ask for a shorter freshness (`Loaded.fresh_for`), e.g. a packument served from
+  the private upstream alone while the public one is down, so the degraded answer is retried
+  soon.
+- Bounded memory: at most `max_entries` entries and `max_bytes` bytes, least recently used
+  evicted first. Sizes are what the value says it holds (serialised bytes), and an entry that
+  grows later (a new rendering) reports it with `grow`. An entry larger than the whole budget
+  is served once and not kept.
+- Time is injected (`clock`), so tests move it instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = ["HIT", "MISS", "REFRESH", "STALE", "Loaded", "PackumentCache", "Slot"]
+
+V = TypeVar("V")
+
+HIT = "hit"
+MISS = "miss"
+REFRESH = "refresh"
+STALE = "stale"
+
+
+@dataclass(slots=True)
+class Slot(Generic[V]):
+    """A cached value and its clocks. `validator` is the upstream ETag to revalidate with."""
+
+    key: str
+    value: V
+    validator: str | None
+    size: int
+    fresh_until: float
+    stale_until: float
+    retry_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded(Generic[V]):
+    """What a loader hands back: the value (the previous slot's own value after a 304),
+    its size in bytes, the upstream validator, and optionally a shorter freshness."""
+
+    value: V
+    size: int
+    validator: str | None = None
+    fresh_for: float | None = None
+
+
+Loader = Callable[["Slot[V] | None"], Awaitable[Loaded[V]]]
+
+
+def _ignore(_result: str) -> None:
+    return None
+
+
+def _retrieve(task: asyncio.Task[object]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class PackumentCache(Generic[V]):
+    def __init__(
+        self,
+        *,
+        ttl: float,
+        max_entries: int,
+        max_bytes: int,
+        stale_if_error: float = 600.0,
+        revalidate_wait: float = 2.0,
+        retry_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_result: Callable[[str], None] = _ignore,
+    ) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.stale_if_error = stale_if_error
+        self.revalidate_wait = revalidate_wait
+        self.retry_interval = retry_interval
+        self._clock = clock
+        self._on_result = on_result
+        self._slots: OrderedDict[str, Slot[V]] = OrderedDict()
+        self._flights: dict[str, asyncio.Task[Slot[V]]] = {}
+        self._bytes = 0
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def fresh(self, key: str) -> Slot[V] | None:
+        """The entry for `key` when it is within its TTL (a hit), else None. No waiting."""
+        slot = self._slots.get(key)
+        if slot is not None and self._clock() < slot.fresh_until:
+            self._slots.move_to_end(key)
+            self._on_result(HIT)
+            return slot
+        return None
+
+    async def get(self, key: str, load: Loader[V]) -> Slot[V]:
+        """The entry for `key`: fresh from the cache, or filled (once for all concurrent
+        callers) by `load`, or, when a revalidation fails or is slow, the stale entry.
+        Raises what `load` raised when there is nothing usable to fall back on."""
+        slot = self._slots.get(key)
+        now = self._clock()
+        usable = slot is not None and now < slot.stale_until
+        if slot is not None:
+            if now < slot.fresh_until:
+                self._slots.move_to_end(key)
+                self._on_result(HIT)
+                return slot
+            if usable and now < slot.retry_at:
+                self._on_result(STALE)
+                return slot
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = asyncio.get_running_loop().create_task(self._fill(key, slot, load))
+            self._flights[key] = flight
+            flight.add_done_callback(_retrieve)
+        if slot is None or not usable:
+            self._on_result(MISS)
+            return await asyncio.shield(flight)
+        try:
+            filled = await asyncio.wait_for(asyncio.shield(flight), self.revalidate_wait)
+        except TimeoutError:
+            self._on_result(STALE)
+            return slot
+        except Exception:  # the upstream failed: the bounded stale window covers for it
+            slot.retry_at = self._clock() + self.retry_interval
+            self._on_result(STALE)
+            return slot
+        self._on_result(REFRESH)
+        return filled
+
+    # --- filling ---------------------------------------------------------------------------
+
+    async def _fill(self, key: str, previous: Slot[V] | None, load: Loader[V]) -> Slot[V]:
+        try:
+            loaded = await load(previous)
+        finally:
+            self._flights.pop(key, None)
+        now = self._clock()
+        fresh_for = self.ttl if loaded.fresh_for is None else min(self.ttl, loaded.fresh_for)
+        if previous is not None and loaded.value is previous.value:
+            previous.validator = loaded.validator or previous.validator
+            previous.fresh_until = now + fresh_for
+            previous.stale_until = now + fresh_for + self.stale_if_error
+            previous.retry_at = 0.0
+            if self._slots.get(key) is not previous:
+                self._store(previous)
+            return previous
+        slot = Slot(key, loaded.value, loaded.validator, loaded.size, now + fresh_for,
+                    now + fresh_for + self.stale_if_error)
+        self._store(slot)
+        return slot
+
+    def _store(self, slot: Slot[V]) -> None:
+        old = self._slots.pop(slot.key, None)
+        if old is not None:
+            self._bytes -= old.size
+        if slot.size > self.max_bytes:
+            return
+        self._slots[slot.key] = slot
+        self._bytes += slot.size
+        self._evict()
+
+    def _evict(self) -> None:
+        while self._slots and (len(self._slots) > self.max_entries
+                               or self._bytes > self.max_bytes):
+            _key, evicted = self._slots.popitem(last=False)
+            self._bytes -= evicted.size
+
+    def grow(self, slot: Slot[V], delta: int) -> None:
+        """Account `delta` more bytes held by `slot`'s value (a rendering added to it)."""
+        slot.size += delta
+        if self._slots.get(slot.key) is slot:
+            self._bytes += delta
+            self._evict()
+
+    # --- inspection ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slots
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self._bytes = 0
