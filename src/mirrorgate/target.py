@@ -205,7 +205,7 @@ class RegistryTarget:
             return PublishResult.PUBLISHED
         if says_already_exists(status, answer):
             return await self._already_there(name, job)
-        said = answer[:200].decode("utf-8", errors="replace")
+        said = " ".join(answer[:300].decode("utf-8", errors="replace").split())[:200]
         if status >= 500 or status in (408, 429):
             raise TargetError("target-failed", f"the {self.label} answered {status}: {said}",
                               transient=True)

@@ -80,8 +80,6 @@ RELEASE_TIMEOUT = 5.0
 """Longest a release (`extend_visibility(0)`) may take while stopping; the backend redelivers
 after the visibility window anyway."""
 _T = TypeVar("_T")
-RECEIVE_BACKOFF = 2.0
-"""Pause after a receive that raised, so a queue that is down is not hammered."""
 
 
 class Outcome(enum.StrEnum):
@@ -121,8 +119,9 @@ async def _in_thread_if_large(size: int, work: Callable[..., Any], *args: Any) -
 
 class Worker:
     def __init__(self, deps: WorkerDeps, *, idle_pause: float = 1.0) -> None:
-        """`idle_pause`: the least time between two empty receives, so a backend whose
-        receive returns at once when idle (the in-memory double) is not polled in a spin."""
+        """`idle_pause`: the least time between two receives that brought nothing (empty or
+        failed), so a backend whose receive returns at once when idle (the in-memory double)
+        or fails at once (a queue that is down) is not polled in a spin."""
         self.deps = deps
         self.settings = deps.settings
         self.queue = deps.queue
@@ -178,10 +177,9 @@ class Worker:
         if receiving.cancelled():
             return None
         error = receiving.exception()
-        if error is not None:
+        if error is not None:  # paused like an empty poll, so a queue that is down is not hammered
             log.warning("worker_receive_failed", error=str(error) or type(error).__name__)
-            await _first_of(stop, set(), timeout=RECEIVE_BACKOFF)
-            return None if stop.is_set() else []
+            return []
         messages = receiving.result()
         self.heartbeat.beat()
         if stop.is_set():
@@ -275,8 +273,7 @@ class Worker:
         if message.deliveries is not None and message.deliveries > limit:
             return await self._retire(message, "max-deliveries",
                                       f"delivered {message.deliveries} times; the limit is "
-                                      f"{limit} (MIRRORGATE_MAX_DELIVERIES)",
-                                      deliveries=message.deliveries)
+                                      f"{limit} (MIRRORGATE_MAX_DELIVERIES)")
         try:
             result = await self._mirror(job)
         except _Retire as retire:

@@ -8,8 +8,10 @@ The heartbeat runs on a `ManualClock`, so a test can make time pass without slee
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-from collections.abc import MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -100,8 +102,8 @@ def rig_settings(public_url: str, target_url: str, data_dir: Path, **overrides: 
     queue_fields = {name: overrides.pop(name) for name in ("visibility", "poll_wait")
                     if name in overrides}
     queue = dataclasses.replace(base.queue, **{"visibility": 1, **queue_fields})
-    return dataclasses.replace(base, queue=queue, drain_timeout=2.0, upstream_timeout=5.0,
-                               **overrides)
+    return dataclasses.replace(base, queue=queue,
+                               **{"drain_timeout": 2.0, "upstream_timeout": 5.0, **overrides})
 
 
 def with_target(rig: Rig, target: MirrorTarget) -> Worker:
@@ -127,3 +129,25 @@ def job_from(public: FixtureRegistry, name: str, version: str, **artifact: Any) 
 
 def events(capture: LogCapture, name: str) -> list[MutableMapping[str, Any]]:
     return [entry for entry in capture.entries if entry.get("event") == name]
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[asyncio.Event]:
+    """Run `worker.run(stop)` in the background; on exit set `stop` and expect it to return
+    within 5 s. Yields the stop event (a test may set it itself)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        yield stop
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+
+
+async def until(predicate: Callable[[], object], timeout: float = 10.0) -> None:  # noqa: ASYNC109 - a polling deadline
+    """Poll a plain condition while the loop runs; fail after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {predicate}")
+        await asyncio.sleep(0.01)
