@@ -1,0 +1,441 @@
+"""The Kubernetes manifests agree with the code and hold the posture the deployment issue asks.
+
+Every check runs on every file under deploy/kubernetes/ and must find nothing; then, for each
+check, a mutated copy of a real manifest shows the check reports the drift it exists for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from tests.deploy.drift import (
+    KUBERNETES_VERSION,
+    command_problems,
+    env_name_problems,
+    grace_problems,
+    probe_problems,
+    schema_problems,
+    settings_problems,
+)
+from tests.deploy.kube import MANIFEST_DIR, Manifest, all_manifests, load_manifest
+from tests.deploy.posture import (
+    disruption_problems,
+    identity_problems,
+    resource_problems,
+    security_problems,
+    service_problems,
+)
+
+MANIFESTS = all_manifests()
+SINGLE = load_manifest(MANIFEST_DIR / "single.yaml")
+SQS = load_manifest(MANIFEST_DIR / "sidecar-sqs.yaml")
+PUBSUB = load_manifest(MANIFEST_DIR / "sidecar-pubsub.yaml")
+every_manifest = pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda m: m.name)
+
+
+def pod(manifest: Manifest) -> dict[str, Any]:
+    spec: dict[str, Any] = manifest.of_kind("Deployment")[0]["spec"]["template"]["spec"]
+    return spec
+
+
+def container(manifest: Manifest, name: str | None = None) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod(manifest)["containers"]
+    return next(c for c in containers if name is None or c["name"] == name)
+
+
+def document(manifest: Manifest, kind: str, name: str) -> dict[str, Any]:
+    found = manifest.named(kind, name)
+    assert found is not None, f"{manifest.name} has no {kind}/{name}; update this test"
+    return found
+
+
+def set_env(spec: dict[str, Any], name: str, value: str) -> None:
+    env: list[dict[str, Any]] = spec.setdefault("env", [])
+    for item in env:
+        if item["name"] == name:
+            item["value"] = value
+            return
+    env.append({"name": name, "value": value})
+
+
+def rename_env(spec: dict[str, Any], old: str, new: str) -> None:
+    for item in spec["env"]:
+        if item["name"] == old:
+            item["name"] = new
+
+
+def test_the_three_shapes_are_all_there() -> None:
+    assert {m.name for m in MANIFESTS} == {"single.yaml", "sidecar-sqs.yaml",
+                                           "sidecar-pubsub.yaml"}
+
+
+def test_the_pinned_kubernetes_schemas_ship_inside_the_validator_so_the_check_runs_offline(
+) -> None:
+    assert KUBERNETES_VERSION in {v.rpartition(".")[0] for v in
+                                  kubernetes_validate.utils.all_versions()}
+    package = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    strict = package / f"v{KUBERNETES_VERSION}.0-local-strict"
+    assert (strict / "deployment-apps-v1.json").is_file()
+    assert (strict / "_definitions.json").is_file()
+
+
+# Every manifest passes every check.
+
+
+@every_manifest
+def test_every_manifest_validates_against_the_pinned_kubernetes_schemas(
+        manifest: Manifest) -> None:
+    assert schema_problems(manifest) == []
+
+
+@every_manifest
+def test_every_variable_a_manifest_sets_is_one_mirrorgate_or_its_sdks_read(
+        manifest: Manifest) -> None:
+    assert env_name_problems(manifest) == []
+
+
+@every_manifest
+def test_every_container_environment_passes_the_real_settings_loader(
+        manifest: Manifest, tmp_path: Path) -> None:
+    assert settings_problems(manifest, tmp_path) == []
+
+
+@every_manifest
+def test_the_probes_ask_the_paths_and_ports_the_processes_serve(manifest: Manifest) -> None:
+    assert probe_problems(manifest) == []
+
+
+@every_manifest
+def test_the_grace_period_outlasts_the_drain(manifest: Manifest) -> None:
+    assert grace_problems(manifest) == []
+
+
+@every_manifest
+def test_the_container_args_are_commands_mirrorgate_knows(manifest: Manifest) -> None:
+    assert command_problems(manifest) == []
+
+
+@every_manifest
+def test_every_container_is_hardened(manifest: Manifest) -> None:
+    assert security_problems(manifest) == []
+
+
+@every_manifest
+def test_every_container_has_requests_and_limits_that_fit_its_settings(
+        manifest: Manifest) -> None:
+    assert resource_problems(manifest) == []
+
+
+@every_manifest
+def test_a_service_routes_to_the_proxy_port(manifest: Manifest) -> None:
+    assert service_problems(manifest) == []
+
+
+@every_manifest
+def test_a_disruption_budget_keeps_a_proxy_up_without_blocking_drains(
+        manifest: Manifest) -> None:
+    assert disruption_problems(manifest) == []
+
+
+@every_manifest
+def test_each_cloud_queue_comes_with_its_cloud_identity(manifest: Manifest) -> None:
+    assert identity_problems(manifest) == []
+
+
+# Each check reports the drift it exists for.
+
+
+def test_a_misspelled_field_fails_schema_validation() -> None:
+    broken = SINGLE.mutated(lambda m: container(m).update(livenessProbes={}))
+    [problem] = schema_problems(broken)
+    assert "'livenessProbes' was unexpected" in problem
+
+
+def test_an_unknown_kind_is_reported_rather_than_skipped() -> None:
+    broken = SINGLE.mutated(lambda m: m.documents.append(
+        {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}))
+    [problem] = schema_problems(broken)
+    assert "Widget" in problem
+
+
+def test_a_misspelled_variable_is_reported_with_the_name_it_resembles() -> None:
+    broken = SINGLE.mutated(lambda m: rename_env(container(m), "MIRRORGATE_CACHE_MAX_BYTES",
+                                                 "MIRRORGATE_CACHE_MAX_BYTE"))
+    [problem] = env_name_problems(broken)
+    assert "MIRRORGATE_CACHE_MAX_BYTE," in problem
+    assert "did you mean MIRRORGATE_CACHE_MAX_BYTES" in problem
+
+
+def test_a_value_hidden_in_value_from_is_reported() -> None:
+    def hide(m: Manifest) -> None:
+        container(m)["env"].append({"name": "MIRRORGATE_PRIVATE_TOKEN", "valueFrom": {
+            "secretKeyRef": {"name": "mirrorgate-private-token", "key": "token"}}})
+
+    [problem] = env_name_problems(SINGLE.mutated(hide))
+    assert "valueFrom" in problem
+
+
+def test_a_value_the_loader_refuses_is_reported_naming_the_variable(tmp_path: Path) -> None:
+    broken = SQS.mutated(lambda m: set_env(container(m, "worker"), "MIRROR_POLL_WAIT_SECONDS",
+                                           "45"))
+    [problem] = settings_problems(broken, tmp_path)
+    assert "container/worker: MIRROR_POLL_WAIT_SECONDS" in problem
+
+
+def test_a_pubsub_container_missing_its_subscription_is_reported(tmp_path: Path) -> None:
+    def drop(m: Manifest) -> None:
+        proxy = container(m, "proxy")
+        proxy["env"] = [e for e in proxy["env"] if e["name"] != "MIRROR_PUBSUB_SUBSCRIPTION"]
+
+    [problem] = settings_problems(PUBSUB.mutated(drop), tmp_path)
+    assert "MIRROR_PUBSUB_SUBSCRIPTION: is required" in problem
+
+
+def test_a_missing_public_upstream_is_reported_since_the_image_has_no_npm(
+        tmp_path: Path) -> None:
+    def drop(m: Manifest) -> None:
+        spec = container(m)
+        spec["env"] = [e for e in spec["env"] if e["name"] != "MIRRORGATE_PUBLIC_UPSTREAM"]
+
+    [problem] = settings_problems(SINGLE.mutated(drop), tmp_path)
+    assert "MIRRORGATE_PUBLIC_UPSTREAM: is not set" in problem
+
+
+def test_a_token_file_outside_the_secret_mount_is_reported(tmp_path: Path) -> None:
+    broken = SINGLE.mutated(lambda m: set_env(container(m), "MIRRORGATE_PRIVATE_TOKEN_FILE",
+                                              "/etc/mirrorgate-token"))
+    [problem] = settings_problems(broken, tmp_path)
+    assert "MIRRORGATE_PRIVATE_TOKEN_FILE: cannot read /etc/mirrorgate-token" in problem
+
+
+def test_a_rules_file_the_rules_loader_refuses_is_reported(tmp_path: Path) -> None:
+    def typo(m: Manifest) -> None:
+        document(m, "ConfigMap", "mirrorgate-single-rules")["data"]["rules.toml"] = (
+            '[age]\nminimun = "3d"\n')
+
+    [problem] = settings_problems(SINGLE.mutated(typo), tmp_path)
+    assert "the rules file does not load" in problem
+    assert "minimun" in problem
+
+
+def test_a_rules_configmap_missing_from_the_manifest_is_reported(tmp_path: Path) -> None:
+    def drop(m: Manifest) -> None:
+        m.documents.remove(document(m, "ConfigMap", "mirrorgate-single-rules"))
+
+    problems = settings_problems(SINGLE.mutated(drop), tmp_path)
+    assert any("ConfigMap 'mirrorgate-single-rules', which is not in single.yaml" in p
+               for p in problems)
+
+
+def test_a_file_store_on_the_read_only_root_filesystem_is_reported(tmp_path: Path) -> None:
+    def embedded(m: Manifest) -> None:
+        spec = container(m)
+        spec["env"] = [e for e in spec["env"] if e["name"] != "MIRRORGATE_PRIVATE_UPSTREAM"]
+        set_env(spec, "MIRRORGATE_DATA_DIR", "/var/lib/mirrorgate")
+
+    [problem] = settings_problems(SINGLE.mutated(embedded), tmp_path)
+    assert "read-only root filesystem" in problem
+
+
+def test_a_file_store_on_a_writable_volume_passes(tmp_path: Path) -> None:
+    def embedded(m: Manifest) -> None:
+        spec = container(m)
+        spec["env"] = [e for e in spec["env"] if e["name"] != "MIRRORGATE_PRIVATE_UPSTREAM"]
+        set_env(spec, "MIRRORGATE_DATA_DIR", "/var/lib/mirrorgate")
+        spec["volumeMounts"].append({"name": "data", "mountPath": "/var/lib/mirrorgate"})
+        pod(m)["volumes"].append({"name": "data", "emptyDir": {}})
+
+    assert settings_problems(SINGLE.mutated(embedded), tmp_path) == []
+
+
+def test_a_wrong_probe_port_is_reported() -> None:
+    def wrong(m: Manifest) -> None:
+        container(m, "worker")["livenessProbe"]["httpGet"]["port"] = 8080
+
+    [problem] = probe_problems(SQS.mutated(wrong))
+    assert "container/worker: livenessProbe probes port 8080 (8080)" in problem
+    assert "MIRRORGATE_WORKER_LISTEN puts the listener on 8081" in problem
+
+
+def test_a_probe_naming_another_containers_port_is_reported() -> None:
+    def wrong(m: Manifest) -> None:
+        container(m, "worker")["readinessProbe"]["httpGet"]["port"] = "http"
+
+    [problem] = probe_problems(PUBSUB.mutated(wrong))
+    assert "container/worker: readinessProbe names port 'http', which the container" in problem
+
+
+def test_a_listener_moved_without_its_probes_is_reported() -> None:
+    broken = SINGLE.mutated(lambda m: set_env(container(m), "MIRRORGATE_LISTEN", "0.0.0.0:9090"))
+    problems = probe_problems(broken)
+    assert any("declares no containerPort 9090" in p for p in problems)
+    assert any("readinessProbe probes port 'http' (8080)" in p for p in problems)
+
+
+def test_a_probe_path_the_process_does_not_serve_is_reported() -> None:
+    def wrong(m: Manifest) -> None:
+        container(m)["readinessProbe"]["httpGet"]["path"] = "/healthz"
+
+    [problem] = probe_problems(SINGLE.mutated(wrong))
+    assert "readinessProbe asks for '/healthz'" in problem
+
+
+def test_a_listener_on_loopback_is_reported_as_unreachable_by_the_kubelet() -> None:
+    def loopback(m: Manifest) -> None:
+        container(m, "worker")["env"] = [e for e in container(m, "worker")["env"]
+                                         if e["name"] != "MIRRORGATE_WORKER_LISTEN"]
+
+    [problem] = probe_problems(PUBSUB.mutated(loopback))
+    assert "MIRRORGATE_WORKER_LISTEN listens on 127.0.0.1" in problem
+
+
+def test_a_grace_period_shorter_than_the_drain_is_reported() -> None:
+    broken = SINGLE.mutated(lambda m: pod(m).update(terminationGracePeriodSeconds=30))
+    [problem] = grace_problems(broken)
+    assert "terminationGracePeriodSeconds is 30 s, but a stop can take 50 s" in problem
+
+
+def test_a_longer_drain_timeout_without_a_longer_grace_period_is_reported() -> None:
+    broken = SQS.mutated(lambda m: set_env(container(m, "worker"),
+                                           "MIRRORGATE_DRAIN_TIMEOUT", "60"))
+    [problem] = grace_problems(broken)
+    assert "container/worker" in problem
+    assert "MIRRORGATE_DRAIN_TIMEOUT 60" in problem
+
+
+def test_an_unknown_subcommand_is_reported() -> None:
+    broken = SINGLE.mutated(lambda m: container(m).update(args=["proxy"]))
+    [problem] = command_problems(broken)
+    assert "args ['proxy'] are not a mirrorgate command" in problem
+
+
+def test_an_unknown_option_is_reported() -> None:
+    broken = SQS.mutated(lambda m: container(m, "proxy").update(args=["serve", "--no-workers"]))
+    [problem] = command_problems(broken)
+    assert "--no-workers" in problem
+
+
+def test_a_command_that_replaces_the_entrypoint_is_reported() -> None:
+    broken = SINGLE.mutated(lambda m: container(m).update(command=["python", "-m", "mirrorgate"]))
+    [problem] = command_problems(broken)
+    assert "replaces the image's `mirrorgate` entrypoint" in problem
+
+
+def test_a_sidecar_worker_on_the_memory_queue_is_reported() -> None:
+    broken = SQS.mutated(lambda m: set_env(container(m, "worker"), "MIRROR_QUEUE_PROVIDER",
+                                           "memory"))
+    [problem] = command_problems(broken)
+    assert "container/worker: runs `mirrorgate worker` on MIRROR_QUEUE_PROVIDER=memory" in problem
+
+
+def test_a_proxy_and_worker_on_different_queues_are_reported() -> None:
+    broken = SQS.mutated(lambda m: set_env(
+        container(m, "worker"), "MIRROR_SQS_QUEUE_URL",
+        "https://sqs.eu-west-1.amazonaws.com/111122223333/another-queue"))
+    [problem] = command_problems(broken)
+    assert "its containers use different queues" in problem
+
+
+def test_a_writable_root_filesystem_is_reported() -> None:
+    def writable(m: Manifest) -> None:
+        container(m)["securityContext"]["readOnlyRootFilesystem"] = False
+
+    [problem] = security_problems(SINGLE.mutated(writable))
+    assert "readOnlyRootFilesystem" in problem
+
+
+def test_each_missing_hardening_setting_is_reported() -> None:
+    def soften(m: Manifest) -> None:
+        del pod(m)["securityContext"]
+        container(m, "worker")["securityContext"] = {"capabilities": {"add": ["NET_ADMIN"]}}
+        container(m, "worker")["volumeMounts"] = []
+
+    problems = "\n".join(security_problems(PUBSUB.mutated(soften)))
+    for expected in ("runAsNonRoot", "runAsUser", "seccompProfile", "allowPrivilegeEscalation",
+                     "drop ALL", "NET_ADMIN", "emptyDir at /tmp"):
+        assert expected in problems
+
+
+def test_a_cache_raised_past_the_memory_limit_is_reported() -> None:
+    broken = SQS.mutated(lambda m: set_env(container(m, "proxy"), "MIRRORGATE_CACHE_MAX_BYTES",
+                                           str(512 * 1024 * 1024)))
+    [problem] = resource_problems(broken)
+    assert "container/proxy: its memory limit (768 MiB) is below what its settings need" in problem
+
+
+def test_a_bigger_tarball_cap_without_more_memory_is_reported() -> None:
+    broken = PUBSUB.mutated(lambda m: set_env(container(m, "worker"),
+                                              "MIRRORGATE_MAX_TARBALL_BYTES",
+                                              str(256 * 1024 * 1024)))
+    [problem] = resource_problems(broken)
+    assert "container/worker: its memory limit (640 MiB)" in problem
+
+
+def test_a_cache_left_at_its_default_is_reported() -> None:
+    def default(m: Manifest) -> None:
+        spec = container(m)
+        spec["env"] = [e for e in spec["env"] if e["name"] != "MIRRORGATE_CACHE_MAX_BYTES"]
+
+    problems = resource_problems(SINGLE.mutated(default))
+    assert any("leaves MIRRORGATE_CACHE_MAX_BYTES at its default" in p for p in problems)
+
+
+def test_missing_requests_and_limits_are_reported() -> None:
+    broken = SINGLE.mutated(lambda m: container(m).update(resources={"limits": {"cpu": "1"}}))
+    problems = resource_problems(broken)
+    assert len(problems) == 3
+    assert all("sets no" in p for p in problems)
+
+
+def test_a_service_targeting_another_port_is_reported() -> None:
+    def wrong(m: Manifest) -> None:
+        document(m, "Service", "mirrorgate-sqs")["spec"]["ports"][0]["targetPort"] = (
+            "worker-health")
+
+    [problem] = service_problems(SQS.mutated(wrong))
+    assert "targets 'worker-health' (8081), not the proxy's MIRRORGATE_LISTEN port 8080" in problem
+
+
+def test_a_service_selecting_no_proxy_pods_is_reported() -> None:
+    def wrong(m: Manifest) -> None:
+        document(m, "Service", "mirrorgate-single")["spec"]["selector"] = {
+            "app.kubernetes.io/name": "something-else"}
+
+    [problem] = service_problems(SINGLE.mutated(wrong))
+    assert "no Service in single.yaml selects its pods" in problem
+
+
+def test_a_proxy_without_a_disruption_budget_is_reported() -> None:
+    def drop(m: Manifest) -> None:
+        m.documents.remove(document(m, "PodDisruptionBudget", "mirrorgate-pubsub"))
+
+    [problem] = disruption_problems(PUBSUB.mutated(drop))
+    assert "no PodDisruptionBudget" in problem
+
+
+def test_a_disruption_budget_that_blocks_node_drains_is_reported() -> None:
+    def block(m: Manifest) -> None:
+        spec = document(m, "PodDisruptionBudget", "mirrorgate-single")["spec"]
+        del spec["maxUnavailable"]
+        spec["minAvailable"] = 2
+
+    [problem] = disruption_problems(SINGLE.mutated(block))
+    assert "minAvailable 2 with 2 replicas blocks every node drain" in problem
+
+
+def test_an_sqs_pod_without_an_irsa_role_is_reported() -> None:
+    def drop(m: Manifest) -> None:
+        document(m, "ServiceAccount", "mirrorgate-sqs")["metadata"]["annotations"] = {}
+
+    [problem] = identity_problems(SQS.mutated(drop))
+    assert "eks.amazonaws.com/role-arn" in problem
+
+
+def test_a_pubsub_pod_naming_a_missing_service_account_is_reported() -> None:
+    broken = PUBSUB.mutated(lambda m: pod(m).update(serviceAccountName="default"))
+    [problem] = identity_problems(broken)
+    assert "serviceAccountName ('default') is no ServiceAccount" in problem
