@@ -1,1 +1,275 @@
-"""Placeholder: filled in by the change that adds these fixtures."""
+"""Google's Pub/Sub emulator for the tests: one per session, on a free loopback port.
+
+The emulator cannot be installed from the package registries these machines reach, so where it
+is absent every test that needs it is skipped with the reason, in CI too (the reason is also
+printed in pytest's header); where it is present but does not start, that is a failure in CI
+and a skip elsewhere. Decisions:
+
+- It is started in its own process group (the launcher is a shell script running java) and
+  stopped by signalling that group, so no java child outlives the session.
+- It has no reset, so every test makes its own uniquely named topic and subscription with
+  `make_pubsub_names` (optionally with a dead-letter topic, its subscription and a policy).
+- Nothing here sets PUBSUB_EMULATOR_HOST: the host is passed to the clients explicitly, so
+  tests that do not ask for the emulator never see it.
+- `pubsub_harness` is the conformance suite's entry for the backend: a short ack deadline and
+  a dead-letter policy (for `delivery_attempt`) keep redelivery cases at a second or two.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
+import pytest
+from google.pubsub_v1 import types as pubsub_types
+from google.pubsub_v1.services.publisher import PublisherAsyncClient
+from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
+from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
+from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
+
+from mirrorgate.backends.pubsub import open_pubsub_queue
+from mirrorgate.config import QueueSettings
+from mirrorgate.mirror import MirrorQueue
+from tests.queue.harness import Harness
+
+__all__ = [
+    "CONFORMANCE_ACK_DEADLINE",
+    "DEFAULT_EMULATOR",
+    "PROJECT",
+    "PubSubAdmin",
+    "PubSubNames",
+    "create_pubsub_names",
+    "find_emulator",
+    "make_pubsub_names",
+    "open_test_queue",
+    "pubsub_admin",
+    "pubsub_emulator",
+    "pubsub_harness",
+    "queue_settings",
+]
+
+DEFAULT_EMULATOR = Path(
+    "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+)
+PROJECT = "mirrorgate-test"
+START_WITHIN = 30.0
+CONFORMANCE_ACK_DEADLINE = 1
+"""The ack deadline the conformance harness sets on each delivery; the emulator honours it."""
+TEST_PULL_TIMEOUT = 1.5
+"""One receive's network wait in tests: the emulator answers an empty pull about a second
+before the client's deadline, so an idle receive takes about half a second."""
+
+
+def find_emulator() -> Path | None:
+    """The emulator launcher: $PUBSUB_EMULATOR_BIN, else the Cloud SDK's usual place."""
+    configured = os.environ.get("PUBSUB_EMULATOR_BIN")
+    path = Path(configured) if configured else DEFAULT_EMULATOR
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _absent_reason() -> str:
+    configured = os.environ.get("PUBSUB_EMULATOR_BIN")
+    where = f"PUBSUB_EMULATOR_BIN={configured}" if configured else str(DEFAULT_EMULATOR)
+    return (f"Pub/Sub emulator not found at {where} (it cannot be installed from the package "
+            "registries; set PUBSUB_EMULATOR_BIN to its cloud-pubsub-emulator launcher)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    found = find_emulator()
+    if found is None:
+        return f"pubsub: SKIPPING the Pub/Sub tests: {_absent_reason()}"
+    return f"pubsub: emulator {found}"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _cannot_start(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # the group may outlive its leader (java started by the launcher script)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A running emulator's `host:port` on 127.0.0.1, for the whole session."""
+    launcher = find_emulator()
+    if launcher is None:
+        pytest.skip(_absent_reason())
+    port = _free_port()
+    logfile = tmp_path_factory.mktemp("pubsub-emulator") / "emulator.log"
+    with logfile.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(launcher), "--host=127.0.0.1", f"--port={port}"],
+            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + START_WITHIN
+        while "Server started" not in logfile.read_text(errors="replace"):
+            if process.poll() is not None:
+                _cannot_start(f"the Pub/Sub emulator exited with {process.returncode}: "
+                              f"{logfile.read_text(errors='replace')[-2000:]}")
+            if time.monotonic() > deadline:
+                _cannot_start(f"the Pub/Sub emulator did not start within {START_WITHIN:.0f} s: "
+                              f"{logfile.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        _stop(process)
+
+
+@dataclass(frozen=True)
+class PubSubNames:
+    """One test's resources: a topic, its subscription and, optionally, a dead-letter pair."""
+
+    topic: str
+    subscription: str
+    dead_letter_topic: str | None = None
+    dead_letter_subscription: str | None = None
+
+
+class PubSubAdmin:
+    """Admin clients on the emulator for one event loop: create resources, publish raw bodies.
+
+    Close it (or use `pubsub_admin`) so its gRPC channels are closed in the loop they belong to.
+    """
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.publisher = PublisherAsyncClient(transport=PublisherGrpcAsyncIOTransport(
+            channel=grpc.aio.insecure_channel(host)))
+        self.subscriber = SubscriberAsyncClient(transport=SubscriberGrpcAsyncIOTransport(
+            channel=grpc.aio.insecure_channel(host)))
+
+    async def create(
+        self,
+        *,
+        dead_letter_attempts: int | None = None,
+        ack_deadline: int = 10,
+        prefix: str = "mg",
+    ) -> PubSubNames:
+        """A new topic and pull subscription (and a dead-letter topic with its own subscription
+        and a policy of `dead_letter_attempts`, 5..100, when given), uniquely named."""
+        unique = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        topic = f"projects/{PROJECT}/topics/{unique}"
+        subscription = f"projects/{PROJECT}/subscriptions/{unique}"
+        await self.publisher.create_topic(name=topic, timeout=10)
+        request: dict[str, Any] = {"name": subscription, "topic": topic,
+                                   "ack_deadline_seconds": ack_deadline}
+        if dead_letter_attempts is None:
+            await self.subscriber.create_subscription(request=request, timeout=10)
+            return PubSubNames(topic, subscription)
+        dead_topic = f"{topic}-dead"
+        dead_subscription = f"{subscription}-dead"
+        await self.publisher.create_topic(name=dead_topic, timeout=10)
+        await self.subscriber.create_subscription(
+            request={"name": dead_subscription, "topic": dead_topic}, timeout=10)
+        request["dead_letter_policy"] = {"dead_letter_topic": dead_topic,
+                                         "max_delivery_attempts": dead_letter_attempts}
+        await self.subscriber.create_subscription(request=request, timeout=10)
+        return PubSubNames(topic, subscription, dead_topic, dead_subscription)
+
+    async def publish_raw(self, topic: str, *bodies: bytes) -> None:
+        """Publish bodies as they are, bypassing the job codec (foreign or broken messages)."""
+        await self.publisher.publish(
+            topic=topic, messages=[pubsub_types.PubsubMessage(data=b) for b in bodies],
+            timeout=10)
+
+    async def close(self) -> None:
+        # the generated transports leave close() unannotated
+        await self.publisher.transport.close()  # type: ignore[no-untyped-call]
+        await self.subscriber.transport.close()  # type: ignore[no-untyped-call]
+
+
+async def create_pubsub_names(
+    host: str, *, dead_letter_attempts: int | None = None, ack_deadline: int = 10,
+) -> PubSubNames:
+    """Make a topic and subscription on the emulator at `host` and return their names."""
+    admin = PubSubAdmin(host)
+    try:
+        return await admin.create(dead_letter_attempts=dead_letter_attempts,
+                                  ack_deadline=ack_deadline)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def make_pubsub_names(pubsub_emulator: str) -> Callable[..., Awaitable[PubSubNames]]:
+    """`await make_pubsub_names(dead_letter_attempts=None, ack_deadline=10)`: fresh names."""
+
+    async def make(*, dead_letter_attempts: int | None = None,
+                   ack_deadline: int = 10) -> PubSubNames:
+        return await create_pubsub_names(pubsub_emulator, dead_letter_attempts=dead_letter_attempts,
+                                         ack_deadline=ack_deadline)
+
+    return make
+
+
+@pytest.fixture
+async def pubsub_admin(pubsub_emulator: str) -> AsyncIterator[PubSubAdmin]:
+    admin = PubSubAdmin(pubsub_emulator)
+    yield admin
+    await admin.close()
+
+
+def queue_settings(names: PubSubNames, **overrides: Any) -> QueueSettings:
+    """The settings `MIRROR_QUEUE_PROVIDER=pubsub` would produce for these names."""
+    values: dict[str, Any] = {
+        "provider": "pubsub", "max_depth": 1000, "poll_wait": 20, "visibility": 60,
+        "sqs_queue_url": None, "pubsub_topic": names.topic,
+        "pubsub_subscription": names.subscription,
+    }
+    values.update(overrides)
+    return QueueSettings(**values)
+
+
+async def open_test_queue(host: str, names: PubSubNames, **overrides: Any) -> MirrorQueue:
+    """The Pub/Sub queue on the emulator at `host`, with a test's short pull wait."""
+    overrides.setdefault("pull_timeout", TEST_PULL_TIMEOUT)
+    return await open_pubsub_queue(queue_settings(names), emulator_host=host, **overrides)
+
+
+@asynccontextmanager
+async def pubsub_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """The conformance suite's Pub/Sub backend: its own topic, and a dead-letter policy at
+    Pub/Sub's maximum (100) so `delivery_attempt` is reported but nothing is forwarded."""
+    host: str = request.getfixturevalue("pubsub_emulator")
+    names = await create_pubsub_names(host, dead_letter_attempts=100)
+    queue = await open_test_queue(host, names, ack_deadline=CONFORMANCE_ACK_DEADLINE)
+    try:
+        # hold: an extension is clamped to Pub/Sub's 10 s minimum, so the suite asks for that
+        yield Harness("pubsub", queue, window=float(CONFORMANCE_ACK_DEADLINE), hold=10,
+                      patience=3.0, quiet=1.0)
+    finally:
+        await queue.close()
