@@ -19,6 +19,7 @@ from mirrorgate.backends.memory import (
     in_memory_double,
 )
 from tests.queue.harness import Harness
+from tests.servers.pubsub_server import pubsub_harness
 
 Factory = Callable[[pytest.FixtureRequest], AbstractAsyncContextManager[Harness]]
 
@@ -40,6 +41,7 @@ async def _memory(_request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
 BACKENDS: dict[str, Factory] = {
     "double": _double,
     "memory": _memory,
+    "pubsub": pubsub_harness,
 }
 
 
