@@ -10,9 +10,12 @@ wrong out. Decisions:
   (`memory_floor`), so raising MIRRORGATE_CACHE_MAX_BYTES or the queue depth without raising
   the limit is reported. The figures: about 70 MB of RSS once mirrorgate, aiohttp and a cloud
   SDK are imported (rounded up to `BASELINE`); about 2 KiB per queued job (bench/queue_memory.py
-  measured about 20 MB for the 10,000-job cap); the packument cache at its byte cap; one
-  packument body being read and parsed beside it (`METADATA_COPIES`); and, where a worker runs,
-  each tarball in flight held as bytes, base64 and the JSON publish body (`TARBALL_COPIES`).
+  measured about 20 MB for the 10,000-job cap); the packument cache at its byte cap (it counts
+  the serialised versions it keeps, so its cap is close to its cost); one packument body at
+  MIRRORGATE_MAX_METADATA_BYTES being read and parsed beside it (`METADATA_COPIES`: the bytes
+  plus about 4.2 times them once parsed, measured with tracemalloc on a 500-version
+  packument); and, where a worker runs, each tarball in flight held as bytes, base64 bytes,
+  base64 text and the JSON publish body (`TARBALL_COPIES`).
   It is a floor to catch drift, not a promise that the process never grows past it.
 - Identity is checked on the ServiceAccount the pod names, in the same file: an IRSA role ARN
   for sqs, a Workload Identity Google service account for pubsub.
@@ -41,7 +44,7 @@ __all__ = [
 MIB = 1024 * 1024
 BASELINE = 128 * MIB
 PER_QUEUED_JOB = 2 * 1024
-METADATA_COPIES = 4
+METADATA_COPIES = 5
 TARBALL_COPIES = 5
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
