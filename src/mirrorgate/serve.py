@@ -374,15 +374,15 @@ class ProxyServer:
                 else:
                     rendered = slot.value.renderings.get(key)
                     if rendered is not None and request.method in ("GET", "HEAD"):
-                        return self._send(request, rendered)
+                        response = self._send(request, rendered)
+                        self._count("packument", response.status)
+                        return response
         return await self._slow(request, rest)
 
     def _send(self, request: web.Request, rendered: Rendered) -> web.Response:
         wanted = request.headers.get("If-None-Match")
         if wanted is not None and _etag_matches(wanted, rendered.etag):
-            self._count("packument", 304)
             return web.Response(status=304, headers=rendered.not_modified_headers)
-        self._count("packument", 200)
         if self._gzip(request):
             return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
         return web.Response(body=rendered.body, headers=rendered.headers)
@@ -780,8 +780,9 @@ def build_proxy_app(
     app = web.Application()
     app[SERVER] = server
     add_health_routes(app, proxy.health, proxy.metrics)
-    app.router.add_route("*", PREFIX + "{tail:.*}", server.npm)
-    app.router.add_route("*", "/{tail:.*}", server.unknown)
+    # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
+    app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:
         yield
