@@ -35,9 +35,11 @@ log = structlog.get_logger("mirrorgate.queue")
 
 @dataclass(frozen=True, slots=True)
 class SendOutcome:
-    """What a backend's batch send reports: the positions of entries to retry."""
+    """What a backend's batch send reports: the positions of entries to retry, and of entries
+    the backend refused for good (logged by the backend, counted here as dropped)."""
 
     retry: tuple[int, ...] = ()
+    refused: tuple[int, ...] = ()
 
 
 SendBatch = Callable[[list[bytes]], Awaitable[SendOutcome]]
@@ -127,7 +129,9 @@ class SendBuffer:
                 log.warning("mirror_queue_send_failed", provider=self._provider,
                             jobs=len(batch), error=_describe(error))
             retry = [batch[i] for i in sorted(set(outcome.retry)) if 0 <= i < len(batch)]
-            self.sent += len(batch) - len(retry)
+            refused = len({i for i in outcome.refused if 0 <= i < len(batch)} - set(outcome.retry))
+            self.dropped += refused
+            self.sent += len(batch) - len(retry) - refused
             self.failures += len(retry)
             self._bodies.extendleft(reversed(retry))
             self._sending = 0
