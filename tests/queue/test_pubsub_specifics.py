@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
-import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
+import grpc
 import pytest
 from structlog.testing import capture_logs
 

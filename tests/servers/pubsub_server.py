@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
+import grpc
 import pytest
 from google.pubsub_v1 import types as pubsub_types
 from google.pubsub_v1.services.publisher import PublisherAsyncClient

@@ -41,7 +41,7 @@ import asyncio
 import os
 from collections.abc import Callable
 
-import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
+import grpc
 import structlog
 from google.api_core import exceptions as api_exceptions
 from google.api_core import retry_async
