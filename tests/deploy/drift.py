@@ -44,6 +44,8 @@ __all__ = [
     "SDK_VARIABLES",
     "STOP_ALLOWANCE",
     "command_problems",
+    "container_environ",
+    "container_settings",
     "env_name_problems",
     "grace_problems",
     "health_paths",
@@ -168,9 +170,8 @@ def _materialise(container: Container, path: str, scratch: Path) -> tuple[str, l
     return str(local), []
 
 
-def container_settings(container: Container,
-                       scratch: Path) -> tuple[Settings | None, list[str]]:
-    """The settings `load_settings` builds from the container's env, or its problems."""
+def container_environ(container: Container, scratch: Path) -> tuple[dict[str, str], list[str]]:
+    """The container's env with every path under a volume mount rebuilt under `scratch`."""
     problems: list[str] = []
     environ: dict[str, str] = {}
     for name, value in container.env().items():
@@ -180,6 +181,13 @@ def container_settings(container: Container,
             problems.extend(found)
             value = scheme + path
         environ[name] = value
+    return environ, problems
+
+
+def container_settings(container: Container,
+                       scratch: Path) -> tuple[Settings | None, list[str]]:
+    """The settings `load_settings` builds from the container's env, or its problems."""
+    environ, problems = container_environ(container, scratch)
     try:
         settings = load_settings(environ, npm_registry=_no_npm)
     except ConfigError as error:
