@@ -393,8 +393,8 @@ def test_missing_requests_and_limits_are_reported() -> None:
 
 def test_a_service_targeting_another_port_is_reported() -> None:
     def wrong(m: Manifest) -> None:
-        document(m, "Service", "mirrorgate-sqs")["spec"]["ports"][0]["targetPort"] = (
-            "worker-health")
+        [port] = document(m, "Service", "mirrorgate-sqs")["spec"]["ports"]
+        port["targetPort"] = "worker-health"
 
     [problem] = service_problems(SQS.mutated(wrong))
     assert "targets 'worker-health' (8081), not the proxy's MIRRORGATE_LISTEN port 8080" in problem
