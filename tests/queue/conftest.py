@@ -20,6 +20,7 @@ from mirrorgate.backends.memory import (
 )
 from tests.queue.harness import Harness
 from tests.servers.pubsub_server import pubsub_harness
+from tests.servers.sqs_server import sqs_harness
 
 Factory = Callable[[pytest.FixtureRequest], AbstractAsyncContextManager[Harness]]
 
@@ -42,6 +43,7 @@ BACKENDS: dict[str, Factory] = {
     "double": _double,
     "memory": _memory,
     "pubsub": pubsub_harness,
+    "sqs": sqs_harness,
 }
 
 

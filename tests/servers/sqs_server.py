@@ -10,6 +10,8 @@ so tests never share one and nothing needs a reset. Decisions:
   same queues, which is how a test takes the endpoint away and brings it back.
 - Region and dummy credentials are passed to every client explicitly (`SQS_REGION`,
   `SQS_CREDENTIALS`); no environment variable is changed for other tests.
+- moto, werkzeug and aiobotocore are imported when first used, so a session that runs no
+  SQS test does not pay for them.
 - A server that cannot start fails the session's SQS tests when CI is set, skips them otherwise.
 
 Fixtures: `sqs_server` (a `SqsServer`: the endpoint, `create_queue`, `open`, `client`) and
@@ -28,15 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiobotocore.session import get_session  # type: ignore[import-untyped]
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication,
-    MotoRequestHandler,
-    create_backend_app,
-)
-from werkzeug.serving import BaseWSGIServer, make_server
 
-from mirrorgate.backends.sqs import open_sqs_queue
 from mirrorgate.config import QueueSettings
 from mirrorgate.mirror import MirrorQueue
 from tests.queue.harness import Harness
@@ -61,8 +55,15 @@ class MotoServer:
     """moto's server application on 127.0.0.1:`port` (0: a free one), in a thread."""
 
     def __init__(self, port: int = 0) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
         app = DomainDispatcherApplication(create_backend_app)
-        self._server: BaseWSGIServer = make_server(
+        self._server = make_server(
             "127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
         self.port: int = self._server.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -98,6 +99,8 @@ class SqsServer:
     @asynccontextmanager
     async def client(self) -> AsyncIterator[Any]:
         """A raw aiobotocore SQS client on this server, for setting up and inspecting."""
+        from aiobotocore.session import get_session  # type: ignore[import-untyped]
+
         async with get_session().create_client(
             "sqs", region_name=SQS_REGION, endpoint_url=self.endpoint,
             aws_access_key_id=SQS_CREDENTIALS[0], aws_secret_access_key=SQS_CREDENTIALS[1],
@@ -128,6 +131,8 @@ class SqsServer:
     async def open(self, url: str, *, poll_wait: int = 1, visibility: int = 1,
                    max_depth: int = 1000, **overrides: Any) -> MirrorQueue:
         """mirrorgate's SQS backend on `url`, with short backoffs unless overridden."""
+        from mirrorgate.backends.sqs import open_sqs_queue
+
         options: dict[str, Any] = {
             "endpoint_url": self.endpoint,
             "region": SQS_REGION,
