@@ -1,66 +1,245 @@
 """Running a mirrorgate process: wiring its parts, serving, and stopping gracefully.
 
-asyncio's signal pitfalls decided the shape: handlers are installed on the running loop with
-`add_signal_handler` (never `signal.signal`, whose handler could run between any two
-bytecodes), and they only set an event; the stop sequence itself runs as ordinary coroutine
-code. On SIGTERM or SIGINT: `/readyz` turns 503, the listener stops accepting, in-flight
-requests get `drain_timeout` to finish, then the queue is closed and the process exits 0.
+Two shapes share this code. `mirrorgate serve` runs the proxy on `MIRRORGATE_LISTEN` and, unless
+`--no-worker`, a worker in the same process (the only arrangement the memory queue allows).
+`mirrorgate worker` runs the worker alone with `/livez`, `/readyz` and `/metrics` on
+`MIRRORGATE_WORKER_LISTEN`, and refuses the memory queue, which cannot cross processes.
+
+Each upstream gets exactly one `Upstream` (one pooled HTTP session): when the mirror target is
+the private upstream, the worker publishes through the proxy's private client.
+
+asyncio's signal pitfalls decided the stop sequence's shape: handlers are installed on the
+running loop with `add_signal_handler` (never `signal.signal`, whose handler can run between any
+two bytecodes) and only set an event; the stop itself is ordinary coroutine code. On SIGTERM or
+SIGINT: `/readyz` turns 503, the listener closes, in-flight requests and the worker's job in hand
+get `MIRRORGATE_DRAIN_TIMEOUT` to finish (the worker releases what it cannot finish), then the
+queue flushes and closes, and the process exits 0.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 import structlog
 from aiohttp import web
 
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.config import Settings
-from mirrorgate.healthz import Health, add_health_routes
+from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
+from mirrorgate.mirror import MirrorQueue
+from mirrorgate.registry.filestore import StoreError
+from mirrorgate.registry.private import PrivateSource, open_private, store_root
+from mirrorgate.registry.upstream import Upstream
+from mirrorgate.rules import Rules, RulesError, load_rules
+from mirrorgate.serve import Proxy, build_proxy_app
+from mirrorgate.target import MirrorTarget, open_target
+from mirrorgate.worker import Worker, WorkerDeps
 
-__all__ = ["run"]
+__all__ = ["StartupError", "run"]
 
 log = structlog.get_logger("mirrorgate")
 
 
-async def _serve(settings: Settings, command: str, with_worker: bool) -> int:
-    metrics = Metrics()
-    health = Health()
-    try:
-        queue = await open_queue(settings.queue, on_drop=lambda total: log.warning(
-            "mirror_queue_dropped", dropped=total, cap=settings.queue.max_depth))
-    except QueueUnavailableError as error:
-        log.error("queue_unavailable", reason=str(error))
-        return 2
-    metrics.watch_queue(queue.stats, queue.provider)
-    app = web.Application()
-    add_health_routes(app, health, metrics)
-    host, port = settings.listen if command == "serve" else settings.worker_listen
-    runner = web.AppRunner(app, shutdown_timeout=settings.drain_timeout, access_log=None)
+class StartupError(Exception):
+    """A process that cannot start; the message says what to set or fix."""
+
+
+@dataclass
+class Upstreams:
+    """The process's HTTP clients, one per upstream origin, started and closed together."""
+
+    public: Upstream
+    private: Upstream | None
+    target: Upstream | None
+    all: list[Upstream] = field(default_factory=list)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, metrics: Metrics) -> Upstreams:
+        def client(label: str, url: str, token: bool) -> Upstream:
+            return Upstream(label, url, timeout=settings.upstream_timeout,
+                            max_metadata_bytes=settings.max_metadata_bytes,
+                            token=settings.private_token if token else None, metrics=metrics)
+
+        public = client("public", settings.public_upstream, token=False)
+        private = (client("private", settings.private_upstream, token=True)
+                   if not settings.private_upstream.startswith("file://") else None)
+        if settings.mirror_target == settings.private_upstream:
+            target = private
+        elif settings.mirror_target.startswith("file://"):
+            target = None
+        else:
+            target = client("target", settings.mirror_target, token=True)
+        clients = [c for c in (public, private, target) if c is not None]
+        return cls(public, private, target, list(dict.fromkeys(clients)))
+
+    async def start(self) -> None:
+        for upstream in self.all:
+            await upstream.start()
+
+    async def close(self) -> None:
+        for upstream in self.all:
+            await upstream.close()
+
+
+def _ensure_store(url: str) -> None:
+    if url.startswith("file://"):
+        root = store_root(url)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StartupError(f"cannot create the file store at {root}: {error.strerror}; "
+                               "set MIRRORGATE_DATA_DIR to a writable directory, or "
+                               "MIRRORGATE_PRIVATE_UPSTREAM to a registry URL") from None
+
+
+def _check_shape(settings: Settings, command: str, with_worker: bool) -> None:
+    memory = settings.queue.provider == "memory"
+    if command == "worker" and memory:
+        raise StartupError(
+            "`mirrorgate worker` cannot use MIRROR_QUEUE_PROVIDER=memory: an in-memory queue "
+            "lives inside one process, so a separate worker would never see its jobs. Run "
+            "`mirrorgate serve` (proxy and worker in one process), or set "
+            "MIRROR_QUEUE_PROVIDER=sqs or pubsub for a sidecar worker.")
+    if command == "serve" and memory and not with_worker:
+        raise StartupError(
+            "`mirrorgate serve --no-worker` with MIRROR_QUEUE_PROVIDER=memory would enqueue "
+            "jobs that no worker can ever receive. Drop --no-worker, or set "
+            "MIRROR_QUEUE_PROVIDER=sqs or pubsub and run `mirrorgate worker` beside it.")
+
+
+@contextlib.asynccontextmanager
+async def _listening(app: web.Application, host: str, port: int,
+                     drain_timeout: float) -> AsyncIterator[web.AppRunner]:
+    runner = web.AppRunner(app, shutdown_timeout=drain_timeout, access_log=None,
+                           handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await web.TCPSite(runner, host, port, backlog=1024).start()
+    except OSError as error:
+        await runner.cleanup()
+        raise StartupError(f"cannot listen on {host}:{port}: {error.strerror}; set "
+                           "MIRRORGATE_LISTEN (or MIRRORGATE_WORKER_LISTEN) to a free "
+                           "host:port") from None
+    yield runner
+
+
+async def _run(settings: Settings, command: str, with_worker: bool) -> int:
+    _check_shape(settings, command, with_worker)
+    metrics = Metrics()
+    runs_worker = command == "worker" or with_worker
+    heartbeat = Heartbeat(settings.heartbeat_stale_after) if runs_worker else None
+    health = Health(heartbeat=heartbeat)
+    if heartbeat is not None:
+        metrics.watch_heartbeat(heartbeat.age)
+
+    rules: Rules | None = None
+    if command == "serve":
+        try:
+            rules = load_rules(settings.rules_file)
+        except RulesError as error:
+            raise StartupError(f"MIRRORGATE_RULES_FILE: {error}") from None
+        _ensure_store(settings.private_upstream)
+    if runs_worker:
+        _ensure_store(settings.mirror_target)
+
+    def dropped(total: int) -> None:
+        log.warning("mirror_queue_dropped", dropped=total, cap=settings.queue.max_depth)
+
+    try:
+        queue = await open_queue(settings.queue, on_drop=dropped)
+    except QueueUnavailableError as error:
+        raise StartupError(str(error)) from None
+    metrics.watch_queue(queue.stats, queue.provider)
+
+    upstreams = Upstreams.from_settings(settings, metrics)
+    await upstreams.start()
+    try:
+        return await _serve(settings, command, runs_worker, metrics, health, queue, upstreams,
+                            rules)
+    finally:
+        await queue.close()
+        await upstreams.close()
+
+
+async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: Metrics,
+                 health: Health, queue: MirrorQueue, upstreams: Upstreams,
+                 rules: Rules | None) -> int:
+    if rules is not None:
+        private: PrivateSource = open_private(settings.private_upstream, upstreams.private)
+        app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
+                                    queue=queue, rules=rules, metrics=metrics, health=health))
+        host, port = settings.listen
+    else:
+        app = web.Application()
+        add_health_routes(app, health, metrics)
+        host, port = settings.worker_listen
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    health.ready = True
-    log.info("started", command=command, listen=f"{host}:{port}", queue=queue.provider,
-             worker=with_worker)
-    await stop.wait()
-    health.draining = True
-    log.info("draining", timeout=settings.drain_timeout)
-    await runner.cleanup()
-    await queue.close()
-    log.info("stopped")
+
+    worker_task: asyncio.Task[None] | None = None
+    worker_stop = asyncio.Event()
+    async with _listening(app, host, port, settings.drain_timeout) as runner:
+        if runs_worker:
+            assert health.heartbeat is not None
+            target: MirrorTarget = open_target(settings.mirror_target, upstreams.target)
+            worker = Worker(WorkerDeps(settings=settings, queue=queue, public=upstreams.public,
+                                       target=target, metrics=metrics,
+                                       heartbeat=health.heartbeat))
+            worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
+        health.ready = True
+        log.info("started", command=command, listen=f"{host}:{port}", queue=queue.provider,
+                 worker=runs_worker, public_upstream=settings.public_upstream,
+                 private_upstream=settings.private_upstream,
+                 mirror_target=settings.mirror_target if runs_worker else None)
+        stopped = asyncio.create_task(stop.wait())
+        waits: set[asyncio.Future[object]] = {stopped}  # type: ignore[arg-type]
+        if worker_task is not None:
+            waits.add(worker_task)  # type: ignore[arg-type]
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if worker_task is not None and worker_task in done and not stop.is_set():
+            error = worker_task.exception()
+            log.error("worker_crashed", error=repr(error))
+            stop.set()
+        stopped.cancel()
+        health.draining = True
+        log.info("draining", timeout=settings.drain_timeout)
+        worker_stop.set()
+        shutdowns = [runner.cleanup()]
+        if worker_task is not None and not worker_task.done():
+            shutdowns.append(_await_worker(worker_task, settings.drain_timeout))
+        await asyncio.gather(*shutdowns)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+    log.info("stopped", command=command)
     return 0
+
+
+async def _await_worker(task: asyncio.Task[None], drain_timeout: float) -> None:
+    # The worker honours the drain timeout itself; this bound only guards against a bug.
+    try:
+        await asyncio.wait_for(task, drain_timeout + 5)
+    except TimeoutError:
+        log.error("worker_stop_overran", timeout=drain_timeout)
 
 
 def run(settings: Settings, command: str, with_worker: bool) -> int:
     configure_logging(settings.log_level, settings.log_format)
     if settings.private_token is not None:
         register_secret(settings.private_token.reveal())
-    return asyncio.run(_serve(settings, command, with_worker))
+    try:
+        return asyncio.run(_run(settings, command, with_worker))
+    except StartupError as error:
+        log.error("startup_refused", reason=str(error))
+        return 2
+    except StoreError as error:
+        log.error("startup_refused", reason=str(error))
+        return 2

@@ -1,0 +1,66 @@
+"""What the end-to-end suites check after an install: every resolved version mirrored, intact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.packages import FixtureTree, tarball_filename
+from tests.servers.processes import wait_for
+from tests.servers.verdaccio import Verdaccio
+
+
+def public_manifest(public: FixtureRegistry, name: str, version: str) -> dict[str, Any]:
+    package = public.package(name)
+    assert package is not None, f"{name} is not on the public fixture registry"
+    manifest: dict[str, Any] = package.packument(public.url)["versions"][version]
+    return manifest
+
+
+def mirrored_in_verdaccio(verdaccio: Verdaccio, tree: FixtureTree) -> bool:
+    return all(version in verdaccio.versions(name) for name, version in tree.resolved.items())
+
+
+def assert_verdaccio_holds_the_tree(verdaccio: Verdaccio, public: FixtureRegistry,
+                                    tree: FixtureTree, timeout: float = 60) -> None:
+    """Every resolved version lands in Verdaccio with the public integrity, bytes and deps."""
+    wait_for(lambda: mirrored_in_verdaccio(verdaccio, tree), timeout=timeout)
+    for name, version in tree.resolved.items():
+        stored = verdaccio.packument(name)
+        assert stored is not None
+        manifest = stored["versions"][version]
+        original = public_manifest(public, name, version)
+        assert manifest["dist"]["integrity"] == original["dist"]["integrity"]
+        assert manifest["dist"]["shasum"] == original["dist"]["shasum"]
+        assert manifest.get("dependencies", {}) == original.get("dependencies", {})
+        package = public.package(name)
+        assert package is not None
+        stored_bytes = verdaccio.tarball(name, tarball_filename(name, version))
+        assert stored_bytes == package.versions[version].tarball
+
+
+def store_manifest(root: Path, name: str, version: str) -> dict[str, Any] | None:
+    path = root / name / "versions" / f"{version}.json"
+    if not path.is_file():
+        return None
+    document: dict[str, Any] = orjson.loads(path.read_bytes())
+    return document
+
+
+def assert_store_holds_the_tree(root: Path, public: FixtureRegistry, tree: FixtureTree,
+                                timeout: float = 60) -> None:
+    wait_for(lambda: all(store_manifest(root, n, v) is not None
+                         for n, v in tree.resolved.items()), timeout=timeout)
+    for name, version in tree.resolved.items():
+        manifest = store_manifest(root, name, version)
+        assert manifest is not None
+        original = public_manifest(public, name, version)
+        assert manifest["dist"]["integrity"] == original["dist"]["integrity"]
+        assert manifest.get("dependencies", {}) == original.get("dependencies", {})
+        package = public.package(name)
+        assert package is not None
+        stored = root / name / "tarballs" / tarball_filename(name, version)
+        assert stored.read_bytes() == package.versions[version].tarball

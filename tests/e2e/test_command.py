@@ -1,0 +1,124 @@
+"""The `mirrorgate` command as an operator meets it: help, refusals, health, tampering, SIGTERM.
+
+Every test starts the real command in a subprocess over real loopback servers.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import threading
+import time
+
+from mirrorgate.config import VARIABLES
+from tests.servers.fixture_registry import Fault, FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.npm import NpmClient
+from tests.servers.packages import make_package, tarball_path
+from tests.servers.processes import http_request, mirrorgate_argv, wait_for
+from tests.servers.verdaccio import Verdaccio
+
+
+def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*mirrorgate_argv(), *args], capture_output=True, text=True,
+                          timeout=60, env=env, check=False)
+
+
+def test_help_lists_every_variable_mirrorgate_reads() -> None:
+    done = run_command("--help")
+    assert done.returncode == 0
+    for variable in VARIABLES:
+        assert variable.name in done.stdout
+
+
+def test_the_worker_refuses_the_memory_queue_saying_why(mirrorgate: MirrorgateFactory,
+                                                        public_registry: FixtureRegistry) -> None:
+    worker = mirrorgate("worker", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url},
+                        ready=False)
+    assert worker.wait(30) == 2
+    assert "an in-memory queue lives inside one process" in worker.stderr()
+
+
+def test_check_config_lists_every_problem_and_exits_2() -> None:
+    done = run_command("check-config", env={"PATH": "/usr/bin:/bin",
+                                            "MIRRORGATE_PUBLIC_UPSTREAM": "ftp://nowhere",
+                                            "MIRROR_QUEUE_MAX_DEPTH": "-1"})
+    assert done.returncode == 2
+    assert "MIRRORGATE_PUBLIC_UPSTREAM" in done.stderr
+    assert "MIRROR_QUEUE_MAX_DEPTH" in done.stderr
+
+
+def test_tampered_bytes_fail_the_client_and_are_never_published(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory,
+) -> None:
+    package = make_package("tampered", ["1.0.0"])
+    public_registry.add(package)
+    public_registry.fault(tarball_path("tampered", "1.0.0"), Fault(body=b"not the admitted bytes"))
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+                                 "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token})
+    npm_client.write_project({"tampered": "1.0.0"})
+
+    done = npm_client.install(registry=proxy.registry_url)
+
+    assert done.returncode != 0
+    assert "EINTEGRITY" in done.stderr
+    wait_for(lambda: proxy.metric("mirrorgate_tampered_total") >= 1, timeout=30)
+    assert proxy.metric("mirrorgate_tampered_total") == 1
+    assert verdaccio.versions("tampered") == []
+    [line] = proxy.events("mirror_digest_mismatch")
+    assert line["expected"].startswith("sha512-")
+    assert line["actual"].startswith("sha512-")
+    assert line["expected"] != line["actual"]
+
+
+def test_a_stuck_publish_turns_livez_to_503(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+) -> None:
+    public_registry.add(make_package("slowpoke", ["1.0.0"]))
+    stuck = FixtureRegistry()
+    stuck.start()
+    try:
+        stuck.fault("/", Fault(delay=60))
+        proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                     "MIRRORGATE_MIRROR_TARGET": stuck.url,
+                                     "MIRRORGATE_HEARTBEAT_STALE_AFTER": "2",
+                                     "MIRRORGATE_UPSTREAM_TIMEOUT": "60"})
+        assert proxy.get("livez").status == 200
+        tarball = proxy.get("npm" + tarball_path("slowpoke", "1.0.0"))
+        assert tarball.status == 200
+
+        reply = wait_for(lambda: (r := proxy.get("livez")).status == 503 and r, timeout=20)
+        assert reply
+        assert reply.json()["heartbeat_age_seconds"] >= 2
+    finally:
+        stuck.stop()
+
+
+def test_sigterm_lets_an_in_flight_tarball_finish_then_exits_0(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+) -> None:
+    blob = random.Random(7).randbytes(200_000)  # incompressible: the tarball stays ~200 KB
+    package = make_package("big", ["1.0.0"], files={"blob.bin": blob})
+    public_registry.add(package)
+    path = tarball_path("big", "1.0.0")
+    public_registry.fault(path, Fault(chunk_size=8 * 1024, chunk_delay=0.25))
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_DRAIN_TIMEOUT": "20"})
+    got: dict[str, object] = {}
+
+    def fetch() -> None:
+        reply = http_request("GET", proxy.url + "npm" + path, timeout=30)
+        got["status"], got["body"] = reply.status, reply.body
+
+    reader = threading.Thread(target=fetch)
+    reader.start()
+    time.sleep(0.6)  # the stream is under way
+    proxy.signal(signal.SIGTERM)
+    reader.join(30)
+
+    assert got["status"] == 200
+    assert got["body"] == package.versions["1.0.0"].tarball
+    assert proxy.wait(30) == 0
