@@ -11,7 +11,8 @@ Decisions:
 - Start-up asks `GetQueueAttributes` for the queue's `MaximumMessageSize`, so a missing queue,
   absent credentials or an unreachable endpoint stop the process with a message naming what
   to set, and a job too big for *this* queue (at most 1 MiB) is refused at enqueue with a log
-  line, not discovered later as a poisoned batch.
+  line, not discovered later as a poisoned batch. Jobs refused at enqueue or by SQS count as
+  dropped, as the send buffer counts those it has no room for: none of them will arrive.
 - `enqueue` only encodes and hands the bytes to the bounded `SendBuffer`; the buffer's task
   calls `SendMessageBatch`. Entries SQS lists as failed through no fault of the sender are
   retried; entries it refuses as the sender's fault are logged (`mirror_queue_send_refused`)
@@ -265,29 +266,30 @@ async def open_sqs_queue(
     max_body = _max_message_bytes(answer)
     resolved_region = client.meta.region_name
 
-    counters = {"refused": 0, "refused_in_send": 0, "ack_failures": 0,
-                "extend_failures": 0, "receive_failures": 0}
+    counters = {"refused": 0, "not_enqueued": 0, "ack_failures": 0, "extend_failures": 0,
+                "receive_failures": 0}
     closed = False
 
     def refuse(body: bytes, code: str, reason: str) -> None:
         counters["refused"] += 1
-        counters["refused_in_send"] += 1
         log.error("mirror_queue_send_refused", provider=PROVIDER, job=_label(body), code=code,
                   reason=reason[:300], bytes=len(body), refused=counters["refused"])
 
     async def send_each(batch: list[bytes]) -> SendOutcome:
         retry: list[int] = []
+        refused: list[int] = []
         for index, body in enumerate(batch):
             try:
                 await client.send_message(QueueUrl=url, MessageBody=body.decode("utf-8"))
             except boto.ClientError as error:
                 if _code(error) in _CONTENT_REFUSED:
                     refuse(body, _code(error), _describe(error))
+                    refused.append(index)
                 else:
                     retry.append(index)
             except Exception:
                 retry.append(index)
-        return SendOutcome(retry=tuple(retry))
+        return SendOutcome(retry=tuple(retry), refused=tuple(refused))
 
     async def send(batch: list[bytes]) -> SendOutcome:
         entries = [{"Id": str(i), "MessageBody": body.decode("utf-8")}
@@ -299,7 +301,7 @@ async def open_sqs_queue(
                 raise
             if len(batch) == 1:
                 refuse(batch[0], _code(error), _describe(error))
-                return SendOutcome()
+                return SendOutcome(refused=(0,))
             log.warning("mirror_queue_batch_refused", provider=PROVIDER, jobs=len(batch),
                         error=_describe(error))
             return await send_each(batch)
@@ -308,6 +310,7 @@ async def open_sqs_queue(
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 answered.add(int(entry["Id"]))
         retry: list[int] = []
+        refused: list[int] = []
         for entry in answer.get("Failed") or ():
             try:
                 index = int(entry["Id"])
@@ -320,12 +323,13 @@ async def open_sqs_queue(
             reason = str(entry.get("Message", ""))
             if entry.get("SenderFault") is True:
                 refuse(batch[index], code, reason)
+                refused.append(index)
             else:
                 retry.append(index)
                 log.warning("mirror_queue_send_entry_failed", provider=PROVIDER, code=code,
                             reason=reason[:300])
         retry.extend(i for i in range(len(batch)) if i not in answered)
-        return SendOutcome(retry=tuple(retry))
+        return SendOutcome(retry=tuple(retry), refused=tuple(refused))
 
     buffer = SendBuffer(send, provider=PROVIDER, max_depth=settings.max_depth,
                         max_count=BATCH_SIZE, max_bytes=SQS_MAX_MESSAGE_BYTES, on_drop=on_drop,
@@ -335,14 +339,14 @@ async def open_sqs_queue(
         try:
             body = _sqs_safe(encode_job(job).decode("utf-8")).encode("utf-8")
         except Exception as error:  # the serve path must never fail because of a job
-            counters["refused"] += 1
+            counters["not_enqueued"] += 1
             log.error("mirror_queue_job_unencodable", provider=PROVIDER, job=job.label,
                       error=_describe(error))
             return
         if len(body) > max_body:
-            counters["refused"] += 1
+            counters["not_enqueued"] += 1
             log.error("mirror_queue_job_too_large", provider=PROVIDER, job=job.label,
-                      bytes=len(body), limit=max_body, refused=counters["refused"])
+                      bytes=len(body), limit=max_body, not_enqueued=counters["not_enqueued"])
             return
         buffer.offer(body)
 
@@ -450,14 +454,15 @@ async def open_sqs_queue(
             await asyncio.wait(set(flushes), timeout=close_within)
         await stack.aclose()
         log.info("mirror_queue_closed", provider=PROVIDER, unsent=left,
-                 ack_failures=counters["ack_failures"], refused=counters["refused"])
+                 ack_failures=counters["ack_failures"], refused=counters["refused"],
+                 not_enqueued=counters["not_enqueued"])
 
     def stats() -> QueueStats:
         return QueueStats(
             depth=buffer.depth,
-            dropped=buffer.dropped,
-            sent=buffer.sent - counters["refused_in_send"],
-            send_failures=buffer.failures + counters["refused"],
+            dropped=buffer.dropped + counters["not_enqueued"],
+            sent=buffer.sent,
+            send_failures=buffer.failures,
         )
 
     log.info("mirror_queue_opened", provider=PROVIDER, region=resolved_region,
