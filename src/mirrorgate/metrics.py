@@ -42,6 +42,8 @@ class _QueueCollector(Collector):
             ("mirrorgate_enqueue_failures", "job sends the queue backend failed and retried",
              stats.send_failures),
             ("mirrorgate_jobs_sent", "jobs handed to the queue backend", stats.sent),
+            ("mirrorgate_queue_ack_failures", "acks and visibility changes the queue backend "
+             "could not deliver", stats.ack_failures),
         ):
             family = CounterMetricFamily(name, doc, labels=labels)
             family.add_metric(values, value)

@@ -192,13 +192,15 @@ class QueueStats:
     """What a backend knows about itself, read by /metrics at scrape time.
 
     `depth` is the jobs held locally (the memory queue, or a network backend's send buffer),
-    None where unknown. The counters only grow.
+    None where unknown. The counters only grow; `ack_failures` counts acks and visibility
+    changes the backend could not deliver (each means a redelivery the worker absorbs).
     """
 
     depth: int | None = None
     dropped: int = 0
     sent: int = 0
     send_failures: int = 0
+    ack_failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)

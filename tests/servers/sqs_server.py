@@ -99,7 +99,7 @@ class SqsServer:
     @asynccontextmanager
     async def client(self) -> AsyncIterator[Any]:
         """A raw aiobotocore SQS client on this server, for setting up and inspecting."""
-        from aiobotocore.session import get_session  # type: ignore[import-untyped]
+        from aiobotocore.session import get_session
 
         async with get_session().create_client(
             "sqs", region_name=SQS_REGION, endpoint_url=self.endpoint,

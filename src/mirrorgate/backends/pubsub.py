@@ -296,7 +296,7 @@ async def open_pubsub_queue(
 
     buffer = SendBuffer(send, provider=PROVIDER, max_depth=settings.max_depth,
                         max_count=_BATCH_COUNT, max_bytes=_BATCH_BYTES, on_drop=on_drop)
-    counters = {"refused": 0}
+    counters = {"refused": 0, "ack_failures": 0}
     closed = asyncio.Event()
 
     async def enqueue(job: MirrorJob) -> None:
@@ -345,6 +345,7 @@ async def open_pubsub_queue(
                     ack_deadline_seconds=deadline, timeout=call_timeout,
                     retry=_short_retry(call_timeout))
             except Exception as error:  # they keep the subscription's own deadline
+                counters["ack_failures"] += len(received)
                 log.warning("mirror_queue_extend_failed", provider=PROVIDER,
                             subscription=subscription, jobs=len(received),
                             error=_describe(error))
@@ -355,6 +356,7 @@ async def open_pubsub_queue(
             await subscriber.acknowledge(subscription=subscription, ack_ids=[receipt],
                                          timeout=call_timeout, retry=_short_retry(call_timeout))
         except Exception as error:
+            counters["ack_failures"] += 1
             log.warning("mirror_queue_ack_failed", provider=PROVIDER,
                         subscription=subscription, error=_describe(error))
 
@@ -365,6 +367,7 @@ async def open_pubsub_queue(
                 ack_deadline_seconds=ack_deadline_for(seconds), timeout=call_timeout,
                 retry=_short_retry(call_timeout))
         except Exception as error:
+            counters["ack_failures"] += 1
             log.warning("mirror_queue_extend_failed", provider=PROVIDER,
                         subscription=subscription, jobs=1, error=_describe(error))
 
@@ -377,7 +380,8 @@ async def open_pubsub_queue(
 
     def stats() -> QueueStats:
         return QueueStats(depth=buffer.depth, dropped=buffer.dropped + counters["refused"],
-                          sent=buffer.sent, send_failures=buffer.failures)
+                          sent=buffer.sent, send_failures=buffer.failures,
+                          ack_failures=counters["ack_failures"])
 
     return MirrorQueue(
         provider=PROVIDER,

@@ -41,9 +41,9 @@ from typing import Any
 
 import orjson
 import structlog
-from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
-from aiobotocore.session import get_session  # type: ignore[import-untyped]
-from botocore import exceptions as boto  # type: ignore[import-untyped]
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore import exceptions as boto
 
 from mirrorgate.backends import QueueUnavailableError
 from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
@@ -463,6 +463,7 @@ async def open_sqs_queue(
             dropped=buffer.dropped + counters["not_enqueued"],
             sent=buffer.sent,
             send_failures=buffer.failures,
+            ack_failures=counters["ack_failures"] + counters["extend_failures"],
         )
 
     log.info("mirror_queue_opened", provider=PROVIDER, region=resolved_region,
