@@ -18,8 +18,6 @@ it in a thread and tests can call it directly. Decisions:
   placeholder for the base, so a packument seen through several host names costs one gating.
 - A version key that is not a plain version string (`[0-9A-Za-z.+-]`, 256 characters at most)
   is skipped: keys become tarball file names in URLs the proxy serves.
-- Content negotiation follows npm: the abbreviated form only when the client names
-  `application/vnd.npm.install-v1+json` explicitly, with a q-value no lower than JSON's.
 """
 
 from __future__ import annotations
@@ -55,7 +53,6 @@ __all__ = [
     "gate",
     "render",
     "version_document",
-    "wants_abbreviated",
 ]
 
 ABBREVIATED = "application/vnd.npm.install-v1+json"
@@ -427,35 +424,3 @@ def render(gated: Gated, abbreviated: bool, base: str) -> bytes:
 def version_document(record: VersionRecord, base: str) -> bytes:
     """One version's full manifest (`GET /npm/<name>/<version>`), tarball URL on `base`."""
     return record.full.replace(_PLACEHOLDER_BYTES, _json_text(base))
-
-
-def _q_value(params: list[str]) -> float:
-    for param in params:
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "q":
-            try:
-                q = float(value.strip())
-            except ValueError:
-                return 0.0
-            return q if 0.0 <= q <= 1.0 else 0.0
-    return 1.0
-
-
-def wants_abbreviated(accept: str | None) -> bool:
-    """Whether an Accept header asks for the abbreviated form (npm's install-v1)."""
-    if not accept or ABBREVIATED not in accept.lower():
-        return False
-    abbreviated = 0.0
-    json_q: dict[str, float] = {}
-    for part in accept.split(",")[:64]:
-        media, *params = part.split(";")
-        media = media.strip().lower()
-        q = _q_value(params)
-        if media == ABBREVIATED:
-            abbreviated = max(abbreviated, q)
-        elif media in ("application/json", "application/*", "*/*"):
-            json_q[media] = max(json_q.get(media, 0.0), q)
-    for media in ("application/json", "application/*", "*/*"):
-        if media in json_q:
-            return abbreviated > 0.0 and abbreviated >= json_q[media]
-    return abbreviated > 0.0

@@ -1,0 +1,142 @@
+"""Filling a packument cache entry: both upstreams at once, then the merge and the gate.
+
+This is the loader the packument cache calls on a miss or once the TTL has passed; it runs once
+per package however many clients wait (the cache is single-flight). Decisions:
+
+- The private and public packuments are fetched concurrently. The public one is revalidated
+  with the ETag it came with; on a 304, when the private answer is unchanged (same
+  fingerprint) and no release-age denial has come of age since, the previous entry is kept as
+  it is, renderings included. Otherwise the public packument is fetched again in full and the
+  entry rebuilt.
+- Either upstream may fail on its own and be logged (`upstream_failed`): the packument is
+  built from what answered, and held only `DEGRADED_FRESH_FOR` seconds so the missing half is
+  asked for again soon. Nothing survives and an upstream failed: the failure is raised (the
+  client gets 502, 503 or 504). Both say they have no such package: an entry with no
+  packument (a 404), cached like any other.
+- Merging and gating documents above `THREAD_ABOVE` bytes runs in a thread, so a 10 MB
+  packument does not stall the event loop for every other client.
+- Rule denials, refused tarball URLs and skipped version keys are counted and logged here,
+  once per fill, never per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from mirrorgate.cache import Loaded, Slot
+from mirrorgate.metrics import Metrics
+from mirrorgate.registry.filestore import StoreError
+from mirrorgate.registry.names import PackageName
+from mirrorgate.registry.packument import Gated, gate
+from mirrorgate.registry.private import PrivateSource
+from mirrorgate.registry.rendered import Entry, fingerprint
+from mirrorgate.registry.upstream import JsonAnswer, Upstream, UpstreamError
+from mirrorgate.rules import Rules
+
+__all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "PackumentSource"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+THREAD_ABOVE = 256 * 1024
+"""Gating and rendering documents larger than this (in bytes) run in a thread."""
+DEGRADED_FRESH_FOR = 5.0
+"""Seconds a packument built while one upstream was failing is served before it is retried."""
+REFUSALS_LOGGED = 5
+"""Refused tarball URLs logged one by one per fill; more are logged as a count."""
+
+
+class PackumentSource:
+    def __init__(self, *, private: PrivateSource, public: Upstream, rules: Rules,
+                 metrics: Metrics, now: Callable[[], datetime]) -> None:
+        self.private = private
+        self.public = public
+        self.rules = rules
+        self.metrics = metrics
+        self.now = now
+
+    async def _private_document(self, name: PackageName) -> tuple[dict[str, Any] | None,
+                                                                   UpstreamError | None]:
+        try:
+            return await self.private.packument(name), None
+        except UpstreamError as error:
+            log.warning("upstream_failed", upstream="private", package=name.full,
+                        kind=error.kind, detail=str(error))
+            return None, error
+        except (StoreError, OSError) as error:
+            log.warning("upstream_failed", upstream="private", package=name.full,
+                        kind="store", detail=str(error))
+            return None, UpstreamError("private", "unreachable", str(error))
+
+    async def _public_answer(self, name: PackageName,
+                             etag: str | None) -> JsonAnswer | UpstreamError:
+        try:
+            return await self.public.get_json(name.url_path(), etag=etag)
+        except UpstreamError as error:
+            log.warning("upstream_failed", upstream="public", package=name.full,
+                        kind=error.kind, detail=str(error))
+            return error
+
+    async def load(self, name: PackageName, previous: Slot[Entry] | None) -> Loaded[Entry]:
+        """The entry for `name`, or the previous one when a revalidation says it still holds.
+        Raises UpstreamError when nothing is installable because an upstream failed, and
+        TooManyVersionsError for a packument too large to gate."""
+        now = self.now()
+        old = previous.value if previous is not None else None
+        revalidate = (old is not None and old.gated is not None
+                      and (old.gated.regate_at is None or now < old.gated.regate_at))
+        etag = previous.validator if revalidate and previous is not None else None
+        (private, private_error), public = await asyncio.gather(
+            self._private_document(name), self._public_answer(name, etag))
+        private_print = fingerprint(private)
+        if isinstance(public, JsonAnswer) and public.status == 304:
+            if previous is not None and old is not None and old.fingerprint == private_print:
+                return Loaded(old, previous.size, public.etag)
+            public = await self._public_answer(name, None)
+        public_error = public if isinstance(public, UpstreamError) else None
+        answer = public if isinstance(public, JsonAnswer) else None
+        public_doc = answer.document if answer is not None and answer.status == 200 else None
+        failure = public_error or private_error
+        if private is None and public_doc is None:
+            if failure is not None:
+                raise failure
+            return Loaded(Entry(None, None), 256)
+        size = answer.size if answer is not None else 0
+        if size > THREAD_ABOVE:
+            gated = await asyncio.to_thread(self._gate, name, private, public_doc, now)
+        else:
+            gated = self._gate(name, private, public_doc, now)
+        if failure is not None and not gated.survivors:
+            raise failure
+        self._report(gated)
+        return Loaded(Entry(gated, private_print), gated.size + 256,
+                      answer.etag if answer is not None else None,
+                      fresh_for=DEGRADED_FRESH_FOR if failure is not None else None)
+
+    def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
+              public: Mapping[str, Any] | None, now: datetime) -> Gated:
+        return gate(name, private, public, rules=self.rules, now=now,
+                    origin=self.public.origin)
+
+    def _report(self, gated: Gated) -> None:
+        for rule, count in gated.denials.items():
+            self.metrics.rule_denials.labels(rule).inc(count)
+        for refusal in gated.refused_urls[:REFUSALS_LOGGED]:
+            log.warning("tarball_url_refused", package=gated.name.full,
+                        version=refusal.version, kind=refusal.kind, reason=refusal.detail)
+        if len(gated.refused_urls) > REFUSALS_LOGGED:
+            log.warning("tarball_urls_refused", package=gated.name.full,
+                        count=len(gated.refused_urls))
+        if gated.refused_urls:
+            self.metrics.refusals.labels("tarball_url").inc(len(gated.refused_urls))
+        if gated.skipped:
+            self.metrics.refusals.labels("bad_version_key").inc(gated.skipped)
+            log.warning("packument_versions_skipped", package=gated.name.full,
+                        count=gated.skipped, reason="version keys that are not plain version "
+                        "strings, or manifests that are not objects")
+        log.info("packument_filled", package=gated.name.full,
+                 versions=len(gated.versions), denied=sum(gated.denials.values()))

@@ -1,0 +1,68 @@
+"""Requests the proxy answers with a JSON error, and the sentences in them.
+
+Every non-2xx answer is JSON with an `error` sentence a person can act on (npm prints it), and,
+where a program may want them, structured fields: `reason`, `rule`, `package`, `version`,
+`upstream`, `kind`. Handlers raise `Refused`; the dispatcher turns it into the response, so a
+refusal is one line wherever it happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from mirrorgate.registry.names import PackageName
+from mirrorgate.registry.packument import VersionRecord
+from mirrorgate.registry.upstream import UpstreamError
+
+__all__ = ["Refused", "denied", "json_response", "upstream_failed"]
+
+DEFAULT_RETRY_AFTER = "30"
+"""Seconds a 503 asks the client to wait when the upstream did not say."""
+
+
+class Refused(Exception):  # noqa: N818 - an outcome carried to the response, not a bug
+    """A request answered with a JSON error: the status, the sentence and extra fields."""
+
+    def __init__(self, status: int, message: str, *, reason: str | None = None,
+                 headers: Mapping[str, str] | None = None, **fields: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+        self.headers = dict(headers or {})
+        self.fields = fields
+
+    def response(self) -> web.Response:
+        body: dict[str, Any] = {"error": self.message}
+        if self.reason is not None:
+            body["reason"] = self.reason
+        body.update(self.fields)
+        return json_response(self.status, body, self.headers)
+
+
+def json_response(status: int, body: Mapping[str, Any],
+                  headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body),
+                        headers={"Content-Type": "application/json", **(headers or {})})
+
+
+def upstream_failed(error: UpstreamError, name: PackageName) -> Refused:
+    """502, 503 (with Retry-After) or 504, saying which upstream failed and how."""
+    status = error.client_status
+    headers = {"Retry-After": error.retry_after or DEFAULT_RETRY_AFTER} if status == 503 else {}
+    return Refused(status, f"the {error.label} upstream failed for {name.full}: {error}",
+                   headers=headers, upstream=error.label, kind=error.kind)
+
+
+def denied(name: PackageName, record: VersionRecord) -> Refused:
+    """The 403 for a version the gate denied: which rule, why, which version."""
+    denial = record.denial
+    if denial is None:
+        raise ValueError(f"{name.full}@{record.version} was admitted, not denied")
+    return Refused(403, f"mirrorgate denied {name.full}@{record.version} by its {denial.rule} "
+                   f"rule: {denial.reason}", reason=denial.reason, rule=denial.rule,
+                   package=name.full, version=record.version)

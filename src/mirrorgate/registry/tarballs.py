@@ -1,0 +1,185 @@
+"""The tarball route: private first, then the public version's gate, streaming, the job.
+
+`GET|HEAD /npm/<name>/-/<file>.tgz`. Decisions:
+
+- The file name must be `<bare name>-<version>.tgz` for this package (`version_from_filename`),
+  else 400; a version no upstream lists is a 404.
+- The private upstream is asked first, at the npm-standard path; a 2xx is streamed through as
+  is. A miss, or a private failure (logged `upstream_failed`), falls back to the public side.
+- The public side never builds a URL: it follows the version's own `dist.tarball`, which the
+  gate already checked is on the public upstream's origin (a version whose URL is not is
+  unavailable, answered 403 with the reason). A denied version is a 403 saying which rule,
+  why and which version (`tarball_denied`).
+- Bytes are copied chunk by chunk as they arrive (constant memory). Once the response has
+  started, an upstream that breaks mid-body makes the proxy close the connection: the client
+  sees a failed transfer, never a short 200 and never a hang (`tarball_stream_failed`). The
+  request timeout stops at the first byte; the upstream's per-read timeout bounds the rest.
+- Once public has answered 2xx to a GET, the admitted version is enqueued as a `MirrorJob`
+  (name, version, every digest of `dist`, the upstream tarball URL and file name, the manifest
+  without `readme`) in a background task: the response never waits on the queue and never
+  fails because of it. HEAD never enqueues, nor does a version the private upstream lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from mirrorgate.metrics import Metrics
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue
+from mirrorgate.registry.filestore import StoreError
+from mirrorgate.registry.names import InvalidNameError, PackageName, version_from_filename
+from mirrorgate.registry.packument import Gated, VersionRecord
+from mirrorgate.registry.private import PrivateSource
+from mirrorgate.registry.refusals import Refused, denied, upstream_failed
+from mirrorgate.registry.upstream import CHUNK, Upstream, UpstreamError
+
+__all__ = ["OUTCOME", "TarballRoute"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+OCTETS = "application/octet-stream"
+OUTCOME = web.ResponseKey("mirrorgate_outcome", str)
+"""Set on a response whose transfer did not complete (`aborted`, `client_gone`): the
+request metric's status label instead of the status that was already sent."""
+
+
+class TarballRoute:
+    def __init__(self, *, private: PrivateSource, public: Upstream, queue: MirrorQueue,
+                 metrics: Metrics,
+                 packument: Callable[[PackageName], Awaitable[Gated | None]]) -> None:
+        self.private = private
+        self.public = public
+        self.queue = queue
+        self.metrics = metrics
+        self.packument = packument
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __call__(self, request: web.Request, name: PackageName, filename: str,
+                       deadline: asyncio.Timeout) -> web.StreamResponse:
+        try:
+            version = version_from_filename(name, filename)
+        except InvalidNameError as error:
+            self.metrics.refusals.labels("bad_tarball_filename").inc()
+            raise Refused(400, f"refused tarball path: {error}", reason=str(error)) from None
+        private_error: UpstreamError | None = None
+        try:
+            async with self.private.tarball(name, filename) as body:
+                if body is not None:
+                    return await self._stream(request, body.size, body.chunks, deadline,
+                                              source="private", name=name, version=version)
+        except UpstreamError as error:
+            private_error = error
+        except (StoreError, OSError) as error:
+            private_error = UpstreamError("private", "unreachable", str(error))
+        if private_error is not None:
+            log.warning("upstream_failed", upstream="private", package=name.full,
+                        version=version, kind=private_error.kind, detail=str(private_error))
+        return await self._public(request, name, version, private_error, deadline)
+
+    async def _public(self, request: web.Request, name: PackageName, version: str,
+                      private_error: UpstreamError | None,
+                      deadline: asyncio.Timeout) -> web.StreamResponse:
+        gated = await self.packument(name)
+        record = gated.versions.get(version) if gated is not None else None
+        if record is None:
+            raise Refused(404, f"{name.full}@{version} is not on the private or the public "
+                          "upstream", reason="not found")
+        if record.denial is not None:
+            log.info("tarball_denied", package=name.full, version=version,
+                     rule=record.denial.rule, reason=record.denial.reason)
+            raise denied(name, record)
+        url = record.upstream_tarball
+        if url is None:
+            if private_error is not None:
+                raise upstream_failed(private_error, name)
+            raise Refused(404, f"{name.full}@{version} is listed by the private upstream, "
+                          "which did not serve its tarball", reason="not found")
+        try:
+            async with self.public.stream(url, method=request.method) as response:
+                if response is None:
+                    raise Refused(404, f"the public upstream has no tarball for "
+                                  f"{name.full}@{version}", reason="not found")
+                if request.method == "GET" and not record.private:
+                    self._enqueue(name, record, url, response.content_length)
+                return await self._stream(request, response.content_length,
+                                          response.content.iter_chunked(CHUNK), deadline,
+                                          source="public", name=name, version=version)
+        except UpstreamError as error:
+            log.warning("upstream_failed", upstream="public", package=name.full,
+                        version=version, kind=error.kind, detail=str(error))
+            raise upstream_failed(error, name) from None
+
+    async def _stream(self, request: web.Request, size: int | None,
+                      chunks: AsyncIterator[bytes], deadline: asyncio.Timeout, *,
+                      source: str, name: PackageName, version: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": OCTETS})
+        if size is not None:
+            response.content_length = size
+        await response.prepare(request)
+        deadline.reschedule(None)
+        sent = 0
+        if request.method != "HEAD":
+            iterator = aiter(chunks)
+            while True:
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                except (aiohttp.ClientError, TimeoutError, OSError, StoreError) as error:
+                    log.warning("tarball_stream_failed", upstream=source, package=name.full,
+                                version=version, sent=sent, detail=type(error).__name__)
+                    if request.transport is not None:
+                        request.transport.close()
+                    response[OUTCOME] = "aborted"
+                    return response
+                try:
+                    await response.write(chunk)
+                except (ConnectionError, aiohttp.ClientConnectionResetError):
+                    log.info("tarball_client_gone", package=name.full, version=version,
+                             sent=sent)
+                    response[OUTCOME] = "client_gone"
+                    return response
+                sent += len(chunk)
+            await response.write_eof()
+        log.info("tarball_served", upstream=source, package=name.full, version=version,
+                 bytes=sent, head=request.method == "HEAD")
+        return response
+
+    def _enqueue(self, name: PackageName, record: VersionRecord, url: str,
+                 size: int | None) -> None:
+        try:
+            job = MirrorJob(
+                name=name.full,
+                version=record.version,
+                artifact=MirrorArtifact(url, f"{name.bare}-{record.version}.tgz", size,
+                                        record.digests),
+                manifest=record.manifest(None),
+            )
+        except ValueError as error:
+            log.warning("job_not_enqueued", package=name.full, version=record.version,
+                        reason=str(error))
+            return
+        task = asyncio.get_running_loop().create_task(self._send(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, job: MirrorJob) -> None:
+        try:
+            await self.queue.enqueue(job)
+        except Exception as error:  # the queue promised not to raise; a bug is logged
+            log.error("enqueue_failed", package=job.name, version=job.version,
+                      reason=f"{type(error).__name__}: {error}")
+            return
+        self.metrics.enqueued.inc()
+        log.info("job_enqueued", package=job.name, version=job.version,
+                 queue=self.queue.provider)
+
+    async def drain(self) -> None:
+        """Wait for the enqueues still running (at application cleanup)."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
