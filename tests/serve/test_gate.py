@@ -1,0 +1,125 @@
+"""The merge and the gate as pure functions, and the release-age gate coming of age."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+
+from mirrorgate.registry.names import parse_name
+from mirrorgate.registry.negotiation import wants_abbreviated
+from mirrorgate.registry.origins import Origin
+from mirrorgate.registry.packument import MAX_VERSIONS, TooManyVersionsError, gate, render
+from mirrorgate.rules import DEFAULT_RULES, parse_rules
+from tests.serve.conftest import NPM_ACCEPT, StartProxy
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.packages import fresh_version, make_package, make_version
+
+UPSTREAM = "http://127.0.0.1:9/"
+ORIGIN = Origin.of(UPSTREAM)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def document(name: str, versions: list[str], **fields: Any) -> dict[str, Any]:
+    packument = make_package(name, versions, **fields).packument(UPSTREAM)
+    packed: dict[str, Any] = orjson.loads(orjson.dumps(packument))
+    return packed
+
+
+def test_with_no_denials_the_document_has_no_policy_restrictions() -> None:
+    gated = gate(parse_name("plain"), None, document("plain", ["1.0.0"]),
+                 rules=DEFAULT_RULES, now=NOW, origin=ORIGIN)
+
+    rendered = orjson.loads(render(gated, False, "http://proxy.example.com/"))
+
+    assert "policyRestrictions" not in rendered
+    assert rendered["versions"]["1.0.0"]["dist"]["tarball"] == (
+        "http://proxy.example.com/npm/plain/-/plain-1.0.0.tgz")
+    assert gated.regate_at is None
+
+
+def test_a_private_only_package_is_served_without_any_gate() -> None:
+    private = document("internal", ["1.0.0"])
+    for manifest in private["versions"].values():
+        del manifest["dist"]["integrity"], manifest["dist"]["shasum"]
+
+    gated = gate(parse_name("internal"), private, None, rules=DEFAULT_RULES, now=NOW,
+                 origin=ORIGIN)
+
+    assert gated.survivors == ["1.0.0"]
+    assert gated.versions["1.0.0"].private
+    assert gated.dist_tags == {"latest": "1.0.0"}
+
+
+def test_the_policy_message_names_every_denied_version_on_one_line() -> None:
+    versions = [f"1.{minor}.0" for minor in range(30)]
+    public = document("many-denied", ["0.9.0", *versions])
+    for version in versions:
+        del public["versions"][version]["dist"]["integrity"]
+        del public["versions"][version]["dist"]["shasum"]
+
+    gated = gate(parse_name("many-denied"), None, public, rules=DEFAULT_RULES, now=NOW,
+                 origin=ORIGIN)
+
+    message = gated.policy_message or ""
+    assert "\n" not in message
+    assert message.index("1.29.0 denied by integrity-presence") < message.index("1.28.0")
+    for version in versions:
+        assert version in message
+    assert message.count("carries no digest") == 20
+    assert gated.denials == {"integrity-presence": 30}
+
+
+def test_more_versions_than_the_bound_are_refused_before_any_gating() -> None:
+    public = {"name": "huge", "versions": {f"0.0.{i}": {} for i in range(MAX_VERSIONS + 1)}}
+
+    with pytest.raises(TooManyVersionsError, match=f"{MAX_VERSIONS + 1} versions"):
+        gate(parse_name("huge"), None, public, rules=DEFAULT_RULES, now=NOW, origin=ORIGIN)
+
+
+def test_a_release_age_denial_records_when_it_comes_of_age() -> None:
+    rules = parse_rules('[age]\nminimum = "3d"\n')
+    public = document("young", ["1.0.0", "1.1.0"])
+    public["time"]["1.1.0"] = (NOW - timedelta(days=1)).isoformat()
+
+    gated = gate(parse_name("young"), None, public, rules=rules, now=NOW, origin=ORIGIN)
+
+    assert gated.denied == ["1.1.0"]
+    assert gated.regate_at == NOW + timedelta(days=2)
+
+
+@pytest.mark.parametrize(("accept", "expected"), [
+    (NPM_ACCEPT, True),
+    ("application/vnd.npm.install-v1+json;q=0.9, application/*;q=0.8", True),
+    ("application/vnd.npm.install-v1+json;q=0.5, */*;q=0.9", False),
+    ("APPLICATION/VND.NPM.INSTALL-V1+JSON", True),
+    ("application/vnd.npm.install-v1+json; q=bogus", False),
+    ("", False),
+])
+def test_the_abbreviated_form_is_chosen_by_explicit_preference(accept: str,
+                                                               expected: bool) -> None:
+    assert wants_abbreviated(accept) is expected
+
+
+async def test_a_version_held_by_the_release_age_rule_appears_once_it_is_old_enough(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    public_registry.add(make_package("ageing", [
+        make_version("ageing", "1.0.0"),
+        fresh_version("ageing", "1.1.0", age=timedelta(hours=70))]))
+    proxy = await start_proxy(public_registry.url, cache_ttl=60.0,
+                              rules=parse_rules('[age]\nminimum = "3d"\n'))
+    young = (await proxy.get("npm/ageing")).json()
+
+    proxy.wall.offset_seconds = 3 * 3600
+    proxy.clock.advance(61)
+    grown = (await proxy.get("npm/ageing")).json()
+
+    assert list(young["versions"]) == ["1.0.0"]
+    assert sorted(grown["versions"]) == ["1.0.0", "1.1.0"]
+    assert grown["dist-tags"]["latest"] == "1.1.0"
+    assert "policyRestrictions" not in grown
+    sent = [seen.headers.get("If-None-Match") for seen in public_registry.requests]
+    assert sent == [None, None]
