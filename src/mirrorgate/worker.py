@@ -27,7 +27,9 @@ Decisions:
 - While a message is held (waiting for a slot or running), its visibility is extended every
   third of the window, so a slow publish is not handed to another worker mid-flight.
 - `MIRRORGATE_WORKER_CONCURRENCY` jobs run at once; the loop receives again only when a slot is
-  free, so it never holds more than one batch beyond what it can run.
+  free, so it never holds more than one batch beyond what it can run. Two jobs for the same
+  version (two pulls, two enqueues) never run at once here: the second waits for the first and
+  then finds the version present, instead of downloading it again and racing its publish.
 - The heartbeat advances when a receive returns (an empty poll is a healthy idle) and after each
   job, so a job stuck with every slot taken shows as a stale `/livez`.
 - Stopping: the waiting receive is cancelled (the backends are safe to cancel), messages not
@@ -45,7 +47,7 @@ import enum
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -113,6 +115,12 @@ class _Retry(Exception):  # noqa: N818 - control flow inside one job, never esca
         self.reason = reason
 
 
+@dataclass
+class _VersionLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 async def _in_thread_if_large(size: int, work: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.to_thread(work, *args) if size >= THREAD_ABOVE else work(*args)
 
@@ -129,6 +137,7 @@ class Worker:
         self.heartbeat = deps.heartbeat
         self.idle_pause = idle_pause
         self._running: set[asyncio.Task[None]] = set()
+        self._versions: dict[tuple[str, str], _VersionLock] = {}
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -275,7 +284,8 @@ class Worker:
                                       f"delivered {message.deliveries} times; the limit is "
                                       f"{limit} (MIRRORGATE_MAX_DELIVERIES)")
         try:
-            result = await self._mirror(job)
+            async with self._one_at_a_time(job):
+                result = await self._mirror(job)
         except _Retire as retire:
             return await self._retire(message, retire.reason, str(retire), **retire.fields)
         except _Retry as retry:
@@ -301,6 +311,22 @@ class Worker:
             return await self._retire(message, "target-conflict", str(conflict))
         await self._ack(message)
         return Outcome(result.value)
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, job: MirrorJob) -> AsyncIterator[None]:
+        """Serialise jobs for the same version: the second waits, then finds it present."""
+        key = (job.name, job.version)
+        entry = self._versions.get(key)
+        if entry is None:
+            entry = self._versions[key] = _VersionLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._versions[key]
 
     async def _mirror(self, job: MirrorJob) -> PublishResult:
         """Fetch, verify and publish; raises _Retire, _Retry or a verify/target error."""

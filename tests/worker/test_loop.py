@@ -133,3 +133,19 @@ async def test_a_queue_whose_receive_fails_is_polled_again_and_the_job_still_run
         await until(lambda: rig.outcomes("published") == 1)
 
     assert events(logs, "worker_receive_failed")[0]["error"] == "the queue endpoint is unreachable"
+
+
+async def test_two_jobs_for_one_version_run_one_after_the_other_and_download_once(
+        make_rig: RigFactory, public_registry: FixtureRegistry) -> None:
+    public_registry.add(make_package("left-pad", ["1.3.0"]))
+    public_registry.fault("/left-pad/-/", Fault(delay=0.3))
+    queue = bounded_memory_queue(MemoryQueueSettings(max_depth=10, poll_window=0.05))
+    rig = await make_rig(queue=queue, worker_concurrency=2)
+    for _ in range(2):  # two pulls of the same version, two enqueues
+        await queue.enqueue(job_from(public_registry, "left-pad", "1.3.0"))
+
+    async with running(rig.worker):
+        await until(lambda: rig.outcomes("already_present") == 1)
+
+    assert rig.outcomes("published") == 1
+    assert len(rig.tarball_gets()) == 1
