@@ -111,7 +111,7 @@ class ProxyServer:
                                       rules=proxy.rules, metrics=proxy.metrics, now=now)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
-                                     packument=self._gated_or_none)
+                                     packument=self._gated_or_none, clock=clock)
         self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._gzip: Memo[str, bool] = Memo(accepts_gzip)

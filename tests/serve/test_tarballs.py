@@ -207,3 +207,20 @@ async def test_a_tarball_the_public_upstream_lost_is_a_404(
     assert "no tarball" in answer.json()["error"]
     assert await proxy.jobs() == []
 
+
+
+async def test_a_version_pulled_again_within_the_window_is_enqueued_once(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    public_registry.add(make_package("pulled-twice", ["1.0.0"]))
+    proxy = await start_proxy(public_registry.url)
+    path = "npm/pulled-twice/-/pulled-twice-1.0.0.tgz"
+
+    first, again = await proxy.get(path), await proxy.get(path)
+    within = len(await proxy.jobs())
+    proxy.clock.advance(301)
+    later = await proxy.get(path)
+
+    assert first.status == again.status == later.status == 200
+    assert within == 1
+    assert len(await proxy.jobs()) == 2

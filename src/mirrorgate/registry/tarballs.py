@@ -18,11 +18,17 @@
   (name, version, every digest of `dist`, the upstream tarball URL and file name, the manifest
   without `readme`) in a background task: the response never waits on the queue and never
   fails because of it. HEAD never enqueues, nor does a version the private upstream lists.
+- A version is enqueued at most once per `ENQUEUE_WINDOW` (5 minutes): parallel CI jobs and
+  npm's own retry after an integrity failure pull the same tarball several times in a row,
+  and one job mirrors it. A pull after the window enqueues again, so a job the queue lost
+  (the bounded memory queue drops when full) is made good by the next pull.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -43,6 +49,9 @@ __all__ = ["OUTCOME", "TarballRoute"]
 log = structlog.get_logger("mirrorgate.serve")
 
 OCTETS = "application/octet-stream"
+ENQUEUE_WINDOW = 300.0
+ENQUEUE_MEMORY = 10_000
+"""Versions remembered for the enqueue window; the oldest are forgotten first."""
 OUTCOME = web.ResponseKey("mirrorgate_outcome", str)
 """Set on a response whose transfer did not complete (`aborted`, `client_gone`): the
 request metric's status label instead of the status that was already sent."""
@@ -51,13 +60,16 @@ request metric's status label instead of the status that was already sent."""
 class TarballRoute:
     def __init__(self, *, private: PrivateSource, public: Upstream, queue: MirrorQueue,
                  metrics: Metrics,
-                 packument: Callable[[PackageName], Awaitable[Gated | None]]) -> None:
+                 packument: Callable[[PackageName], Awaitable[Gated | None]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.private = private
         self.public = public
         self.queue = queue
         self.metrics = metrics
         self.packument = packument
+        self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+        self._enqueued: OrderedDict[str, float] = OrderedDict()
 
     async def __call__(self, request: web.Request, name: PackageName, filename: str,
                        deadline: asyncio.Timeout) -> web.StreamResponse:
@@ -150,8 +162,22 @@ class TarballRoute:
                  bytes=sent, head=request.method == "HEAD")
         return response
 
+    def _first_in_window(self, label: str) -> bool:
+        now = self.clock()
+        last = self._enqueued.get(label)
+        if last is not None and now - last < ENQUEUE_WINDOW:
+            return False
+        self._enqueued[label] = now
+        self._enqueued.move_to_end(label)
+        while len(self._enqueued) > ENQUEUE_MEMORY:
+            self._enqueued.popitem(last=False)
+        return True
+
     def _enqueue(self, name: PackageName, record: VersionRecord, url: str,
                  size: int | None) -> None:
+        if not self._first_in_window(f"{name.full}@{record.version}"):
+            log.debug("job_recently_enqueued", package=name.full, version=record.version)
+            return
         try:
             job = MirrorJob(
                 name=name.full,
