@@ -23,7 +23,8 @@ emulator; otherwise Application Default Credentials are used. Decisions:
   so the worker's hold on a job is the same on every backend whatever the subscription says.
 - The delivery count is Pub/Sub's `delivery_attempt`, which it only reports when the
   subscription has a dead-letter policy; without one it is None (unknown), and start-up logs
-  `mirror_queue_no_dead_letter_policy`.
+  `mirror_queue_no_dead_letter_policy`. A delivery Pub/Sub has made before (a worker died or
+  gave the job back) is logged as `mirror_queue_redelivered` with its count.
 - extend_visibility is ModifyAckDeadline, clamped to Pub/Sub's 10..600 s; 0 releases the job
   for a prompt redelivery (a nack). ack and extend log their failures and never raise: a lost
   ack is a redelivery, which the worker already treats as "already present".
@@ -184,6 +185,14 @@ def _required(variable: str, value: str | None, kind: str) -> str:
             f"{variable}=projects/my-project/{kind}/mirrorgate"
         )
     return value
+
+
+def _log_redelivery(message: QueueMessage) -> None:
+    if message.deliveries is None or message.deliveries < 2:
+        return
+    job = {"package": message.job.name, "version": message.job.version} if message.job else {}
+    log.info("mirror_queue_redelivered", provider=PROVIDER, message_id=message.message_id,
+             deliveries=message.deliveries, **job)
 
 
 def _ignore_drop(_total: int) -> None:
@@ -349,7 +358,10 @@ async def open_pubsub_queue(
                 log.warning("mirror_queue_extend_failed", provider=PROVIDER,
                             subscription=subscription, jobs=len(received),
                             error=_describe(error))
-        return [delivered(m) for m in received]
+        messages = [delivered(m) for m in received]
+        for message in messages:
+            _log_redelivery(message)
+        return messages
 
     async def ack(receipt: ReceiptHandle) -> None:
         try:

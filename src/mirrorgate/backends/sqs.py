@@ -23,7 +23,9 @@ Decisions:
   visibility window to `MIRROR_VISIBILITY_SECONDS`, so the window the worker extends against is
   the one SQS applies whatever the queue's own default. A body that is not a job comes back
   with `job=None` and the decoder's reason; a failed call is logged, backed off and answered
-  with `[]`, so the worker's loop (and its heartbeat) keep going.
+  with `[]`, so the worker's loop (and its heartbeat) keep going. A delivery SQS has made
+  before (a worker died or gave the job back) is logged as `mirror_queue_redelivered` with
+  its count, so the worker that picks it up says so.
 - `ack` deletes; acks issued in the same loop tick share one `DeleteMessageBatch` (10 at most).
   A failed ack or extend is logged and swallowed: the message comes back and the worker handles
   a redelivery idempotently.
@@ -165,6 +167,14 @@ def _message(raw: Any) -> QueueMessage | None:
             return QueueMessage(job, ReceiptHandle(receipt), deliveries, message_id=message_id)
     return QueueMessage(None, ReceiptHandle(receipt), deliveries, problem=problem,
                         message_id=message_id)
+
+
+def _log_redelivery(message: QueueMessage) -> None:
+    if message.deliveries is None or message.deliveries < 2:
+        return
+    job = {"package": message.job.name, "version": message.job.version} if message.job else {}
+    log.info("mirror_queue_redelivered", provider=PROVIDER, message_id=message.message_id,
+             deliveries=message.deliveries, **job)
 
 
 def _explain(error: Exception, url: str, region: str | None, endpoint: str | None) -> str:
@@ -376,7 +386,10 @@ async def open_sqs_queue(
         raw = answer.get("Messages") if isinstance(answer, Mapping) else None
         if not isinstance(raw, list):
             return []
-        return [message for item in raw if (message := _message(item)) is not None]
+        messages = [message for item in raw if (message := _message(item)) is not None]
+        for message in messages:
+            _log_redelivery(message)
+        return messages
 
     pending: list[tuple[ReceiptHandle, asyncio.Future[None]]] = []
     flushes: set[asyncio.Task[None]] = set()
