@@ -326,17 +326,6 @@ def main() -> int:
     processes: list[subprocess.Popen[bytes]] = []
     verdaccio: Verdaccio | None = None
 
-    class _UplinkVerdaccio(Verdaccio):
-        """The harness's Verdaccio with a usable uplink: its `max_fails: 0` makes Verdaccio
-        6 treat the uplink as failed after the first request (`failed_requests >=
-        max_fails` within `fail_timeout`), so every other package would answer 404."""
-
-        def config(self) -> dict[str, Any]:
-            config = super().config()
-            for uplink in config["uplinks"].values():
-                uplink["max_fails"] = 100
-            return config
-
     try:
         sizes = {key: len(json.dumps(upstream.packument(package.name)))
                  for key, package in packages.items()}
@@ -388,7 +377,7 @@ def main() -> int:
             if not VERDACCIO_BIN.exists():
                 raise SystemExit(f"Verdaccio is not installed ({VERDACCIO_BIN}); run npm "
                                  "install in tests/registry, or pass --skip-verdaccio")
-            verdaccio = _UplinkVerdaccio(workdir / "verdaccio", uplink=upstream.url)
+            verdaccio = Verdaccio(workdir / "verdaccio", uplink=upstream.url)
             verdaccio.start(timeout=30)
             assert verdaccio.process is not None
             _pin(SERVER_CPU, verdaccio.process.pid)

@@ -62,8 +62,9 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_LISTEN", "127.0.0.1:8080", "host:port the proxy listens on"),
     Var("MIRRORGATE_WORKER_LISTEN", "127.0.0.1:8081", "host:port of `mirrorgate worker`'s "
         "/livez, /readyz and /metrics"),
-    Var("MIRRORGATE_PUBLIC_URL", None, "the proxy's external base URL, used in tarball URLs "
-        "(default: from the request's Host and X-Forwarded-* headers)"),
+    Var("MIRRORGATE_PUBLIC_URL", None, "mirrorgate's external root URL, e.g. "
+        "https://npm.example.com/ (tarball URLs become .../npm/<name>/-/<file>; default: from "
+        "the request's Host and X-Forwarded-* headers)"),
     Var("MIRRORGATE_PUBLIC_UPSTREAM", None, "the public npm registry URL (default: the registry "
         "npm is configured with)"),
     Var("MIRRORGATE_PRIVATE_UPSTREAM", None, "the organisation's npm registry URL (http(s)://) or "

@@ -40,6 +40,14 @@ def test_the_worker_refuses_the_memory_queue_saying_why(mirrorgate: MirrorgateFa
     assert "an in-memory queue lives inside one process" in worker.stderr()
 
 
+def test_serve_without_a_worker_refuses_the_memory_queue_saying_why(
+        mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry) -> None:
+    proxy = mirrorgate("serve --no-worker", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url},
+                       ready=False)
+    assert proxy.wait(30) == 2
+    assert "no worker can ever receive" in proxy.stderr()
+
+
 def test_check_config_lists_every_problem_and_exits_2() -> None:
     done = run_command("check-config", env={"PATH": "/usr/bin:/bin",
                                             "MIRRORGATE_PUBLIC_UPSTREAM": "ftp://nowhere",

@@ -34,11 +34,10 @@ def test_mirrorgate_serve_becomes_ready_and_exits_zero_on_sigterm(
     assert proxy.events("stopped")
 
 
-def test_mirrorgate_serve_without_a_worker_answers_on_its_own_listener(
+def test_mirrorgate_serve_answers_health_on_its_own_listener(
     mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
 ) -> None:
-    proxy = mirrorgate("serve --no-worker",
-                       {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url})
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url})
     assert proxy.health_url == proxy.url
     assert proxy.registry_url == proxy.url + "npm/"
     assert proxy.get("readyz").json() == {"status": "ready"}

@@ -83,7 +83,7 @@ class Verdaccio:
         rule: dict[str, Any] = {"access": "$all", "publish": "$authenticated"}
         uplinks: dict[str, Any] = {}
         if self.uplink is not None:
-            uplinks = {"upstream": {"url": self.uplink, "timeout": "30s", "max_fails": 0}}
+            uplinks = {"upstream": {"url": self.uplink, "timeout": "30s", "max_fails": 10}}
             rule["proxy"] = "upstream"
         return {
             "storage": str(self.storage),
