@@ -418,8 +418,10 @@ class Worker:
     async def _release(self, message: QueueMessage, why: str) -> None:
         if not self.queue.redelivers:
             return
+        delay = Seconds(0) if why == "stopping" else retry_delay(
+            message.deliveries, self.settings.queue.visibility)
         try:
-            await asyncio.wait_for(self.queue.extend_visibility(message.receipt, Seconds(0)),
+            await asyncio.wait_for(self.queue.extend_visibility(message.receipt, delay),
                                    timeout=RELEASE_TIMEOUT)
         except Exception as error:  # it comes back when its window lapses anyway
             log.warning("mirror_release_failed", why=why,
@@ -427,6 +429,24 @@ class Worker:
         else:
             if why == "stopping":
                 log.info("mirror_released", why=why)
+
+
+MAX_RETRY_DELAY = 600
+"""The longest a failed job waits before its next delivery: Pub/Sub's ack-deadline ceiling."""
+
+
+def retry_delay(deliveries: int | None, visibility: int) -> Seconds:
+    """How long a job that failed transiently stays invisible before it is delivered again.
+
+    The first failure is released at once (a blip costs nothing); later ones wait the
+    visibility window, doubling each time up to ten minutes, so an outage of the private
+    registry or the public upstream lasting a few minutes does not use up every delivery
+    (MIRRORGATE_MAX_DELIVERIES) in seconds. A backend that cannot count deliveries (Pub/Sub
+    without a dead-letter policy) gets the prompt release.
+    """
+    if deliveries is None or deliveries <= 1:
+        return Seconds(0)
+    return Seconds(min(MAX_RETRY_DELAY, visibility * 2 ** (deliveries - 2)))
 
 
 def _loggable(url: str) -> str:
