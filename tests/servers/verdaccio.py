@@ -94,6 +94,8 @@ class Verdaccio:
             "web": {"enable": False},
             "publish": {"allow_offline": True},
             "max_body_size": "500mb",
+            # JWT tokens are checked with an HMAC; the legacy ones run bcrypt on every request.
+            "security": {"api": {"jwt": {"sign": {"expiresIn": "1d"}}}},
             "log": {"type": "stdout", "format": "json", "level": "warn"},
         }
 
