@@ -266,7 +266,7 @@ class Worker:
             try:
                 outcome = await self._process(message)
             except Exception:  # one message never ends the loop: log it, retry it later
-                log.exception("mirror_job_crashed", deliveries=message.deliveries)
+                log.exception("mirror_job_crashed")
                 await self._release(message, "crashed")
                 outcome = Outcome.RETRIED
             self.metrics.jobs.labels(outcome.value).inc()
@@ -289,8 +289,7 @@ class Worker:
         except _Retire as retire:
             return await self._retire(message, retire.reason, str(retire), **retire.fields)
         except _Retry as retry:
-            log.warning("mirror_retry", reason=retry.reason, detail=str(retry),
-                        deliveries=message.deliveries)
+            log.warning("mirror_retry", reason=retry.reason, detail=str(retry))
             await self._release(message, retry.reason)
             return Outcome.RETRIED
         except DigestMismatch as mismatch:
@@ -398,8 +397,7 @@ class Worker:
 
     async def _retire(self, message: QueueMessage, reason: str, detail: str,
                       **fields: Any) -> Outcome:
-        log.warning("mirror_retired", reason=reason, detail=detail,
-                    deliveries=message.deliveries, **fields)
+        log.warning("mirror_retired", reason=reason, detail=detail, **fields)
         self.metrics.retired.labels(reason).inc()
         await self._ack(message)
         return Outcome.RETIRED
@@ -463,7 +461,8 @@ def _loggable(url: str) -> str:
 
 
 def _context(message: QueueMessage) -> dict[str, Any]:
-    context: dict[str, Any] = {"message_id": message.message_id}
+    context: dict[str, Any] = {"message_id": message.message_id,
+                               "deliveries": message.deliveries}
     if message.job is not None:
         context["package"] = message.job.name
         context["version"] = message.job.version
