@@ -1,0 +1,196 @@
+"""Row 12 of the faults table: a tarball bigger than the worker will mirror.
+
+> | 12 | an oversized tarball for the worker (above `MIRRORGATE_MAX_TARBALL_BYTES`) | not
+> published; retired with a reason; the worker keeps running |
+
+The cap is set small (64 KiB) and the tarball made bigger. Two ways to be too big: the public
+upstream says so up front (a truthful Content-Length: the fixture registry), or it does not say
+and keeps sending (chunked, no Content-Length, never ending: a small aiohttp upstream written
+here, which counts what it managed to send). Either way the job is retired `oversized`, nothing
+reaches the store, and the next job is published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import random
+import threading
+from collections.abc import Iterator
+
+import pytest
+from aiohttp import web
+
+from mirrorgate.mirror import MirrorArtifact, MirrorJob
+from tests.faults.conftest import GuardedFactory
+from tests.faults.worker_jobs import (
+    admitted_job,
+    send_to_sqs,
+    sqs_environment,
+    stored_tarball,
+    stored_version,
+)
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import unavailable
+from tests.servers.packages import make_package, tarball_path
+from tests.servers.ports import free_port
+from tests.servers.processes import http_request, wait_for
+from tests.servers.sqs_server import SqsServer
+
+CAP = 64 * 1024
+ENDLESS_CHUNK = 16 * 1024
+ENDLESS_GIVES_UP_AFTER = 256 * 1024 * 1024
+"""The endless upstream stops here if nobody hangs up first (a worker that never stopped)."""
+
+
+def test_a_tarball_declared_above_the_cap_is_retired_unpublished_and_the_worker_keeps_running(
+    guarded: GuardedFactory, public_registry: FixtureRegistry,
+) -> None:
+    blob = random.Random(12).randbytes(200_000)  # incompressible: the tarball stays that big
+    hefty = make_package("hefty", ["1.0.0"], files={"index.js": b"module.exports = 1;\n",
+                                                    "blob.bin": blob})
+    slim = make_package("slim", ["1.0.0"])
+    public_registry.add(hefty, slim)
+    assert len(hefty.versions["1.0.0"].tarball) > 3 * CAP
+    proxy = guarded("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                              "MIRRORGATE_MAX_TARBALL_BYTES": str(CAP)})
+
+    served = http_request("GET", proxy.registry_url.rstrip("/") + tarball_path("hefty", "1.0.0"))
+    wait_for(lambda: proxy.metric("mirrorgate_jobs_retired_total", reason="oversized") == 1,
+             timeout=15, message="the oversized job to be retired")
+    after = http_request("GET", proxy.registry_url.rstrip("/") + tarball_path("slim", "1.0.0"))
+    wait_for(lambda: proxy.metric("mirrorgate_jobs_total", outcome="published") == 1,
+             timeout=15, message="the next job to be published")
+
+    assert served.status == 200  # the cap is the worker's: the client still gets its tarball
+    assert served.body == hefty.versions["1.0.0"].tarball
+    assert after.status == 200
+    assert stored_version(proxy, "hefty", "1.0.0") is None
+    assert stored_tarball(proxy, "hefty", "1.0.0") is None
+    assert stored_tarball(proxy, "slim", "1.0.0") == slim.versions["1.0.0"].tarball
+    [line] = proxy.events("mirror_retired")
+    assert line["reason"] == "oversized"
+    assert line["package"] == "hefty"
+    assert f"declares {len(hefty.versions['1.0.0'].tarball)} bytes" in line["detail"]
+    assert "MIRRORGATE_MAX_TARBALL_BYTES" in line["detail"]
+    assert proxy.metric("mirrorgate_jobs_total", outcome="retired") == 1
+    assert proxy.returncode is None
+
+
+class EndlessUpstream:
+    """A public upstream on 127.0.0.1 whose `/endless/-/endless-1.0.0.tgz` is sent chunked, with
+    no Content-Length, for ever (until the client hangs up); every other tarball path answers
+    the bytes `tarballs` holds for it. `sent` is what the endless answer managed to write."""
+
+    def __init__(self, tarballs: dict[str, bytes]) -> None:
+        self.port = free_port()
+        self.tarballs = tarballs
+        self.sent = 0
+        self.hung_up = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
+        if request.path != tarball_path("endless", "1.0.0"):
+            body = self.tarballs.get(request.path)
+            if body is None:
+                return web.json_response({"error": "Not found"}, status=404)
+            return web.Response(body=body, content_type="application/octet-stream")
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        chunk = random.Random(1).randbytes(ENDLESS_CHUNK)
+        try:
+            while self.sent < ENDLESS_GIVES_UP_AFTER:
+                await response.write(chunk)
+                self.sent += len(chunk)
+                await asyncio.sleep(0)
+        except (ConnectionError, RuntimeError):
+            self.hung_up.set()
+        return response
+
+    def start(self) -> EndlessUpstream:
+        ready: concurrent.futures.Future[asyncio.AbstractEventLoop] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
+                                        name=f"endless-{self.port}")
+        self._thread.start()
+        self._loop = ready.result(timeout=10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._loop = self._thread = None
+
+    def _serve(self, ready: concurrent.futures.Future[asyncio.AbstractEventLoop]) -> None:
+        loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._answer)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
+        try:
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        except BaseException as error:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+            ready.set_exception(error)
+            return
+        ready.set_result(loop)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+
+@pytest.fixture
+def endless() -> Iterator[EndlessUpstream]:
+    slim = make_package("slim", ["1.0.0"]).versions["1.0.0"]
+    upstream = EndlessUpstream({tarball_path("slim", "1.0.0"): slim.tarball})
+    try:
+        upstream.start()
+    except OSError as error:
+        unavailable(f"the endless upstream could not listen on 127.0.0.1: {error}")
+    yield upstream
+    upstream.stop()
+
+
+async def test_a_tarball_that_never_ends_is_cut_off_at_the_cap_and_retired(
+    guarded: GuardedFactory, endless: EndlessUpstream, sqs_server: SqsServer,
+    public_registry: FixtureRegistry,
+) -> None:
+    slim = make_package("slim", ["1.0.0"])
+    public_registry.add(slim)  # only to build the well-formed job's manifest and digests
+    queue = await sqs_server.create_queue(visibility=10)
+    worker = guarded("worker", {"MIRRORGATE_PUBLIC_UPSTREAM": endless.url,
+                                "MIRRORGATE_MAX_TARBALL_BYTES": str(CAP),
+                                **sqs_environment(sqs_server, queue.url)})
+    good = admitted_job(public_registry, "slim", "1.0.0",
+                        tarball_url=endless.url.rstrip("/") + tarball_path("slim", "1.0.0"))
+    unbounded = MirrorJob("endless", "1.0.0", MirrorArtifact(
+        endless.url.rstrip("/") + tarball_path("endless", "1.0.0"), "endless-1.0.0.tgz",
+        None, good.artifact.digests), {"name": "endless", "version": "1.0.0"})
+
+    await send_to_sqs(sqs_server, queue.url, unbounded)
+    wait_for(lambda: worker.metric("mirrorgate_jobs_retired_total", reason="oversized") == 1,
+             timeout=15, message="the endless download to be cut off and retired")
+    await send_to_sqs(sqs_server, queue.url, good)
+    wait_for(lambda: worker.metric("mirrorgate_jobs_total", outcome="published") == 1,
+             timeout=15, message="the next job to be published")
+
+    assert endless.hung_up.wait(5), "the worker never hung up on the endless tarball"
+    assert endless.sent < 16 * 1024 * 1024, f"the upstream got {endless.sent} bytes out"
+    [line] = worker.events("mirror_retired")
+    assert line["reason"] == "oversized"
+    assert line["package"] == "endless"
+    assert "ran past" in line["detail"]
+    assert "MIRRORGATE_MAX_TARBALL_BYTES" in line["detail"]
+    assert stored_version(worker, "endless", "1.0.0") is None
+    assert stored_tarball(worker, "slim", "1.0.0") == slim.versions["1.0.0"].tarball
+    assert worker.returncode is None
+    assert worker.get("livez").status == 200

@@ -1,0 +1,146 @@
+"""What the worker rows of the faults suite share: a sidecar's queue variables, and jobs put on
+a queue by hand.
+
+Rows 4, 7, 8, 9, 12 and 14 drive `mirrorgate worker` (and `mirrorgate serve --no-worker`) over
+a real queue, moto's SQS server or the Pub/Sub emulator. Some need a message the proxy would
+never enqueue (a tarball URL on an internal address, a body that is not JSON), so the test
+writes it beside the worker, as a foreign producer on the same queue would. Decisions:
+
+- A well-formed job is built with mirrorgate's own codec from what the fixture registry serves,
+  exactly what the proxy captures at enqueue (every digest of `dist`, the size, the manifest);
+  a test changes the one field it is about (`admitted_job(..., tarball_url=...)`).
+- A worker that is not given a mirror target publishes into the embedded file store under its
+  data directory, so the rows that are not about Verdaccio need no registry to check what was
+  published: `stored_version` reads that store.
+- `Watchers` are fixture registries on other loopback ports (IPv4 and, where the machine has
+  it, IPv6) that a hostile `dist.tarball` points at: "never fetched" is checked by their
+  request logs staying empty, not inferred from mirrorgate's logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, digests_from_dist, encode_job
+from tests.e2e.mirroring import store_manifest
+from tests.servers.fixture_registry import FixtureRegistry, SeenRequest
+from tests.servers.fixtures import unavailable
+from tests.servers.packages import tarball_filename
+from tests.servers.processes import MirrorgateProcess
+from tests.servers.pubsub_server import PubSubNames
+from tests.servers.sqs_server import SQS_CREDENTIALS, SQS_REGION, SqsServer
+
+__all__ = [
+    "Watchers",
+    "admitted_job",
+    "pubsub_environment",
+    "send_to_sqs",
+    "sqs_environment",
+    "stored_tarball",
+    "stored_version",
+    "watchers",
+]
+
+
+def sqs_environment(server: SqsServer, queue_url: str) -> dict[str, str]:
+    """The variables that put a process on this SQS queue (the shortest visibility allowed)."""
+    return {"MIRROR_QUEUE_PROVIDER": "sqs",
+            "MIRROR_SQS_QUEUE_URL": queue_url,
+            "MIRROR_VISIBILITY_SECONDS": "10",
+            "AWS_REGION": SQS_REGION,
+            "AWS_ENDPOINT_URL_SQS": server.endpoint,
+            "AWS_ACCESS_KEY_ID": SQS_CREDENTIALS[0],
+            "AWS_SECRET_ACCESS_KEY": SQS_CREDENTIALS[1]}
+
+
+def pubsub_environment(emulator: str, names: PubSubNames) -> dict[str, str]:
+    """The variables that put a process on this topic and subscription of the emulator."""
+    return {"MIRROR_QUEUE_PROVIDER": "pubsub",
+            "MIRROR_PUBSUB_TOPIC": names.topic,
+            "MIRROR_PUBSUB_SUBSCRIPTION": names.subscription,
+            "MIRROR_VISIBILITY_SECONDS": "10",
+            "PUBSUB_EMULATOR_HOST": emulator}
+
+
+def admitted_job(public: FixtureRegistry, name: str, version: str,
+                 **artifact: Any) -> MirrorJob:
+    """The job the proxy would enqueue for `name`@`version` as `public` serves it now; keyword
+    arguments replace fields of the artifact (`tarball_url`, `size`, `digests`)."""
+    manifest: dict[str, Any] = public.packument(name)["versions"][version]
+    dist = manifest["dist"]
+    captured = MirrorArtifact(dist["tarball"], tarball_filename(name, version),
+                              len(public.package(name).versions[version].tarball),
+                              digests_from_dist(dist))
+    return MirrorJob(name, version, replace(captured, **artifact), manifest)
+
+
+async def send_to_sqs(server: SqsServer, queue_url: str, *bodies: bytes | MirrorJob) -> None:
+    """Put raw bodies (or encoded jobs) on the queue, one message each, in order."""
+    async with server.client() as sqs:
+        for body in bodies:
+            raw = encode_job(body) if isinstance(body, MirrorJob) else body
+            await sqs.send_message(QueueUrl=queue_url, MessageBody=raw.decode("utf-8"))
+
+
+def stored_version(worker: MirrorgateProcess, name: str, version: str) -> dict[str, Any] | None:
+    """The manifest the worker published into its embedded file store, or None."""
+    return store_manifest(worker.workdir / "data" / "store", name, version)
+
+
+def stored_tarball(worker: MirrorgateProcess, name: str, version: str) -> bytes | None:
+    path = (worker.workdir / "data" / "store" / name / "tarballs"
+            / tarball_filename(name, version))
+    return path.read_bytes() if path.is_file() else None
+
+
+@dataclass
+class Watchers:
+    """Listeners no request may reach: `ipv4` on 127.0.0.1, `ipv6` on [::1] where possible."""
+
+    ipv4: FixtureRegistry
+    ipv6: FixtureRegistry | None
+
+    def requests(self) -> list[SeenRequest]:
+        seen = list(self.ipv4.requests)
+        if self.ipv6 is not None:
+            seen.extend(self.ipv6.requests)
+        return seen
+
+
+def _ipv6_port() -> int | None:
+    if not socket.has_ipv6:
+        return None
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+            port: int = probe.getsockname()[1]
+            return port
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def watchers() -> Iterator[Watchers]:
+    """Started watch listeners, stopped on exit. The IPv4 one must start (a failure under CI,
+    a skip elsewhere, like every helper server); the IPv6 one is added where [::1] binds."""
+    ipv4 = FixtureRegistry()
+    try:
+        ipv4.start()
+    except OSError as error:
+        unavailable(f"a watch listener could not listen on 127.0.0.1: {error}")
+    ipv6: FixtureRegistry | None = None
+    port = _ipv6_port()
+    if port is not None:
+        candidate = FixtureRegistry(host="::1", port=port)
+        with contextlib.suppress(OSError):
+            ipv6 = candidate.start()
+    try:
+        yield Watchers(ipv4, ipv6)
+    finally:
+        ipv4.stop()
+        if ipv6 is not None:
+            ipv6.stop()
