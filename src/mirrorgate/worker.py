@@ -22,8 +22,19 @@ Decisions:
 - The tarball is fetched only from the public upstream's origin (checked before anything is
   sent), never through a redirect, and never past `MIRRORGATE_MAX_TARBALL_BYTES`; it is hashed
   chunk by chunk as it arrives (`verify.StreamVerifier`).
-- Retry is "do not ack". A transient failure releases the message at once (`Seconds(0)`), so the
-  backend hands it out again; `MIRRORGATE_MAX_DELIVERIES` bounds how often.
+- Bytes of the wrong size are tampering as much as bytes with the wrong digest, and the
+  security line names both digests either way: once the size is known to be wrong, the rest
+  of the answer is hashed but no longer kept (still never past the cap), so the line can say
+  what was actually sent. A download that breaks off during that read leaves `actual` null;
+  it never turns the refusal into a retry.
+- Retry is "do not ack". A transient failure releases the message (`retry_delay`: at once the
+  first time, then after the visibility window, doubling), so the backend hands it out again;
+  `MIRRORGATE_MAX_DELIVERIES` bounds how often. A queue that never redelivers (the bounded
+  memory queue) would lose the job instead, and the serve path enqueues a version at most once
+  per window, so the next pull would not make it good for minutes: the worker keeps such a job
+  on a shelf of its own (bounded by `MIRROR_QUEUE_MAX_DEPTH`, lost on exit like the memory
+  queue itself) and hands it back to itself after the same delay, its delivery count raised,
+  so a private upstream that is down for a while costs the memory shape no mirrored version.
 - While a message is held (waiting for a slot or running), its visibility is extended every
   third of the window, so a slow publish is not handed to another worker mid-flight.
 - `MIRRORGATE_WORKER_CONCURRENCY` jobs run at once; the loop receives again only when a slot is
@@ -42,8 +53,13 @@ Decisions:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import enum
+import hashlib
+import heapq
+import itertools
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -57,7 +73,7 @@ import structlog
 from mirrorgate.config import Settings
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage, Seconds
+from mirrorgate.mirror import Digest, MirrorJob, MirrorQueue, QueueMessage, Seconds
 from mirrorgate.registry.names import InvalidNameError, parse_name
 from mirrorgate.registry.origins import OriginRefusal, check_on_origin
 from mirrorgate.registry.upstream import Upstream, UpstreamError
@@ -115,10 +131,71 @@ class _Retry(Exception):  # noqa: N818 - control flow inside one job, never esca
         self.reason = reason
 
 
+class _WrongSize(Exception):  # noqa: N818 - tampering, logged as such, never escapes a job
+    """Bytes that are not the size the job declares, and what hashing all of them showed:
+    `actual` is None when the answer ran past the cap or broke off before its end."""
+
+    def __init__(self, mismatch: SizeMismatch, expected: Digest, actual: Digest | None,
+                 actual_size: int, complete: bool) -> None:
+        super().__init__(str(mismatch))
+        self.expected = expected
+        self.expected_size = mismatch.expected
+        self.actual = actual
+        self.actual_size = actual_size
+        self.complete = complete
+
+
 @dataclass
 class _VersionLock:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
+
+
+SHELF_BATCH = 10
+"""At most this many shelved jobs come back at once: the receive batch cap."""
+_EARLY = 0.01
+"""A shelved job this close to due counts as due (a timer may fire a clock tick early)."""
+
+
+@dataclass(order=True)
+class _Shelved:
+    due: float
+    order: int
+    message: QueueMessage = field(compare=False)
+
+
+class _RetryShelf:
+    """Jobs waiting for another try, for a queue that never redelivers: due times on the
+    event loop's clock, earliest first, at most `capacity` of them."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._heap: list[_Shelved] = []
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def put(self, message: QueueMessage, delay: float) -> bool:
+        """Keep `message` until `delay` seconds from now; False when the shelf is full."""
+        if len(self._heap) >= self.capacity:
+            return False
+        due = asyncio.get_running_loop().time() + delay
+        heapq.heappush(self._heap, _Shelved(due, next(self._order), message))
+        return True
+
+    def wait(self) -> float | None:
+        """Seconds until the earliest job is due (0 when one is), None when the shelf is empty."""
+        if not self._heap:
+            return None
+        return max(0.0, self._heap[0].due - asyncio.get_running_loop().time())
+
+    def take_due(self) -> list[QueueMessage]:
+        now = asyncio.get_running_loop().time() + _EARLY
+        due: list[QueueMessage] = []
+        while self._heap and self._heap[0].due <= now and len(due) < SHELF_BATCH:
+            due.append(heapq.heappop(self._heap).message)
+        return due
 
 
 async def _in_thread_if_large(size: int, work: Callable[..., Any], *args: Any) -> Any:
@@ -138,6 +215,7 @@ class Worker:
         self.idle_pause = idle_pause
         self._running: set[asyncio.Task[None]] = set()
         self._versions: dict[tuple[str, str], _VersionLock] = {}
+        self._shelf = _RetryShelf(max(1, deps.settings.queue.max_depth))
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -173,18 +251,28 @@ class Worker:
                 await asyncio.wait(held)
 
     async def _receive(self, stop: asyncio.Event) -> list[QueueMessage] | None:
-        """The next batch ([] when idle or failed), or None once `stop` is set."""
+        """The next batch ([] when idle or failed), or None once `stop` is set. Shelved jobs
+        that are due come first; a receive is cut short when the next one falls due."""
+        shelved = self._shelf.take_due()
+        if shelved:
+            return shelved
         receiving = asyncio.ensure_future(self.queue.receive())
         stopping = asyncio.ensure_future(stop.wait())
+        waits: set[asyncio.Future[Any]] = {receiving, stopping}
+        wake = self._shelf.wait()
+        if wake is not None:
+            waits.add(asyncio.ensure_future(asyncio.sleep(wake)))
         try:
-            await asyncio.wait({receiving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stopping.cancel()
+            for waiting in waits - {receiving}:
+                waiting.cancel()
             if not receiving.done():
                 receiving.cancel()
-            await asyncio.wait({receiving, stopping})
+            await asyncio.wait(waits)
         if receiving.cancelled():
-            return None
+            # stopped, or a shelved job fell due first (cancelling a receive takes nothing)
+            return None if stop.is_set() else self._shelf.take_due()
         error = receiving.exception()
         if error is not None:  # paused like an empty poll, so a queue that is down is not hammered
             log.warning("worker_receive_failed", error=str(error) or type(error).__name__)
@@ -229,7 +317,7 @@ class Worker:
         if waiting or unfinished:
             await asyncio.wait([*waiting, *unfinished])
         log.info("worker_stopped", released=len(waiting) + len(unfinished),
-                 finished=len(running) - len(unfinished))
+                 finished=len(running) - len(unfinished), shelved=len(self._shelf))
 
     @contextlib.asynccontextmanager
     async def _keepalive(self, message: QueueMessage) -> AsyncIterator[None]:
@@ -298,7 +386,14 @@ class Worker:
                          algorithm=mismatch.expected.algorithm,
                          url=_loggable(job.artifact.tarball_url))
             return await self._tampered(message)
-        except SizeMismatch as mismatch:
+        except _WrongSize as wrong:
+            log.critical("mirror_size_mismatch", security=True, expected=wrong.expected.sri(),
+                         actual=wrong.actual.sri() if wrong.actual is not None else None,
+                         algorithm=wrong.expected.algorithm, expected_size=wrong.expected_size,
+                         actual_size=wrong.actual_size, complete=wrong.complete,
+                         url=_loggable(job.artifact.tarball_url))
+            return await self._tampered(message)
+        except SizeMismatch as mismatch:  # a target that checked the bytes itself
             log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
                          actual_size=mismatch.actual, complete=mismatch.complete,
                          url=_loggable(job.artifact.tarball_url))
@@ -376,10 +471,15 @@ class Worker:
             async with self.deps.public.stream(url) as response:
                 if response is None:
                     raise _Retire("public-missing", "the public upstream answered 404", url=url)
-                verifier.declared_length(response.content_length)
-                async for chunk in response.content.iter_any():
-                    verifier.update(chunk)
-                    chunks.append(chunk)
+                try:
+                    verifier.declared_length(response.content_length)
+                    async for chunk in response.content.iter_any():
+                        chunks.append(chunk)
+                        verifier.update(chunk)
+                    verified = verifier.finish()
+                except SizeMismatch as mismatch:
+                    raise await self._wrong_size(mismatch, verifier.expected, chunks,
+                                                 response) from None
         except UpstreamError as error:
             if error.kind == "refused":
                 raise _Retire("off-origin", str(error), url=url) from None
@@ -391,7 +491,29 @@ class Worker:
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as error:
             raise _Retry("public-failed", "the download broke off "
                          f"({type(error).__name__})") from None
-        return b"".join(chunks), verifier.finish()
+        return b"".join(chunks), verified
+
+    async def _wrong_size(self, mismatch: SizeMismatch, expected: Digest, chunks: list[bytes],
+                          response: aiohttp.ClientResponse) -> _WrongSize:
+        """Hash everything the upstream sends for a tarball of the wrong size (what was read
+        already, then the rest as it arrives, keeping none of it), up to the cap."""
+        hasher = hashlib.new(expected.algorithm)
+        size = 0
+        for chunk in chunks:
+            hasher.update(chunk)
+            size += len(chunk)
+        chunks.clear()
+        limit = self.settings.max_tarball_bytes
+        try:
+            async for chunk in response.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    return _WrongSize(mismatch, expected, None, size, complete=False)
+                hasher.update(chunk)
+        except (aiohttp.ClientError, TimeoutError, ConnectionError):
+            return _WrongSize(mismatch, expected, None, size, complete=False)
+        actual = Digest(expected.algorithm, base64.b64encode(hasher.digest()).decode("ascii"))
+        return _WrongSize(mismatch, expected, actual, size, complete=True)
 
     # --- acknowledgements --------------------------------------------------------------
 
@@ -415,6 +537,8 @@ class Worker:
 
     async def _release(self, message: QueueMessage, why: str) -> None:
         if not self.queue.redelivers:
+            if why != "stopping":
+                self._shelve(message, why)
             return
         delay = Seconds(0) if why == "stopping" else retry_delay(
             message.deliveries, self.settings.queue.visibility)
@@ -427,6 +551,18 @@ class Worker:
         else:
             if why == "stopping":
                 log.info("mirror_released", why=why)
+
+
+    def _shelve(self, message: QueueMessage, why: str) -> None:
+        """Keep a job the queue will not redeliver, for another try after `retry_delay`."""
+        delay = retry_delay(message.deliveries, self.settings.queue.visibility)
+        again = dataclasses.replace(message, deliveries=(message.deliveries or 1) + 1)
+        if self._shelf.put(again, delay):
+            log.info("mirror_retry_held", why=why, delay=delay, shelved=len(self._shelf))
+        else:
+            log.warning("mirror_retry_dropped", why=why, shelved=len(self._shelf),
+                        reason="the worker's retry shelf is full (MIRROR_QUEUE_MAX_DEPTH); "
+                        "the next pull of this version after the enqueue window mirrors it")
 
 
 MAX_RETRY_DELAY = 600

@@ -1,0 +1,148 @@
+"""Row 6 of the faults table: tarball bytes that are not the ones the version was admitted with.
+
+> | 6 | tarball bytes differ from the admitted digest | nothing published; security log line
+> with both digests; tamper counter incremented |
+
+The real `mirrorgate serve` runs with its in-process worker and Verdaccio as the private
+upstream and mirror target. The public fixture registry tampers with the tarball:
+
+- for everyone: the npm client fails with EINTEGRITY and the worker refuses the same bytes;
+- only for the worker (the client's GET passes untouched, the fetch after it is tampered): the
+  client never notices, and the worker alone stands between those bytes and the private
+  registry, with the same length (a digest mismatch) or another length (a size mismatch, whose
+  line also carries both digests: the worker hashes what it was sent, without keeping it).
+
+Verdaccio does not check `dist.integrity` against what it stores, so "nothing published" is
+read from its storage, not inferred from an answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.servers.fixture_registry import Fault, FixtureRegistry
+from tests.servers.npm import NpmClient
+from tests.servers.packages import make_package, tarball_filename, tarball_path
+from tests.servers.processes import MirrorgateProcess, http_request, wait_for
+from tests.servers.verdaccio import Verdaccio
+
+PASS_ONCE = Fault(times=1)
+"""A fault that changes nothing, once: laid over a tampering fault (the newest matching fault
+wins), it lets the next request through untouched and then leaves the tampering in place."""
+
+
+def sha512(data: bytes) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
+def flipped(data: bytes) -> bytes:
+    """The same bytes with one of them changed: same length, another digest."""
+    middle = len(data) // 2
+    return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
+
+
+def start_proxy(guarded: GuardedFactory, public: FixtureRegistry,
+                verdaccio: Verdaccio) -> MirrorgateProcess:
+    return guarded("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public.url,
+                             "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+                             "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token})
+
+
+def assert_nothing_published(verdaccio: Verdaccio, name: str) -> None:
+    assert verdaccio.versions(name) == []
+    assert verdaccio.tarball(name, tarball_filename(name, "1.0.0")) is None
+
+
+def assert_counted_as_tampered(proxy: MirrorgateProcess) -> None:
+    wait_for(lambda: proxy.metric("mirrorgate_tampered_total") >= 1, timeout=30,
+             message="the worker to count the tampered tarball")
+    assert proxy.metric("mirrorgate_tampered_total") == 1
+    assert proxy.metric("mirrorgate_jobs_total", outcome="tampered") == 1
+    assert proxy.metric("mirrorgate_jobs_total", outcome="published") == 0
+
+
+def security_line(proxy: MirrorgateProcess, event: str) -> dict[str, Any]:
+    [line] = proxy.events(event)
+    assert line["security"] is True
+    assert line["level"] == "critical"
+    return line
+
+
+def test_bytes_tampered_for_everyone_fail_the_npm_client_and_are_never_published(
+    guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, npm_client: NpmClient,
+) -> None:
+    package = make_package("tampered", ["1.0.0"])
+    public_registry.add(package)
+    admitted = package.versions["1.0.0"]
+    evil = b"not the admitted bytes"
+    public_registry.fault(tarball_path("tampered", "1.0.0"), Fault(body=evil))
+    proxy = start_proxy(guarded, public_registry, verdaccio)
+    npm_client.write_project({"tampered": "1.0.0"})
+
+    done = npm_client.install(registry=proxy.registry_url)
+    guard.seen(done.stdout + done.stderr, "npm's output")
+
+    assert done.returncode != 0
+    assert "EINTEGRITY" in done.stderr
+    assert_counted_as_tampered(proxy)
+    assert_nothing_published(verdaccio, "tampered")
+    line = security_line(proxy, "mirror_digest_mismatch")
+    assert line["expected"] == admitted.integrity
+    assert line["actual"] == sha512(evil)
+    assert line["package"] == "tampered"
+    assert line["version"] == "1.0.0"
+
+
+def test_bytes_tampered_only_for_the_worker_are_never_published_though_the_client_saw_none(
+    guarded: GuardedFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+) -> None:
+    package = make_package("swapped", ["1.0.0"])
+    public_registry.add(package)
+    admitted = package.versions["1.0.0"]
+    evil = flipped(admitted.tarball)
+    path = tarball_path("swapped", "1.0.0")
+    public_registry.fault(path, Fault(body=evil))
+    public_registry.fault(path, PASS_ONCE)
+    proxy = start_proxy(guarded, public_registry, verdaccio)
+
+    served = http_request("GET", proxy.registry_url.rstrip("/") + path)
+
+    assert served.status == 200
+    assert served.body == admitted.tarball
+    assert_counted_as_tampered(proxy)
+    assert [seen.path for seen in public_registry.requests if seen.path == path] == [path, path]
+    assert_nothing_published(verdaccio, "swapped")
+    line = security_line(proxy, "mirror_digest_mismatch")
+    assert line["expected"] == admitted.integrity
+    assert line["actual"] == sha512(evil)
+    assert line["algorithm"] == "sha512"
+    assert line["url"] == public_registry.tarball_url("swapped", "1.0.0")
+
+
+def test_a_substitute_of_another_length_is_never_published_and_logged_with_both_digests(
+    guarded: GuardedFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+) -> None:
+    package = make_package("resized", ["1.0.0"])
+    public_registry.add(package)
+    admitted = package.versions["1.0.0"]
+    evil = admitted.tarball + b"\0" * 4096  # what a bigger substitute looks like
+    path = tarball_path("resized", "1.0.0")
+    public_registry.fault(path, Fault(body=evil))
+    public_registry.fault(path, PASS_ONCE)
+    proxy = start_proxy(guarded, public_registry, verdaccio)
+
+    served = http_request("GET", proxy.registry_url.rstrip("/") + path)
+
+    assert served.status == 200
+    assert served.body == admitted.tarball
+    assert_counted_as_tampered(proxy)
+    assert_nothing_published(verdaccio, "resized")
+    line = security_line(proxy, "mirror_size_mismatch")
+    assert line["expected"] == admitted.integrity
+    assert line["actual"] == sha512(evil)
+    assert line["expected_size"] == len(admitted.tarball)
+    assert line["actual_size"] == len(evil)
