@@ -24,7 +24,7 @@ from typing import Any
 
 from tests.e2e.sidecar import start_sidecar
 from tests.faults.conftest import GuardedFactory, SecretGuard
-from tests.faults.worker_jobs import sqs_environment
+from tests.faults.worker_jobs import logged, sqs_environment
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixturePackage, make_package, tarball_filename, tarball_path
@@ -115,7 +115,7 @@ def assert_published_once_on_the_third_delivery(worker: MirrorgateProcess,
                                                 package: FixturePackage) -> None:
     wait_for(lambda: worker.metric("mirrorgate_jobs_total", outcome="published") == 1,
              timeout=VISIBILITY + 20, message="the job to be published once Verdaccio is back")
-    [published] = worker.events("mirror_published")
+    [published] = logged(worker, "mirror_published")
     assert published["package"] == package.name
     assert published["deliveries"] == 3
     assert worker.metric("mirrorgate_jobs_total", outcome="retried") == 2
@@ -157,7 +157,8 @@ def test_the_in_process_worker_on_the_memory_queue_holds_the_job_and_publishes_i
 
     assert_public_fallback_serves(proxy, guard, package, npm_client)
     wait_for_two_failed_deliveries(proxy, "fallback")
-    held = [line for line in proxy.events("mirror_retry_held") if line["package"] == "fallback"]
+    held = [line for line in logged(proxy, "mirror_retry_held", 2)
+            if line["package"] == "fallback"]
     assert [line["delay"] for line in held] == [0, VISIBILITY]
     restart(verdaccio)
 

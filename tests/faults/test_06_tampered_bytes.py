@@ -23,6 +23,7 @@ import hashlib
 from typing import Any
 
 from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.worker_jobs import logged
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, tarball_filename, tarball_path
@@ -65,7 +66,7 @@ def assert_counted_as_tampered(proxy: MirrorgateProcess) -> None:
 
 
 def security_line(proxy: MirrorgateProcess, event: str) -> dict[str, Any]:
-    [line] = proxy.events(event)
+    [line] = logged(proxy, event)
     assert line["security"] is True
     assert line["level"] == "critical"
     return line

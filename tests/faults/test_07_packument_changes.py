@@ -25,7 +25,7 @@ import pytest
 
 from tests.e2e.sidecar import PublishGate, enqueue_one, gate_in_front_of
 from tests.faults.conftest import GuardedFactory
-from tests.faults.worker_jobs import sqs_environment
+from tests.faults.worker_jobs import logged, sqs_environment
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import (
     FixturePackage,
@@ -89,7 +89,7 @@ async def test_new_bytes_under_a_new_digest_are_refused_against_the_digest_captu
              message="the worker to refuse the substituted bytes")
     assert public_registry.packument("shifty")["versions"]["1.0.0"]["dist"]["integrity"] \
         == changed.integrity  # the packument vouches for the new bytes by now
-    [line] = worker.events("mirror_size_mismatch")
+    [line] = logged(worker, "mirror_size_mismatch")
     assert line["security"] is True
     assert line["expected"] == admitted.integrity
     assert line["actual"] == changed.integrity

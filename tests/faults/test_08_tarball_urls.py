@@ -28,6 +28,7 @@ from tests.faults.conftest import GuardedFactory, SecretGuard
 from tests.faults.worker_jobs import (
     Watchers,
     admitted_job,
+    logged,
     send_to_sqs,
     sqs_environment,
     stored_tarball,
@@ -137,12 +138,13 @@ def test_a_version_whose_tarball_leaves_the_public_origin_is_unavailable_and_nev
     assert good.body == package.versions["1.0.0"].tarball
 
     wanted = {h.version: h.kind for h in hostile}
-    logged = {line["version"]: line["kind"] for line in proxy.events("tarball_url_refused")}
-    assert logged, "no tarball_url_refused line"
-    assert all(wanted[version] == kind for version, kind in logged.items())
-    summary = proxy.events("tarball_urls_refused")
-    assert len(logged) == len(hostile) or summary[0]["count"] == len(hostile)
-    denied = {line["version"]: line for line in proxy.events("tarball_denied")}
+    kinds = {line["version"]: line["kind"] for line in logged(proxy, "tarball_url_refused")}
+    assert all(wanted[version] == kind for version, kind in kinds.items())
+    if len(kinds) < len(hostile):  # past the first few, one line counts the rest
+        [summary] = logged(proxy, "tarball_urls_refused")
+        assert summary["count"] == len(hostile)
+    denied = {line["version"]: line
+              for line in logged(proxy, "tarball_denied", len(hostile))}
     assert sorted(denied) == sorted(wanted)
     assert all(line["rule"] == "tarball-origin" for line in denied.values())
     assert proxy.metric("mirrorgate_refusals_total", reason="tarball_url") == len(hostile)
@@ -172,7 +174,7 @@ async def test_a_job_carrying_such_a_url_is_retired_by_the_worker_without_a_conn
                  timeout=20, message="the well-formed job to be published")
         assert watch.requests() == []
 
-    retired = worker.events("mirror_retired")
+    retired = logged(worker, "mirror_retired", len(hostile))
     assert len(retired) == len(hostile)
     assert sorted(line["kind"] for line in retired) == sorted(h.kind for h in hostile)
     assert all(line["reason"] == "off-origin" for line in retired)

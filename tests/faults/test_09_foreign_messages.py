@@ -23,6 +23,7 @@ from tests.faults.conftest import GuardedFactory
 from tests.faults.worker_jobs import (
     Watchers,
     admitted_job,
+    logged,
     pubsub_environment,
     send_to_sqs,
     sqs_environment,
@@ -105,7 +106,7 @@ async def assert_foreign_messages_are_retired_and_the_worker_carries_on(
     for reason in {message.reason for message in foreign}:
         expected = sum(1 for message in foreign if message.reason == reason)
         assert worker.metric("mirrorgate_jobs_retired_total", reason=reason) == expected, reason
-    retired = worker.events("mirror_retired")
+    retired = logged(worker, "mirror_retired", len(foreign))
     assert len(retired) == len(foreign)
     for message in foreign:
         assert [line for line in retired if line["reason"] == message.reason

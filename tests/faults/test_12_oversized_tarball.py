@@ -25,6 +25,7 @@ from mirrorgate.mirror import MirrorArtifact, MirrorJob
 from tests.faults.conftest import GuardedFactory
 from tests.faults.worker_jobs import (
     admitted_job,
+    logged,
     send_to_sqs,
     sqs_environment,
     stored_tarball,
@@ -68,7 +69,7 @@ def test_a_tarball_declared_above_the_cap_is_retired_unpublished_and_the_worker_
     assert stored_version(proxy, "hefty", "1.0.0") is None
     assert stored_tarball(proxy, "hefty", "1.0.0") is None
     assert stored_tarball(proxy, "slim", "1.0.0") == slim.versions["1.0.0"].tarball
-    [line] = proxy.events("mirror_retired")
+    [line] = logged(proxy, "mirror_retired")
     assert line["reason"] == "oversized"
     assert line["package"] == "hefty"
     assert f"declares {len(hefty.versions['1.0.0'].tarball)} bytes" in line["detail"]
@@ -185,7 +186,7 @@ async def test_a_tarball_that_never_ends_is_cut_off_at_the_cap_and_retired(
 
     assert endless.hung_up.wait(5), "the worker never hung up on the endless tarball"
     assert endless.sent < 16 * 1024 * 1024, f"the upstream got {endless.sent} bytes out"
-    [line] = worker.events("mirror_retired")
+    [line] = logged(worker, "mirror_retired")
     assert line["reason"] == "oversized"
     assert line["package"] == "endless"
     assert "ran past" in line["detail"]

@@ -12,6 +12,8 @@ writes it beside the worker, as a foreign producer on the same queue would. Deci
 - A worker that is not given a mirror target publishes into the embedded file store under its
   data directory, so the rows that are not about Verdaccio need no registry to check what was
   published: `stored_version` reads that store.
+- A metric can be scraped before the log line written just ahead of it has crossed the pipe
+  from the process, so lines are read with `logged`, which waits for them to arrive.
 - `Watchers` are fixture registries on other loopback ports (IPv4 and, where the machine has
   it, IPv6) that a hostile `dist.tarball` points at: "never fetched" is checked by their
   request logs staying empty, not inferred from mirrorgate's logs.
@@ -30,13 +32,14 @@ from tests.e2e.mirroring import store_manifest
 from tests.servers.fixture_registry import FixtureRegistry, SeenRequest
 from tests.servers.fixtures import unavailable
 from tests.servers.packages import tarball_filename
-from tests.servers.processes import MirrorgateProcess
+from tests.servers.processes import MirrorgateProcess, wait_for
 from tests.servers.pubsub_server import PubSubNames
 from tests.servers.sqs_server import SQS_CREDENTIALS, SQS_REGION, SqsServer
 
 __all__ = [
     "Watchers",
     "admitted_job",
+    "logged",
     "pubsub_environment",
     "send_to_sqs",
     "sqs_environment",
@@ -84,6 +87,17 @@ async def send_to_sqs(server: SqsServer, queue_url: str, *bodies: bytes | Mirror
         for body in bodies:
             raw = encode_job(body) if isinstance(body, MirrorJob) else body
             await sqs.send_message(QueueUrl=queue_url, MessageBody=raw.decode("utf-8"))
+
+
+def logged(process: MirrorgateProcess, event: str, count: int = 1,
+           timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Every `event` line of the process, once at least `count` of them have been read."""
+
+    def enough() -> list[dict[str, Any]]:
+        lines = process.events(event)
+        return lines if len(lines) >= count else []
+
+    return wait_for(enough, timeout=timeout, message=f"{count} {event} line(s) in the log")
 
 
 def stored_version(worker: MirrorgateProcess, name: str, version: str) -> dict[str, Any] | None:
