@@ -5,7 +5,8 @@
 > worker keeps running |
 
 A real `mirrorgate worker` runs over moto's SQS server and over the Pub/Sub emulator; the test
-puts foreign bodies on the queue beside it, then one well-formed job. Each foreign message is
+puts foreign bodies on the queue beside it (the row's four, and two well-formed jobs whose name
+or version is a path), then one well-formed job. Each foreign message is
 retired (`mirror_retired` with its reason, `mirrorgate_jobs_retired_total{reason}`), neither
 the public upstream nor the host an off-origin URL names sees a request for it, and the
 well-formed job after them is published: the worker kept running.
@@ -75,6 +76,12 @@ def foreign_messages(public: FixtureRegistry, watch: Watchers) -> list[Foreign]:
         Foreign("a tarball URL off the public origin",
                 encode_job(admitted_job(public, "steady", "1.0.0", tarball_url=off_origin)),
                 "off-origin", f"localhost:{watch.ipv4.port}"),
+        # well-formed, but naming a path outside the store: refused before any fetch or write
+        Foreign("a package name that climbs out of the store",
+                _edited(public, lambda d: d.update(name="../../steady")), "invalid-name",
+                "'../../steady'"),
+        Foreign("a version that is a path", _edited(public, lambda d: d.update(version="1.0.0/..")),
+                "invalid-version", "'1.0.0/..'"),
     ]
 
 
