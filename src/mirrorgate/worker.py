@@ -7,8 +7,9 @@ One message, one outcome, one log line with a stable event name and one count in
 - `already_present`: the target lists the version with the job's integrity (asked before any
   download), or answered "already exists" and reading it back shows that integrity. Acked.
 - `retried`: the public upstream or the target failed in a way that may pass (connection,
-  timeout, 5xx, 408, 429), or the job crashed unexpectedly. Not acked: released with
-  `extend_visibility(0)` where the backend redelivers.
+  timeout, 5xx, 408, 429), or the job crashed unexpectedly. Not acked: released for another
+  delivery after `retry_delay` (held on the worker's own shelf when the queue never
+  redelivers).
 - `tampered`: the bytes do not match the admitted digest or size. Never published, logged as a
   security event, counted in `mirrorgate_tampered`, acked (retired, never retried).
 - `retired`: the job can never succeed (undecodable, too many deliveries, off-origin URL,
