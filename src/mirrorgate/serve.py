@@ -189,7 +189,8 @@ class ProxyServer:
                     raise Refused(400, f"invalid package path: {target}", reason=str(target))
                 if request.method not in ("GET", "HEAD"):
                     raise Refused(405, f"{request.method} is not supported: mirrorgate is a "
-                                  "read-only npm registry proxy", headers={"Allow": "GET, HEAD"})
+                                  "read-only npm registry proxy", reason="read-only",
+                                  headers={"Allow": "GET, HEAD"})
                 response = await self._route(request, target)
             except Refused as refused:
                 response = refused.response()
@@ -209,7 +210,7 @@ class ProxyServer:
             return json_response(200, {})
         if target.route == "unknown" or target.name is None:
             raise Refused(404, f"no such route: {request.path[:200]}; npm clients use "
-                          "--registry http://HOST:PORT/npm/")
+                          "--registry http://HOST:PORT/npm/", reason="no such route")
         limit = self.settings.request_timeout
         try:
             async with asyncio.timeout(limit) as deadline:
@@ -246,6 +247,11 @@ class ProxyServer:
         if gated is None:
             raise Refused(404, f"{name.full} is not on the private or the public upstream",
                           reason="not found")
+        if not gated.survivors and gated.policy_message is None:
+            # nothing was denied, so there was nothing to gate: unpublished, or only
+            # version keys that were skipped as unreadable
+            raise Refused(404, f"{name.full} has no versions on the private or the public "
+                          "upstream", reason="no versions", package=name.full)
         if not gated.survivors:
             raise Refused(403, f"every version of {name.full} was denied by mirrorgate's "
                           f"admission rules: {gated.policy_message}",
@@ -299,7 +305,8 @@ class ProxyServer:
     async def unknown(self, request: web.Request) -> web.Response:
         self._count("unknown", 404)
         return json_response(404, {"error": f"no such route: {request.path[:200]}; npm "
-                                   "clients use --registry http://HOST:PORT/npm/"})
+                                   "clients use --registry http://HOST:PORT/npm/",
+                                   "reason": "no such route"})
 
 
 SERVER = web.AppKey("mirrorgate_proxy_server", ProxyServer)

@@ -50,12 +50,29 @@ def json_response(status: int, body: Mapping[str, Any],
                         headers={"Content-Type": "application/json", **(headers or {})})
 
 
+def _failure_reason(error: UpstreamError) -> str:
+    """A short, stable sentence for the failure's kind (the `reason` field)."""
+    label = error.label
+    if error.kind == "status":
+        if error.status in (429, 503):
+            return f"the {label} upstream asked to retry later ({error.status})"
+        return f"the {label} upstream answered {error.status}"
+    return {
+        "unreachable": f"the {label} upstream is unreachable",
+        "timeout": f"the {label} upstream did not answer in time",
+        "too-large": f"the {label} upstream's document is larger than mirrorgate reads",
+        "invalid": f"the {label} upstream's document is not a usable JSON object",
+        "refused": f"the {label} upstream's URL is not on its origin",
+    }.get(error.kind, f"the {label} upstream failed")
+
+
 def upstream_failed(error: UpstreamError, name: PackageName) -> Refused:
     """502, 503 (with Retry-After) or 504, saying which upstream failed and how."""
     status = error.client_status
     headers = {"Retry-After": error.retry_after or DEFAULT_RETRY_AFTER} if status == 503 else {}
     return Refused(status, f"the {error.label} upstream failed for {name.full}: {error}",
-                   headers=headers, upstream=error.label, kind=error.kind)
+                   reason=_failure_reason(error), headers=headers, upstream=error.label,
+                   kind=error.kind)
 
 
 def denied(name: PackageName, record: VersionRecord) -> Refused:
