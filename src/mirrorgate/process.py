@@ -14,18 +14,26 @@ two bytecodes) and only set an event; the stop itself is ordinary coroutine code
 SIGINT: `/readyz` turns 503, the listener closes, in-flight requests and the worker's job in hand
 get `MIRRORGATE_DRAIN_TIMEOUT` to finish (the worker releases what it cannot finish), then the
 queue flushes and closes, and the process exits 0.
+
+aiohttp's own server logger speaks before any handler runs: a request line its parser refuses
+(raw control characters, a bad method) is answered 400 by aiohttp and logged there with a
+traceback. Each listener gets a logger of its own that turns those records into one JSON line
+(`http_request_malformed`, counted in `mirrorgate_refusals{reason="malformed_request"}`, the
+client's bytes left out) or, for anything else, `http_server_error`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.config import Settings
@@ -113,11 +121,38 @@ def _check_shape(settings: Settings, command: str, with_worker: bool) -> None:
             "MIRROR_QUEUE_PROVIDER=sqs or pubsub and run `mirrorgate worker` beside it.")
 
 
+class _ServerLog(logging.Handler):
+    """aiohttp's server log records as structlog lines with stable names, never tracebacks."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        super().__init__(logging.DEBUG)
+        self._metrics = metrics
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            self._metrics.refusals.labels("malformed_request").inc()
+            # the first line names the problem; the rest echoes the client's bytes
+            reason = (error.message or type(error).__name__).strip().splitlines()[0].rstrip(":")
+            log.warning("http_request_malformed", status=error.code, reason=reason[:200])
+        elif record.levelno >= logging.WARNING:
+            log.error("http_server_error", message=record.getMessage()[:300],
+                      error=type(error).__name__ if error is not None else None)
+
+
+def _server_logger(metrics: Metrics) -> logging.Logger:
+    logger = logging.getLogger(f"mirrorgate.http.{id(metrics)}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    logger.handlers = [_ServerLog(metrics)]
+    return logger
+
+
 @contextlib.asynccontextmanager
-async def _listening(app: web.Application, host: str, port: int,
-                     drain_timeout: float) -> AsyncIterator[web.AppRunner]:
+async def _listening(app: web.Application, host: str, port: int, drain_timeout: float,
+                     metrics: Metrics) -> AsyncIterator[web.AppRunner]:
     runner = web.AppRunner(app, shutdown_timeout=drain_timeout, access_log=None,
-                           handle_signals=False)
+                           handle_signals=False, logger=_server_logger(metrics))
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, backlog=1024).start()
@@ -149,7 +184,11 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
         _ensure_store(settings.mirror_target)
 
     def dropped(total: int) -> None:
-        log.warning("mirror_queue_dropped", dropped=total, cap=settings.queue.max_depth)
+        # A network backend's send buffer logs its own drops (with its depth); logging them
+        # here too would double every report.
+        if settings.queue.provider == "memory":
+            log.warning("mirror_queue_dropped", provider="memory", dropped=total,
+                        cap=settings.queue.max_depth)
 
     try:
         queue = await open_queue(settings.queue, on_drop=dropped)
@@ -187,7 +226,7 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
 
     worker_task: asyncio.Task[None] | None = None
     worker_stop = asyncio.Event()
-    async with _listening(app, host, port, settings.drain_timeout) as runner:
+    async with _listening(app, host, port, settings.drain_timeout, metrics) as runner:
         if runs_worker:
             assert health.heartbeat is not None
             target: MirrorTarget = open_target(settings.mirror_target, upstreams.target)
