@@ -11,6 +11,13 @@ Each upstream (public, private, mirror target) gets one `Upstream`, holding one 
   is stopped too) and parsed with orjson, whose nesting limit (1,024) bounds JSON depth. Any
   failure becomes an `UpstreamError` whose `kind` decides the client's status: unreachable and
   bad answers 502, a timeout 504, 429 and 503 answer 503 with the upstream's Retry-After.
+- The byte cap alone does not bound the parse: a packument costs about 4.5 times its bytes
+  once parsed (one value every 22 bytes or so), but 32 MiB of `[{},{},...]` would cost 24
+  times (768 MiB). So before parsing, the values a body can hold are bounded from its
+  structural characters (a comma or an opening bracket per value, counted in C, about 2 ms a
+  MiB; characters inside strings only make the count larger): at most one value per
+  `BYTES_PER_VALUE` bytes of the cap (never fewer than `MIN_VALUES`), which keeps any accepted
+  document's parse near the five copies of the cap the deployment sizing budgets.
 - Tarballs are streamed (`stream()`), never buffered: the caller copies chunks.
 """
 
@@ -34,6 +41,19 @@ __all__ = ["ABBREVIATED", "JsonAnswer", "Upstream", "UpstreamError"]
 
 ABBREVIATED = "application/vnd.npm.install-v1+json"
 CHUNK = 64 * 1024
+BYTES_PER_VALUE = 16
+"""A metadata document may hold one JSON value per this many bytes of
+MIRRORGATE_MAX_METADATA_BYTES (2 million at the 32 MiB default; real packuments hold one
+value every 22 bytes or so of their own size, well under that at any size up to the cap)."""
+MIN_VALUES = 65_536
+"""The bound never goes below this (a few MiB parsed at worst), so a small byte cap does not
+turn a malformed document into a size refusal."""
+
+
+def _json_values(body: bytes) -> int:
+    """An upper bound on the values a JSON text holds: every value but the first follows a
+    comma or opens a container (commas and brackets inside strings count too)."""
+    return 1 + body.count(b",") + body.count(b"{") + body.count(b"[")
 
 
 class UpstreamError(Exception):
@@ -97,6 +117,7 @@ class Upstream:
         self._token = token
         self._timeout = timeout
         self._max_metadata = max_metadata_bytes
+        self._max_values = max(MIN_VALUES, max_metadata_bytes // BYTES_PER_VALUE)
         self._metrics = metrics
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
@@ -199,6 +220,12 @@ class Upstream:
             raise self._translate(error) from None
         finally:
             self._observe("metadata", started)
+        values = _json_values(body)
+        if values > self._max_values:
+            raise self._failure(UpstreamError(
+                self.label, "too-large", f"the document holds up to {values} JSON values; the "
+                f"limit is {self._max_values} (one per {BYTES_PER_VALUE} bytes of "
+                f"MIRRORGATE_MAX_METADATA_BYTES, at least {MIN_VALUES})"))
         try:
             document = orjson.loads(body)
         except orjson.JSONDecodeError as error:
