@@ -16,6 +16,7 @@ it in a thread and tests can call it directly. Decisions:
 - Each version is serialised once, with its tarball URL built on a per-process placeholder for
   the proxy's base URL; rendering joins the pieces with `orjson.Fragment` and swaps the
   placeholder for the base, so a packument seen through several host names costs one gating.
+  The pieces are copied to their exact size, since they live as long as the cache entry.
 - A version key that is not a plain version string (`[0-9A-Za-z.+-]`, 256 characters at most)
   is skipped: keys become tarball file names in URLs the proxy serves.
 """
@@ -191,7 +192,15 @@ def _serialise(name: PackageName, version: str, manifest: Mapping[str, Any]) -> 
     abbreviated = {key: full[key] for key in ABBREVIATED_FIELDS if key in full}
     if "hasInstallScript" not in abbreviated and _has_install_script(manifest):
         abbreviated["hasInstallScript"] = True
-    return orjson.dumps(full), orjson.dumps(abbreviated)
+    return _compact(orjson.dumps(full)), _compact(orjson.dumps(abbreviated))
+
+
+def _compact(serialised: bytes) -> bytes:
+    """A copy sized to its content. orjson hands back its output with room to spare (about
+    4 KiB held for a 300-byte version, ten times the text for larger ones), and the cache keeps
+    two of these per version for as long as the packument is cached: uncompacted, a cache
+    counting 500 MiB of versions would hold several GiB."""
+    return bytes(memoryview(serialised))
 
 
 def _published(text: object) -> datetime | None:
