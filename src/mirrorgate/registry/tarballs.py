@@ -18,6 +18,9 @@
   (name, version, every digest of `dist`, the upstream tarball URL and file name, the manifest
   without `readme`) in a background task: the response never waits on the queue and never
   fails because of it. HEAD never enqueues, nor does a version the private upstream lists.
+  A job the queue drops (full) is neither counted as enqueued nor logged here: every backend
+  decides at once, so its drop count moving across the call says so, and the queue reports
+  drops itself (the first, then every 1,000th).
 - A version is enqueued at most once per `ENQUEUE_WINDOW` (5 minutes): parallel CI jobs and
   npm's own retry after an integrity failure pull the same tarball several times in a row,
   and one job mirrors it. A pull after the window enqueues again, so a job the queue lost
@@ -195,11 +198,16 @@ class TarballRoute:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, job: MirrorJob) -> None:
+        dropped = self.queue.stats().dropped
         try:
             await self.queue.enqueue(job)
         except Exception as error:  # the queue promised not to raise; a bug is logged
             log.error("enqueue_failed", package=job.name, version=job.version,
                       reason=f"{type(error).__name__}: {error}")
+            return
+        if self.queue.stats().dropped > dropped:
+            # The queue was full: it counts the drop and reports it at its own cadence
+            # (mirror_queue_dropped), so a burst is not one line per request.
             return
         self.metrics.enqueued.inc()
         log.info("job_enqueued", package=job.name, version=job.version,
