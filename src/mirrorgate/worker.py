@@ -468,10 +468,11 @@ class Worker:
 
     async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
         chunks: list[bytes] = []
+        shown = _loggable(url)
         try:
             async with self.deps.public.stream(url) as response:
                 if response is None:
-                    raise _Retire("public-missing", "the public upstream answered 404", url=url)
+                    raise _Retire("public-missing", "the public upstream answered 404", url=shown)
                 try:
                     verifier.declared_length(response.content_length)
                     async for chunk in response.content.iter_any():
@@ -483,12 +484,12 @@ class Worker:
                                                  response) from None
         except UpstreamError as error:
             if error.kind == "refused":
-                raise _Retire("off-origin", str(error), url=url) from None
+                raise _Retire("off-origin", str(error), url=shown) from None
             if error.transient:
                 raise _Retry("public-failed", str(error)) from None
-            raise _Retire("public-refused", str(error), url=url, status=error.status) from None
+            raise _Retire("public-refused", str(error), url=shown, status=error.status) from None
         except TooLarge as error:
-            raise _Retire("oversized", str(error), url=url, size=error.size) from None
+            raise _Retire("oversized", str(error), url=shown, size=error.size) from None
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as error:
             raise _Retry("public-failed", "the download broke off "
                          f"({type(error).__name__})") from None
