@@ -50,6 +50,15 @@ def assert_failed_transfer(seen: Transfer, full: bytes) -> None:
     assert full.startswith(seen.received)
 
 
+def assert_counted_as_aborted(proxy: MirrorgateProcess, package: str) -> None:
+    """The proxy logs and counts the broken stream once it has closed the connection, which
+    the client may notice first: wait for the line."""
+    [failed] = wait_for(lambda: proxy.events("tarball_stream_failed"), timeout=5,
+                        message="the tarball_stream_failed line")
+    assert failed["package"] == package
+    assert proxy.metric("mirrorgate_requests_total", route="tarball", status="aborted") == 1
+
+
 def test_a_tarball_cut_off_mid_stream_reaches_the_client_as_a_failed_transfer(
     guarded: GuardedFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
 ) -> None:
@@ -63,9 +72,7 @@ def test_a_tarball_cut_off_mid_stream_reaches_the_client_as_a_failed_transfer(
 
     assert_failed_transfer(seen, full)
     assert seen.seconds < 5
-    [failed] = proxy.events("tarball_stream_failed")
-    assert failed["package"] == "cut-off"
-    assert proxy.metric("mirrorgate_requests_total", route="tarball", status="aborted") == 1
+    assert_counted_as_aborted(proxy, "cut-off")
     assert proxy.returncode is None
 
 
@@ -83,7 +90,7 @@ def test_an_upstream_that_stalls_mid_body_is_cut_off_instead_of_hanging_the_clie
 
     assert_failed_transfer(seen, full)
     assert seen.seconds < UPSTREAM_TIMEOUT + 5
-    assert proxy.metric("mirrorgate_requests_total", route="tarball", status="aborted") == 1
+    assert_counted_as_aborted(proxy, "stalls")
 
 
 def test_npm_reports_a_cut_off_tarball_as_a_failed_install(

@@ -57,7 +57,8 @@ def assert_outage_accounted(proxy: MirrorgateProcess, provider: str, slowest: fl
     assert proxy.metric("mirrorgate_jobs_sent_total", provider=provider) == 0
     assert proxy.metric("mirrorgate_jobs_enqueued_total") == DEPTH
     assert proxy.metric("mirrorgate_requests_total", route="tarball", status="200") == PULLS
-    assert proxy.events("mirror_queue_send_failed")
+    wait_for(lambda: proxy.events("mirror_queue_send_failed"), timeout=5,
+             message="the mirror_queue_send_failed line")
     [report] = proxy.events("mirror_queue_dropped")
     assert (report["provider"], report["dropped"], report["cap"]) == (provider, 1, DEPTH)
 

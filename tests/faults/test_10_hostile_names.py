@@ -23,7 +23,7 @@ from pathlib import Path
 from tests.faults.conftest import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, make_version
-from tests.servers.processes import MirrorgateProcess, Reply
+from tests.servers.processes import MirrorgateProcess, Reply, wait_for
 
 
 @dataclass(frozen=True)
@@ -196,6 +196,8 @@ def test_raw_control_characters_in_the_request_line_are_refused_and_logged_not_c
         guard.seen(answer, f"the answer to {target!r}")
         assert answer.startswith((b"HTTP/1.0 400 ", b"HTTP/1.1 400 ")), answer[:200]
 
+    wait_for(lambda: len(proxy.events("http_request_malformed")) >= len(targets), timeout=5,
+             message="a line per refusal")
     lines = proxy.events("http_request_malformed")
     assert len(lines) == len(targets)
     assert all(line["status"] == 400 and line["reason"] for line in lines)
