@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from mirrorgate.mirror import MirrorJob, decode_job
 from tests.faults.conftest import GuardedFactory
+from tests.faults.lifecycle import serving
 from tests.faults.relay import TcpRelay
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, tarball_path
@@ -82,7 +83,8 @@ async def test_pulls_are_answered_while_sqs_is_unreachable_and_the_buffered_jobs
 ) -> None:
     public_registry.add(make_package("buffered", VERSIONS))
     queue = await sqs_server.create_queue(visibility=30)
-    with TcpRelay(sqs_server.endpoint.removeprefix("http://")) as relay:
+    with serving(TcpRelay(sqs_server.endpoint.removeprefix("http://")), TcpRelay.restore,
+                 TcpRelay.cut, "the relay to SQS") as relay:
         proxy = guarded("serve --no-worker", proxy_environment(public_registry, {
             "MIRROR_QUEUE_PROVIDER": "sqs", "MIRROR_SQS_QUEUE_URL": queue.url,
             "AWS_REGION": SQS_REGION, "AWS_ENDPOINT_URL_SQS": relay.url,
@@ -124,7 +126,8 @@ async def test_pulls_are_answered_while_pubsub_is_unreachable_and_the_buffered_j
 ) -> None:
     public_registry.add(make_package("buffered", VERSIONS))
     names = await make_pubsub_names()
-    with TcpRelay(pubsub_emulator) as relay:
+    with serving(TcpRelay(pubsub_emulator), TcpRelay.restore, TcpRelay.cut,
+                 "the relay to Pub/Sub") as relay:
         proxy = guarded("serve --no-worker", proxy_environment(public_registry, {
             "MIRROR_QUEUE_PROVIDER": "pubsub", "MIRROR_PUBSUB_TOPIC": names.topic,
             "MIRROR_PUBSUB_SUBSCRIPTION": names.subscription,

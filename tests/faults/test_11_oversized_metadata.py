@@ -33,6 +33,7 @@ import pytest
 from aiohttp import web
 
 from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.lifecycle import serving
 from tests.faults.memory import MIB, mib, reset_peak, rss
 from tests.faults.threaded_app import ThreadedApp
 from tests.servers.packages import make_package
@@ -119,7 +120,8 @@ def _build() -> web.Application:
 
 @pytest.fixture
 def hostile_upstream() -> Iterator[ThreadedApp]:
-    with ThreadedApp(_build, name="hostile-upstream") as app:
+    with serving(ThreadedApp(_build, name="hostile-upstream"), ThreadedApp.start,
+                 ThreadedApp.stop, "the hostile upstream") as app:
         yield app
 
 

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from tests.faults.bulk_registry import BulkRegistry
 from tests.faults.conftest import GuardedFactory
+from tests.faults.lifecycle import serving
 from tests.faults.memory import MIB, mib, rss
 from tests.faults.threaded_app import ThreadedApp
 from tests.servers.processes import MirrorgateProcess
@@ -57,13 +58,15 @@ def _hanging_app() -> web.Application:
 
 @pytest.fixture
 def bulk() -> Iterator[BulkRegistry]:
-    with BulkRegistry(PACKAGES, VERSIONS) as registry:
+    with serving(BulkRegistry(PACKAGES, VERSIONS), BulkRegistry.start, BulkRegistry.stop,
+                 "the bulk registry") as registry:
         yield registry
 
 
 @pytest.fixture
 def hanging_target() -> Iterator[ThreadedApp]:
-    with ThreadedApp(_hanging_app, name="hanging-target") as target:
+    with serving(ThreadedApp(_hanging_app, name="hanging-target"), ThreadedApp.start,
+                 ThreadedApp.stop, "the hanging mirror target") as target:
         yield target
 
 
