@@ -152,6 +152,7 @@ async def test_a_burst_of_50000_distinct_pulls_against_a_full_queue_is_served_in
     assert short == []
     assert bulk.seen["tarball"] == REQUESTS
     assert bulk.seen["packument"] == PACKAGES
+    assert proxy.metric("mirrorgate_jobs_total") == 0  # the worker is stuck on its first job
     assert depth == DEPTH
     assert dropped + depth + taken == REQUESTS
     assert enqueued == depth + taken
