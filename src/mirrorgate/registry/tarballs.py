@@ -178,7 +178,7 @@ class TarballRoute:
 
     def _enqueue(self, name: PackageName, record: VersionRecord, url: str,
                  size: int | None) -> None:
-        if not self._first_in_window(f"{name.full}@{record.version}"):
+        if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return
         try:
@@ -204,10 +204,13 @@ class TarballRoute:
         except Exception as error:  # the queue promised not to raise; a bug is logged
             log.error("enqueue_failed", package=job.name, version=job.version,
                       reason=f"{type(error).__name__}: {error}")
+            self._enqueued.pop(job.label, None)
             return
         if self.queue.stats().dropped > dropped:
             # The queue was full: it counts the drop and reports it at its own cadence
-            # (mirror_queue_dropped), so a burst is not one line per request.
+            # (mirror_queue_dropped), so a burst is not one line per request. The next
+            # pull of this version may enqueue it again.
+            self._enqueued.pop(job.label, None)
             return
         self.metrics.enqueued.inc()
         log.info("job_enqueued", package=job.name, version=job.version,
