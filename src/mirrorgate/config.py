@@ -379,7 +379,7 @@ def load_settings(
     rules_file = Path(rules).expanduser() if rules else None
     if rules_file is not None and not rules_file.is_file():
         read.problem("MIRRORGATE_RULES_FILE", f"{rules_file} is not a readable file; point it at "
-                     "a TOML rules file (see the README's Rules section)")
+                     "a TOML rules file (see the README's Admission rules section)")
 
     settings = Settings(
         queue=queue,

@@ -17,7 +17,7 @@ from mirrorgate.rules import (
     parse_rules,
 )
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def problems(text: str) -> list[str]:
@@ -33,8 +33,8 @@ def only_problem(text: str) -> str:
 
 
 def documented_example() -> str:
-    match = re.search(r"```toml\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.DOTALL)
-    assert match is not None, "docs/rules.md should hold a ```toml example"
+    match = re.search(r"```toml\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    assert match is not None, "the README's Admission rules section should hold a ```toml example"
     return match.group(1)
 
 

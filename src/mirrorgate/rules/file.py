@@ -186,7 +186,8 @@ def _document(text: str, source: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise RulesError(
-            [f"is not valid TOML ({error}); see the README's Rules section for the format"],
+            [f"is not valid TOML ({error}); see the README's Admission rules section for "
+             "the format"],
             source,
         ) from None
 
