@@ -195,8 +195,7 @@ class RegistryTarget:
         manifest = version_manifest(name, job.version, job.manifest, digests.integrity,
                                     digests.shasum,
                                     self.upstream.url(name.tarball_path(filename)))
-        body = await _maybe_in_thread(len(tarball), publish_document, name, job.version,
-                                      manifest, filename, tarball, tags)
+        body = publish_document(name, job.version, manifest, filename, tarball, tags)
         try:
             status, answer = await self.upstream.send_json("PUT", name.url_path(), body)
         except UpstreamError as error:

@@ -14,8 +14,9 @@ wrong out. Decisions:
   the serialised versions it keeps, so its cap is close to its cost); one packument body at
   MIRRORGATE_MAX_METADATA_BYTES being read and parsed beside it (`METADATA_COPIES`: the bytes
   plus about 4.2 times them once parsed, measured with tracemalloc on a 500-version
-  packument); and, where a worker runs, each tarball in flight held as bytes, base64 bytes,
-  base64 text and the JSON publish body (`TARBALL_COPIES`).
+  packument); and, where a worker runs, each tarball in flight held twice at its peak (the
+  downloaded chunks and the joined bytes; the publish body is streamed, base64 chunk by
+  chunk: `TARBALL_COPIES`).
   It is a floor to catch drift, not a promise that the process never grows past it.
 - Identity is checked on the ServiceAccount the pod names, in the same file: an IRSA role ARN
   for sqs, a Workload Identity Google service account for pubsub.
@@ -45,7 +46,7 @@ MIB = 1024 * 1024
 BASELINE = 128 * MIB
 PER_QUEUED_JOB = 2 * 1024
 METADATA_COPIES = 5
-TARBALL_COPIES = 5
+TARBALL_COPIES = 2
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 IRSA_ROLE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")

@@ -102,7 +102,7 @@ def test_the_document_attaches_the_exact_bytes_with_their_length() -> None:
     name = parse_name("@acme/widget")
     body = publish_document(name, "1.4.2", {"name": "@acme/widget", "version": "1.4.2"},
                             "widget-1.4.2.tgz", tarball, {"latest": "1.4.2"})
-    document = orjson.loads(body)
+    document = orjson.loads(body.render())
     assert document["_id"] == document["name"] == "@acme/widget"
     assert list(document["versions"]) == ["1.4.2"]
     assert document["dist-tags"] == {"latest": "1.4.2"}
@@ -110,3 +110,15 @@ def test_the_document_attaches_the_exact_bytes_with_their_length() -> None:
     assert attachment["content_type"] == "application/octet-stream"
     assert base64.b64decode(attachment["data"]) == tarball
     assert attachment["length"] == len(tarball)
+
+
+async def test_the_streamed_body_is_the_document_with_its_declared_size() -> None:
+    tarball = bytes(range(251)) * 2000  # 502,000 bytes: several chunks, not a multiple of 3
+    name = parse_name("left-pad")
+    body = publish_document(name, "1.3.0", {"name": "left-pad", "version": "1.3.0"},
+                            "left-pad-1.3.0.tgz", tarball, {"latest": "1.3.0"})
+    streamed = b"".join([chunk async for chunk in body.chunks()])
+    assert streamed == body.render()
+    assert len(streamed) == body.size
+    attachment = orjson.loads(streamed)["_attachments"]["left-pad-1.3.0.tgz"]
+    assert base64.b64decode(attachment["data"]) == tarball

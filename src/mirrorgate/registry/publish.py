@@ -12,7 +12,10 @@ The worker mirrors a version by publishing it the way the npm client does, so an
   public registry and would be false elsewhere: `signatures`, `npm-signature` and
   `attestations` are signed by, or point at, the public registry and would fail verification
   against the target.
-- `_attachments` carries the exact bytes in base64 with their length.
+- `_attachments` carries the exact bytes in base64 with their length. The body is streamed
+  (`PublishBody`): the JSON around the attachment is rendered once, and the base64 is encoded
+  chunk by chunk as the request is sent, so publishing a tarball holds the tarball once, not
+  the tarball, its base64 and a JSON copy of both (about 3.7 times its size).
 - `dist-tags` never moves an existing `latest` backwards: the new version becomes `latest` only
   when the target has none, or when it is a release above the current one; otherwise it is
   tagged `mirrorgate` (npm registries, Verdaccio included, merge the tags a publish carries, and
@@ -24,7 +27,8 @@ The worker mirrors a version by publishing it the way the npm client does, so an
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import nodesemver
@@ -35,6 +39,7 @@ from mirrorgate.registry.versions import is_prerelease
 
 __all__ = [
     "NON_LATEST_TAG",
+    "PublishBody",
     "choose_dist_tags",
     "publish_document",
     "says_already_exists",
@@ -104,9 +109,37 @@ def version_manifest(name: PackageName, version: str, admitted: Mapping[str, Any
     return manifest
 
 
+_PLACEHOLDER = "\u0000mirrorgate-attachment\u0000"
+_RAW_CHUNK = 3 * 64 * 1024  # a multiple of 3, so each chunk's base64 has no padding inside
+
+
+@dataclass(frozen=True, slots=True)
+class PublishBody:
+    """The JSON body of `PUT /<name>`, sent as `head`, the tarball in base64, `tail`."""
+
+    head: bytes
+    tarball: bytes
+    tail: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + 4 * ((len(self.tarball) + 2) // 3) + len(self.tail)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield self.head
+        view = memoryview(self.tarball)
+        for start in range(0, len(view), _RAW_CHUNK):
+            yield base64.b64encode(view[start:start + _RAW_CHUNK])
+        yield self.tail
+
+    def render(self) -> bytes:
+        """The whole body at once (for tests and small documents)."""
+        return self.head + base64.b64encode(self.tarball) + self.tail
+
+
 def publish_document(name: PackageName, version: str, manifest: Mapping[str, Any],
-                     filename: str, tarball: bytes, dist_tags: Mapping[str, str]) -> bytes:
-    """The JSON body of `PUT /<name>`; CPU-bound for large tarballs (base64): use a thread."""
+                     filename: str, tarball: bytes, dist_tags: Mapping[str, str]) -> PublishBody:
+    """The body of `PUT /<name>`: everything but the attachment's data rendered now."""
     document: dict[str, Any] = {
         "_id": name.full,
         "name": name.full,
@@ -115,7 +148,7 @@ def publish_document(name: PackageName, version: str, manifest: Mapping[str, Any
         "_attachments": {
             filename: {
                 "content_type": "application/octet-stream",
-                "data": base64.b64encode(tarball).decode("ascii"),
+                "data": _PLACEHOLDER,
                 "length": len(tarball),
             }
         },
@@ -123,4 +156,9 @@ def publish_document(name: PackageName, version: str, manifest: Mapping[str, Any
     description = manifest.get("description")
     if isinstance(description, str):
         document["description"] = description
-    return orjson.dumps(document)
+    rendered = orjson.dumps(document)
+    marker = orjson.dumps(_PLACEHOLDER)[1:-1]
+    head, found, tail = rendered.partition(marker)
+    if not found:
+        raise ValueError("the publish document lost its attachment placeholder")
+    return PublishBody(head, tarball, tail)

@@ -28,7 +28,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -37,7 +37,7 @@ from mirrorgate.config import Secret
 from mirrorgate.metrics import Metrics
 from mirrorgate.registry.origins import Origin, OriginRefusal, check_on_origin
 
-__all__ = ["ABBREVIATED", "JsonAnswer", "Upstream", "UpstreamError"]
+__all__ = ["ABBREVIATED", "JsonAnswer", "StreamedBody", "Upstream", "UpstreamError"]
 
 ABBREVIATED = "application/vnd.npm.install-v1+json"
 CHUNK = 64 * 1024
@@ -54,6 +54,15 @@ def _json_values(body: bytes) -> int:
     """An upper bound on the values a JSON text holds: every value but the first follows a
     comma or opens a container (commas and brackets inside strings count too)."""
     return 1 + body.count(b",") + body.count(b"{") + body.count(b"[")
+
+
+class StreamedBody(Protocol):
+    """A request body sent in chunks, whose total size is known before the first."""
+
+    @property
+    def size(self) -> int: ...
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
 
 
 class UpstreamError(Exception):
@@ -269,15 +278,25 @@ class Upstream:
         finally:
             response.release()
 
-    async def send_json(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
-        """A write (publish) to this upstream: the status and up to 64 KiB of the answer."""
+    async def send_json(self, method: str, path: str,
+                        body: bytes | StreamedBody) -> tuple[int, bytes]:
+        """A write (publish) to this upstream: the status and up to 64 KiB of the answer.
+
+        A `StreamedBody` is sent chunk by chunk with its Content-Length declared up front.
+        """
         url = self.url(path)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        data: bytes | AsyncIterator[bytes]
+        if isinstance(body, bytes):
+            data = body
+        else:
+            data = body.chunks()
+            headers["Content-Length"] = str(body.size)
         started = time.monotonic()
         try:
             async with self.session.request(
-                method, url, data=body, allow_redirects=False,
-                headers=self._headers(url, {"Content-Type": "application/json",
-                                            "Accept": "application/json"}),
+                method, url, data=data, allow_redirects=False,
+                headers=self._headers(url, headers),
             ) as response:
                 answer = await response.content.read(64 * 1024)
                 return response.status, answer
