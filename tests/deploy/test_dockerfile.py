@@ -21,7 +21,7 @@ from tests.deploy.dockerfile import (
     instructions,
 )
 from tests.deploy.kube import REPO
-from tests.servers.fixtures import unavailable
+from tests.servers.availability import unavailable
 
 DOCKERFILE = REPO / "Dockerfile"
 TEXT = DOCKERFILE.read_text(encoding="utf-8")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers.availability import unavailable
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.fixtures import unavailable
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, standard_tree
 from tests.servers.processes import ServerUnavailableError

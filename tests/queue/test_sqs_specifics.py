@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -30,6 +29,7 @@ from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.mirror import MirrorQueue, QueueStats, ReceiptHandle, Seconds
 from tests.builders import make_job
 from tests.queue.harness import receive_within
+from tests.servers.ports import free_port
 from tests.servers.sqs_server import (
     SQS_CREDENTIALS,
     SQS_REGION,
@@ -141,13 +141,6 @@ async def messages_in(sqs_server: SqsServer, url: str) -> int:
     attributes = answer["Attributes"]
     return int(attributes["ApproximateNumberOfMessages"]) + int(
         attributes["ApproximateNumberOfMessagesNotVisible"])
-
-
-def free_closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def hermetic_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -482,7 +475,7 @@ async def test_an_unreachable_endpoint_names_the_endpoint_variable(
     sqs_server: SqsServer,
 ) -> None:
     created = await sqs_server.create_queue()
-    closed = f"http://127.0.0.1:{free_closed_port()}"
+    closed = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(QueueUnavailableError, match="AWS_ENDPOINT_URL_SQS") as raised:
         await sqs_server.open(created.url, endpoint_url=closed, attempts=1)

@@ -10,15 +10,15 @@ that npm must exclude. Without node or npm's `semver` the tests fail under CI an
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from mirrorgate.semver import parse_range, parse_version
+from tests.servers.availability import unavailable
 
 VERSIONS = [
     "0.0.0", "0.0.0-0", "0.0.1", "0.0.2", "0.0.3-alpha", "0.1.0", "0.1.1", "0.1.2-beta.1",
@@ -94,12 +94,6 @@ process.stdin.on('end', () => {
 """
 
 
-def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI"):
-        pytest.fail(f"the semver oracle is unavailable: {reason}")
-    pytest.skip(f"the semver oracle is unavailable: {reason}")
-
-
 def _npm_semver() -> Path | None:
     """npm's bundled `semver`, found from the npm on PATH (no network, no install)."""
     candidates: list[Path] = []
@@ -124,10 +118,11 @@ def _npm_semver() -> Path | None:
 def oracle() -> dict[str, Any]:
     node = shutil.which("node")
     if node is None:
-        _unavailable("node is not on PATH")
+        unavailable("the semver oracle is unavailable: node is not on PATH")
     package = _npm_semver()
     if package is None:
-        _unavailable("npm's bundled semver package was not found next to npm")
+        unavailable("the semver oracle is unavailable: npm's bundled semver package was not "
+                    "found next to npm")
     everything = RANGES + list(STRICTER)
     done = subprocess.run(
         [node, "-e", ORACLE, str(package)],

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
-import orjson
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
@@ -34,26 +33,14 @@ from mirrorgate.registry.private import HttpPrivate, PrivateSource, StorePrivate
 from mirrorgate.registry.upstream import Upstream
 from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.serve import SERVER, Proxy, ProxyServer, build_proxy_app
-from tests.servers.fixtures import unavailable
+from tests.clock import ManualClock
+from tests.servers.availability import serving
 from tests.servers.ports import free_port
-from tests.servers.processes import ServerUnavailableError
+from tests.servers.processes import Reply
 from tests.servers.verdaccio import Verdaccio
 
 NPM_ACCEPT = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*"
 """The Accept header npm sends for packuments."""
-
-
-@dataclass
-class Clock:
-    """Monotonic seconds the test moves by hand."""
-
-    now: float = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -68,22 +55,12 @@ class WallClock:
             moment.timestamp() + self.offset_seconds, UTC)
 
 
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return orjson.loads(self.body)
-
-
 @dataclass
 class RunningProxy:
     url: str
     proxy: Proxy
     server: ProxyServer
-    clock: Clock
+    clock: ManualClock
     wall: WallClock
     session: aiohttp.ClientSession
     received: list[MirrorJob] = field(default_factory=list)
@@ -102,15 +79,15 @@ class RunningProxy:
         return self.proxy.metrics
 
     async def request(self, method: str, path: str, *, headers: Mapping[str, str] | None = None,
-                      decompress: bool = True) -> Answer:
+                      decompress: bool = True) -> Reply:
         # encoded=True: the path goes out exactly as written (yarl would otherwise resolve
         # `%2e%2e` and re-case `%2f`), which is what a hostile client does.
         async with self.session.request(method, URL(self.url + path.lstrip("/"), encoded=True),
                                         headers=dict(headers or {}),
                                         auto_decompress=decompress) as response:
-            return Answer(response.status, CIMultiDict(response.headers), await response.read())
+            return Reply(response.status, CIMultiDict(response.headers), await response.read())
 
-    async def get(self, path: str, **headers: str) -> Answer:
+    async def get(self, path: str, **headers: str) -> Reply:
         """GET with headers given as keywords (`Accept=...`, `If_None_Match=...`)."""
         sent = {key.replace("_", "-"): value for key, value in headers.items()}
         return await self.request("GET", path, headers=sent)
@@ -175,7 +152,7 @@ async def start_proxy(tmp_path: Path) -> AsyncIterator[StartProxy]:
         proxy = Proxy(settings=settings, public=upstream, private=source,
                       queue=queue or in_memory_double(), rules=rules, metrics=metrics,
                       health=Health(ready=True))
-        clock, wall = Clock(), WallClock()
+        clock, wall = ManualClock(), WallClock()
         app = build_proxy_app(proxy, clock=clock, now=wall)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
         await runner.setup()
@@ -203,10 +180,5 @@ async def start_proxy(tmp_path: Path) -> AsyncIterator[StartProxy]:
 @pytest.fixture(scope="module")
 def private_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Verdaccio]:
     """One Verdaccio for the module, the private upstream; tests use their own names."""
-    server = Verdaccio(tmp_path_factory.mktemp("verdaccio"))
-    try:
-        server.start()
-    except ServerUnavailableError as error:
-        unavailable(str(error))
-    yield server
-    server.stop()
+    with serving(Verdaccio(tmp_path_factory.mktemp("verdaccio")), "Verdaccio") as server:
+        yield server

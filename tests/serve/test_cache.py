@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from mirrorgate.cache import Loaded, PackumentCache, Slot
-from tests.serve.conftest import Clock
+from tests.clock import ManualClock
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Upstream:
         return Loaded(value, self.size, validator=f'"{value}"')
 
 
-def make_cache(clock: Clock, **overrides: float) -> tuple[PackumentCache[str], list[str]]:
+def make_cache(clock: ManualClock, **overrides: float) -> tuple[PackumentCache[str], list[str]]:
     results: list[str] = []
     options: dict[str, float] = {"ttl": 60, "max_entries": 100, "max_bytes": 10_000,
                                  "stale_if_error": 600, "revalidate_wait": 2,
@@ -46,7 +46,7 @@ def make_cache(clock: Clock, **overrides: float) -> tuple[PackumentCache[str], l
 
 
 async def test_an_entry_is_served_from_memory_until_its_ttl_then_filled_again() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache, results = make_cache(clock)
     upstream = Upstream()
 
@@ -62,7 +62,7 @@ async def test_an_entry_is_served_from_memory_until_its_ttl_then_filled_again() 
 
 
 async def test_the_loader_sees_the_previous_entry_and_can_keep_it_on_a_304() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache, _ = make_cache(clock)
     seen: list[str | None] = []
 
@@ -82,7 +82,7 @@ async def test_the_loader_sees_the_previous_entry_and_can_keep_it_on_a_304() -> 
 
 
 async def test_concurrent_misses_share_one_fill() -> None:
-    cache, _ = make_cache(Clock())
+    cache, _ = make_cache(ManualClock())
     upstream = Upstream(gate=asyncio.Event())
 
     waiting = [asyncio.create_task(cache.get("a", upstream.load)) for _ in range(50)]
@@ -95,7 +95,7 @@ async def test_concurrent_misses_share_one_fill() -> None:
 
 
 async def test_a_caller_that_gives_up_does_not_cancel_the_fill_for_the_others() -> None:
-    cache, _ = make_cache(Clock())
+    cache, _ = make_cache(ManualClock())
     upstream = Upstream(gate=asyncio.Event())
 
     impatient = asyncio.create_task(cache.get("a", upstream.load))
@@ -109,7 +109,7 @@ async def test_a_caller_that_gives_up_does_not_cancel_the_fill_for_the_others() 
 
 
 async def test_the_least_recently_used_entry_goes_when_the_entry_count_is_exceeded() -> None:
-    cache, _ = make_cache(Clock(), max_entries=2)
+    cache, _ = make_cache(ManualClock(), max_entries=2)
     upstream = Upstream()
 
     await cache.get("a", upstream.load)
@@ -124,7 +124,7 @@ async def test_the_least_recently_used_entry_goes_when_the_entry_count_is_exceed
 
 
 async def test_the_byte_budget_evicts_old_entries_and_never_keeps_an_oversized_one() -> None:
-    cache, _ = make_cache(Clock(), max_bytes=100)
+    cache, _ = make_cache(ManualClock(), max_bytes=100)
     small, huge = Upstream(size=40), Upstream(size=500)
 
     await cache.get("a", small.load)
@@ -141,7 +141,7 @@ async def test_the_byte_budget_evicts_old_entries_and_never_keeps_an_oversized_o
 
 
 async def test_growing_an_entry_counts_against_the_byte_budget() -> None:
-    cache, _ = make_cache(Clock(), max_bytes=100)
+    cache, _ = make_cache(ManualClock(), max_bytes=100)
     upstream = Upstream(size=40)
 
     await cache.get("a", upstream.load)
@@ -154,7 +154,7 @@ async def test_growing_an_entry_counts_against_the_byte_budget() -> None:
 
 
 async def test_a_failed_revalidation_serves_the_stale_entry_and_waits_before_retrying() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache, results = make_cache(clock)
     upstream = Upstream()
     await cache.get("a", upstream.load)
@@ -172,7 +172,7 @@ async def test_a_failed_revalidation_serves_the_stale_entry_and_waits_before_ret
 
 
 async def test_past_the_stale_window_the_failure_is_the_answer() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache, _ = make_cache(clock, stale_if_error=600)
     upstream = Upstream()
     await cache.get("a", upstream.load)
@@ -184,7 +184,7 @@ async def test_past_the_stale_window_the_failure_is_the_answer() -> None:
 
 
 async def test_a_slow_revalidation_serves_stale_now_and_updates_the_entry_when_done() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache, results = make_cache(clock, revalidate_wait=0.01)
     upstream = Upstream()
     await cache.get("a", upstream.load)
@@ -204,7 +204,7 @@ async def test_a_slow_revalidation_serves_stale_now_and_updates_the_entry_when_d
 
 
 async def test_a_shorter_freshness_asked_by_the_loader_is_honoured() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache, _ = make_cache(clock)
     calls = 0
 

@@ -3,22 +3,23 @@ the mirrorgate command itself.
 
 Every fixture is function-scoped, so no test sees another's packages, storage or processes.
 A helper that is not installed or does not start (Verdaccio, npm) is a failure when the CI
-environment variable is set and a skip otherwise; mirrorgate failing to start is always a
-failure, since it is what the tests are about.
+environment variable is set and a skip otherwise (`tests.servers.availability`, whose
+`unavailable` is re-exported here for the suites that import it from this module); mirrorgate
+failing to start is always a failure, since it is what the tests are about.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import Protocol
 
 import pytest
 
+from tests.servers.availability import serving, unavailable
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient, npm_executable
-from tests.servers.processes import MirrorgateProcess, ServerUnavailableError
+from tests.servers.processes import MirrorgateProcess
 from tests.servers.verdaccio import Verdaccio
 
 __all__ = [
@@ -31,35 +32,18 @@ __all__ = [
 ]
 
 
-def unavailable(reason: str) -> NoReturn:
-    """A server the test needs cannot run here: fail under CI, skip elsewhere."""
-    if os.environ.get("CI"):
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture
 def public_registry() -> Iterator[FixtureRegistry]:
     """A started, empty fixture registry; `public_registry.add(make_package(...))`."""
-    registry = FixtureRegistry()
-    try:
-        registry.start()
-    except OSError as error:
-        unavailable(f"the fixture registry could not listen on 127.0.0.1: {error}")
-    yield registry
-    registry.stop()
+    with serving(FixtureRegistry(), "the fixture registry") as registry:
+        yield registry
 
 
 @pytest.fixture
 def verdaccio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Verdaccio]:
     """A started Verdaccio with fresh storage and a user; `verdaccio.token` publishes."""
-    server = Verdaccio(tmp_path_factory.mktemp("verdaccio"))
-    try:
-        server.start()
-    except ServerUnavailableError as error:
-        unavailable(str(error))
-    yield server
-    server.stop()
+    with serving(Verdaccio(tmp_path_factory.mktemp("verdaccio")), "Verdaccio") as server:
+        yield server
 
 
 @pytest.fixture

@@ -13,13 +13,14 @@ and a skip elsewhere. Decisions:
   tests that do not ask for the emulator never see it.
 - `pubsub_harness` is the conformance suite's entry for the backend: a short ack deadline and
   a dead-letter policy (for `delivery_attempt`) keep redelivery cases at a second or two.
+- `pubsub_environment` gives the variables that put a `mirrorgate` process on a topic and
+  subscription of the emulator.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -41,6 +42,8 @@ from mirrorgate.backends.pubsub import open_pubsub_queue
 from mirrorgate.config import QueueSettings
 from mirrorgate.mirror import MirrorQueue
 from tests.queue.harness import Harness
+from tests.servers.availability import unavailable
+from tests.servers.ports import free_port
 
 __all__ = [
     "CONFORMANCE_ACK_DEADLINE",
@@ -54,6 +57,7 @@ __all__ = [
     "open_test_queue",
     "pubsub_admin",
     "pubsub_emulator",
+    "pubsub_environment",
     "pubsub_harness",
     "queue_settings",
 ]
@@ -91,19 +95,6 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"pubsub: emulator {found}"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _cannot_start(message: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 def _stop(process: subprocess.Popen[bytes]) -> None:
     for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
@@ -126,7 +117,7 @@ def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     launcher = find_emulator()
     if launcher is None:
         pytest.skip(_absent_reason())
-    port = _free_port()
+    port = free_port()
     logfile = tmp_path_factory.mktemp("pubsub-emulator") / "emulator.log"
     with logfile.open("wb") as sink:
         process = subprocess.Popen(
@@ -138,10 +129,10 @@ def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         deadline = time.monotonic() + START_WITHIN
         while "Server started" not in logfile.read_text(errors="replace"):
             if process.poll() is not None:
-                _cannot_start(f"the Pub/Sub emulator exited with {process.returncode}: "
+                unavailable(f"the Pub/Sub emulator exited with {process.returncode}: "
                               f"{logfile.read_text(errors='replace')[-2000:]}")
             if time.monotonic() > deadline:
-                _cannot_start(f"the Pub/Sub emulator did not start within {START_WITHIN:.0f} s: "
+                unavailable(f"the Pub/Sub emulator did not start within {START_WITHIN:.0f} s: "
                               f"{logfile.read_text(errors='replace')[-2000:]}")
             time.sleep(0.05)
         yield f"127.0.0.1:{port}"
@@ -241,6 +232,16 @@ async def pubsub_admin(pubsub_emulator: str) -> AsyncIterator[PubSubAdmin]:
     admin = PubSubAdmin(pubsub_emulator)
     yield admin
     await admin.close()
+
+
+def pubsub_environment(emulator: str, names: PubSubNames) -> dict[str, str]:
+    """The variables that put a process on this topic and subscription of the emulator (the
+    shortest ack deadline Pub/Sub allows)."""
+    return {"MIRROR_QUEUE_PROVIDER": "pubsub",
+            "MIRROR_PUBSUB_TOPIC": names.topic,
+            "MIRROR_PUBSUB_SUBSCRIPTION": names.subscription,
+            "MIRROR_VISIBILITY_SECONDS": "10",
+            "PUBSUB_EMULATOR_HOST": emulator}
 
 
 def queue_settings(names: PubSubNames, **overrides: Any) -> QueueSettings:

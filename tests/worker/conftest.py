@@ -19,9 +19,10 @@ from mirrorgate.mirror import MirrorQueue
 from mirrorgate.registry.upstream import Upstream
 from mirrorgate.target import open_target
 from mirrorgate.worker import Worker, WorkerDeps
+from tests.clock import ManualClock
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.verdaccio import Verdaccio
-from tests.worker.rig import ManualClock, Rig, RigFactory, rig_settings
+from tests.worker.rig import Rig, RigFactory, rig_settings
 
 
 @pytest.fixture

@@ -25,22 +25,10 @@ from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, digests_fr
 from mirrorgate.registry.upstream import Upstream
 from mirrorgate.target import MirrorTarget
 from mirrorgate.worker import Worker, WorkerDeps
+from tests.clock import ManualClock
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import tarball_filename
 from tests.servers.verdaccio import Verdaccio
-
-
-class ManualClock:
-    """A monotonic clock that moves only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass

@@ -12,11 +12,10 @@ from mirrorgate.registry.filestore import FileStore
 from mirrorgate.registry.upstream import Upstream
 from mirrorgate.target import PublishResult, RegistryTarget, StoreTarget
 from mirrorgate.verify import TarballDigests
+from tests.servers.availability import serving
 from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.fixtures import unavailable
 from tests.servers.packages import make_package, tarball_path
 from tests.servers.ports import free_port
-from tests.servers.processes import ServerUnavailableError
 from tests.servers.verdaccio import Verdaccio
 from tests.worker.rig import RigFactory, events, job_from, running, until, with_target
 
@@ -64,22 +63,18 @@ async def test_a_target_that_is_down_is_retried_and_published_once_it_is_up(
 
     assert await rig.handle_next() == "retried"  # nothing listens there yet
 
-    try:
-        down.start()
-    except ServerUnavailableError as error:
-        unavailable(str(error))
-    client = Upstream("target", down.url, timeout=5, max_metadata_bytes=1 << 20,
-                      token=Secret(down.token))
-    await client.start()
-    try:
-        worker = with_target(rig, RegistryTarget(client))
-        [message] = await rig.queue.receive()
-        assert message.deliveries == 2
-        assert await worker.handle(message) == "published"
-        assert down.versions("left-pad") == ["1.3.0"]
-    finally:
-        await client.close()
-        down.stop()
+    with serving(down, "Verdaccio"):
+        client = Upstream("target", down.url, timeout=5, max_metadata_bytes=1 << 20,
+                          token=Secret(down.token))
+        await client.start()
+        try:
+            worker = with_target(rig, RegistryTarget(client))
+            [message] = await rig.queue.receive()
+            assert message.deliveries == 2
+            assert await worker.handle(message) == "published"
+            assert down.versions("left-pad") == ["1.3.0"]
+        finally:
+            await client.close()
     assert rig.outcomes("retried") == 1
     assert rig.outcomes("published") == 1
     assert len(rig.tarball_gets()) == 1  # the first attempt failed before any download
