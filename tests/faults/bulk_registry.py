@@ -9,7 +9,7 @@ version and a `FixtureVersion` object each; this registry generates instead:
 - each packument rendered once per base URL and served with an ETag (304 on a match);
 - request counts kept by kind, so a test can tell how often mirrorgate came back.
 
-It runs as a `ThreadedApp`.
+It is a `ThreadedApp`: started, stopped and restarted like the fixture registry.
 """
 
 from __future__ import annotations
@@ -23,27 +23,23 @@ from functools import cached_property
 import orjson
 from aiohttp import web
 
-from tests.faults.threaded_app import ThreadedApp
 from tests.servers.packages import make_version
+from tests.servers.threaded import ThreadedApp
 
 __all__ = ["BulkRegistry"]
 
 JSON = "application/json"
 
 
-class BulkRegistry:
+class BulkRegistry(ThreadedApp):
     def __init__(self, packages: int, versions: int) -> None:
+        super().__init__(self._build, name="bulk-registry")
         self.names = [f"bulk-{index:03d}" for index in range(packages)]
         self.versions = [f"1.0.{index}" for index in range(versions)]
         self._known = set(self.names)
         self._rendered: dict[tuple[str, str], tuple[bytes, str]] = {}
         self._lock = threading.Lock()
         self.seen: Counter[str] = Counter()
-        self.server = ThreadedApp(self._build, name="bulk-registry")
-
-    @property
-    def url(self) -> str:
-        return self.server.url
 
     @cached_property
     def tarball(self) -> bytes:
@@ -101,16 +97,3 @@ class BulkRegistry:
     async def _tarball(self, request: web.Request) -> web.StreamResponse:
         self.seen["tarball"] += 1
         return web.Response(body=self.tarball, content_type="application/octet-stream")
-
-    def start(self) -> BulkRegistry:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> BulkRegistry:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()

@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from mirrorgate.mirror import MirrorJob, decode_job
 from tests.faults.conftest import GuardedFactory
-from tests.faults.lifecycle import serving
 from tests.faults.relay import TcpRelay
+from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, tarball_path
 from tests.servers.processes import MirrorgateProcess, http_request, wait_for
@@ -83,8 +83,8 @@ async def test_pulls_are_answered_while_sqs_is_unreachable_and_the_buffered_jobs
 ) -> None:
     public_registry.add(make_package("buffered", VERSIONS))
     queue = await sqs_server.create_queue(visibility=30)
-    with serving(TcpRelay(sqs_server.endpoint.removeprefix("http://")), TcpRelay.restore,
-                 TcpRelay.cut, "the relay to SQS") as relay:
+    with serving(TcpRelay(sqs_server.endpoint.removeprefix("http://")),
+                 "the relay to SQS") as relay:
         proxy = guarded("serve --no-worker", proxy_environment(public_registry, {
             "MIRROR_QUEUE_PROVIDER": "sqs", "MIRROR_SQS_QUEUE_URL": queue.url,
             "AWS_REGION": SQS_REGION, "AWS_ENDPOINT_URL_SQS": relay.url,
@@ -126,8 +126,7 @@ async def test_pulls_are_answered_while_pubsub_is_unreachable_and_the_buffered_j
 ) -> None:
     public_registry.add(make_package("buffered", VERSIONS))
     names = await make_pubsub_names()
-    with serving(TcpRelay(pubsub_emulator), TcpRelay.restore, TcpRelay.cut,
-                 "the relay to Pub/Sub") as relay:
+    with serving(TcpRelay(pubsub_emulator), "the relay to Pub/Sub") as relay:
         proxy = guarded("serve --no-worker", proxy_environment(public_registry, {
             "MIRROR_QUEUE_PROVIDER": "pubsub", "MIRROR_PUBSUB_TOPIC": names.topic,
             "MIRROR_PUBSUB_SUBSCRIPTION": names.subscription,

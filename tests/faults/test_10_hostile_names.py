@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.faults.conftest import GuardedFactory, SecretGuard
-from tests.faults.lifecycle import serving
+from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, make_version
 from tests.servers.processes import MirrorgateProcess, Reply, wait_for
@@ -118,8 +118,8 @@ def test_hostile_names_are_refused_with_400_and_a_json_reason_before_any_upstrea
     guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
 ) -> None:
     public_registry.add(make_package("good", ["1.0.0"]))
-    with serving(FixtureRegistry(make_package("good", ["1.0.0"])), FixtureRegistry.start,
-                 FixtureRegistry.stop, "the private fixture registry") as private:
+    with serving(FixtureRegistry(make_package("good", ["1.0.0"])),
+                 "the private fixture registry") as private:
         proxy = start_proxy(guarded, public_registry, private)
 
         problems = []

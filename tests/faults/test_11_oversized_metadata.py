@@ -33,11 +33,11 @@ import pytest
 from aiohttp import web
 
 from tests.faults.conftest import GuardedFactory, SecretGuard
-from tests.faults.lifecycle import serving
 from tests.faults.memory import MIB, mib, reset_peak, rss
-from tests.faults.threaded_app import ThreadedApp
+from tests.servers.availability import serving
 from tests.servers.packages import make_package
 from tests.servers.processes import MirrorgateProcess, Reply, http_request
+from tests.servers.threaded import ThreadedApp
 
 METADATA_CAP = 32 * MIB
 """MIRRORGATE_MAX_METADATA_BYTES's default, which these runs keep."""
@@ -120,8 +120,7 @@ def _build() -> web.Application:
 
 @pytest.fixture
 def hostile_upstream() -> Iterator[ThreadedApp]:
-    with serving(ThreadedApp(_build, name="hostile-upstream"), ThreadedApp.start,
-                 ThreadedApp.stop, "the hostile upstream") as app:
+    with serving(ThreadedApp(_build, name="hostile-upstream"), "the hostile upstream") as app:
         yield app
 
 

@@ -5,15 +5,14 @@
 
 The cap is set small (64 KiB) and the tarball made bigger. Two ways to be too big: the public
 upstream says so up front (a truthful Content-Length: the fixture registry), or it does not say
-and keeps sending (chunked, no Content-Length, never ending: a small aiohttp upstream written
-here, which counts what it managed to send). Either way the job is retired `oversized`, nothing
-reaches the store, and the next job is published.
+and keeps sending (chunked, no Content-Length, never ending: a small `ThreadedApp` upstream
+written here, which counts what it managed to send). Either way the job is retired
+`oversized`, nothing reaches the store, and the next job is published.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import random
 import threading
 from collections.abc import Iterator
@@ -27,16 +26,15 @@ from tests.faults.worker_jobs import (
     admitted_job,
     logged,
     send_to_sqs,
-    sqs_environment,
     stored_tarball,
     stored_version,
 )
+from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.fixtures import unavailable
 from tests.servers.packages import make_package, tarball_path
-from tests.servers.ports import free_port
 from tests.servers.processes import http_request, wait_for
-from tests.servers.sqs_server import SqsServer
+from tests.servers.sqs_server import SqsServer, sqs_environment
+from tests.servers.threaded import ThreadedApp
 
 CAP = 64 * 1024
 ENDLESS_CHUNK = 16 * 1024
@@ -78,22 +76,21 @@ def test_a_tarball_declared_above_the_cap_is_retired_unpublished_and_the_worker_
     assert proxy.returncode is None
 
 
-class EndlessUpstream:
+class EndlessUpstream(ThreadedApp):
     """A public upstream on 127.0.0.1 whose `/endless/-/endless-1.0.0.tgz` is sent chunked, with
     no Content-Length, for ever (until the client hangs up); every other tarball path answers
     the bytes `tarballs` holds for it. `sent` is what the endless answer managed to write."""
 
     def __init__(self, tarballs: dict[str, bytes]) -> None:
-        self.port = free_port()
+        super().__init__(self._build, name="endless")
         self.tarballs = tarballs
         self.sent = 0
         self.hung_up = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+    def _build(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._answer)
+        return app
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         if request.path != tarball_path("endless", "1.0.0"):
@@ -114,51 +111,13 @@ class EndlessUpstream:
             self.hung_up.set()
         return response
 
-    def start(self) -> EndlessUpstream:
-        ready: concurrent.futures.Future[asyncio.AbstractEventLoop] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
-                                        name=f"endless-{self.port}")
-        self._thread.start()
-        self._loop = ready.result(timeout=10)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-        self._loop = self._thread = None
-
-    def _serve(self, ready: concurrent.futures.Future[asyncio.AbstractEventLoop]) -> None:
-        loop = asyncio.new_event_loop()
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", self._answer)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
-        try:
-            loop.run_until_complete(runner.setup())
-            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        except BaseException as error:
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-            ready.set_exception(error)
-            return
-        ready.set_result(loop)
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
 
 @pytest.fixture
 def endless() -> Iterator[EndlessUpstream]:
     slim = make_package("slim", ["1.0.0"]).versions["1.0.0"]
-    upstream = EndlessUpstream({tarball_path("slim", "1.0.0"): slim.tarball})
-    try:
-        upstream.start()
-    except OSError as error:
-        unavailable(f"the endless upstream could not listen on 127.0.0.1: {error}")
-    yield upstream
-    upstream.stop()
+    with serving(EndlessUpstream({tarball_path("slim", "1.0.0"): slim.tarball}),
+                 "the endless upstream") as upstream:
+        yield upstream
 
 
 async def test_a_tarball_that_never_ends_is_cut_off_at_the_cap_and_retired(

@@ -31,10 +31,10 @@ from aiohttp import web
 
 from tests.faults.bulk_registry import BulkRegistry
 from tests.faults.conftest import GuardedFactory
-from tests.faults.lifecycle import serving
 from tests.faults.memory import MIB, mib, rss
-from tests.faults.threaded_app import ThreadedApp
+from tests.servers.availability import serving
 from tests.servers.processes import MirrorgateProcess
+from tests.servers.threaded import ThreadedApp
 
 PACKAGES = 50
 VERSIONS = 1_000
@@ -58,15 +58,14 @@ def _hanging_app() -> web.Application:
 
 @pytest.fixture
 def bulk() -> Iterator[BulkRegistry]:
-    with serving(BulkRegistry(PACKAGES, VERSIONS), BulkRegistry.start, BulkRegistry.stop,
-                 "the bulk registry") as registry:
+    with serving(BulkRegistry(PACKAGES, VERSIONS), "the bulk registry") as registry:
         yield registry
 
 
 @pytest.fixture
 def hanging_target() -> Iterator[ThreadedApp]:
-    with serving(ThreadedApp(_hanging_app, name="hanging-target"), ThreadedApp.start,
-                 ThreadedApp.stop, "the hanging mirror target") as target:
+    with serving(ThreadedApp(_hanging_app, name="hanging-target"),
+                 "the hanging mirror target") as target:
         yield target
 
 

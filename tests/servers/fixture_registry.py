@@ -3,10 +3,10 @@
 mirrorgate's public upstream in the tests. It answers the npm read protocol for the
 `FixturePackage`s added to it and injects the faults the fault tests need. Decisions:
 
-- It runs on its own event loop in a background thread, started and stopped from plain code,
-  so it keeps answering while a test blocks its own loop (`subprocess.run(["npm", ...])`, a
-  sync HTTP call). Its port is chosen once, so `stop()` and `start()` bring it back on the same
-  URL: the public upstream going down and coming back.
+- It is a `ThreadedApp`: its own event loop in a background thread, started and stopped from
+  plain code, so it keeps answering while a test blocks its own loop
+  (`subprocess.run(["npm", ...])`, a sync HTTP call). Its port is chosen once, so `stop()` and
+  `start()` bring it back on the same URL: the public upstream going down and coming back.
 - Paths are matched after percent-decoding, so `/@s/n`, `/@s%2fn` and `/@s%2Fn` are the same
   package; what was actually requested is kept verbatim in `requests`.
 - Packuments are rendered once per package and representation (full, or abbreviated when the
@@ -21,7 +21,6 @@ mirrorgate's public upstream in the tests. It answers the npm read protocol for 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import hashlib
 import threading
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from tests.servers.packages import FixturePackage, tarball_path
-from tests.servers.ports import free_port
+from tests.servers.threaded import ThreadedApp
 
 __all__ = ["ABBREVIATED", "Fault", "FixtureRegistry", "SeenRequest"]
 
@@ -109,48 +108,26 @@ def _not_modified(request: web.Request, etag: str) -> bool:
     return etag in tags or "*" in tags
 
 
-async def _shut_down(runner: web.AppRunner) -> None:
-    """Close the listener and connections, then cancel whatever still runs (a hanging fault)."""
-    await runner.cleanup()
-    current = asyncio.current_task()
-    leftovers = [task for task in asyncio.all_tasks() if task is not current]
-    for task in leftovers:
-        task.cancel()
-    await asyncio.gather(*leftovers, return_exceptions=True)
-    await asyncio.get_running_loop().shutdown_asyncgens()
-
-
 def _error(status: int, message: str) -> _Answer:
     return _Answer(status, {"Content-Type": JSON}, orjson.dumps({"error": message}))
 
 
-class FixtureRegistry:
+class FixtureRegistry(ThreadedApp):
     """An npm registry for tests, on 127.0.0.1, serving `FixturePackage`s. Use `start()` and
-    `stop()` (or `with FixtureRegistry() as registry:`); both are plain, blocking calls."""
+    `stop()` (or `with FixtureRegistry() as registry:`); both are plain, blocking calls, and a
+    request held in a `delay` is cancelled by `stop()`."""
 
     def __init__(self, *packages: FixturePackage, host: str = "127.0.0.1",
                  port: int | None = None) -> None:
-        self.host = host
-        self.port = port if port is not None else free_port(host)
+        super().__init__(self._build, host=host, port=port, name="fixture-registry")
         self._lock = threading.Lock()
         self._packages: dict[str, FixturePackage] = {}
         self._rendered: dict[tuple[str, bool], tuple[bytes, str]] = {}
         self._rules: list[_Rule] = []
         self._requests: list[SeenRequest] = []
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.add(*packages)
 
     # -- what tests use ------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """The base URL, with a trailing slash: `http://127.0.0.1:PORT/`."""
-        return f"http://{self.host}:{self.port}/"
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None
 
     def add(self, *packages: FixturePackage) -> None:
         """Serve these packages (replacing any of the same name), also while running."""
@@ -200,58 +177,10 @@ class FixtureRegistry:
         with self._lock:
             self._rules.clear()
 
-    # -- lifecycle -----------------------------------------------------------------------
-
-    def start(self) -> FixtureRegistry:
-        if self._thread is not None:
-            raise RuntimeError(f"the fixture registry on port {self.port} is already running")
-        ready: concurrent.futures.Future[asyncio.AbstractEventLoop] = concurrent.futures.Future()
-        thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
-                                  name=f"fixture-registry-{self.port}")
-        thread.start()
-        try:
-            self._loop = ready.result(timeout=10)
-        except BaseException:
-            thread.join(timeout=5)
-            raise
-        self._thread = thread
-        return self
-
-    def stop(self) -> None:
-        """Stop listening and drop every connection (a request in a `delay` is cancelled)."""
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        self._thread = self._loop = None
-
-    def __enter__(self) -> FixtureRegistry:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
-
-    def _serve(self, ready: concurrent.futures.Future[asyncio.AbstractEventLoop]) -> None:
-        loop = asyncio.new_event_loop()
+    def _build(self) -> web.Application:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
-        try:
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-            loop.run_until_complete(site.start())
-        except BaseException as error:
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-            ready.set_exception(error)
-            return
-        ready.set_result(loop)
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(_shut_down(runner))
-            loop.close()
+        return app
 
     # -- the protocol --------------------------------------------------------------------
 

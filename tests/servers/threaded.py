@@ -1,14 +1,23 @@
-"""An aiohttp application served from its own thread: the faults suite's hand-written upstreams.
+"""An aiohttp application served from its own thread: every hand-written HTTP server the tests run.
 
-The fixture registry covers most faults; a few rows need an upstream it cannot play (a body
-sent chunked with no Content-Length, a gzip bomb, fifty thousand generated versions served
-without building a tarball per version). Such an upstream is a plain `web.Application` handed
-to `ThreadedApp`, which runs it like the fixture registry runs itself:
+The fixture registry, the publish gate in front of Verdaccio and the faults suite's upstreams
+(a body that never ends, a gzip bomb, fifty thousand generated versions, a target that never
+answers) differ only in their routes. How they run is the same, and it is here:
 
-- on its own event loop in a daemon thread, started and stopped by plain blocking calls, so it
-  keeps answering while a test blocks (a synchronous HTTP call, `subprocess.run`);
-- on a port chosen once, so `stop()` and `start()` bring it back on the same URL;
-- `stop()` closes the listener and cancels whatever still runs (a handler that hangs).
+- on their own event loop in a daemon thread, started and stopped by plain blocking calls, so
+  they keep answering while a test blocks its own loop (a synchronous HTTP call,
+  `subprocess.run(["npm", ...])`);
+- on a port chosen once, so `stop()` and `start()` bring the server back on the same URL (an
+  upstream going down and coming back); a port already taken fails `start()` with the bind
+  error;
+- `build()` is called in the server's thread, once per `start()`, with that thread's loop
+  current, so the application and what it creates (events, a client session in a
+  `cleanup_ctx`) belong to that loop;
+- `stop()` closes the listener, runs the application's cleanup and cancels whatever still runs
+  (a handler that hangs or is held), so nothing outlives the test.
+
+Use it as it is (`ThreadedApp(build, name=...)`) or subclass it, passing a bound method as
+`build`, when the server also carries state a test reads (requests seen, bytes sent).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Callable
+from typing import Self
 
 from aiohttp import web
 
@@ -24,8 +34,12 @@ from tests.servers.ports import free_port
 
 __all__ = ["ThreadedApp"]
 
+START_WITHIN = 10.0
+STOP_WITHIN = 10.0
+
 
 async def _shut_down(runner: web.AppRunner) -> None:
+    """Close the listener and connections, run the app's cleanup, then cancel the rest."""
     await runner.cleanup()
     current = asyncio.current_task()
     leftovers = [task for task in asyncio.all_tasks() if task is not current]
@@ -36,11 +50,7 @@ async def _shut_down(runner: web.AppRunner) -> None:
 
 
 class ThreadedApp:
-    """Serve the application `build()` returns on 127.0.0.1:`port`; `with` starts and stops.
-
-    `build` is called in the server's thread, once per `start()`, so the application (and
-    anything it creates, such as events) belongs to that thread's loop.
-    """
+    """Serve the application `build()` returns on `host`:`port`; `with` starts and stops it."""
 
     def __init__(self, build: Callable[[], web.Application], *, host: str = "127.0.0.1",
                  port: int | None = None, name: str = "threaded-app") -> None:
@@ -53,16 +63,21 @@ class ThreadedApp:
 
     @property
     def url(self) -> str:
-        """The base URL, with a trailing slash."""
+        """The base URL, with a trailing slash: `http://127.0.0.1:PORT/`."""
         return f"http://{self.host}:{self.port}/"
 
     @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    @property
     def loop(self) -> asyncio.AbstractEventLoop:
+        """The server's loop, for `call_soon_threadsafe` from the test's thread."""
         if self._loop is None:
             raise RuntimeError(f"{self.name} is not running")
         return self._loop
 
-    def start(self) -> ThreadedApp:
+    def start(self) -> Self:
         if self._thread is not None:
             raise RuntimeError(f"{self.name} on port {self.port} is already running")
         ready: concurrent.futures.Future[asyncio.AbstractEventLoop] = concurrent.futures.Future()
@@ -70,7 +85,7 @@ class ThreadedApp:
                                   name=f"{self.name}-{self.port}")
         thread.start()
         try:
-            self._loop = ready.result(timeout=10)
+            self._loop = ready.result(timeout=START_WITHIN)
         except BaseException:
             thread.join(timeout=5)
             raise
@@ -78,14 +93,15 @@ class ThreadedApp:
         return self
 
     def stop(self) -> None:
+        """Stop listening and drop every connection (a handler still running is cancelled)."""
         thread, loop = self._thread, self._loop
         if thread is None or loop is None:
             return
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
+        thread.join(timeout=STOP_WITHIN)
         self._thread = self._loop = None
 
-    def __enter__(self) -> ThreadedApp:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *_exc: object) -> None:
