@@ -1,8 +1,10 @@
 """The sidecar shape for the end-to-end suites: `mirrorgate serve --no-worker` and `mirrorgate
 worker` as two processes over one cloud queue, as a pod with a worker sidecar runs them.
 
-The SQS and Pub/Sub files differ only in the queue's variables; what they start, what they kill
-and what they check is here. Decisions:
+The SQS and Pub/Sub runs differ only in the queue's variables; what they start, what they kill
+and what they check is here, with the fixtures both suites that run the pod take (the end-to-end
+suite and row 14 of the faults suite import them into their conftest): `gate`, and
+`queue_backend` with `queue_environment`, a fresh queue on each backend in turn. Decisions:
 
 - Both processes get the same environment (a pod's containers usually share one), except the
   mirror target: the worker publishes through a `PublishGate` in front of Verdaccio, while the
@@ -14,33 +16,40 @@ and what they check is here. Decisions:
   a time, once) and mid-publish (the gate forwards the PUT to Verdaccio, which stores it, then
   holds the answer, so the worker dies before it can ack). Either way the test waits for the
   moment to be observed (the tarball request arrived, the PUT was stored) before the SIGKILL.
-- The gate is an aiohttp server on its own loop in a thread, like the fixture registry, so it
-  keeps answering while the test blocks. It forwards bytes as they are (no decompression) and
-  never follows redirects. Held answers wait on an event; `stop()` cancels them.
+- A fresh queue has the shortest visibility window each backend allows (10 s), so a killed
+  worker's job comes back soon; the Pub/Sub subscription has a dead-letter policy, the only way
+  Pub/Sub reports the delivery count a redelivery is recognised by. Without the emulator the
+  Pub/Sub cases are skipped with the `pubsub_emulator` fixture's reason.
+- The gate is a `ThreadedApp`, like the fixture registry, so it keeps answering while the test
+  blocks. It forwards bytes as they are (no decompression) and never follows redirects, through
+  a client session its application owns (`cleanup_ctx`). Held answers wait on an event;
+  `stop()` cancels them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import random
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from tests.e2e.mirroring import public_manifest
+from tests.servers.availability import serving
 from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.fixtures import MirrorgateFactory, unavailable
+from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.packages import FixturePackage, make_package, tarball_filename, tarball_path
-from tests.servers.ports import free_port
 from tests.servers.processes import MirrorgateProcess, http_request, wait_for
+from tests.servers.pubsub_server import PubSubNames, pubsub_environment
+from tests.servers.sqs_server import SqsServer, sqs_environment
+from tests.servers.threaded import ThreadedApp
 from tests.servers.verdaccio import Verdaccio
 
 __all__ = [
@@ -51,8 +60,10 @@ __all__ = [
     "assert_health_on_its_own_listener",
     "assert_verdaccio_holds_once",
     "enqueue_one",
-    "gate_in_front_of",
+    "gate",
     "kill_a_worker_mid_job",
+    "queue_backend",
+    "queue_environment",
     "redelivery_lines",
     "registry_environment",
     "slow_package",
@@ -74,25 +85,21 @@ class KillPoint(StrEnum):
 
 # -- the gate in front of Verdaccio -------------------------------------------------------
 
-class PublishGate:
+_SESSION = web.AppKey("session", aiohttp.ClientSession)
+
+
+class PublishGate(ThreadedApp):
     """A reverse proxy on 127.0.0.1 in front of `upstream` (Verdaccio) that forwards every
     request and records each PUT's answer; after `hold_publish_answers()` a PUT is still
     forwarded (and stored), but its answer is held until `release()` or `stop()`."""
 
     def __init__(self, upstream: str, host: str = "127.0.0.1") -> None:
+        super().__init__(self._build, host=host, name="publish-gate")
         self.upstream = upstream.rstrip("/")
-        self.host = host
-        self.port = free_port(host)
         self._lock = threading.Lock()
         self._publishes: list[tuple[str, int]] = []
         self._holding = False
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._released: asyncio.Event | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
 
     @property
     def publishes(self) -> list[tuple[str, int]]:
@@ -112,62 +119,23 @@ class PublishGate:
         """Stop holding; answers already held are sent (to whoever is still listening)."""
         with self._lock:
             self._holding = False
-        loop, released = self._loop, self._released
-        if loop is not None and released is not None:
-            loop.call_soon_threadsafe(released.set)
+        released = self._released
+        if self.running and released is not None:
+            self.loop.call_soon_threadsafe(released.set)
 
-    def start(self) -> PublishGate:
-        ready: concurrent.futures.Future[asyncio.AbstractEventLoop] = concurrent.futures.Future()
-        thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
-                                  name=f"publish-gate-{self.port}")
-        thread.start()
-        self._loop = ready.result(timeout=10)
-        self._thread = thread
-        return self
-
-    def stop(self) -> None:
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        self._thread = self._loop = None
-
-    def _serve(self, ready: concurrent.futures.Future[asyncio.AbstractEventLoop]) -> None:
-        loop = asyncio.new_event_loop()
-        session = loop.run_until_complete(_client())
+    def _build(self) -> web.Application:
         self._released = asyncio.Event()
-
-        async def forward(request: web.Request) -> web.StreamResponse:
-            return await self._forward(session, request)
-
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", forward)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
-        try:
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-            loop.run_until_complete(site.start())
-        except BaseException as error:
-            loop.run_until_complete(runner.cleanup())
-            loop.run_until_complete(session.close())
-            loop.close()
-            ready.set_exception(error)
-            return
-        ready.set_result(loop)
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(_shut_down(runner, session))
-            loop.close()
+        app.cleanup_ctx.append(_client_session)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        return app
 
-    async def _forward(self, session: aiohttp.ClientSession,
-                       request: web.Request) -> web.StreamResponse:
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
-        async with session.request(request.method, self.upstream + request.raw_path,
-                                   data=body or None, headers=headers,
-                                   allow_redirects=False) as answer:
+        async with request.app[_SESSION].request(
+                request.method, self.upstream + request.raw_path, data=body or None,
+                headers=headers, allow_redirects=False) as answer:
             payload = await answer.read()
             status = answer.status
             answered = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP}
@@ -180,34 +148,42 @@ class PublishGate:
         return web.Response(status=status, headers=answered, body=payload)
 
 
-async def _client() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=60))
+async def _client_session(app: web.Application) -> AsyncIterator[None]:
+    async with aiohttp.ClientSession(auto_decompress=False,
+                                     timeout=aiohttp.ClientTimeout(total=60)) as session:
+        app[_SESSION] = session
+        yield
 
 
-async def _shut_down(runner: web.AppRunner, session: aiohttp.ClientSession) -> None:
-    await runner.cleanup()
-    current = asyncio.current_task()
-    leftovers = [task for task in asyncio.all_tasks() if task is not current]
-    for task in leftovers:
-        task.cancel()
-    await asyncio.gather(*leftovers, return_exceptions=True)
-    await session.close()
-    await asyncio.get_running_loop().shutdown_asyncgens()
+@pytest.fixture
+def gate(verdaccio: Verdaccio) -> Iterator[PublishGate]:
+    """A started gate forwarding to the test's Verdaccio, stopped at teardown; a gate that
+    cannot listen fails the test under CI and skips it elsewhere, like every helper server."""
+    with serving(PublishGate(verdaccio.url), "the publish gate") as started:
+        yield started
 
 
-@contextlib.contextmanager
-def gate_in_front_of(verdaccio: Verdaccio) -> Iterator[PublishGate]:
-    """A started gate forwarding to `verdaccio`, stopped on exit; a gate that cannot listen
-    fails the test under CI and skips it elsewhere, like every helper server."""
-    gate = PublishGate(verdaccio.url)
-    try:
-        gate.start()
-    except OSError as error:
-        unavailable(f"the publish gate could not listen on 127.0.0.1: {error}")
-    try:
-        yield gate
-    finally:
-        gate.stop()
+# -- the queue between them ---------------------------------------------------------------
+
+@pytest.fixture(params=["sqs", "pubsub"])
+def queue_backend(request: pytest.FixtureRequest) -> str:
+    """Each cloud backend in turn; the test ids gain `[sqs]` and `[pubsub]`."""
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+async def queue_environment(queue_backend: str,
+                            request: pytest.FixtureRequest) -> dict[str, str]:
+    """The variables that put both processes on a fresh queue of `queue_backend`."""
+    if queue_backend == "sqs":
+        server: SqsServer = request.getfixturevalue("sqs_server")
+        queue = await server.create_queue(visibility=10)
+        return sqs_environment(server, queue.url)
+    emulator: str = request.getfixturevalue("pubsub_emulator")
+    make: Callable[..., Awaitable[PubSubNames]] = request.getfixturevalue("make_pubsub_names")
+    names = await make(dead_letter_attempts=5, ack_deadline=10)
+    return pubsub_environment(emulator, names)
 
 
 # -- the two processes ------------------------------------------------------------------

@@ -5,6 +5,9 @@ one test but a property of every other row: each process the suite starts throug
 carries a private token (the real Verdaccio token when a test passes one, a recognisable fake
 otherwise), and at teardown every stderr line, a final /metrics scrape, and every reply body a
 test handed to `guard.seen(...)` are searched for it. A leak fails the test that caused it.
+
+The rows that run the sidecar pod (7, 14) also take the end-to-end suite's fixtures for it:
+`gate`, `queue_backend` and `queue_environment` are imported here from `tests.e2e.sidecar`.
 """
 
 from __future__ import annotations
@@ -15,8 +18,20 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.e2e.sidecar import gate, queue_backend, queue_environment
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.processes import MirrorgateProcess, Reply
+
+__all__ = [
+    "FAKE_TOKEN",
+    "GuardedFactory",
+    "SecretGuard",
+    "gate",
+    "guard",
+    "guarded",
+    "queue_backend",
+    "queue_environment",
+]
 
 FAKE_TOKEN = "mg-test-token-7c1e0d9a4b2f"  # noqa: S105 - a fake, watched for in every output
 

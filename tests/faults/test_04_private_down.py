@@ -24,7 +24,7 @@ from typing import Any
 
 from tests.e2e.sidecar import start_sidecar
 from tests.faults.conftest import GuardedFactory, SecretGuard
-from tests.faults.worker_jobs import logged, sqs_environment
+from tests.faults.worker_jobs import logged
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixturePackage, make_package, tarball_filename, tarball_path
@@ -36,7 +36,7 @@ from tests.servers.processes import (
     http_request,
     wait_for,
 )
-from tests.servers.sqs_server import SqsServer
+from tests.servers.sqs_server import SqsServer, sqs_environment
 from tests.servers.verdaccio import Verdaccio
 
 VISIBILITY = 10

@@ -19,13 +19,9 @@ The worker never reads the public packument at all: its only public request is t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from tests.e2e.sidecar import PublishGate, enqueue_one, gate_in_front_of
+from tests.e2e.sidecar import PublishGate, enqueue_one, registry_environment
 from tests.faults.conftest import GuardedFactory
-from tests.faults.worker_jobs import logged, sqs_environment
+from tests.faults.worker_jobs import logged
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import (
     FixturePackage,
@@ -35,14 +31,8 @@ from tests.servers.packages import (
     tarball_path,
 )
 from tests.servers.processes import MirrorgateProcess, wait_for
-from tests.servers.sqs_server import SqsServer
+from tests.servers.sqs_server import SqsServer, sqs_environment
 from tests.servers.verdaccio import Verdaccio
-
-
-@pytest.fixture
-def gate(verdaccio: Verdaccio) -> Iterator[PublishGate]:
-    with gate_in_front_of(verdaccio) as started:
-        yield started
 
 
 def substitute(name: str) -> FixturePackage:
@@ -58,10 +48,7 @@ async def enqueue_then_start_worker(
     """The proxy enqueues `name`@1.0.0 as first served; the public package becomes `swap`; the
     worker starts only then."""
     queue = await sqs_server.create_queue(visibility=10)
-    env = {"MIRRORGATE_PUBLIC_UPSTREAM": public.url,
-           "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
-           "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token,
-           "MIRRORGATE_MIRROR_TARGET": gate.url,
+    env = {**registry_environment(public, verdaccio, gate),
            **sqs_environment(sqs_server, queue.url)}
     proxy = guarded("serve --no-worker", env)
     enqueue_one(proxy, public, name, "1.0.0")

@@ -30,7 +30,6 @@ from tests.faults.worker_jobs import (
     admitted_job,
     logged,
     send_to_sqs,
-    sqs_environment,
     stored_tarball,
     stored_version,
     watchers,
@@ -39,7 +38,7 @@ from tests.servers.fixture_registry import ABBREVIATED, FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixturePackage, make_package, make_version, tarball_path
 from tests.servers.processes import MirrorgateProcess, Reply, http_request, wait_for
-from tests.servers.sqs_server import SqsServer
+from tests.servers.sqs_server import SqsServer, sqs_environment
 
 NAME = "detour"
 

@@ -25,9 +25,7 @@ from tests.faults.worker_jobs import (
     Watchers,
     admitted_job,
     logged,
-    pubsub_environment,
     send_to_sqs,
-    sqs_environment,
     stored_tarball,
     stored_version,
     watchers,
@@ -35,8 +33,8 @@ from tests.faults.worker_jobs import (
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, tarball_path
 from tests.servers.processes import MirrorgateProcess, wait_for
-from tests.servers.pubsub_server import PubSubAdmin
-from tests.servers.sqs_server import SqsServer
+from tests.servers.pubsub_server import PubSubAdmin, pubsub_environment
+from tests.servers.sqs_server import SqsServer, sqs_environment
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""What the worker rows of the faults suite share: a sidecar's queue variables, and jobs put on
-a queue by hand.
+"""What the worker rows of the faults suite share: jobs put on a queue by hand, and what the
+worker did with them.
 
 Rows 4, 7, 8, 9, 12 and 14 drive `mirrorgate worker` (and `mirrorgate serve --no-worker`) over
-a real queue, moto's SQS server or the Pub/Sub emulator. Some need a message the proxy would
-never enqueue (a tarball URL on an internal address, a body that is not JSON), so the test
-writes it beside the worker, as a foreign producer on the same queue would. Decisions:
+a real queue, moto's SQS server or the Pub/Sub emulator (their variables come from
+`sqs_environment` and `pubsub_environment`, beside the servers). Some need a message the proxy
+would never enqueue (a tarball URL on an internal address, a body that is not JSON), so the
+test writes it beside the worker, as a foreign producer on the same queue would. Decisions:
 
 - A well-formed job is built with mirrorgate's own codec from what the fixture registry serves,
   exactly what the proxy captures at enqueue (every digest of `dist`, the size, the manifest);
@@ -29,44 +30,21 @@ from typing import Any
 
 from mirrorgate.mirror import MirrorArtifact, MirrorJob, digests_from_dist, encode_job
 from tests.e2e.mirroring import store_manifest
+from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry, SeenRequest
-from tests.servers.fixtures import unavailable
 from tests.servers.packages import tarball_filename
 from tests.servers.processes import MirrorgateProcess, wait_for
-from tests.servers.pubsub_server import PubSubNames
-from tests.servers.sqs_server import SQS_CREDENTIALS, SQS_REGION, SqsServer
+from tests.servers.sqs_server import SqsServer
 
 __all__ = [
     "Watchers",
     "admitted_job",
     "logged",
-    "pubsub_environment",
     "send_to_sqs",
-    "sqs_environment",
     "stored_tarball",
     "stored_version",
     "watchers",
 ]
-
-
-def sqs_environment(server: SqsServer, queue_url: str) -> dict[str, str]:
-    """The variables that put a process on this SQS queue (the shortest visibility allowed)."""
-    return {"MIRROR_QUEUE_PROVIDER": "sqs",
-            "MIRROR_SQS_QUEUE_URL": queue_url,
-            "MIRROR_VISIBILITY_SECONDS": "10",
-            "AWS_REGION": SQS_REGION,
-            "AWS_ENDPOINT_URL_SQS": server.endpoint,
-            "AWS_ACCESS_KEY_ID": SQS_CREDENTIALS[0],
-            "AWS_SECRET_ACCESS_KEY": SQS_CREDENTIALS[1]}
-
-
-def pubsub_environment(emulator: str, names: PubSubNames) -> dict[str, str]:
-    """The variables that put a process on this topic and subscription of the emulator."""
-    return {"MIRROR_QUEUE_PROVIDER": "pubsub",
-            "MIRROR_PUBSUB_TOPIC": names.topic,
-            "MIRROR_PUBSUB_SUBSCRIPTION": names.subscription,
-            "MIRROR_VISIBILITY_SECONDS": "10",
-            "PUBSUB_EMULATOR_HOST": emulator}
 
 
 def admitted_job(public: FixtureRegistry, name: str, version: str,
@@ -125,36 +103,14 @@ class Watchers:
         return seen
 
 
-def _ipv6_port() -> int | None:
-    if not socket.has_ipv6:
-        return None
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
-            probe.bind(("::1", 0))
-            port: int = probe.getsockname()[1]
-            return port
-    except OSError:
-        return None
-
-
 @contextlib.contextmanager
 def watchers() -> Iterator[Watchers]:
     """Started watch listeners, stopped on exit. The IPv4 one must start (a failure under CI,
     a skip elsewhere, like every helper server); the IPv6 one is added where [::1] binds."""
-    ipv4 = FixtureRegistry()
-    try:
-        ipv4.start()
-    except OSError as error:
-        unavailable(f"a watch listener could not listen on 127.0.0.1: {error}")
-    ipv6: FixtureRegistry | None = None
-    port = _ipv6_port()
-    if port is not None:
-        candidate = FixtureRegistry(host="::1", port=port)
-        with contextlib.suppress(OSError):
-            ipv6 = candidate.start()
-    try:
+    with contextlib.ExitStack() as stack:
+        ipv4 = stack.enter_context(serving(FixtureRegistry(), "a watch listener"))
+        ipv6: FixtureRegistry | None = None
+        if socket.has_ipv6:
+            with contextlib.suppress(OSError):  # no [::1] here: the IPv4 listener is enough
+                ipv6 = stack.enter_context(FixtureRegistry(host="::1"))
         yield Watchers(ipv4, ipv6)
-    finally:
-        ipv4.stop()
-        if ipv6 is not None:
-            ipv6.stop()
