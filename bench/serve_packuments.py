@@ -15,8 +15,9 @@ starts everything on 127.0.0.1 and takes about two minutes:
 
 Each server is warmed (its cache filled), then a load generator in its own process drives
 keep-alive GETs over a fixed number of connections, with npm's own Accept and
-Accept-Encoding headers, for a fixed time, and reports requests/s, p50 and p99. The servers
-are pinned to CPU 0 and the load generator to CPU 1 (when the machine allows it), so every
+Accept-Encoding headers (`--form full`, the default, is what npm 11 sends when it installs;
+`--form abbreviated` is npm 10's), for a fixed time, and reports requests/s, p50 and p99. The
+servers are pinned to CPU 0 and the load generator to CPU 1 (when the machine allows it), so every
 server gets the same single core and the generator never competes with it. The generator is a
 raw asyncio protocol (no HTTP client library) so that it is not the bottleneck.
 
@@ -46,7 +47,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ACCEPT = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*"
+ACCEPTS = {
+    # npm 11 (the npm on these machines) asks for the full document when it installs;
+    "full": "application/json",
+    # npm 10 and older, and `npm view`-style lookups, ask for the abbreviated one.
+    "abbreviated": "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*",
+}
 ACCEPT_ENCODING = "gzip,deflate"
 CONNECTIONS = 16
 ROUNDS = 3
@@ -173,9 +179,9 @@ class _Run:
             self.errors += 1
 
 
-async def _drive(host: str, port: int, path: str, connections: int, warmup: float,
-                 measure: float) -> dict[str, Any]:
-    request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: {ACCEPT}\r\n"
+async def _drive(host: str, port: int, path: str, accept: str, connections: int,
+                 warmup: float, measure: float) -> dict[str, Any]:
+    request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: {accept}\r\n"
                f"Accept-Encoding: {ACCEPT_ENCODING}\r\nUser-Agent: npm/11 bench\r\n"
                "Connection: keep-alive\r\n\r\n").encode()
     loop = asyncio.get_running_loop()
@@ -201,11 +207,11 @@ async def _drive(host: str, port: int, path: str, connections: int, warmup: floa
 
 
 def load_main(argv: list[str]) -> int:
-    """`--load HOST PORT PATH CONNECTIONS WARMUP MEASURE`: print one JSON result line."""
-    host, port, path, connections, warmup, measure = argv
+    """`--load HOST PORT PATH FORM CONNECTIONS WARMUP MEASURE`: print one JSON result line."""
+    host, port, path, form, connections, warmup, measure = argv
     _pin(LOAD_CPU)
-    result = asyncio.run(_drive(host, int(port), path, int(connections), float(warmup),
-                                float(measure)))
+    result = asyncio.run(_drive(host, int(port), path, ACCEPTS[form], int(connections),
+                                float(warmup), float(measure)))
     print(json.dumps(result))
     return 0
 
@@ -248,12 +254,13 @@ class Target:
     base: str  # http://127.0.0.1:PORT/ plus the registry prefix
 
 
-def _get(url: str, timeout: float = 120.0) -> tuple[int, dict[str, str], bytes]:
+def _get(url: str, form: str = "full",
+         timeout: float = 120.0) -> tuple[int, dict[str, str], bytes]:
     import urllib.request
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     request = urllib.request.Request(  # noqa: S310 - loopback http only, built here
-        url, headers={"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING})
+        url, headers={"Accept": ACCEPTS[form], "Accept-Encoding": ACCEPT_ENCODING})
     with opener.open(request, timeout=timeout) as response:
         return response.status, dict(response.headers.items()), response.read()
 
@@ -269,13 +276,14 @@ def _wait_until_up(url: str, timeout: float = 30.0) -> None:
     raise SystemExit(f"{url} did not answer within {timeout:g}s")
 
 
-def _load(target: Target, path: str, warmup: float, measure: float) -> dict[str, Any]:
+def _load(target: Target, path: str, form: str, warmup: float,
+          measure: float) -> dict[str, Any]:
     host_port = target.base.split("/")[2]
     host, port = host_port.rsplit(":", 1)
     prefix = "/" + target.base.split("/", 3)[3]
     done = subprocess.run(
         [sys.executable, "-m", "bench.serve_packuments", "--load", host, port,
-         prefix + path, str(CONNECTIONS), str(warmup), str(measure)],
+         prefix + path, form, str(CONNECTIONS), str(warmup), str(measure)],
         capture_output=True, text=True, check=True, timeout=300)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -310,7 +318,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-verdaccio", action="store_true",
                         help="measure mirrorgate and the bare handler only")
+    parser.add_argument("--form", choices=sorted(ACCEPTS), default="full",
+                        help="the packument form asked for: full (npm 11's install, the "
+                        "default) or abbreviated (npm 10 and older)")
     args = parser.parse_args()
+    form: str = args.form
 
     from tests.servers.fixture_registry import FixtureRegistry
     from tests.servers.packages import realistic_package
@@ -348,7 +360,7 @@ def main() -> int:
 
         recorded: dict[str, dict[str, Any]] = {}
         for key, package in packages.items():
-            status, headers, body = _get(mirrorgate.base + package.name)
+            status, headers, body = _get(mirrorgate.base + package.name, form)
             if status != 200:
                 raise SystemExit(f"mirrorgate answered {status} for {package.name}")
             body_file = workdir / f"{key}.body"
@@ -367,8 +379,8 @@ def main() -> int:
         bare = Target("bare aiohttp", f"http://127.0.0.1:{bare_port}/")
         _wait_until_up(bare.base + packages["express"].name)
         for key, package in packages.items():
-            mine = _get(mirrorgate.base + package.name)[2]
-            theirs = _get(bare.base + package.name)[2]
+            mine = _get(mirrorgate.base + package.name, form)[2]
+            theirs = _get(bare.base + package.name, form)[2]
             if hashlib.sha256(mine).digest() != hashlib.sha256(theirs).digest():
                 raise SystemExit(f"the bare handler's {key} body differs from mirrorgate's")
 
@@ -382,10 +394,11 @@ def main() -> int:
             assert verdaccio.process is not None
             _pin(SERVER_CPU, verdaccio.process.pid)
             for package in packages.values():
-                _get(verdaccio.url + package.name)
+                _get(verdaccio.url + package.name, form)
             targets.append(Target("verdaccio", verdaccio.url))
 
-        print(f"{CONNECTIONS} connections, npm's Accept and Accept-Encoding; mirrorgate and "
+        print(f"{CONNECTIONS} connections, Accept: {ACCEPTS[form]}, Accept-Encoding: "
+              f"{ACCEPT_ENCODING}; mirrorgate and "
               f"bare: median of {ROUNDS} alternating {MEASURE_SECONDS:g} s rounds; Verdaccio: "
               f"one {SLOW_MEASURE_SECONDS:g} s round")
         results: dict[str, dict[str, dict[str, Any]]] = {}
@@ -394,11 +407,11 @@ def main() -> int:
             for _ in range(ROUNDS):
                 for target in targets[:2]:
                     rounds.setdefault(target.label, []).append(
-                        _load(target, package.name, WARMUP_SECONDS, MEASURE_SECONDS))
+                        _load(target, package.name, form, WARMUP_SECONDS, MEASURE_SECONDS))
             measured = {label: _median_round(found) for label, found in rounds.items()}
             for target in targets[2:]:
-                measured[target.label] = _load(target, package.name, SLOW_WARMUP_SECONDS,
-                                               SLOW_MEASURE_SECONDS)
+                measured[target.label] = _load(target, package.name, form,
+                                               SLOW_WARMUP_SECONDS, SLOW_MEASURE_SECONDS)
             results[key] = measured
             for label, result in measured.items():
                 spread = (f"   rounds {result['rounds']}" if "rounds" in result else "")
