@@ -3,8 +3,7 @@ the mirrorgate command itself.
 
 Every fixture is function-scoped, so no test sees another's packages, storage or processes.
 A helper that is not installed or does not start (Verdaccio, npm) is a failure when the CI
-environment variable is set and a skip otherwise (`tests.servers.availability`, whose
-`unavailable` is re-exported here for the suites that import it from this module); mirrorgate
+environment variable is set and a skip otherwise (`tests.servers.availability`); mirrorgate
 failing to start is always a failure, since it is what the tests are about.
 """
 
@@ -27,7 +26,6 @@ __all__ = [
     "mirrorgate",
     "npm_client",
     "public_registry",
-    "unavailable",
     "verdaccio",
 ]
 
