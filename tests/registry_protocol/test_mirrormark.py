@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from mirrorgate.registry.mirrormark import MARK_FIELD, MirrorMark, read_mark, with_mark, without_mark
+from mirrorgate.registry.mirrormark import (
+    MARK_FIELD,
+    MirrorMark,
+    read_mark,
+    with_mark,
+    without_mark,
+)
 
 MARK = MirrorMark(published="2024-02-23T18:46:38.025Z", integrity="sha512-AAAA")
 
