@@ -82,3 +82,19 @@ def test_the_token_is_read_from_a_file_and_never_shown(tmp_path: object) -> None
 def test_credentials_in_an_upstream_url_are_refused() -> None:
     [problem] = problems(MIRRORGATE_PRIVATE_UPSTREAM="http://bob:pw@127.0.0.1:9/")
     assert "credentials in the URL" in problem
+
+
+def test_a_misspelled_variable_is_named_with_the_closest_known_one() -> None:
+    from mirrorgate.config import unknown_variables
+
+    found = unknown_variables({"MIRRORGATE_RULE_FILE": "/etc/rules.toml",
+                               "MIRROR_QUEUE_PROVIDR": "sqs", "MIRRORGATE_RULES_FILE": "x",
+                               "MIRRORGATE_WHATEVER": "1", "HOME": "/root",
+                               "AWS_REGION": "us-east-1"})
+
+    assert [(u.name, u.suggestion) for u in found] == [
+        ("MIRRORGATE_RULE_FILE", "MIRRORGATE_RULES_FILE"),
+        ("MIRRORGATE_WHATEVER", None),
+        ("MIRROR_QUEUE_PROVIDR", "MIRROR_QUEUE_PROVIDER"),
+    ]
+    assert "did you mean MIRRORGATE_RULES_FILE?" in found[0].warning()

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 
 import orjson
 
-from mirrorgate.config import VARIABLES, ConfigError, Settings, load_settings
+from mirrorgate.config import (
+    VARIABLES,
+    ConfigError,
+    Settings,
+    load_settings,
+    unknown_variables,
+)
 
 __all__ = ["main"]
 
@@ -70,6 +76,10 @@ def _check_config(settings: Settings) -> int:
             print(f"  - MIRRORGATE_RULES_FILE ({settings.rules_file}): {problem}",
                   file=sys.stderr)
         return 2
+    # A misspelled variable is a setting silently not applied: say so, but it is not an error
+    # (the same environment may carry a newer release's variables during a rollout).
+    for unknown in unknown_variables():
+        print(f"mirrorgate: warning: {unknown.warning()}", file=sys.stderr)
     report = {"settings": settings.describe(), "rules": describe(rules)}
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     sys.stdout.write("\n")

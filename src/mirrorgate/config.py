@@ -15,6 +15,7 @@ person reads cannot drift from the list the code reads. Decisions:
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ __all__ = [
     "Settings",
     "load_settings",
     "npm_configured_registry",
+    "unknown_variables",
 ]
 
 PROVIDERS = ("memory", "sqs", "pubsub")
@@ -98,6 +100,33 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_LOG_FORMAT", "auto", "json, console or auto (console on a TTY)"),
 )
 _BY_NAME = {var.name: var for var in VARIABLES}
+OWN_PREFIXES = ("MIRRORGATE_", "MIRROR_")
+"""Variables with these prefixes are mirrorgate's; one it does not read is most likely a typo
+(`MIRRORGATE_RULE_FILE`) that would otherwise be ignored in silence."""
+
+
+@dataclass(frozen=True)
+class UnknownVariable:
+    name: str
+    suggestion: str | None
+
+    def warning(self) -> str:
+        hint = f"; did you mean {self.suggestion}?" if self.suggestion else ""
+        return (f"{self.name} is set but mirrorgate does not read it{hint} "
+                "(`mirrorgate --help` lists every variable)")
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownVariable]:
+    """The MIRRORGATE_* and MIRROR_* variables in the environment that no setting reads, each
+    with the closest known name when there is one, sorted by name."""
+    env = os.environ if environ is None else environ
+    found = []
+    for name in sorted(env):
+        if not name.startswith(OWN_PREFIXES) or name in _BY_NAME:
+            continue
+        close = difflib.get_close_matches(name, list(_BY_NAME), n=1, cutoff=0.75)
+        found.append(UnknownVariable(name, close[0] if close else None))
+    return found
 
 
 class Secret:

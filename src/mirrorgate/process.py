@@ -36,7 +36,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from mirrorgate.backends import QueueUnavailableError, open_queue
-from mirrorgate.config import Settings
+from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
@@ -272,6 +272,9 @@ async def _await_worker(task: asyncio.Task[None], drain_timeout: float) -> None:
 
 def run(settings: Settings, command: str, with_worker: bool) -> int:
     configure_logging(settings.log_level, settings.log_format)
+    for unknown in unknown_variables():
+        log.warning("config_variable_unknown", variable=unknown.name,
+                    suggestion=unknown.suggestion, reason=unknown.warning())
     if settings.private_token is not None:
         register_secret(settings.private_token.reveal())
     try:

@@ -57,6 +57,18 @@ def test_check_config_lists_every_problem_and_exits_2() -> None:
     assert "MIRROR_QUEUE_MAX_DEPTH" in done.stderr
 
 
+def test_check_config_warns_about_a_misspelled_variable_and_still_exits_0(
+    public_registry: FixtureRegistry,
+) -> None:
+    # The rules file named under a wrong name would otherwise run the proxy with no rules.
+    done = run_command("check-config", env={"PATH": "/usr/bin:/bin",
+                                            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                            "MIRRORGATE_RULE_FILE": "/etc/mirrorgate.toml"})
+    assert done.returncode == 0, done.stderr
+    assert ("MIRRORGATE_RULE_FILE is set but mirrorgate does not read it; did you mean "
+            "MIRRORGATE_RULES_FILE?") in done.stderr
+
+
 def test_tampered_bytes_fail_the_client_and_are_never_published(
     public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
     mirrorgate: MirrorgateFactory,
