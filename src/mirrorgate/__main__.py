@@ -1,4 +1,4 @@
-"""The `mirrorgate` command: `serve`, `worker` and `check-config`.
+"""The `mirrorgate` command: `serve`, `worker`, `check-config` and `token new NAME`.
 
 Settings come only from the environment (see `config.VARIABLES`, which `--help` prints), so the
 command line holds nothing but the choice of what to run. A configuration that cannot be
@@ -52,7 +52,27 @@ def _parser() -> argparse.ArgumentParser:
                         "/readyz and /metrics on MIRRORGATE_WORKER_LISTEN")
     commands.add_parser("check-config", help="print the resolved settings (secrets redacted) "
                         "and exit 0, or print every problem and exit 2")
+    token = commands.add_parser("token", help="client tokens for MIRRORGATE_CLIENT_TOKENS_FILE")
+    token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    new = token_commands.add_parser("new", help="print a fresh random token for a client and "
+                                    "the line to add to the tokens file")
+    new.add_argument("name", help="the client's name, shown in logs and by `npm whoami`")
     return parser
+
+
+def _token_new(name: str) -> int:
+    # Needs no settings: it only makes a token, so it runs before the environment is read.
+    from mirrorgate.clients import name_problem, new_token, token_line
+
+    problem = name_problem(name)
+    if problem is not None:
+        print(f"mirrorgate: {problem}", file=sys.stderr)
+        return 2
+    token = new_token()
+    line = token_line(name, token)
+    sys.stdout.write(f"token (give it to the client; it is not stored anywhere):\n  {token}\n"
+                     f"line for MIRRORGATE_CLIENT_TOKENS_FILE:\n  {line}\n")
+    return 0
 
 
 def _settings() -> Settings | None:
@@ -76,6 +96,15 @@ def _check_config(settings: Settings) -> int:
             print(f"  - MIRRORGATE_RULES_FILE ({settings.rules_file}): {problem}",
                   file=sys.stderr)
         return 2
+    if settings.client_tokens_file is not None:
+        from mirrorgate.clients import ClientTokens, ClientTokensError
+
+        try:
+            ClientTokens(settings.client_tokens_file)
+        except ClientTokensError as error:
+            print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
+            print(f"  - MIRRORGATE_CLIENT_TOKENS_FILE: {error}", file=sys.stderr)
+            return 2
     # A misspelled variable is a setting silently not applied: say so, but it is not an error
     # (the same environment may carry a newer release's variables during a rollout).
     for unknown in unknown_variables():
@@ -88,6 +117,8 @@ def _check_config(settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "token":
+        return _token_new(args.name)
     settings = _settings()
     if settings is None:
         return 2

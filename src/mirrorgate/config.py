@@ -16,6 +16,7 @@ person reads cannot drift from the list the code reads. Decisions:
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 PROVIDERS = ("memory", "sqs", "pubsub")
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 MIB = 1024 * 1024
 
 
@@ -66,7 +68,7 @@ VARIABLES: tuple[Var, ...] = (
         "/livez, /readyz and /metrics"),
     Var("MIRRORGATE_PUBLIC_URL", None, "mirrorgate's external root URL, e.g. "
         "https://npm.example.com/ (tarball URLs become .../npm/<name>/-/<file>; default: from "
-        "the request's Host and X-Forwarded-* headers)"),
+        "the request's Host, or X-Forwarded-* from MIRRORGATE_TRUSTED_PROXIES)"),
     Var("MIRRORGATE_PUBLIC_UPSTREAM", None, "the public npm registry URL (default: the registry "
         "npm is configured with)"),
     Var("MIRRORGATE_PRIVATE_UPSTREAM", None, "the organisation's npm registry URL (http(s)://) or "
@@ -80,6 +82,13 @@ VARIABLES: tuple[Var, ...] = (
         "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: only the "
         "integrity-presence rule)"),
+    Var("MIRRORGATE_CLIENT_TOKENS_FILE", None, "file of client tokens, one `NAME sha256:HEX` a "
+        "line; when set, every /npm/ request needs one of them (default: open, access control "
+        "is the network's job)"),
+    Var("MIRRORGATE_METRICS_OPEN", "false", "true: /metrics answers without a client token "
+        "when MIRRORGATE_CLIENT_TOKENS_FILE is set"),
+    Var("MIRRORGATE_TRUSTED_PROXIES", None, "addresses and CIDRs (comma-separated) whose "
+        "X-Forwarded-Proto, X-Forwarded-Host and Forwarded headers are believed"),
     Var("MIRRORGATE_CACHE_TTL", "60", "seconds a fetched packument is served before it is "
         "revalidated upstream"),
     Var("MIRRORGATE_CACHE_MAX_ENTRIES", "5000", "packuments held in the metadata cache"),
@@ -175,6 +184,9 @@ class Settings:
     mirror_target: str
     data_dir: Path
     rules_file: Path | None
+    client_tokens_file: Path | None
+    metrics_open: bool
+    trusted_proxies: tuple[Network, ...]
     cache_ttl: float
     cache_max_entries: int
     cache_max_bytes: int
@@ -202,6 +214,8 @@ class Settings:
                 value = "**redacted**"
             elif isinstance(value, Path):
                 value = str(value)
+            elif item.name == "trusted_proxies":
+                value = [str(network) for network in value]
             elif isinstance(value, tuple):
                 value = f"{value[0]}:{value[1]}"
             out[item.name] = value
@@ -304,6 +318,22 @@ class _Reader:
         if parts.scheme == "file":
             return "file://" + parts.path.rstrip("/")
         return value if value.endswith("/") else value + "/"
+
+    def flag(self, name: str) -> bool:
+        value = (self.raw(name) or "false").lower()
+        if value not in ("true", "false"):
+            self.problem(name, f"{value!r} is not true or false; e.g. {name}=true")
+        return value == "true"
+
+    def networks(self, name: str) -> tuple[Network, ...]:
+        found: list[Network] = []
+        for item in (self.raw(name) or "").replace(",", " ").split():
+            try:
+                found.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                self.problem(name, f"{item!r} is not an IP address or CIDR; e.g. "
+                             f"{name}=10.0.0.0/8,192.0.2.7")
+        return tuple(found)
 
     def choice(self, name: str, allowed: tuple[str, ...]) -> str:
         value = (self.raw(name) or "").lower()
@@ -410,6 +440,12 @@ def load_settings(
         read.problem("MIRRORGATE_RULES_FILE", f"{rules_file} is not a readable file; point it at "
                      "a TOML rules file (see the README's Admission rules section)")
 
+    tokens = read.raw("MIRRORGATE_CLIENT_TOKENS_FILE")
+    tokens_file = Path(tokens).expanduser() if tokens else None
+    if tokens_file is not None and not tokens_file.is_file():
+        read.problem("MIRRORGATE_CLIENT_TOKENS_FILE", f"{tokens_file} is not a readable file; "
+                     "point it at the client tokens file (see the README's Who may use it)")
+
     settings = Settings(
         queue=queue,
         listen=read.address("MIRRORGATE_LISTEN"),
@@ -421,6 +457,9 @@ def load_settings(
         mirror_target=target,
         data_dir=data_dir,
         rules_file=rules_file,
+        client_tokens_file=tokens_file,
+        metrics_open=read.flag("MIRRORGATE_METRICS_OPEN"),
+        trusted_proxies=read.networks("MIRRORGATE_TRUSTED_PROXIES"),
         cache_ttl=read.seconds("MIRRORGATE_CACHE_TTL", 0, "60"),
         cache_max_entries=read.integer("MIRRORGATE_CACHE_MAX_ENTRIES", 1, None, "5000"),
         cache_max_bytes=read.integer("MIRRORGATE_CACHE_MAX_BYTES", MIB, None, str(512 * MIB)),

@@ -81,6 +81,9 @@ class Metrics:
         self.refusals = Counter("mirrorgate_refusals",
                                 "inputs refused for safety (bad names, off-origin URLs...)",
                                 ["reason"], registry=r)
+        self.client_tokens_reload_failures = Counter(
+            "mirrorgate_client_tokens_reload_failures", "rewrites of the client tokens file "
+            "that could not be used (the previous set stays in force)", registry=r)
         self.enqueued = Counter("mirrorgate_jobs_enqueued", "mirror jobs enqueued by the proxy",
                                 registry=r)
         self.jobs = Counter("mirrorgate_jobs", "mirror jobs by outcome: published, "

@@ -35,7 +35,9 @@ import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from mirrorgate.access import install_access
 from mirrorgate.backends import QueueUnavailableError, open_queue
+from mirrorgate.clients import ClientTokens, ClientTokensError
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
@@ -164,6 +166,20 @@ async def _listening(app: web.Application, host: str, port: int, drain_timeout: 
     yield runner
 
 
+def _client_tokens(settings: Settings, metrics: Metrics) -> ClientTokens | None:
+    if settings.client_tokens_file is None:
+        return None
+    try:
+        clients = ClientTokens(settings.client_tokens_file,
+                               on_reload_failed=lambda _problem:
+                               metrics.client_tokens_reload_failures.inc())
+    except ClientTokensError as error:
+        raise StartupError(f"MIRRORGATE_CLIENT_TOKENS_FILE: {error}") from None
+    log.info("client_tokens_loaded", path=str(settings.client_tokens_file),
+             clients=len(clients.clients))
+    return clients
+
+
 async def _run(settings: Settings, command: str, with_worker: bool) -> int:
     _check_shape(settings, command, with_worker)
     metrics = Metrics()
@@ -182,6 +198,7 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
         _ensure_store(settings.private_upstream)
     if runs_worker:
         _ensure_store(settings.mirror_target)
+    clients = _client_tokens(settings, metrics)
 
     def dropped(total: int) -> None:
         # A network backend's send buffer logs its own drops (with its depth); logging them
@@ -200,7 +217,7 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
     await upstreams.start()
     try:
         return await _serve(settings, command, runs_worker, metrics, health, queue, upstreams,
-                            rules)
+                            rules, clients)
     finally:
         await queue.close()
         await upstreams.close()
@@ -208,15 +225,17 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
 
 async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: Metrics,
                  health: Health, queue: MirrorQueue, upstreams: Upstreams,
-                 rules: Rules | None) -> int:
+                 rules: Rules | None, clients: ClientTokens | None) -> int:
     if rules is not None:
         private: PrivateSource = open_private(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
-                                    queue=queue, rules=rules, metrics=metrics, health=health))
+                                    queue=queue, rules=rules, metrics=metrics, health=health,
+                                    clients=clients))
         host, port = settings.listen
     else:
         app = web.Application()
         add_health_routes(app, health, metrics)
+        install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open)
         host, port = settings.worker_listen
 
     stop = asyncio.Event()

@@ -2,9 +2,9 @@
 
 `build_proxy_app(proxy)` is what `mirrorgate serve` listens with. Routes, GET and HEAD:
 `/npm/<name>` (the packument; scoped as `@s%2fn`, `@s%2Fn` or `@s/n`), `/npm/<name>/<version or
-dist-tag>`, `/npm/<name>/-/<file>.tgz`, `/npm/-/ping`, and `/livez`, `/readyz`, `/metrics` at
-the root, where no package name can shadow them. Anything else is a JSON 404, a write a JSON
-405. Decisions:
+dist-tag>`, `/npm/<name>/-/<file>.tgz`, `/npm/-/ping`, `/npm/-/whoami`, and `/livez`,
+`/readyz`, `/metrics` at the root, where no package name can shadow them. Anything else is a
+JSON 404, a write a JSON 405. Who may ask is `access`'s business (a middleware). Decisions:
 
 - The warm packument path does almost nothing: a memoised parse of the path, a cache lookup
   within the TTL, and the bytes rendered for (form, base URL), plain or gzip'd, or a 304.
@@ -34,7 +34,9 @@ import structlog
 from aiohttp import web
 from prometheus_client import Counter
 
+from mirrorgate.access import install_access, whoami
 from mirrorgate.cache import PackumentCache, Slot
+from mirrorgate.clients import ClientTokens
 from mirrorgate.config import Settings
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
@@ -77,6 +79,8 @@ class Proxy:
     rules: Rules
     metrics: Metrics
     health: Health
+    clients: ClientTokens | None = None
+    """The client tokens in force; None leaves the proxy open (see `access`)."""
 
 
 def _utcnow() -> datetime:
@@ -208,6 +212,8 @@ class ProxyServer:
     async def _route(self, request: web.Request, target: Target) -> web.StreamResponse:
         if target.route == "ping":
             return json_response(200, {})
+        if target.route == "whoami":
+            return whoami(request)
         if target.route == "unknown" or target.name is None:
             raise Refused(404, f"no such route: {request.path[:200]}; npm clients use "
                           "--registry http://HOST:PORT/npm/", reason="no such route")
@@ -327,6 +333,8 @@ def build_proxy_app(
     app = web.Application()
     app[SERVER] = server
     add_health_routes(app, proxy.health, proxy.metrics)
+    install_access(app, proxy.clients, metrics=proxy.metrics,
+                   metrics_open=proxy.settings.metrics_open)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)

@@ -24,6 +24,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from mirrorgate.backends.memory import in_memory_double
+from mirrorgate.clients import ClientTokens
 from mirrorgate.config import Settings, load_settings
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
@@ -149,9 +150,11 @@ async def start_proxy(tmp_path: Path) -> AsyncIterator[StartProxy]:
                                         token=settings.private_token, metrics=metrics)
             await private_upstream.start()
             source = HttpPrivate(private_upstream)
+        clients = (ClientTokens(settings.client_tokens_file)
+                   if settings.client_tokens_file is not None else None)
         proxy = Proxy(settings=settings, public=upstream, private=source,
                       queue=queue or in_memory_double(), rules=rules, metrics=metrics,
-                      health=Health(ready=True))
+                      health=Health(ready=True), clients=clients)
         clock, wall = ManualClock(), WallClock()
         app = build_proxy_app(proxy, clock=clock, now=wall)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)

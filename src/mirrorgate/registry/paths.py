@@ -1,4 +1,4 @@
-"""What an `/npm/...` request path asks for: a packument, a version, a tarball, the ping.
+"""What an `/npm/...` request path asks for: a packument, a version, a tarball, ping, whoami.
 
 The path is read from `request.raw_path` (never the router's decoded copy), split on `/`, and
 the name handed to `parse_name`, which refuses `..`, `%2e%2e`, `%2f` in an unscoped name,
@@ -24,7 +24,7 @@ from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
 
 __all__ = ["Route", "Target", "parse_target"]
 
-Route = Literal["packument", "version", "tarball", "ping", "unknown"]
+Route = Literal["packument", "version", "tarball", "ping", "whoami", "unknown"]
 """The fixed route labels, also the `route` label of the request metric."""
 
 SEGMENT_LIMIT = 256
@@ -58,6 +58,8 @@ def parse_target(rest: str) -> Target:
     InvalidNameError with the reason when the name or a segment is refused."""
     if rest == "-/ping":
         return Target("ping")
+    if rest == "-/whoami":
+        return Target("whoami")
     if not rest or rest.startswith("-/"):
         return Target("unknown")
     segments = rest.split("/")

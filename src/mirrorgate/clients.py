@@ -1,0 +1,203 @@
+"""Who may use the proxy: the client tokens file, parsed, matched and re-read when it changes.
+
+`MIRRORGATE_CLIENT_TOKENS_FILE` holds one client per line, `NAME sha256:HEX [PERMISSION...]`,
+`#` starting a comment. Only digests are stored, so the file (a Kubernetes Secret) never holds a
+usable token; `new_token` makes one. `ClientTokens` keeps the last good set: a file that cannot
+be read or parsed at start refuses start-up naming the line, a bad rewrite later is logged and
+counted while the previous set stays in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+__all__ = [
+    "PERMISSIONS",
+    "Client",
+    "ClientTokens",
+    "ClientTokensError",
+    "name_problem",
+    "new_token",
+    "parse_clients",
+    "token_line",
+]
+
+log = structlog.get_logger("mirrorgate.clients")
+
+PERMISSIONS = frozenset({"publish"})
+"""Words the optional third column may hold (`publish` is read by the publish issue)."""
+
+POLL_SECONDS = 2.0
+"""How often the file's identity is checked: a rotated Secret is in force within 10 s."""
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+_DIGEST = re.compile(r"sha256:([0-9a-fA-F]{64})")
+_MAX_FILE_BYTES = 1024 * 1024
+
+
+class ClientTokensError(ValueError):
+    """A tokens file that cannot be used; the message names the file and the line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """One client: its name (in logs and `npm whoami`), its token's digest, its permissions."""
+
+    name: str
+    digest: bytes
+    permissions: frozenset[str] = frozenset()
+
+
+def name_problem(name: str) -> str | None:
+    """What is wrong with a client name, or None when it is usable."""
+    if _NAME.fullmatch(name) is None:
+        return (f"the name {name[:70]!r} must be 1 to 64 letters, digits, `.`, `_`, `@` or "
+                "`-`, starting with a letter or digit")
+    return None
+
+
+def parse_clients(text: str, source: str) -> tuple[Client, ...]:
+    """The clients a tokens file lists; raises ClientTokensError naming the first bad line."""
+    clients: list[Client] = []
+    names: set[str] = set()
+    digests: set[bytes] = set()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{source} line {number}"
+        words = line.split()
+        if len(words) < 2:
+            raise ClientTokensError(f"{where}: expected `NAME sha256:HEX [publish]`, e.g. "
+                                    "`ci-builds sha256:<64 hex digits>` (`mirrorgate token new "
+                                    "NAME` prints one)")
+        name, digest_text, *permissions = words
+        problem = name_problem(name)
+        if problem is not None:
+            raise ClientTokensError(f"{where}: {problem}")
+        match = _DIGEST.fullmatch(digest_text)
+        if match is None:
+            # the text is not echoed: someone may have pasted the token itself here
+            raise ClientTokensError(f"{where}: the second column must be `sha256:` and 64 hex "
+                                    "digits (the digest of the token, never the token itself)")
+        unknown = sorted(set(permissions) - PERMISSIONS)
+        if unknown:
+            raise ClientTokensError(f"{where}: unknown permission {unknown[0][:40]!r}; the third "
+                                    f"column may only hold {', '.join(sorted(PERMISSIONS))}")
+        digest = bytes.fromhex(match.group(1))
+        if name in names:
+            raise ClientTokensError(f"{where}: the client {name!r} is listed twice")
+        if digest in digests:
+            raise ClientTokensError(f"{where}: this digest is already another client's; give "
+                                    "every client a token of its own")
+        names.add(name)
+        digests.add(digest)
+        clients.append(Client(name, digest, frozenset(permissions)))
+    return tuple(clients)
+
+
+def new_token() -> str:
+    """A fresh random client token (256 bits, URL-safe, so it fits every npmrc syntax)."""
+    return "mgc_" + secrets.token_urlsafe(32)
+
+
+def token_line(name: str, token: str) -> str:
+    """The tokens-file line for `token` under `name`."""
+    return f"{name} sha256:{hashlib.sha256(token.encode()).hexdigest()}"
+
+
+_Identity = tuple[int, int, int, int]
+
+
+def _identity(path: Path) -> _Identity:
+    # stat follows symlinks: a Kubernetes Secret rotates by swapping the `..data` symlink,
+    # which changes the inode here even when size and mtime happen to match
+    found = os.stat(path)
+    return (found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size)
+
+
+def _read(path: Path) -> tuple[_Identity, tuple[Client, ...]]:
+    try:
+        identity = _identity(path)
+        with path.open("rb") as handle:
+            data = handle.read(_MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise ClientTokensError(f"cannot read {path}: {error.strerror}") from None
+    if len(data) > _MAX_FILE_BYTES:
+        raise ClientTokensError(f"{path} is larger than {_MAX_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ClientTokensError(f"{path} is not UTF-8 text") from None
+    return identity, parse_clients(text, str(path))
+
+
+def _ignore(_reason: str) -> None:
+    return None
+
+
+class ClientTokens:
+    """The clients in force, matched in constant time, re-read when the file changes."""
+
+    def __init__(self, path: Path, *, on_reload_failed: Callable[[str], None] = _ignore) -> None:
+        """Reads `path` now; raises ClientTokensError when it cannot be used."""
+        self.path = path
+        self._on_reload_failed = on_reload_failed
+        self._identity, self._clients = _read(path)
+        self._failed: _Identity | None = None
+        self._problem: str | None = None
+
+    @property
+    def clients(self) -> tuple[Client, ...]:
+        return self._clients
+
+    def match(self, token: str) -> Client | None:
+        """The client whose token this is, or None. Every digest is compared, each with
+        hmac.compare_digest, so the time taken says nothing about which bytes matched."""
+        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        found: Client | None = None
+        for client in self._clients:
+            if hmac.compare_digest(client.digest, digest):
+                found = client
+        return found
+
+    def refresh(self) -> bool:
+        """Re-read the file if its identity changed; True when a new set took effect. A file
+        that cannot be used is logged once per bad version, and the set in force is kept."""
+        identity: _Identity | None = None
+        try:
+            identity = _identity(self.path)
+            if identity in (self._identity, self._failed):
+                return False
+            identity, clients = _read(self.path)
+        except OSError as error:
+            problem = f"cannot read {self.path}: {error.strerror}"
+        except ClientTokensError as error:
+            problem = str(error)
+        else:
+            self._identity, self._clients = identity, clients
+            self._failed = self._problem = None
+            log.info("client_tokens_reloaded", path=str(self.path), clients=len(clients))
+            return True
+        if problem != self._problem or identity != self._failed:
+            log.error("client_tokens_reload_failed", path=str(self.path), reason=problem,
+                      kept=len(self._clients))
+            self._on_reload_failed(problem)
+        self._failed, self._problem = identity, problem
+        return False
+
+    async def watch(self, interval: float = POLL_SECONDS) -> None:
+        """Poll the file until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            self.refresh()  # a stat, and a read of a small file when it changed
