@@ -49,6 +49,7 @@ from mirrorgate.registry.negotiation import (
     Memo,
     accepts_gzip,
     etag_matches,
+    vary,
     wants_abbreviated,
 )
 from mirrorgate.registry.packument import FULL, Gated, TooManyVersionsError, version_document
@@ -119,7 +120,10 @@ class ProxyServer:
         self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._gzip: Memo[str, bool] = Memo(accepts_gzip)
-        self._bases = BaseUrls(self.settings.public_url)
+        self._bases = BaseUrls(self.settings.public_url, self.settings.trusted_proxies)
+        self._vary = vary(fixed_base=self._bases.fixed is not None,
+                          trusted_proxies=self._bases.trusts_proxies,
+                          authenticated=proxy.clients is not None)
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(3).hex()
 
@@ -143,7 +147,7 @@ class ProxyServer:
         headers = request.headers
         base = self._bases.fixed
         if base is None:
-            base = self._bases(headers, request.scheme, request.host)
+            base = self._bases(headers, request.scheme, request.host, request.remote)
         return self._abbreviated(headers.get("Accept") or ""), base
 
     def _request_id(self, request: web.Request) -> str:
@@ -281,13 +285,12 @@ class ProxyServer:
         entry = slot.value
         try:
             if gated.size > THREAD_ABOVE:
-                rendered = await asyncio.to_thread(build_rendered, gated, *key)
+                rendered = await asyncio.to_thread(build_rendered, gated, *key, self._vary)
             else:
-                rendered = build_rendered(gated, *key)
+                rendered = build_rendered(gated, *key, self._vary)
         finally:
             entry.pending.pop(key, None)
-        entry.renderings[key] = rendered
-        self.cache.grow(slot, rendered.size)
+        self.cache.grow(slot, entry.keep(key, rendered))
         return rendered
 
     async def _version(self, request: web.Request, name: PackageName,
@@ -304,7 +307,7 @@ class ProxyServer:
         if record.denial is not None:
             raise denied(name, record)
         body = version_document(record, self._key(request)[1])
-        return web.Response(body=body, headers={"Content-Type": FULL})
+        return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 
     # --- everything else -------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -258,11 +259,12 @@ async def test_tarball_urls_are_built_from_the_public_url_when_it_is_set(
         "https://mirror.example.com/base/npm/url-one/-/url-one-1.0.0.tgz")
 
 
-async def test_tarball_urls_follow_the_forwarded_headers_and_a_bad_host_is_refused(
+async def test_tarball_urls_follow_a_trusted_proxy_s_forwarded_headers_and_a_bad_host_is_refused(
     public_registry: FixtureRegistry, start_proxy: StartProxy,
 ) -> None:
     public_registry.add(make_package("url-two"))
-    proxy = await start_proxy(public_registry.url)
+    proxy = await start_proxy(public_registry.url,
+                              trusted_proxies=(ipaddress.ip_network("127.0.0.1"),))
 
     forwarded = await proxy.get("npm/url-two", X_Forwarded_Proto="https",
                                 X_Forwarded_Host="npm.example.com")

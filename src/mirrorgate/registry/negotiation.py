@@ -9,18 +9,21 @@ small bounded table (clients send a handful of distinct values). Decisions:
 - gzip when `Accept-Encoding` lists `gzip`, `x-gzip` or `*` with a q-value above 0.
 - `If-None-Match` is compared weakly (a `W/` prefix is ignored on either side), and `*`
   matches, as RFC 9110 says for GET.
-- The base URL of tarball URLs: `MIRRORGATE_PUBLIC_URL` when set; else the first value of
-  `X-Forwarded-Proto` (http or https) and of `X-Forwarded-Host`, falling back to the
-  connection's scheme and `Host`. A host that is not a host name (or bracketed IP) with an
-  optional port is refused (`BadBaseError`): the value ends up inside every served document.
-  The result is memoised per header combination, so a client inventing hosts only fills a
-  bounded table and its own cache entries, never anyone else's.
+- The base URL of tarball URLs: `MIRRORGATE_PUBLIC_URL` when set; else the connection's
+  scheme and `Host`. `X-Forwarded-Proto`/`X-Forwarded-Host` (first values), else `Forwarded`'s
+  first element's `proto=`/`host=`, are believed only from a peer in
+  `MIRRORGATE_TRUSTED_PROXIES`: from anyone else they would let a client choose the host in
+  the tarball URLs served. A host that is not a host name (or bracketed IP) with an optional
+  port is refused (`BadBaseError`): the value ends up inside every served document. The
+  result is memoised per header combination in a bounded table; how many bases one cached
+  packument keeps is bounded beside the cache entry (`registry.rendered`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from mirrorgate.registry.packument import ABBREVIATED
@@ -31,6 +34,7 @@ __all__ = [
     "Memo",
     "accepts_gzip",
     "etag_matches",
+    "vary",
     "wants_abbreviated",
 ]
 
@@ -152,20 +156,72 @@ def _memoised_base(key: BaseKey) -> str | BadBaseError:
         return error
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _forwarded(header: str | None) -> tuple[str | None, str | None]:
+    """`proto` and `host` of the first element of an RFC 7239 `Forwarded` header."""
+    if not header:
+        return None, None
+    proto = host = None
+    for pair in header.split(",", 1)[0].split(";")[:16]:
+        key, _, value = pair.partition("=")
+        key, value = key.strip().lower(), value.strip().strip('"')
+        if key == "proto":
+            proto = value
+        elif key == "host":
+            host = value
+    return proto, host
+
+
+def _trusted_peer(networks: Sequence[Network]) -> Callable[[str], bool]:
+    def trusted(peer: str) -> bool:
+        try:
+            address = ipaddress.ip_address(peer.partition("%")[0])
+        except ValueError:  # a Unix socket or an unknown peer: never trusted
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in networks)
+    return trusted
+
+
 class BaseUrls:
     """The proxy's base URL as a client sees it (ending in `/`), from settings or headers."""
 
-    def __init__(self, public_url: str | None) -> None:
+    def __init__(self, public_url: str | None, trusted: Sequence[Network] = ()) -> None:
         self.fixed = None if public_url is None else public_url.rstrip("/") + "/"
+        self.trusts_proxies = bool(trusted)
         self._memo: Memo[BaseKey, str | BadBaseError] = Memo(_memoised_base)
+        self._trusted: Memo[str, bool] = Memo(_trusted_peer(tuple(trusted)), limit=1024)
 
-    def __call__(self, headers: Mapping[str, str], scheme: str, host: str) -> str:
+    def __call__(self, headers: Mapping[str, str], scheme: str, host: str,
+                 peer: str | None = None) -> str:
         """The base for a request's headers, scheme and host (`Host`, or the socket's name
-        when a client sent none); raises BadBaseError when they cannot make a URL."""
+        when a client sent none); forwarded headers count only when `peer` is a trusted
+        proxy. Raises BadBaseError when they cannot make a URL."""
         if self.fixed is not None:
             return self.fixed
-        base = self._memo((host, headers.get("X-Forwarded-Proto"),
-                           headers.get("X-Forwarded-Host"), scheme))
+        proto = forwarded_host = None
+        if self.trusts_proxies and peer is not None and self._trusted(peer):
+            proto = headers.get("X-Forwarded-Proto")
+            forwarded_host = headers.get("X-Forwarded-Host")
+            if proto is None and forwarded_host is None:
+                proto, forwarded_host = _forwarded(headers.get("Forwarded"))
+        base = self._memo((host, proto, forwarded_host, scheme))
         if isinstance(base, BadBaseError):
             raise base
         return base
+
+
+def vary(*, fixed_base: bool, trusted_proxies: bool, authenticated: bool) -> str:
+    """The `Vary` of a document that names tarball URLs: every header its bytes depend on
+    (and Authorization when who asks decides whether it is served at all)."""
+    names = ["Accept", "Accept-Encoding"]
+    if not fixed_base:
+        names.append("Host")
+        if trusted_proxies:
+            names += ["X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"]
+    if authenticated:
+        names.append("Authorization")
+    return ", ".join(names)

@@ -7,6 +7,10 @@ the packument cache holds per package: the gated packument (or None when no upst
 package), a fingerprint of the private answer it was built from (to tell whether a revalidation
 may keep it), and its renderings. gzip is level 6 with a zero mtime, so the same packument
 always compresses to the same bytes.
+
+An entry keeps the renderings of at most `MAX_BASES` distinct base URLs (the oldest base's are
+dropped for a new one): a client inventing `Host` values could otherwise grow one package's
+entry until the cache's byte budget evicted every other package.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ import orjson
 
 from mirrorgate.registry.packument import ABBREVIATED, FULL, Gated, render
 
-__all__ = ["VARY", "Entry", "RenderKey", "Rendered", "build_rendered", "fingerprint"]
+__all__ = ["MAX_BASES", "VARY", "Entry", "RenderKey", "Rendered", "build_rendered",
+           "fingerprint"]
 
 VARY = "Accept, Accept-Encoding"
+MAX_BASES = 4
+"""Base URLs one cached packument keeps renderings for (a deployment has one or a few names)."""
 RenderKey = tuple[bool, str]
 """(abbreviated, base URL)."""
 
@@ -52,19 +59,35 @@ class Entry:
         self.renderings: dict[RenderKey, Rendered] = {}
         self.pending: dict[RenderKey, asyncio.Task[Rendered]] = {}
 
+    def keep(self, key: RenderKey, rendered: Rendered) -> int:
+        """Store a rendering, dropping the oldest base's when there are more than `MAX_BASES`;
+        returns the change in bytes held."""
+        delta = rendered.size
+        old = self.renderings.pop(key, None)
+        if old is not None:
+            delta -= old.size
+        self.renderings[key] = rendered
+        bases = list(dict.fromkeys(base for _form, base in self.renderings))
+        for base in bases[:max(0, len(bases) - MAX_BASES)]:
+            for form in (True, False):
+                dropped = self.renderings.pop((form, base), None)
+                if dropped is not None:
+                    delta -= dropped.size
+        return delta
 
-def build_rendered(gated: Gated, abbreviated: bool, base: str) -> Rendered:
+
+def build_rendered(gated: Gated, abbreviated: bool, base: str, vary: str = VARY) -> Rendered:
     body = render(gated, abbreviated, base)
     etag = 'W/"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
     headers = {"Content-Type": ABBREVIATED if abbreviated else FULL, "ETag": etag,
-               "Vary": VARY}
+               "Vary": vary}
     return Rendered(
         body=body,
         gzipped=gzip.compress(body, compresslevel=6, mtime=0),
         etag=etag,
         headers=headers,
         gzip_headers={**headers, "Content-Encoding": "gzip"},
-        not_modified_headers={"ETag": etag, "Vary": VARY},
+        not_modified_headers={"ETag": etag, "Vary": vary},
     )
 
 
