@@ -13,7 +13,8 @@ registers, `rules.load_rules`, and the argparse parser of `mirrorgate.__main__`.
   read (the same three `mirrorgate --help` names). Anything else is drift or a typo.
 - Values: each container's environment is run through the real `load_settings`. Paths under a
   volume mount are first swapped for temporary files made from what the volume holds: a
-  ConfigMap's data from the same file, a placeholder for a Secret (which never lives in git),
+  ConfigMap's data from the same file, a placeholder for a Secret (which never lives in git;
+  a client tokens file gets a line for that placeholder, so it parses),
   an empty directory for an emptyDir. npm is not in the image, so no registry is guessed from
   it: the manifest must name the public upstream.
 - Grace: the pod must outlive the longest stop a container can take: its preStop sleep, the
@@ -31,6 +32,7 @@ from typing import Any
 import kubernetes_validate
 from aiohttp import web
 
+from mirrorgate.clients import token_line
 from mirrorgate.config import VARIABLES, ConfigError, Settings, load_settings
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
@@ -70,6 +72,8 @@ close, which flushes its send buffer and its pending acks (each bounded at 5 s).
 
 # Written into the stand-in for the operator's Secret; it is no credential.
 SECRET_PLACEHOLDER = "deploy-check-placeholder-token"  # noqa: S105
+SECRET_PLACEHOLDERS = {"tokens": token_line("deploy-check", SECRET_PLACEHOLDER) + "\n"}
+"""Secret keys whose stand-in must parse: the client tokens file (a line for the placeholder)."""
 
 
 def schema_problems(manifest: Manifest, version: str = KUBERNETES_VERSION) -> list[str]:
@@ -159,8 +163,10 @@ def _materialise(container: Container, path: str, scratch: Path) -> tuple[str, l
     elif "secret" in volume:
         items = volume["secret"].get("items")
         # The Secret is created by the operator, never committed: any key may exist.
-        keys = [str(i["path"]) for i in items] if items else [inside or "token"]
-        files = dict.fromkeys(keys, SECRET_PLACEHOLDER)
+        keys = {str(i["path"]): str(i["key"]) for i in items} if items else {
+            inside or "token": inside or "token"}
+        files = {path: SECRET_PLACEHOLDERS.get(key, SECRET_PLACEHOLDER)
+                 for path, key in keys.items()}
     base = scratch / "readonly" / root.lstrip("/")
     for relative, text in files.items():
         target = base / relative

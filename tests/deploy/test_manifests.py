@@ -29,6 +29,7 @@ from tests.deploy.posture import (
     security_problems,
     service_problems,
 )
+from tests.deploy.reach import CLIENT_LABEL, client_access_problems, network_policy_problems
 
 MANIFESTS = all_manifests()
 SINGLE = load_manifest(MANIFEST_DIR / "single.yaml")
@@ -144,6 +145,25 @@ def test_a_disruption_budget_keeps_a_proxy_up_without_blocking_drains(
 @every_manifest
 def test_each_cloud_queue_comes_with_its_cloud_identity(manifest: Manifest) -> None:
     assert identity_problems(manifest) == []
+
+
+@every_manifest
+def test_a_network_policy_admits_only_labelled_namespaces_to_the_proxy_port(
+        manifest: Manifest) -> None:
+    assert network_policy_problems(manifest) == []
+
+
+@every_manifest
+def test_the_proxy_reads_client_tokens_from_an_optional_secret_and_sets_its_public_url(
+        manifest: Manifest) -> None:
+    assert client_access_problems(manifest) == []
+
+
+def test_the_readme_names_the_namespace_label_the_network_policies_admit() -> None:
+    readme = (MANIFEST_DIR.parents[1] / "README.md").read_text(encoding="utf-8")
+    [(key, value)] = CLIENT_LABEL.items()
+    assert f'`{key}: "{value}"`' in readme
+    assert f"kubectl label namespace builds {key}={value}" in readme
 
 
 # Each check reports the drift it exists for.
@@ -439,3 +459,93 @@ def test_a_pubsub_pod_naming_a_missing_service_account_is_reported() -> None:
     broken = PUBSUB.mutated(lambda m: pod(m).update(serviceAccountName="default"))
     [problem] = identity_problems(broken)
     assert "serviceAccountName ('default') is no ServiceAccount" in problem
+
+
+def policy(manifest: Manifest) -> dict[str, Any]:
+    [found] = manifest.of_kind("NetworkPolicy")
+    return found
+
+
+def test_a_proxy_without_a_network_policy_is_reported() -> None:
+    [problem] = network_policy_problems(SINGLE.mutated(
+        lambda m: m.documents.remove(policy(m))))
+    assert "no NetworkPolicy in single.yaml selects its pods" in problem
+
+
+def test_a_network_policy_selecting_other_pods_is_reported() -> None:
+    def elsewhere(m: Manifest) -> None:
+        policy(m)["spec"]["podSelector"] = {"matchLabels": {"app": "other"}}
+
+    [problem] = network_policy_problems(SQS.mutated(elsewhere))
+    assert "no NetworkPolicy in sidecar-sqs.yaml selects its pods" in problem
+
+
+def test_a_network_policy_admitting_every_namespace_is_reported() -> None:
+    def everyone(m: Manifest) -> None:
+        policy(m)["spec"]["ingress"][0]["from"] = [{"namespaceSelector": {}}]
+
+    [problem] = network_policy_problems(PUBSUB.mutated(everyone))
+    assert "admits {'namespaceSelector': {}}" in problem
+
+
+def test_a_network_policy_admitting_every_source_is_reported() -> None:
+    def anyone(m: Manifest) -> None:
+        del policy(m)["spec"]["ingress"][0]["from"]
+
+    [problem] = network_policy_problems(SINGLE.mutated(anyone))
+    assert "admits every source" in problem
+
+
+def test_a_network_policy_admitting_the_worker_port_is_reported() -> None:
+    def worker(m: Manifest) -> None:
+        policy(m)["spec"]["ingress"][0]["ports"] = [{"port": "worker-health"}]
+
+    [problem] = network_policy_problems(SQS.mutated(worker))
+    assert "admits port 'worker-health' (8081), not the proxy's MIRRORGATE_LISTEN port 8080" in (
+        problem)
+
+
+def test_a_network_policy_without_ingress_in_its_types_is_reported() -> None:
+    def egress(m: Manifest) -> None:
+        policy(m)["spec"]["policyTypes"] = ["Egress"]
+
+    [problem] = network_policy_problems(SINGLE.mutated(egress))
+    assert "restricts nothing" in problem
+
+
+def drop_env(name: str) -> Any:
+    def edit(m: Manifest) -> None:
+        spec = container(m)
+        spec["env"] = [item for item in spec["env"] if item["name"] != name]
+    return edit
+
+
+def test_a_proxy_without_a_public_url_is_reported() -> None:
+    [problem] = client_access_problems(SINGLE.mutated(drop_env("MIRRORGATE_PUBLIC_URL")))
+    assert "sets no MIRRORGATE_PUBLIC_URL" in problem
+
+
+def test_a_proxy_without_client_tokens_is_reported() -> None:
+    [problem] = client_access_problems(SQS.mutated(drop_env("MIRRORGATE_CLIENT_TOKENS_FILE")))
+    assert "sets no MIRRORGATE_CLIENT_TOKENS_FILE" in problem
+
+
+def test_client_tokens_read_from_the_rules_configmap_are_reported() -> None:
+    [problem] = client_access_problems(PUBSUB.mutated(lambda m: set_env(
+        container(m, "proxy"), "MIRRORGATE_CLIENT_TOKENS_FILE", "/etc/mirrorgate/tokens")))
+    assert "is not on a Secret's mount" in problem
+
+
+def test_a_client_tokens_secret_that_is_not_optional_is_reported() -> None:
+    def required(m: Manifest) -> None:
+        volume = next(v for v in pod(m)["volumes"] if v["name"] == "client-tokens")
+        del volume["secret"]["optional"]
+
+    [problem] = client_access_problems(SINGLE.mutated(required))
+    assert "'mirrorgate-client-tokens' is not optional" in problem
+
+
+def test_trusting_every_address_for_forwarded_headers_is_reported() -> None:
+    [problem] = client_access_problems(SINGLE.mutated(lambda m: set_env(
+        container(m), "MIRRORGATE_TRUSTED_PROXIES", "10.0.0.0/8, 0.0.0.0/0")))
+    assert "trusts every address (0.0.0.0/0)" in problem
