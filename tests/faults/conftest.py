@@ -53,6 +53,10 @@ class SecretGuard:
             text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
             self.texts.append((where, text))
 
+    def watch(self, process: MirrorgateProcess, secret: str) -> None:
+        """Search `process`'s stderr and /metrics for `secret` too (a client token)."""
+        self.processes.append((process, secret))
+
     def scrape(self, process: MirrorgateProcess) -> None:
         """Keep the process's /metrics text now (call it before stopping a process)."""
         if process.process is not None and process.returncode is None:
