@@ -147,7 +147,9 @@ class ProxyServer:
         headers = request.headers
         base = self._bases.fixed
         if base is None:
-            base = self._bases(headers, request.scheme, request.host, request.remote)
+            # the peer only matters when some proxies are trusted: skip the lookup otherwise
+            peer = request.remote if self._bases.trusts_proxies else None
+            base = self._bases(headers, request.scheme, request.host, peer)
         return self._abbreviated(headers.get("Accept") or ""), base
 
     def _request_id(self, request: web.Request) -> str:
