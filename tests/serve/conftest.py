@@ -35,6 +35,7 @@ from mirrorgate.registry.upstream import Upstream
 from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.serve import SERVER, Proxy, ProxyServer, build_proxy_app
 from tests.clock import ManualClock
+from tests.metric_samples import metric_value, registry_samples
 from tests.servers.availability import serving
 from tests.servers.ports import free_port
 from tests.servers.processes import Reply
@@ -103,8 +104,8 @@ class RunningProxy:
         return list(self.received)
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        """See `metric_value`: 0.0 before the first increment, a failure for a wrong name."""
+        return metric_value(registry_samples(self.metrics.registry), name, **labels)
 
 
 class StartProxy(Protocol):

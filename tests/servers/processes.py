@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
+from tests.metric_samples import metric_value, text_samples
 from tests.servers.ports import free_port
 
 __all__ = [
@@ -342,25 +343,21 @@ class MirrorgateProcess:
         """The /metrics samples, keyed `name{label="value",...}` (labels sorted; no braces
         when there are none)."""
         samples: dict[str, float] = {}
-        for name, labels, value in self._samples():
-            shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-            samples[f"{name}{{{shown}}}" if shown else name] = value
+        for sample in self._samples():
+            shown = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{shown}}}" if shown else sample.name] = sample.value
         return samples
 
     def metric(self, name: str, **labels: str) -> float:
-        """The sum of the samples called `name` whose labels include `labels`; 0.0 when
-        there are none (a labelled counter has no sample before its first increment)."""
-        return sum((value for sample, have, value in self._samples()
-                    if sample == name and all(have.get(k) == v for k, v in labels.items())),
-                   0.0)
+        """The sum of the samples called `name` whose labels include `labels` (0.0 before the
+        first increment); an unknown metric, label or value fails (`metric_value`)."""
+        return metric_value(self._samples(), name, **labels)
 
-    def _samples(self) -> list[tuple[str, dict[str, str], float]]:
+    def _samples(self) -> list[Sample]:
         reply = self.get("metrics")
         if reply.status != 200:
             raise ProcessFailedError(f"/metrics answered {reply.status}: {reply.body[:500]!r}")
-        return [(sample.name, sample.labels, sample.value)
-                for family in text_string_to_metric_families(reply.body.decode())
-                for sample in family.samples]
+        return text_samples(reply.body.decode())
 
     # -- stopping ------------------------------------------------------------------------
 

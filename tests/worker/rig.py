@@ -26,6 +26,7 @@ from mirrorgate.registry.upstream import Upstream
 from mirrorgate.target import MirrorTarget
 from mirrorgate.worker import Worker, WorkerDeps
 from tests.clock import ManualClock
+from tests.metric_samples import metric_value, registry_samples
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import tarball_filename
 from tests.servers.verdaccio import Verdaccio
@@ -51,17 +52,18 @@ class Rig:
     def heartbeat(self) -> Heartbeat:
         return self.deps.heartbeat
 
-    def _sample(self, name: str, labels: dict[str, str] | None = None) -> float:
-        return self.metrics.registry.get_sample_value(name, labels or {}) or 0.0
+    def metric(self, name: str, **labels: str) -> float:
+        """See `metric_value`: 0.0 before the first increment, a failure for a wrong name."""
+        return metric_value(registry_samples(self.metrics.registry), name, **labels)
 
     def outcomes(self, outcome: str) -> float:
-        return self._sample("mirrorgate_jobs_total", {"outcome": outcome})
+        return self.metric("mirrorgate_jobs_total", outcome=outcome)
 
     def retired(self, reason: str) -> float:
-        return self._sample("mirrorgate_jobs_retired_total", {"reason": reason})
+        return self.metric("mirrorgate_jobs_retired_total", reason=reason)
 
     def tampered(self) -> float:
-        return self._sample("mirrorgate_tampered_total")
+        return self.metric("mirrorgate_tampered_total")
 
     def tarball_gets(self) -> list[str]:
         return [seen.path for seen in self.public.requests if "/-/" in seen.path]
