@@ -5,18 +5,19 @@ Every test starts the real command in a subprocess over real loopback servers.
 
 from __future__ import annotations
 
+import http.client
 import random
 import signal
 import subprocess
 import threading
-import time
+from urllib.parse import urlsplit
 
 from mirrorgate.config import VARIABLES
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, tarball_path
-from tests.servers.processes import http_request, mirrorgate_argv, wait_for
+from tests.servers.processes import mirrorgate_argv, wait_for
 from tests.servers.verdaccio import Verdaccio
 
 
@@ -128,14 +129,24 @@ def test_sigterm_lets_an_in_flight_tarball_finish_then_exits_0(
     proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
                                  "MIRRORGATE_DRAIN_TIMEOUT": "20"})
     got: dict[str, object] = {}
+    under_way = threading.Event()
 
     def fetch() -> None:
-        reply = http_request("GET", proxy.url + "npm" + path, timeout=30)
-        got["status"], got["body"] = reply.status, reply.body
+        address = urlsplit(proxy.url)
+        connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
+        try:
+            connection.request("GET", "/npm" + path)
+            response = connection.getresponse()
+            first = response.read(8 * 1024)
+            under_way.set()
+            got["status"], got["body"] = response.status, first + response.read()
+        finally:
+            connection.close()
 
     reader = threading.Thread(target=fetch)
     reader.start()
-    time.sleep(0.6)  # the stream is under way
+    # the client holds the status line and the first 8 KB of about 200 KB before the signal
+    assert under_way.wait(20)
     proxy.signal(signal.SIGTERM)
     reader.join(30)
 

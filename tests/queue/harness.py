@@ -4,7 +4,8 @@
 (0 for the test double, whose next receive already redelivers); `hold` is the extension the
 suite asks for when it checks that extend_visibility holds a delivery in flight; `patience` is
 how long to keep receiving for a delivery that should come, and `quiet` how long to keep
-receiving to be sure one that should not come does not.
+receiving to be sure one that should not come does not. `after_a_visibility_window` is the
+event-based form of "wait out the window, then see nothing came back".
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from mirrorgate.mirror import MirrorQueue, QueueMessage
+from tests.builders import make_job
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,29 @@ async def receive_within(queue: MirrorQueue, seconds: float, want: int = 1) -> l
         if len(got) >= want or time.monotonic() >= deadline:
             return got
         await asyncio.sleep(0)
+
+
+MARKER = "visibility-marker"
+
+
+async def after_a_visibility_window(queue: MirrorQueue,
+                                    seconds: float = 20.0) -> list[QueueMessage]:
+    """Every message (other than a marker) received until a whole visibility window has passed
+    since the call, proven by an event rather than a sleep: a marker job is sent, received
+    and left unacked, and receiving goes on until the queue delivers it again. Anything that was
+    in flight before the call and not acked would have come back by then (or in that batch).
+    The marker is acked before returning; fails after `seconds` without its redelivery."""
+    await queue.enqueue(make_job(MARKER))
+    others: list[QueueMessage] = []
+    marker: list[QueueMessage] = []
+    deadline = time.monotonic() + seconds
+    while len(marker) < 2:
+        assert time.monotonic() < deadline, f"the marker was not redelivered within {seconds:g}s"
+        for message in await queue.receive():
+            if message.job is not None and message.job.name == MARKER:
+                marker.append(message)
+            else:
+                others.append(message)
+        await asyncio.sleep(0)
+    await queue.ack(marker[-1].receipt)
+    return others

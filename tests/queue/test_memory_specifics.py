@@ -60,7 +60,8 @@ async def test_an_idle_receive_returns_empty_when_the_poll_window_lapses() -> No
 async def test_a_waiting_receive_returns_as_soon_as_a_job_arrives() -> None:
     queue = bounded(poll_window=10)
     waiting = asyncio.create_task(queue.receive())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # one turn: asyncio runs the receive until it blocks on its wait
+    assert not waiting.done()
     started = time.monotonic()
     await queue.enqueue(make_job())
     got = await asyncio.wait_for(waiting, 2)
@@ -79,7 +80,8 @@ async def test_a_receive_drains_at_most_ten_without_waiting_again() -> None:
 async def test_a_receive_cancelled_while_waiting_consumes_nothing() -> None:
     queue = bounded(poll_window=10)
     waiting = asyncio.create_task(queue.receive())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # one turn: asyncio runs the receive until it blocks on its wait
+    assert not waiting.done()
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting

@@ -26,6 +26,7 @@ from mirrorgate.backends.pubsub import ack_deadline_for, open_pubsub_queue
 from mirrorgate.mirror import MirrorQueue, ReceiptHandle, Seconds
 from tests.builders import make_job
 from tests.queue.harness import receive_within
+from tests.servers.processes import until
 from tests.servers.pubsub_server import (
     PubSubAdmin,
     PubSubNames,
@@ -272,7 +273,7 @@ async def test_enqueue_never_blocks_while_pubsub_is_unreachable_and_sends_once_i
                 started = time.monotonic()
                 await queue.enqueue(job)
                 slowest = max(slowest, time.monotonic() - started)
-            await asyncio.sleep(0.5)
+            await until(lambda: queue.stats().send_failures > 0)  # the sender tried and failed
             assert await queue.receive() == []
         assert slowest < 0.01
         events = {entry["event"] for entry in logs}

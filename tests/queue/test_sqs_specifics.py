@@ -16,7 +16,7 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,9 @@ from structlog.testing import capture_logs
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.mirror import MirrorQueue, QueueStats, ReceiptHandle, Seconds
 from tests.builders import make_job
-from tests.queue.harness import receive_within
+from tests.queue.harness import after_a_visibility_window, receive_within
 from tests.servers.ports import free_port
+from tests.servers.processes import until
 from tests.servers.sqs_server import (
     SQS_CREDENTIALS,
     SQS_REGION,
@@ -126,13 +127,6 @@ async def opened(sqs_server: SqsServer) -> AsyncIterator[list[MirrorQueue]]:
         await queue.close()
 
 
-async def wait_until(condition: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        await asyncio.sleep(0.02)
-
-
 async def messages_in(sqs_server: SqsServer, url: str) -> int:
     async with sqs_server.client() as sqs:
         answer = await sqs.get_queue_attributes(
@@ -166,12 +160,25 @@ async def test_a_long_poll_returns_as_soon_as_a_message_arrives(
     queue = await sqs_server.open(created.url, poll_wait=10)
     opened.append(queue)
     waiting = asyncio.create_task(queue.receive())
-    await asyncio.sleep(0.3)
+    await until(lambda: sqs_server.polls_waiting(created.url) == 1, 5)  # moto holds it
     started = time.monotonic()
     await queue.enqueue(make_job())
     got = await asyncio.wait_for(waiting, 5)
     assert [m.job.name for m in got if m.job] == ["left-pad"]
     assert time.monotonic() - started < 2
+
+
+async def test_waiting_out_a_visibility_window_by_its_marker_sees_an_unacked_message_come_back(
+    sqs_server: SqsServer, opened: list[MirrorQueue],
+) -> None:
+    # the event-based wait the worker suites use for "nothing came back" can itself fail
+    created = await sqs_server.create_queue(visibility=1)
+    queue = await sqs_server.open(created.url, poll_wait=1, visibility=1)
+    opened.append(queue)
+    await queue.enqueue(make_job("forgotten"))
+    assert [m.job.name for m in await receive_within(queue, 5) if m.job] == ["forgotten"]
+    back = await after_a_visibility_window(queue)  # received above and never acked
+    assert [(m.job.name, m.deliveries) for m in back if m.job] == [("forgotten", 2)]
 
 
 async def test_a_lapsed_visibility_redelivers_the_message_with_its_count_raised_by_one(
@@ -320,7 +327,7 @@ async def test_the_buffer_sends_batches_of_at_most_ten(
     opened.append(queue)
     for i in range(25):
         await queue.enqueue(make_job(f"pkg-{i}"))
-    await wait_until(lambda: queue.stats().sent == 25, 5)
+    await until(lambda: queue.stats().sent == 25, 5)
     assert sqs_front.entries("SendMessageBatch") == [10, 10, 5]
     assert queue.stats() == QueueStats(depth=0, dropped=0, sent=25, send_failures=0)
     assert await messages_in(sqs_server, created.url) == 25
@@ -337,7 +344,7 @@ async def test_failed_entries_are_retried_unless_refused_as_the_senders_fault(
     with capture_logs() as logs:
         for i in range(5):
             await queue.enqueue(make_job(f"pkg-{i}"))
-        await wait_until(lambda: queue.stats().depth == 0, 5)
+        await until(lambda: queue.stats().depth == 0, 5)
     assert sqs_front.entries("SendMessageBatch") == [5, 1]
     got = await receive_within(queue, 3, want=4)
     assert sorted(m.job.name for m in got if m.job) == ["pkg-0", "pkg-1", "pkg-3", "pkg-4"]
@@ -360,7 +367,7 @@ async def test_a_batch_refused_for_one_message_is_resent_one_message_at_a_time(
     with capture_logs() as logs:
         for job in (make_job("small-a"), big, make_job("small-b")):
             await queue.enqueue(job)
-        await wait_until(lambda: queue.stats().depth == 0, 5)
+        await until(lambda: queue.stats().depth == 0, 5)
     got = await receive_within(queue, 3, want=2)
     assert sorted(m.job.name for m in got if m.job) == ["small-a", "small-b"]
     assert [e["job"] for e in logs if e["event"] == "mirror_queue_send_refused"] == ["big@1.3.0"]
@@ -418,12 +425,12 @@ async def test_enqueue_never_waits_while_the_endpoint_is_down_and_sends_once_it_
             await asyncio.sleep(0.01)  # let the sender try, and fail, in between
     assert statistics.median(took) < 0.0005
     assert max(took) < 0.01
+    await until(lambda: queue.stats().send_failures > 0, 10)  # the sender did try
     assert queue.stats().sent == 0
     assert queue.stats().depth == 200
-    assert queue.stats().send_failures > 0
     back = MotoServer(moto.port)
     try:
-        await wait_until(lambda: queue.stats().sent == 200, 10)
+        await until(lambda: queue.stats().sent == 200, 10)
     finally:
         await queue.close()
         back.stop()

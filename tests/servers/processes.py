@@ -105,6 +105,17 @@ async def wait_for_async(
         await asyncio.sleep(interval)
 
 
+async def until(predicate: Callable[[], object], timeout: float = 10.0,  # noqa: ASYNC109 - a polling deadline
+                interval: float = 0.01) -> None:
+    """`wait_for` for a plain condition in an async test: poll while the test's loop keeps
+    running (the condition may depend on tasks in that loop); fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {predicate}")
+        await asyncio.sleep(interval)
+
+
 # -- HTTP -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ Fixtures: `sqs_server` (a `SqsServer`: the endpoint, `create_queue`, `open`, `cl
 
 from __future__ import annotations
 
+import collections
+import io
 import json
 import threading
 import uuid
@@ -40,6 +42,7 @@ __all__ = [
     "SQS_CREDENTIALS",
     "SQS_REGION",
     "MotoServer",
+    "ReceiveWatch",
     "SqsServer",
     "SqsTestQueue",
     "sqs_endpoint",
@@ -53,6 +56,35 @@ SQS_REGION = "us-east-1"
 SQS_CREDENTIALS = ("testing", "testing")
 
 
+class ReceiveWatch:
+    """WSGI middleware over moto counting the ReceiveMessage calls it is holding, per queue URL,
+    so a test can wait until a long poll is really under way instead of sleeping."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+        self._waiting: collections.Counter[str] = collections.Counter()
+
+    def waiting(self, queue_url: str) -> int:
+        with self._lock:
+            return self._waiting[queue_url]
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        # botocore speaks SQS's JSON protocol: the action is a header, the queue in the body
+        if environ.get("HTTP_X_AMZ_TARGET") != "AmazonSQS.ReceiveMessage":
+            return self._app(environ, start_response)
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        queue = str(json.loads(body or b"{}").get("QueueUrl", ""))
+        with self._lock:
+            self._waiting[queue] += 1
+        try:  # moto holds the long poll inside the call; the answer is whole once it returns
+            return list(self._app(environ, start_response))
+        finally:
+            with self._lock:
+                self._waiting[queue] -= 1
+
+
 class MotoServer:
     """moto's server application on 127.0.0.1:`port` (0: a free one), in a thread."""
 
@@ -64,9 +96,9 @@ class MotoServer:
         )
         from werkzeug.serving import make_server
 
-        app = DomainDispatcherApplication(create_backend_app)
+        self.polls = ReceiveWatch(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(
-            "127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
+            "127.0.0.1", port, self.polls, threaded=True, request_handler=MotoRequestHandler)
         self.port: int = self._server.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -97,6 +129,13 @@ def sqs_settings(url: str, *, poll_wait: int = 1, visibility: int = 1,
 @dataclass(frozen=True)
 class SqsServer:
     endpoint: str
+    polls: ReceiveWatch | None = None
+    """The server's long polls under way (None for an endpoint this process does not run)."""
+
+    def polls_waiting(self, queue_url: str) -> int:
+        """How many ReceiveMessage calls on `queue_url` the server is holding right now."""
+        assert self.polls is not None, "this endpoint's server does not run in this process"
+        return self.polls.waiting(queue_url)
 
     @asynccontextmanager
     async def client(self) -> AsyncIterator[Any]:
@@ -171,7 +210,7 @@ def sqs_server() -> Iterator[SqsServer]:
     except Exception as error:  # an import, a bind or moto itself: all mean "not here"
         unavailable(f"moto's SQS server could not start: {error}")
     try:
-        yield SqsServer(server.endpoint)
+        yield SqsServer(server.endpoint, server.polls)
     finally:
         server.stop()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -132,12 +132,3 @@ async def running(worker: Worker) -> AsyncIterator[asyncio.Event]:
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=5)
-
-
-async def until(predicate: Callable[[], object], timeout: float = 10.0) -> None:  # noqa: ASYNC109 - a polling deadline
-    """Poll a plain condition while the loop runs; fail after `timeout` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {predicate}")
-        await asyncio.sleep(0.01)

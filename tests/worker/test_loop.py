@@ -9,12 +9,13 @@ import time
 from structlog.testing import LogCapture
 
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
-from mirrorgate.mirror import QueueMessage
-from tests.queue.harness import receive_within
+from mirrorgate.mirror import QueueMessage, ReceiptHandle, Seconds
+from tests.queue.harness import after_a_visibility_window, receive_within
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, tarball_path
+from tests.servers.processes import until
 from tests.servers.sqs_server import SqsServer
-from tests.worker.rig import RigFactory, events, job_from, running, until
+from tests.worker.rig import RigFactory, events, job_from, running
 
 
 async def test_a_slow_job_keeps_its_message_invisible_until_it_is_acked(
@@ -40,8 +41,7 @@ async def test_a_slow_job_keeps_its_message_invisible_until_it_is_acked(
         assert job.result() == "published"
         assert stolen == []
         assert await other.receive() == []  # acked: gone for good
-        await asyncio.sleep(1.1)
-        assert await other.receive() == []
+        assert await after_a_visibility_window(other) == []  # not even once its window lapsed
     finally:
         await other.close()
         await queue.close()
@@ -51,14 +51,25 @@ async def test_a_stuck_job_stops_the_heartbeat_and_stop_releases_it_after_the_dr
         make_rig: RigFactory, public_registry: FixtureRegistry, logs: LogCapture) -> None:
     public_registry.add(make_package("left-pad", ["1.3.0"]), make_package("zeta", ["1.0.0"]))
     public_registry.fault("/left-pad/-/", Fault(delay=30))
-    rig = await make_rig(drain_timeout=0.3)
+    double = (await make_rig()).queue
+    extended = asyncio.Event()
+
+    async def extend_visibility(receipt: ReceiptHandle, seconds: Seconds) -> None:
+        extended.set()
+        await double.extend_visibility(receipt, seconds)
+
+    rig = await make_rig(drain_timeout=0.3,
+                         queue=dataclasses.replace(double, extend_visibility=extend_visibility))
     await rig.queue.enqueue(job_from(public_registry, "left-pad", "1.3.0"))
     await rig.queue.enqueue(job_from(public_registry, "zeta", "1.0.0"))
 
     async with running(rig.worker) as stop:
         await until(lambda: len(rig.tarball_gets()) == 1)
         rig.clock.advance(200)
-        await asyncio.sleep(0.2)  # the loop is free to beat now, if it were going to
+        extended.clear()
+        # the worker is busy after the clock moved (it extends the stuck job's window), and
+        # still does not beat
+        await asyncio.wait_for(extended.wait(), 5)
         assert rig.heartbeat.age() >= 200
         assert not rig.heartbeat.fresh()  # /livez would answer 503
 
@@ -105,9 +116,15 @@ async def test_jobs_run_in_parallel_up_to_the_configured_concurrency(
 
 async def test_stop_during_an_idle_long_poll_returns_at_once(make_rig: RigFactory) -> None:
     queue = bounded_memory_queue(MemoryQueueSettings(max_depth=10, poll_window=20))
-    rig = await make_rig(queue=queue)
+    polling = asyncio.Event()
+
+    async def receive() -> list[QueueMessage]:
+        polling.set()
+        return await queue.receive()
+
+    rig = await make_rig(queue=dataclasses.replace(queue, receive=receive))
     async with running(rig.worker) as stop:
-        await asyncio.sleep(0.05)  # the loop is inside its 20 s receive now
+        await polling.wait()  # the loop is inside its 20 s receive now
         started = time.monotonic()
         stop.set()
     assert time.monotonic() - started < 0.5

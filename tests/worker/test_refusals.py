@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import random
@@ -11,6 +10,7 @@ from pathlib import Path
 from structlog.testing import LogCapture
 
 from mirrorgate.mirror import Digest, MirrorJob
+from tests.queue.harness import after_a_visibility_window
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version, tarball_path
 from tests.servers.sqs_server import SqsServer
@@ -184,8 +184,8 @@ async def test_an_undecodable_message_is_retired_with_a_log_line(
         assert rig.retired("undecodable") == 1
         [line] = events(logs, "mirror_retired")
         assert "codec version" in line["detail"]
-        await asyncio.sleep(1.2)  # past the visibility window: an unacked message would be back
-        assert await queue.receive() == []
+        # acked: had it been left unacked, it would be back once its window lapsed
+        assert await after_a_visibility_window(queue) == []
     finally:
         await queue.close()
 

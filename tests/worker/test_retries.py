@@ -16,8 +16,9 @@ from tests.servers.availability import serving
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, tarball_path
 from tests.servers.ports import free_port
+from tests.servers.processes import until
 from tests.servers.verdaccio import Verdaccio
-from tests.worker.rig import RigFactory, events, job_from, running, until, with_target
+from tests.worker.rig import RigFactory, events, job_from, running, with_target
 
 
 async def test_a_public_500_is_retried_and_then_published_once(
