@@ -1,9 +1,11 @@
 """Google's Pub/Sub emulator for the tests: one per session, on a free loopback port.
 
-The emulator cannot be installed from the package registries these machines reach, so where it
-is absent every test that needs it is skipped with the reason, in CI too (the reason is also
-printed in pytest's header); where it is present but does not start, that is a failure in CI
-and a skip elsewhere. Decisions:
+The emulator cannot be installed from the package registries these machines reach, so on a
+machine without it (nothing at the Cloud SDK's standard path, PUBSUB_EMULATOR_BIN unset) every
+test that needs it is skipped with the reason, in CI too, and the run's last lines count those
+skips (tests/conftest.py). Where it is expected (installed at the standard path, or named by
+PUBSUB_EMULATOR_BIN) but absent or unable to start, that is a failure in CI and a skip
+elsewhere. Decisions:
 
 - It is started in its own process group (the launcher is a shell script running java) and
   stopped by signalling that group, so no java child outlives the session.
@@ -49,10 +51,12 @@ __all__ = [
     "CONFORMANCE_ACK_DEADLINE",
     "DEFAULT_EMULATOR",
     "PROJECT",
+    "EmulatorLookup",
     "PubSubAdmin",
     "PubSubNames",
     "create_pubsub_names",
     "find_emulator",
+    "look_for_emulator",
     "make_pubsub_names",
     "open_test_queue",
     "pubsub_admin",
@@ -74,25 +78,40 @@ TEST_PULL_TIMEOUT = 1.5
 before the client's deadline, so an idle receive takes about half a second."""
 
 
-def find_emulator() -> Path | None:
-    """The emulator launcher: $PUBSUB_EMULATOR_BIN, else the Cloud SDK's usual place."""
-    configured = os.environ.get("PUBSUB_EMULATOR_BIN")
-    path = Path(configured) if configured else DEFAULT_EMULATOR
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+@dataclass(frozen=True)
+class EmulatorLookup:
+    """Where the emulator launcher is, or why there is none, and whether one was expected:
+    it is when PUBSUB_EMULATOR_BIN names one, or when this machine has the Cloud SDK's."""
+
+    launcher: Path | None
+    reason: str
+    expected: bool
 
 
-def _absent_reason() -> str:
-    configured = os.environ.get("PUBSUB_EMULATOR_BIN")
-    where = f"PUBSUB_EMULATOR_BIN={configured}" if configured else str(DEFAULT_EMULATOR)
-    return (f"Pub/Sub emulator not found at {where} (it cannot be installed from the package "
-            "registries; set PUBSUB_EMULATOR_BIN to its cloud-pubsub-emulator launcher)")
+def look_for_emulator(configured: str | None = None,
+                      default: Path = DEFAULT_EMULATOR) -> EmulatorLookup:
+    """$PUBSUB_EMULATOR_BIN (`configured`), else the Cloud SDK's usual place (`default`)."""
+    path = Path(configured) if configured else default
+    if path.is_file() and os.access(path, os.X_OK):
+        return EmulatorLookup(path, f"emulator {path}", expected=True)
+    if configured:  # a mistyped variable is a broken setup, not a machine without the emulator
+        return EmulatorLookup(None, f"PUBSUB_EMULATOR_BIN={configured} is not an executable "
+                              "file; point it at the cloud-pubsub-emulator launcher or unset "
+                              "it", expected=True)
+    return EmulatorLookup(None, f"Pub/Sub emulator not found at {default} (it cannot be "
+                          "installed from the package registries; set PUBSUB_EMULATOR_BIN to "
+                          "its cloud-pubsub-emulator launcher)", expected=False)
+
+
+def find_emulator() -> EmulatorLookup:
+    return look_for_emulator(os.environ.get("PUBSUB_EMULATOR_BIN"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     found = find_emulator()
-    if found is None:
-        return f"pubsub: SKIPPING the Pub/Sub tests: {_absent_reason()}"
-    return f"pubsub: emulator {found}"
+    if found.launcher is None:
+        return f"pubsub: SKIPPING the Pub/Sub tests: {found.reason}"
+    return f"pubsub: {found.reason}"
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -114,9 +133,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="session")
 def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A running emulator's `host:port` on 127.0.0.1, for the whole session."""
-    launcher = find_emulator()
+    found = find_emulator()
+    launcher = found.launcher
     if launcher is None:
-        pytest.skip(_absent_reason())
+        if found.expected:
+            unavailable(found.reason)  # a failure under CI: the tests were meant to run
+        pytest.skip(found.reason)
     port = free_port()
     logfile = tmp_path_factory.mktemp("pubsub-emulator") / "emulator.log"
     with logfile.open("wb") as sink:
