@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from mirrorgate.registry.names import parse_name
-from tests.serve.conftest import NPM_ACCEPT, StartProxy
+import pytest
+
+from tests.serve.rig import FILE_STORE, NPM_ACCEPT, SharedPrivate, StartProxy, publish_private
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version
 
@@ -122,16 +123,16 @@ async def test_a_cached_packument_is_still_served_when_revalidation_fails(
     assert proxy.metric("mirrorgate_cache_total", result="stale") == 1
 
 
+@pytest.mark.parametrize("private", [None, FILE_STORE], ids=["verdaccio", "file-store"])
 async def test_the_private_answer_is_cached_and_a_change_there_rebuilds_the_packument(
-    public_registry: FixtureRegistry, start_proxy: StartProxy,
+    public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
+    private: str | None,
 ) -> None:
     public_registry.add(make_package("private-change", ["1.0.0", "2.0.0"]))
-    proxy = await start_proxy(public_registry.url, cache_ttl=60.0)
-    store = proxy.proxy.private.store  # type: ignore[attr-defined]
+    proxy = await start_proxy(public_registry.url, private=private, cache_ttl=60.0)
     first = (await proxy.get("npm/private-change")).json()
-    private = make_version("private-change", "1.5.0", description="ours")
-    await store.put(parse_name("private-change"), "1.5.0", private.filename,
-                    private.document("http://127.0.0.1:9/"), private.tarball)
+    await publish_private(proxy, private_registry,
+                          make_version("private-change", "1.5.0", description="ours"))
     within = (await proxy.get("npm/private-change")).json()
     proxy.clock.advance(61)
     after = (await proxy.get("npm/private-change")).json()

@@ -1,5 +1,6 @@
 """The proxy through the real `mirrorgate serve` command, watched from outside: npm installs
-through it, the rules file gates, and /metrics and the JSON log say what happened."""
+through it, the rules file gates, and /metrics and the JSON log say what happened. Its
+worker mirrors the tree into a Verdaccio of its own (not the suite's shared one)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.servers.verdaccio import Verdaccio
 
 
 def test_mirrorgate_serve_installs_a_tree_gates_by_the_rules_file_and_reports_it(
-    public_registry: FixtureRegistry, private_registry: Verdaccio,
+    public_registry: FixtureRegistry, verdaccio: Verdaccio,
     mirrorgate: MirrorgateFactory, npm_client: NpmClient, tmp_path: Path,
 ) -> None:
     tree = standard_tree()
@@ -23,8 +24,8 @@ def test_mirrorgate_serve_installs_a_tree_gates_by_the_rules_file_and_reports_it
     rules.write_text("[install_scripts]\nblock = true\n", encoding="utf-8")
     proxy = mirrorgate("serve", {
         "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
-        "MIRRORGATE_PRIVATE_UPSTREAM": private_registry.url,
-        "MIRRORGATE_PRIVATE_TOKEN": private_registry.token,
+        "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+        "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token,
         "MIRRORGATE_RULES_FILE": str(rules),
     })
     npm_client.registry = proxy.registry_url
@@ -49,4 +50,4 @@ def test_mirrorgate_serve_installs_a_tree_gates_by_the_rules_file_and_reports_it
     filled = [entry for entry in proxy.events("packument_filled")
               if entry["package"] == "scripted-cli"]
     assert filled[0]["denied"] == 1
-    assert private_registry.token not in proxy.stderr()
+    assert verdaccio.token not in proxy.stderr()

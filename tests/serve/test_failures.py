@@ -6,11 +6,10 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from tests.serve.conftest import NPM_ACCEPT, StartProxy
+from tests.serve.rig import NPM_ACCEPT, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version
 from tests.servers.ports import free_port
-from tests.servers.verdaccio import Verdaccio
 
 
 @pytest.mark.parametrize(("fault", "status", "retry_after"), [
@@ -109,12 +108,12 @@ async def test_a_packument_listing_200000_versions_is_refused_and_the_process_ke
 
 
 async def test_when_only_the_public_upstream_fails_the_private_versions_are_served(
-    public_registry: FixtureRegistry, private_registry: Verdaccio, start_proxy: StartProxy,
+    public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
 ) -> None:
     public_registry.add(make_package("half-down", ["1.0.0", "2.0.0"]))
     private_registry.publish(make_version("half-down", "1.0.0"))
     public_registry.fault("/half-down", Fault(status=500), exact=True)
-    proxy = await start_proxy(public_registry.url, private=private_registry.url)
+    proxy = await start_proxy(public_registry.url)
 
     answer = await proxy.get("npm/half-down")
     proxy.clock.advance(6)

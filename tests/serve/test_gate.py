@@ -13,7 +13,7 @@ from mirrorgate.registry.negotiation import wants_abbreviated
 from mirrorgate.registry.origins import Origin
 from mirrorgate.registry.packument import MAX_VERSIONS, TooManyVersionsError, gate, render
 from mirrorgate.rules import DEFAULT_RULES, parse_rules
-from tests.serve.conftest import NPM_ACCEPT, StartProxy
+from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import fresh_version, make_package, make_version
 

@@ -10,11 +10,10 @@ import asyncio
 from dataclasses import dataclass
 
 from mirrorgate.rules import parse_rules
-from tests.serve.conftest import StartProxy
+from tests.serve.rig import SharedPrivate, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import install_script_version, make_package, standard_tree
-from tests.servers.verdaccio import Verdaccio
 
 
 @dataclass(frozen=True)
@@ -45,14 +44,14 @@ async def npm(client: NpmClient, *args: str, registry: str) -> NpmRun:
 
 
 async def test_npm_installs_a_six_package_tree_through_the_proxy_with_a_fresh_cache(
-    public_registry: FixtureRegistry, private_registry: Verdaccio, start_proxy: StartProxy,
+    public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
     npm_client: NpmClient,
 ) -> None:
     tree = standard_tree()
     public_registry.add(*tree.packages)
     zeta = next(package for package in tree.packages if package.name == "zeta")
     private_registry.publish_package(zeta)
-    proxy = await start_proxy(public_registry.url, private=private_registry.url)
+    proxy = await start_proxy(public_registry.url)
     npm_client.write_project(tree.dependencies)
 
     run = await npm(npm_client, "install", registry=proxy.registry)

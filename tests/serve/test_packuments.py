@@ -10,7 +10,7 @@ import pytest
 
 from mirrorgate.registry.packument import ABBREVIATED, ABBREVIATED_FIELDS
 from mirrorgate.rules import Rules, parse_rules
-from tests.serve.conftest import NPM_ACCEPT, StartProxy
+from tests.serve.rig import NPM_ACCEPT, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import (
     FixtureVersion,
@@ -21,17 +21,16 @@ from tests.servers.packages import (
     no_digest_version,
     sha1_only_version,
 )
-from tests.servers.verdaccio import Verdaccio
 
 
 async def test_private_and_public_versions_merge_and_the_private_copy_wins_a_collision(
-    public_registry: FixtureRegistry, private_registry: Verdaccio, start_proxy: StartProxy,
+    public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
 ) -> None:
     public_registry.add(make_package("merge-one", ["1.0.0", "1.1.0", "2.0.0"]))
     private_registry.publish(make_version("merge-one", "0.9.0", description="internal only"))
     private_registry.publish(make_version("merge-one", "1.1.0", description="private build"),
                              tags={"internal": "1.1.0"})
-    proxy = await start_proxy(public_registry.url, private=private_registry.url)
+    proxy = await start_proxy(public_registry.url)
 
     answer = await proxy.get("npm/merge-one")
 
@@ -212,9 +211,9 @@ async def test_a_package_whose_every_version_is_denied_answers_403_with_the_reas
 
 
 async def test_a_package_no_upstream_knows_is_a_json_404(
-    public_registry: FixtureRegistry, private_registry: Verdaccio, start_proxy: StartProxy,
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
 ) -> None:
-    proxy = await start_proxy(public_registry.url, private=private_registry.url)
+    proxy = await start_proxy(public_registry.url)
 
     answer = await proxy.get("npm/nobody-has-this")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.serve.conftest import NPM_ACCEPT, StartProxy
+from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package
 

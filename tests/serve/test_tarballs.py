@@ -11,20 +11,21 @@ from structlog.testing import capture_logs
 
 from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueStats
-from tests.serve.conftest import StartProxy
+from tests.serve.rig import FILE_STORE, SharedPrivate, StartProxy, publish_private
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version
 from tests.servers.ports import free_port
-from tests.servers.verdaccio import Verdaccio
 
 
+@pytest.mark.parametrize("private", [None, FILE_STORE], ids=["verdaccio", "file-store"])
 async def test_a_tarball_the_private_upstream_has_is_streamed_from_it_and_not_enqueued(
-    public_registry: FixtureRegistry, private_registry: Verdaccio, start_proxy: StartProxy,
+    public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
+    private: str | None,
 ) -> None:
     public_registry.add(make_package("private-first", ["1.0.0"]))
     ours = make_version("private-first", "1.0.0", description="rebuilt in house")
-    private_registry.publish(ours)
-    proxy = await start_proxy(public_registry.url, private=private_registry.url)
+    proxy = await start_proxy(public_registry.url, private=private)
+    await publish_private(proxy, private_registry, ours)
 
     answer = await proxy.get("npm/private-first/-/private-first-1.0.0.tgz")
 
@@ -36,11 +37,11 @@ async def test_a_tarball_the_private_upstream_has_is_streamed_from_it_and_not_en
 
 
 async def test_an_admitted_public_tarball_is_streamed_and_a_job_carries_what_was_admitted(
-    public_registry: FixtureRegistry, private_registry: Verdaccio, start_proxy: StartProxy,
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
 ) -> None:
     package = make_package("@jobs/admitted", ["1.0.0", "1.1.0"], readme="# long readme")
     public_registry.add(package)
-    proxy = await start_proxy(public_registry.url, private=private_registry.url)
+    proxy = await start_proxy(public_registry.url)
 
     answer = await proxy.get("npm/@jobs/admitted/-/admitted-1.1.0.tgz")
     jobs = await proxy.jobs()
