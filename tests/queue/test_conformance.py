@@ -12,7 +12,7 @@ import pytest
 
 from mirrorgate.mirror import Seconds
 from tests.builders import make_job
-from tests.queue.harness import Harness, receive_within
+from tests.queue.harness import Harness, after_a_visibility_window, receive_within
 
 NO_REDELIVERY = ("the bounded memory queue never redelivers; "
                  "a lost job is enqueued again on the next pull")
@@ -47,14 +47,14 @@ async def test_every_enqueued_job_is_received_once_when_each_is_acked(harness: H
     for message in got:
         await harness.queue.ack(message.receipt)
     assert sorted(m.job.name for m in got if m.job) == sorted(j.name for j in jobs)
-    assert await receive_within(harness.queue, harness.window + harness.quiet) == []
+    assert await after_a_visibility_window(harness.queue) == []
 
 
 async def test_an_acked_job_is_not_delivered_again(harness: Harness) -> None:
     await harness.queue.enqueue(make_job())
     [message] = await receive_within(harness.queue, harness.patience)
     await harness.queue.ack(message.receipt)
-    assert await receive_within(harness.queue, harness.window + harness.quiet) == []
+    assert await after_a_visibility_window(harness.queue) == []
 
 
 @pytest.mark.departure("memory", reason=NO_REDELIVERY)
@@ -81,7 +81,7 @@ async def test_a_redelivery_carries_a_receipt_that_acks_it(harness: Harness) -> 
     await receive_within(harness.queue, harness.patience)
     [again] = await receive_within(harness.queue, harness.window + harness.patience)
     await harness.queue.ack(again.receipt)
-    assert await receive_within(harness.queue, harness.window + harness.quiet) == []
+    assert await after_a_visibility_window(harness.queue) == []
 
 
 @pytest.mark.departure("memory", reason=NO_REDELIVERY)
