@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import RunningProxy, StartProxy
+from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package
 

@@ -11,7 +11,7 @@ import ipaddress
 from pathlib import Path
 
 from mirrorgate.registry.rendered import MAX_BASES
-from tests.serve.conftest import NPM_ACCEPT, StartProxy
+from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.serve.test_access import bearer, tokens_file
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package
