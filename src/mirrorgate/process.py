@@ -189,12 +189,11 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
     if heartbeat is not None:
         metrics.watch_heartbeat(heartbeat.age)
 
-    rules: Rules | None = None
+    try:  # the worker re-gates every job with the same rules the proxy gates with
+        rules = load_rules(settings.rules_file)
+    except RulesError as error:
+        raise StartupError(f"MIRRORGATE_RULES_FILE: {error}") from None
     if command == "serve":
-        try:
-            rules = load_rules(settings.rules_file)
-        except RulesError as error:
-            raise StartupError(f"MIRRORGATE_RULES_FILE: {error}") from None
         _ensure_store(settings.private_upstream)
     if runs_worker:
         _ensure_store(settings.mirror_target)
@@ -225,8 +224,8 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
 
 async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: Metrics,
                  health: Health, queue: MirrorQueue, upstreams: Upstreams,
-                 rules: Rules | None, clients: ClientTokens | None) -> int:
-    if rules is not None:
+                 rules: Rules, clients: ClientTokens | None) -> int:
+    if command == "serve":
         private: PrivateSource = open_private(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
@@ -251,7 +250,7 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
             target: MirrorTarget = open_target(settings.mirror_target, upstreams.target)
             worker = Worker(WorkerDeps(settings=settings, queue=queue, public=upstreams.public,
                                        target=target, metrics=metrics,
-                                       heartbeat=health.heartbeat))
+                                       heartbeat=health.heartbeat, rules=rules))
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         log.info("started", command=command, listen=f"{host}:{port}", queue=queue.provider,

@@ -13,13 +13,18 @@ One message, one outcome, one log line with a stable event name and one count in
 - `tampered`: the bytes do not match the admitted digest or size. Never published, logged as a
   security event, counted in `mirrorgate_tampered`, acked (retired, never retried).
 - `retired`: the job can never succeed (undecodable, too many deliveries, off-origin URL,
-  oversized, gone from public, refused by the target, the target holds other bytes). Acked,
-  with the reason in `mirrorgate_jobs_retired{reason}`.
+  oversized, gone from public, not what public and the rules admit, refused by the target, the
+  target holds other bytes). Acked, with the reason in `mirrorgate_jobs_retired{reason}`.
 
 Decisions:
 
-- A cheap question first: a target that already holds the version with the job's integrity
-  costs a metadata read, never a download.
+- The queue is not trusted (anyone with send rights can write a job): before anything else the
+  job is re-gated against the public packument with the current rules (`regate`), and a job
+  that does not match what public publishes and the rules admit is refused (`mirror_job_refused`,
+  a security line naming what did not match, then retired with the reason). What is verified
+  and published from there on is public's description of the version, never the job's.
+- Then a cheap question: a target that already holds the version with that integrity costs a
+  metadata read, never a download.
 - The tarball is fetched only from the public upstream's origin (checked before anything is
   sent), never through a redirect, and never past `MIRRORGATE_MAX_TARBALL_BYTES`; it is hashed
   chunk by chunk as it arrives (`verify.StreamVerifier`).
@@ -65,6 +70,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -75,9 +81,11 @@ from mirrorgate.config import Settings
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import Digest, MirrorJob, MirrorQueue, QueueMessage, Seconds
-from mirrorgate.registry.names import InvalidNameError, parse_name
+from mirrorgate.regate import JobRefused, check_digest_floor, regate
+from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.registry.origins import OriginRefusal, check_on_origin
 from mirrorgate.registry.upstream import Upstream, UpstreamError
+from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.target import THREAD_ABOVE, MirrorTarget, PublishResult, TargetConflict, TargetError
 from mirrorgate.verify import (
     DigestMismatch,
@@ -88,6 +96,7 @@ from mirrorgate.verify import (
     Unverifiable,
     Verified,
     describe,
+    strongest_of,
 )
 
 __all__ = ["Outcome", "Worker", "WorkerDeps"]
@@ -109,14 +118,22 @@ class Outcome(enum.StrEnum):
     RETIRED = "retired"
 
 
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
 @dataclass(frozen=True)
 class WorkerDeps:
+    """`rules` and `now` re-gate each job as the serve path gates (`regate`)."""
+
     settings: Settings
     queue: MirrorQueue
     public: Upstream
     target: MirrorTarget
     metrics: Metrics
     heartbeat: Heartbeat
+    rules: Rules = DEFAULT_RULES
+    now: Callable[[], datetime] = _utcnow
 
 
 class _Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it
@@ -375,6 +392,11 @@ class Worker:
         try:
             async with self._one_at_a_time(job):
                 result = await self._mirror(job)
+        except JobRefused as refused:
+            # what anyone who can write to the queue could send: a security event, named
+            log.critical("mirror_job_refused", security=True, reason=refused.reason,
+                         detail=str(refused), **refused.fields)
+            return await self._retire(message, refused.reason, str(refused))
         except _Retire as retire:
             return await self._retire(message, retire.reason, str(retire), **retire.fields)
         except _Retry as retry:
@@ -424,24 +446,29 @@ class Worker:
                 del self._versions[key]
 
     async def _mirror(self, job: MirrorJob) -> PublishResult:
-        """Fetch, verify and publish; raises _Retire, _Retry or a verify/target error."""
+        """Re-gate, fetch, verify and publish; raises JobRefused, _Retire, _Retry or a
+        verify/target error."""
         try:
-            parse_name(job.name)
+            name = parse_name(job.name)
         except InvalidNameError as error:
             raise _Retire("invalid-name", f"{job.name!r}: {error}") from None
         if _VERSION.fullmatch(job.version) is None:
             raise _Retire("invalid-version", f"{job.version!r} is not a version string")
-        url = job.artifact.tarball_url
-        shown = _loggable(url)
         try:
-            verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
-                                      limit=self.settings.max_tarball_bytes)
+            check_on_origin(job.artifact.tarball_url, self.deps.public.origin)
+        except OriginRefusal as refusal:
+            raise _Retire("off-origin", str(refusal), url=_loggable(job.artifact.tarball_url),
+                          kind=refusal.kind) from None
+        try:
+            strongest_of(job.artifact.digests)
         except Unverifiable as error:
             raise _Retire("unverifiable", str(error)) from None
-        try:
-            check_on_origin(url, self.deps.public.origin)
-        except OriginRefusal as refusal:
-            raise _Retire("off-origin", str(refusal), url=shown, kind=refusal.kind) from None
+        check_digest_floor(job, self.deps.rules)
+        job = await self._regate(job, name)
+        url = job.artifact.tarball_url
+        # public's digests: the gate denies a version without one this worker can compute
+        verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
+                                  limit=self.settings.max_tarball_bytes)
         target = self.deps.target
         if await self._target_call(target.holds(job)):
             log.info("mirror_already_present", target=target.label, fetched=False)
@@ -455,6 +482,17 @@ class Worker:
         log.info(event, target=target.label, fetched=True, size=verified.size,
                  integrity=digests.integrity)
         return result
+
+    async def _regate(self, job: MirrorJob, name: PackageName) -> MirrorJob:
+        """The job as the public packument describes it now (`regate`); raises JobRefused."""
+        try:
+            answer = await self.deps.public.get_json(name.url_path())
+        except UpstreamError as error:
+            if error.transient:
+                raise _Retry("public-failed", str(error)) from None
+            raise _Retire("public-refused", str(error), status=error.status) from None
+        return await regate(job, name, answer.document, answer.size, public=self.deps.public,
+                            rules=self.deps.rules, now=self.deps.now())
 
     async def _target_call(self, call: Awaitable[_T]) -> _T:
         try:

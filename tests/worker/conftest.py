@@ -17,6 +17,7 @@ from mirrorgate.healthz import Heartbeat
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.registry.upstream import Upstream
+from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.target import open_target
 from mirrorgate.worker import Worker, WorkerDeps
 from tests.clock import ManualClock
@@ -33,7 +34,8 @@ async def make_rig(public_registry: FixtureRegistry,
 
     async def build(*, target: Verdaccio | Path | str | None = None,
                     queue: MirrorQueue | None = None, token: str | None = None,
-                    idle_pause: float = 0.01, **overrides: Any) -> Rig:
+                    idle_pause: float = 0.01, rules: Rules = DEFAULT_RULES,
+                    **overrides: Any) -> Rig:
         if target is None:
             target = tmp_path / "store"
         if isinstance(target, Verdaccio):
@@ -61,7 +63,8 @@ async def make_rig(public_registry: FixtureRegistry,
         deps = WorkerDeps(settings=settings, queue=queue or in_memory_double(), public=public,
                           target=open_target(settings.mirror_target, target_client),
                           metrics=metrics,
-                          heartbeat=Heartbeat(settings.heartbeat_stale_after, clock=clock))
+                          heartbeat=Heartbeat(settings.heartbeat_stale_after, clock=clock),
+                          rules=rules)
         rig = Rig(Worker(deps, idle_pause=idle_pause), deps, public_registry, clock, upstreams)
         built.append(rig)
         return rig

@@ -23,6 +23,7 @@ from mirrorgate.healthz import Heartbeat
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, digests_from_dist
 from mirrorgate.registry.upstream import Upstream
+from mirrorgate.rules import Rules
 from mirrorgate.target import MirrorTarget
 from mirrorgate.worker import Worker, WorkerDeps
 from tests.clock import ManualClock
@@ -78,7 +79,8 @@ class Rig:
 class RigFactory(Protocol):
     async def __call__(self, *, target: Verdaccio | Path | str | None = None,
                        queue: MirrorQueue | None = None, token: str | None = None,
-                       idle_pause: float = 0.01, **settings: Any) -> Rig: ...
+                       idle_pause: float = 0.01, rules: Rules = ...,
+                       **settings: Any) -> Rig: ...
 
 
 def rig_settings(public_url: str, target_url: str, data_dir: Path, **overrides: Any) -> Settings:
