@@ -1,13 +1,15 @@
 """Checking tarball bytes against the digest their version was admitted with, as they stream in.
 
-The worker must never publish bytes other than the ones the admission rules saw described, so
-this module decides what "the same bytes" means. Decisions:
+The worker must never publish bytes other than the ones the admission rules saw described, and
+the serve path must never complete a public tarball whose bytes are not those bytes, so this
+module decides what "the same bytes" means, once, for both (`StreamVerifier`). Decisions:
 
 - One digest decides: the strongest the job carries (sha512 > sha384 > sha256 > sha1, the
   order of `mirror.STRONGEST_FIRST`). Only that one is computed while streaming, so verifying
   costs one pass of one hash (`hashlib`, fed the chunks as they arrive, no copies); a weaker
   digest that matches never rescues a stronger one that does not.
-- Size is checked twice: against the cap (`MIRRORGATE_MAX_TARBALL_BYTES`) before a byte is
+- Size is checked twice: against the cap (`MIRRORGATE_MAX_TARBALL_BYTES` in the worker; the
+  serve path relays without one, as it did before it verified) before a byte is
   read when the upstream declares a Content-Length, and on every chunk, so a lying or absent
   Content-Length cannot make the worker hold more than the cap; and against the size the job
   declares, when it declares one, as soon as the bytes run past it and again at the end.
@@ -128,7 +130,7 @@ class StreamVerifier:
     __slots__ = ("_hash", "expected", "expected_size", "limit", "size")
 
     def __init__(self, digests: tuple[Digest, ...], *, expected_size: int | None,
-                 limit: int) -> None:
+                 limit: int | None) -> None:
         expected = strongest_of(digests)
         self.expected = expected
         self.expected_size = expected_size
@@ -140,14 +142,14 @@ class StreamVerifier:
         """Check the upstream's Content-Length before reading the body."""
         if length is None:
             return
-        if length > self.limit:
+        if self.limit is not None and length > self.limit:
             raise TooLarge(length, self.limit, declared=True)
         if self.expected_size is not None and length != self.expected_size:
             raise SizeMismatch(self.expected_size, length, complete=True)
 
     def update(self, chunk: bytes) -> None:
         self.size += len(chunk)
-        if self.size > self.limit:
+        if self.limit is not None and self.size > self.limit:
             raise TooLarge(self.size, self.limit, declared=False)
         if self.expected_size is not None and self.size > self.expected_size:
             raise SizeMismatch(self.expected_size, self.size, complete=False)

@@ -14,10 +14,19 @@
   started, an upstream that breaks mid-body makes the proxy close the connection: the client
   sees a failed transfer, never a short 200 and never a hang (`tarball_stream_failed`). The
   request timeout stops at the first byte; the upstream's per-read timeout bounds the rest.
-- Once public has answered 2xx to a GET, the admitted version is enqueued as a `MirrorJob`
-  (name, version, every digest of `dist`, the upstream tarball URL and file name, the manifest
-  without `readme`) in a background task: the response never waits on the queue and never
-  fails because of it. HEAD never enqueues, nor does a version the private upstream lists.
+- A public tarball is hashed as it streams (`verify.StreamVerifier`, the worker's verifier)
+  against the strongest digest its version was admitted with, and the last chunk read is held
+  back until the next one arrives: at the end the digest is known before the final bytes
+  leave. Bytes that do not match never complete: the held chunk is dropped and the connection
+  closed, so even a client that checks no integrity gets a truncated answer it cannot install
+  (`tarball_digest_mismatch`, a security line, and `mirrorgate_tampered`). Holding one chunk
+  costs no copy and delays nothing but the last 64 KiB (bench/tarball_relay.py).
+- Only a public GET that was read to its end, matched its digest and reached the client is
+  enqueued as a `MirrorJob` (name, version, every digest of `dist`, the upstream tarball URL
+  and file name, the size relayed, the manifest without `readme`), in a background task: the
+  response never waits on the queue and never fails because of it. A client that hangs up
+  early causes no job (it would make the worker download up to the size cap for nothing).
+  HEAD never enqueues, nor does a version the private upstream lists.
   A job the queue drops (full) is neither counted as enqueued nor logged here: every backend
   decides at once, so its drop count moving across the call says so, and the queue reports
   drops itself (the first, then every 1,000th).
@@ -46,6 +55,7 @@ from mirrorgate.registry.packument import Gated, VersionRecord
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.refusals import Refused, denied, upstream_failed
 from mirrorgate.registry.upstream import CHUNK, Upstream, UpstreamError
+from mirrorgate.verify import DigestMismatch, StreamVerifier, Unverifiable, Verified
 
 __all__ = ["OUTCOME", "TarballRoute"]
 
@@ -85,8 +95,10 @@ class TarballRoute:
         try:
             async with self.private.tarball(name, filename) as body:
                 if body is not None:
-                    return await self._stream(request, body.size, body.chunks, deadline,
-                                              source="private", name=name, version=version)
+                    response, _ = await self._stream(request, body.size, body.chunks, deadline,
+                                                     source="private", name=name,
+                                                     version=version)
+                    return response
         except UpstreamError as error:
             private_error = error
         except (StoreError, OSError) as error:
@@ -119,11 +131,13 @@ class TarballRoute:
                 if response is None:
                     raise Refused(404, f"the public upstream has no tarball for "
                                   f"{name.full}@{version}", reason="not found")
-                if request.method == "GET" and not record.private:
-                    self._enqueue(name, record, url, response.content_length)
-                return await self._stream(request, response.content_length,
-                                          response.content.iter_chunked(CHUNK), deadline,
-                                          source="public", name=name, version=version)
+                answer, verified = await self._stream(
+                    request, response.content_length, response.content.iter_chunked(CHUNK),
+                    deadline, source="public", name=name, version=version,
+                    verifier=_verifier(record))
+                if verified is not None and request.method == "GET" and not record.private:
+                    self._enqueue(name, record, url, verified.size)
+                return answer
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         version=version, kind=error.kind, detail=str(error))
@@ -131,38 +145,79 @@ class TarballRoute:
 
     async def _stream(self, request: web.Request, size: int | None,
                       chunks: AsyncIterator[bytes], deadline: asyncio.Timeout, *,
-                      source: str, name: PackageName, version: str) -> web.StreamResponse:
+                      source: str, name: PackageName, version: str,
+                      verifier: StreamVerifier | None = None,
+                      ) -> tuple[web.StreamResponse, Verified | None]:
+        """Relay `chunks`; with a `verifier`, the bytes are hashed and the last chunk held back
+        until they are known to match. Returns the response and, when the body was verified
+        and reached the client whole, what matched."""
         response = web.StreamResponse(headers={"Content-Type": OCTETS})
         if size is not None:
             response.content_length = size
         await response.prepare(request)
         deadline.reschedule(None)
         sent = 0
+        verified: Verified | None = None
         if request.method != "HEAD":
             iterator = aiter(chunks)
+            held: bytes | None = None
             while True:
                 try:
-                    chunk = await anext(iterator)
+                    read = await anext(iterator)
                 except StopAsyncIteration:
                     break
                 except (aiohttp.ClientError, TimeoutError, OSError, StoreError) as error:
                     log.warning("tarball_stream_failed", upstream=source, package=name.full,
                                 version=version, sent=sent, detail=type(error).__name__)
-                    if request.transport is not None:
-                        request.transport.close()
-                    response[OUTCOME] = "aborted"
-                    return response
-                try:
-                    await response.write(chunk)
-                except (ConnectionError, aiohttp.ClientConnectionResetError):
-                    log.info("tarball_client_gone", package=name.full, version=version,
-                             sent=sent)
-                    response[OUTCOME] = "client_gone"
-                    return response
+                    return self._cut(request, response, "aborted"), None
+                chunk: bytes | None = read
+                if verifier is not None:
+                    verifier.update(read)
+                    chunk, held = held, read  # send the previous chunk, hold this one
+                if chunk is None:
+                    continue
+                if not await self._write(response, chunk, name, version, sent):
+                    return response, None
                 sent += len(chunk)
+            if verifier is not None:
+                try:
+                    verified = verifier.finish()
+                except DigestMismatch as mismatch:
+                    self.metrics.tampered.inc()
+                    log.critical("tarball_digest_mismatch", security=True, upstream=source,
+                                 package=name.full, version=version,
+                                 expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
+                                 algorithm=mismatch.expected.algorithm, sent=sent,
+                                 withheld=len(held or b""))
+                    return self._cut(request, response, "tampered"), None
+                if held is not None:
+                    if not await self._write(response, held, name, version, sent):
+                        return response, None
+                    sent += len(held)
             await response.write_eof()
         log.info("tarball_served", upstream=source, package=name.full, version=version,
                  bytes=sent, head=request.method == "HEAD")
+        return response, verified
+
+    @staticmethod
+    async def _write(response: web.StreamResponse, chunk: bytes, name: PackageName,
+                     version: str, sent: int) -> bool:
+        """Send one chunk; False (logged, outcome set) when the client has gone."""
+        try:
+            await response.write(chunk)
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            log.info("tarball_client_gone", package=name.full, version=version, sent=sent)
+            response[OUTCOME] = "client_gone"
+            return False
+        return True
+
+    @staticmethod
+    def _cut(request: web.Request, response: web.StreamResponse,
+             outcome: str) -> web.StreamResponse:
+        """Close the connection mid-body: the client sees a failed transfer, never a short 200."""
+        if request.transport is not None:
+            request.transport.close()
+        response[OUTCOME] = outcome
         return response
 
     def _first_in_window(self, label: str) -> bool:
@@ -176,8 +231,7 @@ class TarballRoute:
             self._enqueued.popitem(last=False)
         return True
 
-    def _enqueue(self, name: PackageName, record: VersionRecord, url: str,
-                 size: int | None) -> None:
+    def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int) -> None:
         if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return
@@ -220,3 +274,13 @@ class TarballRoute:
         """Wait for the enqueues still running (at application cleanup)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _verifier(record: VersionRecord) -> StreamVerifier | None:
+    """The verifier for a public version's bytes: its strongest admitted digest, no size cap
+    (the relay never had one). None only for a version without a digest this process can
+    compute, which the gate never admits."""
+    try:
+        return StreamVerifier(record.digests, expected_size=None, limit=None)
+    except Unverifiable:
+        return None
