@@ -63,6 +63,12 @@ VARIABLES: tuple[Var, ...] = (
         "(MIRROR_QUEUE_PROVIDER=pubsub); honours PUBSUB_EMULATOR_HOST"),
     Var("MIRROR_PUBSUB_SUBSCRIPTION", None, "Pub/Sub subscription projects/P/subscriptions/S "
         "the worker pulls from"),
+    Var("MIRRORGATE_JOB_KEY", None, "secret (32+ characters) the proxy signs jobs with and the "
+        "worker requires (HMAC-SHA256; sqs and pubsub); the same value on both", secret=True),
+    Var("MIRRORGATE_JOB_KEY_FILE", None, "file holding that key (a mounted Secret)"),
+    Var("MIRRORGATE_JOB_KEY_PREVIOUS", None, "the key being rotated out: the worker still "
+        "accepts jobs signed with it", secret=True),
+    Var("MIRRORGATE_JOB_KEY_PREVIOUS_FILE", None, "file holding the previous key"),
     Var("MIRRORGATE_LISTEN", "127.0.0.1:8080", "host:port the proxy listens on"),
     Var("MIRRORGATE_WORKER_LISTEN", "127.0.0.1:8081", "host:port of `mirrorgate worker`'s "
         "/livez, /readyz and /metrics"),
@@ -170,6 +176,8 @@ class QueueSettings:
     sqs_queue_url: str | None
     pubsub_topic: str | None
     pubsub_subscription: str | None
+    job_key: Secret | None = None
+    job_key_previous: Secret | None = None
 
 
 @dataclass(frozen=True)
@@ -208,7 +216,9 @@ class Settings:
             value = getattr(self, item.name)
             if isinstance(value, QueueSettings):
                 for sub in fields(value):
-                    out[f"queue.{sub.name}"] = getattr(value, sub.name)
+                    inner = getattr(value, sub.name)
+                    out[f"queue.{sub.name}"] = ("**redacted**" if isinstance(inner, Secret)
+                                                else inner)
                 continue
             if isinstance(value, Secret):
                 value = "**redacted**"
@@ -357,7 +367,12 @@ def _queue(read: _Reader) -> QueueSettings:
         sqs_queue_url=read.raw("MIRROR_SQS_QUEUE_URL"),
         pubsub_topic=read.raw("MIRROR_PUBSUB_TOPIC"),
         pubsub_subscription=read.raw("MIRROR_PUBSUB_SUBSCRIPTION"),
+        job_key=_job_key(read, "MIRRORGATE_JOB_KEY"),
+        job_key_previous=_job_key(read, "MIRRORGATE_JOB_KEY_PREVIOUS"),
     )
+    if queue.job_key_previous is not None and queue.job_key is None:
+        read.problem("MIRRORGATE_JOB_KEY_PREVIOUS", "is set without MIRRORGATE_JOB_KEY; during "
+                     "a rotation set the new key as MIRRORGATE_JOB_KEY and the old one here")
     if provider == "sqs" and not queue.sqs_queue_url:
         read.problem("MIRROR_SQS_QUEUE_URL", "is required with MIRROR_QUEUE_PROVIDER=sqs; e.g. "
                      "MIRROR_SQS_QUEUE_URL=https://sqs.REGION.amazonaws.com/ACCOUNT/mirrorgate")
@@ -373,27 +388,44 @@ def _queue(read: _Reader) -> QueueSettings:
     return queue
 
 
-def _token(read: _Reader) -> Secret | None:
-    token = read.raw("MIRRORGATE_PRIVATE_TOKEN")
-    path = read.raw("MIRRORGATE_PRIVATE_TOKEN_FILE")
-    if token and path:
-        read.problem("MIRRORGATE_PRIVATE_TOKEN_FILE", "set either MIRRORGATE_PRIVATE_TOKEN or "
-                     "MIRRORGATE_PRIVATE_TOKEN_FILE, not both")
+def _secret(read: _Reader, name: str, what: str) -> Secret | None:
+    """`name` or `name`_FILE (not both), as a Secret; None when neither is set."""
+    value = read.raw(name)
+    path = read.raw(f"{name}_FILE")
+    if value and path:
+        read.problem(f"{name}_FILE", f"set either {name} or {name}_FILE, not both")
     if path:
         try:
-            token = Path(path).read_text(encoding="utf-8").strip()
+            value = Path(path).read_text(encoding="utf-8").strip()
         except OSError as error:
-            read.problem("MIRRORGATE_PRIVATE_TOKEN_FILE", f"cannot read {path}: "
-                         f"{error.strerror}; point it at a readable file holding the token")
+            read.problem(f"{name}_FILE", f"cannot read {path}: {error.strerror}; point it at "
+                         f"a readable file holding the {what}")
             return None
-        if not token:
-            read.problem("MIRRORGATE_PRIVATE_TOKEN_FILE", f"{path} is empty")
+        if not value:
+            read.problem(f"{name}_FILE", f"{path} is empty")
             return None
-    if token and any(ord(c) < 33 or ord(c) == 127 for c in token):
-        read.problem("MIRRORGATE_PRIVATE_TOKEN", "the token holds whitespace or control "
-                     "characters; set the bare token")
+    if value and any(ord(c) < 33 or ord(c) == 127 for c in value):
+        read.problem(name, f"the {what} holds whitespace or control characters; set the bare "
+                     f"{what}")
         return None
-    return Secret(token) if token else None
+    return Secret(value) if value else None
+
+
+def _token(read: _Reader) -> Secret | None:
+    return _secret(read, "MIRRORGATE_PRIVATE_TOKEN", "token")
+
+
+JOB_KEY_MIN = 32
+
+
+def _job_key(read: _Reader, name: str) -> Secret | None:
+    key = _secret(read, name, "key")
+    if key is not None and len(key.reveal()) < JOB_KEY_MIN:
+        # the length only, never the value
+        read.problem(name, f"the key is {len(key.reveal())} characters; use at least "
+                     f"{JOB_KEY_MIN}, e.g. the output of `openssl rand -base64 48`")
+        return None
+    return key
 
 
 def _data_dir(read: _Reader) -> Path:

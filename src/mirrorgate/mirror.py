@@ -175,9 +175,10 @@ Seconds = NewType("Seconds", int)
 class QueueMessage:
     """A delivery: the decoded job (or why it could not be decoded), its receipt, its count.
 
-    `job` is None exactly when `problem` says why the body was refused; the worker retires such
-    a message. `deliveries` is what the backend reports, 1 on first delivery, or None where the
-    backend cannot tell (Pub/Sub without a dead-letter policy).
+    `job` is None exactly when `problem` says why the body was refused (`refusal` is the
+    label); the worker retires such a message. `deliveries` is what the backend reports, 1 on
+    first delivery, or None where the backend cannot tell (Pub/Sub without a dead-letter
+    policy).
     """
 
     job: MirrorJob | None
@@ -185,6 +186,9 @@ class QueueMessage:
     deliveries: int | None
     problem: str | None = None
     message_id: str = ""
+    refusal: str = "undecodable"
+    """Why `job` is None, as a metric label: `undecodable`, or the signature's verdict
+    (`unsigned`, `bad-signature`, see `jobsign`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -293,8 +293,10 @@ def run(settings: Settings, command: str, with_worker: bool) -> int:
     for unknown in unknown_variables():
         log.warning("config_variable_unknown", variable=unknown.name,
                     suggestion=unknown.suggestion, reason=unknown.warning())
-    if settings.private_token is not None:
-        register_secret(settings.private_token.reveal())
+    for secret in (settings.private_token, settings.queue.job_key,
+                   settings.queue.job_key_previous):
+        if secret is not None:
+            register_secret(secret.reveal())
     try:
         return asyncio.run(_run(settings, command, with_worker))
     except StartupError as error:

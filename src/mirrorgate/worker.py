@@ -18,11 +18,13 @@ One message, one outcome, one log line with a stable event name and one count in
 
 Decisions:
 
-- The queue is not trusted (anyone with send rights can write a job): before anything else the
-  job is re-gated against the public packument with the current rules (`regate`), and a job
-  that does not match what public publishes and the rules admit is refused (`mirror_job_refused`,
-  a security line naming what did not match, then retired with the reason). What is verified
-  and published from there on is public's description of the version, never the job's.
+- The queue is not trusted (anyone with send rights can write a job). With a job key set, a
+  job whose signature does not verify (`jobsign`) is retired as it is received, before any
+  request leaves for it. Then, before anything else, the job is re-gated against the public
+  packument with the current rules (`regate`), and a job that does not match what public
+  publishes and the rules admit is refused (`mirror_job_refused`, a security line naming what
+  did not match, then retired with the reason). What is verified and published from there on
+  is public's description of the version, never the job's.
 - Then a cheap question: a target that already holds the version with that integrity costs a
   metadata read, never a download.
 - The tarball is fetched only from the public upstream's origin (checked before anything is
@@ -382,8 +384,11 @@ class Worker:
     async def _process(self, message: QueueMessage) -> Outcome:
         job = message.job
         if job is None:
-            return await self._retire(message, "undecodable",
-                                      message.problem or "the message is not a mirror job")
+            problem = message.problem or "the message is not a mirror job"
+            if message.refusal != "undecodable":  # a signature the keys do not vouch for
+                log.critical("mirror_job_refused", security=True, reason=message.refusal,
+                             detail=problem)
+            return await self._retire(message, message.refusal, problem)
         limit = self.settings.max_deliveries
         if message.deliveries is not None and message.deliveries > limit:
             return await self._retire(message, "max-deliveries",

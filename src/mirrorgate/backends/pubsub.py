@@ -57,6 +57,7 @@ from mirrorgate.backends import QueueUnavailableError
 from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
 from mirrorgate.backends.memory import BATCH_SIZE
 from mirrorgate.config import QueueSettings
+from mirrorgate.jobsign import JobCodec, JobSignatureError
 from mirrorgate.mirror import (
     MirrorJob,
     MirrorQueue,
@@ -64,7 +65,6 @@ from mirrorgate.mirror import (
     QueueStats,
     ReceiptHandle,
     Seconds,
-    decode_job,
     encode_job,
 )
 
@@ -308,10 +308,11 @@ async def open_pubsub_queue(
                         max_count=_BATCH_COUNT, max_bytes=_BATCH_BYTES, on_drop=on_drop)
     counters = {"refused": 0, "ack_failures": 0}
     closed = asyncio.Event()
+    codec = JobCodec(settings.job_key, settings.job_key_previous)
 
     async def enqueue(job: MirrorJob) -> None:
         try:
-            body = encode_job(job)
+            body = codec.seal(encode_job(job))
         except Exception as error:  # a manifest orjson cannot write must not fail the response
             counters["refused"] += 1
             log.error("mirror_queue_job_refused", provider=PROVIDER, package=job.label,
@@ -330,7 +331,10 @@ async def open_pubsub_queue(
         deliveries = attempt if attempt > 0 else None
         message_id = received.message.message_id
         try:
-            job = decode_job(received.message.data)
+            job = codec.open(received.message.data)
+        except JobSignatureError as error:
+            return QueueMessage(None, receipt, deliveries, problem=str(error),
+                                message_id=message_id, refusal=error.reason)
         except ValueError as error:  # JobDecodeError, or anything else the body trips on
             return QueueMessage(None, receipt, deliveries, problem=str(error),
                                 message_id=message_id)

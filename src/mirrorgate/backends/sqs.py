@@ -50,6 +50,7 @@ from botocore import exceptions as boto
 from mirrorgate.backends import QueueUnavailableError
 from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
 from mirrorgate.config import QueueSettings
+from mirrorgate.jobsign import JobCodec, JobSignatureError, payload
 from mirrorgate.mirror import (
     JobDecodeError,
     MirrorJob,
@@ -58,7 +59,6 @@ from mirrorgate.mirror import (
     QueueStats,
     ReceiptHandle,
     Seconds,
-    decode_job,
     encode_job,
 )
 
@@ -123,7 +123,7 @@ def _sqs_safe(text: str) -> str:
 def _label(body: bytes) -> str:
     """The package@version a refused body carries, for the log line; '' when unreadable."""
     try:
-        data = orjson.loads(body)
+        data = orjson.loads(payload(body))
         return f"{data['name']}@{data['version']}"
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return ""
@@ -139,7 +139,7 @@ def _deliveries(attributes: Any) -> int | None:
     return count if count >= 1 else None
 
 
-def _message(raw: Any) -> QueueMessage | None:
+def _message(raw: Any, codec: JobCodec) -> QueueMessage | None:
     """One received SQS message as a QueueMessage; None (logged) when it has no receipt."""
     if not isinstance(raw, Mapping):
         log.warning("mirror_queue_message_malformed", provider=PROVIDER, reason="not an object")
@@ -154,11 +154,14 @@ def _message(raw: Any) -> QueueMessage | None:
     deliveries = _deliveries(raw.get("Attributes"))
     body = raw.get("Body")
     problem: str
+    refusal = "undecodable"
     if not isinstance(body, str):
         problem = "message has no body"
     else:
         try:
-            job = decode_job(body)
+            job = codec.open(body.encode("utf-8"))
+        except JobSignatureError as error:
+            problem, refusal = str(error), error.reason
         except JobDecodeError as error:
             problem = str(error)
         except Exception as error:  # a body the codec did not foresee is still one bad message
@@ -166,7 +169,7 @@ def _message(raw: Any) -> QueueMessage | None:
         else:
             return QueueMessage(job, ReceiptHandle(receipt), deliveries, message_id=message_id)
     return QueueMessage(None, ReceiptHandle(receipt), deliveries, problem=problem,
-                        message_id=message_id)
+                        message_id=message_id, refusal=refusal)
 
 
 def _log_redelivery(message: QueueMessage) -> None:
@@ -274,6 +277,7 @@ async def open_sqs_queue(
         await stack.aclose()
         raise
     max_body = _max_message_bytes(answer)
+    codec = JobCodec(settings.job_key, settings.job_key_previous)
     resolved_region = client.meta.region_name
 
     counters = {"refused": 0, "not_enqueued": 0, "ack_failures": 0, "extend_failures": 0,
@@ -347,7 +351,7 @@ async def open_sqs_queue(
 
     async def enqueue(job: MirrorJob) -> None:
         try:
-            body = _sqs_safe(encode_job(job).decode("utf-8")).encode("utf-8")
+            body = codec.seal(_sqs_safe(encode_job(job).decode("utf-8")).encode("utf-8"))
         except Exception as error:  # the serve path must never fail because of a job
             counters["not_enqueued"] += 1
             log.error("mirror_queue_job_unencodable", provider=PROVIDER, job=job.label,
@@ -386,7 +390,7 @@ async def open_sqs_queue(
         raw = answer.get("Messages") if isinstance(answer, Mapping) else None
         if not isinstance(raw, list):
             return []
-        messages = [message for item in raw if (message := _message(item)) is not None]
+        messages = [message for item in raw if (message := _message(item, codec)) is not None]
         for message in messages:
             _log_redelivery(message)
         return messages
