@@ -84,13 +84,18 @@ def test_tampered_bytes_fail_the_client_and_are_never_published(
 
     done = npm_client.install(registry=proxy.registry_url)
 
+    # the proxy cuts the transfer before its last bytes (issue 14): npm sees a broken
+    # connection, not a body to check, and no job is enqueued
     assert done.returncode != 0
-    assert "EINTEGRITY" in done.stderr
+    assert "ECONNRESET" in done.stderr or "EINTEGRITY" in done.stderr
+    assert "tampered" not in npm_client.installed()
     wait_for(lambda: proxy.metric("mirrorgate_tampered_total") >= 1, timeout=30)
-    assert proxy.metric("mirrorgate_tampered_total") == 1
+    lines = proxy.events("tarball_digest_mismatch")
+    assert proxy.metric("mirrorgate_tampered_total") == len(lines) >= 1
+    assert proxy.metric("mirrorgate_jobs_enqueued_total") == 0
     assert verdaccio.versions("tampered") == []
-    [line] = proxy.events("mirror_digest_mismatch")
-    assert line["expected"].startswith("sha512-")
+    line = lines[0]
+    assert line["expected"] == package.versions["1.0.0"].integrity
     assert line["actual"].startswith("sha512-")
     assert line["expected"] != line["actual"]
 

@@ -4,6 +4,9 @@
 > a 200 with short bytes and not a hang); no job enqueued for the broken transfer is published
 > with those bytes |
 
+Since issue 14 a broken transfer enqueues no job at all: only a pull read to its end and matched
+against its digest does.
+
 The fixture public registry promises the full Content-Length, sends part of the body and closes
 the connection (`Fault(truncate_after=...)`), or stalls mid-body for longer than
 `MIRRORGATE_UPSTREAM_TIMEOUT`. The real `mirrorgate serve` streams to a raw HTTP reader (which
@@ -111,7 +114,7 @@ def test_npm_reports_a_cut_off_tarball_as_a_failed_install(
     assert not (npm_client.project / "node_modules" / "cut-off").exists()
 
 
-def test_the_worker_never_publishes_the_bytes_of_a_cut_off_transfer(
+def test_a_cut_off_transfer_enqueues_no_job_so_nothing_is_published(
     guarded: GuardedFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
 ) -> None:
     package = big_package("cut-off")
@@ -122,14 +125,15 @@ def test_the_worker_never_publishes_the_bytes_of_a_cut_off_transfer(
     seen = fetch(proxy.registry_url.rstrip("/") + tarball_path("cut-off", "1.0.0"))
 
     assert seen.cut_short
-    wait_for(lambda: proxy.metric("mirrorgate_jobs_total", outcome="retried") >= 1, timeout=20,
-             message="the worker to give the cut-off job back")
+    assert_counted_as_aborted(proxy, "cut-off")
+    # since issue 14 only a pull read to its end and matched is enqueued
+    assert proxy.metric("mirrorgate_jobs_enqueued_total") == 0
     assert proxy.metric("mirrorgate_jobs_total", outcome="published") == 0
     assert verdaccio.versions("cut-off") == []
     assert verdaccio.tarball("cut-off", tarball_filename("cut-off", "1.0.0")) is None
 
 
-def test_a_job_for_a_transfer_cut_off_once_publishes_the_full_public_bytes(
+def test_a_pull_cut_off_once_then_whole_publishes_the_full_public_bytes(
     guarded: GuardedFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
 ) -> None:
     package = big_package("cut-once")
@@ -138,11 +142,15 @@ def test_a_job_for_a_transfer_cut_off_once_publishes_the_full_public_bytes(
     public_registry.fault(tarball_path("cut-once", "1.0.0"),
                           Fault(truncate_after=50_000, times=1))
     proxy = start_proxy(guarded, public_registry, verdaccio)
+    url = proxy.registry_url.rstrip("/") + tarball_path("cut-once", "1.0.0")
 
-    seen = fetch(proxy.registry_url.rstrip("/") + tarball_path("cut-once", "1.0.0"))
+    assert_failed_transfer(fetch(url), full)
+    again = fetch(url)
 
-    assert_failed_transfer(seen, full)
+    assert not again.cut_short
+    assert again.received == full
     wait_for(lambda: proxy.metric("mirrorgate_jobs_total", outcome="published") == 1,
              timeout=20, message="the worker to publish the version")
+    assert proxy.metric("mirrorgate_jobs_enqueued_total") == 1
     assert verdaccio.versions("cut-once") == ["1.0.0"]
     assert verdaccio.tarball("cut-once", tarball_filename("cut-once", "1.0.0")) == full

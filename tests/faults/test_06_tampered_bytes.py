@@ -6,7 +6,8 @@
 The real `mirrorgate serve` runs with its in-process worker and Verdaccio as the private
 upstream and mirror target. The public fixture registry tampers with the tarball:
 
-- for everyone: the npm client fails with EINTEGRITY and the worker refuses the same bytes;
+- for everyone: the proxy hashes the bytes as it relays them and cuts the connection before the
+  last chunk (issue 14), so the npm client fails and no job is enqueued;
 - only for the worker (the client's GET passes untouched, the fetch after it is tampered): the
   client never notices, and the worker alone stands between those bytes and the private
   registry, with the same length (a digest mismatch) or another length (a size mismatch, whose
@@ -87,11 +88,21 @@ def test_bytes_tampered_for_everyone_fail_the_npm_client_and_are_never_published
     done = npm_client.install(registry=proxy.registry_url)
     guard.seen(done.stdout + done.stderr, "npm's output")
 
+    # caught on the serve path (issue 14): the transfer is cut before its last bytes, npm sees
+    # a broken connection, and no job is enqueued for the worker to refuse
     assert done.returncode != 0
-    assert "EINTEGRITY" in done.stderr
-    assert_counted_as_tampered(proxy)
+    assert "ECONNRESET" in done.stderr or "EINTEGRITY" in done.stderr
+    assert "tampered" not in npm_client.installed()
+    wait_for(lambda: proxy.metric("mirrorgate_tampered_total") >= 1, timeout=30,
+             message="the proxy to count the tampered tarball")
+    lines = logged(proxy, "tarball_digest_mismatch")
+    assert proxy.metric("mirrorgate_tampered_total") == len(lines)
+    assert proxy.metric("mirrorgate_jobs_enqueued_total") == 0
+    assert proxy.metric("mirrorgate_jobs_total", outcome="published") == 0
     assert_nothing_published(verdaccio, "tampered")
-    line = security_line(proxy, "mirror_digest_mismatch")
+    line = lines[0]  # one per attempt npm makes
+    assert line["security"] is True
+    assert line["level"] == "critical"
     assert line["expected"] == admitted.integrity
     assert line["actual"] == sha512(evil)
     assert line["package"] == "tampered"

@@ -4,17 +4,20 @@
 > version) | the worker verifies against the digest captured at enqueue; the substituted bytes
 > are never published |
 
+Since issue 14 the worker re-gates every job against the packument as it is when the job runs,
+so a job whose digest public no longer publishes is refused before any download: neither the
+bytes the job names nor the ones public names now are published from it (the next pull
+enqueues what public says then, verified on the way to the client).
+
 The sidecar shape over SQS: `mirrorgate serve --no-worker` serves a version and enqueues its
 job; only then is the public package swapped, and only then does `mirrorgate worker` start, so
 the change falls exactly between enqueue and processing. Two swaps:
 
-- a new integrity and new bytes (what a re-published or hijacked version looks like): the
-  worker refuses them against the digest in the job, although the packument now vouches for
-  them, and Verdaccio stays empty;
-- a new integrity over the original bytes: the worker publishes the original bytes with the
-  original integrity, because the job, not today's packument, says what was admitted.
+- a new integrity and new bytes (what a re-published or hijacked version looks like);
+- a new integrity over the original bytes.
 
-The worker never reads the public packument at all: its only public request is the tarball.
+Either way the job is retired as `digest-mismatch` with a security line, Verdaccio stays empty,
+and the worker's only public request is the packument: no tarball is downloaded.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from tests.servers.packages import (
     make_package,
     make_version,
     tarball_filename,
-    tarball_path,
 )
 from tests.servers.processes import MirrorgateProcess, wait_for
 from tests.servers.sqs_server import SqsServer, sqs_environment
@@ -57,7 +59,26 @@ async def enqueue_then_start_worker(
     return guarded("worker", env)
 
 
-async def test_new_bytes_under_a_new_digest_are_refused_against_the_digest_captured_at_enqueue(
+def assert_refused_unfetched(worker: MirrorgateProcess, public: FixtureRegistry,
+                             verdaccio: Verdaccio, gate: PublishGate, name: str,
+                             admitted: str) -> None:
+    """The job was retired as digest-mismatch after reading the packument, with no download."""
+    wait_for(lambda: worker.metric("mirrorgate_jobs_retired_total",
+                                   reason="digest-mismatch") == 1,
+             timeout=20, message="the worker to refuse the job against today's packument")
+    [line] = logged(worker, "mirror_job_refused")
+    assert line["security"] is True
+    assert line["reason"] == "digest-mismatch"
+    assert line["job"] == admitted
+    assert worker.metric("mirrorgate_tampered_total") == 0
+    assert worker.metric("mirrorgate_jobs_total", outcome="published") == 0
+    assert gate.publishes == []
+    assert verdaccio.versions(name) == []
+    assert verdaccio.tarball(name, tarball_filename(name, "1.0.0")) is None
+    assert [seen.path for seen in public.requests] == [f"/{name}"]
+
+
+async def test_new_bytes_under_a_new_digest_are_refused_before_any_download(
     guarded: GuardedFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
     gate: PublishGate, sqs_server: SqsServer,
 ) -> None:
@@ -67,28 +88,15 @@ async def test_new_bytes_under_a_new_digest_are_refused_against_the_digest_captu
     swap = substitute("shifty")
     changed = swap.versions["1.0.0"]
     assert changed.integrity != admitted.integrity
-    assert len(changed.tarball) != len(admitted.tarball)
 
     worker = await enqueue_then_start_worker(guarded, public_registry, verdaccio, gate,
                                              sqs_server, "shifty", swap)
 
-    wait_for(lambda: worker.metric("mirrorgate_tampered_total") == 1, timeout=20,
-             message="the worker to refuse the substituted bytes")
-    assert public_registry.packument("shifty")["versions"]["1.0.0"]["dist"]["integrity"] \
-        == changed.integrity  # the packument vouches for the new bytes by now
-    [line] = logged(worker, "mirror_size_mismatch")
-    assert line["security"] is True
-    assert line["expected"] == admitted.integrity
-    assert line["actual"] == changed.integrity
-    assert worker.metric("mirrorgate_jobs_total", outcome="tampered") == 1
-    assert worker.metric("mirrorgate_jobs_total", outcome="published") == 0
-    assert gate.publishes == []
-    assert verdaccio.versions("shifty") == []
-    assert verdaccio.tarball("shifty", tarball_filename("shifty", "1.0.0")) is None
-    assert [seen.path for seen in public_registry.requests] == [tarball_path("shifty", "1.0.0")]
+    assert_refused_unfetched(worker, public_registry, verdaccio, gate, "shifty",
+                             admitted.integrity)
 
 
-async def test_the_original_bytes_are_published_with_the_digest_captured_at_enqueue(
+async def test_a_new_digest_over_the_original_bytes_is_refused_too(
     guarded: GuardedFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
     gate: PublishGate, sqs_server: SqsServer,
 ) -> None:
@@ -102,17 +110,5 @@ async def test_the_original_bytes_are_published_with_the_digest_captured_at_enqu
     worker = await enqueue_then_start_worker(guarded, public_registry, verdaccio, gate,
                                              sqs_server, "steadfast", relabelled)
 
-    wait_for(lambda: worker.metric("mirrorgate_jobs_total", outcome="published") == 1,
-             timeout=20, message="the original bytes to be published")
-    assert public_registry.packument("steadfast")["versions"]["1.0.0"]["dist"]["integrity"] \
-        == other.integrity
-    stored = verdaccio.packument("steadfast")
-    assert stored is not None
-    assert stored["versions"]["1.0.0"]["dist"]["integrity"] == admitted.integrity
-    assert stored["versions"]["1.0.0"]["dist"]["shasum"] == admitted.shasum
-    assert verdaccio.tarball("steadfast", tarball_filename("steadfast", "1.0.0")) \
-        == admitted.tarball
-    assert gate.stored_publishes() == 1
-    assert worker.metric("mirrorgate_tampered_total") == 0
-    assert [seen.path for seen in public_registry.requests] \
-        == [tarball_path("steadfast", "1.0.0")]
+    assert_refused_unfetched(worker, public_registry, verdaccio, gate, "steadfast",
+                             admitted.integrity)
