@@ -74,7 +74,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import structlog
@@ -85,7 +84,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import Digest, MirrorJob, MirrorQueue, QueueMessage, Seconds
 from mirrorgate.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
-from mirrorgate.registry.origins import OriginRefusal, check_on_origin
+from mirrorgate.registry.origins import OriginRefusal, check_on_origin, loggable
 from mirrorgate.registry.upstream import Upstream, UpstreamError
 from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.target import THREAD_ABOVE, MirrorTarget, PublishResult, TargetConflict, TargetError
@@ -412,19 +411,19 @@ class Worker:
             log.critical("mirror_digest_mismatch", security=True,
                          expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
                          algorithm=mismatch.expected.algorithm,
-                         url=_loggable(job.artifact.tarball_url))
+                         url=loggable(job.artifact.tarball_url))
             return await self._tampered(message)
         except _WrongSize as wrong:
             log.critical("mirror_size_mismatch", security=True, expected=wrong.expected.sri(),
                          actual=wrong.actual.sri() if wrong.actual is not None else None,
                          algorithm=wrong.expected.algorithm, expected_size=wrong.expected_size,
                          actual_size=wrong.actual_size, complete=wrong.complete,
-                         url=_loggable(job.artifact.tarball_url))
+                         url=loggable(job.artifact.tarball_url))
             return await self._tampered(message)
         except SizeMismatch as mismatch:  # a target that checked the bytes itself
             log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
                          actual_size=mismatch.actual, complete=mismatch.complete,
-                         url=_loggable(job.artifact.tarball_url))
+                         url=loggable(job.artifact.tarball_url))
             return await self._tampered(message)
         except TargetConflict as conflict:
             log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
@@ -462,7 +461,7 @@ class Worker:
         try:
             check_on_origin(job.artifact.tarball_url, self.deps.public.origin)
         except OriginRefusal as refusal:
-            raise _Retire("off-origin", str(refusal), url=_loggable(job.artifact.tarball_url),
+            raise _Retire("off-origin", str(refusal), url=loggable(job.artifact.tarball_url),
                           kind=refusal.kind) from None
         try:
             strongest_of(job.artifact.digests)
@@ -511,7 +510,7 @@ class Worker:
 
     async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
         chunks: list[bytes] = []
-        shown = _loggable(url)
+        shown = loggable(url)
         try:
             async with self.deps.public.stream(url) as response:
                 if response is None:
@@ -626,19 +625,6 @@ def retry_delay(deliveries: int | None, visibility: int) -> Seconds:
     if deliveries is None or deliveries <= 1:
         return Seconds(0)
     return Seconds(min(MAX_RETRY_DELAY, visibility * 2 ** (deliveries - 2)))
-
-
-def _loggable(url: str) -> str:
-    """A URL fit for a log line: no user, password, query or fragment."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-    except ValueError:
-        return "(unparseable URL)"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _context(message: QueueMessage) -> dict[str, Any]:

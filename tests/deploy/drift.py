@@ -71,7 +71,8 @@ STOP_ALLOWANCE = 15.0
 close, which flushes its send buffer and its pending acks (each bounded at 5 s)."""
 
 # Written into the stand-in for the operator's Secret; it is no credential.
-SECRET_PLACEHOLDER = "deploy-check-placeholder-token"  # noqa: S105
+# long enough for any Secret mirrorgate reads (a job key needs 32 characters)
+SECRET_PLACEHOLDER = "deploy-check-placeholder-secret-of-40-chars"  # noqa: S105
 SECRET_PLACEHOLDERS = {"tokens": token_line("deploy-check", SECRET_PLACEHOLDER) + "\n"}
 """Secret keys whose stand-in must parse: the client tokens file (a line for the placeholder)."""
 
