@@ -32,6 +32,10 @@ _IGNORED = frozenset({"readme", "deprecated"})
 or dependency), so a job enqueued before a deprecation is still the version public lists."""
 
 
+_NAMED_FIELDS = 20
+"""At most this many differing manifest fields (or job digests) are named in a refusal."""
+
+
 class JobRefused(Exception):  # noqa: N818 - an outcome the worker retires, not a bug
     """The job is not what the public upstream and the rules admit. `reason` is a stable
     label; `fields` say what did not match (the job's value and public's)."""
@@ -81,8 +85,9 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
     _check_digests(job.artifact.digests, record.digests)
     manifest = record.manifest(None)
     if _compared(job.manifest) != _compared(manifest):
-        differ = sorted(key for key in set(job.manifest) | set(manifest)
+        differ = sorted(key[:64] for key in set(job.manifest) | set(manifest)
                         if key not in _IGNORED and job.manifest.get(key) != manifest.get(key))
+        differ = differ[:_NAMED_FIELDS]  # the job's keys are anyone's: bound the log line
         raise JobRefused("manifest-mismatch", "the job's manifest is not the version's "
                          f"manifest on the public upstream (differs in {', '.join(differ)})",
                          fields=differ)
@@ -110,7 +115,7 @@ def _check_digests(carried: tuple[Digest, ...], published: tuple[Digest, ...]) -
     if best is not None and not any(same_digest(best, mine) for mine in carried):
         raise JobRefused("digest-mismatch", f"the job lacks the {best.algorithm} digest the "
                          "public metadata publishes (a weaker one is never enough)",
-                         job=[d.sri() for d in carried], public=best.sri())
+                         job=[d.sri() for d in carried[:_NAMED_FIELDS]], public=best.sri())
 
 
 def _compared(manifest: Mapping[str, Any]) -> dict[str, Any]:
