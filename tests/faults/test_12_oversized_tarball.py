@@ -20,10 +20,9 @@ from collections.abc import Iterator
 import pytest
 from aiohttp import web
 
-from mirrorgate.mirror import MirrorArtifact, MirrorJob
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, digests_from_dist
 from tests.faults.conftest import GuardedFactory
 from tests.faults.worker_jobs import (
-    admitted_job,
     logged,
     send_to_sqs,
     stored_tarball,
@@ -31,7 +30,7 @@ from tests.faults.worker_jobs import (
 )
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.packages import make_package, tarball_path
+from tests.servers.packages import FixturePackage, make_package, tarball_filename, tarball_path
 from tests.servers.processes import http_request, wait_for
 from tests.servers.sqs_server import SqsServer, sqs_environment
 from tests.servers.threaded import ThreadedApp
@@ -77,13 +76,14 @@ def test_a_tarball_declared_above_the_cap_is_retired_unpublished_and_the_worker_
 
 
 class EndlessUpstream(ThreadedApp):
-    """A public upstream on 127.0.0.1 whose `/endless/-/endless-1.0.0.tgz` is sent chunked, with
-    no Content-Length, for ever (until the client hangs up); every other tarball path answers
-    the bytes `tarballs` holds for it. `sent` is what the endless answer managed to write."""
+    """A public upstream on 127.0.0.1 serving the packuments of `packages` (so the worker's
+    re-gate finds each version listed) and their tarballs, except
+    `/endless/-/endless-1.0.0.tgz`, which is sent chunked, with no Content-Length, for ever
+    (until the client hangs up). `sent` is what the endless answer managed to write."""
 
-    def __init__(self, tarballs: dict[str, bytes]) -> None:
+    def __init__(self, *packages: FixturePackage) -> None:
         super().__init__(self._build, name="endless")
-        self.tarballs = tarballs
+        self.packages = {package.name: package for package in packages}
         self.sent = 0
         self.hung_up = threading.Event()
 
@@ -92,12 +92,24 @@ class EndlessUpstream(ThreadedApp):
         app.router.add_get("/{tail:.*}", self._answer)
         return app
 
+    def job(self, name: str) -> MirrorJob:
+        """The job the proxy would enqueue for `name`@1.0.0 as this upstream lists it."""
+        manifest = self.packages[name].packument(self.url)["versions"]["1.0.0"]
+        dist = manifest["dist"]
+        return MirrorJob(name, "1.0.0", MirrorArtifact(
+            dist["tarball"], tarball_filename(name, "1.0.0"), None, digests_from_dist(dist)),
+            manifest)
+
     async def _answer(self, request: web.Request) -> web.StreamResponse:
+        package = self.packages.get(request.path.lstrip("/"))
+        if package is not None:
+            return web.json_response(package.packument(self.url))
         if request.path != tarball_path("endless", "1.0.0"):
-            body = self.tarballs.get(request.path)
-            if body is None:
-                return web.json_response({"error": "Not found"}, status=404)
-            return web.Response(body=body, content_type="application/octet-stream")
+            for candidate in self.packages.values():
+                if request.path == tarball_path(candidate.name, "1.0.0"):
+                    return web.Response(body=candidate.versions["1.0.0"].tarball,
+                                        content_type="application/octet-stream")
+            return web.json_response({"error": "Not found"}, status=404)
         response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -114,27 +126,22 @@ class EndlessUpstream(ThreadedApp):
 
 @pytest.fixture
 def endless() -> Iterator[EndlessUpstream]:
-    slim = make_package("slim", ["1.0.0"]).versions["1.0.0"]
-    with serving(EndlessUpstream({tarball_path("slim", "1.0.0"): slim.tarball}),
+    with serving(EndlessUpstream(make_package("endless", ["1.0.0"]),
+                                 make_package("slim", ["1.0.0"])),
                  "the endless upstream") as upstream:
         yield upstream
 
 
 async def test_a_tarball_that_never_ends_is_cut_off_at_the_cap_and_retired(
     guarded: GuardedFactory, endless: EndlessUpstream, sqs_server: SqsServer,
-    public_registry: FixtureRegistry,
 ) -> None:
-    slim = make_package("slim", ["1.0.0"])
-    public_registry.add(slim)  # only to build the well-formed job's manifest and digests
+    slim = endless.packages["slim"]
     queue = await sqs_server.create_queue(visibility=10)
     worker = guarded("worker", {"MIRRORGATE_PUBLIC_UPSTREAM": endless.url,
                                 "MIRRORGATE_MAX_TARBALL_BYTES": str(CAP),
                                 **sqs_environment(sqs_server, queue.url)})
-    good = admitted_job(public_registry, "slim", "1.0.0",
-                        tarball_url=endless.url.rstrip("/") + tarball_path("slim", "1.0.0"))
-    unbounded = MirrorJob("endless", "1.0.0", MirrorArtifact(
-        endless.url.rstrip("/") + tarball_path("endless", "1.0.0"), "endless-1.0.0.tgz",
-        None, good.artifact.digests), {"name": "endless", "version": "1.0.0"})
+    good = endless.job("slim")
+    unbounded = endless.job("endless")  # listed, admitted; its tarball never ends
 
     await send_to_sqs(sqs_server, queue.url, unbounded)
     wait_for(lambda: worker.metric("mirrorgate_jobs_retired_total", reason="oversized") == 1,
