@@ -70,8 +70,8 @@ STOP_ALLOWANCE = 15.0
 """Seconds after the drain timeout: process.py's 5 s guard on a stuck worker, then the queue's
 close, which flushes its send buffer and its pending acks (each bounded at 5 s)."""
 
-# Written into the stand-in for the operator's Secret; it is no credential.
-# long enough for any Secret mirrorgate reads (a job key needs 32 characters)
+# Written into the stand-in for the operator's Secret; it is no credential, and it is long
+# enough for any Secret mirrorgate reads (a job key needs 32 characters).
 SECRET_PLACEHOLDER = "deploy-check-placeholder-secret-of-40-chars"  # noqa: S105
 SECRET_PLACEHOLDERS = {"tokens": token_line("deploy-check", SECRET_PLACEHOLDER) + "\n"}
 """Secret keys whose stand-in must parse: the client tokens file (a line for the placeholder)."""

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from tests.serve.conftest import StartProxy
+from tests.serve.rig import StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package
 
