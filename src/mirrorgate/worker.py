@@ -66,13 +66,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import structlog
 
 from mirrorgate.config import Settings
 from mirrorgate.healthz import Heartbeat
+from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import Digest, MirrorJob, MirrorQueue, QueueMessage, Seconds
 from mirrorgate.registry.names import InvalidNameError, parse_name
@@ -385,19 +385,19 @@ class Worker:
             log.critical("mirror_digest_mismatch", security=True,
                          expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
                          algorithm=mismatch.expected.algorithm,
-                         url=_loggable(job.artifact.tarball_url))
+                         url=loggable_url(job.artifact.tarball_url))
             return await self._tampered(message)
         except _WrongSize as wrong:
             log.critical("mirror_size_mismatch", security=True, expected=wrong.expected.sri(),
                          actual=wrong.actual.sri() if wrong.actual is not None else None,
                          algorithm=wrong.expected.algorithm, expected_size=wrong.expected_size,
                          actual_size=wrong.actual_size, complete=wrong.complete,
-                         url=_loggable(job.artifact.tarball_url))
+                         url=loggable_url(job.artifact.tarball_url))
             return await self._tampered(message)
         except SizeMismatch as mismatch:  # a target that checked the bytes itself
             log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
                          actual_size=mismatch.actual, complete=mismatch.complete,
-                         url=_loggable(job.artifact.tarball_url))
+                         url=loggable_url(job.artifact.tarball_url))
             return await self._tampered(message)
         except TargetConflict as conflict:
             log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
@@ -432,7 +432,7 @@ class Worker:
         if _VERSION.fullmatch(job.version) is None:
             raise _Retire("invalid-version", f"{job.version!r} is not a version string")
         url = job.artifact.tarball_url
-        shown = _loggable(url)
+        shown = loggable_url(url)
         try:
             verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
                                       limit=self.settings.max_tarball_bytes)
@@ -468,7 +468,7 @@ class Worker:
 
     async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
         chunks: list[bytes] = []
-        shown = _loggable(url)
+        shown = loggable_url(url)
         try:
             async with self.deps.public.stream(url) as response:
                 if response is None:
@@ -583,19 +583,6 @@ def retry_delay(deliveries: int | None, visibility: int) -> Seconds:
     if deliveries is None or deliveries <= 1:
         return Seconds(0)
     return Seconds(min(MAX_RETRY_DELAY, visibility * 2 ** (deliveries - 2)))
-
-
-def _loggable(url: str) -> str:
-    """A URL fit for a log line: no user, password, query or fragment."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-    except ValueError:
-        return "(unparseable URL)"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _context(message: QueueMessage) -> dict[str, Any]:
