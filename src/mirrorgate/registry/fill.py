@@ -36,7 +36,7 @@ from mirrorgate.registry.packument import Gated, gate
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.rendered import Entry, fingerprint
 from mirrorgate.registry.upstream import JsonAnswer, Upstream, UpstreamError
-from mirrorgate.rules import Rules
+from mirrorgate.rules import Rules, state_token
 
 __all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "PackumentSource"]
 
@@ -87,8 +87,11 @@ class PackumentSource:
         TooManyVersionsError for a packument too large to gate."""
         now = self.now()
         old = previous.value if previous is not None else None
+        # a 304 keeps the old gating only while nothing it depended on has moved: no age denial
+        # has come of age, and the advisory index is the same one, equally available
         revalidate = (old is not None and old.gated is not None
-                      and (old.gated.regate_at is None or now < old.gated.regate_at))
+                      and (old.gated.regate_at is None or now < old.gated.regate_at)
+                      and old.gated.advisories == state_token(self.rules.advisories, now))
         etag = previous.validator if revalidate and previous is not None else None
         (private, private_error), public = await asyncio.gather(
             self._private_document(name), self._public_answer(name, etag))
