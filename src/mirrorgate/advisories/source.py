@@ -33,7 +33,7 @@ from mirrorgate.advisories.osv import parse_record
 from mirrorgate.logs import loggable_url
 
 __all__ = ["MAX_EXPORT_BYTES", "MAX_RECORD_BYTES", "Download", "SourceError", "fetch_url",
-           "is_url", "local_signature", "read_local", "read_zip"]
+           "is_url", "local_signature", "probe_local", "probe_url", "read_local", "read_zip"]
 
 MAX_RECORD_BYTES = 4 * 1024 * 1024
 MAX_EXPORT_BYTES = 2 * 1024 * 1024 * 1024
@@ -114,6 +114,36 @@ def local_signature(path: Path) -> tuple[int, int]:
         return newest, len(files)
     stat = path.stat()
     return stat.st_mtime_ns, stat.st_size
+
+
+def probe_local(path: Path) -> str:
+    """A sentence saying what the local source holds; raises SourceError when unreadable.
+    Cheap: a zip's directory is read, not its records."""
+    try:
+        if path.is_dir():
+            return f"a directory of {len(_json_files(path))} JSON files"
+        with zipfile.ZipFile(path) as archive:
+            count = sum(1 for name in archive.namelist() if name.endswith(".json"))
+        return f"a zip of {count} JSON records"
+    except (zipfile.BadZipFile, EOFError, ValueError) as error:
+        raise SourceError(f"{path} is not a readable zip ({error})") from None
+    except OSError as error:
+        raise SourceError(f"cannot read {path}: {error.strerror or error}") from None
+
+
+async def probe_url(url: str, seconds: float = 10.0) -> str:
+    """A sentence saying the URL answers a HEAD; raises SourceError when it does not."""
+    shown = loggable_url(url)
+    try:
+        async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=seconds)) as session, session.head(
+                url, allow_redirects=False) as response:
+            if response.status != 200:
+                raise SourceError(f"{shown} answered {response.status} to a HEAD request")
+            size = response.content_length
+            return f"answers 200{f' ({size} bytes)' if size is not None else ''}"
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise SourceError(f"cannot reach {shown}: {type(error).__name__}") from None
 
 
 @dataclass(frozen=True)
