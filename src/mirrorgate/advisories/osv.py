@@ -102,8 +102,9 @@ def _clean(text: object, limit: int = SUMMARY_LIMIT) -> str:
     if not isinstance(text, str):
         return ""
     line = " ".join(text.split())
-    if _PRINTABLE.fullmatch(line) is None:
-        line = line.encode("ascii", "backslashreplace").decode("ascii")
+    if _PRINTABLE.fullmatch(line) is None:  # escapes and other scripts, spelled out
+        line = "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii")
+                       for c in line)
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
