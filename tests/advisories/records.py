@@ -7,6 +7,7 @@ JSON files. Scores are real vectors, so the `cvss` library does the scoring as i
 
 from __future__ import annotations
 
+import io
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import orjson
 
 __all__ = ["CVSS3_HIGH", "CVSS3_MEDIUM", "CVSS4_CRITICAL", "fixture_records", "malware",
-           "record", "semver_range", "write_directory", "write_zip"]
+           "record", "semver_range", "write_directory", "write_zip", "zip_bytes"]
 
 CVSS3_HIGH = "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:N/A:N"  # 7.5
 CVSS3_MEDIUM = "CVSS:3.1/AV:N/AC:L/PR:L/UI:R/S:U/C:L/I:L/A:N"  # 4.6
@@ -99,10 +100,17 @@ def _bytes(document: Mapping[str, Any]) -> bytes:
     return orjson.dumps(document)
 
 
-def write_zip(path: Path, records: Iterable[Mapping[str, Any]]) -> Path:
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+def zip_bytes(records: Iterable[Mapping[str, Any]]) -> bytes:
+    """The export as the bytes of a zip, one `<id>.json` member per record."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for document in records:
             archive.writestr(f"{document['id']}.json", _bytes(document))
+    return buffer.getvalue()
+
+
+def write_zip(path: Path, records: Iterable[Mapping[str, Any]]) -> Path:
+    path.write_bytes(zip_bytes(records))
     return path
 
 
