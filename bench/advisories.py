@@ -20,12 +20,14 @@ import random
 import tempfile
 import time
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from bench.rules_eval import EXAMPLE, NAME, UNNAMED, VERSIONS, packument, time_policy
+from mirrorgate.advisories import FeedState
 from mirrorgate.advisories.source import read_zip
 from mirrorgate.rules import parse_rules
 
@@ -43,8 +45,8 @@ def _record(i: int, rng: random.Random) -> dict[str, Any]:
             affected["ranges"] = [{"type": "SEMVER", "events": [{"introduced": "0"}]}]
         else:
             affected["versions"] = [f"1.0.{k}" for k in range(rng.randint(1, 4))]
-        return {"schema_version": "1.6.0", "id": f"MAL-2026-{i}", "modified": "2026-11-01T00:00:00Z",
-                "summary": f"Malicious code in {name} (npm)",
+        return {"schema_version": "1.6.0", "id": f"MAL-2026-{i}",
+                "modified": "2026-11-01T00:00:00Z", "summary": f"Malicious code in {name} (npm)",
                 "details": "This package was found to exfiltrate credentials. " * 4,
                 "affected": [affected],
                 "references": [{"type": "WEB", "url": f"https://example.com/reports/{i}"}],
@@ -108,8 +110,8 @@ def main() -> None:
         plain = parse_rules(EXAMPLE, "example")
         gated = parse_rules(EXAMPLE + f'\n[advisories]\nsource = "{export}"\n', "example")
         assert gated.advisories is not None
-        gated.advisories.feed.state = type(gated.advisories.feed.state)(
-            index, __import__("datetime").datetime.now(__import__("datetime").UTC), 1)
+        # the index just measured, put in force as a load would (no second parse)
+        gated.advisories.feed.state = FeedState(index, datetime.now(UTC), 1)
         print(f"rules evaluation per version ({VERSIONS} versions; {NAME} has "
               f"{len(index.entries(NAME))} advisories, {UNNAMED} none):")
         for label, rules in (("README example", plain), ("+ [advisories]", gated)):

@@ -3,8 +3,9 @@
 Built once per load, off the event loop, then only read: a lookup is one dict access by package
 name (most names have no entry, so most versions cost exactly that), then a walk over that
 package's few advisories. Compact because the npm export holds about 200,000 records: advisories
-are shared by every package they name, identical intervals (above all "every version", the shape
-of nearly every `MAL-` record) are one object, and only what a denial or `npm audit` shows is kept.
+are shared by every package they name, identical interval lists (above all "every version", the
+shape of nearly every `MAL-` record) are one object, and only what a denial or `npm audit`
+shows is kept.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class IndexBuilder:
 
     def __init__(self) -> None:
         self._by_name: dict[str, list[Entry]] = {}
-        self._intervals: dict[Interval, Interval] = {}
+        self._intervals: dict[tuple[Interval, ...], tuple[Interval, ...]] = {}
         self._versions: dict[frozenset[str], frozenset[str]] = {}
         self.records = 0
         self.skipped = 0
@@ -120,7 +121,7 @@ class IndexBuilder:
             return
         self.records += 1
         for name, intervals, versions in record.affected:
-            shared = tuple(self._intervals.setdefault(i, i) for i in intervals)
+            shared = self._intervals.setdefault(intervals, intervals)
             explicit = self._versions.setdefault(versions, versions)
             self._by_name.setdefault(sys.intern(name), []).append(
                 Entry(record.advisory, shared, explicit))

@@ -18,6 +18,7 @@ read strictly: a record that is not an object, has no id, or names no npm packag
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -108,6 +109,25 @@ def _clean(text: object, limit: int = SUMMARY_LIMIT) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+@functools.lru_cache(maxsize=4096)
+def _score(kind: str, vector: str) -> tuple[str, float] | None:
+    """A vector's (severity, base score); None when the library cannot read it. Cached: the
+    export repeats a few thousand vectors across its records."""
+    try:
+        if kind == "CVSS_V3":
+            v3 = CVSS3(vector)
+            level, score = str(v3.severities()[0]).lower(), float(v3.scores()[0])
+        elif kind == "CVSS_V4":
+            v4 = CVSS4(vector)
+            level, score = str(v4.severity).lower(), float(v4.base_score)
+        else:
+            return None
+    # the library raises its own errors, or worse, for a bad vector: the label decides then
+    except Exception:
+        return None
+    return (level if level in _RANK else "unknown"), score
+
+
 def _cvss(entries: object) -> tuple[str, float | None, str | None]:
     best: tuple[str, float | None, str | None] = ("unknown", None, None)
     if not isinstance(entries, list):
@@ -116,21 +136,12 @@ def _cvss(entries: object) -> tuple[str, float | None, str | None]:
         if not isinstance(entry, Mapping):
             continue
         kind, vector = entry.get("type"), entry.get("score")
-        if not isinstance(vector, str):
+        if not isinstance(kind, str) or not isinstance(vector, str) or len(vector) > 256:
             continue
-        try:
-            if kind == "CVSS_V3":
-                v3 = CVSS3(vector)
-                level, score = str(v3.severities()[0]).lower(), float(v3.scores()[0])
-            elif kind == "CVSS_V4":
-                v4 = CVSS4(vector)
-                level, score = str(v4.severity).lower(), float(v4.base_score)
-            else:
-                continue
-        # the library raises its own errors, or worse, for a bad vector: the label decides then
-        except Exception:  # noqa: S112
+        scored = _score(kind, vector)
+        if scored is None:
             continue
-        level = level if level in _RANK else "unknown"
+        level, score = scored
         if best[1] is None or score > best[1]:
             best = (level, score, vector)
     return best
