@@ -240,3 +240,33 @@ async def test_a_new_https_export_is_swapped_in_while_requests_are_in_flight(
         assert "MAL-2026-0300" in after["policyRestrictions"]["message"]
     finally:
         await server.stop()
+
+
+async def test_before_the_first_load_deny_refuses_and_the_index_applies_seconds_after_it_lands(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path,
+) -> None:
+    publish(public_registry)
+    rules = rules_for(tmp_path, 'unavailable = "deny"')
+    assert rules.advisories is not None
+    proxy = await start_proxy(public_registry.url, rules=rules)
+
+    refused = await proxy.get("npm/vuln-lib", Accept=NPM_ACCEPT)
+    assert refused.status == 403
+    assert "no advisory data has been loaded yet" in refused.json()["error"]
+    assert (await proxy.request("POST", "npm/-/npm/v1/security/advisories/bulk",
+                                body=b"{}")).status == 503
+
+    assert await rules.advisories.feed.refresh() == "loaded"
+    proxy.clock.advance(6)  # DEGRADED_FRESH_FOR, not the 60 s TTL
+    document = (await proxy.get("npm/vuln-lib", Accept=NPM_ACCEPT)).json()
+    assert list(document["versions"]) == ["1.0.0", "1.1.0"]
+
+
+async def test_a_bulk_body_that_is_not_an_object_of_names_is_a_400(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path,
+) -> None:
+    proxy = await start_proxy(public_registry.url, rules=await loaded(tmp_path))
+    for body in (b"not json", b"[1, 2]"):
+        reply = await proxy.request("POST", "npm/-/npm/v1/security/advisories/bulk", body=body)
+        assert reply.status == 400
+        assert "package names to arrays of versions" in reply.json()["error"]
