@@ -7,6 +7,7 @@ switch the gate off by replacing a full index with an empty one.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import zipfile
 from collections.abc import AsyncIterator
@@ -177,3 +178,39 @@ async def test_a_certificate_the_client_does_not_trust_is_a_failed_load(
     assert feed.index is None
     assert any("ClientConnectorCertificateError" in entry.get("reason", "")
                for entry in logs)
+
+
+async def test_the_refresh_loop_retries_a_failed_first_load_soon_and_stops_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mirrorgate.advisories import feed as feed_module
+
+    monkeypatch.setattr(feed_module, "RETRY_AFTER_FAILURE", 0.05)
+    path = tmp_path / "osv.zip"  # not synced yet
+    outcomes: list[str] = []
+    seen = {"failed": asyncio.Event(), "loaded": asyncio.Event()}
+
+    def record_outcome(outcome: str) -> None:
+        outcomes.append(outcome)
+        seen[outcome].set()
+
+    feed = feed_for(path, on_outcome=record_outcome)  # refresh: one hour
+    stop = asyncio.Event()
+    task = asyncio.create_task(feed.run(stop))
+    async with asyncio.timeout(10):
+        await seen["failed"].wait()
+        write_zip(path, fixture_records())
+        await seen["loaded"].wait()
+    assert outcomes == ["failed", "loaded"]
+    stop.set()
+    async with asyncio.timeout(5):
+        await task
+
+
+async def test_a_signed_urls_query_never_reaches_the_log(tmp_path: Path) -> None:
+    secret = "X-Goog-Signature=s3cr3t"  # noqa: S105 - a fake token, to be kept out of logs
+    feed = feed_for(f"https://127.0.0.1:9/osv/all.zip?{secret}")
+    with structlog.testing.capture_logs() as logs:
+        assert await feed.refresh() == "failed"
+    assert secret not in repr(logs)
+    assert logs[0]["source"] == "https://127.0.0.1:9/osv/all.zip"

@@ -37,12 +37,14 @@ from mirrorgate.advisories.source import (
 )
 from mirrorgate.logs import loggable_url
 
-__all__ = ["FETCH_TIMEOUT", "AdvisoryFeed", "FeedState"]
+__all__ = ["FETCH_TIMEOUT", "RETRY_AFTER_FAILURE", "AdvisoryFeed", "FeedState"]
 
 log = structlog.get_logger("mirrorgate.advisories")
 
 FETCH_TIMEOUT = 600.0
 """Seconds a download of the export may take in all."""
+RETRY_AFTER_FAILURE = 300.0
+"""Seconds before a failed refresh is tried again (when `refresh` is longer)."""
 
 
 def _utcnow() -> datetime:
@@ -141,14 +143,20 @@ class AdvisoryFeed:
         return "unchanged"
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Load now, then look for a newer copy every `refresh` until `stop` is set."""
+        """Load now, then look for a newer copy every `refresh` until `stop` is set; after a
+        failure, sooner (`RETRY_AFTER_FAILURE`), so a blip at start-up does not leave the
+        gate without data for a whole refresh interval."""
         while not stop.is_set():
+            outcome = "failed"
             try:
-                await self.refresh()
+                outcome = await self.refresh()
             except Exception:  # a bug in a refresh must not end the loop: log it, try later
                 log.exception("advisories_refresh_crashed", source=self.shown)
+            wait = self.refresh_every.total_seconds()
+            if outcome == "failed":
+                wait = min(wait, RETRY_AFTER_FAILURE)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.refresh_every.total_seconds())
+                await asyncio.wait_for(stop.wait(), wait)
 
     def load_blocking(self) -> str:
         """One refresh run to completion (for commands and tests without a loop)."""

@@ -192,8 +192,9 @@ async def fetch_url(url: str, *, etag: str | None, last_modified: str | None,
                 new_etag = response.headers.get("ETag")
                 new_modified = response.headers.get("Last-Modified")
         except (aiohttp.ClientError, TimeoutError) as error:
-            raise SourceError(f"cannot fetch {shown}: {type(error).__name__} "
-                              f"{str(error)[:200]}") from None
+            # an error's text may quote the URL, query (a signed URL's token) included
+            detail = str(error).replace(url, shown)[:200]
+            raise SourceError(f"cannot fetch {shown}: {type(error).__name__} {detail}") from None
         spool.seek(0, os.SEEK_SET)
         index = await asyncio.to_thread(read_zip, spool, shown)
         return Download(index, new_etag, new_modified)
