@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from mirrorgate.advisories import AdvisoryFeed, Hit, severity_rank
+from mirrorgate.advisories import AdvisoryFeed, FeedState, Hit, severity_rank
 from mirrorgate.registry.versions import highest
 
 __all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "SHOWN_ADVISORIES",
@@ -47,9 +47,11 @@ class AdvisoryRules:
         """The lowest severity rank denied; None when severity = "none"."""
         return None if self.severity == "none" else severity_rank(self.severity)
 
-    def available(self, now: datetime) -> bool:
-        age = self.feed.age(now)
-        return self.feed.index is not None and age is not None and age <= self.max_age
+    def available(self, now: datetime, state: FeedState | None = None) -> bool:
+        """Whether there is an index no older than `max_age` (in `state`, else the feed's)."""
+        state = state if state is not None else self.feed.state
+        return (state.index is not None and state.as_of is not None
+                and now - state.as_of <= self.max_age)
 
 
 def counted(rules: AdvisoryRules, hit: Hit) -> str | None:
@@ -85,14 +87,15 @@ def check(rules: AdvisoryRules, name: str, version: str, label: str,
           now: datetime) -> tuple[str, str] | None:
     """(rule, reason) when the advisories deny `name@version`, else None. `label` is the
     version as a reason prints it."""
-    index = rules.feed.index
-    if rules.unavailable_deny and not rules.available(now):
-        age = rules.feed.age(now)
-        state = ("no advisory data has been loaded yet" if index is None or age is None
-                 else f"the advisory data is {_days(age)} old, older than max_age "
-                 f"{rules.max_age_text}")
+    # one read of the feed: a gating in a thread may overlap a swap on the event loop
+    state = rules.feed.state
+    index = state.index
+    if rules.unavailable_deny and not rules.available(now, state):
+        why = ("no advisory data has been loaded yet" if index is None or state.as_of is None
+               else f"the advisory data is {_days(now - state.as_of)} old, older than max_age "
+               f"{rules.max_age_text}")
         return ADVISORY_UNAVAILABLE, (f"{label} cannot be checked against known advisories: "
-                                      f"{state}, and the rules deny when it is unavailable")
+                                      f"{why}, and the rules deny when it is unavailable")
     if index is None:
         return None
     hits = index.hits(name, version)
@@ -122,7 +125,8 @@ def state_token(rules: AdvisoryRules | None, now: datetime) -> tuple[int, bool] 
     """What a cached gating depends on: the index generation and whether it is available."""
     if rules is None:
         return None
-    return rules.feed.state.generation, rules.available(now)
+    state = rules.feed.state
+    return state.generation, rules.available(now, state)
 
 
 def _days(age: timedelta) -> str:
