@@ -37,12 +37,14 @@ from mirrorgate.advisories.source import (
 )
 from mirrorgate.logs import loggable_url
 
-__all__ = ["FETCH_TIMEOUT", "RETRY_AFTER_FAILURE", "AdvisoryFeed", "FeedState"]
+__all__ = ["FETCH_TIMEOUT", "LOAD_OUTCOMES", "RETRY_AFTER_FAILURE", "AdvisoryFeed", "FeedState"]
 
 log = structlog.get_logger("mirrorgate.advisories")
 
 FETCH_TIMEOUT = 600.0
 """Seconds a download of the export may take in all."""
+LOAD_OUTCOMES: tuple[str, ...] = ("loaded", "unchanged", "failed")
+"""What a refresh comes to (`refresh()`'s answer, the `outcome` label of the loads metric)."""
 RETRY_AFTER_FAILURE = 300.0
 """Seconds before a failed refresh is tried again (when `refresh` is longer)."""
 

@@ -29,8 +29,10 @@ from mirrorgate.rules import Rules
 from mirrorgate.rules.advisory import counted
 from mirrorgate.semver import parse_version
 
-__all__ = ["MAX_AUDIT_BYTES", "MAX_AUDIT_NAMES", "AuditRoute"]
+__all__ = ["AUDIT_OUTCOMES", "MAX_AUDIT_BYTES", "MAX_AUDIT_NAMES", "AuditRoute"]
 
+AUDIT_OUTCOMES: tuple[str, ...] = ("answered", "unavailable", "no_source", "quick_refused")
+"""The `outcome` label of the audit requests metric."""
 MAX_AUDIT_BYTES = 16 * 1024 * 1024
 MAX_AUDIT_NAMES = 50_000
 _NPM_SEVERITY = {"low": "low", "medium": "moderate", "high": "high", "critical": "critical",
