@@ -17,8 +17,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from mirrorgate.advisories.feed import LOAD_OUTCOMES
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import QueueStats
+from mirrorgate.registry.audit import AUDIT_OUTCOMES
 from mirrorgate.registry.paths import Route
 from mirrorgate.worker import Outcome
 
@@ -28,11 +30,14 @@ __all__ = ["SCHEMA", "UnknownMetricError", "metric_value", "registry_samples", "
 _SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",),
              "histogram": ("_bucket", "_count", "_sum", "_created")}
 
-# label values that come from a closed vocabulary in the code: a test naming another one is
-# asking about something that cannot happen
-_VOCABULARIES: dict[str, frozenset[str]] = {
-    "outcome": frozenset(outcome.value for outcome in Outcome),
-    "route": frozenset(get_args(Route)),
+# label values that come from a closed vocabulary in the code, by (family, label); family None
+# is every family with that label: a test naming another value is asking about something that
+# cannot happen
+_VOCABULARIES: dict[tuple[str | None, str], frozenset[str]] = {
+    ("mirrorgate_jobs", "outcome"): frozenset(outcome.value for outcome in Outcome),
+    ("mirrorgate_advisory_loads", "outcome"): frozenset(LOAD_OUTCOMES),
+    ("mirrorgate_audit_requests", "outcome"): frozenset(AUDIT_OUTCOMES),
+    (None, "route"): frozenset(get_args(Route)),
 }
 
 
@@ -51,6 +56,7 @@ def _schema() -> dict[str, _Family]:
     # the scrape-time collectors only exist once watched; any figures will do
     metrics.watch_queue(lambda: QueueStats(depth=0), "memory")
     metrics.watch_heartbeat(lambda: 0.0)
+    metrics.watch_advisories(lambda: (0, 0.0))
     schema: dict[str, _Family] = {}
     collectors = {name: collector
                   for collector, names in metrics.registry._collector_to_names.items()
@@ -78,7 +84,8 @@ def _check(name: str, labels: Mapping[str, str]) -> None:
     for key, value in labels.items():
         if key not in allowed:
             raise UnknownMetricError(f"{name} has no label {key!r}; its labels: {sorted(allowed)}")
-        vocabulary = _VOCABULARIES.get(key)
+        family_name = next((n for n, _ in _VOCABULARIES if n and name.startswith(n + "_")), None)
+        vocabulary = _VOCABULARIES.get((family_name, key)) or _VOCABULARIES.get((None, key))
         if vocabulary is not None and value not in vocabulary:
             raise UnknownMetricError(f"{key}={value!r} is never set on {name}; "
                                      f"the values are {sorted(vocabulary)}")

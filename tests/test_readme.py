@@ -40,6 +40,7 @@ def test_every_metric_is_in_the_readme() -> None:
     names = {metric.name for metric in Metrics().registry.collect()}
     names |= {"mirrorgate_queue_depth", "mirrorgate_jobs_dropped", "mirrorgate_enqueue_failures",
               "mirrorgate_jobs_sent", "mirrorgate_queue_ack_failures",
-              "mirrorgate_worker_heartbeat_age_seconds"}
+              "mirrorgate_worker_heartbeat_age_seconds", "mirrorgate_advisory_records",
+              "mirrorgate_advisory_age_seconds"}
     missing = sorted(name for name in names if name not in README)
     assert missing == []

@@ -110,9 +110,28 @@ def _check_config(settings: Settings) -> int:
     for unknown in unknown_variables():
         print(f"mirrorgate: warning: {unknown.warning()}", file=sys.stderr)
     report = {"settings": settings.describe(), "rules": describe(rules)}
+    if rules.advisories is not None:
+        report["rules"]["advisories"]["readable"] = _probe_advisories(rules.advisories.source)
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     sys.stdout.write("\n")
     return 0
+
+
+def _probe_advisories(source: str) -> dict[str, object]:
+    """Whether the advisory source can be read now (a warning, not an error: serving starts
+    without it and the rules' `unavailable` setting decides)."""
+    import asyncio
+    from pathlib import Path
+
+    from mirrorgate.advisories.source import SourceError, is_url, probe_local, probe_url
+
+    try:
+        detail = asyncio.run(probe_url(source)) if is_url(source) else probe_local(Path(source))
+    except SourceError as error:
+        print(f"mirrorgate: warning: the advisory source is not readable: {error}",
+              file=sys.stderr)
+        return {"ok": False, "detail": str(error)}
+    return {"ok": True, "detail": detail}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,10 +13,11 @@ import logging
 import sys
 from collections.abc import MutableMapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
-__all__ = ["configure_logging", "register_secret"]
+__all__ = ["configure_logging", "loggable_url", "register_secret"]
 
 _SECRET_VALUES: set[str] = set()
 _SECRET_KEYS = frozenset({"authorization", "token", "password", "secret", "_authtoken",
@@ -43,6 +44,19 @@ def _scrub(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_scrub(v) for v in value]
     return value
+
+
+def loggable_url(url: str) -> str:
+    """A URL fit for a log line: no user, password, query or fragment."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+    except ValueError:
+        return "(unparseable URL)"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def redact(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -61,6 +61,19 @@ class _HeartbeatCollector(Collector):
                                     "seconds since the worker's last heartbeat", value=age)
 
 
+class _AdvisoryCollector(Collector):
+    def __init__(self, state: Callable[[], tuple[int, float | None]]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        records, age = self._state()
+        yield GaugeMetricFamily("mirrorgate_advisory_records",
+                                "OSV records in the advisory index in force", value=records)
+        if age is not None:
+            yield GaugeMetricFamily("mirrorgate_advisory_age_seconds",
+                                    "age of the advisory data in force", value=age)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -91,6 +104,11 @@ class Metrics:
                             registry=r)
         self.retired = Counter("mirrorgate_jobs_retired", "mirror jobs retired, by reason",
                                ["reason"], registry=r)
+        self.advisory_loads = Counter("mirrorgate_advisory_loads", "advisory refreshes by "
+                                      "outcome: loaded, unchanged, failed", ["outcome"],
+                                      registry=r)
+        self.audits = Counter("mirrorgate_audit_requests", "npm audit bulk requests answered "
+                              "from the advisory index, by outcome", ["outcome"], registry=r)
         self.tampered = Counter("mirrorgate_tampered", "tarballs whose bytes did not match "
                                 "the admitted digest", registry=r)
 
@@ -99,6 +117,10 @@ class Metrics:
 
     def watch_heartbeat(self, age: Callable[[], float | None]) -> None:
         self.registry.register(_HeartbeatCollector(age))
+
+    def watch_advisories(self, state: Callable[[], tuple[int, float | None]]) -> None:
+        """`state()` gives (records loaded, data age in seconds or None) at scrape time."""
+        self.registry.register(_AdvisoryCollector(state))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -30,12 +30,14 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from mirrorgate.access import install_access
+from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.clients import ClientTokens, ClientTokensError
 from mirrorgate.config import Settings, unknown_variables
@@ -222,6 +224,22 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
         await upstreams.close()
 
 
+def _watch_advisories(rules: Rules | None, metrics: Metrics) -> AdvisoryFeed | None:
+    """The rules' advisory feed with its outcomes and state counted, or None without one."""
+    if rules is None or rules.advisories is None:
+        return None
+    feed = rules.advisories.feed
+    feed.on_outcome = lambda outcome: metrics.advisory_loads.labels(outcome).inc()
+
+    def state() -> tuple[int, float | None]:
+        index, age = feed.index, feed.age(datetime.now(UTC))
+        return (index.records if index is not None else 0,
+                age.total_seconds() if age is not None else None)
+
+    metrics.watch_advisories(state)
+    return feed
+
+
 async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: Metrics,
                  health: Health, queue: MirrorQueue, upstreams: Upstreams,
                  rules: Rules, clients: ClientTokens | None) -> int:
@@ -244,7 +262,12 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
 
     worker_task: asyncio.Task[None] | None = None
     worker_stop = asyncio.Event()
+    feed = _watch_advisories(rules, metrics)
     async with _listening(app, host, port, settings.drain_timeout, metrics) as runner:
+        # loading never blocks serving: the first load runs beside the listener, and until it
+        # lands the rules' `unavailable` setting decides (readiness does not wait for it)
+        feed_task = (asyncio.create_task(feed.run(worker_stop), name="advisory-feed")
+                     if feed is not None else None)
         if runs_worker:
             assert health.heartbeat is not None
             target: MirrorTarget = open_target(settings.mirror_target, upstreams.target)
@@ -274,6 +297,10 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
         if worker_task is not None and not worker_task.done():
             shutdowns.append(_await_worker(worker_task, settings.drain_timeout))
         await asyncio.gather(*shutdowns)
+    if feed_task is not None:
+        feed_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await feed_task
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)
     log.info("stopped", command=command)

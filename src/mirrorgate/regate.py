@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from mirrorgate.logs import loggable_url
 from mirrorgate.mirror import Digest, MirrorArtifact, MirrorJob, strongest
 from mirrorgate.registry.fill import THREAD_ABOVE
 from mirrorgate.registry.names import PackageName, tarball_filename
-from mirrorgate.registry.origins import loggable
 from mirrorgate.registry.packument import Gated, gate
 from mirrorgate.registry.upstream import Upstream
 from mirrorgate.rules import ALGORITHMS, DIGEST_FLOOR, Rules
@@ -80,8 +80,8 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
     url = record.upstream_tarball
     if url is None or url != job.artifact.tarball_url:
         raise JobRefused("tarball-mismatch", "the job's tarball URL is not the version's "
-                         "dist.tarball", job=loggable(job.artifact.tarball_url),
-                         public=loggable(url) if url is not None else None)
+                         "dist.tarball", job=loggable_url(job.artifact.tarball_url),
+                         public=loggable_url(url) if url is not None else None)
     _check_digests(job.artifact.digests, record.digests)
     manifest = record.manifest(None)
     if _compared(job.manifest) != _compared(manifest):

@@ -3,8 +3,9 @@
 `build_proxy_app(proxy)` is what `mirrorgate serve` listens with. Routes, GET and HEAD:
 `/npm/<name>` (the packument; scoped as `@s%2fn`, `@s%2Fn` or `@s/n`), `/npm/<name>/<version or
 dist-tag>`, `/npm/<name>/-/<file>.tgz`, `/npm/-/ping`, `/npm/-/whoami`, and `/livez`,
-`/readyz`, `/metrics` at the root, where no package name can shadow them. Anything else is a
-JSON 404, a write a JSON 405. Who may ask is `access`'s business (a middleware). Decisions:
+`/readyz`, `/metrics` at the root, where no package name can shadow them; POST only to npm
+audit's endpoints (`registry.audit`). Anything else is a JSON 404, a write a JSON 405. Who may
+ask is `access`'s business (a middleware). Decisions:
 
 - The warm packument path does almost nothing: a memoised parse of the path, a cache lookup
   within the TTL, and the bytes rendered for (form, base URL), plain or gzip'd, or a 304.
@@ -41,6 +42,7 @@ from mirrorgate.config import Settings
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
+from mirrorgate.registry.audit import AuditRoute
 from mirrorgate.registry.fill import THREAD_ABOVE, PackumentSource
 from mirrorgate.registry.names import InvalidNameError, PackageName
 from mirrorgate.registry.negotiation import (
@@ -53,7 +55,7 @@ from mirrorgate.registry.negotiation import (
     wants_abbreviated,
 )
 from mirrorgate.registry.packument import FULL, Gated, TooManyVersionsError, version_document
-from mirrorgate.registry.paths import Target, parse_target
+from mirrorgate.registry.paths import POST_ROUTES, Target, parse_target
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.refusals import Refused, denied, json_response, upstream_failed
 from mirrorgate.registry.rendered import Entry, Rendered, RenderKey, build_rendered
@@ -117,6 +119,7 @@ class ProxyServer:
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      packument=self._gated_or_none, clock=clock)
+        self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._gzip: Memo[str, bool] = Memo(accepts_gzip)
@@ -193,15 +196,24 @@ class ProxyServer:
         route = target.route if isinstance(target, Target) else "unknown"
         request_id = self._request_id(request)
         with structlog.contextvars.bound_contextvars(request_id=request_id):
+            response: web.StreamResponse
             try:
                 if isinstance(target, InvalidNameError):
                     self.metrics.refusals.labels("bad_name").inc()
                     raise Refused(400, f"invalid package path: {target}", reason=str(target))
-                if request.method not in ("GET", "HEAD"):
+                if route in POST_ROUTES:
+                    if request.method != "POST":
+                        raise Refused(405, f"{request.method} is not supported here: npm audit "
+                                      "POSTs to this endpoint", reason="post only",
+                                      headers={"Allow": "POST"})
+                    handler = self.audit.bulk if route == "audit" else self.audit.quick
+                    response = await handler(request)
+                elif request.method not in ("GET", "HEAD"):
                     raise Refused(405, f"{request.method} is not supported: mirrorgate is a "
                                   "read-only npm registry proxy", reason="read-only",
                                   headers={"Allow": "GET, HEAD"})
-                response = await self._route(request, target)
+                else:
+                    response = await self._route(request, target)
             except Refused as refused:
                 response = refused.response()
             except BadBaseError as error:

@@ -80,11 +80,12 @@ import structlog
 
 from mirrorgate.config import Settings
 from mirrorgate.healthz import Heartbeat
+from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import Digest, MirrorJob, MirrorQueue, QueueMessage, Seconds
 from mirrorgate.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
-from mirrorgate.registry.origins import OriginRefusal, check_on_origin, loggable
+from mirrorgate.registry.origins import OriginRefusal, check_on_origin
 from mirrorgate.registry.upstream import Upstream, UpstreamError
 from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.target import THREAD_ABOVE, MirrorTarget, PublishResult, TargetConflict, TargetError
@@ -411,19 +412,19 @@ class Worker:
             log.critical("mirror_digest_mismatch", security=True,
                          expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
                          algorithm=mismatch.expected.algorithm,
-                         url=loggable(job.artifact.tarball_url))
+                         url=loggable_url(job.artifact.tarball_url))
             return await self._tampered(message)
         except _WrongSize as wrong:
             log.critical("mirror_size_mismatch", security=True, expected=wrong.expected.sri(),
                          actual=wrong.actual.sri() if wrong.actual is not None else None,
                          algorithm=wrong.expected.algorithm, expected_size=wrong.expected_size,
                          actual_size=wrong.actual_size, complete=wrong.complete,
-                         url=loggable(job.artifact.tarball_url))
+                         url=loggable_url(job.artifact.tarball_url))
             return await self._tampered(message)
         except SizeMismatch as mismatch:  # a target that checked the bytes itself
             log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
                          actual_size=mismatch.actual, complete=mismatch.complete,
-                         url=loggable(job.artifact.tarball_url))
+                         url=loggable_url(job.artifact.tarball_url))
             return await self._tampered(message)
         except TargetConflict as conflict:
             log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
@@ -461,7 +462,7 @@ class Worker:
         try:
             check_on_origin(job.artifact.tarball_url, self.deps.public.origin)
         except OriginRefusal as refusal:
-            raise _Retire("off-origin", str(refusal), url=loggable(job.artifact.tarball_url),
+            raise _Retire("off-origin", str(refusal), url=loggable_url(job.artifact.tarball_url),
                           kind=refusal.kind) from None
         try:
             strongest_of(job.artifact.digests)
@@ -510,7 +511,7 @@ class Worker:
 
     async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
         chunks: list[bytes] = []
-        shown = loggable(url)
+        shown = loggable_url(url)
         try:
             async with self.deps.public.stream(url) as response:
                 if response is None:

@@ -431,6 +431,9 @@ def test_the_rules_run_in_the_documented_order() -> None:
         "digest-floor",
         "deny-list",
         "allow-list",
+        "advisory-unavailable",
+        "advisory-malware",
+        "advisory-severity",
         "install-scripts",
         "minimum-age",
     )

@@ -57,6 +57,9 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
             "digest-floor",
             "deny-list",
             "allow-list",
+            "advisory-unavailable",
+            "advisory-malware",
+            "advisory-severity",
             "install-scripts",
             "minimum-age",
         ],
@@ -66,6 +69,7 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "deny": {"packages": []},
         "allow": {"packages": [], "mode": "everything not denied"},
         "install_scripts": {"block": False, "allow": []},
+        "advisories": None,
     }
 
 
@@ -83,6 +87,7 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
         "deny": {"packages": ["event-stream@3.3.6", "@evil/*", "lodash@<4.17.21"]},
         "allow": {"packages": [], "mode": "everything not denied"},
         "install_scripts": {"block": True, "allow": ["esbuild", "@prisma/engines"]},
+        "advisories": None,
     }
 
 
@@ -172,7 +177,7 @@ def test_the_error_text_names_the_file_on_every_line() -> None:
 def test_an_unknown_table_is_an_error_suggesting_the_right_one() -> None:
     assert only_problem("[ages]\nminimum = '3d'") == (
         "[ages]: unknown table (did you mean [age]?); the tables are [integrity], [age], "
-        "[deny], [allow], [install_scripts]"
+        "[deny], [allow], [install_scripts], [advisories]"
     )
 
 

@@ -151,11 +151,11 @@ class RunningProxy:
         return self.proxy.metrics
 
     async def request(self, method: str, path: str, *, headers: Mapping[str, str] | None = None,
-                      decompress: bool = True) -> Reply:
+                      decompress: bool = True, body: bytes | None = None) -> Reply:
         # encoded=True: the path goes out exactly as written (yarl would otherwise resolve
         # `%2e%2e` and re-case `%2f`), which is what a hostile client does.
         async with self.session.request(method, URL(self.url + path.lstrip("/"), encoded=True),
-                                        headers=dict(headers or {}),
+                                        headers=dict(headers or {}), data=body,
                                         auto_decompress=decompress) as response:
             return Reply(response.status, CIMultiDict(response.headers), await response.read())
 

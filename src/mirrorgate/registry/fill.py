@@ -10,9 +10,10 @@ per package however many clients wait (the cache is single-flight). Decisions:
   entry rebuilt.
 - Either upstream may fail on its own and be logged (`upstream_failed`): the packument is
   built from what answered, and held only `DEGRADED_FRESH_FOR` seconds so the missing half is
-  asked for again soon. Nothing survives and an upstream failed: the failure is raised (the
-  client gets 502, 503 or 504). Both say they have no such package: an entry with no
-  packument (a 404), cached like any other.
+  asked for again soon (so is one gated before the advisory index first loaded). Nothing
+  survives and an upstream failed: the failure is raised (the client gets 502, 503 or 504).
+  Both say they have no such package: an entry with no packument (a 404), cached like any
+  other.
 - Merging and gating documents above `THREAD_ABOVE` bytes runs in a thread, so a 10 MB
   packument does not stall the event loop for every other client.
 - Rule denials, refused tarball URLs and skipped version keys are counted and logged here,
@@ -36,7 +37,7 @@ from mirrorgate.registry.packument import Gated, gate
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.rendered import Entry, fingerprint
 from mirrorgate.registry.upstream import JsonAnswer, Upstream, UpstreamError
-from mirrorgate.rules import Rules
+from mirrorgate.rules import Rules, state_token
 
 __all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "PackumentSource"]
 
@@ -87,8 +88,11 @@ class PackumentSource:
         TooManyVersionsError for a packument too large to gate."""
         now = self.now()
         old = previous.value if previous is not None else None
+        # a 304 keeps the old gating only while nothing it depended on has moved: no age denial
+        # has come of age, and the advisory index is the same one, equally available
         revalidate = (old is not None and old.gated is not None
-                      and (old.gated.regate_at is None or now < old.gated.regate_at))
+                      and (old.gated.regate_at is None or now < old.gated.regate_at)
+                      and old.gated.advisories == state_token(self.rules.advisories, now))
         etag = previous.validator if revalidate and previous is not None else None
         (private, private_error), public = await asyncio.gather(
             self._private_document(name), self._public_answer(name, etag))
@@ -113,9 +117,13 @@ class PackumentSource:
         if failure is not None and not gated.survivors:
             raise failure
         self._report(gated)
+        # gated before the advisory index's first load: held briefly, like a degraded answer,
+        # so the index applies within seconds of landing rather than a whole TTL later
+        before_index = gated.advisories is not None and gated.advisories[0] == 0
         return Loaded(Entry(gated, private_print), gated.size + 256,
                       answer.etag if answer is not None else None,
-                      fresh_for=DEGRADED_FRESH_FOR if failure is not None else None)
+                      fresh_for=DEGRADED_FRESH_FOR if failure is not None or before_index
+                      else None)
 
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
               public: Mapping[str, Any] | None, now: datetime) -> Gated:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-__all__ = ["Origin", "OriginRefusal", "check_on_origin", "loggable"]
+__all__ = ["Origin", "OriginRefusal", "check_on_origin"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _NUMERIC_HOST = re.compile(r"(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}", re.IGNORECASE)
@@ -81,16 +81,3 @@ def check_on_origin(url: str, origin: Origin) -> None:
                             f"the URL points at the internal address literal {host!r}, "
                             f"not at the upstream {origin}")
     raise OriginRefusal("off-origin", f"the URL is on {here}, not on the upstream {origin}")
-
-
-def loggable(url: str) -> str:
-    """A URL fit for a log line: no user, password, query or fragment."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-    except ValueError:
-        return "(unparseable URL)"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

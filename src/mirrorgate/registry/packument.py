@@ -38,7 +38,7 @@ from mirrorgate.mirror import Digest, digests_from_dist
 from mirrorgate.registry.names import PackageName, tarball_filename
 from mirrorgate.registry.origins import Origin, OriginRefusal, check_on_origin
 from mirrorgate.registry.versions import highest
-from mirrorgate.rules import INSTALL_SCRIPT_KEYS, MINIMUM_AGE, Rules, evaluate
+from mirrorgate.rules import INSTALL_SCRIPT_KEYS, MINIMUM_AGE, Rules, evaluate, state_token
 
 __all__ = [
     "ABBREVIATED",
@@ -156,6 +156,8 @@ class Gated:
     skipped: int = 0
     regate_at: datetime | None = None
     size: int = 0
+    advisories: tuple[int, bool] | None = None
+    """The advisory index generation and availability this gating saw (`state_token`)."""
 
     @property
     def survivors(self) -> list[str]:
@@ -338,6 +340,8 @@ def gate(
     skipped = 0
     regate_at: datetime | None = None
     public_gates: dict[str, tuple[str | None, tuple[Digest, ...]]] = {}
+    # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse this
+    advisories = state_token(rules.advisories, now)
 
     for version, manifest in public_versions.items():
         if _VERSION_KEY.fullmatch(version) is None or not isinstance(manifest, Mapping):
@@ -403,6 +407,7 @@ def gate(
         skipped=skipped,
         regate_at=regate_at,
         size=size,
+        advisories=advisories,
     )
 
 

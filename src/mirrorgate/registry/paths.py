@@ -10,8 +10,10 @@ backslashes and control characters. Decisions:
   tarball). The extra segment is percent-decoded strictly and may hold no slash, backslash,
   percent sign, space or control character, and at most 256 characters: it is only ever a
   dictionary key or a file name checked against the package (`version_from_filename`).
-- Anything else under `/npm/` (including npm's `-/v1/search` and audit endpoints, which the
-  proxy does not offer) is the `unknown` route: a JSON 404.
+- npm audit's two endpoints (`-/npm/v1/security/advisories/bulk`, `.../audits/quick`) are the
+  `audit` and `audit-quick` routes, the only ones that take a POST.
+- Anything else under `/npm/` (including npm's `-/v1/search`, which the proxy does not offer)
+  is the `unknown` route: a JSON 404.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from urllib.parse import unquote
 
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
 
-__all__ = ["Route", "Target", "parse_target"]
+__all__ = ["POST_ROUTES", "Route", "Target", "parse_target"]
 
-Route = Literal["packument", "version", "tarball", "ping", "whoami", "unknown"]
+Route = Literal["packument", "version", "tarball", "ping", "whoami", "audit", "audit-quick",
+                "unknown"]
 """The fixed route labels, also the `route` label of the request metric."""
 
 SEGMENT_LIMIT = 256
+POST_ROUTES: frozenset[str] = frozenset({"audit", "audit-quick"})
+"""The routes that take a POST (and only a POST)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,10 @@ def parse_target(rest: str) -> Target:
         return Target("ping")
     if rest == "-/whoami":
         return Target("whoami")
+    if rest == "-/npm/v1/security/advisories/bulk":
+        return Target("audit")
+    if rest == "-/npm/v1/security/audits/quick":
+        return Target("audit-quick")
     if not rest or rest.startswith("-/"):
         return Target("unknown")
     segments = rest.split("/")

@@ -5,11 +5,13 @@ so evaluation is pure (no I/O, no clock of its own: `now` is passed in), determi
 cheap: every pattern and range is compiled once, when the rules file is loaded, and lookups
 go by package name or scope. Private versions are trusted and never evaluated. Decisions:
 
-- Six rules with stable names (metric labels, 403 bodies), evaluated in this order, the first
+- Nine rules with stable names (metric labels, 403 bodies), evaluated in this order, the first
   denial winning: `integrity-presence` (always on: a version with no digest mirrorgate can
   verify is denied whatever the file says), `digest-floor` (sha1-only versions are admitted but
   flagged weak unless a stronger floor is set), `deny-list`, `allow-list` (a non-empty allow
-  list admits only what it names), `install-scripts`, `minimum-age`.
+  list admits only what it names), `advisory-unavailable`, `advisory-malware`,
+  `advisory-severity` (the `[advisories]` table, from an OSV index), `install-scripts`,
+  `minimum-age` (a version that fixes an advisory skips it when `fast_lane` is on).
 - One pattern syntax everywhere: `left-pad`, `@acme/*`, `lodash@<4.17.21`, `@acme/*@^2`. A name
   alone covers every version, prereleases included; a range follows npm's semantics
   (`mirrorgate.semver`), so `lodash@<4.17.21` does not cover `4.17.20-beta.1`.
@@ -21,13 +23,18 @@ go by package name or scope. Private versions are trusted and never evaluated. D
   key, a wrong type, a bad duration, pattern or range) is refused with a `RulesError` listing
   every problem, each naming its key: a typo must never silently weaken the policy.
 
-Three ideas, one module each: `patterns` (the list syntax), `policy` (the compiled rules and
-`evaluate`), `file` (the TOML reader); this module re-exports their public names.
+Four ideas, one module each: `patterns` (the list syntax), `policy` (the compiled rules and
+`evaluate`), `advisory` (the advisory rules), `file` (the TOML reader); this module re-exports
+their public names.
 """
 
+from mirrorgate.rules.advisory import AdvisoryRules, state_token
 from mirrorgate.rules.file import RulesError, load_rules, parse_rules
 from mirrorgate.rules.patterns import PackagePattern, PatternList, parse_pattern
 from mirrorgate.rules.policy import (
+    ADVISORY_MALWARE,
+    ADVISORY_SEVERITY,
+    ADVISORY_UNAVAILABLE,
     ALGORITHMS,
     ALLOW_LIST,
     DEFAULT_RULES,
@@ -45,6 +52,9 @@ from mirrorgate.rules.policy import (
 )
 
 __all__ = [
+    "ADVISORY_MALWARE",
+    "ADVISORY_SEVERITY",
+    "ADVISORY_UNAVAILABLE",
     "ALGORITHMS",
     "ALLOW_LIST",
     "DEFAULT_RULES",
@@ -55,6 +65,7 @@ __all__ = [
     "INTEGRITY_PRESENCE",
     "MINIMUM_AGE",
     "RULE_NAMES",
+    "AdvisoryRules",
     "PackagePattern",
     "PatternList",
     "Rules",
@@ -65,4 +76,5 @@ __all__ = [
     "load_rules",
     "parse_pattern",
     "parse_rules",
+    "state_token",
 ]

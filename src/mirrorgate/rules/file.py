@@ -15,6 +15,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mirrorgate.advisories import AdvisoryFeed
+from mirrorgate.rules.advisory import AdvisoryRules
 from mirrorgate.rules.patterns import (
     PATTERN_EXAMPLES,
     PackagePattern,
@@ -45,7 +47,11 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
     "deny": ("packages",),
     "allow": ("packages",),
     "install_scripts": ("block", "allow"),
+    "advisories": ("source", "refresh", "malware", "severity", "unavailable", "max_age",
+                   "ignore", "fast_lane"),
 }
+_ADVISORY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
+_SEVERITY_CHOICES = ("low", "medium", "high", "critical", "none")
 _DURATION = re.compile(r"([0-9]{1,9})\s*([mhdw])")
 _UNITS: dict[str, tuple[int, str]] = {
     "m": (60, "minute"),
@@ -241,9 +247,65 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
                 "install_scripts.allow", scripts["allow"]
             )
 
+    if "advisories" in tables:
+        values["advisories"] = _advisories(read, tables["advisories"], source)
+
     if read.problems:
         raise RulesError(read.problems, source)
     return Rules(source=source, **values)
+
+
+def _advisories(read: _Reader, table: dict[str, Any], rules_source: str) -> AdvisoryRules | None:
+    """The `[advisories]` table; a relative source path is read beside the rules file."""
+    where = table.get("source")
+    location: str | None = None
+    if not isinstance(where, str) or not where.strip():
+        read.problem("advisories.source", 'is required in [advisories]: a path to the npm OSV '
+                     'export (a zip or a directory), or an https URL of the zip, e.g. '
+                     'source = "/var/lib/mirrorgate/osv-npm.zip"')
+    elif "://" in where:
+        if not where.startswith("https://"):
+            read.problem("advisories.source", f"{quoted(where)} is a URL but not https; "
+                         "advisories are fetched over https only")
+        else:
+            location = where.strip()
+    else:
+        path = Path(where.strip()).expanduser()
+        if not path.is_absolute() and not rules_source.startswith("<"):
+            path = Path(rules_source).parent / path
+        location = str(path)
+    refresh = read.duration("advisories.refresh", table.get("refresh", "1h"))
+    max_age = read.duration("advisories.max_age", table.get("max_age", "3d"))
+    malware = read.string("advisories.malware", table.get("malware", "deny"), ("deny", "admit"))
+    severity = read.string("advisories.severity", table.get("severity", "high"),
+                           _SEVERITY_CHOICES)
+    unavailable = read.string("advisories.unavailable", table.get("unavailable", "admit"),
+                              ("admit", "deny"))
+    fast = read.boolean("advisories.fast_lane", table.get("fast_lane", True))
+    ignore: set[str] = set()
+    raw_ignore = table.get("ignore", [])
+    if not isinstance(raw_ignore, list):
+        read.problem("advisories.ignore", "should be an array of advisory ids such as "
+                     f'["GHSA-xxxx-xxxx-xxxx"], got {_toml_type(raw_ignore)}')
+    else:
+        for position, item in enumerate(raw_ignore):
+            if not isinstance(item, str) or _ADVISORY_ID.fullmatch(item.strip()) is None:
+                read.problem(f"advisories.ignore[{position}]", "should be an advisory id such "
+                             'as "GHSA-xxxx-xxxx-xxxx", "CVE-2021-23337" or "MAL-2024-1"')
+            else:
+                ignore.add(item.strip())
+    for key, parsed in (("refresh", refresh), ("max_age", max_age)):
+        if parsed is not None and parsed[0] <= _ZERO:
+            read.problem(f"advisories.{key}", "should be longer than zero, e.g. \"1h\"")
+    if (location is None or refresh is None or max_age is None or malware is None
+            or severity is None or unavailable is None or fast is None):
+        return None
+    return AdvisoryRules(
+        source=location, refresh=refresh[0], refresh_text=refresh[1],
+        malware_deny=malware == "deny", severity=severity,
+        unavailable_deny=unavailable == "deny", max_age=max_age[0], max_age_text=max_age[1],
+        ignore=frozenset(ignore), fast_lane=fast,
+        feed=AdvisoryFeed(location, refresh[0]))
 
 
 def load_rules(path: Path | None) -> Rules:

@@ -2,13 +2,14 @@
 
 Evaluation is pure (no I/O, no clock of its own: `now` is passed in), deterministic and cheap,
 because the serve path runs it for every public version of a packument when it fills its cache.
-Six rules with stable names (metric labels, 403 bodies) are evaluated in this order, the first
+Nine rules with stable names (metric labels, 403 bodies) are evaluated in this order, the first
 denial winning: `integrity-presence` (always on), `digest-floor` (sha1-only versions admitted
 but flagged weak unless a stronger floor is set), `deny-list`, `allow-list` (a non-empty allow
-list admits only what it names), `install-scripts`, `minimum-age`. A version that is not valid
-semver cannot be placed relative to a range: a ranged deny entry denies it (fail closed), a
-ranged allow or exemption entry does not cover it. A missing or unparseable publish time is "no
-time entry", denied by the age rule unless `age.missing_time = "allow"`.
+list admits only what it names), the three advisory rules (`rules.advisory`), `install-scripts`,
+`minimum-age` (which a version fixing an advisory skips when the fast lane is on). A version
+that is not valid semver cannot be placed relative to a range: a ranged deny entry denies it
+(fail closed), a ranged allow or exemption entry does not cover it. A missing or unparseable
+publish time is "no time entry", denied by the age rule unless `age.missing_time = "allow"`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mirrorgate.mirror import digests_from_dist, strongest
+from mirrorgate.rules.advisory import (
+    ADVISORY_MALWARE,
+    ADVISORY_SEVERITY,
+    ADVISORY_UNAVAILABLE,
+    AdvisoryRules,
+    check,
+    fast_lane,
+)
 from mirrorgate.rules.patterns import PatternList, Subject, quoted
 
-__all__ = ["ALGORITHMS", "ALLOW_LIST", "DEFAULT_RULES", "DENY_LIST", "DIGEST_FLOOR",
+__all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "ALGORITHMS",
+           "ALLOW_LIST", "DEFAULT_RULES", "DENY_LIST", "DIGEST_FLOOR",
            "INSTALL_SCRIPTS", "INSTALL_SCRIPT_KEYS", "INTEGRITY_PRESENCE", "MAX_MINIMUM_AGE",
            "MINIMUM_AGE", "RULE_NAMES", "Rules", "Verdict", "describe", "evaluate", "plural"]
 
@@ -38,6 +48,9 @@ RULE_NAMES: tuple[str, ...] = (
     DIGEST_FLOOR,
     DENY_LIST,
     ALLOW_LIST,
+    ADVISORY_UNAVAILABLE,
+    ADVISORY_MALWARE,
+    ADVISORY_SEVERITY,
     INSTALL_SCRIPTS,
     MINIMUM_AGE,
 )
@@ -65,6 +78,7 @@ class Rules:
     allow: PatternList = field(default_factory=PatternList)
     block_install_scripts: bool = False
     install_scripts_allow: PatternList = field(default_factory=PatternList)
+    advisories: AdvisoryRules | None = None
     source: str = field(default="<defaults>", compare=False)
 
 
@@ -196,6 +210,10 @@ def evaluate(
             f"{_label(name, version)} matches no allow list entry, and only versions on the "
             "allow list are admitted",
         )
+    if rules.advisories is not None:
+        found = check(rules.advisories, name, version, _label(name, version), now)
+        if found is not None:
+            return _deny(*found)
     if rules.block_install_scripts and is_mapping:
         scripts = _install_scripts(manifest)
         if scripts and (
@@ -209,7 +227,7 @@ def evaluate(
     if rules.minimum_age > _ZERO and (
         not rules.age_exempt
         or rules.age_exempt.first_match(subject, unparseable_matches=False) is None
-    ):
+    ) and (rules.advisories is None or not fast_lane(rules.advisories, name, version)):
         when = _published_at(published)
         if when is None:
             if not rules.missing_time_allowed:
@@ -252,6 +270,22 @@ def describe(rules: Rules) -> dict[str, Any]:
             "block": rules.block_install_scripts,
             "allow": rules.install_scripts_allow.texts(),
         },
+        "advisories": _describe_advisories(rules.advisories),
+    }
+
+
+def _describe_advisories(advisories: AdvisoryRules | None) -> dict[str, Any] | None:
+    if advisories is None:
+        return None
+    return {
+        "source": advisories.feed.shown,
+        "refresh": advisories.refresh_text,
+        "malware": "deny" if advisories.malware_deny else "admit",
+        "severity": advisories.severity,
+        "unavailable": "deny" if advisories.unavailable_deny else "admit",
+        "max_age": advisories.max_age_text,
+        "ignore": sorted(advisories.ignore),
+        "fast_lane": advisories.fast_lane,
     }
 
 
