@@ -47,6 +47,8 @@ THREAD_ABOVE = 256 * 1024
 """Gating and rendering documents larger than this (in bytes) run in a thread."""
 DEGRADED_FRESH_FOR = 5.0
 """Seconds a packument built while one upstream was failing is served before it is retried."""
+DENIED_LOGGED = 50
+"""Denied versions named in a `versions_denied` line; the line always carries the count."""
 REFUSALS_LOGGED = 5
 """Refused tarball URLs logged one by one per fill; more are logged as a count."""
 
@@ -133,6 +135,14 @@ class PackumentSource:
     def _report(self, gated: Gated) -> None:
         for rule, count in gated.denials.items():
             self.metrics.rule_denials.labels(rule).inc(count)
+        denied = gated.denied
+        if denied:
+            # The one trace of a version a client was never shown: pnpm, yarn and bun only
+            # say "no matching version", so this line is where a person finds out why.
+            rules = sorted({record.denial.rule for record in gated.versions.values()
+                            if record.denial is not None})
+            log.info("versions_denied", package=gated.name.full,
+                     versions=denied[:DENIED_LOGGED], count=len(denied), rules=rules)
         for refusal in gated.refused_urls[:REFUSALS_LOGGED]:
             log.warning("tarball_url_refused", package=gated.name.full,
                         version=refusal.version, kind=refusal.kind, reason=refusal.detail)

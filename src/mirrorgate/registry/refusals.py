@@ -20,6 +20,8 @@ from mirrorgate.registry.upstream import UpstreamError
 
 __all__ = ["Refused", "denied", "json_response", "upstream_failed"]
 
+STATUS_TEXT_LIMIT = 200
+"""Characters of a denial's reason carried in the status line (the body has all of it)."""
 DEFAULT_RETRY_AFTER = "30"
 """Seconds a 503 asks the client to wait when the upstream did not say."""
 
@@ -28,12 +30,14 @@ class Refused(Exception):  # noqa: N818 - an outcome carried to the response, no
     """A request answered with a JSON error: the status, the sentence and extra fields."""
 
     def __init__(self, status: int, message: str, *, reason: str | None = None,
-                 headers: Mapping[str, str] | None = None, **fields: Any) -> None:
+                 headers: Mapping[str, str] | None = None, status_text: str | None = None,
+                 **fields: Any) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.reason = reason
         self.headers = dict(headers or {})
+        self.status_text = status_text
         self.fields = fields
 
     def response(self) -> web.Response:
@@ -41,13 +45,24 @@ class Refused(Exception):  # noqa: N818 - an outcome carried to the response, no
         if self.reason is not None:
             body["reason"] = self.reason
         body.update(self.fields)
-        return json_response(self.status, body, self.headers)
+        return json_response(self.status, body, self.headers, status_text=self.status_text)
 
 
 def json_response(status: int, body: Mapping[str, Any],
-                  headers: Mapping[str, str] | None = None) -> web.Response:
+                  headers: Mapping[str, str] | None = None, *,
+                  status_text: str | None = None) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body),
+                        reason=_status_line_text(status_text) if status_text else None,
                         headers={"Content-Type": "application/json", **(headers or {})})
+
+
+def _status_line_text(text: str) -> str:
+    """Text fit for the status line: printable ASCII only (a package name or reason could
+    carry anything), one line, at most STATUS_TEXT_LIMIT characters."""
+    cleaned = "".join(c if " " <= c <= "~" else "?" for c in text)
+    if len(cleaned) > STATUS_TEXT_LIMIT:
+        cleaned = cleaned[:STATUS_TEXT_LIMIT - 3] + "..."
+    return cleaned
 
 
 def _failure_reason(error: UpstreamError) -> str:
@@ -80,6 +95,10 @@ def denied(name: PackageName, record: VersionRecord) -> Refused:
     denial = record.denial
     if denial is None:
         raise ValueError(f"{name.full}@{record.version} was admitted, not denied")
+    # The status line carries the verdict too: pnpm and yarn 1 print the status text of a
+    # failed tarball fetch, not the body (npm prints the body's `error`).
     return Refused(403, f"mirrorgate denied {name.full}@{record.version} by its {denial.rule} "
                    f"rule: {denial.reason}", reason=denial.reason, rule=denial.rule,
-                   package=name.full, version=record.version)
+                   package=name.full, version=record.version,
+                   status_text=f"Forbidden: mirrorgate denied {name.full}@{record.version} "
+                               f"({denial.rule} rule)")
