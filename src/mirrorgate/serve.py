@@ -2,10 +2,12 @@
 
 `build_proxy_app(proxy)` is what `mirrorgate serve` listens with. Routes, GET and HEAD:
 `/npm/<name>` (the packument; scoped as `@s%2fn`, `@s%2Fn` or `@s/n`), `/npm/<name>/<version or
-dist-tag>`, `/npm/<name>/-/<file>.tgz`, `/npm/-/ping`, `/npm/-/whoami`, and `/livez`,
-`/readyz`, `/metrics` at the root, where no package name can shadow them; POST only to npm
-audit's endpoints (`registry.audit`). Anything else is a JSON 404, a write a JSON 405. Who may
-ask is `access`'s business (a middleware). Decisions:
+dist-tag>`, `/npm/<name>/-/<file>.tgz`, `/npm/-/package/<name>/dist-tags`, `/npm/-/v1/search`
+(`registry.search`), `/npm/-/ping`, `/npm/-/whoami`, and `/livez`, `/readyz`, `/metrics` at the
+root, where no package name can shadow them; POST only to npm audit's endpoints
+(`registry.audit`). Anything else is a JSON 404, a write a JSON 405; every 4xx but a package
+miss is logged once (`request_refused`). Who may ask is `access`'s business (a middleware).
+Decisions:
 
 - The warm packument path does almost nothing: a memoised parse of the path, a cache lookup
   within the TTL, and the bytes rendered for (form, base URL), plain or gzip'd, or a 304.
@@ -55,10 +57,11 @@ from mirrorgate.registry.negotiation import (
     wants_abbreviated,
 )
 from mirrorgate.registry.packument import FULL, Gated, TooManyVersionsError, version_document
-from mirrorgate.registry.paths import POST_ROUTES, Target, parse_target
+from mirrorgate.registry.paths import POST_ROUTES, Target, looks_like_registry_path, parse_target
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.refusals import Refused, denied, json_response, upstream_failed
 from mirrorgate.registry.rendered import Entry, Rendered, RenderKey, build_rendered
+from mirrorgate.registry.search import search
 from mirrorgate.registry.tarballs import OUTCOME, TarballRoute
 from mirrorgate.registry.upstream import Upstream, UpstreamError
 from mirrorgate.rules import Rules
@@ -95,6 +98,25 @@ def _parse_or_error(rest: str) -> Target | InvalidNameError:
         return parse_target(rest)
     except InvalidNameError as error:
         return error
+
+
+PACKAGE_MISSES = frozenset({"not found", "version not found", "no versions"})
+"""Refusal reasons that only mean "no such package or version": ordinary, not logged."""
+
+
+def _logged_path(request: web.Request) -> str:
+    """The path as the client sent it (still percent-encoded), without the query string."""
+    return request.raw_path.split("?", 1)[0][:200]
+
+
+def _logged_refusal(route: str, refused: Refused) -> bool:
+    """Every 4xx gets one log line, except a package miss and a denied tarball (already
+    logged as `tarball_denied`)."""
+    if not 400 <= refused.status < 500:
+        return False
+    if refused.status == 404 and refused.reason in PACKAGE_MISSES:
+        return False
+    return not (route == "tarball" and refused.status == 403)
 
 
 class ProxyServer:
@@ -216,8 +238,13 @@ class ProxyServer:
                     response = await self._route(request, target)
             except Refused as refused:
                 response = refused.response()
+                if _logged_refusal(route, refused):
+                    log.info("request_refused", route=route, status=refused.status,
+                             path=_logged_path(request), reason=refused.reason)
             except BadBaseError as error:
                 self.metrics.refusals.labels(error.label).inc()
+                log.info("request_refused", route=route, status=400,
+                         path=_logged_path(request), reason=error.label)
                 response = Refused(400, str(error)).response()
             except Exception:  # a bug must not take the listener down: log it, answer 500
                 log.exception("request_failed", route=route, path=request.path[:300])
@@ -232,20 +259,28 @@ class ProxyServer:
             return json_response(200, {})
         if target.route == "whoami":
             return whoami(request)
-        if target.route == "unknown" or target.name is None:
-            raise Refused(404, f"no such route: {request.path[:200]}; npm clients use "
-                          "--registry http://HOST:PORT/npm/", reason="no such route")
+        name = target.name
+        if target.route == "unknown" or (name is None and target.route != "search"):
+            # the client found /npm/, so its registry URL is right: no hint about it here
+            raise Refused(404, f"no such route: {request.path[:200]}; under /npm/ mirrorgate "
+                          "serves packuments, versions, tarballs, dist-tags, search and audit",
+                          reason="no such route")
         limit = self.settings.request_timeout
         try:
             async with asyncio.timeout(limit) as deadline:
+                if name is None:
+                    return json_response(200, await search(
+                        self.proxy.public, request.query, self._gated_or_none))
                 if target.route == "packument":
-                    return await self._packument(request, target.name)
+                    return await self._packument(request, name)
                 if target.route == "version":
-                    return await self._version(request, target.name, target.detail)
-                return await self.tarballs(request, target.name, target.detail, deadline)
+                    return await self._version(request, name, target.detail)
+                if target.route == "dist-tags":
+                    return await self._dist_tags(name)
+                return await self.tarballs(request, name, target.detail, deadline)
         except TimeoutError:
-            log.warning("request_timed_out", route=target.route, package=target.name.full,
-                        timeout=limit)
+            log.warning("request_timed_out", route=target.route,
+                        package=name.full if name is not None else None, timeout=limit)
             raise Refused(504, f"mirrorgate could not answer within {limit:g} s "
                           "(MIRRORGATE_REQUEST_TIMEOUT)") from None
 
@@ -323,13 +358,29 @@ class ProxyServer:
         body = version_document(record, self._key(request)[1])
         return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 
+    async def _dist_tags(self, name: PackageName) -> web.Response:
+        """`npm dist-tag ls`: the tags of the packument served, so never a denied version."""
+        gated = await self._gated_or_none(name)
+        if gated is None or not gated.survivors:
+            raise Refused(404, f"{name.full} has no admitted versions on the private or the "
+                          "public upstream", reason="not found")
+        return json_response(200, gated.dist_tags)
+
     # --- everything else -------------------------------------------------------------------
 
     async def unknown(self, request: web.Request) -> web.Response:
+        path = request.path[:200]
+        if looks_like_registry_path(request.raw_path.lstrip("/").split("?", 1)[0]):
+            body = {"error": f"no such route: {path}; mirrorgate serves the npm registry under "
+                    "/npm/: point the client at http://HOST:PORT/npm/ (npm: --registry, yarn "
+                    "4: npmRegistryServer, bun: [install] registry)",
+                    "reason": "no such route: the registry URL lacks /npm/"}
+        else:
+            body = {"error": f"no such route: {path}", "reason": "no such route"}
+        log.info("request_refused", route="unknown", status=404, path=_logged_path(request),
+                 reason=body["reason"])
         self._count("unknown", 404)
-        return json_response(404, {"error": f"no such route: {request.path[:200]}; npm "
-                                   "clients use --registry http://HOST:PORT/npm/",
-                                   "reason": "no such route"})
+        return json_response(404, body)
 
 
 SERVER = web.AppKey("mirrorgate_proxy_server", ProxyServer)

@@ -82,7 +82,7 @@ async def test_a_hostile_name_is_refused_with_a_json_400_and_never_reaches_an_up
 
 
 @pytest.mark.parametrize("path", [
-    "", "npm", "npm/", "npm/-/v1/search", "npm/pkg/1.0.0/extra", "anything/else",
+    "", "npm", "npm/", "npm/-/v1/nothing", "npm/pkg/1.0.0/extra", "anything/else",
     "npm/pkg/-/file.tgz/more",
 ])
 async def test_an_unknown_path_is_a_json_404(

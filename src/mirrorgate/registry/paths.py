@@ -12,8 +12,10 @@ backslashes and control characters. Decisions:
   dictionary key or a file name checked against the package (`version_from_filename`).
 - npm audit's two endpoints (`-/npm/v1/security/advisories/bulk`, `.../audits/quick`) are the
   `audit` and `audit-quick` routes, the only ones that take a POST.
-- Anything else under `/npm/` (including npm's `-/v1/search`, which the proxy does not offer)
-  is the `unknown` route: a JSON 404.
+- Two more of npm's `-/` endpoints are answered: `-/package/<name>/dist-tags` (`npm dist-tag
+  ls`) and `-/v1/search` (`npm search`). Anything else under `/npm/` is the `unknown` route: a
+  JSON 404. `looks_like_registry_path` tells a path that an npm client would send (so a
+  request to it outside `/npm/` is a client pointed at the wrong URL) from any other.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from urllib.parse import unquote
 
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
 
-__all__ = ["POST_ROUTES", "Route", "Target", "parse_target"]
+__all__ = ["POST_ROUTES", "Route", "Target", "looks_like_registry_path", "parse_target"]
 
 Route = Literal["packument", "version", "tarball", "ping", "whoami", "audit", "audit-quick",
-                "unknown"]
+                "dist-tags", "search", "unknown"]
 """The fixed route labels, also the `route` label of the request metric."""
 
 SEGMENT_LIMIT = 256
@@ -69,6 +71,10 @@ def parse_target(rest: str) -> Target:
         return Target("audit")
     if rest == "-/npm/v1/security/audits/quick":
         return Target("audit-quick")
+    if rest == "-/v1/search":
+        return Target("search")
+    if rest.startswith("-/package/") and rest.endswith("/dist-tags"):
+        return Target("dist-tags", parse_name(rest[len("-/package/"):-len("/dist-tags")]))
     if not rest or rest.startswith("-/"):
         return Target("unknown")
     segments = rest.split("/")
@@ -87,3 +93,21 @@ def parse_target(rest: str) -> Target:
     if len(remainder) == 2 and remainder[0] == "-":
         return Target("tarball", name, _decode_segment(remainder[1], "tarball filename"))
     return Target("unknown")
+
+
+WEB_FILES = (".ico", ".html", ".htm", ".php", ".txt", ".xml", ".png", ".css", ".env")
+"""Endings of what browsers and scanners ask a web server for: no npm client sends these."""
+
+
+def looks_like_registry_path(rest: str) -> bool:
+    """Whether a path (without its leading `/`) is one an npm client sends: one of npm's `-/`
+    endpoints, or a package, version or tarball path. Used outside `/npm/`, where it means the
+    client's registry URL lacks the `/npm/` prefix."""
+    if rest.startswith("-/"):
+        return True
+    if not rest or rest.lower().endswith(WEB_FILES):
+        return False
+    try:
+        return parse_target(rest).route != "unknown"
+    except InvalidNameError:
+        return False
