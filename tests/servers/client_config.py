@@ -4,7 +4,8 @@ The drivers (`tests.servers.package_managers`) write these files into every test
 the README's "Clients" section shows the same text rendered for an example host, which
 `tests/test_readme_clients.py` checks: what the README tells a person is what the tests run.
 Placeholders: `{registry}` (mirrorgate's `/npm/` URL), `{host}` (its host name), `{auth}`
-(`//host:port/npm/`, npm's key for a token) and `{token}`.
+(`//host:port/npm/`, npm's key for a token) and `{token}`, always a reference to the
+`NPM_TOKEN` environment variable in the client's own syntax, so no file holds a secret.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["CLIENT_CONFIGS", "DENIED_SAYS", "LOCKED_DENIED_SAYS", "ClientConfig", "render", "says"]
+__all__ = ["CLIENT_CONFIGS", "DENIED_SAYS", "LOCKED_DENIED_SAYS", "TOKEN_VARIABLE", "ClientConfig",
+           "render", "says"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,16 @@ CLIENT_CONFIGS: dict[str, ClientConfig] = {
 }
 
 
-def render(client: str, registry: str, token: str) -> str:
+TOKEN_VARIABLE = "NPM_TOKEN"  # noqa: S105 - a variable name, not a secret
+TOKEN_REFERENCE = {"bun": "$" + TOKEN_VARIABLE}
+"""How each client's file names an environment variable: `${VAR}` unless listed here."""
+
+
+def render(client: str, registry: str) -> str:
     """The configuration text `client` reads, for mirrorgate at `registry` (ending in `/`)."""
     parts = urlsplit(registry)
     host = parts.hostname or ""
+    token = TOKEN_REFERENCE.get(client, "${" + TOKEN_VARIABLE + "}")
     return CLIENT_CONFIGS[client].template.format(
         registry=registry, host=host, auth=f"//{parts.netloc}{parts.path}", token=token)
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from tests.servers.client_config import CLIENT_CONFIGS, render
+from tests.servers.client_config import CLIENT_CONFIGS, TOKEN_VARIABLE, render
 from tests.servers.npm import npm_executable
 from tests.servers.processes import ServerUnavailableError
 
@@ -36,8 +36,8 @@ __all__ = ["CLIENTS", "CLIENTS_DIR", "PackageManager", "client"]
 CLIENTS_DIR = Path(__file__).resolve().parents[1] / "clients"
 MODULES = CLIENTS_DIR / "node_modules"
 TOKEN = "mirrorgate-client-token"  # noqa: S105 - a fixed test value, not a secret
-"""What the drivers configure as the client's token: mirrorgate does not check client tokens
-yet, but every client sends it, so the README's auth lines are exercised."""
+"""The token the clients' config reads from MIRRORGATE_TOKEN: mirrorgate does not check client
+tokens yet, but every client reads the README's auth line and sends it."""
 
 
 class PackageManager:
@@ -70,11 +70,11 @@ class PackageManager:
 
     # -- shared -----------------------------------------------------------------------------
 
-    def configure(self, registry: str, token: str = TOKEN) -> Path:
+    def configure(self, registry: str) -> Path:
         """Write the client's project config pointing at `registry`; returns the file."""
         config = CLIENT_CONFIGS[self.name]
         path = self.project / config.filename
-        path.write_text(render(self.name, registry, token), encoding="utf-8")
+        path.write_text(render(self.name, registry), encoding="utf-8")
         return path
 
     def write_project(self, dependencies: Mapping[str, str]) -> None:
@@ -87,7 +87,7 @@ class PackageManager:
         xdg = self.home / "xdg"
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(self.home),
                "LANG": "C.UTF-8", "NO_COLOR": "1", "FORCE_COLOR": "0",
-               "NO_UPDATE_NOTIFIER": "1",
+               "NO_UPDATE_NOTIFIER": "1", TOKEN_VARIABLE: TOKEN,
                "XDG_CONFIG_HOME": str(xdg / "config"), "XDG_CACHE_HOME": str(xdg / "cache"),
                "XDG_DATA_HOME": str(xdg / "data"), "XDG_STATE_HOME": str(xdg / "state")}
         env.update(self.isolation_env())
