@@ -11,7 +11,8 @@ about, without any network. Decisions:
 - `dist.tarball` is not stored: a packument is rendered for a registry's base URL, so the same
   package can be served by the fixture registry, published to Verdaccio, or read by a test.
 - Times are fixed (2020-01-01 plus a day per version) unless a builder says otherwise, so
-  minimum-release-age rules see old versions by default and a `fresh_version` stands out.
+  minimum-release-age rules see old versions by default and a `fresh_version` stands out; yarn
+  4's default age gate (versions older than a day only) accepts every non-fresh fixture.
 - Version order is plain semver (prereleases below their release); fixture versions are
   well-formed, so a small key function does it without a semver library.
 """
