@@ -33,7 +33,9 @@ def only_problem(text: str) -> str:
 
 
 def documented_example() -> str:
-    match = re.search(r"```toml\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    text = README.read_text(encoding="utf-8")
+    rules_section = text[text.index("\n## Admission rules\n"):]
+    match = re.search(r"```toml\n(.*?)```", rules_section, re.DOTALL)
     assert match is not None, "the README's Admission rules section should hold a ```toml example"
     return match.group(1)
 
