@@ -268,7 +268,7 @@ class ProxyServer:
         limit = self.settings.request_timeout
         try:
             async with asyncio.timeout(limit) as deadline:
-                if name is None:
+                if name is None:  # the search route, the only one without a package name
                     return json_response(200, await search(
                         self.proxy.public, request.query, self._gated_or_none))
                 if target.route == "packument":
