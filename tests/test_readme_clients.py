@@ -33,11 +33,13 @@ def section() -> str:
 
 
 @pytest.mark.parametrize("client", sorted(CLIENT_CONFIGS))
-def test_the_readme_shows_the_config_file_the_tests_write_for(client: str) -> None:
+def test_the_readme_shows_the_config_files_the_tests_write_for(client: str) -> None:
     blocks = FENCED.findall(section())
 
-    assert render(client, EXAMPLE) in blocks
-    assert f"`{CLIENT_CONFIGS[client].filename}`" in section()
+    for file in CLIENT_CONFIGS[client]:
+        assert render(file, EXAMPLE) in blocks
+        shown = f"`~/{file.filename}`" if file.place == "home" else f"`{file.filename}`"
+        assert shown in section()
 
 
 @pytest.mark.parametrize("client", sorted(DENIED_SAYS))

@@ -3,7 +3,8 @@
 npm, pnpm, yarn 1, yarn 4 (Plug'n'Play, its one-day age gate on) and bun each, with a cold
 cache and its project config written from the README's snippets: install a six-package tree
 (one scoped), replay it with the public upstream stopped, install again from the lockfile it
-wrote, and meet a denied version with and without a lockfile. Decisions:
+wrote, and meet a denied version with and without a lockfile. Client tokens are on
+(`MIRRORGATE_CLIENT_TOKENS_FILE`), so each client must send the README's token line. Decisions:
 
 - One `Journey` per client (a module-scoped fixture parametrised by client), so pytest runs a
   client's cases together and tears its servers down before the next client starts. Each
@@ -25,11 +26,12 @@ from typing import Any
 
 import pytest
 
+from mirrorgate.clients import token_line
 from tests.e2e.mirroring import assert_verdaccio_holds_the_tree
 from tests.servers.availability import serving, unavailable
 from tests.servers.client_config import DENIED_SAYS, LOCKED_DENIED_SAYS, says
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.package_managers import CLIENTS, PackageManager, client
+from tests.servers.package_managers import CLIENTS, TOKEN, PackageManager, client
 from tests.servers.packages import EPOCH, make_package, standard_tree
 from tests.servers.ports import free_port
 from tests.servers.processes import MirrorgateProcess, ServerUnavailableError, wait_for
@@ -68,10 +70,18 @@ class Journey:
         self.offline_result: subprocess.CompletedProcess[str] | None = None
         self.offline_proxy = False
 
+    def tokens_file(self) -> str:
+        """Client tokens on: only a client that sends the README's auth line gets in, and
+        mirrorgate's log lines name it."""
+        path = self.workdir / "clients.txt"
+        path.write_text(token_line(f"{self.name}-client", TOKEN) + "\n", encoding="utf-8")
+        return str(path)
+
     def env(self, **extra: str) -> dict[str, str]:
         return {"MIRRORGATE_PUBLIC_UPSTREAM": self.public.url,
                 "MIRRORGATE_PRIVATE_UPSTREAM": self.verdaccio.url,
                 "MIRRORGATE_PRIVATE_TOKEN": self.verdaccio.token,
+                "MIRRORGATE_CLIENT_TOKENS_FILE": self.tokens_file(),
                 "MIRRORGATE_LISTEN": f"127.0.0.1:{self.port}", **extra}
 
     def restart(self, env: dict[str, str]) -> MirrorgateProcess:
@@ -209,6 +219,7 @@ class Gate:
         if not journey.public.running:
             journey.public.start()
         env = {"MIRRORGATE_PUBLIC_UPSTREAM": journey.public.url,
+               "MIRRORGATE_CLIENT_TOKENS_FILE": journey.tokens_file(),
                "MIRRORGATE_LISTEN": f"127.0.0.1:{self.port}"}
         if strict:
             env["MIRRORGATE_RULES_FILE"] = str(self.rules)
@@ -244,9 +255,10 @@ def test_a_denied_version_is_refused_and_logged_with_the_rule(
                 "deny-list") in output(done), output(done)
     assert project.installed(["gate-pinned"]) == {}
     # the log line is read from the process's stderr: the client's answer can overtake it
-    wait_for(lambda: ("gate-pinned", ["2.0.0"], ["deny-list"]) in [
-        (e["package"], e["versions"], e["rules"]) for e in proxy.events("versions_denied")],
-        message="versions_denied for gate-pinned@2.0.0")
+    wait_for(lambda: ("gate-pinned", ["2.0.0"], ["deny-list"], f"{journey.name}-client") in [
+        (e["package"], e["versions"], e["rules"], e.get("client"))
+        for e in proxy.events("versions_denied")],
+        message="versions_denied for gate-pinned@2.0.0, naming the client")
 
 
 def test_a_locked_version_denied_later_fails_with_mirrorgates_reason_where_the_client_shows_it(

@@ -4,59 +4,65 @@ The drivers (`tests.servers.package_managers`) write these files into every test
 the README's "Clients" section shows the same text rendered for an example host, which
 `tests/test_readme_clients.py` checks: what the README tells a person is what the tests run.
 Placeholders: `{registry}` (mirrorgate's `/npm/` URL), `{host}` (its host name), `{auth}`
-(`//host:port/npm/`, npm's key for a token) and `{token}`, always a reference to the
-`NPM_TOKEN` environment variable in the client's own syntax, so no file holds a secret.
+(`//host:port/npm/`, npm's key for a token) and `{token}`, `${NPM_TOKEN}`: every file names
+the `NPM_TOKEN` environment variable (bun as `$NPM_TOKEN`), so no file holds a secret.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlsplit
 
-__all__ = ["CLIENT_CONFIGS", "DENIED_SAYS", "LOCKED_DENIED_SAYS", "TOKEN_VARIABLE", "ClientConfig",
+__all__ = ["CLIENT_CONFIGS", "DENIED_SAYS", "LOCKED_DENIED_SAYS", "TOKEN_VARIABLE", "ConfigFile",
            "render", "says"]
 
 
 @dataclass(frozen=True)
-class ClientConfig:
-    """One file in the project: its name, and its text with the placeholders above."""
+class ConfigFile:
+    """One file a client reads: where (`project` directory or the user's `home`), its name,
+    and its text with the placeholders above."""
 
+    place: Literal["project", "home"]
     filename: str
     template: str
 
 
-NPMRC = ClientConfig(".npmrc", "registry={registry}\n{auth}:_authToken={token}\n")
-"""npm, pnpm and yarn 1 all read the project's .npmrc: one file serves the three."""
+NPMRC = ConfigFile("project", ".npmrc", "registry={registry}\n{auth}:_authToken={token}\n")
 
-CLIENT_CONFIGS: dict[str, ClientConfig] = {
-    "npm": NPMRC,
-    "pnpm": NPMRC,
-    "yarn1": NPMRC,
-    # unsafeHttpWhitelist: yarn 4 refuses plain http unless the host is listed; drop it
-    # when mirrorgate is behind https.
-    "yarn4": ClientConfig(".yarnrc.yml",
-                          'npmRegistryServer: "{registry}"\n'
-                          "unsafeHttpWhitelist:\n"
-                          '  - "{host}"\n'
-                          'npmAuthToken: "{token}"\n'),
-    "bun": ClientConfig("bunfig.toml",
-                        "[install]\n"
-                        'registry = {{ url = "{registry}", token = "{token}" }}\n'),
+CLIENT_CONFIGS: dict[str, tuple[ConfigFile, ...]] = {
+    "npm": (NPMRC,),
+    # pnpm 10 ignores a token taken from an environment variable in the project's .npmrc
+    # ("environment variables are not expanded in registry credentials that come from a
+    # project .npmrc"): the token line goes in the user's ~/.npmrc
+    "pnpm": (ConfigFile("project", ".npmrc", "registry={registry}\n"),
+             ConfigFile("home", ".npmrc", "{auth}:_authToken={token}\n")),
+    # yarn 1 sends the token on installs only with always-auth
+    "yarn1": (ConfigFile("project", ".npmrc",
+                         "registry={registry}\nalways-auth=true\n{auth}:_authToken={token}\n"),),
+    # unsafeHttpWhitelist: yarn 4 refuses plain http unless the host is listed (drop it behind
+    # https); npmAlwaysAuth: without it yarn 4 sends no token on installs
+    "yarn4": (ConfigFile("project", ".yarnrc.yml",
+                         'npmRegistryServer: "{registry}"\n'
+                         "unsafeHttpWhitelist:\n"
+                         '  - "{host}"\n'
+                         "npmAlwaysAuth: true\n"
+                         'npmAuthToken: "{token}"\n'),),
+    # bun names an environment variable as $VAR
+    "bun": (ConfigFile("project", "bunfig.toml",
+                       "[install]\n"
+                       'registry = {{ url = "{registry}", token = "$NPM_TOKEN" }}\n'),),
 }
 
-
 TOKEN_VARIABLE = "NPM_TOKEN"  # noqa: S105 - a variable name, not a secret
-TOKEN_REFERENCE = {"bun": "$" + TOKEN_VARIABLE}
-"""How each client's file names an environment variable: `${VAR}` unless listed here."""
 
 
-def render(client: str, registry: str) -> str:
-    """The configuration text `client` reads, for mirrorgate at `registry` (ending in `/`)."""
+def render(file: ConfigFile, registry: str) -> str:
+    """`file`'s text for mirrorgate at `registry` (ending in `/`)."""
     parts = urlsplit(registry)
-    host = parts.hostname or ""
-    token = TOKEN_REFERENCE.get(client, "${" + TOKEN_VARIABLE + "}")
-    return CLIENT_CONFIGS[client].template.format(
-        registry=registry, host=host, auth=f"//{parts.netloc}{parts.path}", token=token)
+    return file.template.format(registry=registry, host=parts.hostname or "",
+                                auth=f"//{parts.netloc}{parts.path}",
+                                token="${" + TOKEN_VARIABLE + "}")
 
 
 # What each client prints for a denied version, as the client matrix sees it and the README

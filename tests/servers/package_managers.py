@@ -36,8 +36,8 @@ __all__ = ["CLIENTS", "CLIENTS_DIR", "PackageManager", "client"]
 CLIENTS_DIR = Path(__file__).resolve().parents[1] / "clients"
 MODULES = CLIENTS_DIR / "node_modules"
 TOKEN = "mirrorgate-client-token"  # noqa: S105 - a fixed test value, not a secret
-"""The token the clients' config reads from MIRRORGATE_TOKEN: mirrorgate does not check client
-tokens yet, but every client reads the README's auth line and sends it."""
+"""The token the clients' config reads from NPM_TOKEN; the client matrix runs mirrorgate with
+client tokens on, so a client that did not send it would get 401."""
 
 
 class PackageManager:
@@ -70,12 +70,11 @@ class PackageManager:
 
     # -- shared -----------------------------------------------------------------------------
 
-    def configure(self, registry: str) -> Path:
-        """Write the client's project config pointing at `registry`; returns the file."""
-        config = CLIENT_CONFIGS[self.name]
-        path = self.project / config.filename
-        path.write_text(render(self.name, registry), encoding="utf-8")
-        return path
+    def configure(self, registry: str) -> None:
+        """Write the client's config files (project and home) pointing at `registry`."""
+        for file in CLIENT_CONFIGS[self.name]:
+            folder = self.project if file.place == "project" else self.home
+            (folder / file.filename).write_text(render(file, registry), encoding="utf-8")
 
     def write_project(self, dependencies: Mapping[str, str]) -> None:
         manifest = {"name": f"{self.name}-app", "version": "1.0.0", "private": True,
