@@ -10,7 +10,8 @@ wrote, and meet a denied version with and without a lockfile. Client tokens are 
   client's cases together and tears its servers down before the next client starts. Each
   journey has its own public registry, Verdaccio and proxy port: a client's cold install is
   never warmed by another's.
-- Steps are lazy and idempotent (`cold()`, `offline()`), so any single case also runs alone.
+- Steps are lazy and idempotent (`cold()`, `go_offline()`, `offline()`), so any single case
+  also runs alone.
 - yarn 4's replay with the public upstream down is a strict xfail until a mirrored version
   keeps its public publish time (issue 11): Verdaccio stamps the mirroring moment.
 - mirrorgate keeps its port across restarts, as an organisation's proxy URL does: yarn 1 and
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +40,17 @@ from tests.servers.processes import MirrorgateProcess, ServerUnavailableError, w
 from tests.servers.verdaccio import Verdaccio
 
 TREE = standard_tree()
-# yarn 4 refuses versions younger than a day (npmMinimalAgeGate): every fixture version is
-# published in 2020 (EPOCH onwards), and a mirrored copy must keep that public time.
-assert all(v.published >= EPOCH for p in TREE.packages for v in p.versions.values())
+# yarn 4 refuses versions younger than a day (npmMinimalAgeGate): every fixture version says
+# it was published more than a day ago (2020, EPOCH onwards), and a mirrored copy must keep
+# that public time.
+A_DAY_AGO = datetime.now(UTC) - timedelta(days=1)
 DIRECT = {name: TREE.resolved[name] for name in TREE.dependencies}
 # `gate-locked` is admitted when a lockfile names it, then denied; `gate-pinned@2.0.0` is
 # denied from the start, and 1.0.0 stays admitted (so the package itself exists).
 GATE_PACKAGES = [make_package("gate-locked", ["1.0.0"]),
                  make_package("gate-pinned", ["1.0.0", "2.0.0"])]
+assert all(EPOCH <= v.published < A_DAY_AGO
+           for p in (*TREE.packages, *GATE_PACKAGES) for v in p.versions.values())
 RULES = '[deny]\npackages = ["gate-locked@1.0.0", "gate-pinned@2.0.0"]\n'
 
 
