@@ -429,6 +429,7 @@ def test_the_rules_run_in_the_documented_order() -> None:
     assert RULE_NAMES == (
         "integrity-presence",
         "digest-floor",
+        "registry-signature",
         "deny-list",
         "allow-list",
         "advisory-unavailable",
@@ -436,6 +437,8 @@ def test_the_rules_run_in_the_documented_order() -> None:
         "advisory-severity",
         "install-scripts",
         "minimum-age",
+        "provenance-continuity",
+        "publisher-change",
     )
 
 

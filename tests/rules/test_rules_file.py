@@ -57,6 +57,7 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "order": [
             "integrity-presence",
             "digest-floor",
+            "registry-signature",
             "deny-list",
             "allow-list",
             "advisory-unavailable",
@@ -64,6 +65,8 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
             "advisory-severity",
             "install-scripts",
             "minimum-age",
+            "provenance-continuity",
+            "publisher-change",
         ],
         "integrity": {"presence": "always on", "minimum": "sha1",
                       "sha1_only": "admitted, flagged weak"},
@@ -72,6 +75,9 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "allow": {"packages": [], "mode": "everything not denied"},
         "install_scripts": {"block": False, "allow": []},
         "advisories": None,
+        "signatures": {"verify": False, "missing": "admit"},
+        "provenance": {"mode": "off", "window": 5, "quarantine": "7 days", "allow": []},
+        "publisher": {"mode": "off", "window": 20, "quarantine": "7 days", "allow": []},
     }
 
 
@@ -90,6 +96,8 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
         "allow": {"packages": [], "mode": "everything not denied"},
         "install_scripts": {"block": True, "allow": ["esbuild", "@prisma/engines"]},
         "advisories": None,
+        **{table: describe(DEFAULT_RULES)[table]
+           for table in ("signatures", "provenance", "publisher")},
     }
 
 
@@ -179,7 +187,8 @@ def test_the_error_text_names_the_file_on_every_line() -> None:
 def test_an_unknown_table_is_an_error_suggesting_the_right_one() -> None:
     assert only_problem("[ages]\nminimum = '3d'") == (
         "[ages]: unknown table (did you mean [age]?); the tables are [integrity], [age], "
-        "[deny], [allow], [install_scripts], [advisories]"
+        "[deny], [allow], [install_scripts], [advisories], [signatures], [provenance], "
+        "[publisher]"
     )
 
 

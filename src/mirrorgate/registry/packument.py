@@ -38,7 +38,16 @@ from mirrorgate.mirror import Digest, digests_from_dist
 from mirrorgate.registry.names import PackageName, tarball_filename
 from mirrorgate.registry.origins import Origin, OriginRefusal, check_on_origin
 from mirrorgate.registry.versions import highest
-from mirrorgate.rules import INSTALL_SCRIPT_KEYS, MINIMUM_AGE, Rules, evaluate, state_token
+from mirrorgate.rules import (
+    INSTALL_SCRIPT_KEYS,
+    MINIMUM_AGE,
+    Context,
+    KeySet,
+    Rules,
+    evaluate,
+    needs_history,
+    state_token,
+)
 
 __all__ = [
     "ABBREVIATED",
@@ -321,8 +330,10 @@ def gate(
     rules: Rules,
     now: datetime,
     origin: Origin,
+    keys: KeySet | None = None,
 ) -> Gated:
     """Merge the private and public packuments (either may be None) and gate public versions.
+    `keys` are the public registry's signing keys, for the signature rule (None: unavailable).
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
@@ -342,6 +353,9 @@ def gate(
     public_gates: dict[str, tuple[str | None, tuple[Digest, ...]]] = {}
     # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse this
     advisories = state_token(rules.advisories, now)
+    # The history the takeover rules read is built once here, not once per version.
+    context = Context.of(public_versions, public_times, needs_history=needs_history(rules),
+                         keys=keys)
 
     for version, manifest in public_versions.items():
         if _VERSION_KEY.fullmatch(version) is None or not isinstance(manifest, Mapping):
@@ -361,7 +375,7 @@ def gate(
             denial = Denial(TARBALL_ORIGIN, f"{label}'s tarball URL is not followed: {refusal}")
         if denial is None:
             verdict = evaluate(rules, name.full, version, manifest,
-                               public_times.get(version), now)
+                               public_times.get(version), now, context=context)
             if not verdict.admitted:
                 denial = Denial(verdict.rule or "unknown", verdict.reason or "denied")
                 if verdict.rule == MINIMUM_AGE:
@@ -369,6 +383,9 @@ def gate(
                     if published is not None:
                         flips = published + rules.minimum_age
                         regate_at = flips if regate_at is None else min(regate_at, flips)
+                if verdict.until is not None:  # a quarantine ends: gate the packument again
+                    regate_at = (verdict.until if regate_at is None
+                                 else min(regate_at, verdict.until))
             weak = verdict.weak
         tarball = url if denial is None and isinstance(url, str) else None
         digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()

@@ -23,12 +23,14 @@ go by package name or scope. Private versions are trusted and never evaluated. D
   key, a wrong type, a bad duration, pattern or range) is refused with a `RulesError` listing
   every problem, each naming its key: a typo must never silently weaken the policy.
 
-Four ideas, one module each: `patterns` (the list syntax), `policy` (the compiled rules and
-`evaluate`), `advisory` (the advisory rules), `file` (the TOML reader); this module re-exports
-their public names.
+One idea per module: `patterns` (the list syntax), `policy` (the compiled rules and
+`evaluate`), `advisory` (the advisory rules), `file` (the TOML reader), `signatures` (registry
+signatures), `takeover` (provenance continuity, publisher change), `context` (what
+packument-wide rules read); this module re-exports their public names.
 """
 
 from mirrorgate.rules.advisory import AdvisoryRules, state_token
+from mirrorgate.rules.context import Context
 from mirrorgate.rules.file import RulesError, load_rules, parse_rules
 from mirrorgate.rules.patterns import PackagePattern, PatternList, parse_pattern
 from mirrorgate.rules.policy import (
@@ -49,7 +51,10 @@ from mirrorgate.rules.policy import (
     Verdict,
     describe,
     evaluate,
+    needs_history,
 )
+from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, KeySet, SignatureRule, parse_keys
+from mirrorgate.rules.takeover import PROVENANCE_CONTINUITY, PUBLISHER_CHANGE, SignalRule
 
 __all__ = [
     "ADVISORY_MALWARE",
@@ -64,16 +69,25 @@ __all__ = [
     "INSTALL_SCRIPT_KEYS",
     "INTEGRITY_PRESENCE",
     "MINIMUM_AGE",
+    "PROVENANCE_CONTINUITY",
+    "PUBLISHER_CHANGE",
+    "REGISTRY_SIGNATURE",
     "RULE_NAMES",
     "AdvisoryRules",
+    "Context",
+    "KeySet",
     "PackagePattern",
     "PatternList",
     "Rules",
     "RulesError",
+    "SignalRule",
+    "SignatureRule",
     "Verdict",
     "describe",
     "evaluate",
     "load_rules",
+    "needs_history",
+    "parse_keys",
     "parse_pattern",
     "parse_rules",
     "state_token",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from mirrorgate.rules.patterns import (
     quoted,
 )
 from mirrorgate.rules.policy import ALGORITHMS, DEFAULT_RULES, MAX_MINIMUM_AGE, Rules, plural
+from mirrorgate.rules.signatures import SignatureRule
+from mirrorgate.rules.takeover import MODES, SignalRule
 
 __all__ = ["RulesError", "load_rules", "parse_rules"]
 
@@ -49,6 +52,9 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
     "install_scripts": ("block", "allow"),
     "advisories": ("source", "refresh", "malware", "severity", "unavailable", "max_age",
                    "ignore", "fast_lane"),
+    "signatures": ("verify", "missing"),
+    "provenance": ("continuity", "window", "quarantine", "allow"),
+    "publisher": ("change", "window", "quarantine", "allow"),
 }
 _ADVISORY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _SEVERITY_CHOICES = ("low", "medium", "high", "critical", "none")
@@ -182,6 +188,33 @@ class _Reader:
             return None
         return timedelta(days=value), plural(value, "day")
 
+    def signal(self, table: str, mode_key: str, values: dict[str, Any],
+               default: SignalRule) -> SignalRule:
+        """A takeover signal's table: its mode under `mode_key` (required: a signal is asked
+        for by name, never switched on by an empty table), window, quarantine, allow."""
+        settings: dict[str, Any] = {}
+        if mode_key not in values:
+            self.problem(f"{table}.{mode_key}", f"is required in [{table}]; write {mode_key} = "
+                         f"{_one_of(MODES)}")
+        else:
+            settings["mode"] = self.string(f"{table}.{mode_key}", values[mode_key], MODES)
+        if "window" in values:
+            window = values["window"]
+            if not isinstance(window, int) or isinstance(window, bool) or not 1 <= window <= 1000:
+                self.problem(f"{table}.window", "should be a whole number of versions from 1 to "
+                             f"1000, got {window!r}; e.g. window = {default.window}")
+            else:
+                settings["window"] = window
+        if "quarantine" in values:
+            parsed = self.duration(f"{table}.quarantine", values["quarantine"])
+            if parsed is not None:
+                settings["quarantine"], settings["quarantine_text"] = parsed
+        if "allow" in values:
+            settings["allow"] = self.patterns(f"{table}.allow", values["allow"])
+        if settings.get("mode") is None:
+            settings.pop("mode", None)
+        return replace(default, **settings)
+
     def too_long(self, key: str) -> None:
         self.problem(key, f"is longer than {MAX_MINIMUM_AGE.days} days, which would deny "
                      "every version; set a shorter minimum or leave [age] out")
@@ -249,6 +282,18 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
 
     if "advisories" in tables:
         values["advisories"] = _advisories(read, tables["advisories"], source)
+    if "signatures" in tables:
+        signing = tables["signatures"]
+        # Writing the table is asking for verification; `verify = false` keeps it and turns it off.
+        verify = read.boolean("signatures.verify", signing.get("verify", True))
+        missing = read.string("signatures.missing", signing.get("missing", "admit"),
+                              ("admit", "deny"))
+        values["signatures"] = SignatureRule(bool(verify), "deny" if missing == "deny"
+                                             else "admit")
+    for table, mode_key in (("provenance", "continuity"), ("publisher", "change")):
+        if table in tables:
+            values[table] = read.signal(table, mode_key, tables[table],
+                                        getattr(DEFAULT_RULES, table))
 
     if read.problems:
         raise RulesError(read.problems, source)

@@ -2,14 +2,16 @@
 
 Evaluation is pure (no I/O, no clock of its own: `now` is passed in), deterministic and cheap,
 because the serve path runs it for every public version of a packument when it fills its cache.
-Nine rules with stable names (metric labels, 403 bodies) are evaluated in this order, the first
-denial winning: `integrity-presence` (always on), `digest-floor` (sha1-only versions admitted
-but flagged weak unless a stronger floor is set), `deny-list`, `allow-list` (a non-empty allow
-list admits only what it names), the three advisory rules (`rules.advisory`), `install-scripts`,
-`minimum-age` (which a version fixing an advisory skips when the fast lane is on). A version
-that is not valid semver cannot be placed relative to a range: a ranged deny entry denies it
-(fail closed), a ranged allow or exemption entry does not cover it. A missing or unparseable
-publish time is "no time entry", denied by the age rule unless `age.missing_time = "allow"`.
+Rules with stable names (metric labels, 403 bodies) are evaluated in `RULE_NAMES` order, the
+first denial winning: `integrity-presence` (always on), `digest-floor` (sha1-only versions
+admitted but flagged weak unless a stronger floor is set), `registry-signature`, `deny-list`,
+`allow-list` (a non-empty allow list admits only what it names), the three advisory rules
+(`rules.advisory`), `install-scripts`, `minimum-age` (which a version fixing an advisory skips
+when the fast lane is on), then the takeover signals `provenance-continuity` and
+`publisher-change` (`rules.takeover`). A version that is not valid semver cannot be placed
+relative to a range: a ranged deny entry denies it (fail closed), a ranged allow or exemption
+entry does not cover it. A missing or unparseable publish time is "no time entry", denied by
+the age rule unless `age.missing_time = "allow"`.
 """
 
 from __future__ import annotations
@@ -30,12 +32,22 @@ from mirrorgate.rules.advisory import (
     check,
     fast_lane,
 )
+from mirrorgate.rules.context import Context
 from mirrorgate.rules.patterns import PatternList, Subject, quoted
+from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, SignatureRule, check_signature
+from mirrorgate.rules.takeover import (
+    PROVENANCE_CONTINUITY,
+    PUBLISHER_CHANGE,
+    SignalRule,
+    check_provenance,
+    check_publisher,
+)
 
 __all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "ALGORITHMS",
            "ALLOW_LIST", "DEFAULT_RULES", "DENY_LIST", "DIGEST_FLOOR",
            "INSTALL_SCRIPTS", "INSTALL_SCRIPT_KEYS", "INTEGRITY_PRESENCE", "MAX_MINIMUM_AGE",
-           "MINIMUM_AGE", "RULE_NAMES", "Rules", "Verdict", "describe", "evaluate", "plural"]
+           "MINIMUM_AGE", "RULE_NAMES", "Rules", "Verdict", "describe", "evaluate",
+           "needs_history", "plural"]
 
 INTEGRITY_PRESENCE = "integrity-presence"
 DIGEST_FLOOR = "digest-floor"
@@ -46,6 +58,7 @@ MINIMUM_AGE = "minimum-age"
 RULE_NAMES: tuple[str, ...] = (
     INTEGRITY_PRESENCE,
     DIGEST_FLOOR,
+    REGISTRY_SIGNATURE,
     DENY_LIST,
     ALLOW_LIST,
     ADVISORY_UNAVAILABLE,
@@ -53,6 +66,8 @@ RULE_NAMES: tuple[str, ...] = (
     ADVISORY_SEVERITY,
     INSTALL_SCRIPTS,
     MINIMUM_AGE,
+    PROVENANCE_CONTINUITY,
+    PUBLISHER_CHANGE,
 )
 
 ALGORITHMS: tuple[str, ...] = ("sha1", "sha256", "sha384", "sha512")  # weakest first
@@ -79,6 +94,9 @@ class Rules:
     block_install_scripts: bool = False
     install_scripts_allow: PatternList = field(default_factory=PatternList)
     advisories: AdvisoryRules | None = None
+    signatures: SignatureRule = field(default_factory=SignatureRule)
+    provenance: SignalRule = field(default_factory=lambda: SignalRule(window=5))
+    publisher: SignalRule = field(default_factory=lambda: SignalRule(window=20))
     source: str = field(default="<defaults>", compare=False)
 
 
@@ -93,6 +111,8 @@ class Verdict:
     rule: str | None
     reason: str | None
     weak: bool = False
+    until: datetime | None = None
+    """For a timed denial (a quarantine): when it ends, so the packument is re-gated then."""
 
 
 _ADMITTED = Verdict(True, None, None)
@@ -166,11 +186,15 @@ def evaluate(
     manifest: Mapping[str, Any],
     published: str | None,
     now: datetime,
+    *,
+    context: Context | None = None,
 ) -> Verdict:
     """Whether the public version `name@version` is admitted, and if not by which rule and why.
 
     `manifest` is the packument's `versions[version]`, `published` its `time[version]` (or None)
-    and `now` the moment to measure release age against. Pure: no I/O, no clock, no logging.
+    and `now` the moment to measure release age against. `context` carries what the
+    packument-wide rules read (history, registry keys); without it they see no history and no
+    keys. Pure: no I/O, no clock, no logging.
     """
     is_mapping = isinstance(manifest, Mapping)
     dist = manifest.get("dist") if is_mapping else None
@@ -190,6 +214,11 @@ def evaluate(
             f"the rules require {floor}",
         )
     admitted = _ADMITTED_WEAK if best.algorithm == "sha1" else _ADMITTED
+    # Tampered metadata outranks every policy reason, so it is checked first.
+    keys = context.keys if context is not None else None
+    unsigned = check_signature(rules.signatures, keys, name, version, manifest, published)
+    if unsigned is not None:
+        return _deny(unsigned.rule, unsigned.reason)
 
     subject = Subject(name, version)
     if rules.deny:
@@ -241,7 +270,20 @@ def evaluate(
             age = current - when
             if age < rules.minimum_age:
                 return _deny(MINIMUM_AGE, _age_reason(when, age, rules))
+    history = context.history if context is not None else None
+    if history is not None:
+        current = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+        for signal, settings in ((check_provenance, rules.provenance),
+                                 (check_publisher, rules.publisher)):
+            fired = signal(settings, name, version, history, current)
+            if fired is not None:
+                return Verdict(False, fired.rule, fired.reason, until=fired.until)
     return admitted
+
+
+def needs_history(rules: Rules) -> bool:
+    """Whether `evaluate` under these rules reads the packument's history."""
+    return rules.provenance.on or rules.publisher.on
 
 
 def describe(rules: Rules) -> dict[str, Any]:
@@ -271,6 +313,10 @@ def describe(rules: Rules) -> dict[str, Any]:
             "allow": rules.install_scripts_allow.texts(),
         },
         "advisories": _describe_advisories(rules.advisories),
+        "signatures": {"verify": rules.signatures.verify, "missing": rules.signatures.missing},
+        **{key: {"mode": signal.mode, "window": signal.window,
+                 "quarantine": signal.quarantine_text, "allow": signal.allow.texts()}
+           for key, signal in (("provenance", rules.provenance), ("publisher", rules.publisher))},
     }
 
 

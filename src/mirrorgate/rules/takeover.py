@@ -1,0 +1,216 @@
+"""Account-takeover signals over a packument's history: provenance continuity, publisher change.
+
+A stolen token shows in the metadata: the attacker's version lacks the provenance attestation
+the project's CI attached to the previous ones, or is published by an account that published
+none of them. Both rules read the public versions in publish-time order (`History`, built once
+per packument), so they stay pure and cost no request per version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from mirrorgate.rules.patterns import PatternList, Subject
+
+__all__ = ["MODES", "PROVENANCE_CONTINUITY", "PROVENANCE_PREDICATE", "PUBLISHER_CHANGE",
+           "Finding", "History", "Release", "SignalRule", "check_provenance",
+           "check_publisher", "moment"]
+
+PROVENANCE_CONTINUITY = "provenance-continuity"
+PUBLISHER_CHANGE = "publisher-change"
+PROVENANCE_PREDICATE = "https://slsa.dev/provenance/"
+"""npm's `dist.attestations.provenance.predicateType` starts with this: `.../v1` today,
+`.../v0.2` on the first versions published with provenance; both count."""
+
+Mode = Literal["deny", "quarantine", "off"]
+MODES: tuple[str, ...] = ("deny", "quarantine", "off")
+_SHOWN_NAMES = 4
+_PRINTABLE = re.compile(r"[ -~]{1,100}")
+
+
+@dataclass(frozen=True)
+class SignalRule:
+    """One signal's settings: what it does (`mode`), over how many previous versions
+    (`window`), how long a quarantine lasts, and the entries that release a version."""
+
+    mode: Mode = "off"
+    window: int = 5
+    quarantine: timedelta = timedelta(days=7)
+    quarantine_text: str = "7 days"
+    allow: PatternList = field(default_factory=PatternList)
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A signal that fired: the rule, the reason with its evidence, and for a quarantine the
+    moment it ends (the packument is re-gated then)."""
+
+    rule: str
+    reason: str
+    until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """One public version as the history sees it."""
+
+    version: str
+    published: datetime
+    publishers: frozenset[str]
+    provenance: bool
+
+
+def moment(text: object) -> datetime | None:
+    """A packument `time` entry as an aware UTC datetime, or None when missing or unreadable."""
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def _publishers(manifest: Mapping[str, Any]) -> frozenset[str]:
+    # `_npmUser` names the account that ran the publish; old documents lack it, and then the
+    # version's `maintainers` (the accounts able to publish it) stand in.
+    user = manifest.get("_npmUser")
+    if isinstance(user, Mapping) and isinstance(user.get("name"), str) and user["name"]:
+        return frozenset((user["name"],))
+    found: set[str] = set()
+    maintainers = manifest.get("maintainers")
+    if isinstance(maintainers, list):
+        for entry in maintainers[:100]:
+            name = entry.get("name") if isinstance(entry, Mapping) else entry
+            if isinstance(name, str) and name:
+                found.add(name.split(" <", 1)[0].strip())
+    return frozenset(found)
+
+
+def _has_provenance(manifest: Mapping[str, Any]) -> bool:
+    dist = manifest.get("dist")
+    attestations = dist.get("attestations") if isinstance(dist, Mapping) else None
+    provenance = attestations.get("provenance") if isinstance(attestations, Mapping) else None
+    kind = provenance.get("predicateType") if isinstance(provenance, Mapping) else None
+    return isinstance(kind, str) and kind.startswith(PROVENANCE_PREDICATE)
+
+
+class History:
+    """The public versions of one packument in publish-time order. A version without a usable
+    `time` entry cannot be placed, so it is left out: it neither fires a signal nor serves as
+    evidence (the age rule decides what a missing time means)."""
+
+    def __init__(self, releases: list[Release]) -> None:
+        self.order = sorted(releases, key=lambda release: (release.published, release.version))
+        self.index = {release.version: at for at, release in enumerate(self.order)}
+
+    @classmethod
+    def of(cls, versions: Mapping[str, Any], times: Mapping[str, Any]) -> History:
+        releases: list[Release] = []
+        for version, manifest in versions.items():
+            when = moment(times.get(version))
+            if when is None or not isinstance(manifest, Mapping):
+                continue
+            releases.append(Release(version, when, _publishers(manifest),
+                                    _has_provenance(manifest)))
+        return cls(releases)
+
+    def get(self, version: str) -> Release | None:
+        at = self.index.get(version)
+        return None if at is None else self.order[at]
+
+    def before(self, version: str, count: int) -> list[Release]:
+        at = self.index.get(version, 0)
+        return self.order[max(0, at - count):at]
+
+    def after(self, version: str) -> list[Release]:
+        at = self.index.get(version)
+        return [] if at is None else self.order[at + 1:]
+
+
+def _shown(text: str) -> str:
+    """An upstream string (an account name, a version) safe to print in a terminal."""
+    return f"`{text}`" if _PRINTABLE.fullmatch(text) else json.dumps(text[:100])
+
+
+def _accounts(names: frozenset[str] | set[str]) -> str:
+    if not names:
+        return "an unknown account"
+    listed = sorted(names)
+    text = ", ".join(_shown(name) for name in listed[:_SHOWN_NAMES])
+    return text + (f" and {len(listed) - _SHOWN_NAMES} more" if len(listed) > _SHOWN_NAMES
+                   else "")
+
+
+def _versions(releases: list[Release]) -> str:
+    if len(releases) == 1:
+        return f"version {_shown(releases[0].version)} was"
+    return f"versions {_shown(releases[0].version)}-{_shown(releases[-1].version)} were"
+
+
+def _stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _verdict(rule: str, key: str, settings: SignalRule, name: str, release: Release,
+             evidence: str, now: datetime) -> Finding | None:
+    """The finding for a fired signal, unless an allow entry releases the version or its
+    quarantine is over."""
+    if settings.allow.first_match(Subject(name, release.version),
+                                  unparseable_matches=False) is not None:
+        return None
+    release_hint = (f"if this is legitimate, add \"{name}@{release.version}\" (or \"{name}\") "
+                    f"to {key}.allow")
+    if settings.mode == "deny":
+        return Finding(rule, f"{evidence}; {release_hint}")
+    until = release.published + settings.quarantine
+    if now >= until:
+        return None
+    return Finding(rule, f"quarantined until {_stamp(until)} ({settings.quarantine_text} after "
+                         f"publication) because it was {evidence}; {release_hint} to release "
+                         "it sooner", until)
+
+
+def check_provenance(settings: SignalRule, name: str, version: str, history: History,
+                     now: datetime) -> Finding | None:
+    """A version without provenance when any of the previous `window` versions had it."""
+    release = history.get(version)
+    if not settings.on or release is None or release.provenance:
+        return None
+    attested = [r for r in history.before(version, settings.window) if r.provenance]
+    if not attested:
+        return None
+    # A quarantine also ends once a newer version restores provenance: the project's CI is
+    # publishing again, so the gap was a one-off (a manual hotfix), not a takeover.
+    if settings.mode == "quarantine" and any(r.provenance for r in history.after(version)):
+        return None
+    evidence = (f"published by {_accounts(release.publishers)} without provenance; "
+                f"{_versions(attested)} published by "
+                f"{_accounts(set().union(*(r.publishers for r in attested)))} with provenance")
+    return _verdict(PROVENANCE_CONTINUITY, "provenance", settings, name, release, evidence, now)
+
+
+def check_publisher(settings: SignalRule, name: str, version: str, history: History,
+                    now: datetime) -> Finding | None:
+    """A version published by an account that published none of the previous `window`."""
+    release = history.get(version)
+    if not settings.on or release is None or not release.publishers:
+        return None
+    previous = [r for r in history.before(version, settings.window) if r.publishers]
+    known: set[str] = set().union(*(r.publishers for r in previous))
+    # Nothing to compare against (a first version, or no publisher recorded before): no signal.
+    if not known or release.publishers & known:
+        return None
+    evidence = (f"published by {_accounts(release.publishers)}, an account that published none "
+                f"of the previous {len(previous)} versions; {_versions(previous)} published by "
+                f"{_accounts(known)}")
+    return _verdict(PUBLISHER_CHANGE, "publisher", settings, name, release, evidence, now)
