@@ -46,6 +46,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.registry.audit import AuditRoute
 from mirrorgate.registry.fill import THREAD_ABOVE, PackumentSource
+from mirrorgate.registry.keys import RegistryKeys
 from mirrorgate.registry.names import InvalidNameError, PackageName
 from mirrorgate.registry.negotiation import (
     BadBaseError,
@@ -136,8 +137,10 @@ class ProxyServer:
             clock=clock,
             on_result=self._count_cache,
         )
+        self.keys = RegistryKeys(proxy.public, clock=clock)
         self.source = PackumentSource(private=proxy.private, public=proxy.public,
-                                      rules=proxy.rules, metrics=proxy.metrics, now=now)
+                                      rules=proxy.rules, metrics=proxy.metrics, now=now,
+                                      keys=self.keys)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      packument=self._gated_or_none, clock=clock)
@@ -259,6 +262,8 @@ class ProxyServer:
             return json_response(200, {})
         if target.route == "whoami":
             return whoami(request)
+        if target.route == "keys":
+            return await self._keys()
         name = target.name
         if target.route == "unknown" or (name is None and target.route != "search"):
             # the client found /npm/, so its registry URL is right: no hint about it here
@@ -283,6 +288,16 @@ class ProxyServer:
                         package=name.full if name is not None else None, timeout=limit)
             raise Refused(504, f"mirrorgate could not answer within {limit:g} s "
                           "(MIRRORGATE_REQUEST_TIMEOUT)") from None
+
+    async def _keys(self) -> web.Response:
+        """The public registry's signing keys, as it serves them: npm checks the
+        `dist.signatures` mirrorgate keeps in served versions against these."""
+        document = await self.keys.document()
+        if document is None:
+            raise Refused(503, "the public registry's signing keys are not available yet; "
+                          "try again shortly", reason="keys unavailable",
+                          headers={"Retry-After": "30"})
+        return web.Response(body=document, content_type="application/json")
 
     # --- packuments ------------------------------------------------------------------------
 
@@ -410,6 +425,7 @@ def build_proxy_app(
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:
         yield
         await server.tarballs.drain()
+        await server.keys.close()
 
     app.cleanup_ctx.append(drain_enqueues)
     return app

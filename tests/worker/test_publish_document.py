@@ -87,7 +87,16 @@ def test_the_manifest_keeps_every_admitted_field_and_describes_the_bytes_sent() 
         "tarball": "http://127.0.0.1:2/@acme/widget/-/widget-1.4.2.tgz",
         "fileCount": 3,
         "unpackedSize": 1234,
+        "attestations": {"url": "http://127.0.0.1:1/-/npm/v1/attestations/x"},
     }
+
+
+def test_registry_signatures_are_kept_when_they_sign_the_integrity_of_the_bytes_sent() -> None:
+    # They are made over name@version:integrity: with the same bytes, the same integrity, so
+    # they still verify against the public registry's keys (served at /npm/-/npm/v1/keys).
+    manifest = version_manifest(parse_name("@acme/widget"), "1.4.2", ADMITTED, "sha512-public",
+                                "1" * 40, "http://127.0.0.1:2/@acme/widget/-/widget-1.4.2.tgz")
+    assert manifest["dist"]["signatures"] == ADMITTED["dist"]["signatures"]
 
 
 def test_the_name_and_version_come_from_the_job_not_from_the_manifest() -> None:

@@ -5,9 +5,9 @@ per package however many clients wait (the cache is single-flight). Decisions:
 
 - The private and public packuments are fetched concurrently. The public one is revalidated
   with the ETag it came with; on a 304, when the private answer is unchanged (same
-  fingerprint) and no release-age denial has come of age since, the previous entry is kept as
-  it is, renderings included. Otherwise the public packument is fetched again in full and the
-  entry rebuilt.
+  fingerprint) and no timed denial (release age, quarantine) has come of age since, the
+  previous entry is kept as it is, renderings included. Otherwise the public packument is
+  fetched again in full and the entry rebuilt.
 - Either upstream may fail on its own and be logged (`upstream_failed`): the packument is
   built from what answered, and held only `DEGRADED_FRESH_FOR` seconds so the missing half is
   asked for again soon (so is one gated before the advisory index first loaded). Nothing
@@ -32,12 +32,13 @@ import structlog
 from mirrorgate.cache import Loaded, Slot
 from mirrorgate.metrics import Metrics
 from mirrorgate.registry.filestore import StoreError
+from mirrorgate.registry.keys import RegistryKeys
 from mirrorgate.registry.names import PackageName
 from mirrorgate.registry.packument import Gated, gate
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.rendered import Entry, fingerprint
 from mirrorgate.registry.upstream import JsonAnswer, Upstream, UpstreamError
-from mirrorgate.rules import Rules, state_token
+from mirrorgate.rules import KeySet, Rules, state_token
 
 __all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "PackumentSource"]
 
@@ -55,8 +56,10 @@ REFUSALS_LOGGED = 5
 
 class PackumentSource:
     def __init__(self, *, private: PrivateSource, public: Upstream, rules: Rules,
-                 metrics: Metrics, now: Callable[[], datetime]) -> None:
+                 metrics: Metrics, now: Callable[[], datetime],
+                 keys: RegistryKeys | None = None) -> None:
         self.private = private
+        self.keys = keys
         self.public = public
         self.rules = rules
         self.metrics = metrics
@@ -96,8 +99,8 @@ class PackumentSource:
                       and (old.gated.regate_at is None or now < old.gated.regate_at)
                       and old.gated.advisories == state_token(self.rules.advisories, now))
         etag = previous.validator if revalidate and previous is not None else None
-        (private, private_error), public = await asyncio.gather(
-            self._private_document(name), self._public_answer(name, etag))
+        (private, private_error), public, keys = await asyncio.gather(
+            self._private_document(name), self._public_answer(name, etag), self._keys())
         private_print = fingerprint(private)
         if isinstance(public, JsonAnswer) and public.status == 304:
             if previous is not None and old is not None and old.fingerprint == private_print:
@@ -113,24 +116,33 @@ class PackumentSource:
             return Loaded(Entry(None, None), 256)
         size = answer.size if answer is not None else 0
         if size > THREAD_ABOVE:
-            gated = await asyncio.to_thread(self._gate, name, private, public_doc, now)
+            gated = await asyncio.to_thread(self._gate, name, private, public_doc, now, keys)
         else:
-            gated = self._gate(name, private, public_doc, now)
+            gated = self._gate(name, private, public_doc, now, keys)
         if failure is not None and not gated.survivors:
             raise failure
         self._report(gated)
-        # gated before the advisory index's first load: held briefly, like a degraded answer,
-        # so the index applies within seconds of landing rather than a whole TTL later
+        # gated before the advisory index's first load, or without the keys signatures need:
+        # held briefly, like a degraded answer, so either applies within seconds of landing
         before_index = gated.advisories is not None and gated.advisories[0] == 0
+        unverified = self.rules.signatures.verify and keys is None
         return Loaded(Entry(gated, private_print), gated.size + 256,
                       answer.etag if answer is not None else None,
-                      fresh_for=DEGRADED_FRESH_FOR if failure is not None or before_index
-                      else None)
+                      fresh_for=DEGRADED_FRESH_FOR
+                      if failure is not None or before_index or unverified else None)
+
+    async def _keys(self) -> KeySet | None:
+        """The registry's keys when the rules verify signatures (fetched concurrently with the
+        packuments, bounded by `keys.FIRST_WAIT`); None otherwise or while unavailable."""
+        if not self.rules.signatures.verify or self.keys is None:
+            return None
+        return await self.keys.current()
 
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
-              public: Mapping[str, Any] | None, now: datetime) -> Gated:
+              public: Mapping[str, Any] | None, now: datetime,
+              keys: KeySet | None) -> Gated:
         return gate(name, private, public, rules=self.rules, now=now,
-                    origin=self.public.origin)
+                    origin=self.public.origin, keys=keys)
 
     def _report(self, gated: Gated) -> None:
         for rule, count in gated.denials.items():

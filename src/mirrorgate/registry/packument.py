@@ -353,7 +353,11 @@ def gate(
     public_gates: dict[str, tuple[str | None, tuple[Digest, ...]]] = {}
     # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse this
     advisories = state_token(rules.advisories, now)
-    # The history the takeover rules read is built once here, not once per version.
+    # The history the takeover rules read is built once here, not once per version. Gated
+    # without the keys it should have had, the entry is re-gated at its next fill (now), so
+    # a revalidation cannot keep it once the keys are back.
+    if rules.signatures.verify and keys is None and public_versions:
+        regate_at = now
     context = Context.of(public_versions, public_times, needs_history=needs_history(rules),
                          keys=keys)
 

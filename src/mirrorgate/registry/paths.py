@@ -1,4 +1,5 @@
-"""What an `/npm/...` request path asks for: a packument, a version, a tarball, ping, whoami.
+"""What an `/npm/...` request path asks for: a packument, a version, a tarball, ping, whoami,
+or the public registry's signing keys (`-/npm/v1/keys`, for `npm audit signatures`).
 
 The path is read from `request.raw_path` (never the router's decoded copy), split on `/`, and
 the name handed to `parse_name`, which refuses `..`, `%2e%2e`, `%2f` in an unscoped name,
@@ -29,7 +30,7 @@ from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
 __all__ = ["POST_ROUTES", "Route", "Target", "looks_like_registry_path", "parse_target"]
 
 Route = Literal["packument", "version", "tarball", "ping", "whoami", "audit", "audit-quick",
-                "dist-tags", "search", "unknown"]
+                "dist-tags", "search", "keys", "unknown"]
 """The fixed route labels, also the `route` label of the request metric."""
 
 SEGMENT_LIMIT = 256
@@ -75,6 +76,8 @@ def parse_target(rest: str) -> Target:
         return Target("search")
     if rest.startswith("-/package/") and rest.endswith("/dist-tags"):
         return Target("dist-tags", parse_name(rest[len("-/package/"):-len("/dist-tags")]))
+    if rest == "-/npm/v1/keys":
+        return Target("keys")
     if not rest or rest.startswith("-/"):
         return Target("unknown")
     segments = rest.split("/")

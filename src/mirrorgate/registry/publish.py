@@ -8,10 +8,12 @@ The worker mirrors a version by publishing it the way the npm client does, so an
   never taken from the manifest.
 - `dist` is rebuilt to describe the bytes sent: sha512 `integrity`, sha1 `shasum` (computed
   from those bytes, see `verify.describe`) and `tarball`, the target's own URL for the file;
-  of the admitted `dist` only `fileCount` and `unpackedSize` are kept. The rest belongs to the
-  public registry and would be false elsewhere: `signatures`, `npm-signature` and
-  `attestations` are signed by, or point at, the public registry and would fail verification
-  against the target.
+  of the admitted `dist`, `fileCount`, `unpackedSize` and `attestations` are kept, and
+  `signatures` when the integrity they sign (`name@version:integrity`) is the one rebuilt from
+  the exact bytes: they then still verify against the public registry's keys, which mirrorgate
+  serves at `/npm/-/npm/v1/keys`, so `npm audit signatures` through mirrorgate passes for a
+  mirrored version and the provenance rule keeps its history. The legacy PGP `npm-signature` is
+  dropped.
 - `_attachments` carries the exact bytes in base64 with their length. The body is streamed
   (`PublishBody`): the JSON around the attachment is rendered once, and the base64 is encoded
   chunk by chunk as the request is sent, so publishing a tarball holds the tarball once, not
@@ -49,7 +51,9 @@ __all__ = [
 NON_LATEST_TAG = "mirrorgate"
 """The tag a mirrored version gets when it must not become `latest`."""
 
-_KEPT_DIST = ("fileCount", "unpackedSize")
+_KEPT_DIST = ("fileCount", "unpackedSize", "attestations")
+_SIGNED_DIST = ("signatures",)
+"""Kept only when the admitted integrity equals the rebuilt one (what they were made over)."""
 _ALREADY_EXISTS = (
     "already exist",            # Artifactory, GitLab, many others
     "already present",          # Verdaccio: "this package is already present"
@@ -104,6 +108,8 @@ def version_manifest(name: PackageName, version: str, admitted: Mapping[str, Any
     dist: dict[str, Any] = {}
     if isinstance(old_dist, Mapping):
         dist.update((key, old_dist[key]) for key in _KEPT_DIST if key in old_dist)
+        if old_dist.get("integrity") == integrity:
+            dist.update((key, old_dist[key]) for key in _SIGNED_DIST if key in old_dist)
     dist.update(integrity=integrity, shasum=shasum, tarball=tarball_url)
     manifest.update(name=name.full, version=version, _id=f"{name.full}@{version}", dist=dist)
     return manifest
