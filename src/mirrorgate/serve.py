@@ -137,7 +137,7 @@ class ProxyServer:
             clock=clock,
             on_result=self._count_cache,
         )
-        self.keys = RegistryKeys(proxy.public, clock=clock)
+        self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
         self.source = PackumentSource(private=proxy.private, public=proxy.public,
                                       rules=proxy.rules, metrics=proxy.metrics, now=now,
                                       keys=self.keys)

@@ -89,6 +89,7 @@ async def test_without_the_registrys_keys_unsigned_policy_applies_until_they_arr
     after = (await proxy.get("npm/keyless")).json()
 
     assert before.status == 403
+    assert proxy.metric("mirrorgate_refusals_total", reason="bad_registry_keys") == 1
     assert "the public registry's signing keys are unavailable" in before.json()["reason"]
     assert list(after["versions"]) == ["1.0.0"]
 

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import structlog
 
+from mirrorgate.metrics import Metrics
 from mirrorgate.registry.upstream import Upstream, UpstreamError
 from mirrorgate.rules import KeySet, parse_keys
 
@@ -37,8 +38,10 @@ a slow keys endpoint costs the first requests this much once, never every reques
 class RegistryKeys:
     """The keys, their document as served, and the one fetch in flight (single-flight)."""
 
-    def __init__(self, public: Upstream, *, clock: Callable[[], float]) -> None:
+    def __init__(self, public: Upstream, *, clock: Callable[[], float],
+                 metrics: Metrics | None = None) -> None:
         self._public = public
+        self._metrics = metrics
         self._clock = clock
         self._keys: KeySet | None = None
         self._document: bytes | None = None
@@ -72,6 +75,9 @@ class RegistryKeys:
             document: dict[str, Any] = answer.document
             keys = parse_keys(document)
         except (UpstreamError, ValueError) as error:
+            # An upstream failure is counted by the client; an unusable answer is counted here.
+            if isinstance(error, ValueError) and self._metrics is not None:
+                self._metrics.refusals.labels("bad_registry_keys").inc()
             self._next_fetch = self._clock() + RETRY_AFTER
             log.warning("registry_keys_unavailable", detail=str(error)[:300],
                         kept=self._keys is not None, retry_in=RETRY_AFTER)
