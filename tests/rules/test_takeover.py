@@ -333,3 +333,11 @@ def test_every_problem_in_the_takeover_tables_is_named_by_its_key() -> None:
     assert any(p.startswith("provenance.quarantine:") for p in problems)
     assert any(p.startswith("publisher.change: is required") for p in problems)
     assert any(p.startswith("signatures.missing:") for p in problems)
+
+
+def test_a_quarantine_longer_than_ten_years_is_refused_as_such() -> None:
+    with pytest.raises(RulesError) as raised:
+        parse_rules('[publisher]\nchange = "quarantine"\nquarantine = "600w"')
+    assert raised.value.problems == [
+        "publisher.quarantine: is longer than 3650 days; set a shorter quarantine, or deny "
+        "instead"]

@@ -216,6 +216,10 @@ class _Reader:
         return replace(default, **settings)
 
     def too_long(self, key: str) -> None:
+        if not key.startswith("age."):
+            self.problem(key, f"is longer than {MAX_MINIMUM_AGE.days} days; set a shorter "
+                         "quarantine, or deny instead")
+            return
         self.problem(key, f"is longer than {MAX_MINIMUM_AGE.days} days, which would deny "
                      "every version; set a shorter minimum or leave [age] out")
 
