@@ -21,7 +21,7 @@ from mirrorgate.registry.fill import THREAD_ABOVE
 from mirrorgate.registry.names import PackageName, tarball_filename
 from mirrorgate.registry.packument import Gated, gate
 from mirrorgate.registry.upstream import Upstream
-from mirrorgate.rules import ALGORITHMS, DIGEST_FLOOR, Rules
+from mirrorgate.rules import ALGORITHMS, DIGEST_FLOOR, KeySet, Rules
 from mirrorgate.verify import same_digest
 
 __all__ = ["JobRefused", "check_digest_floor", "regate"]
@@ -57,9 +57,11 @@ def check_digest_floor(job: MirrorJob, rules: Rules) -> None:
 
 
 async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] | None,
-                 size: int, *, public: Upstream, rules: Rules, now: datetime) -> MirrorJob:
+                 size: int, *, public: Upstream, rules: Rules, now: datetime,
+                 keys: KeySet | None = None) -> MirrorJob:
     """The job to carry out: `name@version` as the public packument `document` (None when
-    public has no such package; `size` its bytes) describes it and the current rules admit it.
+    public has no such package; `size` its bytes) describes it and the current rules admit it
+    (`keys`: the public registry's signing keys, for the signature rule).
 
     Raises `JobRefused` when the version is not there, is denied, or the job's tarball URL,
     digests or manifest differ from public's.
@@ -67,9 +69,9 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
     if document is None:
         raise JobRefused("public-missing", f"the public upstream has no package {name.full}")
     if size > THREAD_ABOVE:
-        gated = await asyncio.to_thread(_gate, name, document, rules, now, public)
+        gated = await asyncio.to_thread(_gate, name, document, rules, now, public, keys)
     else:
-        gated = _gate(name, document, rules, now, public)
+        gated = _gate(name, document, rules, now, public, keys)
     record = gated.versions.get(job.version)
     if record is None:
         raise JobRefused("public-missing", f"the public packument of {name.full} does not list "
@@ -97,10 +99,10 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
 
 
 def _gate(name: PackageName, document: Mapping[str, Any], rules: Rules, now: datetime,
-          public: Upstream) -> Gated:
+          public: Upstream, keys: KeySet | None) -> Gated:
     # Only the public side: what matters here is public's verdict on a public version. The
     # private side's say (ownership) flows in through the same gate and rules.
-    return gate(name, None, document, rules=rules, now=now, origin=public.origin)
+    return gate(name, None, document, rules=rules, now=now, origin=public.origin, keys=keys)
 
 
 def _check_digests(carried: tuple[Digest, ...], published: tuple[Digest, ...]) -> None:

@@ -84,6 +84,7 @@ from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import Digest, MirrorJob, MirrorQueue, QueueMessage, Seconds
 from mirrorgate.regate import JobRefused, check_digest_floor, regate
+from mirrorgate.registry.keys import RegistryKeys
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.registry.origins import OriginRefusal, check_on_origin
 from mirrorgate.registry.upstream import Upstream, UpstreamError
@@ -236,6 +237,8 @@ class Worker:
         self._running: set[asyncio.Task[None]] = set()
         self._versions: dict[tuple[str, str], _VersionLock] = {}
         self._shelf = _RetryShelf(max(1, deps.settings.queue.max_depth))
+        # The registry's keys, for the signature rule: fetched only when it is on.
+        self._keys = RegistryKeys(deps.public, clock=time.monotonic, metrics=deps.metrics)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -269,6 +272,7 @@ class Worker:
                 task.cancel()
             if held:
                 await asyncio.wait(held)
+            await self._keys.close()
 
     async def _receive(self, stop: asyncio.Event) -> list[QueueMessage] | None:
         """The next batch ([] when idle or failed), or None once `stop` is set. Shelved jobs
@@ -496,8 +500,13 @@ class Worker:
             if error.transient:
                 raise _Retry("public-failed", str(error)) from None
             raise _Retire("public-refused", str(error), status=error.status) from None
+        signatures = self.deps.rules.signatures
+        keys = await self._keys.current() if signatures.verify else None
+        if signatures.verify and keys is None and signatures.missing == "deny":
+            # Refusing now would retire a job only a passing outage stands in the way of.
+            raise _Retry("public-failed", "the public registry's signing keys are unavailable")
         return await regate(job, name, answer.document, answer.size, public=self.deps.public,
-                            rules=self.deps.rules, now=self.deps.now())
+                            rules=self.deps.rules, now=self.deps.now(), keys=keys)
 
     async def _target_call(self, call: Awaitable[_T]) -> _T:
         try:
