@@ -59,7 +59,8 @@ def assert_nothing_published(verdaccio: Verdaccio, name: str) -> None:
 
 
 def assert_counted_as_tampered(proxy: MirrorgateProcess) -> None:
-    wait_for(lambda: proxy.metric("mirrorgate_tampered_total") >= 1, timeout=30,
+    # the tamper counter moves before the job's outcome is counted: wait for the outcome
+    wait_for(lambda: proxy.metric("mirrorgate_jobs_total", outcome="tampered") >= 1, timeout=30,
              message="the worker to count the tampered tarball")
     assert proxy.metric("mirrorgate_tampered_total") == 1
     assert proxy.metric("mirrorgate_jobs_total", outcome="tampered") == 1
