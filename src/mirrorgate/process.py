@@ -5,8 +5,9 @@ Two shapes share this code. `mirrorgate serve` runs the proxy on `MIRRORGATE_LIS
 `mirrorgate worker` runs the worker alone with `/livez`, `/readyz` and `/metrics` on
 `MIRRORGATE_WORKER_LISTEN`, and refuses the memory queue, which cannot cross processes.
 
-Each upstream gets exactly one `Upstream` (one pooled HTTP session): when the mirror target is
-the private upstream, the worker publishes through the proxy's private client.
+Each upstream gets exactly one `Upstream` (one bounded connection pool per use inside): when
+the mirror target is the private upstream, the worker publishes through the proxy's private
+client, on that client's worker pool.
 
 asyncio's signal pitfalls decided the stop sequence's shape: handlers are installed on the
 running loop with `add_signal_handler` (never `signal.signal`, whose handler can run between any
@@ -47,7 +48,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.registry.filestore import StoreError
 from mirrorgate.registry.private import PrivateSource, open_private, store_root
-from mirrorgate.registry.upstream import Upstream
+from mirrorgate.registry.upstream import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
 from mirrorgate.rules import Rules, RulesError, load_rules
 from mirrorgate.serve import Proxy, build_proxy_app
 from mirrorgate.target import MirrorTarget, open_target
@@ -76,7 +77,10 @@ class Upstreams:
         def client(label: str, url: str, token: bool) -> Upstream:
             return Upstream(label, url, timeout=settings.upstream_timeout,
                             max_metadata_bytes=settings.max_metadata_bytes,
-                            token=settings.private_token if token else None, metrics=metrics)
+                            token=settings.private_token if token else None, metrics=metrics,
+                            pools=PoolSizes(fills=settings.pool_fills,
+                                            tarballs=settings.pool_tarballs,
+                                            worker=settings.pool_worker))
 
         public = client("public", settings.public_upstream, token=False)
         private = (client("private", settings.private_upstream, token=True)
@@ -87,8 +91,10 @@ class Upstreams:
             target = None
         else:
             target = client("target", settings.mirror_target, token=True)
-        clients = [c for c in (public, private, target) if c is not None]
-        return cls(public, private, target, list(dict.fromkeys(clients)))
+        clients = list(dict.fromkeys(c for c in (public, private, target) if c is not None))
+        metrics.watch_upstreams(lambda: [(c.label, pool, c.in_flight(pool))
+                                         for c in clients for pool in (FILLS, TARBALLS, WORKER)])
+        return cls(public, private, target, clients)
 
     async def start(self) -> None:
         for upstream in self.all:

@@ -54,7 +54,7 @@ from mirrorgate.registry.names import InvalidNameError, PackageName, version_fro
 from mirrorgate.registry.packument import Gated, VersionRecord
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.refusals import Refused, denied, upstream_failed
-from mirrorgate.registry.upstream import CHUNK, Upstream, UpstreamError
+from mirrorgate.registry.upstream import CHUNK, TARBALLS, Upstream, UpstreamError
 from mirrorgate.verify import DigestMismatch, StreamVerifier, Unverifiable, Verified
 
 __all__ = ["OUTCOME", "TarballRoute"]
@@ -127,7 +127,8 @@ class TarballRoute:
             raise Refused(404, f"{name.full}@{version} is listed by the private upstream, "
                           "which did not serve its tarball", reason="not found")
         try:
-            async with self.public.stream(url, method=request.method) as response:
+            async with self.public.stream(url, method=request.method,
+                                          pool=TARBALLS) as response:
                 if response is None:
                     raise Refused(404, f"the public upstream has no tarball for "
                                   f"{name.full}@{version}", reason="not found")
