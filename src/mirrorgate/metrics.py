@@ -110,6 +110,11 @@ class Metrics:
         self.client_tokens_reload_failures = Counter(
             "mirrorgate_client_tokens_reload_failures", "rewrites of the client tokens file "
             "that could not be used (the previous set stays in force)", registry=r)
+        self.slow_clients = Counter("mirrorgate_slow_clients", "connections cut for a slow "
+                                    "client: head_timeout, write_stall", ["reason"], registry=r)
+        self.shed = Counter("mirrorgate_shed", "requests refused with 503 because "
+                            "MIRRORGATE_MAX_IN_FLIGHT was reached, by route", ["route"],
+                            registry=r)
         self.enqueued = Counter("mirrorgate_jobs_enqueued", "mirror jobs enqueued by the proxy",
                                 registry=r)
         self.jobs = Counter("mirrorgate_jobs", "mirror jobs by outcome: published, "

@@ -43,6 +43,7 @@ from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.clients import ClientTokens, ClientTokensError
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
+from mirrorgate.listener import ClientBounds, GuardedSite
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
@@ -159,13 +160,17 @@ def _server_logger(metrics: Metrics) -> logging.Logger:
 
 
 @contextlib.asynccontextmanager
-async def _listening(app: web.Application, host: str, port: int, drain_timeout: float,
+async def _listening(app: web.Application, host: str, port: int, settings: Settings,
                      metrics: Metrics) -> AsyncIterator[web.AppRunner]:
-    runner = web.AppRunner(app, shutdown_timeout=drain_timeout, access_log=None,
-                           handle_signals=False, logger=_server_logger(metrics))
+    runner = web.AppRunner(app, shutdown_timeout=settings.drain_timeout, access_log=None,
+                           handle_signals=False, logger=_server_logger(metrics),
+                           keepalive_timeout=settings.keepalive_timeout)
     await runner.setup()
+    bounds = ClientBounds(head_timeout=settings.head_timeout,
+                          write_stall_timeout=settings.write_stall_timeout,
+                          on_cut=lambda reason: metrics.slow_clients.labels(reason).inc())
     try:
-        await web.TCPSite(runner, host, port, backlog=1024).start()
+        await GuardedSite(runner, host, port, bounds=bounds, backlog=1024).start()
     except OSError as error:
         await runner.cleanup()
         raise StartupError(f"cannot listen on {host}:{port}: {error.strerror}; set "
@@ -269,7 +274,7 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
     worker_task: asyncio.Task[None] | None = None
     worker_stop = asyncio.Event()
     feed = _watch_advisories(rules, metrics)
-    async with _listening(app, host, port, settings.drain_timeout, metrics) as runner:
+    async with _listening(app, host, port, settings, metrics) as runner:
         # loading never blocks serving: the first load runs beside the listener, and until it
         # lands the rules' `unavailable` setting decides (readiness does not wait for it)
         feed_task = (asyncio.create_task(feed.run(worker_stop), name="advisory-feed")
