@@ -12,13 +12,17 @@ protocol in a `_Guard` that sees the bytes and the transport's flow control firs
   client that sends half a head, or nothing, is disconnected (`http_head_timed_out`).
 - **write stall**: when the transport asks the protocol to pause writing (its buffer is full
   because the client is not reading), the connection is aborted unless writing resumes within
-  `write_stall_timeout` (`http_write_stalled`). The handler's pending write then fails as a
-  client disconnect, so a tarball stream ends and gives its upstream connection back.
+  `write_stall_timeout` (`http_write_stalled`), with a reset that also drops what the kernel
+  still holds for it. The handler's pending write then fails as a client disconnect, so a
+  tarball stream ends and gives its upstream connection back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -124,8 +128,13 @@ class _Guard(asyncio.Protocol):
             return
         log.info("http_write_stalled", timeout=self._bounds.write_stall_timeout)
         self._bounds.on_cut("write_stall")
-        # abort, not close: close would wait for the unread buffer to drain, which is the
-        # very thing that is not happening
+        # A reset, not a close: a closed socket keeps delivering its unsent megabytes (the
+        # kernel's send buffer) to a client that is not reading, for as long as it likes.
+        # SO_LINGER 0 makes the close send RST and drop them now.
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self._transport.abort()
 
 
