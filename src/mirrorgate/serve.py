@@ -14,6 +14,8 @@ ask is `access`'s business (a middleware). Decisions:
 - Everything else (a miss, a version, a tarball, a refusal) takes the slow path: a request id
   bound to the log context, a `MIRRORGATE_REQUEST_TIMEOUT` deadline (504 JSON), refusals
   turned into JSON answers, and any unexpected error logged and answered 500, never raised.
+  Upstream work there first takes an admission slot (`admission`: 503 past
+  `MIRRORGATE_MAX_IN_FLIGHT`); the warm path never does, so it is never shed.
 - The pieces live beside this module: path parsing (`registry.paths`), header negotiation
   (`registry.negotiation`), the merge and gate (`registry.packument`), filling the cache
   (`registry.fill`), tarballs and mirror jobs (`registry.tarballs`).
@@ -36,6 +38,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from mirrorgate.access import install_access, whoami
+from mirrorgate.admission import Admission
 from mirrorgate.cache import PackumentCache, Slot
 from mirrorgate.clients import ClientTokens
 from mirrorgate.config import Settings
@@ -120,6 +123,7 @@ class ProxyServer:
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      packument=self._gated_or_none, clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
+        self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
         self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._gzip: Memo[str, bool] = Memo(accepts_gzip)
@@ -237,7 +241,8 @@ class ProxyServer:
                           "--registry http://HOST:PORT/npm/", reason="no such route")
         limit = self.settings.request_timeout
         try:
-            async with asyncio.timeout(limit) as deadline:
+            async with self.admission.slot(target.route), \
+                    asyncio.timeout(limit) as deadline:
                 if target.route == "packument":
                     return await self._packument(request, target.name)
                 if target.route == "version":
