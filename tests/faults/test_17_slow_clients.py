@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from pathlib import Path
 
 from tests.faults.conftest import GuardedFactory
 from tests.faults.memory import MIB, mib, reset_peak, rss
@@ -64,6 +65,7 @@ class WarmPoller:
 
 def test_slow_readers_and_half_sent_heads_neither_stop_an_install_nor_starve_the_pools(
     guarded: GuardedFactory, public_registry: FixtureRegistry, npm_client: NpmClient,
+    tmp_path: Path,
 ) -> None:
     tree = standard_tree()
     blob = random.Random("slow").randbytes(BLOB)
@@ -81,6 +83,8 @@ def test_slow_readers_and_half_sent_heads_neither_stop_an_install_nor_starve_the
         "MIRRORGATE_WRITE_STALL_TIMEOUT": str(STALL),
         "MIRRORGATE_HEAD_TIMEOUT": str(HEAD),
         "MIRRORGATE_MAX_IN_FLIGHT": "1000",  # this row is about slow clients, not shedding
+        # mirrored elsewhere than the private store, so every reader streams from public
+        "MIRRORGATE_MIRROR_TARGET": f"file://{tmp_path / 'mirror'}",
     })
     warm_url = proxy.registry_url + "warm"
     assert http_request("GET", warm_url).status == 200
