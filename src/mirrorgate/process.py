@@ -16,6 +16,9 @@ SIGINT: `/readyz` turns 503, the listener closes, in-flight requests and the wor
 get `MIRRORGATE_DRAIN_TIMEOUT` to finish (the worker releases what it cannot finish), then the
 queue flushes and closes, and the process exits 0.
 
+Each listener is a `GuardedSite` (`listener`): aiohttp's idle keep-alive timeout
+(`MIRRORGATE_KEEPALIVE_TIMEOUT`) plus the head-read and write-stall bounds aiohttp lacks.
+
 aiohttp's own server logger speaks before any handler runs: a request line its parser refuses
 (raw control characters, a bad method) is answered 400 by aiohttp and logged there with a
 traceback. Each listener gets a logger of its own that turns those records into one JSON line

@@ -13,7 +13,10 @@
 - Bytes are copied chunk by chunk as they arrive (constant memory). Once the response has
   started, an upstream that breaks mid-body makes the proxy close the connection: the client
   sees a failed transfer, never a short 200 and never a hang (`tarball_stream_failed`). The
-  request timeout stops at the first byte; the upstream's per-read timeout bounds the rest.
+  request timeout stops at the first byte; the upstream's per-read timeout bounds the rest,
+  and the listener's write-stall timeout a client that stops reading (`listener`): its write
+  here then fails as a disconnect (`tarball_client_gone`) and the upstream connection, on the
+  tarball pool, is released.
 - A public tarball is hashed as it streams (`verify.StreamVerifier`, the worker's verifier)
   against the strongest digest its version was admitted with, and the last chunk read is held
   back until the next one arrives: at the end the digest is known before the final bytes
