@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from mirrorgate.config import ConfigError, Secret, load_settings
@@ -98,3 +100,29 @@ def test_a_misspelled_variable_is_named_with_the_closest_known_one() -> None:
         ("MIRROR_QUEUE_PROVIDR", "MIRROR_QUEUE_PROVIDER"),
     ]
     assert "did you mean MIRRORGATE_RULES_FILE?" in found[0].warning()
+
+
+def test_overload_bounds_have_defaults_sized_for_the_machine() -> None:
+    settings = load_settings(BASE, npm_registry=no_npm)
+    assert (settings.pool_fills, settings.pool_tarballs, settings.pool_worker) == (32, 64, 8)
+    assert settings.max_in_flight == max(64, 64 * (os.cpu_count() or 1))
+    assert (settings.head_timeout, settings.keepalive_timeout,
+            settings.write_stall_timeout) == (10, 75, 30)
+
+
+def test_a_worker_pool_smaller_than_the_worker_concurrency_is_refused() -> None:
+    [problem] = problems(MIRRORGATE_WORKER_CONCURRENCY="16", MIRRORGATE_POOL_WORKER="4")
+    assert problem.startswith("MIRRORGATE_POOL_WORKER: 4 connections cannot serve")
+    assert "MIRRORGATE_POOL_WORKER=16" in problem
+
+
+@pytest.mark.parametrize("name", ["MIRRORGATE_MAX_IN_FLIGHT", "MIRRORGATE_POOL_FILLS",
+                                  "MIRRORGATE_POOL_TARBALLS"])
+def test_a_bound_of_zero_is_refused_naming_the_variable(name: str) -> None:
+    [problem] = problems(**{name: "0"})
+    assert problem.startswith(f"{name}: 0 is out of range")
+
+
+def test_a_timeout_that_is_not_a_number_is_refused() -> None:
+    [problem] = problems(MIRRORGATE_WRITE_STALL_TIMEOUT="soon")
+    assert problem.startswith("MIRRORGATE_WRITE_STALL_TIMEOUT: 'soon' is not a number")

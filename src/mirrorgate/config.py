@@ -105,6 +105,21 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_UPSTREAM_TIMEOUT", "30", "seconds an upstream call may take (connect and "
         "each read)"),
     Var("MIRRORGATE_REQUEST_TIMEOUT", "60", "seconds a client request may take before 504"),
+    Var("MIRRORGATE_POOL_FILLS", "32", "connections per upstream for serve-path packument "
+        "fills (their own pool: tarball streams and the worker cannot take them)"),
+    Var("MIRRORGATE_POOL_TARBALLS", "64", "connections per upstream for serve-path tarball "
+        "streams"),
+    Var("MIRRORGATE_POOL_WORKER", "8", "connections per upstream for the mirror worker (at "
+        "least MIRRORGATE_WORKER_CONCURRENCY)"),
+    Var("MIRRORGATE_MAX_IN_FLIGHT", None, "requests doing upstream work at once (packument "
+        "misses, versions, tarballs; warm cache hits are not counted); past it a request waits "
+        "up to 1 s, then gets 503 with Retry-After (default: 64 per CPU core, at least 64)"),
+    Var("MIRRORGATE_HEAD_TIMEOUT", "10", "seconds a client may take to send a complete request "
+        "head (from connecting, or from the first byte of a later request)"),
+    Var("MIRRORGATE_KEEPALIVE_TIMEOUT", "75", "seconds an idle keep-alive connection is kept "
+        "open"),
+    Var("MIRRORGATE_WRITE_STALL_TIMEOUT", "30", "seconds a response may stay blocked on a "
+        "client that stopped reading before the connection is cut"),
     Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired"),
     Var("MIRRORGATE_WORKER_CONCURRENCY", "1", "mirror jobs in flight at once"),
     Var("MIRRORGATE_HEARTBEAT_STALE_AFTER", "120", "seconds without a worker heartbeat before "
@@ -204,6 +219,13 @@ class Settings:
     request_timeout: float
     max_deliveries: int
     worker_concurrency: int
+    pool_fills: int
+    pool_tarballs: int
+    pool_worker: int
+    max_in_flight: int
+    head_timeout: float
+    keepalive_timeout: float
+    write_stall_timeout: float
     heartbeat_stale_after: float
     drain_timeout: float
     log_level: str
@@ -437,6 +459,18 @@ def _data_dir(read: _Reader) -> Path:
     return base / "mirrorgate"
 
 
+def default_max_in_flight() -> int:
+    """64 requests doing upstream work per core, at least 64: each is mostly waiting on a
+    socket, so the bound is about memory and fairness, not CPU."""
+    return max(64, 64 * (os.cpu_count() or 1))
+
+
+def _max_in_flight(read: _Reader) -> int:
+    if read.raw("MIRRORGATE_MAX_IN_FLIGHT") is None:
+        return default_max_in_flight()
+    return read.integer("MIRRORGATE_MAX_IN_FLIGHT", 1, 100_000, str(default_max_in_flight()))
+
+
 def load_settings(
     environ: Mapping[str, str] | None = None,
     npm_registry: Callable[[], str | None] = npm_configured_registry,
@@ -503,11 +537,23 @@ def load_settings(
         request_timeout=read.seconds("MIRRORGATE_REQUEST_TIMEOUT", 0.1, "60"),
         max_deliveries=read.integer("MIRRORGATE_MAX_DELIVERIES", 1, None, "5"),
         worker_concurrency=read.integer("MIRRORGATE_WORKER_CONCURRENCY", 1, 64, "1"),
+        pool_fills=read.integer("MIRRORGATE_POOL_FILLS", 1, 4096, "32"),
+        pool_tarballs=read.integer("MIRRORGATE_POOL_TARBALLS", 1, 4096, "64"),
+        pool_worker=read.integer("MIRRORGATE_POOL_WORKER", 1, 4096, "8"),
+        max_in_flight=_max_in_flight(read),
+        head_timeout=read.seconds("MIRRORGATE_HEAD_TIMEOUT", 0.1, "10"),
+        keepalive_timeout=read.seconds("MIRRORGATE_KEEPALIVE_TIMEOUT", 0.1, "75"),
+        write_stall_timeout=read.seconds("MIRRORGATE_WRITE_STALL_TIMEOUT", 0.1, "30"),
         heartbeat_stale_after=read.seconds("MIRRORGATE_HEARTBEAT_STALE_AFTER", 1, "120"),
         drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
         log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),
         log_format=read.choice("MIRRORGATE_LOG_FORMAT", ("auto", "json", "console")),
     )
+    if settings.pool_worker < settings.worker_concurrency:
+        read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "
+                     f"serve MIRRORGATE_WORKER_CONCURRENCY={settings.worker_concurrency} jobs "
+                     "at once; raise it to at least the concurrency, e.g. "
+                     f"MIRRORGATE_POOL_WORKER={max(8, settings.worker_concurrency)}")
     if read.problems:
         raise ConfigError(read.problems)
     return settings

@@ -74,6 +74,19 @@ class _AdvisoryCollector(Collector):
                                     "age of the advisory data in force", value=age)
 
 
+class _InFlightCollector(Collector):
+    def __init__(self, in_flight: Callable[[], list[tuple[str, str, int]]]) -> None:
+        self._in_flight = in_flight
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("mirrorgate_upstream_in_flight", "upstream requests under "
+                                   "way (waiting for or holding a connection), by upstream and "
+                                   "pool", labels=["upstream", "pool"])
+        for upstream, pool, count in self._in_flight():
+            family.add_metric([upstream, pool], count)
+        yield family
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -97,6 +110,11 @@ class Metrics:
         self.client_tokens_reload_failures = Counter(
             "mirrorgate_client_tokens_reload_failures", "rewrites of the client tokens file "
             "that could not be used (the previous set stays in force)", registry=r)
+        self.slow_clients = Counter("mirrorgate_slow_clients", "connections cut for a slow "
+                                    "client: head_timeout, write_stall", ["reason"], registry=r)
+        self.shed = Counter("mirrorgate_shed", "requests refused with 503 because "
+                            "MIRRORGATE_MAX_IN_FLIGHT was reached, by route", ["route"],
+                            registry=r)
         self.enqueued = Counter("mirrorgate_jobs_enqueued", "mirror jobs enqueued by the proxy",
                                 registry=r)
         self.jobs = Counter("mirrorgate_jobs", "mirror jobs by outcome: published, "
@@ -114,6 +132,9 @@ class Metrics:
 
     def watch_queue(self, stats: Callable[[], QueueStats], provider: str) -> None:
         self.registry.register(_QueueCollector(stats, provider))
+
+    def watch_upstreams(self, in_flight: Callable[[], list[tuple[str, str, int]]]) -> None:
+        self.registry.register(_InFlightCollector(in_flight))
 
     def watch_heartbeat(self, age: Callable[[], float | None]) -> None:
         self.registry.register(_HeartbeatCollector(age))

@@ -5,8 +5,9 @@ Two shapes share this code. `mirrorgate serve` runs the proxy on `MIRRORGATE_LIS
 `mirrorgate worker` runs the worker alone with `/livez`, `/readyz` and `/metrics` on
 `MIRRORGATE_WORKER_LISTEN`, and refuses the memory queue, which cannot cross processes.
 
-Each upstream gets exactly one `Upstream` (one pooled HTTP session): when the mirror target is
-the private upstream, the worker publishes through the proxy's private client.
+Each upstream gets exactly one `Upstream` (one bounded connection pool per use inside): when
+the mirror target is the private upstream, the worker publishes through the proxy's private
+client, on that client's worker pool.
 
 asyncio's signal pitfalls decided the stop sequence's shape: handlers are installed on the
 running loop with `add_signal_handler` (never `signal.signal`, whose handler can run between any
@@ -14,6 +15,9 @@ two bytecodes) and only set an event; the stop itself is ordinary coroutine code
 SIGINT: `/readyz` turns 503, the listener closes, in-flight requests and the worker's job in hand
 get `MIRRORGATE_DRAIN_TIMEOUT` to finish (the worker releases what it cannot finish), then the
 queue flushes and closes, and the process exits 0.
+
+Each listener is a `GuardedSite` (`listener`): aiohttp's idle keep-alive timeout
+(`MIRRORGATE_KEEPALIVE_TIMEOUT`) plus the head-read and write-stall bounds aiohttp lacks.
 
 aiohttp's own server logger speaks before any handler runs: a request line its parser refuses
 (raw control characters, a bad method) is answered 400 by aiohttp and logged there with a
@@ -42,12 +46,13 @@ from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.clients import ClientTokens, ClientTokensError
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
+from mirrorgate.listener import ClientBounds, GuardedSite
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.registry.filestore import StoreError
 from mirrorgate.registry.private import PrivateSource, open_private, store_root
-from mirrorgate.registry.upstream import Upstream
+from mirrorgate.registry.upstream import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
 from mirrorgate.rules import Rules, RulesError, load_rules
 from mirrorgate.serve import Proxy, build_proxy_app
 from mirrorgate.target import MirrorTarget, open_target
@@ -76,7 +81,10 @@ class Upstreams:
         def client(label: str, url: str, token: bool) -> Upstream:
             return Upstream(label, url, timeout=settings.upstream_timeout,
                             max_metadata_bytes=settings.max_metadata_bytes,
-                            token=settings.private_token if token else None, metrics=metrics)
+                            token=settings.private_token if token else None, metrics=metrics,
+                            pools=PoolSizes(fills=settings.pool_fills,
+                                            tarballs=settings.pool_tarballs,
+                                            worker=settings.pool_worker))
 
         public = client("public", settings.public_upstream, token=False)
         private = (client("private", settings.private_upstream, token=True)
@@ -87,8 +95,10 @@ class Upstreams:
             target = None
         else:
             target = client("target", settings.mirror_target, token=True)
-        clients = [c for c in (public, private, target) if c is not None]
-        return cls(public, private, target, list(dict.fromkeys(clients)))
+        clients = list(dict.fromkeys(c for c in (public, private, target) if c is not None))
+        metrics.watch_upstreams(lambda: [(c.label, pool, c.in_flight(pool))
+                                         for c in clients for pool in (FILLS, TARBALLS, WORKER)])
+        return cls(public, private, target, clients)
 
     async def start(self) -> None:
         for upstream in self.all:
@@ -153,13 +163,17 @@ def _server_logger(metrics: Metrics) -> logging.Logger:
 
 
 @contextlib.asynccontextmanager
-async def _listening(app: web.Application, host: str, port: int, drain_timeout: float,
+async def _listening(app: web.Application, host: str, port: int, settings: Settings,
                      metrics: Metrics) -> AsyncIterator[web.AppRunner]:
-    runner = web.AppRunner(app, shutdown_timeout=drain_timeout, access_log=None,
-                           handle_signals=False, logger=_server_logger(metrics))
+    runner = web.AppRunner(app, shutdown_timeout=settings.drain_timeout, access_log=None,
+                           handle_signals=False, logger=_server_logger(metrics),
+                           keepalive_timeout=settings.keepalive_timeout)
     await runner.setup()
+    bounds = ClientBounds(head_timeout=settings.head_timeout,
+                          write_stall_timeout=settings.write_stall_timeout,
+                          on_cut=lambda reason: metrics.slow_clients.labels(reason).inc())
     try:
-        await web.TCPSite(runner, host, port, backlog=1024).start()
+        await GuardedSite(runner, host, port, bounds=bounds, backlog=1024).start()
     except OSError as error:
         await runner.cleanup()
         raise StartupError(f"cannot listen on {host}:{port}: {error.strerror}; set "
@@ -263,7 +277,7 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
     worker_task: asyncio.Task[None] | None = None
     worker_stop = asyncio.Event()
     feed = _watch_advisories(rules, metrics)
-    async with _listening(app, host, port, settings.drain_timeout, metrics) as runner:
+    async with _listening(app, host, port, settings, metrics) as runner:
         # loading never blocks serving: the first load runs beside the listener, and until it
         # lands the rules' `unavailable` setting decides (readiness does not wait for it)
         feed_task = (asyncio.create_task(feed.run(worker_stop), name="advisory-feed")

@@ -16,6 +16,8 @@ Decisions:
 - Everything else (a miss, a version, a tarball, a refusal) takes the slow path: a request id
   bound to the log context, a `MIRRORGATE_REQUEST_TIMEOUT` deadline (504 JSON), refusals
   turned into JSON answers, and any unexpected error logged and answered 500, never raised.
+  Upstream work there first takes an admission slot (`admission`: 503 past
+  `MIRRORGATE_MAX_IN_FLIGHT`); the warm path never does, so it is never shed.
 - The pieces live beside this module: path parsing (`registry.paths`), header negotiation
   (`registry.negotiation`), the merge and gate (`registry.packument`), filling the cache
   (`registry.fill`), tarballs and mirror jobs (`registry.tarballs`).
@@ -38,6 +40,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from mirrorgate.access import install_access, whoami
+from mirrorgate.admission import Admission
 from mirrorgate.cache import PackumentCache, Slot
 from mirrorgate.clients import ClientTokens
 from mirrorgate.config import Settings
@@ -145,6 +148,7 @@ class ProxyServer:
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      packument=self._gated_or_none, clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
+        self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
         self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._gzip: Memo[str, bool] = Memo(accepts_gzip)
@@ -272,7 +276,8 @@ class ProxyServer:
                           reason="no such route")
         limit = self.settings.request_timeout
         try:
-            async with asyncio.timeout(limit) as deadline:
+            async with self.admission.slot(target.route), \
+                    asyncio.timeout(limit) as deadline:
                 if name is None:  # the search route, the only one without a package name
                     return json_response(200, await search(
                         self.proxy.public, request.query, self._gated_or_none))

@@ -37,7 +37,7 @@ from mirrorgate.registry.publish import (
     says_already_exists,
     version_manifest,
 )
-from mirrorgate.registry.upstream import ABBREVIATED, Upstream, UpstreamError
+from mirrorgate.registry.upstream import ABBREVIATED, WORKER, Upstream, UpstreamError
 from mirrorgate.verify import (
     Agreement,
     StreamVerifier,
@@ -166,7 +166,8 @@ class RegistryTarget:
 
     async def _packument(self, name: PackageName) -> dict[str, Any] | None:
         try:
-            answer = await self.upstream.get_json(name.url_path(), accept=ABBREVIATED)
+            answer = await self.upstream.get_json(name.url_path(), accept=ABBREVIATED,
+                                                  pool=WORKER)
         except UpstreamError as error:
             raise TargetError("target-unreadable" if not error.transient else "target-failed",
                               str(error), transient=error.transient) from None
@@ -197,7 +198,8 @@ class RegistryTarget:
                                     self.upstream.url(name.tarball_path(filename)))
         body = publish_document(name, job.version, manifest, filename, tarball, tags)
         try:
-            status, answer = await self.upstream.send_json("PUT", name.url_path(), body)
+            status, answer = await self.upstream.send_json("PUT", name.url_path(), body,
+                                                          pool=WORKER)
         except UpstreamError as error:
             raise TargetError("target-failed", str(error), transient=error.transient) from None
         if 200 <= status < 300:

@@ -87,7 +87,7 @@ from mirrorgate.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.registry.keys import RegistryKeys
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.registry.origins import OriginRefusal, check_on_origin
-from mirrorgate.registry.upstream import Upstream, UpstreamError
+from mirrorgate.registry.upstream import WORKER, Upstream, UpstreamError
 from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.target import THREAD_ABOVE, MirrorTarget, PublishResult, TargetConflict, TargetError
 from mirrorgate.verify import (
@@ -495,7 +495,7 @@ class Worker:
     async def _regate(self, job: MirrorJob, name: PackageName) -> MirrorJob:
         """The job as the public packument describes it now (`regate`); raises JobRefused."""
         try:
-            answer = await self.deps.public.get_json(name.url_path())
+            answer = await self.deps.public.get_json(name.url_path(), pool=WORKER)
         except UpstreamError as error:
             if error.transient:
                 raise _Retry("public-failed", str(error)) from None
@@ -522,7 +522,7 @@ class Worker:
         chunks: list[bytes] = []
         shown = loggable_url(url)
         try:
-            async with self.deps.public.stream(url) as response:
+            async with self.deps.public.stream(url, pool=WORKER) as response:
                 if response is None:
                     raise _Retire("public-missing", "the public upstream answered 404", url=shown)
                 try:

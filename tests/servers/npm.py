@@ -7,8 +7,10 @@ reads only what is written here. Decisions:
   runs with HOME pointed into the test's directory, with `npm_config_*` and proxy variables
   removed from its environment. The user npmrc sets `omit-lockfile-registry-resolved=false`
   (this machine's own sets `true`), so lockfiles carry `resolved` URLs as they do elsewhere.
-- `--fetch-retries=0` (a failure is reported at once instead of after minutes of retries),
-  `--no-audit --no-fund`, and `--ignore-scripts` unless a test asks for scripts.
+- `--fetch-retries=0` (a failure is reported at once instead of after minutes of retries)
+  unless a test asks for retries (`fetch_retries=N`, with a back-off of 0.3 to 2 s instead of
+  npm's 10 to 60 s), `--no-audit --no-fund`, and `--ignore-scripts` unless a test asks for
+  scripts.
 - `npm ci` gets `--replace-registry-host=always`, so a lockfile written against one registry
   installs from the one the test names.
 - A run returns the `CompletedProcess` (stdout and stderr as text) and never raises on a
@@ -85,7 +87,7 @@ class NpmClient:
         return env
 
     def argv(self, args: Sequence[str], *, registry: str | None = None, scripts: bool = False,
-             fetch_timeout: float | None = None) -> list[str]:
+             fetch_timeout: float | None = None, fetch_retries: int = 0) -> list[str]:
         npm = npm_executable()
         if npm is None:
             raise FileNotFoundError("npm is not on PATH")
@@ -95,7 +97,10 @@ class NpmClient:
         argv = [npm, *args,
                 f"--userconfig={self.userconfig}", f"--globalconfig={self.globalconfig}",
                 f"--cache={self.cache}", f"--registry={target}",
-                "--fetch-retries=0", "--no-audit", "--no-fund"]
+                f"--fetch-retries={fetch_retries}", "--no-audit", "--no-fund"]
+        if fetch_retries:
+            # npm's own back-off starts at 10 s; a test retrying through a 503 needs less
+            argv += ["--fetch-retry-mintimeout=300", "--fetch-retry-maxtimeout=2000"]
         if not scripts:
             argv.append("--ignore-scripts")
         if args and args[0] in ("ci", "clean-install"):
@@ -105,13 +110,14 @@ class NpmClient:
         return argv
 
     def run(self, *args: str, registry: str | None = None, scripts: bool = False,
-            fetch_timeout: float | None = None, timeout: float = 120.0,
+            fetch_timeout: float | None = None, fetch_retries: int = 0, timeout: float = 120.0,
             env: Mapping[str, str] | None = None, cwd: Path | None = None,
             check: bool = False) -> subprocess.CompletedProcess[str]:
         """`npm <args>` in the project directory; the completed process, stdout and stderr as
         text. `timeout` bounds the whole run (the process is killed past it)."""
         return subprocess.run(
-            self.argv(args, registry=registry, scripts=scripts, fetch_timeout=fetch_timeout),
+            self.argv(args, registry=registry, scripts=scripts, fetch_timeout=fetch_timeout,
+                      fetch_retries=fetch_retries),
             cwd=cwd or self.project, env=self.environment(env), capture_output=True,
             text=True, timeout=timeout, check=check, stdin=subprocess.DEVNULL)
 

@@ -37,7 +37,7 @@ from mirrorgate.registry.names import PackageName
 from mirrorgate.registry.packument import Gated, gate
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.rendered import Entry, fingerprint
-from mirrorgate.registry.upstream import JsonAnswer, Upstream, UpstreamError
+from mirrorgate.registry.upstream import FILLS, JsonAnswer, Upstream, UpstreamError
 from mirrorgate.rules import KeySet, Rules, state_token
 
 __all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "PackumentSource"]
@@ -81,7 +81,7 @@ class PackumentSource:
     async def _public_answer(self, name: PackageName,
                              etag: str | None) -> JsonAnswer | UpstreamError:
         try:
-            return await self.public.get_json(name.url_path(), etag=etag)
+            return await self.public.get_json(name.url_path(), etag=etag, pool=FILLS)
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         kind=error.kind, detail=str(error))

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from mirrorgate.registry.filestore import FileStore, StoreError
 from mirrorgate.registry.names import PackageName
-from mirrorgate.registry.upstream import CHUNK, Upstream, UpstreamError
+from mirrorgate.registry.upstream import CHUNK, FILLS, TARBALLS, Upstream, UpstreamError
 
 __all__ = ["HttpPrivate", "PrivateSource", "StorePrivate", "TarballBody", "open_private"]
 
@@ -51,13 +51,13 @@ class HttpPrivate:
         self.upstream = upstream
 
     async def packument(self, name: PackageName) -> dict[str, Any] | None:
-        answer = await self.upstream.get_json(name.url_path())
+        answer = await self.upstream.get_json(name.url_path(), pool=FILLS)
         return answer.document if answer.status == 200 else None
 
     @asynccontextmanager
     async def _tarball(self, name: PackageName, filename: str) -> AsyncIterator[TarballBody | None]:
         url = self.upstream.url(name.tarball_path(filename))
-        async with self.upstream.stream(url) as response:
+        async with self.upstream.stream(url, pool=TARBALLS) as response:
             if response is None:
                 yield None
                 return

@@ -13,7 +13,10 @@
 - Bytes are copied chunk by chunk as they arrive (constant memory). Once the response has
   started, an upstream that breaks mid-body makes the proxy close the connection: the client
   sees a failed transfer, never a short 200 and never a hang (`tarball_stream_failed`). The
-  request timeout stops at the first byte; the upstream's per-read timeout bounds the rest.
+  request timeout stops at the first byte; the upstream's per-read timeout bounds the rest,
+  and the listener's write-stall timeout a client that stops reading (`listener`): its write
+  here then fails as a disconnect (`tarball_client_gone`) and the upstream connection, on the
+  tarball pool, is released.
 - A public tarball is hashed as it streams (`verify.StreamVerifier`, the worker's verifier)
   against the strongest digest its version was admitted with, and the last chunk read is held
   back until the next one arrives: at the end the digest is known before the final bytes
@@ -54,7 +57,7 @@ from mirrorgate.registry.names import InvalidNameError, PackageName, version_fro
 from mirrorgate.registry.packument import Gated, VersionRecord
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.refusals import Refused, denied, upstream_failed
-from mirrorgate.registry.upstream import CHUNK, Upstream, UpstreamError
+from mirrorgate.registry.upstream import CHUNK, TARBALLS, Upstream, UpstreamError
 from mirrorgate.verify import DigestMismatch, StreamVerifier, Unverifiable, Verified
 
 __all__ = ["OUTCOME", "TarballRoute"]
@@ -127,7 +130,8 @@ class TarballRoute:
             raise Refused(404, f"{name.full}@{version} is listed by the private upstream, "
                           "which did not serve its tarball", reason="not found")
         try:
-            async with self.public.stream(url, method=request.method) as response:
+            async with self.public.stream(url, method=request.method,
+                                          pool=TARBALLS) as response:
                 if response is None:
                     raise Refused(404, f"the public upstream has no tarball for "
                                   f"{name.full}@{version}", reason="not found")

@@ -1,7 +1,17 @@
-"""The HTTP client for one upstream registry: one pooled session, bounded, origin-locked.
+"""The HTTP client for one upstream registry: bounded connection pools, origin-locked.
 
-Each upstream (public, private, mirror target) gets one `Upstream`, holding one aiohttp
-`ClientSession` for the life of the process. Decisions:
+Each upstream (public, private, mirror target) gets one `Upstream` for the life of the process,
+holding one bounded connection pool per use (`Pool`: serve-path packument fills, serve-path
+tarball streams, the worker). Decisions:
+
+- One aiohttp `ClientSession` with its own `TCPConnector(limit=...)` per use, rather than a
+  semaphore per use in front of one shared connector: the connector already accounts for a
+  connection on every exit path (released, closed, broken mid-body), so a use's bound is exact
+  without bookkeeping of ours, and a use cannot even see another's connections. A slow client
+  holding every tarball connection therefore never delays a packument fill or the worker. The
+  cost is up to three idle keep-alive pools per upstream instead of one. Waiting for a free
+  connection counts against the connect timeout, so a full pool surfaces as a timeout, not a
+  hang.
 
 - No redirects are followed: a 3xx is an answer like any other, so an upstream cannot bounce
   the proxy to another host. Every call has a timeout (connect and each read).
@@ -25,10 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 import orjson
@@ -37,7 +47,8 @@ from mirrorgate.config import Secret
 from mirrorgate.metrics import Metrics
 from mirrorgate.registry.origins import Origin, OriginRefusal, check_on_origin
 
-__all__ = ["ABBREVIATED", "JsonAnswer", "StreamedBody", "Upstream", "UpstreamError"]
+__all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "JsonAnswer", "Pool", "PoolSizes",
+           "StreamedBody", "Upstream", "UpstreamError"]
 
 ABBREVIATED = "application/vnd.npm.install-v1+json"
 CHUNK = 64 * 1024
@@ -48,6 +59,27 @@ value every 22 bytes or so of their own size, well under that at any size up to 
 MIN_VALUES = 65_536
 """The bound never goes below this (a few MiB parsed at worst), so a small byte cap does not
 turn a malformed document into a size refusal."""
+
+
+Pool = Literal["fills", "tarballs", "worker"]
+FILLS: Pool = "fills"
+"""Serve-path metadata: packument fills (private and public)."""
+TARBALLS: Pool = "tarballs"
+"""Serve-path tarball streams, held as long as the client takes to read."""
+WORKER: Pool = "worker"
+"""The mirror worker: its target reads, tarball downloads and publishes."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSizes:
+    """Connections each use may hold at once to one upstream (MIRRORGATE_POOL_*)."""
+
+    fills: int = 32
+    tarballs: int = 64
+    worker: int = 8
+
+    def of(self, pool: Pool) -> int:
+        return int(getattr(self, pool))
 
 
 def _json_values(body: bytes) -> int:
@@ -118,7 +150,7 @@ class Upstream:
         max_metadata_bytes: int,
         token: Secret | None = None,
         metrics: Metrics | None = None,
-        connections: int = 64,
+        pools: PoolSizes | None = None,
     ) -> None:
         self.label = label
         self.base = base_url if base_url.endswith("/") else base_url + "/"
@@ -128,29 +160,49 @@ class Upstream:
         self._max_metadata = max_metadata_bytes
         self._max_values = max(MIN_VALUES, max_metadata_bytes // BYTES_PER_VALUE)
         self._metrics = metrics
-        self._connections = connections
-        self._session: aiohttp.ClientSession | None = None
+        self.pools = pools or PoolSizes()
+        self._sessions: dict[Pool, aiohttp.ClientSession] = {}
+        self._in_flight: dict[Pool, int] = {FILLS: 0, TARBALLS: 0, WORKER: 0}
 
     async def start(self) -> None:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=60),
-                timeout=aiohttp.ClientTimeout(total=None, connect=self._timeout,
-                                              sock_read=self._timeout),
-                headers={"User-Agent": "mirrorgate"},
-                trust_env=False,
-            )
+        for pool in (FILLS, TARBALLS, WORKER):
+            if pool not in self._sessions:
+                # limit_per_host=0: the pool's one bound is `limit`; every request of an
+                # Upstream goes to one origin anyway.
+                self._sessions[pool] = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=self.pools.of(pool), limit_per_host=0,
+                                                   ttl_dns_cache=60),
+                    timeout=aiohttp.ClientTimeout(total=None, connect=self._timeout,
+                                                  sock_read=self._timeout),
+                    headers={"User-Agent": "mirrorgate"},
+                    trust_env=False,
+                )
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            await session.close()
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
+    def session(self, pool: Pool) -> aiohttp.ClientSession:
+        """The session (and so the bounded connection pool) of one use."""
+        session = self._sessions.get(pool)
+        if session is None:
             raise RuntimeError(f"the {self.label} upstream was used before start()")
-        return self._session
+        return session
+
+    def in_flight(self, pool: Pool) -> int:
+        """Requests of one use under way (waiting for or holding a connection); the pool is
+        back to full when this is 0. Exported as mirrorgate_upstream_in_flight."""
+        return self._in_flight[pool]
+
+    @contextmanager
+    def _holding(self, pool: Pool) -> Iterator[aiohttp.ClientSession]:
+        session = self.session(pool)
+        self._in_flight[pool] += 1
+        try:
+            yield session
+        finally:
+            self._in_flight[pool] -= 1
 
     def url(self, path: str) -> str:
         return self.base + path.lstrip("/")
@@ -204,7 +256,7 @@ class Upstream:
         return b"".join(parts)
 
     async def get_json(self, path: str, *, etag: str | None = None,
-                       accept: str = "application/json") -> JsonAnswer:
+                       accept: str = "application/json", pool: Pool = FILLS) -> JsonAnswer:
         """GET a JSON object at `path` under the base URL: 200, 304 (with `etag`) or 404."""
         url = self.url(path)
         headers = {"Accept": accept, "Accept-Encoding": "gzip"}
@@ -212,19 +264,20 @@ class Upstream:
             headers["If-None-Match"] = etag
         started = time.monotonic()
         try:
-            async with self.session.get(url, headers=self._headers(url, headers),
-                                        allow_redirects=False) as response:
-                if response.status == 304:
-                    return JsonAnswer(304, None, response.headers.get("ETag") or etag, 0)
-                if response.status == 404:
-                    return JsonAnswer(404, None, None, 0)
-                if response.status != 200:
-                    raise UpstreamError(self.label, "status", f"answered {response.status}",
-                                        status=response.status,
-                                        retry_after=response.headers.get("Retry-After"))
-                body = await asyncio.wait_for(self._read_capped(response),
-                                              timeout=self._timeout * 4)
-                answer_etag = response.headers.get("ETag")
+            with self._holding(pool) as session:
+                async with session.get(url, headers=self._headers(url, headers),
+                                       allow_redirects=False) as response:
+                    if response.status == 304:
+                        return JsonAnswer(304, None, response.headers.get("ETag") or etag, 0)
+                    if response.status == 404:
+                        return JsonAnswer(404, None, None, 0)
+                    if response.status != 200:
+                        raise UpstreamError(self.label, "status", f"answered {response.status}",
+                                            status=response.status,
+                                            retry_after=response.headers.get("Retry-After"))
+                    body = await asyncio.wait_for(self._read_capped(response),
+                                                  timeout=self._timeout * 4)
+                    answer_etag = response.headers.get("ETag")
         except Exception as error:  # every failure becomes one typed UpstreamError
             raise self._translate(error) from None
         finally:
@@ -246,9 +299,10 @@ class Upstream:
         return JsonAnswer(200, document, answer_etag, len(body))
 
     @asynccontextmanager
-    async def stream(self, url: str, *, method: str = "GET",
-                     accept_missing: bool = True) -> AsyncIterator[aiohttp.ClientResponse | None]:
-        """Open `url` (on this upstream's origin only) for streaming, bytes as stored.
+    async def stream(self, url: str, *, method: str = "GET", accept_missing: bool = True,
+                     pool: Pool = TARBALLS) -> AsyncIterator[aiohttp.ClientResponse | None]:
+        """Open `url` (on this upstream's origin only) for streaming, bytes as stored, on one
+        of `pool`'s connections, held until the context exits.
 
         Yields the response on a 2xx, None on a 404 (when `accept_missing`), and raises
         UpstreamError otherwise. The body is not decompressed: a tarball travels as is.
@@ -258,28 +312,29 @@ class Upstream:
         except OriginRefusal as refusal:
             raise self._failure(UpstreamError(self.label, "refused", str(refusal))) from None
         started = time.monotonic()
-        try:
-            response = await self.session.request(
-                method, url, headers=self._headers(url, {"Accept": "*/*"}),
-                allow_redirects=False, auto_decompress=False)
-        except Exception as error:  # connection-level failures become UpstreamError
+        with self._holding(pool) as session:
+            try:
+                response = await session.request(
+                    method, url, headers=self._headers(url, {"Accept": "*/*"}),
+                    allow_redirects=False, auto_decompress=False)
+            except Exception as error:  # connection-level failures become UpstreamError
+                self._observe("tarball", started)
+                raise self._translate(error) from None
             self._observe("tarball", started)
-            raise self._translate(error) from None
-        self._observe("tarball", started)
-        try:
-            if response.status == 404 and accept_missing:
-                yield None
-            elif 200 <= response.status < 300:
-                yield response
-            else:
-                raise self._failure(UpstreamError(
-                    self.label, "status", f"answered {response.status}", status=response.status,
-                    retry_after=response.headers.get("Retry-After")))
-        finally:
-            response.release()
+            try:
+                if response.status == 404 and accept_missing:
+                    yield None
+                elif 200 <= response.status < 300:
+                    yield response
+                else:
+                    raise self._failure(UpstreamError(
+                        self.label, "status", f"answered {response.status}",
+                        status=response.status, retry_after=response.headers.get("Retry-After")))
+            finally:
+                response.release()
 
-    async def send_json(self, method: str, path: str,
-                        body: bytes | StreamedBody) -> tuple[int, bytes]:
+    async def send_json(self, method: str, path: str, body: bytes | StreamedBody, *,
+                        pool: Pool = WORKER) -> tuple[int, bytes]:
         """A write (publish) to this upstream: the status and up to 64 KiB of the answer.
 
         A `StreamedBody` is sent chunk by chunk with its Content-Length declared up front.
@@ -294,12 +349,13 @@ class Upstream:
             headers["Content-Length"] = str(body.size)
         started = time.monotonic()
         try:
-            async with self.session.request(
-                method, url, data=data, allow_redirects=False,
-                headers=self._headers(url, headers),
-            ) as response:
-                answer = await response.content.read(64 * 1024)
-                return response.status, answer
+            with self._holding(pool) as session:
+                async with session.request(
+                    method, url, data=data, allow_redirects=False,
+                    headers=self._headers(url, headers),
+                ) as response:
+                    answer = await response.content.read(64 * 1024)
+                    return response.status, answer
         except Exception as error:
             raise self._translate(error) from None
         finally:

@@ -1,0 +1,169 @@
+"""The listening socket, with the slow-client bounds aiohttp's server does not have.
+
+aiohttp bounds an idle keep-alive connection (`keepalive_timeout`, given to the `AppRunner`) but
+has no timeout for reading a request head (its old `slow_request_timeout` is gone) and none for
+a response blocked on a client that stopped reading: a half-sent head or a one-byte-a-second
+reader holds a connection, a handler and, for a tarball, an upstream connection for as long as
+the client likes. `GuardedSite` listens like `web.TCPSite`, but wraps each connection's aiohttp
+protocol in a `_Guard` that sees the bytes and the transport's flow control first:
+
+- **head timeout**: a request head must be complete (its blank line seen) within
+  `head_timeout` of the connection opening, or of the first byte of a later request. A
+  client that sends half a head, or nothing, is disconnected (`http_head_timed_out`).
+- **write stall**: when the transport asks the protocol to pause writing (its buffer is full
+  because the client is not reading), the connection is aborted unless writing resumes within
+  `write_stall_timeout` (`http_write_stalled`), with a reset that also drops what the kernel
+  still holds for it. The handler's pending write then fails as a client disconnect, so a
+  tarball stream ends and gives its upstream connection back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+__all__ = ["ClientBounds", "GuardedSite"]
+
+log = structlog.get_logger("mirrorgate.listener")
+
+HEAD_END = b"\r\n\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientBounds:
+    head_timeout: float
+    write_stall_timeout: float
+    on_cut: Callable[[str], None]
+    """Called with `head_timeout` or `write_stall` each time a connection is cut."""
+
+
+class _Guard(asyncio.Protocol):
+    """One connection: aiohttp's protocol inside, the two timers around it."""
+
+    def __init__(self, inner: asyncio.Protocol, bounds: ClientBounds) -> None:
+        self._inner = inner
+        self._bounds = bounds
+        self._transport: asyncio.Transport | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._tail = b""
+
+    # -- the protocol aiohttp sees through ------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._inner.connection_made(transport)
+        self._arm_head()
+
+    def data_received(self, data: bytes) -> None:
+        # Any byte that arrives while no head is being timed starts one: mirrorgate serves
+        # GET and HEAD, which carry no body, so these bytes are the next request's head. A
+        # body sent with a refused write method is timed the same way, and may be cut.
+        if self._head_timer is None:
+            self._arm_head()
+        window = self._tail + data
+        if HEAD_END in window:
+            self._disarm_head()
+        else:
+            self._tail = window[-(len(HEAD_END) - 1):]
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head()
+        self._cancel_stall()
+        self._transport = None
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+        if self._stall_timer is None:
+            loop = asyncio.get_running_loop()
+            self._stall_timer = loop.call_later(self._bounds.write_stall_timeout,
+                                                self._stalled)
+
+    def resume_writing(self) -> None:
+        self._cancel_stall()
+        self._inner.resume_writing()
+
+    # -- the timers ------------------------------------------------------------------------
+
+    def _arm_head(self) -> None:
+        self._tail = b""
+        loop = asyncio.get_running_loop()
+        self._head_timer = loop.call_later(self._bounds.head_timeout, self._head_timed_out)
+
+    def _disarm_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self._tail = b""
+
+    def _cancel_stall(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._transport is None or self._transport.is_closing():
+            return
+        log.info("http_head_timed_out", timeout=self._bounds.head_timeout)
+        self._bounds.on_cut("head_timeout")
+        self._transport.close()
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        if self._transport is None:
+            return
+        log.info("http_write_stalled", timeout=self._bounds.write_stall_timeout)
+        self._bounds.on_cut("write_stall")
+        # A reset, not a close: a closed socket keeps delivering its unsent megabytes (the
+        # kernel's send buffer) to a client that is not reading, for as long as it likes.
+        # SO_LINGER 0 makes the close send RST and drop them now.
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._transport.abort()
+
+
+class GuardedSite(web.BaseSite):
+    """`web.TCPSite` with every connection guarded by `ClientBounds`."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, bounds: ClientBounds,
+                 backlog: int = 128) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._owner = runner
+        self._listen_backlog = backlog
+        self._host = host
+        self._port = port
+        self._bounds = bounds
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._owner.server
+        assert server is not None
+        bounds = self._bounds
+
+        def guarded() -> asyncio.Protocol:
+            return _Guard(server(), bounds)
+
+        # `_server` is BaseSite's slot for the listening server, which its stop() closes;
+        # every aiohttp site sets it this way.
+        self._server = await asyncio.get_running_loop().create_server(
+            guarded, self._host, self._port, backlog=self._listen_backlog)
