@@ -54,7 +54,7 @@ from mirrorgate.registry.names import InvalidNameError, PackageName, version_fro
 from mirrorgate.registry.packument import Gated, VersionRecord
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.refusals import Refused, denied, upstream_failed
-from mirrorgate.registry.upstream import CHUNK, Upstream, UpstreamError
+from mirrorgate.registry.upstream import Upstream, UpstreamError
 from mirrorgate.verify import DigestMismatch, StreamVerifier, Unverifiable, Verified
 
 __all__ = ["OUTCOME", "TarballRoute"]
@@ -132,7 +132,7 @@ class TarballRoute:
                     raise Refused(404, f"the public upstream has no tarball for "
                                   f"{name.full}@{version}", reason="not found")
                 answer, verified = await self._stream(
-                    request, response.content_length, response.content.iter_chunked(CHUNK),
+                    request, response.size, response.chunks,
                     deadline, source="public", name=name, version=version,
                     verifier=_verifier(record))
                 if verified is not None and request.method == "GET" and not record.private:
