@@ -233,7 +233,8 @@ class RegistryTarget:
         filename = tarball_filename(name, job.version)
         manifest = version_manifest(name, job.version, job.manifest, digests.integrity,
                                     digests.shasum,
-                                    self.upstream.url(name.tarball_path(filename)))
+                                    self.upstream.url(name.tarball_path(filename)),
+                                    job.published)
         body = publish_document(name, job.version, manifest, filename, tarball, tags)
         try:
             status, answer = await self.upstream.send_json("PUT", name.url_path(), body)
@@ -296,7 +297,7 @@ class StoreTarget:
             raise TargetError("target-refused", str(error), transient=False) from None
         digests = await publish_digests(job, tarball, digests)
         manifest = version_manifest(name, job.version, job.manifest, digests.integrity,
-                                    digests.shasum, filename)
+                                    digests.shasum, filename, job.published)
         try:
             written = await self.store.put(name, job.version, filename, manifest, tarball)
         except StoreError as error:

@@ -17,11 +17,10 @@ import pytest
 
 from mirrorgate.registry.filestore import FileStore
 from mirrorgate.registry.names import parse_name
-from tests.serve.conftest import RunningProxy, StartProxy
+from tests.serve.rig import FILE_STORE, RunningProxy, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry, Manners
 from tests.servers.packages import FixtureVersion, make_package, make_version
 from tests.servers.processes import Reply
-from tests.servers.verdaccio import Verdaccio
 
 SIZES = (1_500, 40_000, 3_000_000)
 """Just over the 1 KB where registries start to content-code, a common size, several MB."""
@@ -50,7 +49,7 @@ def assert_stored_bytes(reply: Reply, version: FixtureVersion) -> None:
 
 
 async def test_tarballs_from_verdaccio_arrive_byte_for_byte(
-        public_registry: FixtureRegistry, private_registry: Verdaccio,
+        public_registry: FixtureRegistry, private_registry: SharedPrivate,
         start_proxy: StartProxy) -> None:
     ours = versions("@bytes/verdaccio-held")
     for version in ours:
@@ -71,7 +70,7 @@ async def test_tarballs_from_the_file_store_arrive_byte_for_byte(
         manifest = version.document("http://127.0.0.1:9/")
         assert await store.put(name, version.version, version.filename, manifest,
                                version.tarball)
-    proxy = await start_proxy(public_registry.url)
+    proxy = await start_proxy(public_registry.url, private=FILE_STORE)
 
     for version in ours:
         assert_stored_bytes(await raw_tarball(proxy, version), version)

@@ -23,9 +23,10 @@
   costs no copy and delays nothing but the last 64 KiB (bench/tarball_relay.py).
 - Only a public GET that was read to its end, matched its digest and reached the client is
   enqueued as a `MirrorJob` (name, version, every digest of `dist`, the upstream tarball URL
-  and file name, the size relayed, the manifest without `readme`), in a background task: the
-  response never waits on the queue and never fails because of it. A client that hangs up
-  early causes no job (it would make the worker download up to the size cap for nothing).
+  and file name, the size relayed, the manifest without `readme`, the public publish time),
+  in a background task: the response never waits on the queue and never fails because of
+  it. A client that hangs up early causes no job (it would make the worker download up to
+  the size cap for nothing).
   HEAD never enqueues, nor does a version the private upstream lists.
   A job the queue drops (full) is neither counted as enqueued nor logged here: every backend
   decides at once, so its drop count moving across the call says so, and the queue reports
@@ -48,7 +49,7 @@ import structlog
 from aiohttp import web
 
 from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, publish_time
 from mirrorgate.registry.filestore import StoreError
 from mirrorgate.registry.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.registry.packument import Gated, VersionRecord
@@ -113,7 +114,7 @@ class TarballRoute:
                       deadline: asyncio.Timeout) -> web.StreamResponse:
         gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
-        if record is None:
+        if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
         if record.denial is not None:
@@ -136,7 +137,8 @@ class TarballRoute:
                     deadline, source="public", name=name, version=version,
                     verifier=_verifier(record))
                 if verified is not None and request.method == "GET" and not record.private:
-                    self._enqueue(name, record, url, verified.size)
+                    self._enqueue(name, record, url, verified.size,
+                                  gated.time.get(version))
                 return answer
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
@@ -231,7 +233,8 @@ class TarballRoute:
             self._enqueued.popitem(last=False)
         return True
 
-    def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int) -> None:
+    def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
+                 published: str | None) -> None:
         if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return
@@ -242,6 +245,7 @@ class TarballRoute:
                 artifact=MirrorArtifact(url, f"{name.bare}-{record.version}.tgz", size,
                                         record.digests),
                 manifest=record.manifest(None),
+                published=publish_time(published),  # the public time, for the mirror's mark
             )
         except ValueError as error:
             log.warning("job_not_enqueued", package=name.full, version=record.version,
