@@ -122,7 +122,8 @@ class PackumentSource:
         # gated before the advisory index's first load: held briefly, like a degraded answer,
         # so the index applies within seconds of landing rather than a whole TTL later
         before_index = gated.advisories is not None and gated.advisories[0] == 0
-        return Loaded(Entry(gated, private_print), gated.size + 256,
+        return Loaded(Entry(gated, private_print, private_answered=private_error is None),
+                      gated.size + 256,
                       answer.etag if answer is not None else None,
                       fresh_for=DEGRADED_FRESH_FOR if failure is not None or before_index
                       else None)

@@ -6,6 +6,10 @@
   else 400; a version no upstream lists is a 404.
 - The private upstream is asked first, at the npm-standard path; a 2xx is streamed through as
   is. A miss, or a private failure (logged `upstream_failed`), falls back to the public side.
+  Except when a fresh cached packument, built with the private upstream's answer, lists the
+  version as public-only: then public is asked at once (`known`), so a cold install costs one
+  private request per name (its packument), not one more per tarball. A version the private
+  side listed, or any version when no such packument is at hand, is still asked of private.
 - The public side never builds a URL: it follows the version's own `dist.tarball`, which the
   gate already checked is on the public upstream's origin (a version whose URL is not is
   unavailable, answered 403 with the reason). A denied version is a 403 saying which rule,
@@ -75,12 +79,14 @@ class TarballRoute:
     def __init__(self, *, private: PrivateSource, public: Upstream, queue: MirrorQueue,
                  metrics: Metrics,
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
+                 known: Callable[[PackageName], Gated | None] = lambda _name: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.private = private
         self.public = public
         self.queue = queue
         self.metrics = metrics
         self.packument = packument
+        self.known = known
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
@@ -92,6 +98,13 @@ class TarballRoute:
         except InvalidNameError as error:
             self.metrics.refusals.labels("bad_tarball_filename").inc()
             raise Refused(400, f"refused tarball path: {error}", reason=str(error)) from None
+        known = self.known(name)
+        record = known.versions.get(version) if known is not None else None
+        if record is not None and not record.private:
+            # a fresh packument, built with the private upstream's answer, says the version is
+            # public-only: asking private again would cost a round trip per tarball for a miss
+            self.metrics.private_skipped.inc()
+            return await self._public(request, name, version, None, deadline, known)
         private_error: UpstreamError | None = None
         try:
             async with self.private.tarball(name, filename) as body:
@@ -110,9 +123,10 @@ class TarballRoute:
         return await self._public(request, name, version, private_error, deadline)
 
     async def _public(self, request: web.Request, name: PackageName, version: str,
-                      private_error: UpstreamError | None,
-                      deadline: asyncio.Timeout) -> web.StreamResponse:
-        gated = await self.packument(name)
+                      private_error: UpstreamError | None, deadline: asyncio.Timeout,
+                      gated: Gated | None = None) -> web.StreamResponse:
+        if gated is None:
+            gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
