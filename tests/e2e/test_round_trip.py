@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import shutil
 
-from tests.e2e.mirroring import assert_store_holds_the_tree, assert_verdaccio_holds_the_tree
+from tests.e2e.mirroring import (
+    assert_served_byte_for_byte,
+    assert_store_holds_the_tree,
+    assert_verdaccio_holds_the_tree,
+)
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
-from tests.servers.packages import standard_tree
+from tests.servers.packages import FixtureTree, standard_tree
 from tests.servers.verdaccio import Verdaccio
 
 
@@ -22,6 +26,18 @@ def reinstall_from_scratch(npm: NpmClient, registry: str) -> None:
     shutil.rmtree(npm.project / "node_modules", ignore_errors=True)
     done = npm.ci(registry=registry)
     assert done.returncode == 0, done.stderr
+
+
+def install_before_a_date_between_publish_and_mirroring(npm: NpmClient, registry: str,
+                                                        tree: FixtureTree) -> None:
+    """`npm install --before` a date after the public publish times (2020) and before the
+    mirroring (today): it resolves only if the mirrored versions keep their public times."""
+    npm.clear_cache()
+    shutil.rmtree(npm.project / "node_modules", ignore_errors=True)
+    (npm.project / "package-lock.json").unlink()
+    done = npm.install("--before=2021-06-01", registry=registry)
+    assert done.returncode == 0, done.stderr
+    assert npm.installed() == tree.resolved
 
 
 def test_an_install_is_mirrored_into_verdaccio_and_then_served_without_the_public_registry(
@@ -49,6 +65,8 @@ def test_an_install_is_mirrored_into_verdaccio_and_then_served_without_the_publi
     offline = mirrorgate("serve", env)  # a fresh process: nothing cached from the public side
     reinstall_from_scratch(npm_client, offline.registry_url)
     assert npm_client.installed() == tree.resolved
+    assert_served_byte_for_byte(offline.registry_url, public_registry, tree)
+    install_before_a_date_between_publish_and_mirroring(npm_client, offline.registry_url, tree)
 
 
 def test_the_same_round_trip_works_with_the_embedded_file_store(

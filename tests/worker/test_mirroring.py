@@ -6,11 +6,13 @@ import base64
 import hashlib
 from pathlib import Path
 
+import pytest
 from structlog.testing import LogCapture
 
 from mirrorgate.registry.filestore import FileStore
 from mirrorgate.registry.names import parse_name
 from mirrorgate.target import PublishResult, RegistryTarget
+from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import FixtureVersion, make_package, make_version
 from tests.servers.verdaccio import Verdaccio
@@ -147,3 +149,22 @@ async def test_latest_never_moves_back_when_an_older_version_is_mirrored_after_a
     assert await rig.handle_next() == "published"
     assert verdaccio.dist_tags("alpha")["latest"] == "3.0.0"
     assert verdaccio.versions("alpha") == ["1.0.0", "2.0.0", "2.1.0-rc.1", "3.0.0"]
+
+
+async def test_a_verdaccio_on_its_default_legacy_tokens_is_mirrored_into_and_read_back_too(
+        make_rig: RigFactory, public_registry: FixtureRegistry,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # The fixtures' Verdaccio signs JWTs (bcrypt per request is too slow to test with); a
+    # Verdaccio left on its legacy tokens must still take the publish and the read-back.
+    public_registry.add(make_package("legacy-token", ["1.0.0"]))
+    with serving(Verdaccio(tmp_path_factory.mktemp("legacy"), tokens="legacy"),
+                 "Verdaccio") as legacy:
+        assert legacy.token.count(".") != 2, "a legacy token, not a JWT"
+        rig = await make_rig(target=legacy)
+        job = job_from(public_registry, "legacy-token", "1.0.0")
+        await rig.queue.enqueue(job)
+        assert await rig.handle_next() == "published"
+        await rig.queue.enqueue(job)
+        assert await rig.handle_next() == "already_present"  # the bytes read back and hashed
+        served = legacy.download("legacy-token", "legacy-token-1.0.0.tgz")
+    assert sri512(served) == public_registry.package("legacy-token").version("1.0.0").integrity
