@@ -458,8 +458,9 @@ def realistic_package(
     """A packument shaped and sized like a popular package's: `versions` releases (1.0.0,
     1.0.1... ten patches per minor, ten minors per major), each manifest about
     `manifest_size` bytes of JSON (dependencies, devDependencies, contributors, scripts...),
-    a readme, `time` for every version, the first ten deprecated, tarballs of realistic
-    sizes (built only when read). The defaults give about 750 KB, like express;
+    a readme, `time` for every version, the first ten deprecated, sub-kilobyte tarballs (built
+    only when read; a rendered packument hashes them all). The defaults give about 750 KB,
+    like express;
     `realistic_package(name, versions=3_500, manifest_size=2_800)` gives about 10 MB.
 
     Generation is cheap: the bulky fields are built once and shared by every version, and
@@ -498,7 +499,8 @@ def realistic_package(
         built[version] = FixtureVersion(
             manifest=manifest,
             published=EPOCH + timedelta(hours=12 * index),
-            files=_default_files(name, version, None),
+            # small tarballs: a packument's `dist` hashes every one of its thousands
+            files=_default_files(name, version, 0),
         )
     paragraph = ("This fixture readme stands in for a long one: installation, examples, "
                  "options, and a changelog nobody reads. ")
