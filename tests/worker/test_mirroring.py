@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from structlog.testing import LogCapture
 
 from mirrorgate.registry.filestore import FileStore
+from mirrorgate.registry.mirrormark import read_mark
 from mirrorgate.registry.names import parse_name
 from mirrorgate.target import PublishResult, RegistryTarget
 from tests.servers.availability import serving
@@ -168,3 +170,22 @@ async def test_a_verdaccio_on_its_default_legacy_tokens_is_mirrored_into_and_rea
         assert await rig.handle_next() == "already_present"  # the bytes read back and hashed
         served = legacy.download("legacy-token", "legacy-token-1.0.0.tgz")
     assert sri512(served) == public_registry.package("legacy-token").version("1.0.0").integrity
+
+
+async def test_the_mirror_mark_carries_publics_publish_time_never_the_jobs(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio) -> None:
+    # A queue writer could backdate a fresh release past every age gate; the worker takes the
+    # time from the public packument it re-gates against.
+    public_registry.add(make_package("backdated", ["1.0.0"]))
+    public_time = public_registry.packument("backdated")["time"]["1.0.0"]
+    rig = await make_rig(target=verdaccio)
+    job = job_from(public_registry, "backdated", "1.0.0")
+    await rig.queue.enqueue(dataclasses.replace(job, published="2001-01-01T00:00:00.000Z"))
+
+    assert await rig.handle_next() == "published"
+
+    stored = verdaccio.packument("backdated")
+    assert stored is not None
+    mark = read_mark(stored["versions"]["1.0.0"])
+    assert mark is not None
+    assert mark.published == public_time
