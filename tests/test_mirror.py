@@ -18,6 +18,7 @@ from mirrorgate.mirror import (
     encode_job,
     parse_integrity,
     parse_shasum,
+    publish_time,
     strongest,
 )
 from tests.builders import make_artifact, make_job
@@ -77,9 +78,24 @@ def test_a_job_drops_the_readme_from_its_manifest() -> None:
 
 def test_the_codec_round_trips_every_field() -> None:
     job = make_job("@acme/widget", "1.0.0", artifact=make_artifact(
-        size=None, digests=(Digest("sha512", SHA512), Digest("sha1", "c2hhMQ=="))))
+        size=None, digests=(Digest("sha512", SHA512), Digest("sha1", "c2hhMQ=="))),
+        published="2024-02-23T18:01:12.345Z")
     assert decode_job(encode_job(job)) == job
     assert decode_job(encode_job(job)).manifest == job.manifest
+    assert decode_job(encode_job(job)).published == "2024-02-23T18:01:12.345Z"
+
+
+def test_a_job_from_an_older_proxy_without_the_publish_time_still_decodes() -> None:
+    job = decode_job(_body(published=KeyError))
+    assert job.published is None
+    assert job == make_job()
+
+
+def test_the_serve_path_drops_a_public_time_it_cannot_vouch_for_not_the_job() -> None:
+    assert publish_time("2024-02-23T18:01:12.345Z") == "2024-02-23T18:01:12.345Z"
+    assert publish_time("2024-02-23T18:01:12") is None  # no zone
+    assert publish_time("yesterday") is None
+    assert publish_time(1708711272) is None
 
 
 def _body(**changes: object) -> bytes:
@@ -113,6 +129,9 @@ def _body(**changes: object) -> bytes:
         (_body(artifact__size=-1), "artifact.size"),
         (_body(artifact__size=KeyError), "missing field artifact.size"),
         (_body(artifact__tarball=None), "artifact.tarball should be str"),
+        (_body(published=1708711272), "field published should be an ISO 8601 time"),
+        (_body(published="last tuesday"), "field published should be an ISO 8601 time"),
+        (_body(published="2024-02-23T18:01:12"), "with a zone"),
     ],
 )
 def test_the_codec_refuses_anything_else_naming_the_problem(body: bytes, problem: str) -> None:

@@ -100,6 +100,13 @@ class Metrics:
         self.upstream_failures = Counter("mirrorgate_upstream_failures",
                                          "failed upstream calls by upstream and reason",
                                          ["upstream", "reason"], registry=r)
+        self.upstream_decoded = Counter(
+            "mirrorgate_upstream_decoded", "tarball answers an upstream content-coded although "
+            "identity was asked for, decoded to the stored bytes", ["upstream", "coding"],
+            registry=r)
+        self.private_skipped = Counter(
+            "mirrorgate_private_skipped", "tarball requests sent straight to public because a "
+            "fresh packument says the private upstream does not have the version", registry=r)
         self.cache = Counter("mirrorgate_cache", "packument cache lookups by result",
                              ["result"], registry=r)
         self.rule_denials = Counter("mirrorgate_rule_denials", "versions denied, by rule",

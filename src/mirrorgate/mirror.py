@@ -13,6 +13,7 @@ at that moment (never a re-fetched one) and publishes them. Decisions taken here
   passed where some other string or integer was meant.
 - Jobs travel as versioned JSON (`"v": 1`) and decoding is strict: anything else is refused
   with a `JobDecodeError` naming the problem, so a foreign message is retired, never guessed at.
+  `published` joined v1 later as an optional field, so a job from an older proxy still decodes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import binascii
 import re
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NewType
 
 import orjson
@@ -42,6 +44,7 @@ __all__ = [
     "encode_job",
     "parse_integrity",
     "parse_shasum",
+    "publish_time",
     "strongest",
 ]
 
@@ -153,6 +156,10 @@ class MirrorJob:
     version: str
     artifact: MirrorArtifact
     manifest: Mapping[str, Any] = field(hash=False)
+    published: str | None = None
+    """The public `time[version]` the version was admitted with (ISO 8601), or None when the
+    public packument gave none: the mirror keeps it, so a copy is not mistaken for a new
+    release by an age gate (npm --before, yarn's npmMinimalAgeGate, the minimum-age rule)."""
 
     def __post_init__(self) -> None:
         if "readme" in self.manifest:
@@ -262,6 +269,7 @@ def encode_job(job: MirrorJob) -> bytes:
                 "digests": [digest.sri() for digest in artifact.digests],
             },
             "manifest": job.manifest,
+            "published": job.published,
         }
     )
     return bytes(memoryview(encoded))
@@ -317,4 +325,28 @@ def decode_job(body: bytes | str) -> MirrorJob:
         version=version,
         artifact=MirrorArtifact(tarball, filename, size, tuple(digests)),
         manifest=manifest,
+        published=_published(data),
     )
+
+
+def publish_time(value: object) -> str | None:
+    """`value` when it is an ISO 8601 time with a zone (what a job's `published` may hold),
+    else None: the serve path drops a public time it cannot vouch for rather than the job."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return value if moment.tzinfo is not None else None
+
+
+def _published(data: Mapping[str, Any]) -> str | None:
+    """`published`, added to v1 later: absent (a job from an older proxy) or null is None."""
+    value = data.get("published")
+    if value is None:
+        return None
+    if publish_time(value) is None:
+        raise JobDecodeError(f"field published should be an ISO 8601 time with a zone, or "
+                             f"null: {value!r}"[:200])
+    return str(value)

@@ -284,7 +284,9 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
                      if feed is not None else None)
         if runs_worker:
             assert health.heartbeat is not None
-            target: MirrorTarget = open_target(settings.mirror_target, upstreams.target)
+            target: MirrorTarget = open_target(
+                settings.mirror_target, upstreams.target,
+                max_tarball_bytes=settings.max_tarball_bytes)
             worker = Worker(WorkerDeps(settings=settings, queue=queue, public=upstreams.public,
                                        target=target, metrics=metrics,
                                        heartbeat=health.heartbeat, rules=rules))

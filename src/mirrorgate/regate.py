@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from mirrorgate.logs import loggable_url
-from mirrorgate.mirror import Digest, MirrorArtifact, MirrorJob, strongest
+from mirrorgate.mirror import Digest, MirrorArtifact, MirrorJob, publish_time, strongest
 from mirrorgate.registry.fill import THREAD_ABOVE
 from mirrorgate.registry.names import PackageName, tarball_filename
 from mirrorgate.registry.packument import Gated, gate
@@ -95,7 +95,9 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
                          fields=differ)
     artifact = MirrorArtifact(url, tarball_filename(name, record.version), job.artifact.size,
                               record.digests)
-    return MirrorJob(name.full, record.version, artifact, manifest)
+    # the publish time, too, is public's own (for the mirror mark), never the job's
+    return MirrorJob(name.full, record.version, artifact, manifest,
+                     published=publish_time(gated.time.get(record.version)))
 
 
 def _gate(name: PackageName, document: Mapping[str, Any], rules: Rules, now: datetime,

@@ -146,7 +146,8 @@ class ProxyServer:
                                       keys=self.keys)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
-                                     packument=self._gated_or_none, clock=clock)
+                                     packument=self._gated_or_none,
+                                     known=self._known_packument, clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
         self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
@@ -319,6 +320,14 @@ class ProxyServer:
 
     async def _gated_or_none(self, name: PackageName) -> Gated | None:
         return (await self._entry(name)).value.gated
+
+    def _known_packument(self, name: PackageName) -> Gated | None:
+        """The cached packument of `name` when it is fresh and was built with the private
+        upstream's answer; None otherwise (never fills, never waits)."""
+        slot = self.cache.fresh(name.full)
+        if slot is None or not slot.value.private_answered:
+            return None
+        return slot.value.gated
 
     async def _packument(self, request: web.Request, name: PackageName) -> web.Response:
         slot = await self._entry(name)

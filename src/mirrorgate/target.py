@@ -8,8 +8,10 @@ download), and please store these verified bytes (`publish`). Decisions:
   serve path reads as its private upstream); `http(s)://` is an npm registry reached through the
   process's `Upstream` for it, which adds the bearer token and refuses to leave its origin.
 - "Already there" is success only when the stored integrity is the job's: the stored `dist` is
-  read back and compared with `verify.agreement`. A version stored with different bytes is a
-  `TargetConflict` (the worker logs it as a security event and retires the job); one whose
+  read back and compared with `verify.agreement`, and a registry's stored tarball is read back
+  over HTTP and hashed too (its `dist` is not proof of its bytes). A version stored with
+  different bytes is a `TargetConflict` (the worker logs it as a security event and retires
+  the job); one whose
   digests cannot be compared (only weaker ones in common) is refused, never assumed equal.
 - Every failure is a `TargetError` with a stable `reason` and `transient` (worth retrying:
   connection errors, timeouts, 5xx, 408, 429), so the worker never needs to know which kind
@@ -26,6 +28,8 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
+import aiohttp
+
 from mirrorgate.mirror import Digest, MirrorJob
 from mirrorgate.registry.filestore import FileStore, StoreError
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name, tarball_filename
@@ -40,8 +44,10 @@ from mirrorgate.registry.publish import (
 from mirrorgate.registry.upstream import ABBREVIATED, WORKER, Upstream, UpstreamError
 from mirrorgate.verify import (
     Agreement,
+    DigestMismatch,
     StreamVerifier,
     TarballDigests,
+    TooLarge,
     agreement,
     describe,
     strongest_of,
@@ -59,6 +65,8 @@ __all__ = [
 ]
 
 THREAD_ABOVE = 256 * 1024
+READ_BACK_LIMIT = 256 * 1024 * 1024
+"""The largest stored tarball read back when no MIRRORGATE_MAX_TARBALL_BYTES is given."""
 """Tarballs at least this big are hashed and encoded in a thread, off the event loop."""
 
 _T = TypeVar("_T")
@@ -160,9 +168,10 @@ def _listed_dist(document: Mapping[str, Any] | None, version: str) -> Any:
 class RegistryTarget:
     """An npm registry over HTTP(S), written to with `PUT /<name>` like `npm publish` does."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: Upstream, *, max_tarball_bytes: int = READ_BACK_LIMIT) -> None:
         self.upstream = upstream
         self.label = upstream.label
+        self.max_tarball_bytes = max_tarball_bytes
 
     async def _packument(self, name: PackageName) -> dict[str, Any] | None:
         try:
@@ -176,7 +185,37 @@ class RegistryTarget:
     async def holds(self, job: MirrorJob) -> bool:
         name = _name(job)
         stored = _listed_dist(await self._packument(name), job.version)
-        return stored is not None and _confirm(self.label, job, stored)
+        return (stored is not None and _confirm(self.label, job, stored)
+                and await self._bytes_agree(name, job))
+
+    async def _bytes_agree(self, name: PackageName, job: MirrorJob) -> bool:
+        """Read the stored tarball back (the bytes as stored, whatever coding the registry
+        answers in) and hash it against the job's strongest digest: a registry's `dist` is
+        not proof of its bytes (Verdaccio stores whatever integrity it is given). False when
+        the registry lists the version but has no tarball for it; raises TargetConflict when
+        the bytes are others."""
+        url = self.upstream.url(name.tarball_path(tarball_filename(name, job.version)))
+        verifier = StreamVerifier(job.artifact.digests, expected_size=None,
+                                  limit=self.max_tarball_bytes)
+        try:
+            async with self.upstream.stream(url) as download:
+                if download is None:
+                    return False
+                async for chunk in download.chunks:
+                    verifier.update(chunk)
+            verifier.finish()
+        except UpstreamError as error:
+            raise TargetError("target-failed" if error.transient else "target-unreadable",
+                              str(error), transient=error.transient) from None
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise TargetError("target-failed", f"the {self.label} broke off the read-back "
+                              f"({type(error).__name__})", transient=True) from None
+        except DigestMismatch as mismatch:
+            raise TargetConflict(self.label, mismatch.expected, mismatch.actual) from None
+        except TooLarge as error:
+            raise TargetError("target-unreadable", f"the {self.label}'s stored tarball is "
+                              f"over {error.limit} bytes", transient=False) from None
+        return True
 
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:
@@ -195,7 +234,8 @@ class RegistryTarget:
         filename = tarball_filename(name, job.version)
         manifest = version_manifest(name, job.version, job.manifest, digests.integrity,
                                     digests.shasum,
-                                    self.upstream.url(name.tarball_path(filename)))
+                                    self.upstream.url(name.tarball_path(filename)),
+                                    job.published)
         body = publish_document(name, job.version, manifest, filename, tarball, tags)
         try:
             status, answer = await self.upstream.send_json("PUT", name.url_path(), body,
@@ -220,6 +260,9 @@ class RegistryTarget:
             raise TargetError("target-unconfirmed", f"the {self.label} says the version exists "
                               "but does not list it", transient=True)
         if _confirm(self.label, job, stored):
+            if not await self._bytes_agree(name, job):
+                raise TargetError("target-unconfirmed", f"the {self.label} lists the version "
+                                  "but serves no tarball for it", transient=True)
             return PublishResult.ALREADY_PRESENT
         raise TargetError("target-integrity-unknown", f"the {self.label} holds the version "
                           "without a digest as strong as the job's to compare",
@@ -256,7 +299,7 @@ class StoreTarget:
             raise TargetError("target-refused", str(error), transient=False) from None
         digests = await publish_digests(job, tarball, digests)
         manifest = version_manifest(name, job.version, job.manifest, digests.integrity,
-                                    digests.shasum, filename)
+                                    digests.shasum, filename, job.published)
         try:
             written = await self.store.put(name, job.version, filename, manifest, tarball)
         except StoreError as error:
@@ -276,7 +319,8 @@ class StoreTarget:
                           "without a digest as strong as the job's to compare", transient=False)
 
 
-def open_target(url: str, upstream: Upstream | None) -> MirrorTarget:
+def open_target(url: str, upstream: Upstream | None, *,
+                max_tarball_bytes: int = READ_BACK_LIMIT) -> MirrorTarget:
     """The target a configured URL names: `file://` a FileStore, `http(s)://` a registry."""
     if url.startswith("file://"):
         return StoreTarget(FileStore(store_root(url)))
@@ -284,4 +328,4 @@ def open_target(url: str, upstream: Upstream | None) -> MirrorTarget:
         raise ValueError(f"the mirror target {url!r} is neither file:// nor http(s)://")
     if upstream is None:
         raise ValueError(f"the mirror target {url} is a registry; it needs an Upstream client")
-    return RegistryTarget(upstream)
+    return RegistryTarget(upstream, max_tarball_bytes=max_tarball_bytes)

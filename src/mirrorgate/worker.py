@@ -526,19 +526,21 @@ class Worker:
                 if response is None:
                     raise _Retire("public-missing", "the public upstream answered 404", url=shown)
                 try:
-                    verifier.declared_length(response.content_length)
-                    async for chunk in response.content.iter_any():
+                    verifier.declared_length(response.size)
+                    async for chunk in response.chunks:
                         chunks.append(chunk)
                         verifier.update(chunk)
                     verified = verifier.finish()
                 except SizeMismatch as mismatch:
                     raise await self._wrong_size(mismatch, verifier.expected, chunks,
-                                                 response) from None
+                                                 response.chunks) from None
         except UpstreamError as error:
             if error.kind == "refused":
                 raise _Retire("off-origin", str(error), url=shown) from None
             if error.transient:
                 raise _Retry("public-failed", str(error)) from None
+            if error.kind == "invalid":  # a content coding mirrorgate cannot decode: not tampering
+                raise _Retire("public-coding", str(error), url=shown) from None
             raise _Retire("public-refused", str(error), url=shown, status=error.status) from None
         except TooLarge as error:
             raise _Retire("oversized", str(error), url=shown, size=error.size) from None
@@ -548,7 +550,7 @@ class Worker:
         return b"".join(chunks), verified
 
     async def _wrong_size(self, mismatch: SizeMismatch, expected: Digest, chunks: list[bytes],
-                          response: aiohttp.ClientResponse) -> _WrongSize:
+                          rest: AsyncIterator[bytes]) -> _WrongSize:
         """Hash everything the upstream sends for a tarball of the wrong size (what was read
         already, then the rest as it arrives, keeping none of it), up to the cap."""
         hasher = hashlib.new(expected.algorithm)
@@ -559,7 +561,7 @@ class Worker:
         chunks.clear()
         limit = self.settings.max_tarball_bytes
         try:
-            async for chunk in response.content.iter_any():
+            async for chunk in rest:
                 size += len(chunk)
                 if size > limit:
                     return _WrongSize(mismatch, expected, None, size, complete=False)

@@ -1,7 +1,14 @@
-"""What the end-to-end suites check after an install: every resolved version mirrored, intact."""
+"""What the end-to-end suites check after an install: every resolved version mirrored, intact.
+
+Intact means read back over HTTP, as a client reads it (gzip accepted), and hashed against
+the published integrity: from Verdaccio itself, and through mirrorgate (`assert_served_*`).
+Reading the registry's files from disk alone never showed what a client receives.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +16,31 @@ import orjson
 
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import FixtureTree, tarball_filename
-from tests.servers.processes import wait_for
-from tests.servers.verdaccio import Verdaccio
+from tests.servers.processes import http_request, wait_for
+from tests.servers.verdaccio import Verdaccio, escape_name
+
+
+def sri512(data: bytes) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
+def assert_served_byte_for_byte(registry_url: str, public: FixtureRegistry,
+                                tree: FixtureTree) -> None:
+    """Every resolved version downloaded through mirrorgate (`registry_url`, ending in
+    /npm/) as npm asks for it is, undecoded, the published bytes, and its packument gives it
+    the public publish time (what an age gate such as yarn 4's `npmMinimalAgeGate` reads)."""
+    for name, version in tree.resolved.items():
+        original = public_manifest(public, name, version)
+        path = f"{escape_name(name)}/-/{tarball_filename(name, version)}"
+        reply = http_request("GET", registry_url + path,
+                             headers={"Accept-Encoding": "gzip, deflate, br"})
+        assert reply.status == 200, f"{name}@{version}: {reply.status}"
+        assert not any(key.lower() == "content-encoding" for key in reply.headers)
+        assert sri512(reply.body) == original["dist"]["integrity"], f"{name}@{version}"
+        document = http_request("GET", registry_url + escape_name(name),
+                                headers={"Accept": "application/json"}).json()
+        assert document["time"][version] == public.packument(name)["time"][version], (
+            f"{name}@{version} is served with another publish time than the public one")
 
 
 def public_manifest(public: FixtureRegistry, name: str, version: str) -> dict[str, Any]:
@@ -40,6 +70,8 @@ def assert_verdaccio_holds_the_tree(verdaccio: Verdaccio, public: FixtureRegistr
         assert package is not None
         stored_bytes = verdaccio.tarball(name, tarball_filename(name, version))
         assert stored_bytes == package.versions[version].tarball
+        served = verdaccio.download(name, tarball_filename(name, version))
+        assert sri512(served) == original["dist"]["integrity"], f"{name}@{version} over HTTP"
 
 
 def store_manifest(root: Path, name: str, version: str) -> dict[str, Any] | None:

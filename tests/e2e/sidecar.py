@@ -257,6 +257,8 @@ def assert_verdaccio_holds_once(verdaccio: Verdaccio, public: FixtureRegistry,
     assert stored["versions"][version]["dist"]["integrity"] == original["dist"]["integrity"]
     assert (verdaccio.tarball(name, tarball_filename(name, version))
             == public.package(name).versions[version].tarball)
+    assert (verdaccio.download(name, tarball_filename(name, version))  # what a client gets
+            == public.package(name).versions[version].tarball)
 
 
 def redelivery_lines(worker: MirrorgateProcess, name: str,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import socket
 
 import aiohttp
 import pytest
 
-from tests.servers.fixture_registry import ABBREVIATED, FixtureRegistry
+from tests.servers.fixture_registry import ABBREVIATED, FixtureRegistry, Manners
 from tests.servers.packages import (
     install_script_version,
     make_package,
@@ -179,3 +180,34 @@ async def test_the_registry_answers_while_the_tests_own_loop_is_blocked(
     # a blocking call on the test's loop (as subprocess.run(["npm", ...]) is) still gets its
     # answer: the registry runs on a loop of its own
     assert http_request("GET", registry.url + "alpha", timeout=5).status == 200
+
+
+def _raw(url: str, accept_encoding: str) -> tuple[dict[str, str], bytes]:
+    reply = http_request("GET", url, headers={"Accept-Encoding": accept_encoding})
+    assert reply.status == 200
+    return {key.lower(): value for key, value in reply.headers.items()}, reply.body
+
+
+def test_by_default_it_gzips_documents_and_tarballs_over_1_kb_for_a_client_that_accepts_it(
+    registry: FixtureRegistry,
+) -> None:
+    tarball = registry.package("alpha").version("1.2.0").tarball
+    url = registry.tarball_url("alpha", "1.2.0")
+    coded_headers, coded = _raw(url, "gzip, deflate")
+    plain_headers, plain = _raw(url, "identity")
+    assert coded_headers["content-encoding"] == "gzip"
+    assert gzip.decompress(coded) == tarball != coded
+    assert "content-encoding" not in plain_headers
+    assert plain == tarball
+    document_headers, _body = _raw(registry.url + "alpha", "gzip")
+    assert document_headers["content-encoding"] == "gzip"
+
+
+def test_its_manners_can_code_regardless_chunk_and_trickle(registry: FixtureRegistry) -> None:
+    registry.manners = Manners(gzip="always", chunked=True, trickle=0.01, piece=4096)
+    tarball = registry.package("alpha").version("1.2.0").tarball
+    headers, body = _raw(registry.tarball_url("alpha", "1.2.0"), "identity")
+    assert headers["content-encoding"] == "gzip"
+    assert headers["transfer-encoding"] == "chunked"
+    assert "content-length" not in headers
+    assert gzip.decompress(body) == tarball

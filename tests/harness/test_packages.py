@@ -48,9 +48,19 @@ def test_dist_advertises_sha512_integrity_sha1_shasum_and_the_file_count() -> No
     assert dist["tarball"] == "http://127.0.0.1:9/alpha/-/alpha-1.0.0.tgz"
     assert dist["integrity"].startswith("sha512-")
     assert len(dist["shasum"]) == 40
-    assert dist["fileCount"] == 3
     with tarfile.open(fileobj=io.BytesIO(version.tarball), mode="r:gz") as tar:
+        assert dist["fileCount"] == len(tar.getmembers()) == 4  # with the realistic payload
         assert dist["unpackedSize"] == sum(m.size for m in tar.getmembers())
+
+
+def test_tarballs_are_realistically_sized_by_default_from_1_kb_up() -> None:
+    sizes = [len(make_version("pkg", f"1.0.{patch}").tarball) for patch in range(40)]
+    assert min(sizes) > 1024, "a registry content-codes bodies over 1 KB: fixtures must too"
+    assert max(sizes) > 100_000
+    assert len(set(sizes)) > 5
+    assert len(make_version("pkg", "1.0.0", size=0).tarball) < 1024
+    big = make_version("pkg", "1.0.0", size=3_000_000).tarball
+    assert 2_900_000 < len(big) < 3_100_000
 
 
 def test_special_versions_advertise_only_what_they_say() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gzip
 from collections.abc import AsyncIterator
 
 import orjson
@@ -55,12 +54,6 @@ async def redirect(_request: web.Request) -> web.Response:
     raise web.HTTPFound("/left-pad")
 
 
-async def tarball(_request: web.Request) -> web.Response:
-    return web.Response(body=gzip.compress(b"tar bytes"),
-                        headers={"Content-Type": "application/octet-stream",
-                                 "Content-Encoding": "gzip"})
-
-
 @pytest.fixture
 async def server() -> AsyncIterator[TestServer]:
     app = web.Application()
@@ -71,7 +64,6 @@ async def server() -> AsyncIterator[TestServer]:
     app.router.add_get("/hang", hang)
     app.router.add_get("/status/{code}", status)
     app.router.add_get("/redirect", redirect)
-    app.router.add_get("/t.tgz", tarball)
     running = TestServer(app, host="127.0.0.1")
     await running.start_server()
     yield running
@@ -159,13 +151,6 @@ async def test_an_unreachable_upstream_is_a_transient_502() -> None:
     assert caught.value.kind == "unreachable"
     assert caught.value.client_status == 502
     assert caught.value.transient
-
-
-async def test_a_tarball_streams_as_stored_without_decompression(upstream: Upstream) -> None:
-    async with upstream.stream(upstream.url("t.tgz")) as response:
-        assert response is not None
-        body = await response.read()
-    assert gzip.decompress(body) == b"tar bytes"
 
 
 async def test_a_url_off_the_upstream_origin_is_refused_before_any_connection(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mirrorgate.mirror import MirrorQueue
+from mirrorgate.registry.private import store_root
 from mirrorgate.rules import DEFAULT_RULES, Rules
 from tests.serve.rig import (
     FILE_STORE,
@@ -52,7 +53,8 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
                       request: pytest.FixtureRequest) -> AsyncIterator[StartProxy]:
     """Start proxies for this test: `await start_proxy(public_registry.url, rules=...,
     cache_ttl=...)`. The private upstream is the shared Verdaccio (with its token) unless
-    `private=` says otherwise: `FILE_STORE` for an empty embedded file store, or a URL.
+    `private=` says otherwise: `FILE_STORE` for an empty embedded file store, a `file://`
+    URL for an existing one, or a registry URL.
     Everything started is stopped at teardown."""
     stacks: list[ProxyStack] = []
 
@@ -66,6 +68,8 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
         elif private == FILE_STORE:
             store = tmp_path / f"store-{index}"
             private = f"file://{store}"
+        elif private.startswith("file://"):
+            store = store_root(private)  # an existing store (another proxy's, say)
         settings = make_settings(public, private, tmp_path / f"data-{index}", token=token,
                                  **overrides)
         stacks.append(await open_proxy(settings, store=store, rules=rules, queue=queue))

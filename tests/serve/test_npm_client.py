@@ -10,10 +10,11 @@ import asyncio
 from dataclasses import dataclass
 
 from mirrorgate.rules import parse_rules
-from tests.serve.rig import SharedPrivate, StartProxy
-from tests.servers.fixture_registry import FixtureRegistry
+from tests.serve.rig import RunningProxy, SharedPrivate, StartProxy
+from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import install_script_version, make_package, standard_tree
+from tests.servers.verdaccio import Verdaccio
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,67 @@ async def test_npm_installs_a_six_package_tree_through_the_proxy_with_a_fresh_ca
     assert mirrored == sorted(f"{name}@{version}" for name, version in tree.resolved.items()
                               if name != "zeta")
     assert not any(seen.path.startswith("/zeta/-/") for seen in public_registry.requests)
+
+
+def private_calls(proxy: RunningProxy, kind: str) -> float:
+    value = proxy.metrics.registry.get_sample_value(
+        "mirrorgate_upstream_seconds_count", {"upstream": "private", "kind": kind})
+    return 0.0 if value is None else value
+
+
+async def test_a_cold_install_asks_the_private_upstream_once_per_name(
+    verdaccio: Verdaccio, start_proxy: StartProxy, npm_client: NpmClient,
+) -> None:
+    # Six names, one of them (zeta) held privately: six packument reads, and a tarball read
+    # only for the version the private packument listed, not one more per public tarball.
+    # A Verdaccio and a public registry of its own: the tree's names are other tests' too.
+    tree = standard_tree()
+    zeta = next(package for package in tree.packages if package.name == "zeta")
+    verdaccio.publish_package(zeta)
+    with FixtureRegistry(*[package for package in tree.packages if package.name != "zeta"]
+                         ) as public:
+        proxy = await start_proxy(public.url, private=verdaccio.url)
+        npm_client.write_project(tree.dependencies)
+
+        run = await npm(npm_client, "install", registry=proxy.registry)
+
+    assert run.code == 0, run.stderr
+    assert npm_client.installed() == tree.resolved
+    assert private_calls(proxy, "metadata") == len(tree.packages)
+    assert private_calls(proxy, "tarball") == 1  # zeta's
+    assert proxy.metric("mirrorgate_private_skipped_total") == len(tree.packages) - 1
+
+
+async def test_a_tarball_is_asked_of_private_when_no_fresh_packument_says_otherwise(
+    public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
+) -> None:
+    public_registry.add(make_package("unlisted-yet", ["1.0.0"]))
+    proxy = await start_proxy(public_registry.url, private=private_registry.url, cache_ttl=60.0)
+
+    assert (await proxy.get("npm/unlisted-yet/-/unlisted-yet-1.0.0.tgz")).status == 200
+    assert private_calls(proxy, "tarball") == 1  # no packument at hand: private first
+    assert (await proxy.get("npm/unlisted-yet/-/unlisted-yet-1.0.0.tgz")).status == 200
+    assert private_calls(proxy, "tarball") == 1  # the packument just filled says public-only
+    proxy.clock.advance(61)
+    assert (await proxy.get("npm/unlisted-yet/-/unlisted-yet-1.0.0.tgz")).status == 200
+    assert private_calls(proxy, "tarball") == 2  # not fresh any more: private first again
+
+
+async def test_a_packument_built_while_private_failed_never_skips_private(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    package = make_package("private-flaky", ["1.0.0"])
+    public_registry.add(package)
+    with FixtureRegistry(package) as private:
+        private.fault("/private-flaky", Fault(status=503, times=1), exact=True)
+        proxy = await start_proxy(public_registry.url, private=private.url)
+        assert (await proxy.get("npm/private-flaky")).status == 200  # public half only
+        private.clear_requests()
+        answer = await proxy.get("npm/private-flaky/-/private-flaky-1.0.0.tgz")
+        assert answer.status == 200
+        assert [seen.path for seen in private.requests] == [
+            "/private-flaky/-/private-flaky-1.0.0.tgz"]
+    assert proxy.metric("mirrorgate_private_skipped_total") == 0
 
 
 async def test_npm_reports_e403_with_the_reason_for_a_version_the_rules_denied(

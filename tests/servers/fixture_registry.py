@@ -16,16 +16,22 @@ mirrorgate's public upstream in the tests. It answers the npm read protocol for 
   prefix on segment boundaries, or `exact=True`) answer a status, wait, send other bytes, send
   slowly, or cut the body short after a truthful Content-Length; `times` limits a fault to the
   next N requests. The newest matching fault wins. `clear_faults()` removes them all.
+- Manners are how every answer travels (`Manners`, settable while running): gzip content coding
+  on documents and tarballs (when the request accepts it, as Verdaccio and most registries do,
+  or always, as a misbehaving cache does), chunked bodies without Content-Length, and bodies
+  that trickle out in small pieces. The default is the common real-world one: gzip when
+  accepted. A fault's answer is sent as the fault says, without manners.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote
 
 import orjson
@@ -35,7 +41,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from tests.servers.packages import FixturePackage, tarball_path
 from tests.servers.threaded import ThreadedApp
 
-__all__ = ["ABBREVIATED", "Fault", "FixtureRegistry", "SeenRequest"]
+__all__ = ["ABBREVIATED", "Fault", "FixtureRegistry", "Manners", "SeenRequest"]
 
 ABBREVIATED = "application/vnd.npm.install-v1+json"
 JSON = "application/json"
@@ -64,6 +70,41 @@ class Fault:
     chunk_size: int = 1024
     chunk_delay: float = 0.0
     times: int | None = None
+
+
+@dataclass(frozen=True)
+class Manners:
+    """How every (non-fault) answer with a body travels.
+
+    - `gzip`: `never`; `accepted` (the default): `Content-Encoding: gzip` on documents and
+      tarballs over `gzip_above` bytes when the request's Accept-Encoding allows gzip, as
+      Verdaccio (express `compression`) does; `always`: whatever the request asked for, as a
+      misbehaving cache or CDN does.
+    - `chunked`: no Content-Length, the body sent with chunked transfer coding.
+    - `trickle`: seconds to wait between pieces of `piece` bytes (a slow, real-world link).
+    """
+
+    gzip: Literal["never", "accepted", "always"] = "accepted"
+    gzip_above: int = 1024
+    chunked: bool = False
+    trickle: float = 0.0
+    piece: int = 16 * 1024
+
+    def codes(self, request: web.Request, body: bytes) -> bool:
+        if self.gzip == "never" or len(body) <= self.gzip_above:
+            return False
+        if self.gzip == "always":
+            return True
+        return _accepts_gzip(request.headers.get("Accept-Encoding", ""))
+
+
+def _accepts_gzip(header: str) -> bool:
+    for part in header.split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            quality = params.strip().removeprefix("q=")
+            return not (params and quality.replace(".", "").strip("0") == "")
+    return False
 
 
 class SeenRequest(NamedTuple):
@@ -118,8 +159,10 @@ class FixtureRegistry(ThreadedApp):
     request held in a `delay` is cancelled by `stop()`."""
 
     def __init__(self, *packages: FixturePackage, host: str = "127.0.0.1",
-                 port: int | None = None) -> None:
+                 port: int | None = None, manners: Manners | None = None) -> None:
         super().__init__(self._build, host=host, port=port, name="fixture-registry")
+        self.manners = manners or Manners()
+        """How answers travel; assign a new `Manners` at any time."""
         self._lock = threading.Lock()
         self._packages: dict[str, FixturePackage] = {}
         self._rendered: dict[tuple[str, bool], tuple[bytes, str]] = {}
@@ -267,8 +310,34 @@ class FixtureRegistry(ThreadedApp):
             await asyncio.sleep(fault.delay)
         answer = self._answer(request, path)
         if fault is None:
-            return web.Response(status=answer.status, headers=answer.headers, body=answer.body)
+            return await self._mannered(request, answer, self.manners)
         return await self._faulty(request, answer, fault)
+
+    async def _mannered(self, request: web.Request, answer: _Answer,
+                        manners: Manners) -> web.StreamResponse:
+        headers, body = dict(answer.headers), answer.body
+        if answer.status == 200 and manners.codes(request, body):
+            # gzip mtime 0: the same coded bytes every time, as a cache would store them
+            body = gzip.compress(body, mtime=0)
+            headers["Content-Encoding"] = "gzip"
+            headers["Vary"] = ", ".join(filter(None, [headers.get("Vary"), "Accept-Encoding"]))
+        if not manners.chunked and manners.trickle <= 0:
+            return web.Response(status=answer.status, headers=headers, body=body)
+        response = web.StreamResponse(status=answer.status, headers=headers)
+        if manners.chunked:
+            response.enable_chunked_encoding()
+        else:
+            response.content_length = len(body)
+        await response.prepare(request)
+        if request.method == "HEAD":
+            return response
+        step = max(1, manners.piece)
+        for start in range(0, len(body), step):
+            await response.write(body[start:start + step])
+            if manners.trickle > 0:
+                await asyncio.sleep(manners.trickle)
+        await response.write_eof()
+        return response
 
     async def _faulty(self, request: web.Request, answer: _Answer,
                       fault: Fault) -> web.StreamResponse:

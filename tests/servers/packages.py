@@ -13,6 +13,10 @@ about, without any network. Decisions:
 - Times are fixed (2020-01-01 plus a day per version) unless a builder says otherwise, so
   minimum-release-age rules see old versions by default and a `fresh_version` stands out; yarn
   4's default age gate (versions older than a day only) accepts every non-fresh fixture.
+- Tarballs have realistic sizes by default: each version carries a deterministic,
+  incompressible payload, so its tarball is 1 KB to 140 KB by a spread like the registry's
+  (`realistic_size`); `size=` asks for another (several MB), `size=0` for a sub-kilobyte one.
+  Registries content-code anything over 1 KB, which sub-kilobyte fixtures never show.
 - Version order is plain semver (prereleases below their release); fixture versions are
   well-formed, so a small key function does it without a semver library.
 """
@@ -46,6 +50,7 @@ __all__ = [
     "make_version",
     "no_digest_version",
     "realistic_package",
+    "realistic_size",
     "semver_key",
     "sha1_only_version",
     "standard_tree",
@@ -320,11 +325,32 @@ def default_dist_tags(versions: Mapping[str, FixtureVersion]) -> dict[str, str]:
     return tags
 
 
-def _default_files(name: str, version: str) -> dict[str, bytes]:
-    return {
+SIZES = (1_500, 2_000, 3_500, 6_000, 9_000, 14_000, 22_000, 40_000, 75_000, 140_000)
+"""Tarball sizes `realistic_size` spreads versions over: most a few KB, some over 100 KB."""
+TAR_OVERHEAD = 420
+"""About what the tar headers, package.json and the small files add to the payload, gzip'd."""
+
+
+def realistic_size(name: str, version: str) -> int:
+    """The tarball size a version gets by default: one of SIZES, the same on every run."""
+    digest = hashlib.sha256(f"{name}@{version}".encode()).digest()
+    return SIZES[digest[0] % len(SIZES)]
+
+
+def _payload(name: str, version: str, size: int) -> bytes:
+    """`size` incompressible bytes, the same for the same version on every run."""
+    return hashlib.shake_256(f"payload {name}@{version}".encode()).digest(size)
+
+
+def _default_files(name: str, version: str, size: int | None = 0) -> dict[str, bytes]:
+    files = {
         "index.js": f"module.exports = {{ name: {name!r}, version: {version!r} }};\n".encode(),
         "README.md": f"# {name}\n\nA fixture package, version {version}.\n".encode(),
     }
+    wanted = realistic_size(name, version) if size is None else size
+    if wanted > TAR_OVERHEAD:
+        files["lib/payload.bin"] = _payload(name, version, wanted - TAR_OVERHEAD)
+    return files
 
 
 def make_version(
@@ -336,12 +362,14 @@ def make_version(
     digests: DigestMode = "sha512",
     install_script: bool = False,
     files: Mapping[str, bytes] | None = None,
+    size: int | None = None,
     tarball: bytes | None = None,
     dist: Mapping[str, Any] | None = None,
     **manifest: Any,
 ) -> FixtureVersion:
-    """A version with a real tarball; keyword arguments not named here are manifest fields
-    (`description`, `license`, `bin`, `engines`, `scripts`...), overriding the defaults."""
+    """A version with a real tarball of about `size` bytes (default: `realistic_size`; 0: as
+    small as it gets; ignored when `files` are given); keyword arguments not named here are
+    manifest fields (`description`, `license`, `bin`, `engines`, `scripts`...)."""
     semver_key(version)
     fields: dict[str, Any] = {
         "name": name,
@@ -359,7 +387,7 @@ def make_version(
         manifest=fields,
         published=published,
         digests=digests,
-        files=dict(_default_files(name, version) if files is None else files),
+        files=dict(_default_files(name, version, size) if files is None else files),
         dist_overrides=dict(dist or {}),
         explicit_tarball=tarball,
     )
@@ -430,7 +458,9 @@ def realistic_package(
     """A packument shaped and sized like a popular package's: `versions` releases (1.0.0,
     1.0.1... ten patches per minor, ten minors per major), each manifest about
     `manifest_size` bytes of JSON (dependencies, devDependencies, contributors, scripts...),
-    a readme, `time` for every version. The defaults give about 750 KB, like express;
+    a readme, `time` for every version, the first ten deprecated, sub-kilobyte tarballs (built
+    only when read; a rendered packument hashes them all). The defaults give about 750 KB,
+    like express;
     `realistic_package(name, versions=3_500, manifest_size=2_800)` gives about 10 MB.
 
     Generation is cheap: the bulky fields are built once and shared by every version, and
@@ -463,10 +493,14 @@ def realistic_package(
     built: dict[str, FixtureVersion] = {}
     for index in range(versions):
         version = f"{index // 100 + 1}.{index // 10 % 10}.{index % 10}"
+        manifest = {"name": name, "version": version, **base}
+        if index < 10:  # the first minor is deprecated, as long-lived packages' often are
+            manifest["deprecated"] = f"{name} 1.0.x has a known bug; upgrade to 1.1 or later"
         built[version] = FixtureVersion(
-            manifest={"name": name, "version": version, **base},
+            manifest=manifest,
             published=EPOCH + timedelta(hours=12 * index),
-            files=_default_files(name, version),
+            # small tarballs: a packument's `dist` hashes every one of its thousands
+            files=_default_files(name, version, 0),
         )
     paragraph = ("This fixture readme stands in for a long one: installation, examples, "
                  "options, and a changelog nobody reads. ")

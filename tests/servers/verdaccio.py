@@ -8,7 +8,8 @@ port, so tests never share state. Decisions:
   open to `$all`, publishing needs `$authenticated`; the audit middleware and the web UI are
   off; `publish.allow_offline` so a publish does not depend on an uplink being up.
 - Ready means `GET /-/ping` answers; then one user is created and its token kept
-  (`verdaccio.token`), which is what mirrorgate is given as MIRRORGATE_PRIVATE_TOKEN.
+  (`verdaccio.token`), which is what mirrorgate is given as MIRRORGATE_PRIVATE_TOKEN. Tokens
+  are JWTs (`security.api.jwt`) unless `tokens="legacy"` keeps Verdaccio's bcrypt default.
 - `tarball()` reads the storage directory, not the HTTP API: "what is stored" must not be
   answered by an uplink. Verdaccio does not check `dist.integrity` against the bytes it
   receives, so a test that nothing tampered was published has to look here.
@@ -19,12 +20,13 @@ port, so tests never share state. Decisions:
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import yaml
@@ -56,7 +58,8 @@ class Verdaccio:
     """One Verdaccio process. `start()` returns once it answers and a user exists."""
 
     def __init__(self, workdir: Path, *, uplink: str | None = None, port: int | None = None,
-                 user: str = "mirrorgate", binary: Path = VERDACCIO_BIN) -> None:
+                 user: str = "mirrorgate", binary: Path = VERDACCIO_BIN,
+                 tokens: Literal["jwt", "legacy"] = "jwt") -> None:
         self.binary = binary
         self.workdir = workdir
         self.storage = workdir / "storage"
@@ -64,6 +67,7 @@ class Verdaccio:
         self.uplink = uplink
         self.port = port if port is not None else free_port()
         self.user = user
+        self.tokens = tokens
         self.password = secrets.token_urlsafe(16)
         self._token: str | None = None
         self.process: CapturedProcess | None = None
@@ -85,7 +89,7 @@ class Verdaccio:
         if self.uplink is not None:
             uplinks = {"upstream": {"url": self.uplink, "timeout": "30s", "max_fails": 10}}
             rule["proxy"] = "upstream"
-        return {
+        config: dict[str, Any] = {
             "storage": str(self.storage),
             "auth": {"htpasswd": {"file": str(self.workdir / "htpasswd"), "max_users": 100}},
             "uplinks": uplinks,
@@ -94,10 +98,14 @@ class Verdaccio:
             "web": {"enable": False},
             "publish": {"allow_offline": True},
             "max_body_size": "500mb",
-            # JWT tokens are checked with an HMAC; the legacy ones run bcrypt on every request.
-            "security": {"api": {"jwt": {"sign": {"expiresIn": "1d"}}}},
             "log": {"type": "stdout", "format": "json", "level": "warn"},
         }
+        if self.tokens == "jwt":
+            # JWT tokens are checked with an HMAC (about 2 ms of Verdaccio's CPU); the legacy
+            # default runs bcrypt on every authenticated request (about 80 ms). It must be set
+            # before the user is created: the token returned then is a JWT.
+            config["security"] = {"api": {"jwt": {"sign": {"expiresIn": "60d"}}}}
+        return config
 
     def start(self, timeout: float = 20.0) -> Verdaccio:
         if not self.binary.exists():
@@ -186,6 +194,17 @@ class Verdaccio:
         document = self.packument(name) or {}
         tags: dict[str, str] = document.get("dist-tags", {})
         return tags
+
+    def download(self, name: str, filename: str) -> bytes:
+        """The tarball as Verdaccio serves it over HTTP, asked for as npm asks (gzip accepted)
+        and decoded as npm decodes: what a client installs."""
+        reply = self.request("GET", f"{escape_name(name)}/-/{filename}",
+                             headers={"Accept-Encoding": "gzip, deflate"})
+        if reply.status != 200:
+            raise AssertionError(f"GET {name}/-/{filename} answered {reply.status}")
+        codings = {value for key, value in reply.headers.items()
+                   if key.lower() == "content-encoding"}
+        return gzip.decompress(reply.body) if codings == {"gzip"} else reply.body
 
     def tarball(self, name: str, filename: str) -> bytes | None:
         """The tarball bytes in Verdaccio's storage, or None when it has not stored them."""

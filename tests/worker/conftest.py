@@ -61,7 +61,8 @@ async def make_rig(public_registry: FixtureRegistry,
             await client.start()
         clock = ManualClock()
         deps = WorkerDeps(settings=settings, queue=queue or in_memory_double(), public=public,
-                          target=open_target(settings.mirror_target, target_client),
+                          target=open_target(settings.mirror_target, target_client,
+                                              max_tarball_bytes=settings.max_tarball_bytes),
                           metrics=metrics,
                           heartbeat=Heartbeat(settings.heartbeat_stale_after, clock=clock),
                           rules=rules)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 from pathlib import Path
 
+import pytest
 from structlog.testing import LogCapture
 
 from mirrorgate.registry.filestore import FileStore
+from mirrorgate.registry.mirrormark import read_mark
 from mirrorgate.registry.names import parse_name
 from mirrorgate.target import PublishResult, RegistryTarget
+from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import FixtureVersion, make_package, make_version
 from tests.servers.verdaccio import Verdaccio
@@ -147,3 +151,41 @@ async def test_latest_never_moves_back_when_an_older_version_is_mirrored_after_a
     assert await rig.handle_next() == "published"
     assert verdaccio.dist_tags("alpha")["latest"] == "3.0.0"
     assert verdaccio.versions("alpha") == ["1.0.0", "2.0.0", "2.1.0-rc.1", "3.0.0"]
+
+
+async def test_a_verdaccio_on_its_default_legacy_tokens_is_mirrored_into_and_read_back_too(
+        make_rig: RigFactory, public_registry: FixtureRegistry,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # The fixtures' Verdaccio signs JWTs (bcrypt per request is too slow to test with); a
+    # Verdaccio left on its legacy tokens must still take the publish and the read-back.
+    public_registry.add(make_package("legacy-token", ["1.0.0"]))
+    with serving(Verdaccio(tmp_path_factory.mktemp("legacy"), tokens="legacy"),
+                 "Verdaccio") as legacy:
+        assert legacy.token.count(".") != 2, "a legacy token, not a JWT"
+        rig = await make_rig(target=legacy)
+        job = job_from(public_registry, "legacy-token", "1.0.0")
+        await rig.queue.enqueue(job)
+        assert await rig.handle_next() == "published"
+        await rig.queue.enqueue(job)
+        assert await rig.handle_next() == "already_present"  # the bytes read back and hashed
+        served = legacy.download("legacy-token", "legacy-token-1.0.0.tgz")
+    assert sri512(served) == public_registry.package("legacy-token").version("1.0.0").integrity
+
+
+async def test_the_mirror_mark_carries_publics_publish_time_never_the_jobs(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio) -> None:
+    # A queue writer could backdate a fresh release past every age gate; the worker takes the
+    # time from the public packument it re-gates against.
+    public_registry.add(make_package("backdated", ["1.0.0"]))
+    public_time = public_registry.packument("backdated")["time"]["1.0.0"]
+    rig = await make_rig(target=verdaccio)
+    job = job_from(public_registry, "backdated", "1.0.0")
+    await rig.queue.enqueue(dataclasses.replace(job, published="2001-01-01T00:00:00.000Z"))
+
+    assert await rig.handle_next() == "published"
+
+    stored = verdaccio.packument("backdated")
+    assert stored is not None
+    mark = read_mark(stored["versions"]["1.0.0"])
+    assert mark is not None
+    assert mark.published == public_time

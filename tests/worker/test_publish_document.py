@@ -7,6 +7,7 @@ import base64
 import orjson
 import pytest
 
+from mirrorgate.registry.mirrormark import MirrorMark, read_mark
 from mirrorgate.registry.names import parse_name
 from mirrorgate.registry.publish import (
     NON_LATEST_TAG,
@@ -97,6 +98,16 @@ def test_registry_signatures_are_kept_when_they_sign_the_integrity_of_the_bytes_
     manifest = version_manifest(parse_name("@acme/widget"), "1.4.2", ADMITTED, "sha512-public",
                                 "1" * 40, "http://127.0.0.1:2/@acme/widget/-/widget-1.4.2.tgz")
     assert manifest["dist"]["signatures"] == [{"keyid": "SHA256:public", "sig": "..."}]
+
+
+def test_the_manifest_carries_the_mirror_mark_with_the_public_time_and_the_verified_bytes(
+        ) -> None:
+    forged = {**ADMITTED, "_mirrorgate": {"v": 1, "source": "public", "integrity": "sha512-no",
+                                          "published": "2001-01-01T00:00:00.000Z"}}
+    manifest = version_manifest(parse_name("left-pad"), "1.3.0", forged, "sha512-verified",
+                                "1" * 40, "http://127.0.0.1:2/left-pad/-/left-pad-1.3.0.tgz",
+                                "2024-02-23T18:01:12.345Z")
+    assert read_mark(manifest) == MirrorMark("2024-02-23T18:01:12.345Z", "sha512-verified")
 
 
 def test_the_name_and_version_come_from_the_job_not_from_the_manifest() -> None:

@@ -14,7 +14,8 @@ upstream. Decisions:
 - A version is written once; writing it again is "already present", like a registry's 409.
 - The packument is assembled from the stored manifests on each read (the serve path caches
   it); `dist-tags.latest` is the highest stable version (else the highest prerelease), `time`
-  comes from each manifest's modification time.
+  is a mirrored version's public publish time (its mirror mark), else the manifest file's
+  modification time.
 - File I/O runs in a thread so the event loop never waits on a disk.
 """
 
@@ -31,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from mirrorgate.registry.mirrormark import read_mark
 from mirrorgate.registry.names import PackageName
 from mirrorgate.registry.versions import highest
 
@@ -103,8 +105,10 @@ class FileStore:
                 continue
             version = manifest["version"]
             versions[version] = manifest
-            times[version] = dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(
-                timespec="milliseconds").replace("+00:00", "Z")
+            mark = read_mark(manifest)  # a mirrored version keeps its public publish time
+            times[version] = (mark.published if mark is not None and mark.published else
+                              dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(
+                                  timespec="milliseconds").replace("+00:00", "Z"))
         if not versions:
             return None
         latest = highest(list(versions))

@@ -126,7 +126,8 @@ class PackumentSource:
         # held briefly, like a degraded answer, so either applies within seconds of landing
         before_index = gated.advisories is not None and gated.advisories[0] == 0
         unverified = self.rules.signatures.verify and keys is None
-        return Loaded(Entry(gated, private_print), gated.size + 256,
+        return Loaded(Entry(gated, private_print, private_answered=private_error is None),
+                      gated.size + 256,
                       answer.etag if answer is not None else None,
                       fresh_for=DEGRADED_FRESH_FOR
                       if failure is not None or before_index or unverified else None)

@@ -12,7 +12,8 @@ it in a thread and tests can call it directly. Decisions:
 - `dist-tags`: the first upstream naming a tag decides it (public, then private), a tag
   pointing at a version that did not survive is dropped, and a missing `latest` is repointed to
   the highest surviving stable version (else the highest prerelease). `time` keeps `created`,
-  `modified` and the survivors.
+  `modified` and the survivors; a mirrored version's time is the public one its mirror mark
+  carries, not the private registry's moment of mirroring.
 - Each version is serialised once, with its tarball URL built on a per-process placeholder for
   the proxy's base URL; rendering joins the pieces with `orjson.Fragment` and swaps the
   placeholder for the base, so a packument seen through several host names costs one gating.
@@ -35,6 +36,7 @@ import nodesemver
 import orjson
 
 from mirrorgate.mirror import Digest, digests_from_dist
+from mirrorgate.registry.mirrormark import read_mark
 from mirrorgate.registry.names import PackageName, tarball_filename
 from mirrorgate.registry.origins import Origin, OriginRefusal, check_on_origin
 from mirrorgate.registry.versions import highest
@@ -296,6 +298,18 @@ def _merge_tags(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
     return tags
 
 
+def _mirrored_time(manifest: object) -> str | None:
+    """The public publish time a mirrored version's mark carries (None for a first-party
+    version, or a mark without a usable time): the registry's own `time` for it is the moment
+    of mirroring, which would make every age gate see a copy as a brand-new release."""
+    if not isinstance(manifest, Mapping):
+        return None
+    mark = read_mark(manifest)
+    if mark is None or _published(mark.published) is None:
+        return None
+    return mark.published
+
+
 def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
                 records: Mapping[str, VersionRecord]) -> dict[str, str]:
     private_times, public_times = _times_of(private), _times_of(public)
@@ -304,8 +318,12 @@ def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
         found = [t[key] for t in (public_times, private_times) if isinstance(t.get(key), str)]
         if found:
             merged[key] = pick(found)
+    private_versions = _versions_of(private)
     for version, record in records.items():
         if record.denial is not None:
+            continue
+        if record.private and (marked := _mirrored_time(private_versions.get(version))):
+            merged[version] = marked
             continue
         stamp = (private_times if record.private else public_times).get(version)
         if not isinstance(stamp, str):

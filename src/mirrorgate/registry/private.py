@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from mirrorgate.registry.filestore import FileStore, StoreError
 from mirrorgate.registry.names import PackageName
-from mirrorgate.registry.upstream import CHUNK, FILLS, TARBALLS, Upstream, UpstreamError
+from mirrorgate.registry.upstream import FILLS, TARBALLS, Upstream, UpstreamError
 
 __all__ = ["HttpPrivate", "PrivateSource", "StorePrivate", "TarballBody", "open_private"]
 
@@ -61,7 +61,7 @@ class HttpPrivate:
             if response is None:
                 yield None
                 return
-            yield TarballBody(response.content_length, response.content.iter_chunked(CHUNK))
+            yield TarballBody(response.size, response.chunks)
 
     def tarball(self, name: PackageName, filename: str) -> AbstractTarball:
         return self._tarball(name, filename)

@@ -51,11 +51,15 @@ class Rendered:
 
 
 class Entry:
-    __slots__ = ("fingerprint", "gated", "pending", "renderings")
+    __slots__ = ("fingerprint", "gated", "pending", "private_answered", "renderings")
 
-    def __init__(self, gated: Gated | None, fingerprint: bytes | None) -> None:
+    def __init__(self, gated: Gated | None, fingerprint: bytes | None, *,
+                 private_answered: bool = False) -> None:
         self.gated = gated
         self.fingerprint = fingerprint
+        self.private_answered = private_answered
+        """The private upstream answered this fill (a packument or a 404), so a version the
+        gated packument calls public-only is known not to be private."""
         self.renderings: dict[RenderKey, Rendered] = {}
         self.pending: dict[RenderKey, asyncio.Task[Rendered]] = {}
 

@@ -6,6 +6,10 @@
   else 400; a version no upstream lists is a 404.
 - The private upstream is asked first, at the npm-standard path; a 2xx is streamed through as
   is. A miss, or a private failure (logged `upstream_failed`), falls back to the public side.
+  Except when a fresh cached packument, built with the private upstream's answer, lists the
+  version as public-only: then public is asked at once (`known`), so a cold install costs one
+  private request per name (its packument), not one more per tarball. A version the private
+  side listed, or any version when no such packument is at hand, is still asked of private.
 - The public side never builds a URL: it follows the version's own `dist.tarball`, which the
   gate already checked is on the public upstream's origin (a version whose URL is not is
   unavailable, answered 403 with the reason). A denied version is a 403 saying which rule,
@@ -26,9 +30,10 @@
   costs no copy and delays nothing but the last 64 KiB (bench/tarball_relay.py).
 - Only a public GET that was read to its end, matched its digest and reached the client is
   enqueued as a `MirrorJob` (name, version, every digest of `dist`, the upstream tarball URL
-  and file name, the size relayed, the manifest without `readme`), in a background task: the
-  response never waits on the queue and never fails because of it. A client that hangs up
-  early causes no job (it would make the worker download up to the size cap for nothing).
+  and file name, the size relayed, the manifest without `readme`, the public publish time),
+  in a background task: the response never waits on the queue and never fails because of
+  it. A client that hangs up early causes no job (it would make the worker download up to
+  the size cap for nothing).
   HEAD never enqueues, nor does a version the private upstream lists.
   A job the queue drops (full) is neither counted as enqueued nor logged here: every backend
   decides at once, so its drop count moving across the call says so, and the queue reports
@@ -51,13 +56,13 @@ import structlog
 from aiohttp import web
 
 from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, publish_time
 from mirrorgate.registry.filestore import StoreError
 from mirrorgate.registry.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.registry.packument import Gated, VersionRecord
 from mirrorgate.registry.private import PrivateSource
 from mirrorgate.registry.refusals import Refused, denied, upstream_failed
-from mirrorgate.registry.upstream import CHUNK, TARBALLS, Upstream, UpstreamError
+from mirrorgate.registry.upstream import TARBALLS, Upstream, UpstreamError
 from mirrorgate.verify import DigestMismatch, StreamVerifier, Unverifiable, Verified
 
 __all__ = ["OUTCOME", "TarballRoute"]
@@ -77,12 +82,14 @@ class TarballRoute:
     def __init__(self, *, private: PrivateSource, public: Upstream, queue: MirrorQueue,
                  metrics: Metrics,
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
+                 known: Callable[[PackageName], Gated | None] = lambda _name: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.private = private
         self.public = public
         self.queue = queue
         self.metrics = metrics
         self.packument = packument
+        self.known = known
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
@@ -94,6 +101,13 @@ class TarballRoute:
         except InvalidNameError as error:
             self.metrics.refusals.labels("bad_tarball_filename").inc()
             raise Refused(400, f"refused tarball path: {error}", reason=str(error)) from None
+        known = self.known(name)
+        record = known.versions.get(version) if known is not None else None
+        if record is not None and not record.private:
+            # a fresh packument, built with the private upstream's answer, says the version is
+            # public-only: asking private again would cost a round trip per tarball for a miss
+            self.metrics.private_skipped.inc()
+            return await self._public(request, name, version, None, deadline, known)
         private_error: UpstreamError | None = None
         try:
             async with self.private.tarball(name, filename) as body:
@@ -112,11 +126,12 @@ class TarballRoute:
         return await self._public(request, name, version, private_error, deadline)
 
     async def _public(self, request: web.Request, name: PackageName, version: str,
-                      private_error: UpstreamError | None,
-                      deadline: asyncio.Timeout) -> web.StreamResponse:
-        gated = await self.packument(name)
+                      private_error: UpstreamError | None, deadline: asyncio.Timeout,
+                      gated: Gated | None = None) -> web.StreamResponse:
+        if gated is None:
+            gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
-        if record is None:
+        if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
         if record.denial is not None:
@@ -136,11 +151,12 @@ class TarballRoute:
                     raise Refused(404, f"the public upstream has no tarball for "
                                   f"{name.full}@{version}", reason="not found")
                 answer, verified = await self._stream(
-                    request, response.content_length, response.content.iter_chunked(CHUNK),
+                    request, response.size, response.chunks,
                     deadline, source="public", name=name, version=version,
                     verifier=_verifier(record))
                 if verified is not None and request.method == "GET" and not record.private:
-                    self._enqueue(name, record, url, verified.size)
+                    self._enqueue(name, record, url, verified.size,
+                                  gated.time.get(version))
                 return answer
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
@@ -235,7 +251,8 @@ class TarballRoute:
             self._enqueued.popitem(last=False)
         return True
 
-    def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int) -> None:
+    def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
+                 published: str | None) -> None:
         if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return
@@ -246,6 +263,7 @@ class TarballRoute:
                 artifact=MirrorArtifact(url, f"{name.bare}-{record.version}.tgz", size,
                                         record.digests),
                 manifest=record.manifest(None),
+                published=publish_time(published),  # the public time, for the mirror's mark
             )
         except ValueError as error:
             log.warning("job_not_enqueued", package=name.full, version=record.version,

@@ -28,7 +28,8 @@ tarball streams, the worker). Decisions:
   MiB; characters inside strings only make the count larger): at most one value per
   `BYTES_PER_VALUE` bytes of the cap (never fewer than `MIN_VALUES`), which keeps any accepted
   document's parse near the five copies of the cap the deployment sizing budgets.
-- Tarballs are streamed (`stream()`), never buffered: the caller copies chunks.
+- Tarballs are streamed (`stream()`), never buffered: the caller copies chunks, which are the
+  bytes as stored whatever content coding the upstream answered in (`codings`).
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ import orjson
 
 from mirrorgate.config import Secret
 from mirrorgate.metrics import Metrics
+from mirrorgate.registry.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
 from mirrorgate.registry.origins import Origin, OriginRefusal, check_on_origin
 
-__all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "JsonAnswer", "Pool", "PoolSizes",
-           "StreamedBody", "Upstream", "UpstreamError"]
+__all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "Download", "JsonAnswer", "Pool",
+           "PoolSizes", "StreamedBody", "Upstream", "UpstreamError"]
 
 ABBREVIATED = "application/vnd.npm.install-v1+json"
 CHUNK = 64 * 1024
@@ -138,6 +140,18 @@ class JsonAnswer:
     document: dict[str, Any] | None
     etag: str | None
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    """A tarball answer being read: its status, the stored size when the upstream declared it
+    for the bytes as stored (None for a coded answer), the coding it travelled in (decoded
+    here, None for identity) and the stored bytes, chunk by chunk."""
+
+    status: int
+    size: int | None
+    coding: str | None
+    chunks: AsyncIterator[bytes]
 
 
 class Upstream:
@@ -300,12 +314,13 @@ class Upstream:
 
     @asynccontextmanager
     async def stream(self, url: str, *, method: str = "GET", accept_missing: bool = True,
-                     pool: Pool = TARBALLS) -> AsyncIterator[aiohttp.ClientResponse | None]:
+                     pool: Pool = TARBALLS) -> AsyncIterator[Download | None]:
         """Open `url` (on this upstream's origin only) for streaming, bytes as stored, on one
         of `pool`'s connections, held until the context exits.
 
-        Yields the response on a 2xx, None on a 404 (when `accept_missing`), and raises
-        UpstreamError otherwise. The body is not decompressed: a tarball travels as is.
+        Yields the download on a 2xx, None on a 404 (when `accept_missing`), and raises
+        UpstreamError otherwise. It asks for `identity`; a body the upstream encodes anyway is
+        decoded here (`codings`), and one in a coding that cannot be is refused as `invalid`.
         """
         try:
             check_on_origin(url, self.origin)
@@ -314,8 +329,12 @@ class Upstream:
         started = time.monotonic()
         with self._holding(pool) as session:
             try:
+                # identity: aiohttp's default asks for gzip, and a tarball then arrives gzip'd
+                # (Verdaccio does it above 1 KB); auto_decompress stays off so `decode` is the
+                # one place a coding is undone and Content-Length is trusted only for identity.
                 response = await session.request(
-                    method, url, headers=self._headers(url, {"Accept": "*/*"}),
+                    method, url, headers=self._headers(url, {"Accept": "*/*",
+                                                             "Accept-Encoding": IDENTITY}),
                     allow_redirects=False, auto_decompress=False)
             except Exception as error:  # connection-level failures become UpstreamError
                 self._observe("tarball", started)
@@ -325,13 +344,28 @@ class Upstream:
                 if response.status == 404 and accept_missing:
                     yield None
                 elif 200 <= response.status < 300:
-                    yield response
+                    yield self._download(response, method)
                 else:
                     raise self._failure(UpstreamError(
                         self.label, "status", f"answered {response.status}",
                         status=response.status, retry_after=response.headers.get("Retry-After")))
             finally:
                 response.release()
+
+    def _download(self, response: aiohttp.ClientResponse, method: str) -> Download:
+        try:
+            coding = coding_of(response.headers)
+        except UnsupportedCodingError as error:
+            raise self._failure(UpstreamError(self.label, "invalid", str(error),
+                                              status=response.status)) from None
+        raw = response.content.iter_chunked(CHUNK)
+        if coding is None:
+            return Download(response.status, response.content_length, None, raw)
+        if self._metrics is not None:
+            self._metrics.upstream_decoded.labels(self.label, coding).inc()
+        # the declared length is the coded one: the stored size is known only once decoded
+        chunks = raw if method == "HEAD" else decode(raw, coding)
+        return Download(response.status, None, coding, chunks)
 
     async def send_json(self, method: str, path: str, body: bytes | StreamedBody, *,
                         pool: Pool = WORKER) -> tuple[int, bytes]:
