@@ -12,8 +12,9 @@ wrote, and meet a denied version with and without a lockfile. Client tokens are 
   never warmed by another's.
 - Steps are lazy and idempotent (`cold()`, `go_offline()`, `offline()`), so any single case
   also runs alone.
-- yarn 4's replay with the public upstream down is a strict xfail until a mirrored version
-  keeps its public publish time (issue 11): Verdaccio stamps the mirroring moment.
+- yarn 4 keeps its default one-day age gate: its replay with the public upstream down passes
+  because a mirrored version is served with its public publish time (the mirror mark), not
+  the moment Verdaccio stamped when it was mirrored.
 - mirrorgate keeps its port across restarts, as an organisation's proxy URL does: yarn 1 and
   npm write the tarball URLs into their lockfiles.
 """
@@ -174,21 +175,9 @@ def test_a_scoped_package_is_served_and_mirrored_under_its_scope(journey: Journe
     assert ("@fixture/beta", "2.1.3") in served
 
 
-def _yarn4_needs_the_public_publish_time(journey: Journey,
-                                         request: pytest.FixtureRequest) -> None:
-    if journey.name == "yarn4":
-        # Verdaccio stamps a mirrored version with the moment it was mirrored, and yarn 4's
-        # age gate refuses anything younger than a day: the served `time` must be the public
-        # one, which the mirror mark carries (issue 11). Strict: an unexpected pass fails,
-        # so this mark goes when that lands. (A lockfile install is not gated: it passes.)
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="issue 11: a mirrored version keeps its public publish time"))
-
-
 def test_the_install_replays_from_the_private_side_with_the_public_upstream_stopped(
-    journey: Journey, request: pytest.FixtureRequest,
+    journey: Journey,
 ) -> None:
-    _yarn4_needs_the_public_publish_time(journey, request)
     done = journey.offline()
 
     assert done.returncode == 0, output(done)
