@@ -49,6 +49,7 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
     "install_scripts": ("block", "allow"),
     "advisories": ("source", "refresh", "malware", "severity", "unavailable", "max_age",
                    "ignore", "fast_lane"),
+    "private": ("names", "merge_public"),
 }
 _ADVISORY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _SEVERITY_CHOICES = ("low", "medium", "high", "critical", "none")
@@ -154,6 +155,16 @@ class _Reader:
                 self.problem(where, str(error))
         return PatternList.of(tuple(compiled))
 
+    def names(self, key: str, value: object) -> PatternList:
+        """Patterns naming packages, never versions: ownership is a property of a name."""
+        listed = self.patterns(key, value)
+        for pattern in listed.patterns:
+            if pattern.range is not None:
+                self.problem(key, f"{quoted(pattern.text)} has a version range; "
+                             "[private] lists name whole packages, like \"@acme/*\", "
+                             "\"acme-*\" or \"acme-utils\"")
+        return listed
+
     def duration(self, key: str, value: object) -> tuple[timedelta, str] | None:
         example = 'write a whole number and a unit, like "90m", "36h", "3d" or "2w"'
         if not isinstance(value, str):
@@ -249,6 +260,10 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
 
     if "advisories" in tables:
         values["advisories"] = _advisories(read, tables["advisories"], source)
+    private = tables.get("private", {})
+    for key, attribute in (("names", "owned"), ("merge_public", "merge_public")):
+        if key in private:
+            values[attribute] = read.names(f"private.{key}", private[key])
 
     if read.problems:
         raise RulesError(read.problems, source)
