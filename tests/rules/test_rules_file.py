@@ -103,7 +103,7 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
         "integrity": {"presence": "always on", "minimum": "sha1",
                       "sha1_only": "admitted, flagged weak"},
         "age": {"minimum": "3 days", "minimum_seconds": 259200, "missing_time": "deny",
-                "exempt": ["@acme/*"]},
+                "exempt": []},
         "deny": {"packages": ["event-stream@3.3.6", "@evil/*", "lodash@<4.17.21"]},
         "allow": {"packages": [], "mode": "everything not denied"},
         "install_scripts": {"block": True, "allow": ["esbuild", "@prisma/engines"]},
