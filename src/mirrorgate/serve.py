@@ -46,6 +46,8 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.registry.audit import AuditRoute
 from mirrorgate.registry.fill import THREAD_ABOVE, PackumentSource
+from mirrorgate.registry.firstparty import FILENAME as FIRST_PARTY_FILE
+from mirrorgate.registry.firstparty import FirstPartyNames
 from mirrorgate.registry.names import InvalidNameError, PackageName
 from mirrorgate.registry.negotiation import (
     BadBaseError,
@@ -136,8 +138,10 @@ class ProxyServer:
             clock=clock,
             on_result=self._count_cache,
         )
-        self.source = PackumentSource(private=proxy.private, public=proxy.public,
-                                      rules=proxy.rules, metrics=proxy.metrics, now=now)
+        self.source = PackumentSource(
+            private=proxy.private, public=proxy.public, rules=proxy.rules,
+            metrics=proxy.metrics, now=now,
+            first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE))
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      packument=self._gated_or_none, clock=clock)

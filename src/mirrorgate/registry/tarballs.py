@@ -4,8 +4,13 @@
 
 - The file name must be `<bare name>-<version>.tgz` for this package (`version_from_filename`),
   else 400; a version no upstream lists is a 404.
-- The private upstream is asked first, at the npm-standard path; a 2xx is streamed through as
-  is. A miss, or a private failure (logged `upstream_failed`), falls back to the public side.
+- The gated packument (cached) is read first, so the rules reach every version: a denied one
+  is a 403 wherever its bytes are, mirrored and first-party versions included, and a version
+  no upstream lists is a 404 before any tarball is asked for.
+- A private version is streamed from the private upstream, at the npm-standard path. A miss,
+  or a private failure (logged `upstream_failed`), falls back to public only for a version the
+  gate kept a public URL for: a mirrored one public still admits. A first-party name has no
+  public URL, so its tarballs never come from public.
 - The public side never builds a URL: it follows the version's own `dist.tarball`, which the
   gate already checked is on the public upstream's origin (a version whose URL is not is
   unavailable, answered 403 with the reason). A denied version is a 403 saying which rule,
@@ -91,26 +96,6 @@ class TarballRoute:
         except InvalidNameError as error:
             self.metrics.refusals.labels("bad_tarball_filename").inc()
             raise Refused(400, f"refused tarball path: {error}", reason=str(error)) from None
-        private_error: UpstreamError | None = None
-        try:
-            async with self.private.tarball(name, filename) as body:
-                if body is not None:
-                    response, _ = await self._stream(request, body.size, body.chunks, deadline,
-                                                     source="private", name=name,
-                                                     version=version)
-                    return response
-        except UpstreamError as error:
-            private_error = error
-        except (StoreError, OSError) as error:
-            private_error = UpstreamError("private", "unreachable", str(error))
-        if private_error is not None:
-            log.warning("upstream_failed", upstream="private", package=name.full,
-                        version=version, kind=private_error.kind, detail=str(private_error))
-        return await self._public(request, name, version, private_error, deadline)
-
-    async def _public(self, request: web.Request, name: PackageName, version: str,
-                      private_error: UpstreamError | None,
-                      deadline: asyncio.Timeout) -> web.StreamResponse:
         gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
         if record is None:
@@ -120,6 +105,29 @@ class TarballRoute:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=record.denial.rule, reason=record.denial.reason)
             raise denied(name, record)
+        private_error: UpstreamError | None = None
+        if record.private:
+            try:
+                async with self.private.tarball(name, filename) as body:
+                    if body is not None:
+                        response, _ = await self._stream(request, body.size, body.chunks,
+                                                         deadline, source="private", name=name,
+                                                         version=version)
+                        return response
+            except UpstreamError as error:
+                private_error = error
+            except (StoreError, OSError) as error:
+                private_error = UpstreamError("private", "unreachable", str(error))
+            if private_error is not None:
+                log.warning("upstream_failed", upstream="private", package=name.full,
+                            version=version, kind=private_error.kind,
+                            detail=str(private_error))
+        return await self._public(request, name, record, private_error, deadline)
+
+    async def _public(self, request: web.Request, name: PackageName, record: VersionRecord,
+                      private_error: UpstreamError | None,
+                      deadline: asyncio.Timeout) -> web.StreamResponse:
+        version = record.version
         url = record.upstream_tarball
         if url is None:
             if private_error is not None:
