@@ -1,8 +1,9 @@
 """Mirror targets: where the worker puts verified tarballs, an npm registry or a directory.
 
-The worker asks a target two things, the same way whatever it is: does it already hold this
-version with this integrity (`holds`, a metadata read, so a job whose work is done costs no
-download), and please store these verified bytes (`publish`). Decisions:
+The worker asks a target three things, the same way whatever it is: is the name first-party
+there (`first_party`: a version without the mirror mark, read from the full packument), does
+it already hold this version with this integrity (`holds`, a metadata read, so a job whose
+work is done costs no download), and please store these verified bytes (`publish`). Decisions:
 
 - `open_target(url, upstream)`: `file:///path` is the embedded `FileStore` (the directory the
   serve path reads as its private upstream); `http(s)://` is an npm registry reached through the
@@ -29,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from mirrorgate.mirror import Digest, MirrorJob
 from mirrorgate.registry.filestore import FileStore, StoreError
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name, tarball_filename
+from mirrorgate.registry.ownership import first_party_versions
 from mirrorgate.registry.private import store_root
 from mirrorgate.registry.publish import (
     NON_LATEST_TAG,
@@ -98,6 +100,11 @@ class MirrorTarget(Protocol):
         TargetConflict when it lists it with another, TargetError when it cannot tell."""
         ...
 
+    async def first_party(self, job: MirrorJob) -> bool:
+        """True when the target holds a version of the job's package that mirrorgate did not
+        mirror (no mirror mark): the organisation's own name, never published into."""
+        ...
+
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:
         """Store the bytes; raises TargetConflict, or TargetError naming why not."""
@@ -164,9 +171,10 @@ class RegistryTarget:
         self.upstream = upstream
         self.label = upstream.label
 
-    async def _packument(self, name: PackageName) -> dict[str, Any] | None:
+    async def _packument(self, name: PackageName,
+                         accept: str = ABBREVIATED) -> dict[str, Any] | None:
         try:
-            answer = await self.upstream.get_json(name.url_path(), accept=ABBREVIATED)
+            answer = await self.upstream.get_json(name.url_path(), accept=accept)
         except UpstreamError as error:
             raise TargetError("target-unreadable" if not error.transient else "target-failed",
                               str(error), transient=error.transient) from None
@@ -176,6 +184,10 @@ class RegistryTarget:
         name = _name(job)
         stored = _listed_dist(await self._packument(name), job.version)
         return stored is not None and _confirm(self.label, job, stored)
+
+    async def first_party(self, job: MirrorJob) -> bool:
+        # the full form: the abbreviated one drops the mirror mark
+        return bool(first_party_versions(await self._packument(_name(job), "application/json")))
 
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:
@@ -241,6 +253,13 @@ class StoreTarget:
     async def holds(self, job: MirrorJob) -> bool:
         stored = await self._stored(_name(job), job.version)
         return stored is not None and _confirm(self.label, job, stored.get("dist") or {})
+
+    async def first_party(self, job: MirrorJob) -> bool:
+        try:
+            document = await self.store.packument(_name(job))
+        except StoreError as error:
+            raise TargetError("target-refused", str(error), transient=False) from None
+        return bool(first_party_versions(document))
 
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:

@@ -34,6 +34,7 @@ from typing import Any
 import nodesemver
 import orjson
 
+from mirrorgate.registry.mirrormark import MirrorMark, with_mark
 from mirrorgate.registry.names import PackageName
 from mirrorgate.registry.versions import is_prerelease
 
@@ -97,9 +98,13 @@ def choose_dist_tags(version: str, current_tags: Mapping[str, Any] | None) -> di
 
 
 def version_manifest(name: PackageName, version: str, admitted: Mapping[str, Any],
-                     integrity: str, shasum: str, tarball_url: str) -> dict[str, Any]:
-    """The admitted manifest with `dist` rebuilt for the target and the identity fields set."""
-    manifest = {key: value for key, value in admitted.items() if key != "readme"}
+                     integrity: str, shasum: str, tarball_url: str,
+                     published: str | None = None) -> dict[str, Any]:
+    """The admitted manifest with `dist` rebuilt for the target, the identity fields set, and
+    the mirror mark (`mirrormark`): a copy of a public version, published then, these bytes.
+    The registry stamps its own publish moment into `time`; the mark keeps the public one."""
+    manifest = {key: value for key, value in with_mark(
+        admitted, MirrorMark(published, integrity)).items() if key != "readme"}
     old_dist = admitted.get("dist")
     dist: dict[str, Any] = {}
     if isinstance(old_dist, Mapping):
