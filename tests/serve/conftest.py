@@ -52,12 +52,14 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
                       request: pytest.FixtureRequest) -> AsyncIterator[StartProxy]:
     """Start proxies for this test: `await start_proxy(public_registry.url, rules=...,
     cache_ttl=...)`. The private upstream is the shared Verdaccio (with its token) unless
-    `private=` says otherwise: `FILE_STORE` for an empty embedded file store, or a URL.
-    Everything started is stopped at teardown."""
+    `private=` says otherwise: `FILE_STORE` for an empty embedded file store, or a URL. The
+    data directory is one per proxy unless `data_dir` names one to share, as a restarted
+    process would. Everything started is stopped at teardown."""
     stacks: list[ProxyStack] = []
 
     async def start(public: str, *, private: str | None = None, rules: Rules = DEFAULT_RULES,
-                    queue: MirrorQueue | None = None, **overrides: Any) -> RunningProxy:
+                    queue: MirrorQueue | None = None, data_dir: Path | None = None,
+                    **overrides: Any) -> RunningProxy:
         index = len(stacks)
         store: Path | None = None
         token: str | None = None
@@ -66,8 +68,8 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
         elif private == FILE_STORE:
             store = tmp_path / f"store-{index}"
             private = f"file://{store}"
-        settings = make_settings(public, private, tmp_path / f"data-{index}", token=token,
-                                 **overrides)
+        settings = make_settings(public, private, data_dir or tmp_path / f"data-{index}",
+                                 token=token, **overrides)
         stacks.append(await open_proxy(settings, store=store, rules=rules, queue=queue))
         return stacks[-1].running
 

@@ -15,7 +15,7 @@ it in a thread and tests can call it directly. Decisions:
 - A denied version leaves `versions` for npm's `policyRestrictions` (`{"message",
   "versions"}`), in both forms, so `npm install pkg@denied` fails with E403 and the reason.
 - `dist-tags`: the first upstream naming a tag decides it (public, then private; private
-  first for a first-party name, and its readme, description... win too), a tag
+  first for a first-party name, whose readme, description... are the private ones alone), a tag
   pointing at a version that did not survive is dropped, and a missing `latest` is repointed to
   the highest surviving stable version (else the highest prerelease). `time` keeps `created`,
   `modified` and the survivors.
@@ -327,10 +327,11 @@ def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
 def _head(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
           private_first: bool) -> dict[str, Any]:
     if private_first:
-        # a first-party name's readme, description, maintainers... are its own; public
-        # fills only what the private document does not say (merge_public)
-        merged = {**(public or {}), **(private or {})}
-        return {key: value for key, value in merged.items() if key not in _DROPPED_HEAD}
+        # a first-party name's readme, description, maintainers... are its own, also with
+        # merge_public: what the private document leaves out is left out, never the public
+        # side's words (an impostor's readme and maintainers on the organisation's package)
+        return {key: value for key, value in (private or {}).items()
+                if key not in _DROPPED_HEAD}
     source = public if _versions_of(public) else private
     if source is None:
         source = public or {}
