@@ -14,6 +14,7 @@ from structlog.testing import LogCapture
 from mirrorgate.registry.filestore import FileStore
 from mirrorgate.registry.names import parse_name
 from mirrorgate.registry.ownership import first_party_versions
+from mirrorgate.rules import parse_rules
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, make_version
 from tests.servers.verdaccio import Verdaccio
@@ -71,3 +72,17 @@ async def test_what_the_worker_mirrors_is_recognised_as_mirrored_so_new_versions
     assert await rig.handle_next() == "published"
     assert verdaccio.versions("flows-on") == ["1.0.0", "1.1.0"]
     assert verdaccio.tarball("flows-on", "flows-on-1.1.0.tgz") is not None
+
+
+async def test_a_job_for_a_name_the_rules_own_is_retired_before_public_is_asked(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio) -> None:
+    public_registry.add(make_package("@owned/impostor", ["9.9.9"]))
+    job = job_from(public_registry, "@owned/impostor", "9.9.9")
+    rig = await make_rig(target=verdaccio, rules=parse_rules('[private]\nnames = ["@owned/*"]'))
+    public_registry.clear_requests()
+    await rig.queue.enqueue(job)
+
+    assert await rig.handle_next() == "retired"
+    assert rig.retired("first-party") == 1
+    assert public_registry.requests == []  # not even the re-gate's packument read
+    assert verdaccio.versions("@owned/impostor") == []
