@@ -49,6 +49,8 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.registry.audit import AuditRoute
 from mirrorgate.registry.fill import THREAD_ABOVE, PackumentSource
+from mirrorgate.registry.firstparty import FILENAME as FIRST_PARTY_FILE
+from mirrorgate.registry.firstparty import FirstPartyNames
 from mirrorgate.registry.keys import RegistryKeys
 from mirrorgate.registry.names import InvalidNameError, PackageName
 from mirrorgate.registry.negotiation import (
@@ -141,13 +143,14 @@ class ProxyServer:
             on_result=self._count_cache,
         )
         self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
-        self.source = PackumentSource(private=proxy.private, public=proxy.public,
-                                      rules=proxy.rules, metrics=proxy.metrics, now=now,
-                                      keys=self.keys)
+        self.source = PackumentSource(
+            private=proxy.private, public=proxy.public, rules=proxy.rules,
+            metrics=proxy.metrics, now=now, keys=self.keys,
+            first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE))
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      packument=self._gated_or_none,
-                                     known=self._known_packument, clock=clock)
+                                     private_answered=self._private_answered, clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
         self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
@@ -321,13 +324,11 @@ class ProxyServer:
     async def _gated_or_none(self, name: PackageName) -> Gated | None:
         return (await self._entry(name)).value.gated
 
-    def _known_packument(self, name: PackageName) -> Gated | None:
-        """The cached packument of `name` when it is fresh and was built with the private
-        upstream's answer; None otherwise (never fills, never waits)."""
+    def _private_answered(self, name: PackageName) -> bool:
+        """Whether the fresh cached packument of `name` was built with the private upstream's
+        answer (never fills, never waits)."""
         slot = self.cache.fresh(name.full)
-        if slot is None or not slot.value.private_answered:
-            return None
-        return slot.value.gated
+        return slot is not None and slot.value.private_answered
 
     async def _packument(self, request: web.Request, name: PackageName) -> web.Response:
         slot = await self._entry(name)

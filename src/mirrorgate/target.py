@@ -1,8 +1,9 @@
 """Mirror targets: where the worker puts verified tarballs, an npm registry or a directory.
 
-The worker asks a target two things, the same way whatever it is: does it already hold this
-version with this integrity (`holds`, a metadata read, so a job whose work is done costs no
-download), and please store these verified bytes (`publish`). Decisions:
+The worker asks a target three things, the same way whatever it is: is the name first-party
+there (`first_party`: a version without the mirror mark, read from the full packument), does
+it already hold this version with this integrity (`holds`, a metadata read, so a job whose
+work is done costs no download), and please store these verified bytes (`publish`). Decisions:
 
 - `open_target(url, upstream)`: `file:///path` is the embedded `FileStore` (the directory the
   serve path reads as its private upstream); `http(s)://` is an npm registry reached through the
@@ -33,6 +34,7 @@ import aiohttp
 from mirrorgate.mirror import Digest, MirrorJob
 from mirrorgate.registry.filestore import FileStore, StoreError
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name, tarball_filename
+from mirrorgate.registry.ownership import first_party_versions
 from mirrorgate.registry.private import store_root
 from mirrorgate.registry.publish import (
     NON_LATEST_TAG,
@@ -106,6 +108,11 @@ class MirrorTarget(Protocol):
         TargetConflict when it lists it with another, TargetError when it cannot tell."""
         ...
 
+    async def first_party(self, job: MirrorJob) -> bool:
+        """True when the target holds a version of the job's package that mirrorgate did not
+        mirror (no mirror mark): the organisation's own name, never published into."""
+        ...
+
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:
         """Store the bytes; raises TargetConflict, or TargetError naming why not."""
@@ -173,10 +180,10 @@ class RegistryTarget:
         self.label = upstream.label
         self.max_tarball_bytes = max_tarball_bytes
 
-    async def _packument(self, name: PackageName) -> dict[str, Any] | None:
+    async def _packument(self, name: PackageName,
+                         accept: str = ABBREVIATED) -> dict[str, Any] | None:
         try:
-            answer = await self.upstream.get_json(name.url_path(), accept=ABBREVIATED,
-                                                  pool=WORKER)
+            answer = await self.upstream.get_json(name.url_path(), accept=accept, pool=WORKER)
         except UpstreamError as error:
             raise TargetError("target-unreadable" if not error.transient else "target-failed",
                               str(error), transient=error.transient) from None
@@ -198,7 +205,7 @@ class RegistryTarget:
         verifier = StreamVerifier(job.artifact.digests, expected_size=None,
                                   limit=self.max_tarball_bytes)
         try:
-            async with self.upstream.stream(url) as download:
+            async with self.upstream.stream(url, pool=WORKER) as download:
                 if download is None:
                     return False
                 async for chunk in download.chunks:
@@ -216,6 +223,10 @@ class RegistryTarget:
             raise TargetError("target-unreadable", f"the {self.label}'s stored tarball is "
                               f"over {error.limit} bytes", transient=False) from None
         return True
+
+    async def first_party(self, job: MirrorJob) -> bool:
+        # the full form: the abbreviated one drops the mirror mark
+        return bool(first_party_versions(await self._packument(_name(job), "application/json")))
 
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:
@@ -286,6 +297,13 @@ class StoreTarget:
     async def holds(self, job: MirrorJob) -> bool:
         stored = await self._stored(_name(job), job.version)
         return stored is not None and _confirm(self.label, job, stored.get("dist") or {})
+
+    async def first_party(self, job: MirrorJob) -> bool:
+        try:
+            document = await self.store.packument(_name(job))
+        except StoreError as error:
+            raise TargetError("target-refused", str(error), transient=False) from None
+        return bool(first_party_versions(document))
 
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:

@@ -14,7 +14,9 @@ One message, one outcome, one log line with a stable event name and one count in
   security event, counted in `mirrorgate_tampered`, acked (retired, never retried).
 - `retired`: the job can never succeed (undecodable, too many deliveries, off-origin URL,
   oversized, gone from public, not what public and the rules admit, refused by the target, the
-  target holds other bytes). Acked, with the reason in `mirrorgate_jobs_retired{reason}`.
+  target holds other bytes, the name is first-party: `first-party`, so `latest` of the
+  organisation's own name never moves). Acked, with the reason in
+  `mirrorgate_jobs_retired{reason}`.
 
 Decisions:
 
@@ -473,6 +475,12 @@ class Worker:
         except Unverifiable as error:
             raise _Retire("unverifiable", str(error)) from None
         check_digest_floor(job, self.deps.rules)
+        # dependency confusion: never publish a public version into the organisation's name
+        # ([private].names, or a name the target holds unmarked versions of)
+        if self.deps.rules.private_alone(job.name) or await self._target_call(
+                self.deps.target.first_party(job)):
+            raise _Retire("first-party", f"{job.name} is first-party: a public version is "
+                          f"never published into it")
         job = await self._regate(job, name)
         url = job.artifact.tarball_url
         # public's digests: the gate denies a version without one this worker can compute

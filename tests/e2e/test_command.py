@@ -6,10 +6,12 @@ Every test starts the real command in a subprocess over real loopback servers.
 from __future__ import annotations
 
 import http.client
+import json
 import random
 import signal
 import subprocess
 import threading
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from mirrorgate.config import VARIABLES
@@ -68,6 +70,19 @@ def test_check_config_warns_about_a_misspelled_variable_and_still_exits_0(
     assert done.returncode == 0, done.stderr
     assert ("MIRRORGATE_RULE_FILE is set but mirrorgate does not read it; did you mean "
             "MIRRORGATE_RULES_FILE?") in done.stderr
+
+
+def test_check_config_prints_the_ownership_section(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[private]\nnames = ["@acme/*", "acme-*"]\nmerge_public = ["acme-fork"]\n')
+    done = run_command("check-config", env={"PATH": "/usr/bin:/bin",
+                                            "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
+                                            "MIRRORGATE_DATA_DIR": str(tmp_path / "data"),
+                                            "MIRRORGATE_RULES_FILE": str(rules)})
+    assert done.returncode == 0, done.stderr
+    private = json.loads(done.stdout)["rules"]["private"]
+    assert private["names"] == ["@acme/*", "acme-*"]
+    assert private["merge_public"] == ["acme-fork"]
 
 
 def test_tampered_bytes_fail_the_client_and_are_never_published(

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mirrorgate.rules import PackagePattern, parse_pattern
+from mirrorgate.rules import PackagePattern, PatternList, parse_pattern
 from tests.rules.builders import verdict
 
 
@@ -40,10 +40,10 @@ def test_a_pattern_is_a_name_or_a_scope_with_an_optional_range(
     [
         ("", "is empty; write a pattern such as"),
         ("   ", "is empty; write a pattern such as"),
-        ("*", '"*" is not a pattern: only a whole scope can be a wildcard, like "@acme/*"'),
-        ("@*/*", '"@*/*" is not a pattern: only a whole scope can be a wildcard'),
-        ("left-*", '"left-*" is not a pattern: only a whole scope can be a wildcard'),
-        ("@acme/tool*", '"@acme/tool*" is not a pattern: only a whole scope can be a wildcard'),
+        ("*", '"*" is not a pattern: a wildcard is a whole scope ("@acme/*") or a trailing'),
+        ("@*/*", '"@*/*" is not a pattern: a wildcard is a whole scope'),
+        ("left*pad", '"left*pad" is not a pattern: a wildcard is a whole scope'),
+        ("@acme/*tool", '"@acme/*tool" is not a pattern: a wildcard is a whole scope'),
         ("@acme", '"@acme" is not a package name, a scope wildcard or a name and range'),
         ("@acme/", '"@acme/" is not a package name'),
         ("left pad", '"left pad" is not a package name'),
@@ -70,6 +70,16 @@ def test_a_bad_pattern_is_refused_with_a_sentence_saying_what_to_write(
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(problem)):
         parse_pattern(text)
+
+
+def test_a_name_prefix_wildcard_covers_every_name_with_that_prefix_only() -> None:
+    listed = PatternList.of((parse_pattern("acme-*"), parse_pattern("@acme/ui-*")))
+    assert listed.covers_name("acme-utils")
+    assert listed.covers_name("@acme/ui-button")
+    assert not listed.covers_name("acme")
+    assert not listed.covers_name("left-pad")
+    assert not listed.covers_name("@acme/tools")
+    assert not listed.covers_name("@other/ui-button")
 
 
 def test_a_scope_wildcard_covers_its_scope_only() -> None:

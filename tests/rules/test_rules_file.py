@@ -32,6 +32,23 @@ def only_problem(text: str) -> str:
     return found[0]
 
 
+FIRST_PARTY = describe(DEFAULT_RULES)["private"]["first_party"]
+
+
+def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:
+    rules = parse_rules('[private]\nnames = ["@acme/*", "acme-*"]\nmerge_public = ["acme-fork"]')
+    assert rules.private_alone("@acme/tools")
+    assert rules.private_alone("acme-utils")
+    assert not rules.private_alone("acme-fork")  # merge_public takes it back, gated
+    assert not rules.private_alone("left-pad")
+
+
+def test_a_private_name_with_a_version_range_is_an_error() -> None:
+    assert only_problem('[private]\nnames = ["acme-utils@^1"]') == (
+        'private.names: "acme-utils@^1" has a version range; [private] lists name whole '
+        'packages, like "@acme/*", "acme-*" or "acme-utils"')
+
+
 def documented_example() -> str:
     text = README.read_text(encoding="utf-8")
     rules_section = text[text.index("\n## Admission rules\n"):]
@@ -78,6 +95,7 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "signatures": {"verify": False, "missing": "admit"},
         "provenance": {"mode": "off", "window": 5, "quarantine": "7 days", "allow": []},
         "publisher": {"mode": "off", "window": 20, "quarantine": "7 days", "allow": []},
+        "private": {"names": [], "merge_public": [], "first_party": FIRST_PARTY},
     }
 
 
@@ -91,13 +109,15 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
         "integrity": {"presence": "always on", "minimum": "sha1",
                       "sha1_only": "admitted, flagged weak"},
         "age": {"minimum": "3 days", "minimum_seconds": 259200, "missing_time": "deny",
-                "exempt": ["@acme/*"]},
+                "exempt": []},
         "deny": {"packages": ["event-stream@3.3.6", "@evil/*", "lodash@<4.17.21"]},
         "allow": {"packages": [], "mode": "everything not denied"},
         "install_scripts": {"block": True, "allow": ["esbuild", "@prisma/engines"]},
         "advisories": None,
         **{table: describe(DEFAULT_RULES)[table]
            for table in ("signatures", "provenance", "publisher")},
+        "private": {"names": ["@acme/*", "acme-*"], "merge_public": [],
+                    "first_party": FIRST_PARTY},
     }
 
 
@@ -188,7 +208,7 @@ def test_an_unknown_table_is_an_error_suggesting_the_right_one() -> None:
     assert only_problem("[ages]\nminimum = '3d'") == (
         "[ages]: unknown table (did you mean [age]?); the tables are [integrity], [age], "
         "[deny], [allow], [install_scripts], [advisories], [signatures], [provenance], "
-        "[publisher]"
+        "[publisher], [private]"
     )
 
 
@@ -225,14 +245,14 @@ def test_a_table_written_as_a_value_is_an_error() -> None:
         ('[install_scripts]\nblock = "yes"',
          "install_scripts.block: should be true or false, got a string"),
         ('[deny]\npackages = "lodash"',
-         'deny.packages: should be an array of patterns such as ["left-pad", "@acme/*" or '
-         '"lodash@<4.17.21"], got a string'),
+         'deny.packages: should be an array of patterns such as ["left-pad", "@acme/*", '
+         '"acme-*" or "lodash@<4.17.21"], got a string'),
         ("[allow]\npackages = [1979-05-27]",
-         'allow.packages[0]: should be a string pattern such as "left-pad", "@acme/*" or '
-         '"lodash@<4.17.21", got a date or time'),
+         'allow.packages[0]: should be a string pattern such as "left-pad", "@acme/*", '
+         '"acme-*" or "lodash@<4.17.21", got a date or time'),
         ('[age]\nminimum = "1d"\nexempt = {}',
-         'age.exempt: should be an array of patterns such as ["left-pad", "@acme/*" or '
-         '"lodash@<4.17.21"], got a table'),
+         'age.exempt: should be an array of patterns such as ["left-pad", "@acme/*", '
+         '"acme-*" or "lodash@<4.17.21"], got a table'),
     ],
 )
 def test_a_value_of_the_wrong_type_or_outside_its_choices_is_an_error(
@@ -299,10 +319,12 @@ def test_a_bad_range_is_an_error_naming_the_entry_and_showing_a_good_one() -> No
         ("allow.packages", "[allow]\npackages"),
         ("install_scripts.allow", "[install_scripts]\nallow"),
         ("age.exempt", '[age]\nminimum = "1d"\nexempt'),
+        ("private.names", "[private]\nnames"),
+        ("private.merge_public", "[private]\nmerge_public"),
     ],
 )
 def test_every_package_list_reports_a_bad_pattern_by_key_and_index(key: str, table: str) -> None:
-    assert only_problem(f'{table} = ["left-pad", "left*"]').startswith(f'{key}[1]: "left*"')
+    assert only_problem(f'{table} = ["left-pad", "le*ft"]').startswith(f'{key}[1]: "le*ft"')
 
 
 def test_every_problem_in_a_file_is_reported_at_once() -> None:

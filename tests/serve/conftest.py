@@ -54,12 +54,14 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
     """Start proxies for this test: `await start_proxy(public_registry.url, rules=...,
     cache_ttl=...)`. The private upstream is the shared Verdaccio (with its token) unless
     `private=` says otherwise: `FILE_STORE` for an empty embedded file store, a `file://`
-    URL for an existing one, or a registry URL.
-    Everything started is stopped at teardown."""
+    URL for an existing one, or a registry URL. The data directory is one per proxy unless
+    `data_dir` names one to share, as a restarted process would. Everything started is
+    stopped at teardown."""
     stacks: list[ProxyStack] = []
 
     async def start(public: str, *, private: str | None = None, rules: Rules = DEFAULT_RULES,
-                    queue: MirrorQueue | None = None, **overrides: Any) -> RunningProxy:
+                    queue: MirrorQueue | None = None, data_dir: Path | None = None,
+                    **overrides: Any) -> RunningProxy:
         index = len(stacks)
         store: Path | None = None
         token: str | None = None
@@ -70,8 +72,8 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
             private = f"file://{store}"
         elif private.startswith("file://"):
             store = store_root(private)  # an existing store (another proxy's, say)
-        settings = make_settings(public, private, tmp_path / f"data-{index}", token=token,
-                                 **overrides)
+        settings = make_settings(public, private, data_dir or tmp_path / f"data-{index}",
+                                 token=token, **overrides)
         stacks.append(await open_proxy(settings, store=store, rules=rules, queue=queue))
         return stacks[-1].running
 

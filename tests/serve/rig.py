@@ -181,7 +181,7 @@ class RunningProxy:
 class StartProxy(Protocol):
     async def __call__(self, public: str, *, private: str | None = None,
                        rules: Rules = DEFAULT_RULES, queue: MirrorQueue | None = None,
-                       **settings: Any) -> RunningProxy: ...
+                       data_dir: Path | None = None, **settings: Any) -> RunningProxy: ...
 
 
 def make_settings(public: str, private: str, data_dir: Path, *, token: str | None = None,

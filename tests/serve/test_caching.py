@@ -132,7 +132,7 @@ async def test_the_private_answer_is_cached_and_a_change_there_rebuilds_the_pack
     proxy = await start_proxy(public_registry.url, private=private, cache_ttl=60.0)
     first = (await proxy.get("npm/private-change")).json()
     await publish_private(proxy, private_registry,
-                          make_version("private-change", "1.5.0", description="ours"))
+                          make_version("private-change", "1.5.0", description="ours").marked())
     within = (await proxy.get("npm/private-change")).json()
     proxy.clock.advance(61)
     after = (await proxy.get("npm/private-change")).json()

@@ -111,7 +111,7 @@ async def test_when_only_the_public_upstream_fails_the_private_versions_are_serv
     public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
 ) -> None:
     public_registry.add(make_package("half-down", ["1.0.0", "2.0.0"]))
-    private_registry.publish(make_version("half-down", "1.0.0"))
+    private_registry.publish(make_version("half-down", "1.0.0").marked())
     public_registry.fault("/half-down", Fault(status=500), exact=True)
     proxy = await start_proxy(public_registry.url)
 

@@ -40,7 +40,7 @@ def test_with_no_denials_the_document_has_no_policy_restrictions() -> None:
     assert gated.regate_at is None
 
 
-def test_a_private_only_package_is_served_without_any_gate() -> None:
+def test_a_first_party_package_is_held_to_the_deny_list_alone() -> None:
     private = document("internal", ["1.0.0"])
     for manifest in private["versions"].values():
         del manifest["dist"]["integrity"], manifest["dist"]["shasum"]
@@ -51,6 +51,17 @@ def test_a_private_only_package_is_served_without_any_gate() -> None:
     assert gated.survivors == ["1.0.0"]
     assert gated.versions["1.0.0"].private
     assert gated.dist_tags == {"latest": "1.0.0"}
+    assert gated.first_party
+
+
+def test_a_public_impostor_is_not_merged_into_a_first_party_name() -> None:
+    gated = gate(parse_name("acme-utils"), document("acme-utils", ["1.2.0"]),
+                 document("acme-utils", ["0.0.1", "1.2.1", "99.0.0"]), rules=DEFAULT_RULES,
+                 now=NOW, origin=ORIGIN)
+
+    assert list(gated.versions) == ["1.2.0"]
+    assert gated.dist_tags == {"latest": "1.2.0"}
+    assert gated.versions["1.2.0"].upstream_tarball is None
 
 
 def test_the_policy_message_names_every_denied_version_on_one_line() -> None:

@@ -99,19 +99,22 @@ async def test_a_cold_install_asks_the_private_upstream_once_per_name(
     assert proxy.metric("mirrorgate_private_skipped_total") == len(tree.packages) - 1
 
 
-async def test_a_tarball_is_asked_of_private_when_no_fresh_packument_says_otherwise(
+async def test_a_tarball_costs_the_private_upstream_its_packument_and_nothing_more(
     public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
 ) -> None:
+    # The gate is read before any tarball (so a deny rule reaches every version): with no
+    # fresh packument at hand the route fills one, whose private answer says public-only.
     public_registry.add(make_package("unlisted-yet", ["1.0.0"]))
     proxy = await start_proxy(public_registry.url, private=private_registry.url, cache_ttl=60.0)
 
     assert (await proxy.get("npm/unlisted-yet/-/unlisted-yet-1.0.0.tgz")).status == 200
-    assert private_calls(proxy, "tarball") == 1  # no packument at hand: private first
+    assert (private_calls(proxy, "tarball"), private_calls(proxy, "metadata")) == (0, 1)
     assert (await proxy.get("npm/unlisted-yet/-/unlisted-yet-1.0.0.tgz")).status == 200
-    assert private_calls(proxy, "tarball") == 1  # the packument just filled says public-only
+    assert (private_calls(proxy, "tarball"), private_calls(proxy, "metadata")) == (0, 1)
     proxy.clock.advance(61)
     assert (await proxy.get("npm/unlisted-yet/-/unlisted-yet-1.0.0.tgz")).status == 200
-    assert private_calls(proxy, "tarball") == 2  # not fresh any more: private first again
+    assert (private_calls(proxy, "tarball"), private_calls(proxy, "metadata")) == (0, 2)
+    assert proxy.metric("mirrorgate_private_skipped_total") == 3
 
 
 async def test_a_packument_built_while_private_failed_never_skips_private(

@@ -23,14 +23,16 @@ from tests.servers.packages import (
 )
 
 
-async def test_private_and_public_versions_merge_and_the_private_copy_wins_a_collision(
+async def test_merge_public_merges_public_versions_and_the_private_side_wins_every_tie(
     public_registry: FixtureRegistry, private_registry: SharedPrivate, start_proxy: StartProxy,
 ) -> None:
+    # a first-party name merges public versions only when the operator opts in
     public_registry.add(make_package("merge-one", ["1.0.0", "1.1.0", "2.0.0"]))
     private_registry.publish(make_version("merge-one", "0.9.0", description="internal only"))
     private_registry.publish(make_version("merge-one", "1.1.0", description="private build"),
                              tags={"internal": "1.1.0"})
-    proxy = await start_proxy(public_registry.url)
+    proxy = await start_proxy(public_registry.url,
+                              rules=parse_rules('[private]\nmerge_public = ["merge-one"]'))
 
     answer = await proxy.get("npm/merge-one")
 
@@ -40,7 +42,8 @@ async def test_private_and_public_versions_merge_and_the_private_copy_wins_a_col
     assert document["versions"]["1.1.0"]["description"] == "private build"
     assert document["versions"]["0.9.0"]["description"] == "internal only"
     assert document["versions"]["2.0.0"]["description"] == "merge-one, a fixture package"
-    assert document["dist-tags"] == {"latest": "2.0.0", "internal": "1.1.0"}
+    # the private `latest` (0.9.0, its first publish) wins over the public 2.0.0
+    assert document["dist-tags"] == {"latest": "0.9.0", "internal": "1.1.0"}
     for version, manifest in document["versions"].items():
         assert manifest["dist"]["tarball"] == (
             f"{proxy.registry}merge-one/-/merge-one-{version}.tgz")

@@ -37,6 +37,8 @@ from typing import Any, Literal
 
 import orjson
 
+from mirrorgate.registry.mirrormark import MirrorMark, with_mark
+
 __all__ = [
     "EPOCH",
     "DigestMode",
@@ -158,6 +160,7 @@ class FixtureVersion:
     files: Mapping[str, bytes] = field(default_factory=dict)
     dist_overrides: Mapping[str, Any] = field(default_factory=dict)
     explicit_tarball: bytes | None = None
+    mirrored: bool = False
 
     @property
     def name(self) -> str:
@@ -213,7 +216,15 @@ class FixtureVersion:
         doc.setdefault("maintainers", [dict(m) for m in MAINTAINERS])
         doc.setdefault("_npmUser", dict(MAINTAINERS[0]))
         doc["dist"] = self.dist(base_url.rstrip("/") + tarball_path(self.name, self.version))
+        if self.mirrored:  # the worker marks the integrity it publishes in `dist`
+            mark = doc["dist"].get("integrity", self.integrity)
+            return with_mark(doc, MirrorMark(iso(self.published), mark))
         return doc
+
+    def marked(self) -> FixtureVersion:
+        """This version as the worker mirrors it: its document carries the mirror mark (the
+        public publish time, the verified integrity). Publish it to the private registry."""
+        return replace(self, mirrored=True, explicit_tarball=self.tarball)
 
     def with_dist(self, **overrides: Any) -> FixtureVersion:
         """A copy whose `dist` says something else (same tarball bytes), e.g.

@@ -62,7 +62,7 @@ async def test_the_already_present_read_back_of_a_verdaccio_held_tarball_agrees_
         logs: LogCapture) -> None:
     package = make_package("held", [make_version("held", "1.0.0", size=500_000)])
     public_registry.add(package)
-    verdaccio.publish(package.version("1.0.0"))
+    verdaccio.publish(package.version("1.0.0").marked())  # mirrored earlier: it carries the mark
     rig = await make_rig(target=verdaccio)
     await rig.queue.enqueue(job_from(public_registry, "held", "1.0.0"))
 
@@ -80,8 +80,9 @@ async def test_a_target_whose_metadata_claims_the_integrity_over_other_bytes_is_
     # check (sha512 being the strongest digest both carry) would accept.
     public_registry.add(make_package("claimed", ["1.0.0"]))
     real = public_registry.package("claimed").version("1.0.0")
+    # (marked as a mirrored copy, or the name would simply be first-party and refused as such)
     impostor = make_version("claimed", "1.0.0", files={"index.js": b"evil();\n"}).with_dist(
-        integrity=real.integrity)
+        integrity=real.integrity).marked()
     verdaccio.publish(impostor)
     rig = await make_rig(target=verdaccio)
     await rig.queue.enqueue(job_from(public_registry, "claimed", "1.0.0"))

@@ -96,7 +96,7 @@ async def test_a_version_already_in_verdaccio_is_acked_without_fetching_the_tarb
         logs: LogCapture) -> None:
     package = make_package("left-pad", ["1.3.0"])
     public_registry.add(package)
-    verdaccio.publish(package.version("1.3.0"))
+    verdaccio.publish(package.version("1.3.0").marked())  # mirrored earlier
     rig = await make_rig(target=verdaccio)
     public_registry.clear_requests()
     await rig.queue.enqueue(job_from(public_registry, "left-pad", "1.3.0"))

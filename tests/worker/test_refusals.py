@@ -213,7 +213,7 @@ async def test_a_target_holding_other_bytes_for_the_version_is_a_security_event(
         logs: LogCapture) -> None:
     public_registry.add(make_package("left-pad", ["1.3.0"]))
     other = make_version("left-pad", "1.3.0", files={"index.js": b"module.exports = 'evil';\n"})
-    verdaccio.publish(other)
+    verdaccio.publish(other.marked())  # a mirrored copy whose bytes are not public's
     rig = await make_rig(target=verdaccio)
     await rig.queue.enqueue(job_from(public_registry, "left-pad", "1.3.0"))
 

@@ -109,6 +109,9 @@ class FailsOnce:
     async def holds(self, job: MirrorJob) -> bool:
         return await self.inner.holds(job)
 
+    async def first_party(self, job: MirrorJob) -> bool:
+        return await self.inner.first_party(job)
+
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:
         if not self.failed:

@@ -16,6 +16,11 @@ per package however many clients wait (the cache is single-flight). Decisions:
   other.
 - Merging and gating documents above `THREAD_ABOVE` bytes runs in a thread, so a 10 MB
   packument does not stall the event loop for every other client.
+- Ownership: a name `[private].names` covers (and `merge_public` does not) is never asked of
+  the public upstream, nor is one remembered as first-party (`registry.firstparty`); the
+  private answer alone builds it. A first-party name whose private side fails raises (503):
+  the cache serves its stale entry within `stale_if_error`, never a public-only packument. A
+  name never seen first-party is built from public alone while the private side fails.
 - Rule denials, refused tarball URLs and skipped version keys are counted and logged here,
   once per fill, never per request.
 """
@@ -32,6 +37,7 @@ import structlog
 from mirrorgate.cache import Loaded, Slot
 from mirrorgate.metrics import Metrics
 from mirrorgate.registry.filestore import StoreError
+from mirrorgate.registry.firstparty import FirstPartyNames
 from mirrorgate.registry.keys import RegistryKeys
 from mirrorgate.registry.names import PackageName
 from mirrorgate.registry.packument import Gated, gate
@@ -40,7 +46,7 @@ from mirrorgate.registry.rendered import Entry, fingerprint
 from mirrorgate.registry.upstream import FILLS, JsonAnswer, Upstream, UpstreamError
 from mirrorgate.rules import KeySet, Rules, state_token
 
-__all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "PackumentSource"]
+__all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "FirstPartyOutageError", "PackumentSource"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -54,16 +60,33 @@ REFUSALS_LOGGED = 5
 """Refused tarball URLs logged one by one per fill; more are logged as a count."""
 
 
+class FirstPartyOutageError(UpstreamError):
+    """The private upstream failed for a first-party name: 503, never public in its place."""
+
+    def __init__(self, name: PackageName, cause: UpstreamError) -> None:
+        cause_text = str(cause).removeprefix(f"{cause.label} upstream: ")
+        super().__init__(cause.label, cause.kind, f"{cause_text}; {name.full} is first-party, "
+                         "so mirrorgate serves it from the private upstream alone and never "
+                         "from public in its place", status=cause.status,
+                         retry_after=cause.retry_after)
+
+    @property
+    def client_status(self) -> int:
+        return 503
+
+
 class PackumentSource:
     def __init__(self, *, private: PrivateSource, public: Upstream, rules: Rules,
                  metrics: Metrics, now: Callable[[], datetime],
-                 keys: RegistryKeys | None = None) -> None:
+                 keys: RegistryKeys | None = None,
+                 first_party: FirstPartyNames | None = None) -> None:
         self.private = private
         self.keys = keys
         self.public = public
         self.rules = rules
         self.metrics = metrics
         self.now = now
+        self.first_party = first_party if first_party is not None else FirstPartyNames(None)
 
     async def _private_document(self, name: PackageName) -> tuple[dict[str, Any] | None,
                                                                    UpstreamError | None]:
@@ -92,6 +115,12 @@ class PackumentSource:
         Raises UpstreamError when nothing is installable because an upstream failed, and
         TooManyVersionsError for a packument too large to gate."""
         now = self.now()
+        full = name.full
+        if self.rules.private_alone(full) or (
+                full in self.first_party and not self.rules.merge_public.covers_name(full)):
+            alone = await self._load_private_alone(name, now)
+            if alone is not None:
+                return alone
         old = previous.value if previous is not None else None
         # a 304 keeps the old gating only while nothing it depended on has moved: no age denial
         # has come of age, and the advisory index is the same one, equally available
@@ -101,6 +130,8 @@ class PackumentSource:
         etag = previous.validator if revalidate and previous is not None else None
         (private, private_error), public, keys = await asyncio.gather(
             self._private_document(name), self._public_answer(name, etag), self._keys())
+        if private_error is not None and full in self.first_party:
+            raise self._outage(name, private_error)  # merge_public: no public-only answer
         private_print = fingerprint(private)
         if isinstance(public, JsonAnswer) and public.status == 304:
             if previous is not None and old is not None and old.fingerprint == private_print:
@@ -113,6 +144,7 @@ class PackumentSource:
         if private is None and public_doc is None:
             if failure is not None:
                 raise failure
+            self.first_party.forget(full)
             return Loaded(Entry(None, None), 256)
         size = answer.size if answer is not None else 0
         if size > THREAD_ABOVE:
@@ -121,6 +153,10 @@ class PackumentSource:
             gated = self._gate(name, private, public_doc, now, keys)
         if failure is not None and not gated.survivors:
             raise failure
+        if gated.first_party:
+            self.first_party.remember(full)
+        elif private_error is None:
+            self.first_party.forget(full)
         self._report(gated)
         # gated before the advisory index's first load, or without the keys signatures need:
         # held briefly, like a degraded answer, so either applies within seconds of landing
@@ -138,6 +174,31 @@ class PackumentSource:
         if not self.rules.signatures.verify or self.keys is None:
             return None
         return await self.keys.current()
+
+    async def _load_private_alone(self, name: PackageName, now: datetime) -> Loaded[Entry] | None:
+        """The entry of a name served from the private side alone; None when the private side
+        no longer holds it as first-party (the caller then builds it as a public name)."""
+        private, error = await self._private_document(name)
+        if error is not None:
+            raise self._outage(name, error)
+        owned = self.rules.private_alone(name.full)
+        gated = self._gate(name, private, None, now, None) if private is not None else None
+        if not owned and (gated is None or not gated.first_party):
+            # unpublished, or only mirrored versions left: a public name again. Asking the
+            # private side once more on the way is the price of a rare transition.
+            self.first_party.forget(name.full)
+            return None
+        if gated is None:
+            return Loaded(Entry(None, None), 256)  # owned, and the private side lacks it: 404
+        self.first_party.remember(name.full)
+        self._report(gated)
+        return Loaded(Entry(gated, fingerprint(private)), gated.size + 256, None)
+
+    def _outage(self, name: PackageName, error: UpstreamError) -> FirstPartyOutageError:
+        self.metrics.refusals.labels("first_party_private_failed").inc()
+        log.warning("first_party_private_failed", package=name.full, kind=error.kind,
+                    detail=str(error))
+        return FirstPartyOutageError(name, error)
 
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
               public: Mapping[str, Any] | None, now: datetime,

@@ -4,12 +4,18 @@ A packument is built once per cache fill and rendered once per (form, base URL);
 copy bytes. Everything here is pure (no I/O, no clock of its own), so the serve path can run
 it in a thread and tests can call it directly. Decisions:
 
-- Private versions are trusted; public ones are gated by the admission rules and by the origin
-  lock (a `dist.tarball` off the public upstream's origin makes the version unavailable, rule
-  `tarball-origin`). On a version present in both, the private copy wins.
+- Ownership first (`registry.ownership`): a name the private upstream holds an unmarked
+  version of, or one `[private].names` covers, is first-party and served from the private side
+  alone (public is not merged, no public tarball URL is kept), unless `merge_public` names it.
+- Public versions are gated by the admission rules and by the origin lock (a `dist.tarball`
+  off the public upstream's origin makes the version unavailable, rule `tarball-origin`).
+  Mirrored private versions are gated again by the current rules, with the public publish time
+  their mark carries; first-party versions only by the deny list. On a version present in
+  both, the private copy wins.
 - A denied version leaves `versions` for npm's `policyRestrictions` (`{"message",
   "versions"}`), in both forms, so `npm install pkg@denied` fails with E403 and the reason.
-- `dist-tags`: the first upstream naming a tag decides it (public, then private), a tag
+- `dist-tags`: the first upstream naming a tag decides it (public, then private; private
+  first for a first-party name, whose readme, description... are the private ones alone), a tag
   pointing at a version that did not survive is dropped, and a missing `latest` is repointed to
   the highest surviving stable version (else the highest prerelease). `time` keeps `created`,
   `modified` and the survivors; a mirrored version's time is the public one its mirror mark
@@ -36,9 +42,10 @@ import nodesemver
 import orjson
 
 from mirrorgate.mirror import Digest, digests_from_dist
-from mirrorgate.registry.mirrormark import read_mark
+from mirrorgate.registry.mirrormark import MARK_FIELD, without_mark
 from mirrorgate.registry.names import PackageName, tarball_filename
 from mirrorgate.registry.origins import Origin, OriginRefusal, check_on_origin
+from mirrorgate.registry.ownership import first_party_versions, mirrored_mark
 from mirrorgate.registry.versions import highest
 from mirrorgate.rules import (
     INSTALL_SCRIPT_KEYS,
@@ -46,6 +53,8 @@ from mirrorgate.rules import (
     Context,
     KeySet,
     Rules,
+    Verdict,
+    deny_listed,
     evaluate,
     needs_history,
     state_token,
@@ -169,6 +178,8 @@ class Gated:
     size: int = 0
     advisories: tuple[int, bool] | None = None
     """The advisory index generation and availability this gating saw (`state_token`)."""
+    first_party: bool = False
+    """The organisation owns the name; public versions are merged only for `merge_public`."""
 
     @property
     def survivors(self) -> list[str]:
@@ -280,11 +291,11 @@ def _policy_message(name: PackageName, denied: dict[str, Denial]) -> str:
 
 
 def _merge_tags(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
-                survivors: list[str]) -> dict[str, str]:
+                survivors: list[str], private_first: bool) -> dict[str, str]:
     alive = set(survivors)
     decided: set[str] = set()
     tags: dict[str, str] = {}
-    for source in (public, private):
+    for source in ((private, public) if private_first else (public, private)):
         for tag, version in _tags_of(source):
             if tag in decided:
                 continue
@@ -304,7 +315,7 @@ def _mirrored_time(manifest: object) -> str | None:
     of mirroring, which would make every age gate see a copy as a brand-new release."""
     if not isinstance(manifest, Mapping):
         return None
-    mark = read_mark(manifest)
+    mark = mirrored_mark(manifest)
     if mark is None or _published(mark.published) is None:
         return None
     return mark.published
@@ -333,11 +344,41 @@ def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
     return merged
 
 
-def _head(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None) -> dict[str, Any]:
+def _head(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
+          private_first: bool) -> dict[str, Any]:
+    if private_first:
+        # a first-party name's readme, description, maintainers... are its own, also with
+        # merge_public: what the private document leaves out is left out, never the public
+        # side's words (an impostor's readme and maintainers on the organisation's package)
+        return {key: value for key, value in (private or {}).items()
+                if key not in _DROPPED_HEAD}
     source = public if _versions_of(public) else private
     if source is None:
         source = public or {}
     return {key: value for key, value in source.items() if key not in _DROPPED_HEAD}
+
+
+def _age_flip(rules: Rules, verdict: Verdict, published: object) -> datetime | None:
+    """When a denial ends by itself (the entry is gated again then): a version the age rule
+    denies comes of age, a quarantine runs out."""
+    flips = verdict.until  # a quarantine's end
+    if verdict.rule == MINIMUM_AGE and (when := _published(published)) is not None:
+        aged = when + rules.minimum_age
+        flips = aged if flips is None else min(flips, aged)
+    return flips
+
+
+def _private_verdict(rules: Rules, name: PackageName, version: str,
+                     manifest: Mapping[str, Any], now: datetime) -> tuple[Verdict | None, bool,
+                                                                          str | None]:
+    """The verdict on a private version, whether it was mirrored, and the publish time it was
+    judged with: a mirrored one by every rule, with the public time its mark carries; a
+    first-party one by the deny list alone (None when nothing denies it)."""
+    mark = mirrored_mark(manifest)
+    if mark is None:
+        return deny_listed(rules, name.full, version), False, None
+    return (evaluate(rules, name.full, version, without_mark(manifest), mark.published, now),
+            True, mark.published)
 
 
 def gate(
@@ -350,11 +391,16 @@ def gate(
     origin: Origin,
     keys: KeySet | None = None,
 ) -> Gated:
-    """Merge the private and public packuments (either may be None) and gate public versions.
+    """Merge the private and public packuments (either may be None) and gate the versions.
     `keys` are the public registry's signing keys, for the signature rule (None: unavailable).
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
+    first_party = (rules.owned.covers_name(name.full)
+                   or bool(first_party_versions(private)))
+    private_first = first_party
+    if first_party and not rules.merge_public.covers_name(name.full):
+        public = None  # the name is the organisation's: no public version, tag or field
     private_versions, public_versions = _versions_of(private), _versions_of(public)
     for label, versions in (("private", private_versions), ("public", public_versions)):
         if len(versions) > MAX_VERSIONS:
@@ -383,6 +429,8 @@ def gate(
         if _VERSION_KEY.fullmatch(version) is None or not isinstance(manifest, Mapping):
             skipped += 1
             continue
+        if MARK_FIELD in manifest:
+            manifest = without_mark(manifest)  # only the worker marks what it mirrored
         label = f"{name.full}@{version}"
         denial: Denial | None = None
         weak = False
@@ -400,14 +448,9 @@ def gate(
                                public_times.get(version), now, context=context)
             if not verdict.admitted:
                 denial = Denial(verdict.rule or "unknown", verdict.reason or "denied")
-                if verdict.rule == MINIMUM_AGE:
-                    published = _published(public_times.get(version))
-                    if published is not None:
-                        flips = published + rules.minimum_age
-                        regate_at = flips if regate_at is None else min(regate_at, flips)
-                if verdict.until is not None:  # a quarantine ends: gate the packument again
-                    regate_at = (verdict.until if regate_at is None
-                                 else min(regate_at, verdict.until))
+                flips = _age_flip(rules, verdict, public_times.get(version))
+                if flips is not None:
+                    regate_at = flips if regate_at is None else min(regate_at, flips)
             weak = verdict.weak
         tarball = url if denial is None and isinstance(url, str) else None
         digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()
@@ -426,18 +469,32 @@ def gate(
             skipped += 1
             continue
         full, abbreviated = _serialise(name, version, manifest)
+        judged, mirrored, published = _private_verdict(rules, name, version, manifest, now)
+        private_denial: Denial | None = None
+        if judged is not None and not judged.admitted:
+            private_denial = Denial(judged.rule or "unknown", judged.reason or "denied")
+            denied[version] = private_denial
+            counts[private_denial.rule] = counts.get(private_denial.rule, 0) + 1
+            flips = _age_flip(rules, judged, published)
+            if flips is not None:
+                regate_at = flips if regate_at is None else min(regate_at, flips)
+        # Public's copy of a mirrored version is the fallback when the private tarball
+        # fails; a first-party version never falls back to bytes published by someone else.
         tarball, digests = public_gates.get(version, (None, ()))
-        records[version] = VersionRecord(version, True, full, abbreviated, None, False,
+        if private_denial is not None or not mirrored:
+            tarball = None
+        records[version] = VersionRecord(version, True, full, abbreviated, private_denial,
+                                         judged.weak if judged is not None else False,
                                          tarball, digests if tarball else ())
 
     survivors = [v for v, record in records.items() if record.denial is None]
-    head = _head(private, public)
+    head = _head(private, public, private_first)
     size = len(orjson.dumps(head)) + sum(
         len(r.full) + len(r.abbreviated) + 64 for r in records.values())
     return Gated(
         name=name,
         head=head,
-        dist_tags=_merge_tags(private, public, survivors),
+        dist_tags=_merge_tags(private, public, survivors, private_first),
         time=_merge_time(private, public, records),
         versions=records,
         policy_message=_policy_message(name, denied) if denied else None,
@@ -447,6 +504,7 @@ def gate(
         regate_at=regate_at,
         size=size,
         advisories=advisories,
+        first_party=first_party,
     )
 
 

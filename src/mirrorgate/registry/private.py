@@ -51,6 +51,8 @@ class HttpPrivate:
         self.upstream = upstream
 
     async def packument(self, name: PackageName) -> dict[str, Any] | None:
+        # the full form (get_json's default Accept): the abbreviated one drops the mirror mark,
+        # and without it every mirrored version would read as first-party
         answer = await self.upstream.get_json(name.url_path(), pool=FILLS)
         return answer.document if answer.status == 200 else None
 

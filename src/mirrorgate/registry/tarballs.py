@@ -4,12 +4,17 @@
 
 - The file name must be `<bare name>-<version>.tgz` for this package (`version_from_filename`),
   else 400; a version no upstream lists is a 404.
-- The private upstream is asked first, at the npm-standard path; a 2xx is streamed through as
-  is. A miss, or a private failure (logged `upstream_failed`), falls back to the public side.
-  Except when a fresh cached packument, built with the private upstream's answer, lists the
-  version as public-only: then public is asked at once (`known`), so a cold install costs one
-  private request per name (its packument), not one more per tarball. A version the private
-  side listed, or any version when no such packument is at hand, is still asked of private.
+- The gated packument (cached) is read first, so the rules reach every version: a denied one
+  is a 403 wherever its bytes are, mirrored and first-party versions included, and a version
+  no upstream lists is a 404 before any tarball is asked for.
+- A private version is streamed from the private upstream, at the npm-standard path. A miss,
+  or a private failure (logged `upstream_failed`), falls back to public only for a version the
+  gate kept a public URL for: a mirrored one public still admits. A first-party name has no
+  public URL, so its tarballs never come from public.
+- A public-only version goes straight to public when the packument was built with the private
+  upstream's answer (`private_answered`): a cold install then costs one private request per
+  name (its packument), not one more per tarball. Built while the private side was failing,
+  the private side is asked first all the same.
 - The public side never builds a URL: it follows the version's own `dist.tarball`, which the
   gate already checked is on the public upstream's origin (a version whose URL is not is
   unavailable, answered 403 with the reason). A denied version is a 403 saying which rule,
@@ -82,14 +87,14 @@ class TarballRoute:
     def __init__(self, *, private: PrivateSource, public: Upstream, queue: MirrorQueue,
                  metrics: Metrics,
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
-                 known: Callable[[PackageName], Gated | None] = lambda _name: None,
+                 private_answered: Callable[[PackageName], bool] = lambda _name: False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.private = private
         self.public = public
         self.queue = queue
         self.metrics = metrics
         self.packument = packument
-        self.known = known
+        self.private_answered = private_answered
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
@@ -101,35 +106,7 @@ class TarballRoute:
         except InvalidNameError as error:
             self.metrics.refusals.labels("bad_tarball_filename").inc()
             raise Refused(400, f"refused tarball path: {error}", reason=str(error)) from None
-        known = self.known(name)
-        record = known.versions.get(version) if known is not None else None
-        if record is not None and not record.private:
-            # a fresh packument, built with the private upstream's answer, says the version is
-            # public-only: asking private again would cost a round trip per tarball for a miss
-            self.metrics.private_skipped.inc()
-            return await self._public(request, name, version, None, deadline, known)
-        private_error: UpstreamError | None = None
-        try:
-            async with self.private.tarball(name, filename) as body:
-                if body is not None:
-                    response, _ = await self._stream(request, body.size, body.chunks, deadline,
-                                                     source="private", name=name,
-                                                     version=version)
-                    return response
-        except UpstreamError as error:
-            private_error = error
-        except (StoreError, OSError) as error:
-            private_error = UpstreamError("private", "unreachable", str(error))
-        if private_error is not None:
-            log.warning("upstream_failed", upstream="private", package=name.full,
-                        version=version, kind=private_error.kind, detail=str(private_error))
-        return await self._public(request, name, version, private_error, deadline)
-
-    async def _public(self, request: web.Request, name: PackageName, version: str,
-                      private_error: UpstreamError | None, deadline: asyncio.Timeout,
-                      gated: Gated | None = None) -> web.StreamResponse:
-        if gated is None:
-            gated = await self.packument(name)
+        gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
@@ -138,6 +115,34 @@ class TarballRoute:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=record.denial.rule, reason=record.denial.reason)
             raise denied(name, record)
+        private_error: UpstreamError | None = None
+        if not record.private and self.private_answered(name):
+            # the packument, built with the private upstream's answer, says the version is
+            # public-only: asking private again would cost a round trip per tarball for a miss
+            self.metrics.private_skipped.inc()
+        else:
+            try:
+                async with self.private.tarball(name, filename) as body:
+                    if body is not None:
+                        response, _ = await self._stream(request, body.size, body.chunks,
+                                                         deadline, source="private", name=name,
+                                                         version=version)
+                        return response
+            except UpstreamError as error:
+                private_error = error
+            except (StoreError, OSError) as error:
+                private_error = UpstreamError("private", "unreachable", str(error))
+            if private_error is not None:
+                log.warning("upstream_failed", upstream="private", package=name.full,
+                            version=version, kind=private_error.kind,
+                            detail=str(private_error))
+        return await self._public(request, name, record, private_error, deadline,
+                                  gated.time.get(version))
+
+    async def _public(self, request: web.Request, name: PackageName, record: VersionRecord,
+                      private_error: UpstreamError | None, deadline: asyncio.Timeout,
+                      published: str | None) -> web.StreamResponse:
+        version = record.version
         url = record.upstream_tarball
         if url is None:
             if private_error is not None:
@@ -155,8 +160,7 @@ class TarballRoute:
                     deadline, source="public", name=name, version=version,
                     verifier=_verifier(record))
                 if verified is not None and request.method == "GET" and not record.private:
-                    self._enqueue(name, record, url, verified.size,
-                                  gated.time.get(version))
+                    self._enqueue(name, record, url, verified.size, published)
                 return answer
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,

@@ -3,7 +3,8 @@
 The serve path evaluates every public version of a packument when it (re)builds a cache entry,
 so evaluation is pure (no I/O, no clock of its own: `now` is passed in), deterministic and
 cheap: every pattern and range is compiled once, when the rules file is loaded, and lookups
-go by package name or scope. Private versions are trusted and never evaluated. Decisions:
+go by package name or scope. Versions mirrored from public are evaluated again with the
+current rules; first-party versions only against the deny list. Decisions:
 
 - Nine rules with stable names (metric labels, 403 bodies), evaluated in this order, the first
   denial winning: `integrity-presence` (always on: a version with no digest mirrorgate can
@@ -49,6 +50,7 @@ from mirrorgate.rules.policy import (
     RULE_NAMES,
     Rules,
     Verdict,
+    deny_listed,
     describe,
     evaluate,
     needs_history,
@@ -83,6 +85,7 @@ __all__ = [
     "SignalRule",
     "SignatureRule",
     "Verdict",
+    "deny_listed",
     "describe",
     "evaluate",
     "load_rules",

@@ -55,6 +55,7 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
     "signatures": ("verify", "missing"),
     "provenance": ("continuity", "window", "quarantine", "allow"),
     "publisher": ("change", "window", "quarantine", "allow"),
+    "private": ("names", "merge_public"),
 }
 _ADVISORY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _SEVERITY_CHOICES = ("low", "medium", "high", "critical", "none")
@@ -159,6 +160,16 @@ class _Reader:
             except ValueError as error:
                 self.problem(where, str(error))
         return PatternList.of(tuple(compiled))
+
+    def names(self, key: str, value: object) -> PatternList:
+        """Patterns naming packages, never versions: ownership is a property of a name."""
+        listed = self.patterns(key, value)
+        for pattern in listed.patterns:
+            if pattern.range is not None:
+                self.problem(key, f"{quoted(pattern.text)} has a version range; "
+                             "[private] lists name whole packages, like \"@acme/*\", "
+                             "\"acme-*\" or \"acme-utils\"")
+        return listed
 
     def duration(self, key: str, value: object) -> tuple[timedelta, str] | None:
         example = 'write a whole number and a unit, like "90m", "36h", "3d" or "2w"'
@@ -298,6 +309,10 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
         if table in tables:
             values[table] = read.signal(table, mode_key, tables[table],
                                         getattr(DEFAULT_RULES, table))
+    private = tables.get("private", {})
+    for key, attribute in (("names", "owned"), ("merge_public", "merge_public")):
+        if key in private:
+            values[attribute] = read.names(f"private.{key}", private[key])
 
     if read.problems:
         raise RulesError(read.problems, source)

@@ -1,9 +1,11 @@
-"""Package patterns for the rules' lists: `left-pad`, `@acme/*`, `lodash@<4.17.21`.
+"""Package patterns for the rules' lists: `left-pad`, `@acme/*`, `acme-*`, `lodash@<4.17.21`.
 
 One syntax everywhere a rule names packages. Patterns are compiled once, when the rules file
 loads, into a `PatternList` indexed by exact name and by scope, so matching a version costs a
 dict lookup and, only for ranged entries, one semver comparison (npm's semantics, from
-`mirrorgate.semver`). A name alone covers every version, prereleases included.
+`mirrorgate.semver`). A name alone covers every version, prereleases included. A trailing `*`
+after a non-empty name prefix (`acme-*`, `@acme/ui-*`) covers every name with that prefix;
+those few entries are checked one by one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ MAX_NAME_LENGTH = 214  # npm's limit on a package name, scope included
 _PART = r"[A-Za-z0-9~-][A-Za-z0-9._~-]*"
 _NAME = re.compile(rf"(?:@{_PART}/)?{_PART}")
 _SCOPE_WILDCARD = re.compile(rf"(@{_PART})/\*")
-PATTERN_EXAMPLES = '"left-pad", "@acme/*" or "lodash@<4.17.21"'
+_PREFIX_WILDCARD = re.compile(rf"((?:@{_PART}/)?{_PART})\*")
+PATTERN_EXAMPLES = '"left-pad", "@acme/*", "acme-*" or "lodash@<4.17.21"'
 
 
 def quoted(text: str) -> str:
@@ -38,6 +41,7 @@ class PackagePattern:
     name: str | None  # the exact package name; None for a scope wildcard
     scope: str | None  # "@acme" for "@acme/*"; None for an exact name
     range: SemverRange | None
+    prefix: str | None = None  # "acme-" for "acme-*"
 
 
 def parse_pattern(text: str) -> PackagePattern:
@@ -48,16 +52,20 @@ def parse_pattern(text: str) -> PackagePattern:
     at = stripped.find("@", 1)
     target, range_text = (stripped, None) if at == -1 else (stripped[:at], stripped[at + 1 :])
     scope_match = _SCOPE_WILDCARD.fullmatch(target)
+    prefix_match = _PREFIX_WILDCARD.fullmatch(target)
     name: str | None = None
     scope: str | None = None
+    prefix: str | None = None
     if scope_match is not None:
         scope = scope_match.group(1)
     elif _NAME.fullmatch(target) is not None and len(target) <= MAX_NAME_LENGTH:
         name = target
+    elif prefix_match is not None and len(target) <= MAX_NAME_LENGTH:
+        prefix = prefix_match.group(1)
     elif "*" in target:
         raise ValueError(
-            f"{quoted(text)} is not a pattern: only a whole scope can be a wildcard, "
-            'like "@acme/*"'
+            f"{quoted(text)} is not a pattern: a wildcard is a whole scope (\"@acme/*\") or "
+            'a trailing * after a name prefix ("acme-*")'
         )
     else:
         raise ValueError(
@@ -82,7 +90,7 @@ def parse_pattern(text: str) -> PackagePattern:
                 f"{quoted(text)} is not a usable semver range: "
                 f"{quoted(range_text.strip())} {problem}; write it like {example}"
             ) from None
-    return PackagePattern(stripped, name, scope, compiled)
+    return PackagePattern(stripped, name, scope, compiled, prefix)
 
 
 class Subject:
@@ -122,6 +130,8 @@ class PatternList:
     _by_scope: Mapping[str, tuple[PackagePattern, ...]] = field(
         default_factory=dict, compare=False, repr=False, hash=False
     )
+    _prefixed: tuple[PackagePattern, ...] = field(default=(), compare=False, repr=False,
+                                                  hash=False)
 
     @classmethod
     def of(cls, patterns: tuple[PackagePattern, ...]) -> PatternList:
@@ -136,6 +146,7 @@ class PatternList:
             patterns,
             {key: tuple(value) for key, value in by_name.items()},
             {key: tuple(value) for key, value in by_scope.items()},
+            tuple(pattern for pattern in patterns if pattern.prefix is not None),
         )
 
     def __bool__(self) -> bool:
@@ -151,6 +162,9 @@ class PatternList:
         scope = _scope_of(subject.name)
         if scope is not None:
             candidates += self._by_scope.get(scope, ())
+        if self._prefixed:
+            candidates += tuple(pattern for pattern in self._prefixed
+                                if subject.name.startswith(pattern.prefix or ""))
         for pattern in candidates:
             if pattern.range is None:
                 return pattern
@@ -162,4 +176,6 @@ class PatternList:
                 return pattern
         return None
 
-
+    def covers_name(self, name: str) -> bool:
+        """Whether an entry names this package (for name-only lists such as [private])."""
+        return self.first_match(Subject(name, "0.0.0"), unparseable_matches=True) is not None

@@ -46,7 +46,7 @@ from mirrorgate.rules.takeover import (
 __all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "ALGORITHMS",
            "ALLOW_LIST", "DEFAULT_RULES", "DENY_LIST", "DIGEST_FLOOR",
            "INSTALL_SCRIPTS", "INSTALL_SCRIPT_KEYS", "INTEGRITY_PRESENCE", "MAX_MINIMUM_AGE",
-           "MINIMUM_AGE", "RULE_NAMES", "Rules", "Verdict", "describe", "evaluate",
+           "MINIMUM_AGE", "RULE_NAMES", "Rules", "Verdict", "deny_listed", "describe", "evaluate",
            "needs_history", "plural"]
 
 INTEGRITY_PRESENCE = "integrity-presence"
@@ -97,7 +97,13 @@ class Rules:
     signatures: SignatureRule = field(default_factory=SignatureRule)
     provenance: SignalRule = field(default_factory=lambda: SignalRule(window=5))
     publisher: SignalRule = field(default_factory=lambda: SignalRule(window=20))
+    owned: PatternList = field(default_factory=PatternList)
+    merge_public: PatternList = field(default_factory=PatternList)
     source: str = field(default="<defaults>", compare=False)
+
+    def private_alone(self, name: str) -> bool:
+        """`[private].names` covers `name` and `merge_public` does not: never asked of public."""
+        return self.owned.covers_name(name) and not self.merge_public.covers_name(name)
 
 
 DEFAULT_RULES = Rules()
@@ -179,6 +185,25 @@ def _age_reason(when: datetime, age: timedelta, rules: Rules) -> str:
     return f"published {stamp}, {relative}; the minimum release age is {rules.minimum_age_text}"
 
 
+def _deny_listed(rules: Rules, subject: Subject) -> Verdict | None:
+    if not rules.deny:
+        return None
+    hit = rules.deny.first_match(subject, unparseable_matches=True)
+    if hit is None:
+        return None
+    label, entry = _label(subject.name, subject.version), quoted(hit.text)
+    if hit.range is not None and subject.parsed() is None:
+        return _deny(DENY_LIST, f"{label} is not a valid semver version, so it cannot be shown "
+                     f"to be outside the deny list entry {entry}")
+    return _deny(DENY_LIST, f"{label} matches the deny list entry {entry}")
+
+
+def deny_listed(rules: Rules, name: str, version: str) -> Verdict | None:
+    """The deny list alone, for first-party versions: the organisation's own builds are not
+    held to the public admission rules, but an operator's deny entry withdraws any version."""
+    return _deny_listed(rules, Subject(name, version))
+
+
 def evaluate(
     rules: Rules,
     name: str,
@@ -221,18 +246,9 @@ def evaluate(
         return _deny(unsigned.rule, unsigned.reason)
 
     subject = Subject(name, version)
-    if rules.deny:
-        hit = rules.deny.first_match(subject, unparseable_matches=True)
-        if hit is not None:
-            entry = quoted(hit.text)
-            if hit.range is not None and subject.parsed() is None:
-                reason = (
-                    f"{_label(name, version)} is not a valid semver version, so it cannot be "
-                    f"shown to be outside the deny list entry {entry}"
-                )
-            else:
-                reason = f"{_label(name, version)} matches the deny list entry {entry}"
-            return _deny(DENY_LIST, reason)
+    listed = _deny_listed(rules, subject)
+    if listed is not None:
+        return listed
     if rules.allow and rules.allow.first_match(subject, unparseable_matches=False) is None:
         return _deny(
             ALLOW_LIST,
@@ -317,6 +333,13 @@ def describe(rules: Rules) -> dict[str, Any]:
         **{key: {"mode": signal.mode, "window": signal.window,
                  "quarantine": signal.quarantine_text, "allow": signal.allow.texts()}
            for key, signal in (("provenance", rules.provenance), ("publisher", rules.publisher))},
+        "private": {
+            "names": rules.owned.texts(),
+            "merge_public": rules.merge_public.texts(),
+            "first_party": "a name the private upstream holds an unmarked version of, or one "
+                           "[private].names covers: served from the private upstream alone, "
+                           "public versions never merged, unless merge_public names it",
+        },
     }
 
 
