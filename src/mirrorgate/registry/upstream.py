@@ -188,7 +188,9 @@ class Upstream:
                                                    ttl_dns_cache=60),
                     timeout=aiohttp.ClientTimeout(total=None, connect=self._timeout,
                                                   sock_read=self._timeout),
-                    headers={"User-Agent": "mirrorgate"},
+                    # the pool in the User-Agent: a registry's access log tells the proxy's
+                    # reads from the worker's (and a test, the serve path's from the worker's)
+                    headers={"User-Agent": f"mirrorgate ({pool})"},
                     trust_env=False,
                 )
 
