@@ -137,6 +137,8 @@ class TarballRoute:
         if record.denial is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=record.denial.rule, reason=record.denial.reason)
+            self.metrics.events.denied(f"{name.full}@{version}", record.denial.rule,
+                                       record.denial.reason)
             raise denied(name, record)
         url = record.upstream_tarball
         if url is None:
