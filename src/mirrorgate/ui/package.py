@@ -10,6 +10,7 @@ yet), denied (with the rule, the reason and the nearest admitted version to use 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -30,10 +31,13 @@ LoadPackument = Callable[[PackageName], Awaitable[Gated | None]]
 def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str]:
     """(css class, verdict, detail) for one version; the texts are escaped by the caller."""
     if record.private:
-        mark = read_mark(record.manifest())
-        if mark is not None:
-            return "mirrored", "mirrored", "a verified copy of the public version"
-        return "first-party", "first-party", "published to the private registry"
+        if read_mark(record.manifest()) is not None:
+            return "mirrored", "mirrored", "a copy the worker verified and published"
+        if record.upstream_tarball is not None:
+            # no mark (copied before marks were written, or by hand): the private registry
+            # holds a version the public one has and the rules admit
+            return "mirrored", "mirrored", "held by the private registry; public has it too"
+        return "first-party", "first-party", "only in the private registry"
     if record.denial is None:
         return "admitted", "admitted", "served from the public registry; not mirrored yet"
     instead = nearest(record.version, survivors)
@@ -58,7 +62,8 @@ async def package_view(raw: str, load: LoadPackument) -> web.Response:
     try:
         name = parse_name(raw)
     except InvalidNameError as error:
-        return _name_error(raw, error)
+        # shown decoded, as the person typed it, and escaped like everything else
+        return _name_error(unquote(raw, errors="replace"), error)
     try:
         gated = await load(name)
     except Refused as refused:
