@@ -21,6 +21,7 @@ from mirrorgate.ui.session import COOKIE
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package
+from tests.servers.ports import free_port
 from tests.servers.processes import Reply
 
 TOKEN = "mgc_ui-client-token-4f1c0e"  # noqa: S105 - a test token
@@ -225,3 +226,19 @@ async def test_the_cookie_does_not_open_npm_routes(guarded: RunningProxy) -> Non
     reply = await fetch(guarded, "npm/uipage-guarded", headers={"Cookie": f"{COOKIE}={value}"})
 
     assert reply.status == 401
+
+
+async def test_an_unreachable_upstream_shows_on_the_overview_with_its_error(
+    start_proxy: StartProxy,
+) -> None:
+    proxy = await start_proxy(f"http://127.0.0.1:{free_port()}/")
+    await proxy.get("npm/uipage-nowhere")
+
+    page = text(await fetch(proxy, "ui/"))
+
+    failures = proxy.metric("mirrorgate_upstream_failures_total", upstream="public")
+    assert failures >= 1
+    assert "<td>public</td>" in page
+    assert f"<td>{failures:.0f}</td>" in page
+    assert "unreachable" in page
+    assert "no worker in this process" in page

@@ -20,7 +20,7 @@ from mirrorgate.rules import Rules
 from mirrorgate.ui.overview import overview
 from mirrorgate.ui.package import LoadPackument, package_view, search
 from mirrorgate.ui.page import HEADERS, esc, page
-from mirrorgate.ui.session import LOGIN_PATH, login_form, login_submit, logout, see_other
+from mirrorgate.ui.session import LOGIN_PATH, login_form, login_submit, see_other
 
 __all__ = ["OPEN_PATHS", "PREFIX", "add_ui_routes"]
 
@@ -64,7 +64,6 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules, healt
     app.router.add_get(STYLE_PATH, stylesheet)
     app.router.add_get(LOGIN_PATH, login_form)
     app.router.add_post(LOGIN_PATH, login_submit(metrics))
-    app.router.add_post("/ui/logout", logout)
     app.router.add_get("/ui/package", search_box)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it
     app.router.add_get(_PACKAGE + r"{name:[\s\S]+}", show_package)

@@ -24,7 +24,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.ui.page import esc, page
 
 __all__ = ["COOKIE", "LIFETIME_SECONDS", "LOGIN_PATH", "SESSIONS", "Sessions", "login_form",
-           "login_submit", "logout", "see_other"]
+           "login_submit", "see_other"]
 
 log = structlog.get_logger("mirrorgate.ui")
 
@@ -119,9 +119,3 @@ def login_submit(metrics: Metrics) -> Callable[[web.Request], Awaitable[web.Resp
                             secure=request.secure)
         return response
     return submit
-
-
-async def logout(_request: web.Request) -> web.Response:
-    response = see_other(LOGIN_PATH)
-    response.del_cookie(COOKIE, path="/ui/")
-    return response
