@@ -78,7 +78,8 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
             return await handler(request)
         token = presented_token(request.headers.get("Authorization"))
         client = tokens.match(token) if token is not None else None
-        if client is None and token is None and request.path.startswith(UI_PREFIX):
+        if client is None and token is None and (request.path.startswith(UI_PREFIX)
+                                                 or request.path == UI_PREFIX.rstrip("/")):
             client = sessions.client(request.cookies.get(COOKIE))
             if client is None:
                 metrics.refusals.labels("no_client_token").inc()

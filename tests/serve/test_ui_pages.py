@@ -164,7 +164,7 @@ async def guarded(public_registry: FixtureRegistry, start_proxy: StartProxy,
 
 
 async def test_an_anonymous_browser_is_sent_to_the_login_form(guarded: RunningProxy) -> None:
-    for path in ("ui/", "ui/package/uipage-guarded"):
+    for path in ("ui", "ui/", "ui/package/uipage-guarded", "ui/package?name=x"):
         reply = await fetch(guarded, path)
         assert reply.status == 303
         assert reply.headers["Location"] == "/ui/login"

@@ -78,6 +78,8 @@ def _events(events: list[Event], *, empty: str) -> str:
 
 def _rules(rules: Rules) -> str:
     def flat(value: Any) -> str:
+        if isinstance(value, bool):
+            return "yes" if value else "no"
         if isinstance(value, list):
             return ", ".join(str(v) for v in value) or "none"
         return str(value)

@@ -115,7 +115,7 @@ def login_submit(metrics: Metrics) -> Callable[[web.Request], Awaitable[web.Resp
         log.info("ui_login", client=client.name)
         response = see_other("/ui/")
         response.set_cookie(COOKIE, sessions.issue(client), max_age=LIFETIME_SECONDS,
-                            path="/ui/", httponly=True, samesite="Strict",
+                            path="/ui", httponly=True, samesite="Strict",
                             secure=request.secure)
         return response
     return submit
