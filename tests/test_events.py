@@ -64,3 +64,4 @@ def test_a_long_detail_is_cut() -> None:
     recent.upstream_failed("public", "invalid", "x" * 10_000)
 
     assert len(recent.latest("upstream_failed")[0].detail) <= 500
+

@@ -28,6 +28,7 @@ __all__ = ["LoadPackument", "package_view", "search"]
 LoadPackument = Callable[[PackageName], Awaitable[Gated | None]]
 """The serve path's cached packument for a name; raises `Refused` when an upstream fails."""
 
+
 def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str]:
     """(css class, verdict, detail) for one version; the texts are escaped by the caller."""
     if record.private:
@@ -50,7 +51,7 @@ def _newest_first(gated: Gated) -> list[VersionRecord]:
 
 
 def _name_error(text: str, error: InvalidNameError) -> web.Response:
-    body = (f"<h1>Not a package name</h1><p class=\"error\">{esc(text)!s}: {esc(error)}</p>"
+    body = (f"<h1>Not a package name</h1><p class=\"error\">{esc(text)}: {esc(error)}</p>"
             "<p>npm names are letters, digits and <code>-._~</code>, optionally scoped as "
             "<code>@scope/name</code>.</p>")
     return page("Not a package name", body, status=400)
