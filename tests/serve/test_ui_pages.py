@@ -242,3 +242,17 @@ async def test_an_unreachable_upstream_shows_on_the_overview_with_its_error(
     assert f"<td>{failures:.0f}</td>" in page
     assert "unreachable" in page
     assert "no worker in this process" in page
+
+
+async def test_the_advisory_data_s_age_is_shown_from_its_gauges_when_a_source_is_set(
+    proxy: RunningProxy,
+) -> None:
+    before = text(await fetch(proxy, "ui/"))
+    proxy.metrics.watch_advisories(lambda: (12, 7200.0))  # what `mirrorgate serve` registers
+
+    after = text(await fetch(proxy, "ui/"))
+
+    assert 'data-key="advisory-records"' not in before
+    assert '<span class="value" data-key="advisory-records">12</span>' in after
+    assert '<span class="value" data-key="advisory-age">2.0 h</span>' in after
+    assert proxy.metric("mirrorgate_advisory_age_seconds") == 7200.0

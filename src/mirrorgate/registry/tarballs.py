@@ -206,6 +206,9 @@ class TarballRoute:
                     verified = verifier.finish()
                 except DigestMismatch as mismatch:
                     self.metrics.tampered.inc()
+                    self.metrics.events.tampered(f"{name.full}@{version}", f"the {source} "
+                                                 "tarball did not match the admitted digest; "
+                                                 "the client's download was cut")
                     log.critical("tarball_digest_mismatch", security=True, upstream=source,
                                  package=name.full, version=version,
                                  expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),

@@ -70,6 +70,19 @@ def _figure(label: str, value: str, key: str, note: str = "") -> str:
             f'<span class="value" data-key="{esc(key)}">{esc(value)}</span>{extra}</div>')
 
 
+def _advisories(found: Samples) -> list[str]:
+    """The advisory data's figures, when an advisory source is configured (the gauges exist
+    only then)."""
+    records = _one(found, "mirrorgate_advisory_records")
+    if records is None:
+        return []
+    age = _one(found, "mirrorgate_advisory_age_seconds")
+    return [_figure("advisory records", _number(records), "advisory-records",
+                    "OSV records in the index in force"),
+            _figure("advisory data age", f"{age / 3600:.1f} h" if age is not None
+                    else "not loaded yet", "advisory-age", "since the copy in force was made")]
+
+
 def _events(events: list[Event], *, empty: str) -> str:
     return table(["when", "what", "detail"],
                  ([esc(_when(e.at)), esc(e.subject), esc(e.detail)] for e in events),
@@ -120,6 +133,7 @@ def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: bo
                 "versions-denied", "since start, counted once per packument fill"),
         _figure("tampered", _number(_one(found, "mirrorgate_tampered_total")), "tampered",
                 "since start"),
+        *_advisories(found),
     ])
     job_rows = ([esc(o), f'<span data-key="jobs-hour-{esc(o)}">{hour.get(o, 0)}</span>',
                  f'<span data-key="jobs-total-{esc(o)}">{_number(jobs.get(o, 0))}</span>']
