@@ -3,7 +3,9 @@
 With `MIRRORGATE_CLIENT_TOKENS_FILE` set, every route but `/livez` and `/readyz` (and `/metrics`
 when `MIRRORGATE_METRICS_OPEN=true`) needs a client token, sent as `Authorization: Bearer` (npm's
 `_authToken`) or as the password of `Authorization: Basic` (npm's `_auth`, any user name).
-Without the file nothing is checked: access control is then the network's job.
+Without the file nothing is checked: access control is then the network's job. The status
+page (`/ui/`) also takes the signed cookie its login form sets (`ui.session`), and sends a
+browser without one to that form instead of answering JSON.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from aiohttp import web
 from mirrorgate.clients import Client, ClientTokens
 from mirrorgate.metrics import Metrics
 from mirrorgate.registry.refusals import json_response
+from mirrorgate.ui import OPEN_PATHS as UI_OPEN_PATHS
+from mirrorgate.ui import PREFIX as UI_PREFIX
+from mirrorgate.ui.session import COOKIE, LOGIN_PATH, SESSIONS, Sessions, see_other
 
 __all__ = ["CLIENT", "install_access", "whoami"]
 
@@ -64,7 +69,8 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
     if clients is None:
         return
     tokens = clients
-    open_paths = _ALWAYS_OPEN | ({"/metrics"} if metrics_open else set())
+    open_paths = _ALWAYS_OPEN | UI_OPEN_PATHS | ({"/metrics"} if metrics_open else set())
+    sessions = app[SESSIONS] = Sessions(tokens)
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -72,6 +78,12 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
             return await handler(request)
         token = presented_token(request.headers.get("Authorization"))
         client = tokens.match(token) if token is not None else None
+        if client is None and token is None and (request.path.startswith(UI_PREFIX)
+                                                 or request.path == UI_PREFIX.rstrip("/")):
+            client = sessions.client(request.cookies.get(COOKIE))
+            if client is None:
+                metrics.refusals.labels("no_client_token").inc()
+                return see_other(LOGIN_PATH)  # a person at a browser: the form, not JSON
         if client is None:
             reason = "no token" if token is None else "unknown token"
             metrics.refusals.labels("no_client_token" if token is None

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mirrorgate.events import Recent
 from mirrorgate.mirror import QueueStats
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -136,6 +137,9 @@ class Metrics:
                               "from the advisory index, by outcome", ["outcome"], registry=r)
         self.tampered = Counter("mirrorgate_tampered", "tarballs whose bytes did not match "
                                 "the admitted digest", registry=r)
+        # not Prometheus: the status page's bounded ring of recent events, kept beside the
+        # counters because every place that counts a denial or a failure already holds these
+        self.events = Recent()
 
     def watch_queue(self, stats: Callable[[], QueueStats], provider: str) -> None:
         self.registry.register(_QueueCollector(stats, provider))

@@ -71,6 +71,7 @@ from mirrorgate.registry.search import search
 from mirrorgate.registry.tarballs import OUTCOME, TarballRoute
 from mirrorgate.registry.upstream import Upstream, UpstreamError
 from mirrorgate.rules import Rules
+from mirrorgate.ui import add_ui_routes
 
 __all__ = ["SERVER", "Proxy", "ProxyServer", "build_proxy_app"]
 
@@ -435,6 +436,8 @@ def build_proxy_app(
                    metrics_open=proxy.settings.metrics_open)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
+    add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
+                  packument=server._gated_or_none)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

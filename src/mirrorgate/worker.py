@@ -384,6 +384,7 @@ class Worker:
                 await self._release(message, "crashed")
                 outcome = Outcome.RETRIED
             self.metrics.jobs.labels(outcome.value).inc()
+            self.metrics.events.job(_subject(message), outcome.value)
             self.heartbeat.beat()
             return outcome.value
 
@@ -590,6 +591,8 @@ class Worker:
 
     async def _tampered(self, message: QueueMessage) -> Outcome:
         self.metrics.tampered.inc()
+        self.metrics.events.tampered(_subject(message), "the downloaded bytes did not match "
+                                     "the admitted digest or size; not published")
         await self._ack(message)
         return Outcome.TAMPERED
 
@@ -645,6 +648,11 @@ def retry_delay(deliveries: int | None, visibility: int) -> Seconds:
     if deliveries is None or deliveries <= 1:
         return Seconds(0)
     return Seconds(min(MAX_RETRY_DELAY, visibility * 2 ** (deliveries - 2)))
+
+
+def _subject(message: QueueMessage) -> str:
+    job = message.job
+    return f"{job.name}@{job.version}" if job is not None else f"message {message.message_id}"
 
 
 def _context(message: QueueMessage) -> dict[str, Any]:

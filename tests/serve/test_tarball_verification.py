@@ -61,6 +61,8 @@ async def test_a_tampered_public_tarball_is_cut_before_its_last_chunk_and_never_
     assert proxy.metric("mirrorgate_tampered_total") == 1
     assert proxy.metric("mirrorgate_requests_total", route="tarball", status="tampered") == 1
     assert await proxy.jobs() == []
+    # and the status page's overview lists it among the recent tamper events
+    assert [e.subject for e in proxy.metrics.events.latest("tampered")] == ["swapped@1.0.0"]
 
 
 async def test_a_matching_public_tarball_arrives_whole_and_is_enqueued_with_its_size(

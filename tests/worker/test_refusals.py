@@ -38,6 +38,9 @@ async def test_tampered_bytes_are_never_published_and_are_logged_with_both_diges
     assert verdaccio.tarball("left-pad", "left-pad-1.3.0.tgz") is None
     assert rig.tampered() == 1
     assert rig.outcomes("tampered") == 1
+    # the status page's ring: the tamper verdict and the job's outcome, for the overview
+    assert [e.subject for e in rig.metrics.events.latest("tampered")] == ["left-pad@1.3.0"]
+    assert rig.metrics.events.outcomes_last_hour() == {"tampered": 1}
     [line] = events(logs, "mirror_digest_mismatch")
     assert line["log_level"] == "critical"
     assert line["security"] is True

@@ -217,6 +217,7 @@ class PackumentSource:
                             if record.denial is not None})
             log.info("versions_denied", package=gated.name.full,
                      versions=denied[:DENIED_LOGGED], count=len(denied), rules=rules)
+        self._remember_denials(gated)
         for refusal in gated.refused_urls[:REFUSALS_LOGGED]:
             log.warning("tarball_url_refused", package=gated.name.full,
                         version=refusal.version, kind=refusal.kind, reason=refusal.detail)
@@ -232,3 +233,14 @@ class PackumentSource:
                         "strings, or manifests that are not objects")
         log.info("packument_filled", package=gated.name.full,
                  versions=len(gated.versions), denied=sum(gated.denials.values()))
+
+    def _remember_denials(self, gated: Gated) -> None:
+        """One status-page event per rule per fill, with one version's reason as the example
+        (a deny-list range can deny hundreds of versions at once)."""
+        for rule, count in gated.denials.items():
+            example = next(r for r in gated.versions.values()
+                           if r.denial is not None and r.denial.rule == rule)
+            assert example.denial is not None
+            more = f" (and {count - 1} more)" if count > 1 else ""
+            self.metrics.events.denied(f"{gated.name.full}@{example.version}{more}", rule,
+                                       example.denial.reason)

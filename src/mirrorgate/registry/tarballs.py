@@ -114,6 +114,8 @@ class TarballRoute:
         if record.denial is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=record.denial.rule, reason=record.denial.reason)
+            self.metrics.events.denied(f"{name.full}@{version}", record.denial.rule,
+                                       record.denial.reason)
             raise denied(name, record)
         private_error: UpstreamError | None = None
         if not record.private and self.private_answered(name):
@@ -208,6 +210,9 @@ class TarballRoute:
                     verified = verifier.finish()
                 except DigestMismatch as mismatch:
                     self.metrics.tampered.inc()
+                    self.metrics.events.tampered(f"{name.full}@{version}", f"the {source} "
+                                                 "tarball did not match the admitted digest; "
+                                                 "the client's download was cut")
                     log.critical("tarball_digest_mismatch", security=True, upstream=source,
                                  package=name.full, version=version,
                                  expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),

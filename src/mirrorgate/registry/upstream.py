@@ -237,6 +237,7 @@ class Upstream:
     def _failure(self, error: UpstreamError) -> UpstreamError:
         if self._metrics is not None:
             self._metrics.upstream_failures.labels(self.label, error.kind).inc()
+            self._metrics.events.upstream_failed(self.label, error.kind, str(error))
         return error
 
     def _translate(self, error: BaseException) -> UpstreamError:

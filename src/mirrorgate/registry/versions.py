@@ -12,7 +12,7 @@ from functools import cmp_to_key
 
 import nodesemver
 
-__all__ = ["highest", "is_prerelease"]
+__all__ = ["highest", "is_prerelease", "nearest"]
 
 
 def _parsed(version: str) -> nodesemver.SemVer | None:
@@ -40,6 +40,20 @@ def highest(versions: Iterable[str]) -> str | None:
         return None
     best = max(pool, key=cmp_to_key(_compare))
     return str(best.raw)
+
+
+def nearest(version: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest below `version` (the newest one older than it), else the closest
+    above: what to use instead of a denied version. None when nothing parses."""
+    wanted = _parsed(version)
+    pool = [p for p in map(_parsed, candidates) if p is not None]
+    if wanted is None or not pool:
+        return None
+    below = [p for p in pool if _compare(p, wanted) < 0]
+    if below:
+        return str(max(below, key=cmp_to_key(_compare)).raw)
+    above = [p for p in pool if _compare(p, wanted) > 0]
+    return str(min(above, key=cmp_to_key(_compare)).raw) if above else None
 
 
 def _compare(a: nodesemver.SemVer, b: nodesemver.SemVer) -> int:

@@ -1,0 +1,70 @@
+"""The status page at `/ui/`: a read-only, server-rendered view for people.
+
+`add_ui_routes` registers the overview (`/ui/`), the package view (`/ui/package/<name>` and
+the search box's `/ui/package?name=`), the login form and the stylesheet on the proxy app. No
+script, no build step: HTML from Python with every value escaped, one CSS file served from
+this package, a strict Content-Security-Policy (`ui.page`). Who may look is `access`'s
+business, as for `/npm/`; the browser's cookie is `ui.session`'s.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from importlib.resources import files
+
+from aiohttp import web
+
+from mirrorgate.healthz import Health
+from mirrorgate.metrics import Metrics
+from mirrorgate.rules import Rules
+from mirrorgate.ui.overview import overview
+from mirrorgate.ui.package import LoadPackument, package_view, search
+from mirrorgate.ui.page import HEADERS, esc, page
+from mirrorgate.ui.session import LOGIN_PATH, login_form, login_submit, see_other
+
+__all__ = ["OPEN_PATHS", "PREFIX", "add_ui_routes"]
+
+PREFIX = "/ui/"
+STYLE_PATH = "/ui/static/style.css"
+OPEN_PATHS = frozenset({LOGIN_PATH, STYLE_PATH})
+"""Paths served without a token even when client tokens are on: the form and its style."""
+_PACKAGE = "/ui/package/"
+
+
+def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules, health: Health,
+                  packument: LoadPackument) -> None:
+    started = datetime.now(UTC)
+    style = files("mirrorgate.ui").joinpath("style.css").read_bytes()
+
+    async def show_overview(_request: web.Request) -> web.Response:
+        return overview(metrics=metrics, rules=rules, started=started,
+                        heartbeat=health.heartbeat is not None)
+
+    async def show_package(request: web.Request) -> web.Response:
+        # the raw path: the name is decoded once, by parse_name, exactly as under /npm/
+        raw = request.raw_path.partition("?")[0]
+        return await package_view(raw[len(_PACKAGE):], packument)
+
+    async def search_box(request: web.Request) -> web.Response:
+        return search(request.query.get("name", ""))
+
+    async def stylesheet(_request: web.Request) -> web.Response:
+        return web.Response(body=style, headers={**HEADERS, "Content-Type": "text/css",
+                                                 "Cache-Control": "max-age=3600"})
+
+    async def to_overview(_request: web.Request) -> web.Response:
+        return see_other(PREFIX)
+
+    async def not_found(request: web.Request) -> web.Response:
+        return page("Not found", f"<h1>Not found</h1><p>There is no page at "
+                    f"<code>{esc(request.path[:200])}</code>.</p>", status=404)
+
+    app.router.add_get("/ui", to_overview)
+    app.router.add_get(PREFIX, show_overview)
+    app.router.add_get(STYLE_PATH, stylesheet)
+    app.router.add_get(LOGIN_PATH, login_form)
+    app.router.add_post(LOGIN_PATH, login_submit(metrics))
+    app.router.add_get("/ui/package", search_box)
+    # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it
+    app.router.add_get(_PACKAGE + r"{name:[\s\S]+}", show_package)
+    app.router.add_get(PREFIX + r"{tail:[\s\S]*}", not_found)

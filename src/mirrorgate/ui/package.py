@@ -1,0 +1,103 @@
+"""The package view (`/ui/package/<name>`): every version and what mirrorgate made of it.
+
+The packument comes from the serve path's own cache and fill (the callable the proxy app
+hands over), so the page shows exactly the verdicts `/npm/` serves, and looking a package up
+here warms the cache for the next install. Verdicts: first-party (private, not a copy),
+mirrored (private, carrying the worker's mark), admitted (served from public, not mirrored
+yet), denied (with the rule, the reason and the nearest admitted version to use instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from mirrorgate.registry.mirrormark import read_mark
+from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.registry.packument import Gated, VersionRecord
+from mirrorgate.registry.packument import _semver_desc as semver_desc  # the merge's own order
+from mirrorgate.registry.refusals import Refused
+from mirrorgate.registry.versions import nearest
+from mirrorgate.ui.page import esc, page, table
+from mirrorgate.ui.session import see_other
+
+__all__ = ["LoadPackument", "package_view", "search"]
+
+LoadPackument = Callable[[PackageName], Awaitable[Gated | None]]
+"""The serve path's cached packument for a name; raises `Refused` when an upstream fails."""
+
+
+def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str]:
+    """(css class, verdict, detail) for one version; the texts are escaped by the caller."""
+    if record.private:
+        if read_mark(record.manifest()) is not None:
+            return "mirrored", "mirrored", "a copy the worker verified and published"
+        if record.upstream_tarball is not None:
+            # no mark (copied before marks were written, or by hand): the private registry
+            # holds a version the public one has and the rules admit
+            return "mirrored", "mirrored", "held by the private registry; public has it too"
+        return "first-party", "first-party", "only in the private registry"
+    if record.denial is None:
+        return "admitted", "admitted", "served from the public registry; not mirrored yet"
+    instead = nearest(record.version, survivors)
+    use = f"; nearest admitted: {instead}" if instead else "; no admitted version to use"
+    return ("denied", f"denied ({record.denial.rule})", record.denial.reason + use)
+
+
+def _newest_first(gated: Gated) -> list[VersionRecord]:
+    return [gated.versions[v] for v in semver_desc(list(gated.versions))]
+
+
+def _name_error(text: str, error: InvalidNameError) -> web.Response:
+    body = (f"<h1>Not a package name</h1><p class=\"error\">{esc(text)}: {esc(error)}</p>"
+            "<p>npm names are letters, digits and <code>-._~</code>, optionally scoped as "
+            "<code>@scope/name</code>.</p>")
+    return page("Not a package name", body, status=400)
+
+
+async def package_view(raw: str, load: LoadPackument) -> web.Response:
+    """`raw` is the path after `/ui/package/`, still percent-encoded: it is decoded and
+    checked once, by the same `parse_name` as `/npm/`."""
+    try:
+        name = parse_name(raw)
+    except InvalidNameError as error:
+        # shown decoded, as the person typed it, and escaped like everything else
+        return _name_error(unquote(raw, errors="replace"), error)
+    try:
+        gated = await load(name)
+    except Refused as refused:
+        body = (f"<h1>{esc(name.full)}</h1><p class=\"error\">mirrorgate could not read this "
+                f"package: {esc(refused.message)}</p>")
+        return page(name.full, body, status=refused.status, search=name.full)
+    if gated is None or not gated.versions:
+        body = (f"<h1>{esc(name.full)}</h1><p class=\"empty\">Neither the private nor the "
+                "public registry knows this package.</p>")
+        return page(name.full, body, status=404, search=name.full)
+    survivors = gated.survivors
+    rows = []
+    for record in _newest_first(gated):
+        css, verdict, detail = _verdict(record, survivors)
+        rows.append([f'<span class="version">{esc(record.version)}</span>',
+                     f'<span class="verdict {css}">{esc(verdict)}</span>',
+                     esc(detail), esc(gated.time.get(record.version, ""))])
+    tags = table(["tag", "version"], ([esc(t), esc(v)] for t, v in sorted(
+        gated.dist_tags.items())), empty="no dist-tags point at an admitted version")
+    versions = table(["version", "verdict", "detail", "published"], rows, empty="no versions",
+                     cls="versions")
+    counts = (f"{len(gated.versions)} versions: {len(survivors)} installable, "
+              f"{len(gated.denied)} denied")
+    body = (f"<h1>{esc(name.full)}</h1><p class=\"meta\">{esc(counts)}</p>"
+            f"<section><h2>dist-tags</h2>{tags}</section>"
+            f"<section><h2>Versions</h2>{versions}</section>")
+    return page(name.full, body, search=name.full)
+
+
+def search(text: str) -> web.Response:
+    """The search box's GET: a valid name redirects to its page, anything else is a 400."""
+    try:
+        name = parse_name(text.strip())
+    except InvalidNameError as error:
+        return _name_error(text, error)
+    return see_other(f"/ui/package/{name.url_path()}")

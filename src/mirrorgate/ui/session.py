@@ -1,0 +1,121 @@
+"""The status page's browser login: a client token traded for a signed, short-lived cookie.
+
+A browser cannot send `Authorization: Bearer` by itself, so `/ui/login` takes a client token
+once (a POST form) and answers with a cookie that is not the token: the client's name, an
+expiry and an HMAC over both and the token's digest, keyed by a random key this process drew
+at start. The raw token is never stored, logged or echoed; rotating a client's token or
+restarting the process invalidates its cookies. The cookie is HttpOnly and SameSite=Strict
+(no other site can make a browser send it), and Secure when the request came over TLS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+from mirrorgate.clients import Client, ClientTokens
+from mirrorgate.metrics import Metrics
+from mirrorgate.ui.page import esc, page
+
+__all__ = ["COOKIE", "LIFETIME_SECONDS", "LOGIN_PATH", "SESSIONS", "Sessions", "login_form",
+           "login_submit", "see_other"]
+
+log = structlog.get_logger("mirrorgate.ui")
+
+COOKIE = "mirrorgate_ui"
+LOGIN_PATH = "/ui/login"
+LIFETIME_SECONDS = 12 * 3600
+"""A signed cookie is honoured this long (a working day); then the form asks again."""
+_MAX_COOKIE = 512
+
+
+class Sessions:
+    """Issues and checks status-page cookies for the clients in `tokens`."""
+
+    def __init__(self, tokens: ClientTokens, *, clock: Callable[[], float] = time.time) -> None:
+        self.tokens = tokens
+        self._clock = clock
+        self._key = secrets.token_bytes(32)  # per process: a restart logs every browser out
+
+    def _mac(self, client: Client, expires: int) -> str:
+        message = f"{client.name}\0{expires}\0".encode() + client.digest
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def issue(self, client: Client) -> str:
+        expires = int(self._clock()) + LIFETIME_SECONDS
+        return f"{client.name}.{expires}.{self._mac(client, expires)}"
+
+    def client(self, cookie: str | None) -> Client | None:
+        """The client a cookie was issued to, or None: unsigned, expired, forged, or for a
+        client whose token has since been rotated or removed."""
+        if not cookie or len(cookie) > _MAX_COOKIE:
+            return None
+        name, _, rest = cookie.rpartition(".")
+        name, _, expires_text = name.rpartition(".")
+        if not name or not expires_text.isdigit() or int(expires_text) < self._clock():
+            return None
+        for client in self.tokens.clients:
+            if client.name == name and hmac.compare_digest(
+                    rest, self._mac(client, int(expires_text))):
+                return client
+        return None
+
+
+SESSIONS = web.AppKey("mirrorgate_ui_sessions", Sessions)
+"""Set by `access.install_access` when client tokens are on; absent when the proxy is open."""
+
+
+def see_other(location: str) -> web.Response:
+    """A 303 as a plain response (a raised HTTPException would drop the cookies set on it)."""
+    return web.Response(status=303, headers={"Location": location})
+
+
+def _form(message: str = "", status: int = 200) -> web.Response:
+    error = f'<p class="error" role="alert">{esc(message)}</p>' if message else ""
+    body = (
+        "<h1>Sign in</h1>"
+        "<p>This mirrorgate asks for a client token: the same one npm uses as "
+        "<code>_authToken</code>.</p>"
+        f"{error}"
+        f'<form class="login" method="post" action="{LOGIN_PATH}">'
+        '<label for="token">Client token</label>'
+        '<input id="token" name="token" type="password" autocomplete="current-password" '
+        'required>'
+        '<button type="submit">Sign in</button></form>')
+    return page("Sign in", body, status=status, nav=False)
+
+
+async def login_form(request: web.Request) -> web.Response:
+    if SESSIONS not in request.app:
+        return see_other("/ui/")  # no tokens: nothing to sign in to
+    return _form()
+
+
+def login_submit(metrics: Metrics) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def submit(request: web.Request) -> web.Response:
+        sessions = request.app.get(SESSIONS)
+        if sessions is None:
+            return see_other("/ui/")
+        form = await request.post()
+        token = form.get("token")
+        client = (sessions.tokens.match(token.strip())
+                  if isinstance(token, str) and token.strip() else None)
+        if client is None:
+            metrics.refusals.labels("bad_client_token").inc()
+            # the token is never logged, not even in part
+            log.warning("ui_login_refused", peer=request.remote)
+            return _form("mirrorgate does not know this client token: it may have been "
+                         "rotated; ask the operator for a current one", status=401)
+        log.info("ui_login", client=client.name)
+        response = see_other("/ui/")
+        response.set_cookie(COOKIE, sessions.issue(client), max_age=LIFETIME_SECONDS,
+                            path="/ui", httponly=True, samesite="Strict",
+                            secure=request.secure)
+        return response
+    return submit

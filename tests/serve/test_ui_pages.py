@@ -1,0 +1,258 @@
+"""The status page over plain HTTP: its headers, its escaping, its verdicts and its login.
+
+The attacks these stop: a package name or an upstream's text that carries markup running as
+script in an operator's browser (every value escaped, and a CSP that allows no script at all),
+a name in the URL reaching an upstream unvalidated, the page being framed, and an anonymous
+reader looking at what the proxy serves once client tokens are on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from multidict import CIMultiDict
+from yarl import URL
+
+from mirrorgate.rules import parse_rules
+from mirrorgate.ui.page import CSP
+from mirrorgate.ui.session import COOKIE
+from tests.serve.rig import RunningProxy, StartProxy
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.packages import make_package
+from tests.servers.ports import free_port
+from tests.servers.processes import Reply
+
+TOKEN = "mgc_ui-client-token-4f1c0e"  # noqa: S105 - a test token
+HOSTILE = '<script>alert(1)</script>'
+
+
+async def fetch(proxy: RunningProxy, path: str, *, method: str = "GET",
+                headers: dict[str, str] | None = None,
+                data: dict[str, str] | None = None) -> Reply:
+    """One request, redirects not followed (a test reads the 303 itself)."""
+    async with proxy.session.request(method, URL(proxy.url + path.lstrip("/"), encoded=True),
+                                     headers=headers or {}, data=data,
+                                     allow_redirects=False) as response:
+        return Reply(response.status, CIMultiDict(response.headers), await response.read())
+
+
+def text(reply: Reply) -> str:
+    return reply.body.decode()
+
+
+@pytest.fixture
+async def proxy(public_registry: FixtureRegistry, start_proxy: StartProxy) -> RunningProxy:
+    public_registry.add(make_package("uipage-left", ["1.0.0", "1.1.0", "2.0.0"]))
+    rules = parse_rules('[deny]\npackages = ["uipage-left@2.0.0"]\n')
+    return await start_proxy(public_registry.url, rules=rules)
+
+
+@pytest.mark.parametrize("path", ["ui/", "ui/package/uipage-left", "ui/package/%3Cb%3E",
+                                  "ui/nowhere", "ui/package?name=x%3Cy"])
+async def test_every_page_carries_a_csp_that_allows_no_script_and_no_framing(
+    path: str, proxy: RunningProxy,
+) -> None:
+    reply = await fetch(proxy, path)
+
+    assert reply.headers["Content-Security-Policy"] == CSP
+    assert "script-src" not in CSP
+    assert "default-src 'none'" in CSP
+    assert "frame-ancestors 'none'" in CSP
+    assert reply.headers["X-Content-Type-Options"] == "nosniff"
+    assert reply.headers["Content-Type"].startswith("text/html")
+    assert "<script" not in text(reply).lower()
+
+
+async def test_the_stylesheet_is_served_from_the_package_under_the_same_policy(
+    proxy: RunningProxy,
+) -> None:
+    reply = await fetch(proxy, "ui/static/style.css")
+
+    assert reply.status == 200
+    assert reply.headers["Content-Type"].startswith("text/css")
+    assert b".verdict.denied" in reply.body
+
+
+async def test_the_package_view_shows_each_verdict_the_rule_the_reason_and_what_to_use(
+    proxy: RunningProxy,
+) -> None:
+    reply = await fetch(proxy, "ui/package/uipage-left")
+
+    assert reply.status == 200
+    page = text(reply)
+    assert "denied (deny-list)" in page
+    assert "nearest admitted: 1.1.0" in page
+    assert page.count(">admitted<") == 2
+    assert "<td>latest</td><td>1.1.0</td>" in page  # repointed past the denied 2.0.0
+
+
+async def test_a_package_page_and_npm_read_the_same_cache_entry(proxy: RunningProxy) -> None:
+    await fetch(proxy, "ui/package/uipage-left")
+    assert proxy.metric("mirrorgate_cache_total", result="miss") == 1
+
+    await proxy.get("npm/uipage-left")
+
+    assert proxy.metric("mirrorgate_cache_total", result="miss") == 1
+
+
+@pytest.mark.parametrize("raw", ["%3Cscript%3Ealert(1)%3C%2Fscript%3E", "..%2f..%2fetc",
+                                 "%252e%252e", "a%0Ab", "@evil%2f%3Cimg%20src%3Dx%3E"])
+async def test_a_hostile_name_in_the_url_is_refused_by_npm_s_name_rules_and_shown_as_text(
+    raw: str, proxy: RunningProxy, public_registry: FixtureRegistry,
+) -> None:
+    public_registry.clear_requests()
+
+    reply = await fetch(proxy, f"ui/package/{raw}")
+
+    assert reply.status == 400
+    page = text(reply)
+    assert "Not a package name" in page
+    assert "<script>" not in page
+    assert "<img" not in page
+    assert public_registry.requests == []
+
+
+async def test_the_search_box_redirects_a_valid_name_and_escapes_an_invalid_one(
+    proxy: RunningProxy,
+) -> None:
+    found = await fetch(proxy, "ui/package?name=%40acme%2Fwidget")
+    refused = await fetch(proxy, "ui/package?name=%3Cscript%3Ealert(1)%3C%2Fscript%3E")
+
+    assert found.status == 303
+    assert found.headers["Location"] == "/ui/package/@acme%2fwidget"
+    assert refused.status == 400
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text(refused)
+    assert HOSTILE not in text(refused)
+
+
+async def test_an_upstream_s_error_text_is_escaped_on_the_overview(
+    proxy: RunningProxy,
+) -> None:
+    proxy.metrics.events.upstream_failed("public", "invalid", HOSTILE)
+    proxy.metrics.events.denied(f"x@1.0.0{HOSTILE}", "deny-list", HOSTILE)
+
+    page = text(await fetch(proxy, "ui/"))
+
+    assert HOSTILE not in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3
+
+
+async def test_the_overview_agrees_with_metrics(proxy: RunningProxy) -> None:
+    await proxy.get("npm/uipage-left")
+
+    page = text(await fetch(proxy, "ui/"))
+
+    denied = proxy.metric("mirrorgate_rule_denials_total", rule="deny-list")
+    assert denied == 1
+    assert '<span class="value" data-key="versions-denied">1</span>' in page
+    assert "uipage-left@2.0.0" in page
+    assert "deny-list" in page
+    assert "in memory only" in page
+
+
+# --- with client tokens -------------------------------------------------------------------
+
+@pytest.fixture
+async def guarded(public_registry: FixtureRegistry, start_proxy: StartProxy,
+                  tmp_path: Path) -> RunningProxy:
+    public_registry.add(make_package("uipage-guarded", ["1.0.0"]))
+    path = tmp_path / "client-tokens"
+    path.write_text(f"ops sha256:{hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
+    return await start_proxy(public_registry.url, client_tokens_file=path)
+
+
+async def test_an_anonymous_browser_is_sent_to_the_login_form(guarded: RunningProxy) -> None:
+    for path in ("ui", "ui/", "ui/package/uipage-guarded", "ui/package?name=x"):
+        reply = await fetch(guarded, path)
+        assert reply.status == 303
+        assert reply.headers["Location"] == "/ui/login"
+    form = await fetch(guarded, "ui/login")
+    assert form.status == 200
+    assert 'method="post"' in text(form)
+
+
+async def test_a_bearer_token_opens_the_page_without_a_cookie(guarded: RunningProxy) -> None:
+    reply = await fetch(guarded, "ui/", headers={"Authorization": f"Bearer {TOKEN}"})
+
+    assert reply.status == 200
+    assert "Status" in text(reply)
+
+
+async def test_login_sets_an_httponly_strict_cookie_that_is_not_the_token(
+    guarded: RunningProxy,
+) -> None:
+    reply = await fetch(guarded, "ui/login", method="POST", data={"token": TOKEN})
+
+    assert reply.status == 303
+    cookie = reply.headers["Set-Cookie"]
+    assert cookie.startswith(f"{COOKIE}=ops.")
+    assert "HttpOnly" in cookie
+    assert "SameSite=Strict" in cookie
+    assert TOKEN not in cookie
+    assert hashlib.sha256(TOKEN.encode()).hexdigest() not in cookie
+    value = cookie.split(";")[0].split("=", 1)[1]
+    page = await fetch(guarded, "ui/", headers={"Cookie": f"{COOKIE}={value}"})
+    assert page.status == 200
+
+
+@pytest.mark.parametrize("cookie", ["ops.99999999999.00", "ops", "", "ops.1.abc",
+                                    "admin.99999999999." + "0" * 64])
+async def test_a_forged_or_expired_cookie_is_sent_back_to_the_form(
+    cookie: str, guarded: RunningProxy,
+) -> None:
+    reply = await fetch(guarded, "ui/", headers={"Cookie": f"{COOKIE}={cookie}"})
+
+    assert reply.status == 303
+    assert reply.headers["Location"] == "/ui/login"
+
+
+async def test_a_wrong_token_at_the_form_is_refused_and_not_echoed(
+    guarded: RunningProxy,
+) -> None:
+    reply = await fetch(guarded, "ui/login", method="POST", data={"token": TOKEN + "x"})
+
+    assert reply.status == 401
+    assert "Set-Cookie" not in reply.headers
+    assert TOKEN not in text(reply)
+    assert guarded.metric("mirrorgate_refusals_total", reason="bad_client_token") == 1
+
+
+async def test_the_cookie_does_not_open_npm_routes(guarded: RunningProxy) -> None:
+    login = await fetch(guarded, "ui/login", method="POST", data={"token": TOKEN})
+    value = login.headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
+
+    reply = await fetch(guarded, "npm/uipage-guarded", headers={"Cookie": f"{COOKIE}={value}"})
+
+    assert reply.status == 401
+
+
+async def test_an_unreachable_upstream_shows_on_the_overview_with_its_error(
+    start_proxy: StartProxy,
+) -> None:
+    proxy = await start_proxy(f"http://127.0.0.1:{free_port()}/")
+    await proxy.get("npm/uipage-nowhere")
+
+    page = text(await fetch(proxy, "ui/"))
+
+    failures = proxy.metric("mirrorgate_upstream_failures_total", upstream="public")
+    assert failures >= 1
+    assert "<td>public</td>" in page
+    assert f"<td>{failures:.0f}</td>" in page
+    assert "unreachable" in page
+    assert "no worker in this process" in page
+
+
+async def test_the_advisory_data_s_age_is_shown_from_its_gauges_when_a_source_is_set(
+    proxy: RunningProxy,
+) -> None:
+    before = text(await fetch(proxy, "ui/"))
+    proxy.metrics.watch_advisories(lambda: (12, 7200.0))  # what `mirrorgate serve` registers
+
+    after = text(await fetch(proxy, "ui/"))
+
+    assert 'data-key="advisory-records"' not in before
+    assert '<span class="value" data-key="advisory-records">12</span>' in after
+    assert '<span class="value" data-key="advisory-age">2.0 h</span>' in after
+    assert proxy.metric("mirrorgate_advisory_age_seconds") == 7200.0

@@ -1,0 +1,162 @@
+"""The status page in a real headless Chromium, served by the real `mirrorgate serve`.
+
+What a person does: install through the proxy and read the counts on the overview; open a
+package with a denied version and read why and what to use instead; use the search box; sign
+in with a client token; follow a link whose package name carries markup and see it inert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.npm import NpmClient
+from tests.servers.packages import standard_tree
+from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.ui.conftest import screenshot
+
+TOKEN = "mgc_browser-token-7a2e91"  # noqa: S105 - a test token
+RULES = '[deny]\npackages = ["delta@0.5.0", "zeta@1.0.0"]\n'
+
+
+@pytest.fixture
+def proxy(public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+          tmp_path: Path) -> MirrorgateProcess:
+    tree = standard_tree()
+    public_registry.add(*tree.packages)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES)
+    # a one-second TTL: the package view shows a mirrored copy as soon as the worker made it
+    return mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                "MIRRORGATE_RULES_FILE": str(rules),
+                                "MIRRORGATE_CACHE_TTL": "1"})
+
+
+def figure(page: Page, key: str) -> str:
+    return page.locator(f'[data-key="{key}"]').inner_text()
+
+
+def test_the_overview_shows_the_counts_of_a_real_npm_install(
+    proxy: MirrorgateProcess, npm_client: NpmClient, page: Page,
+) -> None:
+    tree = standard_tree()
+    npm_client.write_project(tree.dependencies)
+    done = npm_client.install(registry=proxy.registry_url)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: proxy.metric("mirrorgate_jobs_total", outcome="published")
+             == len(tree.resolved), timeout=60)
+
+    page.goto(proxy.url + "ui/")
+
+    expect(page.locator("h1")).to_have_text("Status")
+    published = len(tree.resolved)
+    assert figure(page, "jobs-total-published") == str(published)
+    assert figure(page, "jobs-hour-published") == str(published)
+    assert figure(page, "jobs-enqueued") == str(int(proxy.metric("mirrorgate_jobs_enqueued_total")))
+    assert figure(page, "jobs-dropped") == "0"
+    assert figure(page, "versions-denied") == str(
+        int(proxy.metric("mirrorgate_rule_denials_total", rule="deny-list")))
+    denials = page.locator("section", has=page.locator("h2", has_text="Recent denials"))
+    expect(denials).to_contain_text("delta@0.5.0")
+    expect(denials).to_contain_text("zeta@1.0.0")
+    expect(page.locator("table.rules")).to_contain_text("delta@0.5.0")
+    expect(page.get_by_text("kept in memory only")).to_be_visible()
+    screenshot(page, "overview")
+
+
+def test_a_denied_version_shows_its_rule_its_reason_and_the_nearest_admitted_one(
+    proxy: MirrorgateProcess, page: Page,
+) -> None:
+    page.goto(proxy.url + "ui/package/delta")
+
+    row = page.locator("table.versions tr", has=page.locator(".version", has_text="0.5.0"))
+    expect(row.locator(".verdict")).to_have_text("denied (deny-list)")
+    expect(row).to_contain_text("delta@0.5.0")
+    expect(row).to_contain_text("nearest admitted: 0.4.2")
+    admitted = page.locator("table.versions tr", has=page.locator(".version", has_text="0.4.2"))
+    expect(admitted.locator(".verdict")).to_have_text("admitted")
+    tags = page.locator("section", has=page.locator("h2", has_text="dist-tags"))
+    expect(tags).to_contain_text("0.4.2")  # latest repointed past the denied 0.5.0
+    screenshot(page, "package")
+
+
+def test_the_search_box_opens_a_scoped_package_and_shows_what_was_mirrored(
+    proxy: MirrorgateProcess, npm_client: NpmClient, page: Page,
+) -> None:
+    npm_client.write_project({"@fixture/beta": "2.1.3"})
+    assert npm_client.install(registry=proxy.registry_url).returncode == 0
+    wait_for(lambda: proxy.metric("mirrorgate_jobs_total", outcome="published") >= 1,
+             timeout=60)
+    page.goto(proxy.url + "ui/")
+
+    page.fill("#name", "@fixture/beta")
+    page.press("#name", "Enter")
+
+    expect(page).to_have_url(re.compile(r"/ui/package/@fixture%2fbeta$"))
+    expect(page.locator("h1")).to_have_text("@fixture/beta")
+    verdict = page.locator("table.versions tr",
+                           has=page.locator(".version", has_text="2.1.3")).locator(".verdict")
+    expect(verdict).to_have_text(re.compile("admitted|mirrored"))
+
+    def mirrored() -> bool:  # once the cache's one-second TTL lets the mirrored copy in
+        page.reload()
+        return verdict.inner_text() == "mirrored"
+
+    wait_for(mirrored, timeout=15, interval=0.5)
+    screenshot(page, "search")
+
+
+def test_the_login_form_takes_a_client_token_and_refuses_a_wrong_one(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory, tmp_path: Path,
+    page: Page,
+) -> None:
+    tokens = tmp_path / "client-tokens"
+    tokens.write_text(f"ops sha256:{hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens)})
+
+    page.goto(proxy.url + "ui/")
+    expect(page).to_have_url(re.compile(r"/ui/login$"))
+    page.fill("#token", TOKEN + "-wrong")
+    page.click("button[type=submit]")
+    expect(page.locator(".error")).to_contain_text("does not know this client token")
+    page.fill("#token", TOKEN)
+    page.click("button[type=submit]")
+
+    expect(page).to_have_url(re.compile(r"/ui/$"))
+    expect(page.locator("h1")).to_have_text("Status")
+    cookies = page.context.cookies()
+    assert [c["name"] for c in cookies] == ["mirrorgate_ui"]
+    assert cookies[0]["httpOnly"] is True
+    assert cookies[0]["sameSite"] == "Strict"
+    assert TOKEN not in cookies[0]["value"]
+    assert TOKEN not in proxy.running.output()
+    assert "ui_login_refused" in proxy.running.output()
+    screenshot(page, "login")
+
+
+def test_a_hostile_name_in_the_url_is_rendered_as_inert_text(
+    proxy: MirrorgateProcess, page: Page, public_registry: FixtureRegistry,
+) -> None:
+    public_registry.clear_requests()
+    violations: list[str] = []
+    page.on("console", lambda message: violations.append(message.text))
+
+    page.goto(proxy.url + "ui/package/%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E")
+
+    expect(page.locator("h1")).to_have_text("Not a package name")
+    expect(page.locator(".error")).to_contain_text("<img src=x onerror=alert(1)>")
+    assert page.locator("main img").count() == 0
+    page.fill("#name", "<script>alert(2)</script>")
+    page.press("#name", "Enter")
+    expect(page.locator(".error")).to_contain_text("<script>alert(2)</script>")
+    assert page.locator("main script").count() == 0
+    assert public_registry.requests == []
+    assert [v for v in violations if "Content Security Policy" in v] == []
+    screenshot(page, "hostile-name")
