@@ -14,8 +14,8 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from mirrorgate.registry.mirrormark import read_mark
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.registry.ownership import mirrored_mark
 from mirrorgate.registry.packument import Gated, VersionRecord
 from mirrorgate.registry.packument import _semver_desc as semver_desc  # the merge's own order
 from mirrorgate.registry.refusals import Refused
@@ -30,20 +30,19 @@ LoadPackument = Callable[[PackageName], Awaitable[Gated | None]]
 
 
 def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str]:
-    """(css class, verdict, detail) for one version; the texts are escaped by the caller."""
+    """(css class, verdict, detail) for one version; the texts are escaped by the caller.
+    A denial comes first: the rules reach mirrored and first-party versions too."""
+    if record.denial is not None:
+        instead = nearest(record.version, survivors)
+        use = f"; nearest admitted: {instead}" if instead else "; no admitted version to use"
+        return ("denied", f"denied ({record.denial.rule})", record.denial.reason + use)
     if record.private:
-        if read_mark(record.manifest()) is not None:
+        # the same recognition the gate uses (`ownership`): a mark whose digest the stored
+        # `dist` carries is a copy the worker made; anything else is the organisation's own
+        if mirrored_mark(record.manifest()) is not None:
             return "mirrored", "mirrored", "a copy the worker verified and published"
-        if record.upstream_tarball is not None:
-            # no mark (copied before marks were written, or by hand): the private registry
-            # holds a version the public one has and the rules admit
-            return "mirrored", "mirrored", "held by the private registry; public has it too"
-        return "first-party", "first-party", "only in the private registry"
-    if record.denial is None:
-        return "admitted", "admitted", "served from the public registry; not mirrored yet"
-    instead = nearest(record.version, survivors)
-    use = f"; nearest admitted: {instead}" if instead else "; no admitted version to use"
-    return ("denied", f"denied ({record.denial.rule})", record.denial.reason + use)
+        return "first-party", "first-party", "published to the private registry, not a copy"
+    return "admitted", "admitted", "served from the public registry; not mirrored yet"
 
 
 def _newest_first(gated: Gated) -> list[VersionRecord]:
