@@ -369,16 +369,18 @@ def _age_flip(rules: Rules, verdict: Verdict, published: object) -> datetime | N
 
 
 def _private_verdict(rules: Rules, name: PackageName, version: str,
-                     manifest: Mapping[str, Any], now: datetime) -> tuple[Verdict | None, bool,
-                                                                          str | None]:
+                     manifest: Mapping[str, Any], now: datetime,
+                     context: Context) -> tuple[Verdict | None, bool, str | None]:
     """The verdict on a private version, whether it was mirrored, and the publish time it was
     judged with: a mirrored one by every rule, with the public time its mark carries; a
     first-party one by the deny list alone (None when nothing denies it)."""
     mark = mirrored_mark(manifest)
     if mark is None:
         return deny_listed(rules, name.full, version), False, None
-    return (evaluate(rules, name.full, version, without_mark(manifest), mark.published, now),
-            True, mark.published)
+    # the same context as public versions: the registry's keys for its signatures (kept in
+    # what the worker published), the public history for the takeover signals
+    return (evaluate(rules, name.full, version, without_mark(manifest), mark.published, now,
+                     context=context), True, mark.published)
 
 
 def gate(
@@ -469,7 +471,8 @@ def gate(
             skipped += 1
             continue
         full, abbreviated = _serialise(name, version, manifest)
-        judged, mirrored, published = _private_verdict(rules, name, version, manifest, now)
+        judged, mirrored, published = _private_verdict(rules, name, version, manifest, now,
+                                                       context)
         private_denial: Denial | None = None
         if judged is not None and not judged.admitted:
             private_denial = Denial(judged.rule or "unknown", judged.reason or "denied")
