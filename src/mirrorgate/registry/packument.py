@@ -73,6 +73,7 @@ __all__ = [
     "VersionRecord",
     "gate",
     "render",
+    "semver_desc",
     "version_document",
 ]
 
@@ -261,7 +262,7 @@ def _tags_of(document: Mapping[str, Any] | None) -> list[tuple[str, str]]:
             if isinstance(version, str)]
 
 
-def _semver_desc(versions: list[str]) -> list[str]:
+def semver_desc(versions: list[str]) -> list[str]:
     parsed: list[tuple[str, nodesemver.SemVer | None]] = []
     for version in versions:
         try:
@@ -280,7 +281,7 @@ def _semver_desc(versions: list[str]) -> list[str]:
 
 def _policy_message(name: PackageName, denied: dict[str, Denial]) -> str:
     """One line naming each denied version and its rule, the first few with the reason."""
-    order = _semver_desc(list(denied))
+    order = semver_desc(list(denied))
     detailed = [f"{v} denied by {denied[v].rule} ({denied[v].reason})"
                 for v in order[:_POLICY_DETAILED]]
     rest = [f"{v} ({denied[v].rule})" for v in order[_POLICY_DETAILED:]]

@@ -41,6 +41,7 @@ from mirrorgate.rules.takeover import (
     SignalRule,
     check_provenance,
     check_publisher,
+    moment,
 )
 
 __all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "ALGORITHMS",
@@ -137,18 +138,6 @@ def _install_scripts(manifest: Mapping[str, Any]) -> list[str]:
     if not found and manifest.get("hasInstallScript") not in (None, False):
         found = ["hasInstallScript"]
     return found
-
-
-def _published_at(published: object) -> datetime | None:
-    if not isinstance(published, str) or len(published) > 64:
-        return None
-    try:
-        when = datetime.fromisoformat(published.strip())
-        if when.tzinfo is None:
-            return when.replace(tzinfo=UTC)
-        return when.astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None
 
 
 _PRINTABLE = re.compile(r"[ -~]{1,200}")
@@ -273,7 +262,7 @@ def evaluate(
         not rules.age_exempt
         or rules.age_exempt.first_match(subject, unparseable_matches=False) is None
     ) and (rules.advisories is None or not fast_lane(rules.advisories, name, version)):
-        when = _published_at(published)
+        when = moment(published)
         if when is None:
             if not rules.missing_time_allowed:
                 return _deny(

@@ -16,8 +16,11 @@ from aiohttp import web
 
 from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.registry.ownership import mirrored_mark
-from mirrorgate.registry.packument import Gated, VersionRecord
-from mirrorgate.registry.packument import _semver_desc as semver_desc  # the merge's own order
+from mirrorgate.registry.packument import (
+    Gated,
+    VersionRecord,
+    semver_desc,  # the merge's own order
+)
 from mirrorgate.registry.refusals import Refused
 from mirrorgate.registry.versions import nearest
 from mirrorgate.ui.page import esc, page, table
