@@ -41,10 +41,10 @@ from mirrorgate.healthz import Heartbeat
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import Digest, MirrorArtifact, MirrorJob, digests_from_dist
-from mirrorgate.registry.upstream import Upstream
-from mirrorgate.target import open_target
-from mirrorgate.verify import StreamVerifier, digest_of
-from mirrorgate.worker import Worker, WorkerDeps
+from mirrorgate.upstream.client import Upstream
+from mirrorgate.worker.loop import Worker, WorkerDeps
+from mirrorgate.worker.target import open_target
+from mirrorgate.worker.verify import StreamVerifier, digest_of
 
 MIN_SIZE = 10_000
 MAX_SIZE = 5_000_000

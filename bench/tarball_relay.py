@@ -46,14 +46,14 @@ from mirrorgate.config import load_settings
 from mirrorgate.healthz import Health
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
-from mirrorgate.registry import tarballs
-from mirrorgate.registry.filestore import FileStore
-from mirrorgate.registry.packument import VersionRecord
-from mirrorgate.registry.private import StorePrivate
-from mirrorgate.registry.upstream import Upstream
+from mirrorgate.npm.packument import VersionRecord
 from mirrorgate.rules import DEFAULT_RULES
-from mirrorgate.serve import Proxy, build_proxy_app
-from mirrorgate.verify import StreamVerifier
+from mirrorgate.serve import tarballs
+from mirrorgate.serve.app import Proxy, build_proxy_app
+from mirrorgate.upstream.client import Upstream
+from mirrorgate.upstream.filestore import FileStore
+from mirrorgate.upstream.private import StorePrivate
+from mirrorgate.worker.verify import StreamVerifier
 
 MIN_SIZE = 200_000
 MAX_SIZE = 4_000_000

@@ -20,9 +20,9 @@ from prometheus_client.samples import Sample
 from mirrorgate.advisories.feed import LOAD_OUTCOMES
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import QueueStats
-from mirrorgate.registry.audit import AUDIT_OUTCOMES
-from mirrorgate.registry.paths import Route
-from mirrorgate.worker import Outcome
+from mirrorgate.npm.paths import Route
+from mirrorgate.serve.audit import AUDIT_OUTCOMES
+from mirrorgate.worker.loop import Outcome
 
 __all__ = ["SCHEMA", "UnknownMetricError", "metric_value", "registry_samples", "text_samples"]
 

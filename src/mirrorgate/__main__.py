@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _token_new(name: str) -> int:
     # Needs no settings: it only makes a token, so it runs before the environment is read.
-    from mirrorgate.clients import name_problem, new_token, token_line
+    from mirrorgate.serve.tokens import name_problem, new_token, token_line
 
     problem = name_problem(name)
     if problem is not None:
@@ -97,7 +97,7 @@ def _check_config(settings: Settings) -> int:
                   file=sys.stderr)
         return 2
     if settings.client_tokens_file is not None:
-        from mirrorgate.clients import ClientTokens, ClientTokensError
+        from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
 
         try:
             ClientTokens(settings.client_tokens_file)

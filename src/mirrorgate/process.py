@@ -40,23 +40,23 @@ import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from mirrorgate.access import install_access
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
-from mirrorgate.clients import ClientTokens, ClientTokensError
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
-from mirrorgate.listener import ClientBounds, GuardedSite
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
-from mirrorgate.registry.filestore import StoreError
-from mirrorgate.registry.private import PrivateSource, open_private, store_root
-from mirrorgate.registry.upstream import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
 from mirrorgate.rules import Rules, RulesError, load_rules
-from mirrorgate.serve import Proxy, build_proxy_app
-from mirrorgate.target import MirrorTarget, open_target
-from mirrorgate.worker import Worker, WorkerDeps
+from mirrorgate.serve.access import install_access
+from mirrorgate.serve.app import Proxy, build_proxy_app
+from mirrorgate.serve.listener import ClientBounds, GuardedSite
+from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
+from mirrorgate.upstream.client import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
+from mirrorgate.upstream.filestore import StoreError
+from mirrorgate.upstream.private import PrivateSource, open_private, store_root
+from mirrorgate.worker.loop import Worker, WorkerDeps
+from mirrorgate.worker.target import MirrorTarget, open_target
 
 __all__ = ["StartupError", "run"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.clients import token_line
+from mirrorgate.serve.tokens import token_line
 from tests.faults.conftest import GuardedFactory, SecretGuard, guard, guarded
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient

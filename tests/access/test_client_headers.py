@@ -7,7 +7,7 @@ package's renderings evict every other package from the cache.
 
 from __future__ import annotations
 
-from mirrorgate.clients import new_token
+from mirrorgate.serve.tokens import new_token
 from tests.access.conftest import SecretDir, start_guarded
 from tests.faults.conftest import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from mirrorgate.clients import new_token
+from mirrorgate.serve.tokens import new_token
 from tests.access.conftest import SecretDir, auth_npmrc, start_guarded
 from tests.faults.conftest import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from mirrorgate.registry.names import parse_name
-from mirrorgate.registry.origins import Origin
-from mirrorgate.registry.packument import Gated, gate
+from mirrorgate.npm.names import parse_name
+from mirrorgate.npm.packument import Gated, gate
 from mirrorgate.rules import RulesError, parse_keys, parse_rules
+from mirrorgate.upstream.origins import Origin
 from tests.rules.signing import SigningKey, keys_document
 
 UPSTREAM = "http://127.0.0.1:9/"

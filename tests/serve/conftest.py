@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from mirrorgate.mirror import MirrorQueue
-from mirrorgate.registry.private import store_root
 from mirrorgate.rules import DEFAULT_RULES, Rules
+from mirrorgate.upstream.private import store_root
 from tests.serve.rig import (
     FILE_STORE,
     ProxyStack,

@@ -26,17 +26,17 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from mirrorgate.backends.memory import in_memory_double
-from mirrorgate.clients import ClientTokens
 from mirrorgate.config import Settings, load_settings
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
-from mirrorgate.registry.filestore import FileStore
-from mirrorgate.registry.names import parse_name
-from mirrorgate.registry.private import HttpPrivate, PrivateSource, StorePrivate
-from mirrorgate.registry.upstream import Upstream
+from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES, Rules
-from mirrorgate.serve import SERVER, Proxy, ProxyServer, build_proxy_app
+from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, build_proxy_app
+from mirrorgate.serve.tokens import ClientTokens
+from mirrorgate.upstream.client import Upstream
+from mirrorgate.upstream.filestore import FileStore
+from mirrorgate.upstream.private import HttpPrivate, PrivateSource, StorePrivate
 from tests.clock import ManualClock
 from tests.metric_samples import metric_value, registry_samples
 from tests.servers.packages import FixturePackage, FixtureVersion

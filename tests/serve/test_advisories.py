@@ -26,7 +26,7 @@ from tests.advisories.records import (
     zip_bytes,
 )
 from tests.serve.rig import NPM_ACCEPT, StartProxy
-from tests.serve.test_npm_client import npm
+from tests.serve.test_npm_through_proxy import npm
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import fresh_version, make_package

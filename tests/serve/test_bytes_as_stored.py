@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.registry.filestore import FileStore
-from mirrorgate.registry.names import parse_name
+from mirrorgate.npm.names import parse_name
+from mirrorgate.upstream.filestore import FileStore
 from tests.serve.rig import FILE_STORE, RunningProxy, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry, Manners
 from tests.servers.packages import FixtureVersion, make_package, make_version

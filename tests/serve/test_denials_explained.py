@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from mirrorgate.registry.refusals import STATUS_TEXT_LIMIT, json_response
 from mirrorgate.rules import parse_rules
+from mirrorgate.serve.refusals import STATUS_TEXT_LIMIT, json_response
 from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, make_version

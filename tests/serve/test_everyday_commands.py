@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
 from tests.serve.rig import FILE_STORE, SharedPrivate, StartProxy
-from tests.serve.test_npm_client import npm
+from tests.serve.test_npm_through_proxy import npm
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from mirrorgate.registry.rendered import MAX_BASES
+from mirrorgate.serve.rendered import MAX_BASES
 from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.serve.test_access import bearer, tokens_file
 from tests.servers.fixture_registry import FixtureRegistry

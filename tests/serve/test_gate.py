@@ -8,11 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
-from mirrorgate.registry.names import parse_name
-from mirrorgate.registry.negotiation import wants_abbreviated
-from mirrorgate.registry.origins import Origin
-from mirrorgate.registry.packument import MAX_VERSIONS, TooManyVersionsError, gate, render
+from mirrorgate.npm.names import parse_name
+from mirrorgate.npm.negotiation import wants_abbreviated
+from mirrorgate.npm.packument import MAX_VERSIONS, TooManyVersionsError, gate, render
 from mirrorgate.rules import DEFAULT_RULES, parse_rules
+from mirrorgate.upstream.origins import Origin
 from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import fresh_version, make_package, make_version

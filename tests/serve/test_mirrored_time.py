@@ -16,10 +16,10 @@ import pytest
 
 from mirrorgate.config import Secret
 from mirrorgate.mirror import MirrorJob
-from mirrorgate.registry.filestore import FileStore
-from mirrorgate.registry.mirrormark import read_mark
-from mirrorgate.registry.upstream import Upstream
-from mirrorgate.target import MirrorTarget, PublishResult, RegistryTarget, StoreTarget
+from mirrorgate.npm.mirrormark import read_mark
+from mirrorgate.upstream.client import Upstream
+from mirrorgate.upstream.filestore import FileStore
+from mirrorgate.worker.target import MirrorTarget, PublishResult, RegistryTarget, StoreTarget
 from tests.serve.rig import FILE_STORE, RunningProxy, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package

@@ -17,7 +17,7 @@ import pytest
 
 from mirrorgate.rules import parse_rules
 from tests.serve.rig import SharedPrivate, StartProxy
-from tests.serve.test_npm_client import npm
+from tests.serve.test_npm_through_proxy import npm
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.npm import NpmClient

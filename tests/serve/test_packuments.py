@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from mirrorgate.registry.packument import ABBREVIATED, ABBREVIATED_FIELDS
+from mirrorgate.npm.packument import ABBREVIATED, ABBREVIATED_FIELDS
 from mirrorgate.rules import Rules, parse_rules
 from tests.serve.rig import NPM_ACCEPT, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
-from mirrorgate.listener import ClientBounds, GuardedSite
+from mirrorgate.serve.listener import ClientBounds, GuardedSite
 from tests.servers.ports import free_port
 
 HEAD_TIMEOUT = 0.5

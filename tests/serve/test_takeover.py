@@ -15,7 +15,7 @@ import orjson
 from mirrorgate.rules import parse_rules
 from tests.rules.signing import SigningKey, keys_document, verify_served
 from tests.serve.rig import StartProxy
-from tests.serve.test_npm_client import npm
+from tests.serve.test_npm_through_proxy import npm
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixtureVersion, fresh_version, make_package, make_version

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import orjson
 
-from mirrorgate.registry.mirrormark import MirrorMark, with_mark
+from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 
 __all__ = [
     "EPOCH",

@@ -16,10 +16,10 @@ from mirrorgate.config import Secret
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
-from mirrorgate.registry.upstream import Upstream
 from mirrorgate.rules import DEFAULT_RULES, Rules
-from mirrorgate.target import open_target
-from mirrorgate.worker import Worker, WorkerDeps
+from mirrorgate.upstream.client import Upstream
+from mirrorgate.worker.loop import Worker, WorkerDeps
+from mirrorgate.worker.target import open_target
 from tests.clock import ManualClock
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.verdaccio import Verdaccio

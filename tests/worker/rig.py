@@ -22,10 +22,10 @@ from mirrorgate.config import Settings, load_settings
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, digests_from_dist
-from mirrorgate.registry.upstream import Upstream
 from mirrorgate.rules import Rules
-from mirrorgate.target import MirrorTarget
-from mirrorgate.worker import Worker, WorkerDeps
+from mirrorgate.upstream.client import Upstream
+from mirrorgate.worker.loop import Worker, WorkerDeps
+from mirrorgate.worker.target import MirrorTarget
 from tests.clock import ManualClock
 from tests.metric_samples import metric_value, registry_samples
 from tests.servers.fixture_registry import FixtureRegistry

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from structlog.testing import LogCapture
 
-from mirrorgate.registry.filestore import FileStore
-from mirrorgate.registry.names import parse_name
-from mirrorgate.registry.ownership import first_party_versions
+from mirrorgate.npm.names import parse_name
+from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.rules import parse_rules
+from mirrorgate.upstream.filestore import FileStore
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, make_version
 from tests.servers.verdaccio import Verdaccio

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import LogCapture
 
-from mirrorgate.registry.filestore import FileStore
-from mirrorgate.registry.mirrormark import read_mark
-from mirrorgate.registry.names import parse_name
-from mirrorgate.target import PublishResult, RegistryTarget
+from mirrorgate.npm.mirrormark import read_mark
+from mirrorgate.npm.names import parse_name
+from mirrorgate.upstream.filestore import FileStore
+from mirrorgate.worker.target import PublishResult, RegistryTarget
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import FixtureVersion, make_package, make_version

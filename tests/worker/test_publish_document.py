@@ -7,9 +7,9 @@ import base64
 import orjson
 import pytest
 
-from mirrorgate.registry.mirrormark import MirrorMark, read_mark
-from mirrorgate.registry.names import parse_name
-from mirrorgate.registry.publish import (
+from mirrorgate.npm.mirrormark import MirrorMark, read_mark
+from mirrorgate.npm.names import parse_name
+from mirrorgate.npm.publish import (
     NON_LATEST_TAG,
     choose_dist_tags,
     publish_document,

@@ -14,9 +14,9 @@ from typing import Any
 from structlog.testing import LogCapture
 
 from mirrorgate.mirror import MirrorJob, parse_integrity, parse_shasum
-from mirrorgate.registry.filestore import FileStore
-from mirrorgate.registry.names import parse_name
+from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import parse_rules
+from mirrorgate.upstream.filestore import FileStore
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import (
     install_script_version,

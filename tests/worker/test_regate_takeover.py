@@ -12,9 +12,9 @@ from pathlib import Path
 
 from structlog.testing import LogCapture
 
-from mirrorgate.registry.filestore import FileStore
-from mirrorgate.registry.names import parse_name
+from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import parse_rules
+from mirrorgate.upstream.filestore import FileStore
 from tests.rules.signing import SigningKey
 from tests.serve.test_takeover import serve_keys, signed, takeover
 from tests.servers.fixture_registry import FixtureRegistry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorgate.worker import MAX_RETRY_DELAY, retry_delay
+from mirrorgate.worker.loop import MAX_RETRY_DELAY, retry_delay
 
 
 @pytest.mark.parametrize(

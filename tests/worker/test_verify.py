@@ -9,7 +9,7 @@ import random
 import pytest
 
 from mirrorgate.mirror import Digest, parse_shasum
-from mirrorgate.verify import (
+from mirrorgate.worker.verify import (
     Agreement,
     DigestMismatch,
     SizeMismatch,

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mirrorgate.advisories.osv import Advisory, Interval, Record
-from mirrorgate.semver import Key, parse_version
+from mirrorgate.npm.semver import Key, parse_version
 
 __all__ = ["AdvisoryIndex", "Entry", "Hit", "IndexBuilder"]
 

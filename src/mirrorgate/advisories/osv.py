@@ -26,7 +26,7 @@ from typing import Any
 
 from cvss import CVSS3, CVSS4
 
-from mirrorgate.semver import Key, parse_version
+from mirrorgate.npm.semver import Key, parse_version
 
 __all__ = ["SEVERITIES", "Advisory", "Interval", "Record", "parse_record", "severity_rank"]
 

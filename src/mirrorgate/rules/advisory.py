@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from mirrorgate.advisories import AdvisoryFeed, FeedState, Hit, severity_rank
-from mirrorgate.registry.versions import highest
+from mirrorgate.npm.versions import highest
 
 __all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "SHOWN_ADVISORIES",
            "AdvisoryRules", "check", "counted", "fast_lane", "state_token"]

@@ -14,15 +14,15 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from mirrorgate.registry.names import InvalidNameError, PackageName, parse_name
-from mirrorgate.registry.ownership import mirrored_mark
-from mirrorgate.registry.packument import (
+from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.ownership import mirrored_mark
+from mirrorgate.npm.packument import (
     Gated,
     VersionRecord,
     semver_desc,  # the merge's own order
 )
-from mirrorgate.registry.refusals import Refused
-from mirrorgate.registry.versions import nearest
+from mirrorgate.npm.versions import nearest
+from mirrorgate.serve.refusals import Refused
 from mirrorgate.ui.page import esc, page, table
 from mirrorgate.ui.session import see_other
 

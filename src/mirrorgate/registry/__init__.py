@@ -1,1 +1,0 @@
-"""The npm registry protocol: names, origins, the upstream HTTP client, packuments, publishing."""

@@ -1,0 +1,120 @@
+"""Who is asking: client authentication on a listener, as one aiohttp middleware.
+
+With `MIRRORGATE_CLIENT_TOKENS_FILE` set, every route but `/livez` and `/readyz` (and `/metrics`
+when `MIRRORGATE_METRICS_OPEN=true`) needs a client token, sent as `Authorization: Bearer` (npm's
+`_authToken`) or as the password of `Authorization: Basic` (npm's `_auth`, any user name).
+Without the file nothing is checked: access control is then the network's job. The status
+page (`/ui/`) also takes the signed cookie its login form sets (`ui.session`), and sends a
+browser without one to that form instead of answering JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+from mirrorgate.metrics import Metrics
+from mirrorgate.serve.refusals import json_response
+from mirrorgate.serve.tokens import Client, ClientTokens
+from mirrorgate.ui import OPEN_PATHS as UI_OPEN_PATHS
+from mirrorgate.ui import PREFIX as UI_PREFIX
+from mirrorgate.ui.session import COOKIE, LOGIN_PATH, SESSIONS, Sessions, see_other
+
+__all__ = ["CLIENT", "install_access", "whoami"]
+
+log = structlog.get_logger("mirrorgate.access")
+
+CLIENT = web.RequestKey("mirrorgate_client", Client)
+"""The authenticated client of a request (absent when the proxy is open)."""
+
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="mirrorgate"'}
+_ALWAYS_OPEN = frozenset({"/livez", "/readyz"})
+_MAX_HEADER = 4096
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def presented_token(header: str | None) -> str | None:
+    """The token in an Authorization header (Bearer, or Basic's password), else None."""
+    if not header or len(header) > _MAX_HEADER:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    scheme, value = scheme.lower(), value.strip()
+    if scheme == "bearer":
+        return value or None
+    if scheme == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        _user, colon, password = decoded.partition(":")
+        return password if colon and password else None
+    return None
+
+
+def _refusal(reason: str, message: str) -> web.Response:
+    return json_response(401, {"error": message, "reason": reason}, CHALLENGE)
+
+
+def install_access(app: web.Application, clients: ClientTokens | None, *, metrics: Metrics,
+                   metrics_open: bool) -> None:
+    """Require a client token on `app`'s routes, and keep the tokens file re-read, when
+    `clients` is given; leave `app` open otherwise."""
+    if clients is None:
+        return
+    tokens = clients
+    open_paths = _ALWAYS_OPEN | UI_OPEN_PATHS | ({"/metrics"} if metrics_open else set())
+    sessions = app[SESSIONS] = Sessions(tokens)
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in open_paths:
+            return await handler(request)
+        token = presented_token(request.headers.get("Authorization"))
+        client = tokens.match(token) if token is not None else None
+        if client is None and token is None and (request.path.startswith(UI_PREFIX)
+                                                 or request.path == UI_PREFIX.rstrip("/")):
+            client = sessions.client(request.cookies.get(COOKIE))
+            if client is None:
+                metrics.refusals.labels("no_client_token").inc()
+                return see_other(LOGIN_PATH)  # a person at a browser: the form, not JSON
+        if client is None:
+            reason = "no token" if token is None else "unknown token"
+            metrics.refusals.labels("no_client_token" if token is None
+                                    else "bad_client_token").inc()
+            # the token is never logged, not even in part: a near miss is still a secret
+            log.warning("client_refused", reason=reason, peer=request.remote,
+                        method=request.method, path=request.path[:200])
+            if token is None:
+                return _refusal(reason, "mirrorgate needs a client token: set _authToken for "
+                                "this registry in .npmrc (ask the operator for a token)")
+            return _refusal(reason, "mirrorgate does not know this client token: it may have "
+                            "been rotated; ask the operator for a current one")
+        request[CLIENT] = client
+        with structlog.contextvars.bound_contextvars(client=client.name):
+            return await handler(request)
+
+    async def watch(_app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.get_running_loop().create_task(tokens.watch(), name="client-tokens")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app.middlewares.append(authenticate)
+    app.cleanup_ctx.append(watch)
+
+
+def whoami(request: web.Request) -> web.Response:
+    """npm's `/-/whoami`: the authenticated client's name."""
+    client = request.get(CLIENT)
+    if client is None:
+        return _refusal("no client tokens", "mirrorgate does not authenticate clients "
+                        "(MIRRORGATE_CLIENT_TOKENS_FILE is not set), so it knows no user name")
+    return json_response(200, {"username": client.name})

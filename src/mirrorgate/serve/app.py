@@ -1,0 +1,449 @@
+"""The proxy application: the npm registry protocol under `/npm/`, and its warm path.
+
+`build_proxy_app(proxy)` is what `mirrorgate serve` listens with. Routes, GET and HEAD:
+`/npm/<name>` (the packument; scoped as `@s%2fn`, `@s%2Fn` or `@s/n`), `/npm/<name>/<version or
+dist-tag>`, `/npm/<name>/-/<file>.tgz`, `/npm/-/package/<name>/dist-tags`, `/npm/-/v1/search`
+(`registry.search`), `/npm/-/ping`, `/npm/-/whoami`, and `/livez`, `/readyz`, `/metrics` at the
+root, where no package name can shadow them; POST only to npm audit's endpoints
+(`registry.audit`). Anything else is a JSON 404, a write a JSON 405; every 4xx but a package
+miss is logged once (`request_refused`). Who may ask is `access`'s business (a middleware).
+Decisions:
+
+- The warm packument path does almost nothing: a memoised parse of the path, a cache lookup
+  within the TTL, and the bytes rendered for (form, base URL), plain or gzip'd, or a 304.
+  Merging, gating, rendering and compressing happen once per cache fill
+  (`registry.fill`, `registry.rendered`), never per request.
+- Everything else (a miss, a version, a tarball, a refusal) takes the slow path: a request id
+  bound to the log context, a `MIRRORGATE_REQUEST_TIMEOUT` deadline (504 JSON), refusals
+  turned into JSON answers, and any unexpected error logged and answered 500, never raised.
+  Upstream work there first takes an admission slot (`admission`: 503 past
+  `MIRRORGATE_MAX_IN_FLIGHT`); the warm path never does, so it is never shed.
+- The pieces live beside this module: path parsing (`registry.paths`), header negotiation
+  (`registry.negotiation`), the merge and gate (`registry.packument`), filling the cache
+  (`registry.fill`), tarballs and mirror jobs (`registry.tarballs`).
+- Every request is counted by fixed route label and status (`mirrorgate_requests_total`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+from aiohttp import web
+from prometheus_client import Counter
+
+from mirrorgate.config import Settings
+from mirrorgate.healthz import Health, add_health_routes
+from mirrorgate.metrics import Metrics
+from mirrorgate.mirror import MirrorQueue
+from mirrorgate.npm.names import InvalidNameError, PackageName
+from mirrorgate.npm.negotiation import (
+    BadBaseError,
+    BaseUrls,
+    Memo,
+    accepts_gzip,
+    etag_matches,
+    vary,
+    wants_abbreviated,
+)
+from mirrorgate.npm.packument import FULL, Gated, TooManyVersionsError, version_document
+from mirrorgate.npm.paths import POST_ROUTES, Target, looks_like_registry_path, parse_target
+from mirrorgate.rules import Rules
+from mirrorgate.serve.access import install_access, whoami
+from mirrorgate.serve.audit import AuditRoute
+from mirrorgate.serve.cache import PackumentCache, Slot
+from mirrorgate.serve.fill import THREAD_ABOVE, PackumentSource
+from mirrorgate.serve.firstparty import FILENAME as FIRST_PARTY_FILE
+from mirrorgate.serve.firstparty import FirstPartyNames
+from mirrorgate.serve.overload import Admission
+from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
+from mirrorgate.serve.rendered import Entry, Rendered, RenderKey, build_rendered
+from mirrorgate.serve.search import search
+from mirrorgate.serve.tarballs import OUTCOME, TarballRoute
+from mirrorgate.serve.tokens import ClientTokens
+from mirrorgate.ui import add_ui_routes
+from mirrorgate.upstream.client import Upstream, UpstreamError
+from mirrorgate.upstream.keys import RegistryKeys
+from mirrorgate.upstream.private import PrivateSource
+
+__all__ = ["SERVER", "Proxy", "ProxyServer", "build_proxy_app"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+PREFIX = "/npm/"
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """Everything the proxy uses, built and started by the process (`mirrorgate serve`)."""
+
+    settings: Settings
+    public: Upstream
+    private: PrivateSource
+    queue: MirrorQueue
+    rules: Rules
+    metrics: Metrics
+    health: Health
+    clients: ClientTokens | None = None
+    """The client tokens in force; None leaves the proxy open (see `access`)."""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _parse_or_error(rest: str) -> Target | InvalidNameError:
+    try:
+        return parse_target(rest)
+    except InvalidNameError as error:
+        return error
+
+
+PACKAGE_MISSES = frozenset({"not found", "version not found", "no versions"})
+"""Refusal reasons that only mean "no such package or version": ordinary, not logged."""
+
+
+def _logged_path(request: web.Request) -> str:
+    """The path as the client sent it (still percent-encoded), without the query string."""
+    return request.raw_path.split("?", 1)[0][:200]
+
+
+def _logged_refusal(route: str, refused: Refused) -> bool:
+    """Every 4xx gets one log line, except a package miss and a denied tarball (already
+    logged as `tarball_denied`)."""
+    if not 400 <= refused.status < 500:
+        return False
+    if refused.status == 404 and refused.reason in PACKAGE_MISSES:
+        return False
+    return not (route == "tarball" and refused.status == 403)
+
+
+class ProxyServer:
+    """The request handlers and the state they share: the cache, memo tables, counters."""
+
+    def __init__(self, proxy: Proxy, *, clock: Callable[[], float],
+                 now: Callable[[], datetime]) -> None:
+        self.proxy = proxy
+        self.settings: Settings = proxy.settings
+        self.metrics = proxy.metrics
+        self._counters: dict[tuple[str, int | str], Counter] = {}
+        self._cache_results: dict[str, Counter] = {}
+        self.cache: PackumentCache[Entry] = PackumentCache(
+            ttl=self.settings.cache_ttl,
+            max_entries=self.settings.cache_max_entries,
+            max_bytes=self.settings.cache_max_bytes,
+            clock=clock,
+            on_result=self._count_cache,
+        )
+        self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
+        self.source = PackumentSource(
+            private=proxy.private, public=proxy.public, rules=proxy.rules,
+            metrics=proxy.metrics, now=now, keys=self.keys,
+            first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE))
+        self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
+                                     queue=proxy.queue, metrics=proxy.metrics,
+                                     packument=self._gated_or_none,
+                                     private_answered=self._private_answered, clock=clock)
+        self.audit = AuditRoute(proxy.rules, proxy.metrics)
+        self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
+        self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
+        self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
+        self._gzip: Memo[str, bool] = Memo(accepts_gzip)
+        self._bases = BaseUrls(self.settings.public_url, self.settings.trusted_proxies)
+        self._vary = vary(fixed_base=self._bases.fixed is not None,
+                          trusted_proxies=self._bases.trusts_proxies,
+                          authenticated=proxy.clients is not None)
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(3).hex()
+
+    # --- bookkeeping -----------------------------------------------------------------------
+
+    def _count(self, route: str, status: int | str) -> None:
+        counter = self._counters.get((route, status))
+        if counter is None:
+            counter = self._counters[(route, status)] = self.metrics.requests.labels(
+                route, str(status))
+        counter.inc()
+
+    def _count_cache(self, result: str) -> None:
+        counter = self._cache_results.get(result)
+        if counter is None:
+            counter = self._cache_results[result] = self.metrics.cache.labels(result)
+        counter.inc()
+
+    def _key(self, request: web.Request) -> RenderKey:
+        """(abbreviated, base URL) for a request; raises BadBaseError for hostile headers."""
+        headers = request.headers
+        base = self._bases.fixed
+        if base is None:
+            # the peer only matters when some proxies are trusted: skip the lookup otherwise
+            peer = request.remote if self._bases.trusts_proxies else None
+            base = self._bases(headers, request.scheme, request.host, peer)
+        return self._abbreviated(headers.get("Accept") or ""), base
+
+    def _request_id(self, request: web.Request) -> str:
+        given = request.headers.get("X-Request-Id")
+        if given is not None and _REQUEST_ID.fullmatch(given) is not None:
+            return given
+        return f"{self._id_prefix}-{next(self._ids)}"
+
+    # --- dispatch --------------------------------------------------------------------------
+
+    async def npm(self, request: web.Request) -> web.StreamResponse:
+        """Every `/npm/...` request; a warm packument returns before anything else runs."""
+        raw = request.raw_path
+        query = raw.find("?")
+        rest = raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):]
+        target = self._targets(rest)
+        if (isinstance(target, Target) and target.route == "packument"
+                and target.name is not None and request.method in ("GET", "HEAD")):
+            slot = self.cache.fresh(target.name.full)
+            if slot is not None:
+                try:
+                    rendered = slot.value.renderings.get(self._key(request))
+                except BadBaseError:
+                    rendered = None
+                if rendered is not None:
+                    response = self._send(request, rendered)
+                    self._count("packument", response.status)
+                    return response
+        return await self._slow(request, target)
+
+    def _send(self, request: web.Request, rendered: Rendered) -> web.Response:
+        wanted = request.headers.get("If-None-Match")
+        if wanted is not None and etag_matches(wanted, rendered.etag):
+            return web.Response(status=304, headers=rendered.not_modified_headers)
+        if self._gzip(request.headers.get("Accept-Encoding") or ""):
+            return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
+        return web.Response(body=rendered.body, headers=rendered.headers)
+
+    async def _slow(self, request: web.Request,
+                    target: Target | InvalidNameError) -> web.StreamResponse:
+        route = target.route if isinstance(target, Target) else "unknown"
+        request_id = self._request_id(request)
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            response: web.StreamResponse
+            try:
+                if isinstance(target, InvalidNameError):
+                    self.metrics.refusals.labels("bad_name").inc()
+                    raise Refused(400, f"invalid package path: {target}", reason=str(target))
+                if route in POST_ROUTES:
+                    if request.method != "POST":
+                        raise Refused(405, f"{request.method} is not supported here: npm audit "
+                                      "POSTs to this endpoint", reason="post only",
+                                      headers={"Allow": "POST"})
+                    handler = self.audit.bulk if route == "audit" else self.audit.quick
+                    response = await handler(request)
+                elif request.method not in ("GET", "HEAD"):
+                    raise Refused(405, f"{request.method} is not supported: mirrorgate is a "
+                                  "read-only npm registry proxy", reason="read-only",
+                                  headers={"Allow": "GET, HEAD"})
+                else:
+                    response = await self._route(request, target)
+            except Refused as refused:
+                response = refused.response()
+                if _logged_refusal(route, refused):
+                    log.info("request_refused", route=route, status=refused.status,
+                             path=_logged_path(request), reason=refused.reason)
+            except BadBaseError as error:
+                self.metrics.refusals.labels(error.label).inc()
+                log.info("request_refused", route=route, status=400,
+                         path=_logged_path(request), reason=error.label)
+                response = Refused(400, str(error)).response()
+            except Exception:  # a bug must not take the listener down: log it, answer 500
+                log.exception("request_failed", route=route, path=request.path[:300])
+                response = json_response(500, {
+                    "error": "mirrorgate failed to answer this request; the error is in its "
+                             "log", "request_id": request_id})
+            self._count(route, response.get(OUTCOME, response.status))
+            return response
+
+    async def _route(self, request: web.Request, target: Target) -> web.StreamResponse:
+        if target.route == "ping":
+            return json_response(200, {})
+        if target.route == "whoami":
+            return whoami(request)
+        if target.route == "keys":
+            return await self._keys()
+        name = target.name
+        if target.route == "unknown" or (name is None and target.route != "search"):
+            # the client found /npm/, so its registry URL is right: no hint about it here
+            raise Refused(404, f"no such route: {request.path[:200]}; under /npm/ mirrorgate "
+                          "serves packuments, versions, tarballs, dist-tags, search and audit",
+                          reason="no such route")
+        limit = self.settings.request_timeout
+        try:
+            async with self.admission.slot(target.route), \
+                    asyncio.timeout(limit) as deadline:
+                if name is None:  # the search route, the only one without a package name
+                    return json_response(200, await search(
+                        self.proxy.public, request.query, self._gated_or_none))
+                if target.route == "packument":
+                    return await self._packument(request, name)
+                if target.route == "version":
+                    return await self._version(request, name, target.detail)
+                if target.route == "dist-tags":
+                    return await self._dist_tags(name)
+                return await self.tarballs(request, name, target.detail, deadline)
+        except TimeoutError:
+            log.warning("request_timed_out", route=target.route,
+                        package=name.full if name is not None else None, timeout=limit)
+            raise Refused(504, f"mirrorgate could not answer within {limit:g} s "
+                          "(MIRRORGATE_REQUEST_TIMEOUT)") from None
+
+    async def _keys(self) -> web.Response:
+        """The public registry's signing keys, as it serves them: npm checks the
+        `dist.signatures` mirrorgate keeps in served versions against these."""
+        document = await self.keys.document()
+        if document is None:
+            raise Refused(503, "the public registry's signing keys are not available yet; "
+                          "try again shortly", reason="keys unavailable",
+                          headers={"Retry-After": "30"})
+        return web.Response(body=document, content_type="application/json")
+
+    # --- packuments ------------------------------------------------------------------------
+
+    async def _entry(self, name: PackageName) -> Slot[Entry]:
+        try:
+            return await self.cache.get(name.full,
+                                        lambda previous: self.source.load(name, previous))
+        except UpstreamError as error:
+            raise upstream_failed(error, name) from None
+        except TooManyVersionsError as error:
+            self.metrics.refusals.labels("too_many_versions").inc()
+            log.warning("packument_refused", package=name.full, reason=str(error))
+            raise Refused(502, str(error), reason="too many versions") from None
+
+    async def _gated_or_none(self, name: PackageName) -> Gated | None:
+        return (await self._entry(name)).value.gated
+
+    def _private_answered(self, name: PackageName) -> bool:
+        """Whether the fresh cached packument of `name` was built with the private upstream's
+        answer (never fills, never waits)."""
+        slot = self.cache.fresh(name.full)
+        return slot is not None and slot.value.private_answered
+
+    async def _packument(self, request: web.Request, name: PackageName) -> web.Response:
+        slot = await self._entry(name)
+        gated = slot.value.gated
+        if gated is None:
+            raise Refused(404, f"{name.full} is not on the private or the public upstream",
+                          reason="not found")
+        if not gated.survivors and gated.policy_message is None:
+            # nothing was denied, so there was nothing to gate: unpublished, or only
+            # version keys that were skipped as unreadable
+            raise Refused(404, f"{name.full} has no versions on the private or the public "
+                          "upstream", reason="no versions", package=name.full)
+        if not gated.survivors:
+            raise Refused(403, f"every version of {name.full} was denied by mirrorgate's "
+                          f"admission rules: {gated.policy_message}",
+                          reason=gated.policy_message, package=name.full)
+        key = self._key(request)
+        rendered = slot.value.renderings.get(key)
+        if rendered is None:
+            rendered = await self._render(slot, gated, key)
+        return self._send(request, rendered)
+
+    async def _render(self, slot: Slot[Entry], gated: Gated, key: RenderKey) -> Rendered:
+        """Render once per key, however many requests ask at the same time."""
+        entry = slot.value
+        task = entry.pending.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._render_into(slot, gated, key))
+            entry.pending[key] = task
+        return await asyncio.shield(task)
+
+    async def _render_into(self, slot: Slot[Entry], gated: Gated, key: RenderKey) -> Rendered:
+        entry = slot.value
+        try:
+            if gated.size > THREAD_ABOVE:
+                rendered = await asyncio.to_thread(build_rendered, gated, *key, self._vary)
+            else:
+                rendered = build_rendered(gated, *key, self._vary)
+        finally:
+            entry.pending.pop(key, None)
+        self.cache.grow(slot, entry.keep(key, rendered))
+        return rendered
+
+    async def _version(self, request: web.Request, name: PackageName,
+                       wanted: str) -> web.Response:
+        gated = await self._gated_or_none(name)
+        if gated is None:
+            raise Refused(404, f"{name.full} is not on the private or the public upstream",
+                          reason="not found")
+        version = gated.resolve(wanted)
+        record = gated.versions.get(version) if version is not None else None
+        if record is None:
+            raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
+                          reason="version not found")
+        if record.denial is not None:
+            raise denied(name, record)
+        body = version_document(record, self._key(request)[1])
+        return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
+
+    async def _dist_tags(self, name: PackageName) -> web.Response:
+        """`npm dist-tag ls`: the tags of the packument served, so never a denied version."""
+        gated = await self._gated_or_none(name)
+        if gated is None or not gated.survivors:
+            raise Refused(404, f"{name.full} has no admitted versions on the private or the "
+                          "public upstream", reason="not found")
+        return json_response(200, gated.dist_tags)
+
+    # --- everything else -------------------------------------------------------------------
+
+    async def unknown(self, request: web.Request) -> web.Response:
+        path = request.path[:200]
+        if looks_like_registry_path(request.raw_path.lstrip("/").split("?", 1)[0]):
+            body = {"error": f"no such route: {path}; mirrorgate serves the npm registry under "
+                    "/npm/: point the client at http://HOST:PORT/npm/ (npm: --registry, yarn "
+                    "4: npmRegistryServer, bun: [install] registry)",
+                    "reason": "no such route: the registry URL lacks /npm/"}
+        else:
+            body = {"error": f"no such route: {path}", "reason": "no such route"}
+        log.info("request_refused", route="unknown", status=404, path=_logged_path(request),
+                 reason=body["reason"])
+        self._count("unknown", 404)
+        return json_response(404, body)
+
+
+SERVER = web.AppKey("mirrorgate_proxy_server", ProxyServer)
+
+
+def build_proxy_app(
+    proxy: Proxy,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    now: Callable[[], datetime] = _utcnow,
+) -> web.Application:
+    """The aiohttp application serving `/npm/` and the health routes at the root.
+
+    `clock` (monotonic seconds, for the cache) and `now` (wall time, for release-age rules)
+    are injectable so tests move time instead of sleeping.
+    """
+    server = ProxyServer(proxy, clock=clock, now=now)
+    app = web.Application()
+    app[SERVER] = server
+    add_health_routes(app, proxy.health, proxy.metrics)
+    install_access(app, proxy.clients, metrics=proxy.metrics,
+                   metrics_open=proxy.settings.metrics_open)
+    # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
+    app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
+    add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
+                  packument=server._gated_or_none)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
+
+    async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:
+        yield
+        await server.tarballs.drain()
+        await server.keys.close()
+
+    app.cleanup_ctx.append(drain_enqueues)
+    return app

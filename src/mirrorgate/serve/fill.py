@@ -1,0 +1,246 @@
+"""Filling a packument cache entry: both upstreams at once, then the merge and the gate.
+
+This is the loader the packument cache calls on a miss or once the TTL has passed; it runs once
+per package however many clients wait (the cache is single-flight). Decisions:
+
+- The private and public packuments are fetched concurrently. The public one is revalidated
+  with the ETag it came with; on a 304, when the private answer is unchanged (same
+  fingerprint) and no timed denial (release age, quarantine) has come of age since, the
+  previous entry is kept as it is, renderings included. Otherwise the public packument is
+  fetched again in full and the entry rebuilt.
+- Either upstream may fail on its own and be logged (`upstream_failed`): the packument is
+  built from what answered, and held only `DEGRADED_FRESH_FOR` seconds so the missing half is
+  asked for again soon (so is one gated before the advisory index first loaded). Nothing
+  survives and an upstream failed: the failure is raised (the client gets 502, 503 or 504).
+  Both say they have no such package: an entry with no packument (a 404), cached like any
+  other.
+- Merging and gating documents above `THREAD_ABOVE` bytes runs in a thread, so a 10 MB
+  packument does not stall the event loop for every other client.
+- Ownership: a name `[private].names` covers (and `merge_public` does not) is never asked of
+  the public upstream, nor is one remembered as first-party (`registry.firstparty`); the
+  private answer alone builds it. A first-party name whose private side fails raises (503):
+  the cache serves its stale entry within `stale_if_error`, never a public-only packument. A
+  name never seen first-party is built from public alone while the private side fails.
+- Rule denials, refused tarball URLs and skipped version keys are counted and logged here,
+  once per fill, never per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.packument import Gated, gate
+from mirrorgate.rules import KeySet, Rules, state_token
+from mirrorgate.serve.cache import Loaded, Slot
+from mirrorgate.serve.firstparty import FirstPartyNames
+from mirrorgate.serve.rendered import Entry, fingerprint
+from mirrorgate.upstream.client import FILLS, JsonAnswer, Upstream, UpstreamError
+from mirrorgate.upstream.filestore import StoreError
+from mirrorgate.upstream.keys import RegistryKeys
+from mirrorgate.upstream.private import PrivateSource
+
+__all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "FirstPartyOutageError", "PackumentSource"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+THREAD_ABOVE = 256 * 1024
+"""Gating and rendering documents larger than this (in bytes) run in a thread."""
+DEGRADED_FRESH_FOR = 5.0
+"""Seconds a packument built while one upstream was failing is served before it is retried."""
+DENIED_LOGGED = 50
+"""Denied versions named in a `versions_denied` line; the line always carries the count."""
+REFUSALS_LOGGED = 5
+"""Refused tarball URLs logged one by one per fill; more are logged as a count."""
+
+
+class FirstPartyOutageError(UpstreamError):
+    """The private upstream failed for a first-party name: 503, never public in its place."""
+
+    def __init__(self, name: PackageName, cause: UpstreamError) -> None:
+        cause_text = str(cause).removeprefix(f"{cause.label} upstream: ")
+        super().__init__(cause.label, cause.kind, f"{cause_text}; {name.full} is first-party, "
+                         "so mirrorgate serves it from the private upstream alone and never "
+                         "from public in its place", status=cause.status,
+                         retry_after=cause.retry_after)
+
+    @property
+    def client_status(self) -> int:
+        return 503
+
+
+class PackumentSource:
+    def __init__(self, *, private: PrivateSource, public: Upstream, rules: Rules,
+                 metrics: Metrics, now: Callable[[], datetime],
+                 keys: RegistryKeys | None = None,
+                 first_party: FirstPartyNames | None = None) -> None:
+        self.private = private
+        self.keys = keys
+        self.public = public
+        self.rules = rules
+        self.metrics = metrics
+        self.now = now
+        self.first_party = first_party if first_party is not None else FirstPartyNames(None)
+
+    async def _private_document(self, name: PackageName) -> tuple[dict[str, Any] | None,
+                                                                   UpstreamError | None]:
+        try:
+            return await self.private.packument(name), None
+        except UpstreamError as error:
+            log.warning("upstream_failed", upstream="private", package=name.full,
+                        kind=error.kind, detail=str(error))
+            return None, error
+        except (StoreError, OSError) as error:
+            log.warning("upstream_failed", upstream="private", package=name.full,
+                        kind="store", detail=str(error))
+            return None, UpstreamError("private", "unreachable", str(error))
+
+    async def _public_answer(self, name: PackageName,
+                             etag: str | None) -> JsonAnswer | UpstreamError:
+        try:
+            return await self.public.get_json(name.url_path(), etag=etag, pool=FILLS)
+        except UpstreamError as error:
+            log.warning("upstream_failed", upstream="public", package=name.full,
+                        kind=error.kind, detail=str(error))
+            return error
+
+    async def load(self, name: PackageName, previous: Slot[Entry] | None) -> Loaded[Entry]:
+        """The entry for `name`, or the previous one when a revalidation says it still holds.
+        Raises UpstreamError when nothing is installable because an upstream failed, and
+        TooManyVersionsError for a packument too large to gate."""
+        now = self.now()
+        full = name.full
+        if self.rules.private_alone(full) or (
+                full in self.first_party and not self.rules.merge_public.covers_name(full)):
+            alone = await self._load_private_alone(name, now)
+            if alone is not None:
+                return alone
+        old = previous.value if previous is not None else None
+        # a 304 keeps the old gating only while nothing it depended on has moved: no age denial
+        # has come of age, and the advisory index is the same one, equally available
+        revalidate = (old is not None and old.gated is not None
+                      and (old.gated.regate_at is None or now < old.gated.regate_at)
+                      and old.gated.advisories == state_token(self.rules.advisories, now))
+        etag = previous.validator if revalidate and previous is not None else None
+        (private, private_error), public, keys = await asyncio.gather(
+            self._private_document(name), self._public_answer(name, etag), self._keys())
+        if private_error is not None and full in self.first_party:
+            raise self._outage(name, private_error)  # merge_public: no public-only answer
+        private_print = fingerprint(private)
+        if isinstance(public, JsonAnswer) and public.status == 304:
+            if previous is not None and old is not None and old.fingerprint == private_print:
+                return Loaded(old, previous.size, public.etag)
+            public = await self._public_answer(name, None)
+        public_error = public if isinstance(public, UpstreamError) else None
+        answer = public if isinstance(public, JsonAnswer) else None
+        public_doc = answer.document if answer is not None and answer.status == 200 else None
+        failure = public_error or private_error
+        if private is None and public_doc is None:
+            if failure is not None:
+                raise failure
+            self.first_party.forget(full)
+            return Loaded(Entry(None, None), 256)
+        size = answer.size if answer is not None else 0
+        if size > THREAD_ABOVE:
+            gated = await asyncio.to_thread(self._gate, name, private, public_doc, now, keys)
+        else:
+            gated = self._gate(name, private, public_doc, now, keys)
+        if failure is not None and not gated.survivors:
+            raise failure
+        if gated.first_party:
+            self.first_party.remember(full)
+        elif private_error is None:
+            self.first_party.forget(full)
+        self._report(gated)
+        # gated before the advisory index's first load, or without the keys signatures need:
+        # held briefly, like a degraded answer, so either applies within seconds of landing
+        before_index = gated.advisories is not None and gated.advisories[0] == 0
+        unverified = self.rules.signatures.verify and keys is None
+        return Loaded(Entry(gated, private_print, private_answered=private_error is None),
+                      gated.size + 256,
+                      answer.etag if answer is not None else None,
+                      fresh_for=DEGRADED_FRESH_FOR
+                      if failure is not None or before_index or unverified else None)
+
+    async def _keys(self) -> KeySet | None:
+        """The registry's keys when the rules verify signatures (fetched concurrently with the
+        packuments, bounded by `keys.FIRST_WAIT`); None otherwise or while unavailable."""
+        if not self.rules.signatures.verify or self.keys is None:
+            return None
+        return await self.keys.current()
+
+    async def _load_private_alone(self, name: PackageName, now: datetime) -> Loaded[Entry] | None:
+        """The entry of a name served from the private side alone; None when the private side
+        no longer holds it as first-party (the caller then builds it as a public name)."""
+        private, error = await self._private_document(name)
+        if error is not None:
+            raise self._outage(name, error)
+        owned = self.rules.private_alone(name.full)
+        gated = self._gate(name, private, None, now, None) if private is not None else None
+        if not owned and (gated is None or not gated.first_party):
+            # unpublished, or only mirrored versions left: a public name again. Asking the
+            # private side once more on the way is the price of a rare transition.
+            self.first_party.forget(name.full)
+            return None
+        if gated is None:
+            return Loaded(Entry(None, None), 256)  # owned, and the private side lacks it: 404
+        self.first_party.remember(name.full)
+        self._report(gated)
+        return Loaded(Entry(gated, fingerprint(private)), gated.size + 256, None)
+
+    def _outage(self, name: PackageName, error: UpstreamError) -> FirstPartyOutageError:
+        self.metrics.refusals.labels("first_party_private_failed").inc()
+        log.warning("first_party_private_failed", package=name.full, kind=error.kind,
+                    detail=str(error))
+        return FirstPartyOutageError(name, error)
+
+    def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
+              public: Mapping[str, Any] | None, now: datetime,
+              keys: KeySet | None) -> Gated:
+        return gate(name, private, public, rules=self.rules, now=now,
+                    origin=self.public.origin, keys=keys)
+
+    def _report(self, gated: Gated) -> None:
+        for rule, count in gated.denials.items():
+            self.metrics.rule_denials.labels(rule).inc(count)
+        denied = gated.denied
+        if denied:
+            # The one trace of a version a client was never shown: pnpm, yarn and bun only
+            # say "no matching version", so this line is where a person finds out why.
+            rules = sorted({record.denial.rule for record in gated.versions.values()
+                            if record.denial is not None})
+            log.info("versions_denied", package=gated.name.full,
+                     versions=denied[:DENIED_LOGGED], count=len(denied), rules=rules)
+        self._remember_denials(gated)
+        for refusal in gated.refused_urls[:REFUSALS_LOGGED]:
+            log.warning("tarball_url_refused", package=gated.name.full,
+                        version=refusal.version, kind=refusal.kind, reason=refusal.detail)
+        if len(gated.refused_urls) > REFUSALS_LOGGED:
+            log.warning("tarball_urls_refused", package=gated.name.full,
+                        count=len(gated.refused_urls))
+        if gated.refused_urls:
+            self.metrics.refusals.labels("tarball_url").inc(len(gated.refused_urls))
+        if gated.skipped:
+            self.metrics.refusals.labels("bad_version_key").inc(gated.skipped)
+            log.warning("packument_versions_skipped", package=gated.name.full,
+                        count=gated.skipped, reason="version keys that are not plain version "
+                        "strings, or manifests that are not objects")
+        log.info("packument_filled", package=gated.name.full,
+                 versions=len(gated.versions), denied=sum(gated.denials.values()))
+
+    def _remember_denials(self, gated: Gated) -> None:
+        """One status-page event per rule per fill, with one version's reason as the example
+        (a deny-list range can deny hundreds of versions at once)."""
+        for rule, count in gated.denials.items():
+            example = next(r for r in gated.versions.values()
+                           if r.denial is not None and r.denial.rule == rule)
+            assert example.denial is not None
+            more = f" (and {count - 1} more)" if count > 1 else ""
+            self.metrics.events.denied(f"{gated.name.full}@{example.version}{more}", rule,
+                                       example.denial.reason)

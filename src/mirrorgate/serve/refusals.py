@@ -1,0 +1,104 @@
+"""Requests the proxy answers with a JSON error, and the sentences in them.
+
+Every non-2xx answer is JSON with an `error` sentence a person can act on (npm prints it), and,
+where a program may want them, structured fields: `reason`, `rule`, `package`, `version`,
+`upstream`, `kind`. Handlers raise `Refused`; the dispatcher turns it into the response, so a
+refusal is one line wherever it happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.packument import VersionRecord
+from mirrorgate.upstream.client import UpstreamError
+
+__all__ = ["Refused", "denied", "json_response", "upstream_failed"]
+
+STATUS_TEXT_LIMIT = 200
+"""Characters of a denial's reason carried in the status line (the body has all of it)."""
+DEFAULT_RETRY_AFTER = "30"
+"""Seconds a 503 asks the client to wait when the upstream did not say."""
+
+
+class Refused(Exception):  # noqa: N818 - an outcome carried to the response, not a bug
+    """A request answered with a JSON error: the status, the sentence and extra fields."""
+
+    def __init__(self, status: int, message: str, *, reason: str | None = None,
+                 headers: Mapping[str, str] | None = None, status_text: str | None = None,
+                 **fields: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+        self.headers = dict(headers or {})
+        self.status_text = status_text
+        self.fields = fields
+
+    def response(self) -> web.Response:
+        body: dict[str, Any] = {"error": self.message}
+        if self.reason is not None:
+            body["reason"] = self.reason
+        body.update(self.fields)
+        return json_response(self.status, body, self.headers, status_text=self.status_text)
+
+
+def json_response(status: int, body: Mapping[str, Any],
+                  headers: Mapping[str, str] | None = None, *,
+                  status_text: str | None = None) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body),
+                        reason=_status_line_text(status_text) if status_text else None,
+                        headers={"Content-Type": "application/json", **(headers or {})})
+
+
+def _status_line_text(text: str) -> str:
+    """Text fit for the status line: printable ASCII only (a package name or reason could
+    carry anything), one line, at most STATUS_TEXT_LIMIT characters."""
+    cleaned = "".join(c if " " <= c <= "~" else "?" for c in text)
+    if len(cleaned) > STATUS_TEXT_LIMIT:
+        cleaned = cleaned[:STATUS_TEXT_LIMIT - 3] + "..."
+    return cleaned
+
+
+def _failure_reason(error: UpstreamError) -> str:
+    """A short, stable sentence for the failure's kind (the `reason` field)."""
+    label = error.label
+    if error.kind == "status":
+        if error.status in (429, 503):
+            return f"the {label} upstream asked to retry later ({error.status})"
+        return f"the {label} upstream answered {error.status}"
+    return {
+        "unreachable": f"the {label} upstream is unreachable",
+        "timeout": f"the {label} upstream did not answer in time",
+        "too-large": f"the {label} upstream's document is larger than mirrorgate reads",
+        "invalid": f"the {label} upstream's document is not a usable JSON object",
+        "refused": f"the {label} upstream's URL is not on its origin",
+    }.get(error.kind, f"the {label} upstream failed")
+
+
+def upstream_failed(error: UpstreamError, name: PackageName) -> Refused:
+    """502, 503 (with Retry-After) or 504, saying which upstream failed and how."""
+    status = error.client_status
+    headers = {"Retry-After": error.retry_after or DEFAULT_RETRY_AFTER} if status == 503 else {}
+    return Refused(status, f"the {error.label} upstream failed for {name.full}: {error}",
+                   reason=_failure_reason(error), headers=headers, upstream=error.label,
+                   kind=error.kind)
+
+
+def denied(name: PackageName, record: VersionRecord) -> Refused:
+    """The 403 for a version the gate denied: which rule, why, which version."""
+    denial = record.denial
+    if denial is None:
+        raise ValueError(f"{name.full}@{record.version} was admitted, not denied")
+    # The status line carries the verdict too: pnpm and yarn 1 print the status text of a
+    # failed tarball fetch, not the body (npm prints the body's `error`).
+    return Refused(403, f"mirrorgate denied {name.full}@{record.version} by its {denial.rule} "
+                   f"rule: {denial.reason}", reason=denial.reason, rule=denial.rule,
+                   package=name.full, version=record.version,
+                   status_text=f"Forbidden: mirrorgate denied {name.full}@{record.version} "
+                               f"({denial.rule} rule)")

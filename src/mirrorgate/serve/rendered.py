@@ -1,0 +1,103 @@
+"""What the warm path sends: a packument rendered once per (form, base URL), both codings.
+
+A `Rendered` holds the plain and gzip'd bytes, the ETag derived from what is served (a weak
+ETag over the plain bytes, shared by both codings, which are the same representation) and the
+header sets of the 200 and the 304, built once so a request only picks one. An `Entry` is what
+the packument cache holds per package: the gated packument (or None when no upstream knows the
+package), a fingerprint of the private answer it was built from (to tell whether a revalidation
+may keep it), and its renderings. gzip is level 6 with a zero mtime, so the same packument
+always compresses to the same bytes.
+
+An entry keeps the renderings of at most `MAX_BASES` distinct base URLs (the oldest base's are
+dropped for a new one): a client inventing `Host` values could otherwise grow one package's
+entry until the cache's byte budget evicted every other package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from mirrorgate.npm.packument import ABBREVIATED, FULL, Gated, render
+
+__all__ = ["MAX_BASES", "VARY", "Entry", "RenderKey", "Rendered", "build_rendered",
+           "fingerprint"]
+
+VARY = "Accept, Accept-Encoding"
+MAX_BASES = 4
+"""Base URLs one cached packument keeps renderings for (a deployment has one or a few names)."""
+RenderKey = tuple[bool, str]
+"""(abbreviated, base URL)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    body: bytes
+    gzipped: bytes
+    etag: str
+    headers: Mapping[str, str]
+    gzip_headers: Mapping[str, str]
+    not_modified_headers: Mapping[str, str]
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + len(self.gzipped) + 256
+
+
+class Entry:
+    __slots__ = ("fingerprint", "gated", "pending", "private_answered", "renderings")
+
+    def __init__(self, gated: Gated | None, fingerprint: bytes | None, *,
+                 private_answered: bool = False) -> None:
+        self.gated = gated
+        self.fingerprint = fingerprint
+        self.private_answered = private_answered
+        """The private upstream answered this fill (a packument or a 404), so a version the
+        gated packument calls public-only is known not to be private."""
+        self.renderings: dict[RenderKey, Rendered] = {}
+        self.pending: dict[RenderKey, asyncio.Task[Rendered]] = {}
+
+    def keep(self, key: RenderKey, rendered: Rendered) -> int:
+        """Store a rendering, dropping the oldest base's when there are more than `MAX_BASES`;
+        returns the change in bytes held."""
+        delta = rendered.size
+        old = self.renderings.pop(key, None)
+        if old is not None:
+            delta -= old.size
+        self.renderings[key] = rendered
+        bases = list(dict.fromkeys(base for _form, base in self.renderings))
+        for base in bases[:max(0, len(bases) - MAX_BASES)]:
+            for form in (True, False):
+                dropped = self.renderings.pop((form, base), None)
+                if dropped is not None:
+                    delta -= dropped.size
+        return delta
+
+
+def build_rendered(gated: Gated, abbreviated: bool, base: str, vary: str = VARY) -> Rendered:
+    body = render(gated, abbreviated, base)
+    etag = 'W/"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+    headers = {"Content-Type": ABBREVIATED if abbreviated else FULL, "ETag": etag,
+               "Vary": vary}
+    return Rendered(
+        body=body,
+        gzipped=gzip.compress(body, compresslevel=6, mtime=0),
+        etag=etag,
+        headers=headers,
+        gzip_headers={**headers, "Content-Encoding": "gzip"},
+        not_modified_headers={"ETag": etag, "Vary": vary},
+    )
+
+
+def fingerprint(document: Mapping[str, Any] | None) -> bytes | None:
+    """A digest of an upstream answer, to tell whether it changed since the last fill."""
+    if document is None:
+        return None
+    serialised = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(serialised, digest_size=16).digest()

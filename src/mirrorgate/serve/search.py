@@ -1,0 +1,97 @@
+"""`npm search` through mirrorgate: the public upstream's `/-/v1/search`, filtered by the rules.
+
+The proxy holds no index of its own, so the public upstream answers the query; each result is
+then checked against the packument mirrorgate serves for that name (from the packument cache,
+so a repeated search costs no upstream call within the TTL). Decisions:
+
+- A result survives when its package has an admitted version; its `version` becomes the
+  served `latest` when the upstream's pick was denied. A name whose packument cannot be had
+  (the upstream failed, the name is invalid) is left out, never shown unchecked.
+- Only npm's search parameters are forwarded (`text`, `size`, `from`, and the three weights),
+  `size` capped at 250 as the public registry caps it.
+- An upstream without search (404, 405, 501) is a 501 saying so; any other failure is the
+  usual 502, 503 or 504.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.packument import Gated
+from mirrorgate.serve.refusals import Refused
+from mirrorgate.upstream.client import Upstream, UpstreamError
+
+__all__ = ["MAX_SIZE", "search"]
+
+PARAMETERS = ("text", "size", "from", "quality", "popularity", "maintenance")
+MAX_SIZE = 250
+LOOKUPS = 8
+"""Packuments looked up at once while filtering one page of results."""
+NO_SEARCH = (404, 405, 501)
+
+GatedOf = Callable[[PackageName], Awaitable[Gated | None]]
+
+
+def _query(given: Mapping[str, str]) -> str:
+    params = {key: given[key] for key in PARAMETERS if key in given}
+    if "size" in params:
+        try:
+            params["size"] = str(max(1, min(MAX_SIZE, int(params["size"]))))
+        except ValueError:
+            raise Refused(400, f"size={params['size'][:20]!r} is not a number; npm search "
+                          "sends a whole number of results", reason="bad search size") from None
+    return urlencode(params)
+
+
+def _no_search(public: Upstream, status: int) -> Refused:
+    return Refused(501, f"the public upstream ({public.origin}) offers no search: its "
+                   f"/-/v1/search answered {status}; look the package up by name instead",
+                   reason="search unavailable", upstream="public")
+
+
+async def _admitted(result: Any, gated_of: GatedOf,
+                    lookups: asyncio.Semaphore) -> dict[str, Any] | None:
+    """The result as mirrorgate would serve it, or None when nothing of it is admitted."""
+    package = result.get("package") if isinstance(result, dict) else None
+    if not isinstance(package, dict) or not isinstance(package.get("name"), str):
+        return None
+    try:
+        name = parse_name(package["name"])
+        async with lookups:
+            gated = await gated_of(name)
+    except (InvalidNameError, Refused):
+        return None
+    if gated is None or not gated.survivors:
+        return None
+    version = package.get("version")
+    if version not in gated.survivors:
+        version = gated.dist_tags.get("latest")
+    return {**result, "package": {**package, "version": version}}
+
+
+async def search(public: Upstream, query: Mapping[str, str],
+                 gated_of: GatedOf) -> dict[str, Any]:
+    """The upstream's answer to `query` with every result the rules do not admit removed."""
+    try:
+        answer = await public.get_json("-/v1/search?" + _query(query))
+    except UpstreamError as error:
+        if error.kind == "status" and error.status in NO_SEARCH:
+            raise _no_search(public, error.status or 0) from None
+        raise Refused(error.client_status, f"the public upstream's search failed: {error}",
+                      reason="search failed", upstream="public", kind=error.kind) from None
+    if answer.status in NO_SEARCH or answer.document is None:
+        raise _no_search(public, answer.status)
+    objects = answer.document.get("objects")
+    results = objects if isinstance(objects, list) else []
+    lookups = asyncio.Semaphore(LOOKUPS)
+    checked = await asyncio.gather(*(_admitted(r, gated_of, lookups) for r in results))
+    kept = [result for result in checked if result is not None]
+    total = answer.document.get("total")
+    # `total` counts matches beyond this page too; those removed here are taken off it
+    shown = total - (len(results) - len(kept)) if isinstance(total, int) else len(kept)
+    return {"objects": kept, "total": max(shown, len(kept)),
+            "time": answer.document.get("time")}

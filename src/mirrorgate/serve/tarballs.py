@@ -1,0 +1,317 @@
+"""The tarball route: private first, then the public version's gate, streaming, the job.
+
+`GET|HEAD /npm/<name>/-/<file>.tgz`. Decisions:
+
+- The file name must be `<bare name>-<version>.tgz` for this package (`version_from_filename`),
+  else 400; a version no upstream lists is a 404.
+- The gated packument (cached) is read first, so the rules reach every version: a denied one
+  is a 403 wherever its bytes are, mirrored and first-party versions included, and a version
+  no upstream lists is a 404 before any tarball is asked for.
+- A private version is streamed from the private upstream, at the npm-standard path. A miss,
+  or a private failure (logged `upstream_failed`), falls back to public only for a version the
+  gate kept a public URL for: a mirrored one public still admits. A first-party name has no
+  public URL, so its tarballs never come from public.
+- A public-only version goes straight to public when the packument was built with the private
+  upstream's answer (`private_answered`): a cold install then costs one private request per
+  name (its packument), not one more per tarball. Built while the private side was failing,
+  the private side is asked first all the same.
+- The public side never builds a URL: it follows the version's own `dist.tarball`, which the
+  gate already checked is on the public upstream's origin (a version whose URL is not is
+  unavailable, answered 403 with the reason). A denied version is a 403 saying which rule,
+  why and which version (`tarball_denied`).
+- Bytes are copied chunk by chunk as they arrive (constant memory). Once the response has
+  started, an upstream that breaks mid-body makes the proxy close the connection: the client
+  sees a failed transfer, never a short 200 and never a hang (`tarball_stream_failed`). The
+  request timeout stops at the first byte; the upstream's per-read timeout bounds the rest,
+  and the listener's write-stall timeout a client that stops reading (`listener`): its write
+  here then fails as a disconnect (`tarball_client_gone`) and the upstream connection, on the
+  tarball pool, is released.
+- A public tarball is hashed as it streams (`verify.StreamVerifier`, the worker's verifier)
+  against the strongest digest its version was admitted with, and the last chunk read is held
+  back until the next one arrives: at the end the digest is known before the final bytes
+  leave. Bytes that do not match never complete: the held chunk is dropped and the connection
+  closed, so even a client that checks no integrity gets a truncated answer it cannot install
+  (`tarball_digest_mismatch`, a security line, and `mirrorgate_tampered`). Holding one chunk
+  costs no copy and delays nothing but the last 64 KiB (bench/tarball_relay.py).
+- Only a public GET that was read to its end, matched its digest and reached the client is
+  enqueued as a `MirrorJob` (name, version, every digest of `dist`, the upstream tarball URL
+  and file name, the size relayed, the manifest without `readme`, the public publish time),
+  in a background task: the response never waits on the queue and never fails because of
+  it. A client that hangs up early causes no job (it would make the worker download up to
+  the size cap for nothing).
+  HEAD never enqueues, nor does a version the private upstream lists.
+  A job the queue drops (full) is neither counted as enqueued nor logged here: every backend
+  decides at once, so its drop count moving across the call says so, and the queue reports
+  drops itself (the first, then every 1,000th).
+- A version is enqueued at most once per `ENQUEUE_WINDOW` (5 minutes): parallel CI jobs and
+  npm's own retry after an integrity failure pull the same tarball several times in a row,
+  and one job mirrors it. A pull after the window enqueues again, so a job the queue lost
+  (the bounded memory queue drops when full) is made good by the next pull.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from mirrorgate.metrics import Metrics
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, publish_time
+from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
+from mirrorgate.npm.packument import Gated, VersionRecord
+from mirrorgate.serve.refusals import Refused, denied, upstream_failed
+from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
+from mirrorgate.upstream.filestore import StoreError
+from mirrorgate.upstream.private import PrivateSource
+from mirrorgate.worker.verify import DigestMismatch, StreamVerifier, Unverifiable, Verified
+
+__all__ = ["OUTCOME", "TarballRoute"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+OCTETS = "application/octet-stream"
+ENQUEUE_WINDOW = 300.0
+ENQUEUE_MEMORY = 10_000
+"""Versions remembered for the enqueue window; the oldest are forgotten first."""
+OUTCOME = web.ResponseKey("mirrorgate_outcome", str)
+"""Set on a response whose transfer did not complete (`aborted`, `client_gone`): the
+request metric's status label instead of the status that was already sent."""
+
+
+class TarballRoute:
+    def __init__(self, *, private: PrivateSource, public: Upstream, queue: MirrorQueue,
+                 metrics: Metrics,
+                 packument: Callable[[PackageName], Awaitable[Gated | None]],
+                 private_answered: Callable[[PackageName], bool] = lambda _name: False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.private = private
+        self.public = public
+        self.queue = queue
+        self.metrics = metrics
+        self.packument = packument
+        self.private_answered = private_answered
+        self.clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._enqueued: OrderedDict[str, float] = OrderedDict()
+
+    async def __call__(self, request: web.Request, name: PackageName, filename: str,
+                       deadline: asyncio.Timeout) -> web.StreamResponse:
+        try:
+            version = version_from_filename(name, filename)
+        except InvalidNameError as error:
+            self.metrics.refusals.labels("bad_tarball_filename").inc()
+            raise Refused(400, f"refused tarball path: {error}", reason=str(error)) from None
+        gated = await self.packument(name)
+        record = gated.versions.get(version) if gated is not None else None
+        if gated is None or record is None:
+            raise Refused(404, f"{name.full}@{version} is not on the private or the public "
+                          "upstream", reason="not found")
+        if record.denial is not None:
+            log.info("tarball_denied", package=name.full, version=version,
+                     rule=record.denial.rule, reason=record.denial.reason)
+            self.metrics.events.denied(f"{name.full}@{version}", record.denial.rule,
+                                       record.denial.reason)
+            raise denied(name, record)
+        private_error: UpstreamError | None = None
+        if not record.private and self.private_answered(name):
+            # the packument, built with the private upstream's answer, says the version is
+            # public-only: asking private again would cost a round trip per tarball for a miss
+            self.metrics.private_skipped.inc()
+        else:
+            try:
+                async with self.private.tarball(name, filename) as body:
+                    if body is not None:
+                        response, _ = await self._stream(request, body.size, body.chunks,
+                                                         deadline, source="private", name=name,
+                                                         version=version)
+                        return response
+            except UpstreamError as error:
+                private_error = error
+            except (StoreError, OSError) as error:
+                private_error = UpstreamError("private", "unreachable", str(error))
+            if private_error is not None:
+                log.warning("upstream_failed", upstream="private", package=name.full,
+                            version=version, kind=private_error.kind,
+                            detail=str(private_error))
+        return await self._public(request, name, record, private_error, deadline,
+                                  gated.time.get(version))
+
+    async def _public(self, request: web.Request, name: PackageName, record: VersionRecord,
+                      private_error: UpstreamError | None, deadline: asyncio.Timeout,
+                      published: str | None) -> web.StreamResponse:
+        version = record.version
+        url = record.upstream_tarball
+        if url is None:
+            if private_error is not None:
+                raise upstream_failed(private_error, name)
+            raise Refused(404, f"{name.full}@{version} is listed by the private upstream, "
+                          "which did not serve its tarball", reason="not found")
+        try:
+            async with self.public.stream(url, method=request.method,
+                                          pool=TARBALLS) as response:
+                if response is None:
+                    raise Refused(404, f"the public upstream has no tarball for "
+                                  f"{name.full}@{version}", reason="not found")
+                answer, verified = await self._stream(
+                    request, response.size, response.chunks,
+                    deadline, source="public", name=name, version=version,
+                    verifier=_verifier(record))
+                if verified is not None and request.method == "GET" and not record.private:
+                    self._enqueue(name, record, url, verified.size, published)
+                return answer
+        except UpstreamError as error:
+            log.warning("upstream_failed", upstream="public", package=name.full,
+                        version=version, kind=error.kind, detail=str(error))
+            raise upstream_failed(error, name) from None
+
+    async def _stream(self, request: web.Request, size: int | None,
+                      chunks: AsyncIterator[bytes], deadline: asyncio.Timeout, *,
+                      source: str, name: PackageName, version: str,
+                      verifier: StreamVerifier | None = None,
+                      ) -> tuple[web.StreamResponse, Verified | None]:
+        """Relay `chunks`; with a `verifier`, the bytes are hashed and the last chunk held back
+        until they are known to match. Returns the response and, when the body was verified
+        and reached the client whole, what matched."""
+        response = web.StreamResponse(headers={"Content-Type": OCTETS})
+        if size is not None:
+            response.content_length = size
+        await response.prepare(request)
+        deadline.reschedule(None)
+        sent = 0
+        verified: Verified | None = None
+        if request.method != "HEAD":
+            iterator = aiter(chunks)
+            held: bytes | None = None
+            while True:
+                try:
+                    read = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                except (aiohttp.ClientError, TimeoutError, OSError, StoreError) as error:
+                    log.warning("tarball_stream_failed", upstream=source, package=name.full,
+                                version=version, sent=sent, detail=type(error).__name__)
+                    return self._cut(request, response, "aborted"), None
+                chunk: bytes | None = read
+                if verifier is not None:
+                    verifier.update(read)
+                    chunk, held = held, read  # send the previous chunk, hold this one
+                if chunk is None:
+                    continue
+                if not await self._write(response, chunk, name, version, sent):
+                    return response, None
+                sent += len(chunk)
+            if verifier is not None:
+                try:
+                    verified = verifier.finish()
+                except DigestMismatch as mismatch:
+                    self.metrics.tampered.inc()
+                    self.metrics.events.tampered(f"{name.full}@{version}", f"the {source} "
+                                                 "tarball did not match the admitted digest; "
+                                                 "the client's download was cut")
+                    log.critical("tarball_digest_mismatch", security=True, upstream=source,
+                                 package=name.full, version=version,
+                                 expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
+                                 algorithm=mismatch.expected.algorithm, sent=sent,
+                                 withheld=len(held or b""))
+                    return self._cut(request, response, "tampered"), None
+                if held is not None:
+                    if not await self._write(response, held, name, version, sent):
+                        return response, None
+                    sent += len(held)
+            await response.write_eof()
+        log.info("tarball_served", upstream=source, package=name.full, version=version,
+                 bytes=sent, head=request.method == "HEAD")
+        return response, verified
+
+    @staticmethod
+    async def _write(response: web.StreamResponse, chunk: bytes, name: PackageName,
+                     version: str, sent: int) -> bool:
+        """Send one chunk; False (logged, outcome set) when the client has gone."""
+        try:
+            await response.write(chunk)
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            log.info("tarball_client_gone", package=name.full, version=version, sent=sent)
+            response[OUTCOME] = "client_gone"
+            return False
+        return True
+
+    @staticmethod
+    def _cut(request: web.Request, response: web.StreamResponse,
+             outcome: str) -> web.StreamResponse:
+        """Close the connection mid-body: the client sees a failed transfer, never a short 200."""
+        if request.transport is not None:
+            request.transport.close()
+        response[OUTCOME] = outcome
+        return response
+
+    def _first_in_window(self, label: str) -> bool:
+        now = self.clock()
+        last = self._enqueued.get(label)
+        if last is not None and now - last < ENQUEUE_WINDOW:
+            return False
+        self._enqueued[label] = now
+        self._enqueued.move_to_end(label)
+        while len(self._enqueued) > ENQUEUE_MEMORY:
+            self._enqueued.popitem(last=False)
+        return True
+
+    def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
+                 published: str | None) -> None:
+        if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
+            log.debug("job_recently_enqueued", package=name.full, version=record.version)
+            return
+        try:
+            job = MirrorJob(
+                name=name.full,
+                version=record.version,
+                artifact=MirrorArtifact(url, f"{name.bare}-{record.version}.tgz", size,
+                                        record.digests),
+                manifest=record.manifest(None),
+                published=publish_time(published),  # the public time, for the mirror's mark
+            )
+        except ValueError as error:
+            log.warning("job_not_enqueued", package=name.full, version=record.version,
+                        reason=str(error))
+            return
+        task = asyncio.get_running_loop().create_task(self._send(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, job: MirrorJob) -> None:
+        dropped = self.queue.stats().dropped
+        try:
+            await self.queue.enqueue(job)
+        except Exception as error:  # the queue promised not to raise; a bug is logged
+            log.error("enqueue_failed", package=job.name, version=job.version,
+                      reason=f"{type(error).__name__}: {error}")
+            self._enqueued.pop(job.label, None)
+            return
+        if self.queue.stats().dropped > dropped:
+            # The queue was full: it counts the drop and reports it at its own cadence
+            # (mirror_queue_dropped), so a burst is not one line per request. The next
+            # pull of this version may enqueue it again.
+            self._enqueued.pop(job.label, None)
+            return
+        self.metrics.enqueued.inc()
+        log.info("job_enqueued", package=job.name, version=job.version,
+                 queue=self.queue.provider)
+
+    async def drain(self) -> None:
+        """Wait for the enqueues still running (at application cleanup)."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _verifier(record: VersionRecord) -> StreamVerifier | None:
+    """The verifier for a public version's bytes: its strongest admitted digest, no size cap
+    (the relay never had one). None only for a version without a digest this process can
+    compute, which the gate never admits."""
+    try:
+        return StreamVerifier(record.digests, expected_size=None, limit=None)
+    except Unverifiable:
+        return None

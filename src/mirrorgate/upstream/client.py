@@ -1,0 +1,399 @@
+"""The HTTP client for one upstream registry: bounded connection pools, origin-locked.
+
+Each upstream (public, private, mirror target) gets one `Upstream` for the life of the process,
+holding one bounded connection pool per use (`Pool`: serve-path packument fills, serve-path
+tarball streams, the worker). Decisions:
+
+- One aiohttp `ClientSession` with its own `TCPConnector(limit=...)` per use, rather than a
+  semaphore per use in front of one shared connector: the connector already accounts for a
+  connection on every exit path (released, closed, broken mid-body), so a use's bound is exact
+  without bookkeeping of ours, and a use cannot even see another's connections. A slow client
+  holding every tarball connection therefore never delays a packument fill or the worker. The
+  cost is up to three idle keep-alive pools per upstream instead of one. Waiting for a free
+  connection counts against the connect timeout, so a full pool surfaces as a timeout, not a
+  hang.
+
+- No redirects are followed: a 3xx is an answer like any other, so an upstream cannot bounce
+  the proxy to another host. Every call has a timeout (connect and each read).
+- The bearer token, when there is one, is sent only on requests to this upstream's own origin,
+  and never appears in an error: errors carry the upstream's label and a status, not headers.
+- Metadata is read with a byte cap enforced while reading (after decompression, so a gzip bomb
+  is stopped too) and parsed with orjson, whose nesting limit (1,024) bounds JSON depth. Any
+  failure becomes an `UpstreamError` whose `kind` decides the client's status: unreachable and
+  bad answers 502, a timeout 504, 429 and 503 answer 503 with the upstream's Retry-After.
+- The byte cap alone does not bound the parse: a packument costs about 4.5 times its bytes
+  once parsed (one value every 22 bytes or so), but 32 MiB of `[{},{},...]` would cost 24
+  times (768 MiB). So before parsing, the values a body can hold are bounded from its
+  structural characters (a comma or an opening bracket per value, counted in C, about 2 ms a
+  MiB; characters inside strings only make the count larger): at most one value per
+  `BYTES_PER_VALUE` bytes of the cap (never fewer than `MIN_VALUES`), which keeps any accepted
+  document's parse near the five copies of the cap the deployment sizing budgets.
+- Tarballs are streamed (`stream()`), never buffered: the caller copies chunks, which are the
+  bytes as stored whatever content coding the upstream answered in (`codings`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import aiohttp
+import orjson
+
+from mirrorgate.config import Secret
+from mirrorgate.metrics import Metrics
+from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
+from mirrorgate.upstream.origins import Origin, OriginRefusal, check_on_origin
+
+__all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "Download", "JsonAnswer", "Pool",
+           "PoolSizes", "StreamedBody", "Upstream", "UpstreamError"]
+
+ABBREVIATED = "application/vnd.npm.install-v1+json"
+CHUNK = 64 * 1024
+BYTES_PER_VALUE = 16
+"""A metadata document may hold one JSON value per this many bytes of
+MIRRORGATE_MAX_METADATA_BYTES (2 million at the 32 MiB default; real packuments hold one
+value every 22 bytes or so of their own size, well under that at any size up to the cap)."""
+MIN_VALUES = 65_536
+"""The bound never goes below this (a few MiB parsed at worst), so a small byte cap does not
+turn a malformed document into a size refusal."""
+
+
+Pool = Literal["fills", "tarballs", "worker"]
+FILLS: Pool = "fills"
+"""Serve-path metadata: packument fills (private and public)."""
+TARBALLS: Pool = "tarballs"
+"""Serve-path tarball streams, held as long as the client takes to read."""
+WORKER: Pool = "worker"
+"""The mirror worker: its target reads, tarball downloads and publishes."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSizes:
+    """Connections each use may hold at once to one upstream (MIRRORGATE_POOL_*)."""
+
+    fills: int = 32
+    tarballs: int = 64
+    worker: int = 8
+
+    def of(self, pool: Pool) -> int:
+        return int(getattr(self, pool))
+
+
+def _json_values(body: bytes) -> int:
+    """An upper bound on the values a JSON text holds: every value but the first follows a
+    comma or opens a container (commas and brackets inside strings count too)."""
+    return 1 + body.count(b",") + body.count(b"{") + body.count(b"[")
+
+
+class StreamedBody(Protocol):
+    """A request body sent in chunks, whose total size is known before the first."""
+
+    @property
+    def size(self) -> int: ...
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+
+class UpstreamError(Exception):
+    """An upstream call that did not produce a usable answer.
+
+    `kind`: unreachable, timeout, status (an unexpected HTTP status), too-large, invalid (not
+    the JSON object promised), refused (a URL off the upstream's origin).
+    """
+
+    def __init__(self, label: str, kind: str, detail: str, *, status: int | None = None,
+                 retry_after: str | None = None) -> None:
+        super().__init__(f"{label} upstream: {detail}")
+        self.label = label
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def client_status(self) -> int:
+        """The status a client of the proxy should see for this failure."""
+        if self.kind == "timeout":
+            return 504
+        if self.kind == "status" and self.status in (429, 503):
+            return 503
+        return 502
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying later: the upstream may answer differently in a minute."""
+        if self.kind in ("unreachable", "timeout"):
+            return True
+        return self.kind == "status" and self.status is not None and (
+            self.status >= 500 or self.status in (408, 429))
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswer:
+    """A metadata answer: 200 with a document, 304 (not modified) or 404 (unknown)."""
+
+    status: int
+    document: dict[str, Any] | None
+    etag: str | None
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    """A tarball answer being read: its status, the stored size when the upstream declared it
+    for the bytes as stored (None for a coded answer), the coding it travelled in (decoded
+    here, None for identity) and the stored bytes, chunk by chunk."""
+
+    status: int
+    size: int | None
+    coding: str | None
+    chunks: AsyncIterator[bytes]
+
+
+class Upstream:
+    def __init__(
+        self,
+        label: str,
+        base_url: str,
+        *,
+        timeout: float,
+        max_metadata_bytes: int,
+        token: Secret | None = None,
+        metrics: Metrics | None = None,
+        pools: PoolSizes | None = None,
+    ) -> None:
+        self.label = label
+        self.base = base_url if base_url.endswith("/") else base_url + "/"
+        self.origin = Origin.of(self.base)
+        self._token = token
+        self._timeout = timeout
+        self._max_metadata = max_metadata_bytes
+        self._max_values = max(MIN_VALUES, max_metadata_bytes // BYTES_PER_VALUE)
+        self._metrics = metrics
+        self.pools = pools or PoolSizes()
+        self._sessions: dict[Pool, aiohttp.ClientSession] = {}
+        self._in_flight: dict[Pool, int] = {FILLS: 0, TARBALLS: 0, WORKER: 0}
+
+    async def start(self) -> None:
+        for pool in (FILLS, TARBALLS, WORKER):
+            if pool not in self._sessions:
+                # limit_per_host=0: the pool's one bound is `limit`; every request of an
+                # Upstream goes to one origin anyway.
+                self._sessions[pool] = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=self.pools.of(pool), limit_per_host=0,
+                                                   ttl_dns_cache=60),
+                    timeout=aiohttp.ClientTimeout(total=None, connect=self._timeout,
+                                                  sock_read=self._timeout),
+                    # the pool in the User-Agent: a registry's access log tells the proxy's
+                    # reads from the worker's (and a test, the serve path's from the worker's)
+                    headers={"User-Agent": f"mirrorgate ({pool})"},
+                    trust_env=False,
+                )
+
+    async def close(self) -> None:
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            await session.close()
+
+    def session(self, pool: Pool) -> aiohttp.ClientSession:
+        """The session (and so the bounded connection pool) of one use."""
+        session = self._sessions.get(pool)
+        if session is None:
+            raise RuntimeError(f"the {self.label} upstream was used before start()")
+        return session
+
+    def in_flight(self, pool: Pool) -> int:
+        """Requests of one use under way (waiting for or holding a connection); the pool is
+        back to full when this is 0. Exported as mirrorgate_upstream_in_flight."""
+        return self._in_flight[pool]
+
+    @contextmanager
+    def _holding(self, pool: Pool) -> Iterator[aiohttp.ClientSession]:
+        session = self.session(pool)
+        self._in_flight[pool] += 1
+        try:
+            yield session
+        finally:
+            self._in_flight[pool] -= 1
+
+    def url(self, path: str) -> str:
+        return self.base + path.lstrip("/")
+
+    def _headers(self, url: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+        headers = dict(extra or {})
+        if self._token is not None and Origin.of(url) == self.origin:
+            headers["Authorization"] = f"Bearer {self._token.reveal()}"
+        return headers
+
+    def _observe(self, kind: str, started: float) -> None:
+        if self._metrics is not None:
+            self._metrics.upstream_seconds.labels(self.label, kind).observe(
+                time.monotonic() - started)
+
+    def _failure(self, error: UpstreamError) -> UpstreamError:
+        if self._metrics is not None:
+            self._metrics.upstream_failures.labels(self.label, error.kind).inc()
+            self._metrics.events.upstream_failed(self.label, error.kind, str(error))
+        return error
+
+    def _translate(self, error: BaseException) -> UpstreamError:
+        if isinstance(error, UpstreamError):
+            return self._failure(error)
+        if isinstance(error, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+            return self._failure(UpstreamError(self.label, "timeout",
+                                               f"no answer within {self._timeout:g} s"))
+        if isinstance(error, aiohttp.ClientConnectorError | aiohttp.ServerDisconnectedError
+                      | ConnectionError | aiohttp.ClientOSError):
+            return self._failure(UpstreamError(self.label, "unreachable",
+                                               f"cannot connect ({type(error).__name__})"))
+        if isinstance(error, aiohttp.ClientPayloadError):
+            return self._failure(UpstreamError(self.label, "unreachable",
+                                               "the answer was cut off mid-body"))
+        return self._failure(UpstreamError(self.label, "unreachable",
+                                           f"request failed ({type(error).__name__})"))
+
+    async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
+        declared = response.content_length
+        if declared is not None and declared > self._max_metadata:
+            raise UpstreamError(self.label, "too-large",
+                                f"the document is {declared} bytes; the limit is "
+                                f"{self._max_metadata} (MIRRORGATE_MAX_METADATA_BYTES)")
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(CHUNK):
+            size += len(chunk)
+            if size > self._max_metadata:
+                raise UpstreamError(self.label, "too-large", f"the document exceeds "
+                                    f"{self._max_metadata} bytes (MIRRORGATE_MAX_METADATA_BYTES)")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def get_json(self, path: str, *, etag: str | None = None,
+                       accept: str = "application/json", pool: Pool = FILLS) -> JsonAnswer:
+        """GET a JSON object at `path` under the base URL: 200, 304 (with `etag`) or 404."""
+        url = self.url(path)
+        headers = {"Accept": accept, "Accept-Encoding": "gzip"}
+        if etag:
+            headers["If-None-Match"] = etag
+        started = time.monotonic()
+        try:
+            with self._holding(pool) as session:
+                async with session.get(url, headers=self._headers(url, headers),
+                                       allow_redirects=False) as response:
+                    if response.status == 304:
+                        return JsonAnswer(304, None, response.headers.get("ETag") or etag, 0)
+                    if response.status == 404:
+                        return JsonAnswer(404, None, None, 0)
+                    if response.status != 200:
+                        raise UpstreamError(self.label, "status", f"answered {response.status}",
+                                            status=response.status,
+                                            retry_after=response.headers.get("Retry-After"))
+                    body = await asyncio.wait_for(self._read_capped(response),
+                                                  timeout=self._timeout * 4)
+                    answer_etag = response.headers.get("ETag")
+        except Exception as error:  # every failure becomes one typed UpstreamError
+            raise self._translate(error) from None
+        finally:
+            self._observe("metadata", started)
+        values = _json_values(body)
+        if values > self._max_values:
+            raise self._failure(UpstreamError(
+                self.label, "too-large", f"the document holds up to {values} JSON values; the "
+                f"limit is {self._max_values} (one per {BYTES_PER_VALUE} bytes of "
+                f"MIRRORGATE_MAX_METADATA_BYTES, at least {MIN_VALUES})"))
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as error:
+            raise self._failure(UpstreamError(self.label, "invalid", f"the document is not "
+                                              f"usable JSON ({str(error)[:120]})")) from None
+        if not isinstance(document, dict):
+            raise self._failure(UpstreamError(self.label, "invalid",
+                                              "the document is not a JSON object"))
+        return JsonAnswer(200, document, answer_etag, len(body))
+
+    @asynccontextmanager
+    async def stream(self, url: str, *, method: str = "GET", accept_missing: bool = True,
+                     pool: Pool = TARBALLS) -> AsyncIterator[Download | None]:
+        """Open `url` (on this upstream's origin only) for streaming, bytes as stored, on one
+        of `pool`'s connections, held until the context exits.
+
+        Yields the download on a 2xx, None on a 404 (when `accept_missing`), and raises
+        UpstreamError otherwise. It asks for `identity`; a body the upstream encodes anyway is
+        decoded here (`codings`), and one in a coding that cannot be is refused as `invalid`.
+        """
+        try:
+            check_on_origin(url, self.origin)
+        except OriginRefusal as refusal:
+            raise self._failure(UpstreamError(self.label, "refused", str(refusal))) from None
+        started = time.monotonic()
+        with self._holding(pool) as session:
+            try:
+                # identity: aiohttp's default asks for gzip, and a tarball then arrives gzip'd
+                # (Verdaccio does it above 1 KB); auto_decompress stays off so `decode` is the
+                # one place a coding is undone and Content-Length is trusted only for identity.
+                response = await session.request(
+                    method, url, headers=self._headers(url, {"Accept": "*/*",
+                                                             "Accept-Encoding": IDENTITY}),
+                    allow_redirects=False, auto_decompress=False)
+            except Exception as error:  # connection-level failures become UpstreamError
+                self._observe("tarball", started)
+                raise self._translate(error) from None
+            self._observe("tarball", started)
+            try:
+                if response.status == 404 and accept_missing:
+                    yield None
+                elif 200 <= response.status < 300:
+                    yield self._download(response, method)
+                else:
+                    raise self._failure(UpstreamError(
+                        self.label, "status", f"answered {response.status}",
+                        status=response.status, retry_after=response.headers.get("Retry-After")))
+            finally:
+                response.release()
+
+    def _download(self, response: aiohttp.ClientResponse, method: str) -> Download:
+        try:
+            coding = coding_of(response.headers)
+        except UnsupportedCodingError as error:
+            raise self._failure(UpstreamError(self.label, "invalid", str(error),
+                                              status=response.status)) from None
+        raw = response.content.iter_chunked(CHUNK)
+        if coding is None:
+            return Download(response.status, response.content_length, None, raw)
+        if self._metrics is not None:
+            self._metrics.upstream_decoded.labels(self.label, coding).inc()
+        # the declared length is the coded one: the stored size is known only once decoded
+        chunks = raw if method == "HEAD" else decode(raw, coding)
+        return Download(response.status, None, coding, chunks)
+
+    async def send_json(self, method: str, path: str, body: bytes | StreamedBody, *,
+                        pool: Pool = WORKER) -> tuple[int, bytes]:
+        """A write (publish) to this upstream: the status and up to 64 KiB of the answer.
+
+        A `StreamedBody` is sent chunk by chunk with its Content-Length declared up front.
+        """
+        url = self.url(path)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        data: bytes | AsyncIterator[bytes]
+        if isinstance(body, bytes):
+            data = body
+        else:
+            data = body.chunks()
+            headers["Content-Length"] = str(body.size)
+        started = time.monotonic()
+        try:
+            with self._holding(pool) as session:
+                async with session.request(
+                    method, url, data=data, allow_redirects=False,
+                    headers=self._headers(url, headers),
+                ) as response:
+                    answer = await response.content.read(64 * 1024)
+                    return response.status, answer
+        except Exception as error:
+            raise self._translate(error) from None
+        finally:
+            self._observe("publish", started)

@@ -1,0 +1,174 @@
+"""The embedded directory store: a private registry in a folder, for `file:///path` URLs.
+
+It lets `mirrorgate serve` on a fresh machine proxy, gate and mirror with no other server: the
+worker writes what it verified here, and the serve path reads the same directory as its private
+upstream. Decisions:
+
+- Layout: `<root>/<name>/tarballs/<file>.tgz` and `<root>/<name>/versions/<version>.json` (the
+  version manifest as admitted, with its `dist`). `<name>` is `pkg` or `@scope/pkg`, built only
+  from a validated `PackageName`, and versions are checked against a strict pattern, so nothing
+  from a request or a job can walk out of the root.
+- Writes are atomic: a temporary file in the same directory, flushed and fsynced, then
+  `os.replace`. The tarball lands before the manifest, and the manifest's presence is what
+  makes a version exist, so a reader never sees a version whose bytes are missing.
+- A version is written once; writing it again is "already present", like a registry's 409.
+- The packument is assembled from the stored manifests on each read (the serve path caches
+  it); `dist-tags.latest` is the highest stable version (else the highest prerelease), `time`
+  is a mirrored version's public publish time (its mirror mark), else the manifest file's
+  modification time.
+- File I/O runs in a thread so the event loop never waits on a disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import re
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mirrorgate.npm.mirrormark import read_mark
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.versions import highest
+
+__all__ = ["FileStore", "StoreError"]
+
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+-]{0,255}")
+CHUNK = 256 * 1024
+
+
+class StoreError(Exception):
+    """The store cannot hold what it was given (bad version string, disk failure)."""
+
+
+def _check_version(version: str) -> str:
+    if _VERSION.fullmatch(version) is None or ".." in version:
+        raise StoreError(f"{version!r} is not a version the file store can hold")
+    return version
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".incoming-", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+class FileStore:
+    label = "private"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _package_dir(self, name: PackageName) -> Path:
+        if name.scope:
+            return self.root / f"@{name.scope}" / name.bare
+        return self.root / name.bare
+
+    def _manifest_path(self, name: PackageName, version: str) -> Path:
+        return self._package_dir(name) / "versions" / f"{_check_version(version)}.json"
+
+    def tarball_path(self, name: PackageName, filename: str) -> Path:
+        if "/" in filename or "\\" in filename or filename.startswith("."):
+            raise StoreError(f"{filename!r} is not a tarball filename")
+        return self._package_dir(name) / "tarballs" / filename
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _read_packument(self, name: PackageName) -> dict[str, Any] | None:
+        directory = self._package_dir(name) / "versions"
+        try:
+            entries = sorted(directory.glob("*.json"))
+        except OSError:
+            return None
+        versions: dict[str, Any] = {}
+        times: dict[str, str] = {}
+        for entry in entries:
+            try:
+                manifest = orjson.loads(entry.read_bytes())
+                stamp = entry.stat().st_mtime
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("version"), str):
+                continue
+            version = manifest["version"]
+            versions[version] = manifest
+            mark = read_mark(manifest)  # a mirrored version keeps its public publish time
+            times[version] = (mark.published if mark is not None and mark.published else
+                              dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(
+                                  timespec="milliseconds").replace("+00:00", "Z"))
+        if not versions:
+            return None
+        latest = highest(list(versions))
+        ordered = sorted(times.values())
+        return {
+            "_id": name.full,
+            "name": name.full,
+            "dist-tags": {"latest": latest} if latest else {},
+            "versions": versions,
+            "time": {"created": ordered[0], "modified": ordered[-1], **times},
+        }
+
+    async def packument(self, name: PackageName) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self._read_packument, name)
+
+    async def manifest(self, name: PackageName, version: str) -> dict[str, Any] | None:
+        path = self._manifest_path(name, version)
+
+        def read() -> dict[str, Any] | None:
+            try:
+                data = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                return None
+            return data if isinstance(data, dict) else None
+
+        return await asyncio.to_thread(read)
+
+    async def tarball_size(self, name: PackageName, filename: str) -> int | None:
+        path = self.tarball_path(name, filename)
+        try:
+            return (await asyncio.to_thread(path.stat)).st_size
+        except OSError:
+            return None
+
+    async def tarball_chunks(self, name: PackageName, filename: str) -> AsyncIterator[bytes]:
+        path = self.tarball_path(name, filename)
+        handle = await asyncio.to_thread(path.open, "rb")
+        try:
+            while chunk := await asyncio.to_thread(handle.read, CHUNK):
+                yield chunk
+        finally:
+            handle.close()
+
+    # --- writing -------------------------------------------------------------------------
+
+    def _write(self, name: PackageName, version: str, filename: str, manifest: dict[str, Any],
+               tarball: bytes) -> bool:
+        manifest_path = self._manifest_path(name, version)
+        if manifest_path.exists():
+            return False
+        _atomic_write(self.tarball_path(name, filename), tarball)
+        _atomic_write(manifest_path, orjson.dumps(manifest))
+        return True
+
+    async def put(self, name: PackageName, version: str, filename: str,
+                  manifest: dict[str, Any], tarball: bytes) -> bool:
+        """Store one version; False when it was already there (nothing is overwritten)."""
+        try:
+            return await asyncio.to_thread(self._write, name, version, filename, manifest,
+                                           tarball)
+        except OSError as error:
+            raise StoreError(f"cannot write {name.full}@{version} under {self.root}: "
+                             f"{error.strerror}") from None
