@@ -38,13 +38,13 @@ from tests.servers.verdaccio import Verdaccio
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import Secret, load_settings
 from mirrorgate.healthz import Heartbeat
+from mirrorgate.integrity import Digest, StreamVerifier, digest_of, digests_from_dist
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import Digest, MirrorArtifact, MirrorJob, digests_from_dist
+from mirrorgate.mirror import MirrorArtifact, MirrorJob
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.worker.loop import Worker, WorkerDeps
 from mirrorgate.worker.target import open_target
-from mirrorgate.worker.verify import StreamVerifier, digest_of
 
 MIN_SIZE = 10_000
 MAX_SIZE = 5_000_000

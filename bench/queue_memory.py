@@ -20,7 +20,8 @@ import tracemalloc
 from array import array
 
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
-from mirrorgate.mirror import Digest, MirrorArtifact, MirrorJob, encode_job
+from mirrorgate.integrity import Digest
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, encode_job
 
 TOTAL = 100_000
 CAP = 10_000

@@ -44,6 +44,7 @@ from tests.servers.ports import free_port
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
 from mirrorgate.healthz import Health
+from mirrorgate.integrity import StreamVerifier
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.packument import VersionRecord
@@ -53,7 +54,6 @@ from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.upstream.private import StorePrivate
-from mirrorgate.worker.verify import StreamVerifier
 
 MIN_SIZE = 200_000
 MAX_SIZE = 4_000_000

@@ -6,7 +6,8 @@ import base64
 import hashlib
 from typing import Any
 
-from mirrorgate.mirror import Digest, MirrorArtifact, MirrorJob
+from mirrorgate.integrity import Digest
+from mirrorgate.mirror import MirrorArtifact, MirrorJob
 
 
 def sha512_of(data: bytes) -> Digest:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from mirrorgate.config import ConfigError, Secret, load_settings
+from mirrorgate.integrity import parse_integrity
 from mirrorgate.jobsign import PREFIX, JobCodec, JobSignatureError, payload
-from mirrorgate.mirror import MirrorArtifact, MirrorJob, decode_job, encode_job, parse_integrity
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, decode_job, encode_job
 
 KEY = Secret("current-" + "x" * 40)
 OLD = Secret("previous-" + "y" * 40)

@@ -9,18 +9,14 @@ import hashlib
 import orjson
 import pytest
 
-from mirrorgate.mirror import (
+from mirrorgate.integrity import (
     Digest,
-    JobDecodeError,
-    MirrorArtifact,
-    decode_job,
     digests_from_dist,
-    encode_job,
     parse_integrity,
     parse_shasum,
-    publish_time,
     strongest,
 )
+from mirrorgate.mirror import JobDecodeError, MirrorArtifact, decode_job, encode_job, publish_time
 from tests.builders import make_artifact, make_job
 
 DATA = b"some tarball bytes"

@@ -18,9 +18,6 @@ at that moment (never a re-fetched one) and publishes them. Decisions taken here
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,9 +25,9 @@ from typing import Any, NewType
 
 import orjson
 
+from mirrorgate.integrity import Digest, parse_integrity
+
 __all__ = [
-    "STRONGEST_FIRST",
-    "Digest",
     "JobDecodeError",
     "MirrorArtifact",
     "MirrorJob",
@@ -40,94 +37,9 @@ __all__ = [
     "ReceiptHandle",
     "Seconds",
     "decode_job",
-    "digests_from_dist",
     "encode_job",
-    "parse_integrity",
-    "parse_shasum",
     "publish_time",
-    "strongest",
 ]
-
-# The algorithms the worker can verify, strongest first. Anything else found in an SRI string
-# is kept on the job (it was admitted that way) but never chosen for verification.
-STRONGEST_FIRST: tuple[str, ...] = ("sha512", "sha384", "sha256", "sha1")
-
-_HEX_SHA1 = re.compile(r"[0-9a-fA-F]{40}")
-_SRI_ENTRY = re.compile(r"([A-Za-z0-9]+)-([A-Za-z0-9+/=_-]+)")
-
-
-@dataclass(frozen=True, slots=True)
-class Digest:
-    """One integrity digest: the algorithm (lower case) and its base64 value, as SRI writes it."""
-
-    algorithm: str
-    value: str
-
-    @property
-    def verifiable(self) -> bool:
-        return self.algorithm in STRONGEST_FIRST
-
-    def raw(self) -> bytes:
-        """The digest's bytes; raises ValueError when the value is not base64."""
-        return base64.b64decode(self.value, validate=True)
-
-    def sri(self) -> str:
-        return f"{self.algorithm}-{self.value}"
-
-
-def parse_integrity(text: str) -> tuple[Digest, ...]:
-    """Every well-formed entry of an SRI string ("sha512-... sha1-...?opt"), in order.
-
-    Options after `?` are ignored. Malformed entries are skipped: an SRI string is a set of
-    alternatives, and one unreadable alternative does not make the others wrong.
-    """
-    found: list[Digest] = []
-    for token in text.split():
-        entry = token.split("?", 1)[0]
-        match = _SRI_ENTRY.fullmatch(entry)
-        if match is None:
-            continue
-        digest = Digest(match.group(1).lower(), match.group(2))
-        if digest.verifiable:
-            try:
-                digest.raw()
-            except (binascii.Error, ValueError):
-                continue
-        if digest not in found:
-            found.append(digest)
-    return tuple(found)
-
-
-def parse_shasum(text: str) -> Digest | None:
-    """npm's `dist.shasum`: a hex sha1, returned as an SRI-style sha1 digest."""
-    text = text.strip()
-    if _HEX_SHA1.fullmatch(text) is None:
-        return None
-    return Digest("sha1", base64.b64encode(bytes.fromhex(text)).decode("ascii"))
-
-
-def digests_from_dist(dist: Mapping[str, Any]) -> tuple[Digest, ...]:
-    """Every digest a version's `dist` carries: the SRI entries of `integrity`, then `shasum`."""
-    found: list[Digest] = []
-    integrity = dist.get("integrity")
-    if isinstance(integrity, str):
-        found.extend(parse_integrity(integrity))
-    shasum = dist.get("shasum")
-    if isinstance(shasum, str):
-        sha1 = parse_shasum(shasum)
-        if sha1 is not None and sha1 not in found:
-            found.append(sha1)
-    return tuple(found)
-
-
-def strongest(digests: tuple[Digest, ...]) -> Digest | None:
-    """The digest verification must use: the strongest known algorithm present, else None."""
-    for algorithm in STRONGEST_FIRST:
-        for digest in digests:
-            if digest.algorithm == algorithm:
-                return digest
-    return None
-
 
 @dataclass(frozen=True, slots=True)
 class MirrorArtifact:

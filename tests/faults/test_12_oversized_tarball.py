@@ -20,7 +20,8 @@ from collections.abc import Iterator
 import pytest
 from aiohttp import web
 
-from mirrorgate.mirror import MirrorArtifact, MirrorJob, digests_from_dist
+from mirrorgate.integrity import digests_from_dist
+from mirrorgate.mirror import MirrorArtifact, MirrorJob
 from tests.faults.conftest import GuardedFactory
 from tests.faults.worker_jobs import (
     logged,

@@ -28,7 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mirrorgate.mirror import MirrorArtifact, MirrorJob, digests_from_dist, encode_job
+from mirrorgate.integrity import digests_from_dist
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, encode_job
 from tests.e2e.mirroring import store_manifest
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry, SeenRequest

@@ -20,8 +20,9 @@ from structlog.testing import LogCapture
 
 from mirrorgate.config import Settings, load_settings
 from mirrorgate.healthz import Heartbeat
+from mirrorgate.integrity import digests_from_dist
 from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, digests_from_dist
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue
 from mirrorgate.rules import Rules
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.worker.loop import Worker, WorkerDeps

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from structlog.testing import LogCapture
 
-from mirrorgate.mirror import Digest, MirrorJob
+from mirrorgate.integrity import Digest
+from mirrorgate.mirror import MirrorJob
 from tests.queue.harness import after_a_visibility_window
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version, tarball_path

@@ -13,7 +13,8 @@ from typing import Any
 
 from structlog.testing import LogCapture
 
-from mirrorgate.mirror import MirrorJob, parse_integrity, parse_shasum
+from mirrorgate.integrity import parse_integrity, parse_shasum
+from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import parse_rules
 from mirrorgate.upstream.filestore import FileStore

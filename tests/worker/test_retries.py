@@ -7,11 +7,11 @@ from pathlib import Path
 from structlog.testing import LogCapture
 
 from mirrorgate.config import Secret
+from mirrorgate.integrity import TarballDigests
 from mirrorgate.mirror import MirrorJob
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.worker.target import PublishResult, RegistryTarget, StoreTarget
-from mirrorgate.worker.verify import TarballDigests
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, tarball_path

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from mirrorgate.npm.versions import is_version_string
+
 __all__ = [
     "MAX_NAME_LENGTH",
     "InvalidNameError",
@@ -31,7 +33,6 @@ __all__ = [
 
 MAX_NAME_LENGTH = 214
 _PART = re.compile(r"[A-Za-z0-9~-][A-Za-z0-9._~-]*")
-_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,256}")
 
 
 class InvalidNameError(ValueError):
@@ -122,6 +123,6 @@ def version_from_filename(name: PackageName, filename: str) -> str:
         raise InvalidNameError(
             f"{filename!r} is not a tarball of {name.full}; expected {name.bare}-<version>.tgz")
     version = filename[len(prefix):-len(".tgz")]
-    if _VERSION.fullmatch(version) is None:
+    if not is_version_string(version):
         raise InvalidNameError(f"{filename!r} does not name a valid version of {name.full}")
     return version

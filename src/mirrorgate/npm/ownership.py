@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mirrorgate.mirror import digests_from_dist, parse_integrity, strongest
+from mirrorgate.integrity import digests_from_dist, parse_integrity, strongest
 from mirrorgate.npm.mirrormark import MirrorMark, read_mark
 
 __all__ = ["first_party_versions", "mirrored_mark"]

@@ -30,7 +30,6 @@ it in a thread and tests can call it directly. Decisions:
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,11 +40,11 @@ from typing import Any
 import nodesemver
 import orjson
 
-from mirrorgate.mirror import Digest, digests_from_dist
+from mirrorgate.integrity import Digest, digests_from_dist
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
 from mirrorgate.npm.names import PackageName, tarball_filename
 from mirrorgate.npm.ownership import first_party_versions, mirrored_mark
-from mirrorgate.npm.versions import highest
+from mirrorgate.npm.versions import highest, is_version_string
 from mirrorgate.rules import (
     INSTALL_SCRIPT_KEYS,
     MINIMUM_AGE,
@@ -98,7 +97,6 @@ such a document would stall the process for every other client. The largest real
 hold a few thousand."""
 
 MAX_DIST_TAGS = 1_000
-_VERSION_KEY = re.compile(r"[0-9A-Za-z.+-]{1,256}")
 PLACEHOLDER = f"mirrorgate-base-{secrets.token_hex(12)}:"
 """Stands for the proxy's base URL in serialised versions; random per process, so no upstream
 string can contain it."""
@@ -429,7 +427,7 @@ def gate(
                          keys=keys)
 
     for version, manifest in public_versions.items():
-        if _VERSION_KEY.fullmatch(version) is None or not isinstance(manifest, Mapping):
+        if not is_version_string(version) or not isinstance(manifest, Mapping):
             skipped += 1
             continue
         if MARK_FIELD in manifest:
@@ -468,7 +466,7 @@ def gate(
                                          tarball, digests)
 
     for version, manifest in private_versions.items():
-        if _VERSION_KEY.fullmatch(version) is None or not isinstance(manifest, Mapping):
+        if not is_version_string(version) or not isinstance(manifest, Mapping):
             skipped += 1
             continue
         full, abbreviated = _serialise(name, version, manifest)

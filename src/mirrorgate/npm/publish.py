@@ -7,7 +7,7 @@ The worker mirrors a version by publishing it the way the npm client does, so an
   `readme` aside (already gone from the job). `name`, `version` and `_id` are set from the job,
   never taken from the manifest.
 - `dist` is rebuilt to describe the bytes sent: sha512 `integrity`, sha1 `shasum` (computed
-  from those bytes, see `verify.describe`) and `tarball`, the target's own URL for the file;
+  from those bytes, see `integrity.dist_digests`) and `tarball`, the target's own URL for the file;
   of the admitted `dist`, `fileCount`, `unpackedSize` and `attestations` are kept, and
   `signatures` when the integrity they sign (`name@version:integrity`) is the one rebuilt from
   the exact bytes: they then still verify against the public registry's keys, which mirrorgate

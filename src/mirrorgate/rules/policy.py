@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mirrorgate.mirror import digests_from_dist, strongest
+from mirrorgate.integrity import digests_from_dist, strongest
 from mirrorgate.rules.advisory import (
     ADVISORY_MALWARE,
     ADVISORY_SEVERITY,

@@ -55,11 +55,12 @@ from mirrorgate.npm.negotiation import (
 )
 from mirrorgate.npm.packument import FULL, Gated, TooManyVersionsError, version_document
 from mirrorgate.npm.paths import POST_ROUTES, Target, looks_like_registry_path, parse_target
+from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import Rules
 from mirrorgate.serve.access import install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.cache import PackumentCache, Slot
-from mirrorgate.serve.fill import THREAD_ABOVE, PackumentSource
+from mirrorgate.serve.fill import PackumentSource
 from mirrorgate.serve.firstparty import FILENAME as FIRST_PARTY_FILE
 from mirrorgate.serve.firstparty import FirstPartyNames
 from mirrorgate.serve.overload import Admission
@@ -364,10 +365,8 @@ class ProxyServer:
     async def _render_into(self, slot: Slot[Entry], gated: Gated, key: RenderKey) -> Rendered:
         entry = slot.value
         try:
-            if gated.size > THREAD_ABOVE:
-                rendered = await asyncio.to_thread(build_rendered, gated, *key, self._vary)
-            else:
-                rendered = build_rendered(gated, *key, self._vary)
+            rendered = await in_thread_if_large(gated.size, build_rendered, gated, *key,
+                                                self._vary)
         finally:
             entry.pending.pop(key, None)
         self.cache.grow(slot, entry.keep(key, rendered))

@@ -14,7 +14,7 @@ per package however many clients wait (the cache is single-flight). Decisions:
   survives and an upstream failed: the failure is raised (the client gets 502, 503 or 504).
   Both say they have no such package: an entry with no packument (a 404), cached like any
   other.
-- Merging and gating documents above `THREAD_ABOVE` bytes runs in a thread, so a 10 MB
+- Merging and gating documents above `offload.THREAD_ABOVE` bytes runs in a thread, so a 10 MB
   packument does not stall the event loop for every other client.
 - Ownership: a name `[private].names` covers (and `merge_public` does not) is never asked of
   the public upstream, nor is one remembered as first-party (`registry.firstparty`); the
@@ -37,6 +37,7 @@ import structlog
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.packument import Gated, gate
+from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import KeySet, Rules, state_token
 from mirrorgate.serve.cache import Loaded, Slot
 from mirrorgate.serve.firstparty import FirstPartyNames
@@ -46,12 +47,10 @@ from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.private import PrivateSource
 
-__all__ = ["DEGRADED_FRESH_FOR", "THREAD_ABOVE", "FirstPartyOutageError", "PackumentSource"]
+__all__ = ["DEGRADED_FRESH_FOR", "FirstPartyOutageError", "PackumentSource"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
-THREAD_ABOVE = 256 * 1024
-"""Gating and rendering documents larger than this (in bytes) run in a thread."""
 DEGRADED_FRESH_FOR = 5.0
 """Seconds a packument built while one upstream was failing is served before it is retried."""
 DENIED_LOGGED = 50
@@ -147,10 +146,7 @@ class PackumentSource:
             self.first_party.forget(full)
             return Loaded(Entry(None, None), 256)
         size = answer.size if answer is not None else 0
-        if size > THREAD_ABOVE:
-            gated = await asyncio.to_thread(self._gate, name, private, public_doc, now, keys)
-        else:
-            gated = self._gate(name, private, public_doc, now, keys)
+        gated = await in_thread_if_large(size, self._gate, name, private, public_doc, now, keys)
         if failure is not None and not gated.survivors:
             raise failure
         if gated.first_party:

@@ -60,6 +60,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from mirrorgate.integrity import DigestMismatch, StreamVerifier, Unverifiable, Verified
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, publish_time
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
@@ -68,7 +69,6 @@ from mirrorgate.serve.refusals import Refused, denied, upstream_failed
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.private import PrivateSource
-from mirrorgate.worker.verify import DigestMismatch, StreamVerifier, Unverifiable, Verified
 
 __all__ = ["OUTCOME", "TarballRoute"]
 

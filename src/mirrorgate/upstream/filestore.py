@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
-import re
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,11 +33,10 @@ import orjson
 
 from mirrorgate.npm.mirrormark import read_mark
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.versions import highest
+from mirrorgate.npm.versions import highest, is_version_string
 
 __all__ = ["FileStore", "StoreError"]
 
-_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+-]{0,255}")
 CHUNK = 256 * 1024
 
 
@@ -47,7 +45,7 @@ class StoreError(Exception):
 
 
 def _check_version(version: str) -> str:
-    if _VERSION.fullmatch(version) is None or ".." in version:
+    if not is_version_string(version):
         raise StoreError(f"{version!r} is not a version the file store can hold")
     return version
 

@@ -70,7 +70,6 @@ import enum
 import hashlib
 import heapq
 import itertools
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -82,23 +81,8 @@ import structlog
 
 from mirrorgate.config import Settings
 from mirrorgate.healthz import Heartbeat
-from mirrorgate.logs import loggable_url
-from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import Digest, MirrorJob, MirrorQueue, QueueMessage, Seconds
-from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
-from mirrorgate.rules import DEFAULT_RULES, Rules
-from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
-from mirrorgate.upstream.keys import RegistryKeys
-from mirrorgate.upstream.origins import OriginRefusal, check_on_origin
-from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
-from mirrorgate.worker.target import (
-    THREAD_ABOVE,
-    MirrorTarget,
-    PublishResult,
-    TargetConflict,
-    TargetError,
-)
-from mirrorgate.worker.verify import (
+from mirrorgate.integrity import (
+    Digest,
     DigestMismatch,
     SizeMismatch,
     StreamVerifier,
@@ -106,15 +90,31 @@ from mirrorgate.worker.verify import (
     TooLarge,
     Unverifiable,
     Verified,
-    describe,
+    dist_digests,
     strongest_of,
+)
+from mirrorgate.logs import loggable_url
+from mirrorgate.metrics import Metrics
+from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage, Seconds
+from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.versions import is_version_string
+from mirrorgate.offload import in_thread_if_large
+from mirrorgate.rules import DEFAULT_RULES, Rules
+from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
+from mirrorgate.upstream.keys import RegistryKeys
+from mirrorgate.upstream.origins import OriginRefusal, check_on_origin
+from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
+from mirrorgate.worker.target import (
+    MirrorTarget,
+    PublishResult,
+    TargetConflict,
+    TargetError,
 )
 
 __all__ = ["Outcome", "Worker", "WorkerDeps"]
 
 log = structlog.get_logger("mirrorgate.worker")
 
-_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+-]{0,255}")
 RELEASE_TIMEOUT = 5.0
 """Longest a release (`extend_visibility(0)`) may take while stopping; the backend redelivers
 after the visibility window anyway."""
@@ -225,10 +225,6 @@ class _RetryShelf:
         while self._heap and self._heap[0].due <= now and len(due) < SHELF_BATCH:
             due.append(heapq.heappop(self._heap).message)
         return due
-
-
-async def _in_thread_if_large(size: int, work: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.to_thread(work, *args) if size >= THREAD_ABOVE else work(*args)
 
 
 class Worker:
@@ -470,7 +466,7 @@ class Worker:
             name = parse_name(job.name)
         except InvalidNameError as error:
             raise _Retire("invalid-name", f"{job.name!r}: {error}") from None
-        if _VERSION.fullmatch(job.version) is None:
+        if not is_version_string(job.version):
             raise _Retire("invalid-version", f"{job.version!r} is not a version string")
         try:
             check_on_origin(job.artifact.tarball_url, self.deps.public.origin)
@@ -498,8 +494,8 @@ class Worker:
             log.info("mirror_already_present", target=target.label, fetched=False)
             return PublishResult.ALREADY_PRESENT
         tarball, verified = await self._fetch(url, verifier)
-        digests: TarballDigests = await _in_thread_if_large(
-            len(tarball), describe, tarball, verified, job.artifact.digests)
+        digests: TarballDigests = await in_thread_if_large(
+            len(tarball), dist_digests, tarball, verified, job.artifact.digests)
         result = await self._target_call(target.publish(job, tarball, digests))
         event = ("mirror_published" if result is PublishResult.PUBLISHED
                  else "mirror_already_present")

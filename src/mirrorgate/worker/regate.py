@@ -10,19 +10,18 @@ description of the version, never the job's. `JobRefused.reason` is the metric l
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from mirrorgate.integrity import Digest, same_digest, strongest
 from mirrorgate.logs import loggable_url
-from mirrorgate.mirror import Digest, MirrorArtifact, MirrorJob, publish_time, strongest
+from mirrorgate.mirror import MirrorArtifact, MirrorJob, publish_time
 from mirrorgate.npm.names import PackageName, tarball_filename
 from mirrorgate.npm.packument import Gated, gate
+from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import ALGORITHMS, DIGEST_FLOOR, KeySet, Rules
-from mirrorgate.serve.fill import THREAD_ABOVE
 from mirrorgate.upstream.client import Upstream
-from mirrorgate.worker.verify import same_digest
 
 __all__ = ["JobRefused", "check_digest_floor", "regate"]
 
@@ -68,10 +67,7 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
     """
     if document is None:
         raise JobRefused("public-missing", f"the public upstream has no package {name.full}")
-    if size > THREAD_ABOVE:
-        gated = await asyncio.to_thread(_gate, name, document, rules, now, public, keys)
-    else:
-        gated = _gate(name, document, rules, now, public, keys)
+    gated = await in_thread_if_large(size, _gate, name, document, rules, now, public, keys)
     record = gated.versions.get(job.version)
     if record is None:
         raise JobRefused("public-missing", f"the public packument of {name.full} does not list "

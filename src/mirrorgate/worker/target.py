@@ -24,14 +24,24 @@ work is done costs no download), and please store these verified bytes (`publish
 
 from __future__ import annotations
 
-import asyncio
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
-from mirrorgate.mirror import Digest, MirrorJob
+from mirrorgate.integrity import (
+    Agreement,
+    Digest,
+    DigestMismatch,
+    StreamVerifier,
+    TarballDigests,
+    TooLarge,
+    agreement,
+    dist_digests,
+    strongest_of,
+)
+from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name, tarball_filename
 from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.publish import (
@@ -41,19 +51,10 @@ from mirrorgate.npm.publish import (
     says_already_exists,
     version_manifest,
 )
+from mirrorgate.offload import in_thread_if_large
 from mirrorgate.upstream.client import ABBREVIATED, WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import FileStore, StoreError
 from mirrorgate.upstream.private import store_root
-from mirrorgate.worker.verify import (
-    Agreement,
-    DigestMismatch,
-    StreamVerifier,
-    TarballDigests,
-    TooLarge,
-    agreement,
-    describe,
-    strongest_of,
-)
 
 __all__ = [
     "MirrorTarget",
@@ -66,7 +67,6 @@ __all__ = [
     "publish_digests",
 ]
 
-THREAD_ABOVE = 256 * 1024
 READ_BACK_LIMIT = 256 * 1024 * 1024
 """The largest stored tarball read back when no MIRRORGATE_MAX_TARBALL_BYTES is given."""
 """Tarballs at least this big are hashed and encoded in a thread, off the event loop."""
@@ -119,17 +119,11 @@ class MirrorTarget(Protocol):
         ...
 
 
-async def _maybe_in_thread(size: int, work: Callable[..., _T], *args: Any) -> _T:
-    if size >= THREAD_ABOVE:
-        return await asyncio.to_thread(work, *args)
-    return work(*args)
-
-
 def _verify_whole(job: MirrorJob, tarball: bytes) -> TarballDigests:
     verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
                               limit=max(len(tarball), 1))
     verifier.update(tarball)
-    return describe(tarball, verifier.finish(), job.artifact.digests)
+    return dist_digests(tarball, verifier.finish(), job.artifact.digests)
 
 
 async def publish_digests(job: MirrorJob, tarball: bytes,
@@ -138,7 +132,7 @@ async def publish_digests(job: MirrorJob, tarball: bytes,
     verify.DigestMismatch or SizeMismatch when they are not the admitted bytes)."""
     if digests is not None:
         return digests
-    return await _maybe_in_thread(len(tarball), _verify_whole, job, tarball)
+    return await in_thread_if_large(len(tarball), _verify_whole, job, tarball)
 
 
 def _name(job: MirrorJob) -> PackageName:

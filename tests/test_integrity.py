@@ -8,17 +8,18 @@ import random
 
 import pytest
 
-from mirrorgate.mirror import Digest, parse_shasum
-from mirrorgate.worker.verify import (
+from mirrorgate.integrity import (
     Agreement,
+    Digest,
     DigestMismatch,
     SizeMismatch,
     StreamVerifier,
     TooLarge,
     Unverifiable,
     agreement,
-    describe,
     digest_of,
+    dist_digests,
+    parse_shasum,
 )
 
 DATA = random.Random(3).randbytes(200_000)
@@ -109,27 +110,27 @@ def test_a_digest_spelled_without_padding_is_the_same_digest() -> None:
     assert verifier.finish().digest == padded
 
 
-def test_describe_reuses_the_verified_sha512_and_adds_the_sha1_shasum() -> None:
+def test_dist_digests_reuses_the_verified_sha512_and_adds_the_sha1_shasum() -> None:
     verifier = StreamVerifier((digest_of("sha512", DATA),), expected_size=None, limit=1 << 20)
     verifier.update(DATA)
-    described = describe(DATA, verifier.finish(), (digest_of("sha512", DATA),))
+    described = dist_digests(DATA, verifier.finish(), (digest_of("sha512", DATA),))
     assert described.integrity == digest_of("sha512", DATA).sri()
     assert described.shasum == hashlib.sha1(DATA, usedforsecurity=False).hexdigest()
 
 
-def test_describe_computes_sha512_when_a_weaker_digest_was_verified() -> None:
+def test_dist_digests_computes_sha512_when_a_weaker_digest_was_verified() -> None:
     verifier = StreamVerifier((sha1_of(DATA),), expected_size=None, limit=1 << 20)
     verifier.update(DATA)
-    described = describe(DATA, verifier.finish(), (sha1_of(DATA),))
+    described = dist_digests(DATA, verifier.finish(), (sha1_of(DATA),))
     assert described.integrity == digest_of("sha512", DATA).sri()
 
 
-def test_describe_refuses_bytes_a_carried_sha1_contradicts() -> None:
+def test_dist_digests_refuses_bytes_a_carried_sha1_contradicts() -> None:
     job = (digest_of("sha512", DATA), sha1_of(OTHER))
     verifier = StreamVerifier(job, expected_size=None, limit=1 << 20)
     verifier.update(DATA)
     with pytest.raises(DigestMismatch) as raised:
-        describe(DATA, verifier.finish(), job)
+        dist_digests(DATA, verifier.finish(), job)
     assert raised.value.expected.algorithm == "sha1"
 
 
