@@ -43,7 +43,8 @@ from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorArtifact, MirrorJob
 from mirrorgate.upstream.client import Upstream
-from mirrorgate.worker.loop import Worker, WorkerDeps
+from mirrorgate.worker.job import WorkerDeps
+from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import open_target
 
 MIN_SIZE = 10_000

@@ -22,7 +22,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import QueueStats
 from mirrorgate.npm.paths import Route
 from mirrorgate.serve.audit import AUDIT_OUTCOMES
-from mirrorgate.worker.loop import Outcome
+from mirrorgate.worker.job import Outcome
 
 __all__ = ["SCHEMA", "UnknownMetricError", "metric_value", "registry_samples", "text_samples"]
 

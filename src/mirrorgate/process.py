@@ -55,7 +55,8 @@ from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
 from mirrorgate.upstream.client import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.private import PrivateSource, open_private, store_root
-from mirrorgate.worker.loop import Worker, WorkerDeps
+from mirrorgate.worker.job import WorkerDeps
+from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import MirrorTarget, open_target
 
 __all__ = ["StartupError", "run"]

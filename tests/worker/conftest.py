@@ -18,7 +18,8 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.upstream.client import Upstream
-from mirrorgate.worker.loop import Worker, WorkerDeps
+from mirrorgate.worker.job import WorkerDeps
+from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import open_target
 from tests.clock import ManualClock
 from tests.servers.fixture_registry import FixtureRegistry

@@ -25,7 +25,8 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue
 from mirrorgate.rules import Rules
 from mirrorgate.upstream.client import Upstream
-from mirrorgate.worker.loop import Worker, WorkerDeps
+from mirrorgate.worker.job import WorkerDeps
+from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import MirrorTarget
 from tests.clock import ManualClock
 from tests.metric_samples import metric_value, registry_samples

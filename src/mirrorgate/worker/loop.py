@@ -1,117 +1,29 @@
-"""The mirror worker: receive a job, fetch its tarball from public, verify it, publish it.
+"""The worker's loop: receive mirror jobs, hold each until a slot runs it, then ack or release.
 
-One message, one outcome, one log line with a stable event name and one count in
-`mirrorgate_jobs{outcome}`:
-
-- `published`: the target took the verified bytes. Acked.
-- `already_present`: the target lists the version with the job's integrity (asked before any
-  download), or answered "already exists" and reading it back shows that integrity. Acked.
-- `retried`: the public upstream or the target failed in a way that may pass (connection,
-  timeout, 5xx, 408, 429), or the job crashed unexpectedly. Not acked: released for another
-  delivery after `retry_delay` (held on the worker's own shelf when the queue never
-  redelivers).
-- `tampered`: the bytes do not match the admitted digest or size. Never published, logged as a
-  security event, counted in `mirrorgate_tampered`, acked (retired, never retried).
-- `retired`: the job can never succeed (undecodable, too many deliveries, off-origin URL,
-  oversized, gone from public, not what public and the rules admit, refused by the target, the
-  target holds other bytes, the name is first-party: `first-party`, so `latest` of the
-  organisation's own name never moves). Acked, with the reason in
-  `mirrorgate_jobs_retired{reason}`.
-
-Decisions:
-
-- The queue is not trusted (anyone with send rights can write a job). With a job key set, a
-  job whose signature does not verify (`jobsign`) is retired as it is received, before any
-  request leaves for it. Then, before anything else, the job is re-gated against the public
-  packument with the current rules (`regate`), and a job that does not match what public
-  publishes and the rules admit is refused (`mirror_job_refused`, a security line naming what
-  did not match, then retired with the reason). What is verified and published from there on
-  is public's description of the version, never the job's.
-- Then a cheap question: a target that already holds the version with that integrity costs a
-  metadata read, never a download.
-- The tarball is fetched only from the public upstream's origin (checked before anything is
-  sent), never through a redirect, and never past `MIRRORGATE_MAX_TARBALL_BYTES`; it is hashed
-  chunk by chunk as it arrives (`verify.StreamVerifier`).
-- Bytes of the wrong size are tampering as much as bytes with the wrong digest, and the
-  security line names both digests either way: once the size is known to be wrong, the rest
-  of the answer is hashed but no longer kept (still never past the cap), so the line can say
-  what was actually sent. A download that breaks off during that read leaves `actual` null;
-  it never turns the refusal into a retry.
-- Retry is "do not ack". A transient failure releases the message (`retry_delay`: at once the
-  first time, then after the visibility window, doubling), so the backend hands it out again;
-  `MIRRORGATE_MAX_DELIVERIES` bounds how often. A queue that never redelivers (the bounded
-  memory queue) would lose the job instead, and the serve path enqueues a version at most once
-  per window, so the next pull would not make it good for minutes: the worker keeps such a job
-  on a shelf of its own (bounded by `MIRROR_QUEUE_MAX_DEPTH`, lost on exit like the memory
-  queue itself) and hands it back to itself after the same delay, its delivery count raised,
-  so a private upstream that is down for a while costs the memory shape no mirrored version.
-- While a message is held (waiting for a slot or running), its visibility is extended every
-  third of the window, so a slow publish is not handed to another worker mid-flight.
-- `MIRRORGATE_WORKER_CONCURRENCY` jobs run at once; the loop receives again only when a slot is
-  free, so it never holds more than one batch beyond what it can run. Two jobs for the same
-  version (two pulls, two enqueues) never run at once here: the second waits for the first and
-  then finds the version present, instead of downloading it again and racing its publish.
-- The heartbeat advances when a receive returns (an empty poll is a healthy idle) and after each
-  job, so a job stuck with every slot taken shows as a stale `/livez`.
-- Stopping: the waiting receive is cancelled (the backends are safe to cancel), messages not
-  yet started are released at once, running jobs get `MIRRORGATE_DRAIN_TIMEOUT` to finish and
-  are then cancelled and released.
-- Every log line a job causes carries its package, version and message id (structlog
-  contextvars). Nothing raised by one message ends the loop.
+What happens to one job is `worker.job`; this module owns the queue side: how many jobs run at
+once, keeping a held message invisible, retry as "do not ack" (with a shelf of its own for a
+queue that never redelivers), the heartbeat `/livez` reads, and draining on stop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
-import enum
-import hashlib
 import heapq
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import aiohttp
 import structlog
 
-from mirrorgate.config import Settings
-from mirrorgate.healthz import Heartbeat
-from mirrorgate.integrity import (
-    Digest,
-    DigestMismatch,
-    SizeMismatch,
-    StreamVerifier,
-    TarballDigests,
-    TooLarge,
-    Unverifiable,
-    Verified,
-    dist_digests,
-    strongest_of,
-)
-from mirrorgate.logs import loggable_url
-from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage, Seconds
-from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
-from mirrorgate.npm.versions import is_version_string
-from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules import DEFAULT_RULES, Rules
-from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
+from mirrorgate.mirror import QueueMessage, Seconds
 from mirrorgate.upstream.keys import RegistryKeys
-from mirrorgate.upstream.origins import OriginRefusal, check_on_origin
-from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
-from mirrorgate.worker.target import (
-    MirrorTarget,
-    PublishResult,
-    TargetConflict,
-    TargetError,
-)
+from mirrorgate.worker.job import JobRunner, Outcome, WorkerDeps, subject
 
-__all__ = ["Outcome", "Worker", "WorkerDeps"]
+__all__ = ["MAX_RETRY_DELAY", "Worker", "retry_delay"]
 
 log = structlog.get_logger("mirrorgate.worker")
 
@@ -119,65 +31,6 @@ RELEASE_TIMEOUT = 5.0
 """Longest a release (`extend_visibility(0)`) may take while stopping; the backend redelivers
 after the visibility window anyway."""
 _T = TypeVar("_T")
-
-
-class Outcome(enum.StrEnum):
-    PUBLISHED = "published"
-    ALREADY_PRESENT = "already_present"
-    TAMPERED = "tampered"
-    RETRIED = "retried"
-    RETIRED = "retired"
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class WorkerDeps:
-    """`rules` and `now` re-gate each job as the serve path gates (`regate`)."""
-
-    settings: Settings
-    queue: MirrorQueue
-    public: Upstream
-    target: MirrorTarget
-    metrics: Metrics
-    heartbeat: Heartbeat
-    rules: Rules = DEFAULT_RULES
-    now: Callable[[], datetime] = _utcnow
-
-
-class _Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it
-    def __init__(self, reason: str, detail: str, **fields: Any) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.fields = fields
-
-
-class _Retry(Exception):  # noqa: N818 - control flow inside one job, never escapes it
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-
-
-class _WrongSize(Exception):  # noqa: N818 - tampering, logged as such, never escapes a job
-    """Bytes that are not the size the job declares, and what hashing all of them showed:
-    `actual` is None when the answer ran past the cap or broke off before its end."""
-
-    def __init__(self, mismatch: SizeMismatch, expected: Digest, actual: Digest | None,
-                 actual_size: int, complete: bool) -> None:
-        super().__init__(str(mismatch))
-        self.expected = expected
-        self.expected_size = mismatch.expected
-        self.actual = actual
-        self.actual_size = actual_size
-        self.complete = complete
-
-
-@dataclass
-class _VersionLock:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
 
 
 SHELF_BATCH = 10
@@ -239,15 +92,17 @@ class Worker:
         self.heartbeat = deps.heartbeat
         self.idle_pause = idle_pause
         self._running: set[asyncio.Task[None]] = set()
-        self._versions: dict[tuple[str, str], _VersionLock] = {}
         self._shelf = _RetryShelf(max(1, deps.settings.queue.max_depth))
         # The registry's keys, for the signature rule: fetched only when it is on.
         self._keys = RegistryKeys(deps.public, clock=time.monotonic, metrics=deps.metrics)
+        self._jobs = JobRunner(deps, self._keys)
 
     # --- the loop ----------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receive and process until `stop` is set, then drain and return."""
+        # MIRRORGATE_WORKER_CONCURRENCY jobs run at once, and the loop receives again only when
+        # a slot is free: it never holds more than one batch beyond what it can run.
         concurrency = max(1, self.settings.worker_concurrency)
         slots = asyncio.Semaphore(concurrency)
         held: set[asyncio.Task[None]] = set()
@@ -306,6 +161,8 @@ class Worker:
             log.warning("worker_receive_failed", error=str(error) or type(error).__name__)
             return []
         messages = receiving.result()
+        # An empty poll is a healthy idle. The heartbeat also beats after each job, so a job
+        # stuck with every slot taken shows as a stale /livez.
         self.heartbeat.beat()
         if stop.is_set():
             # the batch arrived as the stop did: hand it straight back
@@ -331,6 +188,9 @@ class Worker:
                 self._running.discard(current)
 
     async def _drain(self, held: set[asyncio.Task[None]]) -> None:
+        """Stop: messages not yet started are released at once; running jobs get
+        MIRRORGATE_DRAIN_TIMEOUT to finish, then are cancelled and released. (The waiting
+        receive was cancelled already: the backends are safe to cancel.)"""
         waiting = [task for task in held if task not in self._running]
         running = [task for task in held if task in self._running]
         log.info("worker_stopping", running=len(running), waiting=len(waiting),
@@ -349,6 +209,8 @@ class Worker:
 
     @contextlib.asynccontextmanager
     async def _keepalive(self, message: QueueMessage) -> AsyncIterator[None]:
+        # While a message is held (waiting for a slot or running), its visibility is extended
+        # every third of the window, so a slow publish is not handed to another worker.
         if not self.queue.redelivers:
             yield
             return
@@ -378,225 +240,23 @@ class Worker:
             return await self._handle_held(message)
 
     async def _handle_held(self, message: QueueMessage) -> str:
+        # Every log line a job causes carries its package, version and message id.
         with structlog.contextvars.bound_contextvars(**_context(message)):
             try:
-                outcome = await self._process(message)
+                outcome, why = await self._jobs.decide(message)
             except Exception:  # one message never ends the loop: log it, retry it later
                 log.exception("mirror_job_crashed")
-                await self._release(message, "crashed")
-                outcome = Outcome.RETRIED
+                outcome, why = Outcome.RETRIED, "crashed"
+            if outcome is Outcome.RETRIED:  # retry is "do not ack"
+                await self._release(message, why)
+            else:
+                await self._ack(message)
             self.metrics.jobs.labels(outcome.value).inc()
-            self.metrics.events.job(_subject(message), outcome.value)
+            self.metrics.events.job(subject(message), outcome.value)
             self.heartbeat.beat()
             return outcome.value
 
-    async def _process(self, message: QueueMessage) -> Outcome:
-        job = message.job
-        if job is None:
-            problem = message.problem or "the message is not a mirror job"
-            if message.refusal != "undecodable":  # a signature the keys do not vouch for
-                log.critical("mirror_job_refused", security=True, reason=message.refusal,
-                             detail=problem)
-            return await self._retire(message, message.refusal, problem)
-        limit = self.settings.max_deliveries
-        if message.deliveries is not None and message.deliveries > limit:
-            return await self._retire(message, "max-deliveries",
-                                      f"delivered {message.deliveries} times; the limit is "
-                                      f"{limit} (MIRRORGATE_MAX_DELIVERIES)")
-        try:
-            async with self._one_at_a_time(job):
-                result = await self._mirror(job)
-        except JobRefused as refused:
-            # what anyone who can write to the queue could send: a security event, named
-            log.critical("mirror_job_refused", security=True, reason=refused.reason,
-                         detail=str(refused), **refused.fields)
-            return await self._retire(message, refused.reason, str(refused))
-        except _Retire as retire:
-            return await self._retire(message, retire.reason, str(retire), **retire.fields)
-        except _Retry as retry:
-            log.warning("mirror_retry", reason=retry.reason, detail=str(retry))
-            await self._release(message, retry.reason)
-            return Outcome.RETRIED
-        except DigestMismatch as mismatch:
-            log.critical("mirror_digest_mismatch", security=True,
-                         expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
-                         algorithm=mismatch.expected.algorithm,
-                         url=loggable_url(job.artifact.tarball_url))
-            return await self._tampered(message)
-        except _WrongSize as wrong:
-            log.critical("mirror_size_mismatch", security=True, expected=wrong.expected.sri(),
-                         actual=wrong.actual.sri() if wrong.actual is not None else None,
-                         algorithm=wrong.expected.algorithm, expected_size=wrong.expected_size,
-                         actual_size=wrong.actual_size, complete=wrong.complete,
-                         url=loggable_url(job.artifact.tarball_url))
-            return await self._tampered(message)
-        except SizeMismatch as mismatch:  # a target that checked the bytes itself
-            log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
-                         actual_size=mismatch.actual, complete=mismatch.complete,
-                         url=loggable_url(job.artifact.tarball_url))
-            return await self._tampered(message)
-        except TargetConflict as conflict:
-            log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
-                         expected=conflict.expected.sri(),
-                         stored=conflict.stored.sri() if conflict.stored else None)
-            return await self._retire(message, "target-conflict", str(conflict))
-        await self._ack(message)
-        return Outcome(result.value)
-
-    @contextlib.asynccontextmanager
-    async def _one_at_a_time(self, job: MirrorJob) -> AsyncIterator[None]:
-        """Serialise jobs for the same version: the second waits, then finds it present."""
-        key = (job.name, job.version)
-        entry = self._versions.get(key)
-        if entry is None:
-            entry = self._versions[key] = _VersionLock()
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                del self._versions[key]
-
-    async def _mirror(self, job: MirrorJob) -> PublishResult:
-        """Re-gate, fetch, verify and publish; raises JobRefused, _Retire, _Retry or a
-        verify/target error."""
-        try:
-            name = parse_name(job.name)
-        except InvalidNameError as error:
-            raise _Retire("invalid-name", f"{job.name!r}: {error}") from None
-        if not is_version_string(job.version):
-            raise _Retire("invalid-version", f"{job.version!r} is not a version string")
-        try:
-            check_on_origin(job.artifact.tarball_url, self.deps.public.origin)
-        except OriginRefusal as refusal:
-            raise _Retire("off-origin", str(refusal), url=loggable_url(job.artifact.tarball_url),
-                          kind=refusal.kind) from None
-        try:
-            strongest_of(job.artifact.digests)
-        except Unverifiable as error:
-            raise _Retire("unverifiable", str(error)) from None
-        check_digest_floor(job, self.deps.rules)
-        # dependency confusion: never publish a public version into the organisation's name
-        # ([private].names, or a name the target holds unmarked versions of)
-        if self.deps.rules.private_alone(job.name) or await self._target_call(
-                self.deps.target.first_party(job)):
-            raise _Retire("first-party", f"{job.name} is first-party: a public version is "
-                          f"never published into it")
-        job = await self._regate(job, name)
-        url = job.artifact.tarball_url
-        # public's digests: the gate denies a version without one this worker can compute
-        verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
-                                  limit=self.settings.max_tarball_bytes)
-        target = self.deps.target
-        if await self._target_call(target.holds(job)):
-            log.info("mirror_already_present", target=target.label, fetched=False)
-            return PublishResult.ALREADY_PRESENT
-        tarball, verified = await self._fetch(url, verifier)
-        digests: TarballDigests = await in_thread_if_large(
-            len(tarball), dist_digests, tarball, verified, job.artifact.digests)
-        result = await self._target_call(target.publish(job, tarball, digests))
-        event = ("mirror_published" if result is PublishResult.PUBLISHED
-                 else "mirror_already_present")
-        log.info(event, target=target.label, fetched=True, size=verified.size,
-                 integrity=digests.integrity)
-        return result
-
-    async def _regate(self, job: MirrorJob, name: PackageName) -> MirrorJob:
-        """The job as the public packument describes it now (`regate`); raises JobRefused."""
-        try:
-            answer = await self.deps.public.get_json(name.url_path(), pool=WORKER)
-        except UpstreamError as error:
-            if error.transient:
-                raise _Retry("public-failed", str(error)) from None
-            raise _Retire("public-refused", str(error), status=error.status) from None
-        signatures = self.deps.rules.signatures
-        keys = await self._keys.current() if signatures.verify else None
-        if signatures.verify and keys is None and signatures.missing == "deny":
-            # Refusing now would retire a job only a passing outage stands in the way of.
-            raise _Retry("public-failed", "the public registry's signing keys are unavailable")
-        return await regate(job, name, answer.document, answer.size, public=self.deps.public,
-                            rules=self.deps.rules, now=self.deps.now(), keys=keys)
-
-    async def _target_call(self, call: Awaitable[_T]) -> _T:
-        try:
-            return await call
-        except TargetConflict:
-            raise
-        except TargetError as error:
-            if error.transient:
-                raise _Retry(error.reason, str(error)) from None
-            raise _Retire(error.reason, str(error)) from None
-
-    async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
-        chunks: list[bytes] = []
-        shown = loggable_url(url)
-        try:
-            async with self.deps.public.stream(url, pool=WORKER) as response:
-                if response is None:
-                    raise _Retire("public-missing", "the public upstream answered 404", url=shown)
-                try:
-                    verifier.declared_length(response.size)
-                    async for chunk in response.chunks:
-                        chunks.append(chunk)
-                        verifier.update(chunk)
-                    verified = verifier.finish()
-                except SizeMismatch as mismatch:
-                    raise await self._wrong_size(mismatch, verifier.expected, chunks,
-                                                 response.chunks) from None
-        except UpstreamError as error:
-            if error.kind == "refused":
-                raise _Retire("off-origin", str(error), url=shown) from None
-            if error.transient:
-                raise _Retry("public-failed", str(error)) from None
-            if error.kind == "invalid":  # a content coding mirrorgate cannot decode: not tampering
-                raise _Retire("public-coding", str(error), url=shown) from None
-            raise _Retire("public-refused", str(error), url=shown, status=error.status) from None
-        except TooLarge as error:
-            raise _Retire("oversized", str(error), url=shown, size=error.size) from None
-        except (aiohttp.ClientError, TimeoutError, ConnectionError) as error:
-            raise _Retry("public-failed", "the download broke off "
-                         f"({type(error).__name__})") from None
-        return b"".join(chunks), verified
-
-    async def _wrong_size(self, mismatch: SizeMismatch, expected: Digest, chunks: list[bytes],
-                          rest: AsyncIterator[bytes]) -> _WrongSize:
-        """Hash everything the upstream sends for a tarball of the wrong size (what was read
-        already, then the rest as it arrives, keeping none of it), up to the cap."""
-        hasher = hashlib.new(expected.algorithm)
-        size = 0
-        for chunk in chunks:
-            hasher.update(chunk)
-            size += len(chunk)
-        chunks.clear()
-        limit = self.settings.max_tarball_bytes
-        try:
-            async for chunk in rest:
-                size += len(chunk)
-                if size > limit:
-                    return _WrongSize(mismatch, expected, None, size, complete=False)
-                hasher.update(chunk)
-        except (aiohttp.ClientError, TimeoutError, ConnectionError):
-            return _WrongSize(mismatch, expected, None, size, complete=False)
-        actual = Digest(expected.algorithm, base64.b64encode(hasher.digest()).decode("ascii"))
-        return _WrongSize(mismatch, expected, actual, size, complete=True)
-
     # --- acknowledgements --------------------------------------------------------------
-
-    async def _retire(self, message: QueueMessage, reason: str, detail: str,
-                      **fields: Any) -> Outcome:
-        log.warning("mirror_retired", reason=reason, detail=detail, **fields)
-        self.metrics.retired.labels(reason).inc()
-        await self._ack(message)
-        return Outcome.RETIRED
-
-    async def _tampered(self, message: QueueMessage) -> Outcome:
-        self.metrics.tampered.inc()
-        self.metrics.events.tampered(_subject(message), "the downloaded bytes did not match "
-                                     "the admitted digest or size; not published")
-        await self._ack(message)
-        return Outcome.TAMPERED
 
     async def _ack(self, message: QueueMessage) -> None:
         try:
@@ -623,7 +283,14 @@ class Worker:
 
 
     def _shelve(self, message: QueueMessage, why: str) -> None:
-        """Keep a job the queue will not redeliver, for another try after `retry_delay`."""
+        """Keep a job the queue will not redeliver, for another try after `retry_delay`.
+
+        The bounded memory queue never redelivers, and the serve path enqueues a version at
+        most once per window, so a released job would be lost for minutes. The shelf (bounded
+        by MIRROR_QUEUE_MAX_DEPTH, lost on exit like the memory queue itself) hands it back
+        after the same delay, its delivery count raised, so a private upstream that is down
+        for a while costs the memory shape no mirrored version.
+        """
         delay = retry_delay(message.deliveries, self.settings.queue.visibility)
         again = dataclasses.replace(message, deliveries=(message.deliveries or 1) + 1)
         if self._shelf.put(again, delay):
@@ -650,11 +317,6 @@ def retry_delay(deliveries: int | None, visibility: int) -> Seconds:
     if deliveries is None or deliveries <= 1:
         return Seconds(0)
     return Seconds(min(MAX_RETRY_DELAY, visibility * 2 ** (deliveries - 2)))
-
-
-def _subject(message: QueueMessage) -> str:
-    job = message.job
-    return f"{job.name}@{job.version}" if job is not None else f"message {message.message_id}"
 
 
 def _context(message: QueueMessage) -> dict[str, Any]:

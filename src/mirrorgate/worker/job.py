@@ -1,0 +1,357 @@
+"""One mirror job from message to outcome: re-gate, fetch, verify, publish, and what came of it.
+
+`JobRunner.decide` returns the outcome and the loop (`worker.loop`) acks or releases the
+message with it, so every rule about a job's bytes lives here and every rule about the queue
+lives there. The outcomes and their log events are listed in docs/worker.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import enum
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import aiohttp
+import structlog
+
+from mirrorgate.config import Settings
+from mirrorgate.healthz import Heartbeat
+from mirrorgate.integrity import (
+    Digest,
+    DigestMismatch,
+    SizeMismatch,
+    StreamVerifier,
+    TarballDigests,
+    TooLarge,
+    Unverifiable,
+    Verified,
+    dist_digests,
+    strongest_of,
+)
+from mirrorgate.logs import loggable_url
+from mirrorgate.metrics import Metrics
+from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
+from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.versions import is_version_string
+from mirrorgate.offload import in_thread_if_large
+from mirrorgate.rules import DEFAULT_RULES, Rules
+from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
+from mirrorgate.upstream.keys import RegistryKeys
+from mirrorgate.upstream.origins import OriginRefusal, check_on_origin
+from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
+from mirrorgate.worker.target import (
+    MirrorTarget,
+    PublishResult,
+    TargetConflict,
+    TargetError,
+)
+
+__all__ = ["JobRunner", "Outcome", "WorkerDeps", "subject"]
+
+log = structlog.get_logger("mirrorgate.worker")
+
+_T = TypeVar("_T")
+
+
+class Outcome(enum.StrEnum):
+    """One message, one outcome, one log line and one count in `mirrorgate_jobs{outcome}`."""
+
+    PUBLISHED = "published"  # the target took the verified bytes; acked
+    # the target holds the version with the job's integrity (asked before any download), or
+    # answered "already exists" and reading it back shows that integrity; acked
+    ALREADY_PRESENT = "already_present"
+    # the bytes are not the admitted digest or size: never published, a security line,
+    # `mirrorgate_tampered`, acked (never retried)
+    TAMPERED = "tampered"
+    # a failure that may pass (connection, timeout, 5xx, 408, 429) or a crash: not acked,
+    # released for another delivery after `loop.retry_delay`
+    RETRIED = "retried"
+    # the job can never succeed; acked, the reason in `mirrorgate_jobs_retired{reason}`
+    RETIRED = "retired"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class WorkerDeps:
+    """`rules` and `now` re-gate each job as the serve path gates (`regate`)."""
+
+    settings: Settings
+    queue: MirrorQueue
+    public: Upstream
+    target: MirrorTarget
+    metrics: Metrics
+    heartbeat: Heartbeat
+    rules: Rules = DEFAULT_RULES
+    now: Callable[[], datetime] = _utcnow
+
+
+class Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it
+    def __init__(self, reason: str, detail: str, **fields: Any) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.fields = fields
+
+
+class Retry(Exception):  # noqa: N818 - control flow inside one job, never escapes it
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class WrongSize(Exception):  # noqa: N818 - tampering, logged as such, never escapes a job
+    """Bytes that are not the size the job declares, and what hashing all of them showed:
+    `actual` is None when the answer ran past the cap or broke off before its end."""
+
+    def __init__(self, mismatch: SizeMismatch, expected: Digest, actual: Digest | None,
+                 actual_size: int, complete: bool) -> None:
+        super().__init__(str(mismatch))
+        self.expected = expected
+        self.expected_size = mismatch.expected
+        self.actual = actual
+        self.actual_size = actual_size
+        self.complete = complete
+
+
+@dataclass
+class _VersionLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class JobRunner:
+    """The steps of one job, shared by every message the worker holds."""
+
+    def __init__(self, deps: WorkerDeps, keys: RegistryKeys) -> None:
+        self.deps = deps
+        self._keys = keys  # the registry's keys, for the signature rule
+        self._versions: dict[tuple[str, str], _VersionLock] = {}
+
+    async def decide(self, message: QueueMessage) -> tuple[Outcome, str]:
+        """Carry one message's job to its outcome, and say why when it is to be retried.
+
+        Nothing here acks or releases: the loop does that with what this returns.
+        """
+        job = message.job
+        if job is None:
+            problem = message.problem or "the message is not a mirror job"
+            if message.refusal != "undecodable":  # a signature the keys do not vouch for
+                log.critical("mirror_job_refused", security=True, reason=message.refusal,
+                             detail=problem)
+            return self._retired(message.refusal, problem)
+        limit = self.deps.settings.max_deliveries
+        if message.deliveries is not None and message.deliveries > limit:
+            return self._retired("max-deliveries",
+                                      f"delivered {message.deliveries} times; the limit is "
+                                      f"{limit} (MIRRORGATE_MAX_DELIVERIES)")
+        try:
+            async with self._one_at_a_time(job):
+                result = await self._mirror(job)
+        except JobRefused as refused:
+            # what anyone who can write to the queue could send: a security event, named
+            log.critical("mirror_job_refused", security=True, reason=refused.reason,
+                         detail=str(refused), **refused.fields)
+            return self._retired(refused.reason, str(refused))
+        except Retire as retire:
+            return self._retired(retire.reason, str(retire), **retire.fields)
+        except Retry as retry:
+            log.warning("mirror_retry", reason=retry.reason, detail=str(retry))
+            return Outcome.RETRIED, retry.reason
+        except DigestMismatch as mismatch:
+            log.critical("mirror_digest_mismatch", security=True,
+                         expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
+                         algorithm=mismatch.expected.algorithm,
+                         url=loggable_url(job.artifact.tarball_url))
+            return self._tampered(message)
+        except WrongSize as wrong:
+            log.critical("mirror_size_mismatch", security=True, expected=wrong.expected.sri(),
+                         actual=wrong.actual.sri() if wrong.actual is not None else None,
+                         algorithm=wrong.expected.algorithm, expected_size=wrong.expected_size,
+                         actual_size=wrong.actual_size, complete=wrong.complete,
+                         url=loggable_url(job.artifact.tarball_url))
+            return self._tampered(message)
+        except SizeMismatch as mismatch:  # a target that checked the bytes itself
+            log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
+                         actual_size=mismatch.actual, complete=mismatch.complete,
+                         url=loggable_url(job.artifact.tarball_url))
+            return self._tampered(message)
+        except TargetConflict as conflict:
+            log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
+                         expected=conflict.expected.sri(),
+                         stored=conflict.stored.sri() if conflict.stored else None)
+            return self._retired("target-conflict", str(conflict))
+        return Outcome(result.value), ""
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, job: MirrorJob) -> AsyncIterator[None]:
+        """Serialise jobs for the same version: the second waits, then finds it present."""
+        key = (job.name, job.version)
+        entry = self._versions.get(key)
+        if entry is None:
+            entry = self._versions[key] = _VersionLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._versions[key]
+
+    async def _mirror(self, job: MirrorJob) -> PublishResult:
+        """Re-gate, fetch, verify and publish; raises JobRefused, Retire, Retry or a
+        verify/target error."""
+        try:
+            name = parse_name(job.name)
+        except InvalidNameError as error:
+            raise Retire("invalid-name", f"{job.name!r}: {error}") from None
+        if not is_version_string(job.version):
+            raise Retire("invalid-version", f"{job.version!r} is not a version string")
+        try:
+            check_on_origin(job.artifact.tarball_url, self.deps.public.origin)
+        except OriginRefusal as refusal:
+            raise Retire("off-origin", str(refusal), url=loggable_url(job.artifact.tarball_url),
+                          kind=refusal.kind) from None
+        try:
+            strongest_of(job.artifact.digests)
+        except Unverifiable as error:
+            raise Retire("unverifiable", str(error)) from None
+        check_digest_floor(job, self.deps.rules)
+        # The queue is not trusted: anyone with send rights can write a job. The job is
+        # re-gated against the public packument with today's rules, and from there on what is
+        # verified and published is public's description of the version, never the job's.
+        # dependency confusion: never publish a public version into the organisation's name
+        # ([private].names, or a name the target holds unmarked versions of)
+        if self.deps.rules.private_alone(job.name) or await self._target_call(
+                self.deps.target.first_party(job)):
+            raise Retire("first-party", f"{job.name} is first-party: a public version is "
+                          f"never published into it")
+        job = await self._regate(job, name)
+        url = job.artifact.tarball_url
+        # public's digests: the gate denies a version without one this worker can compute
+        verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
+                                  limit=self.deps.settings.max_tarball_bytes)
+        target = self.deps.target
+        # the cheap question first: a version already held costs a metadata read, no download
+        if await self._target_call(target.holds(job)):
+            log.info("mirror_already_present", target=target.label, fetched=False)
+            return PublishResult.ALREADY_PRESENT
+        tarball, verified = await self._fetch(url, verifier)
+        digests: TarballDigests = await in_thread_if_large(
+            len(tarball), dist_digests, tarball, verified, job.artifact.digests)
+        result = await self._target_call(target.publish(job, tarball, digests))
+        event = ("mirror_published" if result is PublishResult.PUBLISHED
+                 else "mirror_already_present")
+        log.info(event, target=target.label, fetched=True, size=verified.size,
+                 integrity=digests.integrity)
+        return result
+
+    async def _regate(self, job: MirrorJob, name: PackageName) -> MirrorJob:
+        """The job as the public packument describes it now (`regate`); raises JobRefused."""
+        try:
+            answer = await self.deps.public.get_json(name.url_path(), pool=WORKER)
+        except UpstreamError as error:
+            if error.transient:
+                raise Retry("public-failed", str(error)) from None
+            raise Retire("public-refused", str(error), status=error.status) from None
+        signatures = self.deps.rules.signatures
+        keys = await self._keys.current() if signatures.verify else None
+        if signatures.verify and keys is None and signatures.missing == "deny":
+            # Refusing now would retire a job only a passing outage stands in the way of.
+            raise Retry("public-failed", "the public registry's signing keys are unavailable")
+        return await regate(job, name, answer.document, answer.size, public=self.deps.public,
+                            rules=self.deps.rules, now=self.deps.now(), keys=keys)
+
+    async def _target_call(self, call: Awaitable[_T]) -> _T:
+        try:
+            return await call
+        except TargetConflict:
+            raise
+        except TargetError as error:
+            if error.transient:
+                raise Retry(error.reason, str(error)) from None
+            raise Retire(error.reason, str(error)) from None
+
+    async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
+        """The tarball from the public origin only (checked before anything is sent), never
+        through a redirect, never past MIRRORGATE_MAX_TARBALL_BYTES, hashed as it arrives."""
+        chunks: list[bytes] = []
+        shown = loggable_url(url)
+        try:
+            async with self.deps.public.stream(url, pool=WORKER) as response:
+                if response is None:
+                    raise Retire("public-missing", "the public upstream answered 404", url=shown)
+                try:
+                    verifier.declared_length(response.size)
+                    async for chunk in response.chunks:
+                        chunks.append(chunk)
+                        verifier.update(chunk)
+                    verified = verifier.finish()
+                except SizeMismatch as mismatch:
+                    raise await self._wrong_size(mismatch, verifier.expected, chunks,
+                                                 response.chunks) from None
+        except UpstreamError as error:
+            if error.kind == "refused":
+                raise Retire("off-origin", str(error), url=shown) from None
+            if error.transient:
+                raise Retry("public-failed", str(error)) from None
+            if error.kind == "invalid":  # a content coding mirrorgate cannot decode: not tampering
+                raise Retire("public-coding", str(error), url=shown) from None
+            raise Retire("public-refused", str(error), url=shown, status=error.status) from None
+        except TooLarge as error:
+            raise Retire("oversized", str(error), url=shown, size=error.size) from None
+        except (aiohttp.ClientError, TimeoutError, ConnectionError) as error:
+            raise Retry("public-failed", "the download broke off "
+                         f"({type(error).__name__})") from None
+        return b"".join(chunks), verified
+
+    async def _wrong_size(self, mismatch: SizeMismatch, expected: Digest, chunks: list[bytes],
+                          rest: AsyncIterator[bytes]) -> WrongSize:
+        """Hash everything the upstream sends for a tarball of the wrong size (what was read
+        already, then the rest as it arrives, keeping none of it), up to the cap.
+
+        Wrong size is tampering as much as a wrong digest, and the security line names both
+        digests either way. A download that breaks off here leaves `actual` None; it never
+        turns the refusal into a retry.
+        """
+        hasher = hashlib.new(expected.algorithm)
+        size = 0
+        for chunk in chunks:
+            hasher.update(chunk)
+            size += len(chunk)
+        chunks.clear()
+        limit = self.deps.settings.max_tarball_bytes
+        try:
+            async for chunk in rest:
+                size += len(chunk)
+                if size > limit:
+                    return WrongSize(mismatch, expected, None, size, complete=False)
+                hasher.update(chunk)
+        except (aiohttp.ClientError, TimeoutError, ConnectionError):
+            return WrongSize(mismatch, expected, None, size, complete=False)
+        actual = Digest(expected.algorithm, base64.b64encode(hasher.digest()).decode("ascii"))
+        return WrongSize(mismatch, expected, actual, size, complete=True)
+
+    def _retired(self, reason: str, detail: str, **fields: Any) -> tuple[Outcome, str]:
+        log.warning("mirror_retired", reason=reason, detail=detail, **fields)
+        self.deps.metrics.retired.labels(reason).inc()
+        return Outcome.RETIRED, reason
+
+    def _tampered(self, message: QueueMessage) -> tuple[Outcome, str]:
+        self.deps.metrics.tampered.inc()
+        self.deps.metrics.events.tampered(subject(message), "the downloaded bytes did not "
+                                          "match the admitted digest or size; not published")
+        return Outcome.TAMPERED, "tampered"
+
+
+def subject(message: QueueMessage) -> str:
+    job = message.job
+    return f"{job.name}@{job.version}" if job is not None else f"message {message.message_id}"
