@@ -78,7 +78,7 @@ def test_the_token_is_read_from_a_file_and_never_shown(tmp_path: object) -> None
                              npm_registry=no_npm)
     assert settings.private_token == Secret("s3cr3t-token-value")
     assert "s3cr3t" not in repr(settings)
-    assert "s3cr3t" not in str(settings.describe())
+    assert "s3cr3t" not in str(settings.summary())
 
 
 def test_credentials_in_an_upstream_url_are_refused() -> None:

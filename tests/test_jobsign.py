@@ -93,10 +93,10 @@ def test_the_keys_are_read_from_the_environment_or_a_file_and_never_shown(
 
     assert loaded.queue.job_key == KEY
     assert loaded.queue.job_key_previous == OLD
-    shown = str(loaded.describe()) + repr(loaded)
+    shown = str(loaded.summary()) + repr(loaded)
     assert KEY.reveal() not in shown
     assert OLD.reveal() not in shown
-    assert loaded.describe()["queue.job_key"] == "**redacted**"
+    assert loaded.summary()["queue.job_key"] == "**redacted**"
 
 
 @pytest.mark.parametrize(("variables", "problem"), [

@@ -86,7 +86,7 @@ def _settings() -> Settings | None:
 
 
 def _check_config(settings: Settings) -> int:
-    from mirrorgate.rules import RulesError, describe, load_rules
+    from mirrorgate.rules import RulesError, load_rules, rules_summary
 
     try:
         rules = load_rules(settings.rules_file)
@@ -109,7 +109,7 @@ def _check_config(settings: Settings) -> int:
     # (the same environment may carry a newer release's variables during a rollout).
     for unknown in unknown_variables():
         print(f"mirrorgate: warning: {unknown.warning()}", file=sys.stderr)
-    report = {"settings": settings.describe(), "rules": describe(rules)}
+    report = {"settings": settings.summary(), "rules": rules_summary(rules)}
     if rules.advisories is not None:
         report["rules"]["advisories"]["readable"] = _probe_advisories(rules.advisories.source)
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
@@ -143,9 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "check-config":
         return _check_config(settings)
-    from mirrorgate.process import run
+    from mirrorgate.process import Shape, run
 
-    return run(settings, command=args.command, with_worker=not getattr(args, "no_worker", False))
+    return run(settings, Shape.of(args.command, with_worker=not getattr(args, "no_worker", False)))
 
 
 if __name__ == "__main__":

@@ -231,7 +231,7 @@ class Settings:
     log_level: str
     log_format: str
 
-    def describe(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         """The resolved settings as plain values, secrets redacted, for check-config."""
         out: dict[str, Any] = {}
         for item in fields(self):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -59,13 +60,39 @@ from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import MirrorTarget, open_target
 
-__all__ = ["StartupError", "run"]
+__all__ = ["Shape", "StartupError", "run"]
 
 log = structlog.get_logger("mirrorgate")
 
 
 class StartupError(Exception):
     """A process that cannot start; the message says what to set or fix."""
+
+
+class Shape(enum.Enum):
+    """What one process runs."""
+
+    SINGLE = "single"  # `serve`: proxy and worker together (the only shape the memory queue allows)
+    PROXY = "proxy"  # `serve --no-worker`: the proxy alone, a sidecar worker elsewhere
+    WORKER = "worker"  # `worker`: the worker alone, with health and metrics on its own port
+
+    @classmethod
+    def of(cls, command: str, with_worker: bool) -> Shape:
+        if command == "worker":
+            return cls.WORKER
+        return cls.SINGLE if with_worker else cls.PROXY
+
+    @property
+    def command(self) -> str:
+        return "worker" if self is Shape.WORKER else "serve"
+
+    @property
+    def serves(self) -> bool:
+        return self is not Shape.WORKER
+
+    @property
+    def runs_worker(self) -> bool:
+        return self is not Shape.PROXY
 
 
 @dataclass
@@ -121,15 +148,15 @@ def _ensure_store(url: str) -> None:
                                "MIRRORGATE_PRIVATE_UPSTREAM to a registry URL") from None
 
 
-def _check_shape(settings: Settings, command: str, with_worker: bool) -> None:
+def _check_shape(settings: Settings, shape: Shape) -> None:
     memory = settings.queue.provider == "memory"
-    if command == "worker" and memory:
+    if shape is Shape.WORKER and memory:
         raise StartupError(
             "`mirrorgate worker` cannot use MIRROR_QUEUE_PROVIDER=memory: an in-memory queue "
             "lives inside one process, so a separate worker would never see its jobs. Run "
             "`mirrorgate serve` (proxy and worker in one process), or set "
             "MIRROR_QUEUE_PROVIDER=sqs or pubsub for a sidecar worker.")
-    if command == "serve" and memory and not with_worker:
+    if shape is Shape.PROXY and memory:
         raise StartupError(
             "`mirrorgate serve --no-worker` with MIRROR_QUEUE_PROVIDER=memory would enqueue "
             "jobs that no worker can ever receive. Drop --no-worker, or set "
@@ -197,11 +224,10 @@ def _client_tokens(settings: Settings, metrics: Metrics) -> ClientTokens | None:
     return clients
 
 
-async def _run(settings: Settings, command: str, with_worker: bool) -> int:
-    _check_shape(settings, command, with_worker)
+async def _run(settings: Settings, shape: Shape) -> int:
+    _check_shape(settings, shape)
     metrics = Metrics()
-    runs_worker = command == "worker" or with_worker
-    heartbeat = Heartbeat(settings.heartbeat_stale_after) if runs_worker else None
+    heartbeat = Heartbeat(settings.heartbeat_stale_after) if shape.runs_worker else None
     health = Health(heartbeat=heartbeat)
     if heartbeat is not None:
         metrics.watch_heartbeat(heartbeat.age)
@@ -210,9 +236,9 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
         rules = load_rules(settings.rules_file)
     except RulesError as error:
         raise StartupError(f"MIRRORGATE_RULES_FILE: {error}") from None
-    if command == "serve":
+    if shape.serves:
         _ensure_store(settings.private_upstream)
-    if runs_worker:
+    if shape.runs_worker:
         _ensure_store(settings.mirror_target)
     clients = _client_tokens(settings, metrics)
 
@@ -232,8 +258,7 @@ async def _run(settings: Settings, command: str, with_worker: bool) -> int:
     upstreams = Upstreams.from_settings(settings, metrics)
     await upstreams.start()
     try:
-        return await _serve(settings, command, runs_worker, metrics, health, queue, upstreams,
-                            rules, clients)
+        return await _serve(settings, shape, metrics, health, queue, upstreams, rules, clients)
     finally:
         await queue.close()
         await upstreams.close()
@@ -255,10 +280,10 @@ def _watch_advisories(rules: Rules | None, metrics: Metrics) -> AdvisoryFeed | N
     return feed
 
 
-async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: Metrics,
-                 health: Health, queue: MirrorQueue, upstreams: Upstreams,
-                 rules: Rules, clients: ClientTokens | None) -> int:
-    if command == "serve":
+async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Health,
+                 queue: MirrorQueue, upstreams: Upstreams, rules: Rules,
+                 clients: ClientTokens | None) -> int:
+    if shape.serves:
         private: PrivateSource = open_private(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
@@ -283,7 +308,7 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
         # lands the rules' `unavailable` setting decides (readiness does not wait for it)
         feed_task = (asyncio.create_task(feed.run(worker_stop), name="advisory-feed")
                      if feed is not None else None)
-        if runs_worker:
+        if shape.runs_worker:
             assert health.heartbeat is not None
             target: MirrorTarget = open_target(
                 settings.mirror_target, upstreams.target,
@@ -293,10 +318,11 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
                                        heartbeat=health.heartbeat, rules=rules))
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
-        log.info("started", command=command, listen=f"{host}:{port}", queue=queue.provider,
-                 worker=runs_worker, public_upstream=settings.public_upstream,
+        log.info("started", command=shape.command, shape=shape.value, listen=f"{host}:{port}",
+                 queue=queue.provider,
+                 worker=shape.runs_worker, public_upstream=settings.public_upstream,
                  private_upstream=settings.private_upstream,
-                 mirror_target=settings.mirror_target if runs_worker else None)
+                 mirror_target=settings.mirror_target if shape.runs_worker else None)
         stopped = asyncio.create_task(stop.wait())
         waits: set[asyncio.Future[object]] = {stopped}  # type: ignore[arg-type]
         if worker_task is not None:
@@ -320,7 +346,7 @@ async def _serve(settings: Settings, command: str, runs_worker: bool, metrics: M
             await feed_task
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)
-    log.info("stopped", command=command)
+    log.info("stopped", command=shape.command, shape=shape.value)
     return 0
 
 
@@ -332,7 +358,7 @@ async def _await_worker(task: asyncio.Task[None], drain_timeout: float) -> None:
         log.error("worker_stop_overran", timeout=drain_timeout)
 
 
-def run(settings: Settings, command: str, with_worker: bool) -> int:
+def run(settings: Settings, shape: Shape) -> int:
     configure_logging(settings.log_level, settings.log_format)
     for unknown in unknown_variables():
         log.warning("config_variable_unknown", variable=unknown.name,
@@ -342,7 +368,7 @@ def run(settings: Settings, command: str, with_worker: bool) -> int:
         if secret is not None:
             register_secret(secret.reveal())
     try:
-        return asyncio.run(_run(settings, command, with_worker))
+        return asyncio.run(_run(settings, shape))
     except StartupError as error:
         log.error("startup_refused", reason=str(error))
         return 2

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.rules import Rules, RulesError, describe, evaluate, parse_rules
+from mirrorgate.rules import Rules, RulesError, evaluate, parse_rules, rules_summary
 from tests.advisories.builders import advisory_rules
 from tests.advisories.records import malware, record, semver_range
 from tests.rules.builders import NOW, OLD, manifest
@@ -27,7 +27,7 @@ def verdict(rules: Rules, name: str, version: str,
 
 def test_the_table_with_only_a_source_takes_the_documented_defaults(tmp_path: Path) -> None:
     rules = advisory_rules(tmp_path, load=False)
-    assert describe(rules)["advisories"] == {
+    assert rules_summary(rules)["advisories"] == {
         "source": str(tmp_path / "osv-npm.zip"), "refresh": "1 hour", "malware": "deny",
         "severity": "high", "unavailable": "admit", "max_age": "3 days", "ignore": [],
         "fast_lane": True,

@@ -12,9 +12,9 @@ from mirrorgate.rules import (
     DEFAULT_RULES,
     Rules,
     RulesError,
-    describe,
     load_rules,
     parse_rules,
+    rules_summary,
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -32,7 +32,7 @@ def only_problem(text: str) -> str:
     return found[0]
 
 
-FIRST_PARTY = describe(DEFAULT_RULES)["private"]["first_party"]
+FIRST_PARTY = rules_summary(DEFAULT_RULES)["private"]["first_party"]
 
 
 def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:
@@ -69,7 +69,7 @@ def test_an_empty_file_means_the_default_rules() -> None:
 
 
 def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -> None:
-    assert describe(DEFAULT_RULES) == {
+    assert rules_summary(DEFAULT_RULES) == {
         "source": "<defaults>",
         "order": [
             "integrity-presence",
@@ -103,9 +103,9 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
     path = tmp_path / "rules.toml"
     path.write_text(documented_example(), encoding="utf-8")
     rules = load_rules(path)
-    assert describe(rules) == {
+    assert rules_summary(rules) == {
         "source": str(path),
-        "order": describe(DEFAULT_RULES)["order"],
+        "order": rules_summary(DEFAULT_RULES)["order"],
         "integrity": {"presence": "always on", "minimum": "sha1",
                       "sha1_only": "admitted, flagged weak"},
         "age": {"minimum": "3 days", "minimum_seconds": 259200, "missing_time": "deny",
@@ -114,7 +114,7 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
         "allow": {"packages": [], "mode": "everything not denied"},
         "install_scripts": {"block": True, "allow": ["esbuild", "@prisma/engines"]},
         "advisories": None,
-        **{table: describe(DEFAULT_RULES)[table]
+        **{table: rules_summary(DEFAULT_RULES)[table]
            for table in ("signatures", "provenance", "publisher")},
         "private": {"names": ["@acme/*", "acme-*"], "merge_public": [],
                     "first_party": FIRST_PARTY},
@@ -122,13 +122,13 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
 
 
 def test_a_floor_above_sha1_is_described_as_denying_sha1_only_versions() -> None:
-    described = describe(parse_rules('[integrity]\nminimum = "SHA384"'))
+    described = rules_summary(parse_rules('[integrity]\nminimum = "SHA384"'))
     assert described["integrity"]["minimum"] == "sha384"
     assert described["integrity"]["sha1_only"] == "denied"
 
 
 def test_a_non_empty_allow_list_is_described_as_admitting_only_its_entries() -> None:
-    described = describe(parse_rules('[allow]\npackages = ["left-pad"]'))
+    described = rules_summary(parse_rules('[allow]\npackages = ["left-pad"]'))
     assert described["allow"] == {"packages": ["left-pad"], "mode": "only these"}
 
 
@@ -152,7 +152,7 @@ def test_a_minimum_age_may_be_written_as_a_duration_or_in_days(
 def test_missing_time_allow_is_read() -> None:
     rules = parse_rules('[age]\nminimum = "1d"\nmissing_time = "allow"')
     assert rules.missing_time_allowed
-    assert describe(rules)["age"]["missing_time"] == "allow"
+    assert rules_summary(rules)["age"]["missing_time"] == "allow"
 
 
 def test_a_rules_file_is_read_from_disk_and_named_as_its_source(tmp_path: Path) -> None:

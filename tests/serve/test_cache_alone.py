@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mirrorgate.serve.cache import Loaded, PackumentCache, Slot
+from mirrorgate.serve.cache import Cached, Loaded, PackumentCache
 from tests.clock import ManualClock
 
 
@@ -21,7 +21,7 @@ class Upstream:
     size: int = 10
     answers: list[str] = field(default_factory=list)
 
-    async def load(self, previous: Slot[str] | None) -> Loaded[str]:
+    async def load(self, previous: Cached[str] | None) -> Loaded[str]:
         self.calls += 1
         if self.gate is not None:
             await self.gate.wait()
@@ -66,7 +66,7 @@ async def test_the_loader_sees_the_previous_entry_and_can_keep_it_on_a_304() -> 
     cache, _ = make_cache(clock)
     seen: list[str | None] = []
 
-    async def revalidate(previous: Slot[str] | None) -> Loaded[str]:
+    async def revalidate(previous: Cached[str] | None) -> Loaded[str]:
         seen.append(previous.validator if previous else None)
         if previous is not None:
             return Loaded(previous.value, previous.size, previous.validator)
@@ -208,7 +208,7 @@ async def test_a_shorter_freshness_asked_by_the_loader_is_honoured() -> None:
     cache, _ = make_cache(clock)
     calls = 0
 
-    async def degraded(_previous: Slot[str] | None) -> Loaded[str]:
+    async def degraded(_previous: Cached[str] | None) -> Loaded[str]:
         nonlocal calls
         calls += 1
         return Loaded("partial", 10, None, fresh_for=5)

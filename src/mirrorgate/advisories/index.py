@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from mirrorgate.advisories.osv import Advisory, Interval, Record
 from mirrorgate.npm.semver import Key, parse_version
 
-__all__ = ["AdvisoryIndex", "Entry", "Hit", "IndexBuilder"]
+__all__ = ["AdvisoryIndex", "Hit", "IndexBuilder", "PackageAdvisory"]
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class PackageAdvisory:
     """One advisory as it applies to one package."""
 
     advisory: Advisory
@@ -59,7 +59,7 @@ class Entry:
 class Hit:
     """An advisory that affects a version, and the version that fixes it (None: no fix)."""
 
-    entry: Entry
+    entry: PackageAdvisory
     fixed: str | None
 
     @property
@@ -72,7 +72,8 @@ class AdvisoryIndex:
 
     __slots__ = ("_by_name", "_fixes", "records", "skipped")
 
-    def __init__(self, by_name: dict[str, tuple[Entry, ...]], records: int, skipped: int) -> None:
+    def __init__(self, by_name: dict[str, tuple[PackageAdvisory, ...]], records: int,
+                 skipped: int) -> None:
         self._by_name = by_name
         self.records = records
         self.skipped = skipped
@@ -86,7 +87,7 @@ class AdvisoryIndex:
     def __len__(self) -> int:
         return len(self._by_name)
 
-    def entries(self, name: str) -> tuple[Entry, ...]:
+    def entries(self, name: str) -> tuple[PackageAdvisory, ...]:
         return self._by_name.get(name, ())
 
     def hits(self, name: str, version: str) -> list[Hit]:
@@ -109,7 +110,7 @@ class IndexBuilder:
     """Collects parsed records into an `AdvisoryIndex`, sharing what repeats."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, list[Entry]] = {}
+        self._by_name: dict[str, list[PackageAdvisory]] = {}
         self._intervals: dict[tuple[Interval, ...], tuple[Interval, ...]] = {}
         self._versions: dict[frozenset[str], frozenset[str]] = {}
         self.records = 0
@@ -124,7 +125,7 @@ class IndexBuilder:
             shared = self._intervals.setdefault(intervals, intervals)
             explicit = self._versions.setdefault(versions, versions)
             self._by_name.setdefault(sys.intern(name), []).append(
-                Entry(record.advisory, shared, explicit))
+                PackageAdvisory(record.advisory, shared, explicit))
 
     def extend(self, records: Iterable[Record | None]) -> None:
         for record in records:

@@ -27,7 +27,8 @@ from urllib.parse import unquote
 
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 
-__all__ = ["POST_ROUTES", "Route", "Target", "looks_like_registry_path", "parse_target"]
+__all__ = ["POST_ROUTES", "RegistryPath", "Route", "looks_like_registry_path",
+           "parse_registry_path"]
 
 Route = Literal["packument", "version", "tarball", "ping", "whoami", "audit", "audit-quick",
                 "dist-tags", "search", "keys", "unknown"]
@@ -39,7 +40,7 @@ POST_ROUTES: frozenset[str] = frozenset({"audit", "audit-quick"})
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class RegistryPath:
     """What a path asks for: the route, the package, and the version, tag or file name."""
 
     route: Route
@@ -61,25 +62,25 @@ def _decode_segment(segment: str, what: str) -> str:
     return decoded
 
 
-def parse_target(rest: str) -> Target:
+def parse_registry_path(rest: str) -> RegistryPath:
     """The target of an `/npm/` path given without the prefix and the query string; raises
     InvalidNameError with the reason when the name or a segment is refused."""
     if rest == "-/ping":
-        return Target("ping")
+        return RegistryPath("ping")
     if rest == "-/whoami":
-        return Target("whoami")
+        return RegistryPath("whoami")
     if rest == "-/npm/v1/security/advisories/bulk":
-        return Target("audit")
+        return RegistryPath("audit")
     if rest == "-/npm/v1/security/audits/quick":
-        return Target("audit-quick")
+        return RegistryPath("audit-quick")
     if rest == "-/v1/search":
-        return Target("search")
+        return RegistryPath("search")
     if rest.startswith("-/package/") and rest.endswith("/dist-tags"):
-        return Target("dist-tags", parse_name(rest[len("-/package/"):-len("/dist-tags")]))
+        return RegistryPath("dist-tags", parse_name(rest[len("-/package/"):-len("/dist-tags")]))
     if rest == "-/npm/v1/keys":
-        return Target("keys")
+        return RegistryPath("keys")
     if not rest or rest.startswith("-/"):
-        return Target("unknown")
+        return RegistryPath("unknown")
     segments = rest.split("/")
     first = segments[0]
     if first.startswith("@") and "%2f" not in first.lower():
@@ -90,12 +91,12 @@ def parse_target(rest: str) -> Target:
         raw_name, remainder = first, segments[1:]
     name = parse_name(raw_name)
     if not remainder:
-        return Target("packument", name)
+        return RegistryPath("packument", name)
     if len(remainder) == 1:
-        return Target("version", name, _decode_segment(remainder[0], "version or tag"))
+        return RegistryPath("version", name, _decode_segment(remainder[0], "version or tag"))
     if len(remainder) == 2 and remainder[0] == "-":
-        return Target("tarball", name, _decode_segment(remainder[1], "tarball filename"))
-    return Target("unknown")
+        return RegistryPath("tarball", name, _decode_segment(remainder[1], "tarball filename"))
+    return RegistryPath("unknown")
 
 
 WEB_FILES = (".ico", ".html", ".htm", ".php", ".txt", ".xml", ".png", ".css", ".env")
@@ -111,6 +112,6 @@ def looks_like_registry_path(rest: str) -> bool:
     if not rest or rest.lower().endswith(WEB_FILES):
         return False
     try:
-        return parse_target(rest).route != "unknown"
+        return parse_registry_path(rest).route != "unknown"
     except InvalidNameError:
         return False

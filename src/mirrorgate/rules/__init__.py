@@ -51,9 +51,9 @@ from mirrorgate.rules.policy import (
     Rules,
     Verdict,
     deny_listed,
-    describe,
     evaluate,
     needs_history,
+    rules_summary,
 )
 from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, KeySet, SignatureRule, parse_keys
 from mirrorgate.rules.takeover import PROVENANCE_CONTINUITY, PUBLISHER_CHANGE, SignalRule
@@ -86,12 +86,12 @@ __all__ = [
     "SignatureRule",
     "Verdict",
     "deny_listed",
-    "describe",
     "evaluate",
     "load_rules",
     "needs_history",
     "parse_keys",
     "parse_pattern",
     "parse_rules",
+    "rules_summary",
     "state_token",
 ]

@@ -67,7 +67,7 @@ def counted(rules: AdvisoryRules, hit: Hit) -> str | None:
     return None
 
 
-def _describe(hit: Hit) -> str:
+def _sentence(hit: Hit) -> str:
     advisory = hit.advisory
     kind = "malware" if advisory.malware else f"{advisory.severity} severity"
     summary = f"{advisory.summary}; " if advisory.summary else ""
@@ -107,7 +107,7 @@ def check(rules: AdvisoryRules, name: str, version: str, label: str,
     rule = ADVISORY_MALWARE if any(r == ADVISORY_MALWARE for r, _ in denying) else (
         ADVISORY_SEVERITY)
     shown = [hit for _, hit in denying]
-    listed = "; ".join(_describe(hit) for hit in shown[:SHOWN_ADVISORIES])
+    listed = "; ".join(_sentence(hit) for hit in shown[:SHOWN_ADVISORIES])
     if len(shown) > SHOWN_ADVISORIES:
         listed += f"; and {len(shown) - SHOWN_ADVISORIES} more"
     what = "is malware according to" if rule == ADVISORY_MALWARE else "is affected by"

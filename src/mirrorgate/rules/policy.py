@@ -44,11 +44,29 @@ from mirrorgate.rules.takeover import (
     moment,
 )
 
-__all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "ALGORITHMS",
-           "ALLOW_LIST", "DEFAULT_RULES", "DENY_LIST", "DIGEST_FLOOR",
-           "INSTALL_SCRIPTS", "INSTALL_SCRIPT_KEYS", "INTEGRITY_PRESENCE", "MAX_MINIMUM_AGE",
-           "MINIMUM_AGE", "RULE_NAMES", "Rules", "Verdict", "deny_listed", "describe", "evaluate",
-           "needs_history", "plural"]
+__all__ = [
+    "ADVISORY_MALWARE",
+    "ADVISORY_SEVERITY",
+    "ADVISORY_UNAVAILABLE",
+    "ALGORITHMS",
+    "ALLOW_LIST",
+    "DEFAULT_RULES",
+    "DENY_LIST",
+    "DIGEST_FLOOR",
+    "INSTALL_SCRIPTS",
+    "INSTALL_SCRIPT_KEYS",
+    "INTEGRITY_PRESENCE",
+    "MAX_MINIMUM_AGE",
+    "MINIMUM_AGE",
+    "RULE_NAMES",
+    "Rules",
+    "Verdict",
+    "deny_listed",
+    "evaluate",
+    "needs_history",
+    "plural",
+    "rules_summary",
+]
 
 INTEGRITY_PRESENCE = "integrity-presence"
 DIGEST_FLOOR = "digest-floor"
@@ -291,7 +309,7 @@ def needs_history(rules: Rules) -> bool:
     return rules.provenance.on or rules.publisher.on
 
 
-def describe(rules: Rules) -> dict[str, Any]:
+def rules_summary(rules: Rules) -> dict[str, Any]:
     """The policy as plain data, for `mirrorgate check-config`."""
     sha1_only = "admitted, flagged weak" if rules.integrity_minimum == "sha1" else "denied"
     return {
@@ -317,7 +335,7 @@ def describe(rules: Rules) -> dict[str, Any]:
             "block": rules.block_install_scripts,
             "allow": rules.install_scripts_allow.texts(),
         },
-        "advisories": _describe_advisories(rules.advisories),
+        "advisories": _advisories_summary(rules.advisories),
         "signatures": {"verify": rules.signatures.verify, "missing": rules.signatures.missing},
         **{key: {"mode": signal.mode, "window": signal.window,
                  "quarantine": signal.quarantine_text, "allow": signal.allow.texts()}
@@ -332,7 +350,7 @@ def describe(rules: Rules) -> dict[str, Any]:
     }
 
 
-def _describe_advisories(advisories: AdvisoryRules | None) -> dict[str, Any] | None:
+def _advisories_summary(advisories: AdvisoryRules | None) -> dict[str, Any] | None:
     if advisories is None:
         return None
     return {

@@ -54,18 +54,23 @@ from mirrorgate.npm.negotiation import (
     wants_abbreviated,
 )
 from mirrorgate.npm.packument import FULL, Gated, TooManyVersionsError, version_document
-from mirrorgate.npm.paths import POST_ROUTES, Target, looks_like_registry_path, parse_target
+from mirrorgate.npm.paths import (
+    POST_ROUTES,
+    RegistryPath,
+    looks_like_registry_path,
+    parse_registry_path,
+)
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import Rules
 from mirrorgate.serve.access import install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
-from mirrorgate.serve.cache import PackumentCache, Slot
+from mirrorgate.serve.cache import Cached, PackumentCache
 from mirrorgate.serve.fill import PackumentSource
 from mirrorgate.serve.firstparty import FILENAME as FIRST_PARTY_FILE
 from mirrorgate.serve.firstparty import FirstPartyNames
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
-from mirrorgate.serve.rendered import Entry, Rendered, RenderKey, build_rendered
+from mirrorgate.serve.rendered import PackumentEntry, Rendered, RenderKey, build_rendered
 from mirrorgate.serve.search import search
 from mirrorgate.serve.tarballs import OUTCOME, TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
@@ -101,9 +106,9 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _parse_or_error(rest: str) -> Target | InvalidNameError:
+def _parse_or_error(rest: str) -> RegistryPath | InvalidNameError:
     try:
-        return parse_target(rest)
+        return parse_registry_path(rest)
     except InvalidNameError as error:
         return error
 
@@ -137,7 +142,7 @@ class ProxyServer:
         self.metrics = proxy.metrics
         self._counters: dict[tuple[str, int | str], Counter] = {}
         self._cache_results: dict[str, Counter] = {}
-        self.cache: PackumentCache[Entry] = PackumentCache(
+        self.cache: PackumentCache[PackumentEntry] = PackumentCache(
             ttl=self.settings.cache_ttl,
             max_entries=self.settings.cache_max_entries,
             max_bytes=self.settings.cache_max_bytes,
@@ -155,7 +160,7 @@ class ProxyServer:
                                      private_answered=self._private_answered, clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
-        self._targets: Memo[str, Target | InvalidNameError] = Memo(_parse_or_error)
+        self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._gzip: Memo[str, bool] = Memo(accepts_gzip)
         self._bases = BaseUrls(self.settings.public_url, self.settings.trusted_proxies)
@@ -204,7 +209,7 @@ class ProxyServer:
         query = raw.find("?")
         rest = raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):]
         target = self._targets(rest)
-        if (isinstance(target, Target) and target.route == "packument"
+        if (isinstance(target, RegistryPath) and target.route == "packument"
                 and target.name is not None and request.method in ("GET", "HEAD")):
             slot = self.cache.fresh(target.name.full)
             if slot is not None:
@@ -227,8 +232,8 @@ class ProxyServer:
         return web.Response(body=rendered.body, headers=rendered.headers)
 
     async def _slow(self, request: web.Request,
-                    target: Target | InvalidNameError) -> web.StreamResponse:
-        route = target.route if isinstance(target, Target) else "unknown"
+                    target: RegistryPath | InvalidNameError) -> web.StreamResponse:
+        route = target.route if isinstance(target, RegistryPath) else "unknown"
         request_id = self._request_id(request)
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             response: web.StreamResponse
@@ -267,7 +272,7 @@ class ProxyServer:
             self._count(route, response.get(OUTCOME, response.status))
             return response
 
-    async def _route(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _route(self, request: web.Request, target: RegistryPath) -> web.StreamResponse:
         if target.route == "ping":
             return json_response(200, {})
         if target.route == "whoami":
@@ -312,7 +317,7 @@ class ProxyServer:
 
     # --- packuments ------------------------------------------------------------------------
 
-    async def _entry(self, name: PackageName) -> Slot[Entry]:
+    async def _entry(self, name: PackageName) -> Cached[PackumentEntry]:
         try:
             return await self.cache.get(name.full,
                                         lambda previous: self.source.load(name, previous))
@@ -353,7 +358,7 @@ class ProxyServer:
             rendered = await self._render(slot, gated, key)
         return self._send(request, rendered)
 
-    async def _render(self, slot: Slot[Entry], gated: Gated, key: RenderKey) -> Rendered:
+    async def _render(self, slot: Cached[PackumentEntry], gated: Gated, key: RenderKey) -> Rendered:
         """Render once per key, however many requests ask at the same time."""
         entry = slot.value
         task = entry.pending.get(key)
@@ -362,7 +367,8 @@ class ProxyServer:
             entry.pending[key] = task
         return await asyncio.shield(task)
 
-    async def _render_into(self, slot: Slot[Entry], gated: Gated, key: RenderKey) -> Rendered:
+    async def _render_into(self, slot: Cached[PackumentEntry], gated: Gated,
+                           key: RenderKey) -> Rendered:
         entry = slot.value
         try:
             rendered = await in_thread_if_large(gated.size, build_rendered, gated, *key,

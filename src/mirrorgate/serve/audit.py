@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from mirrorgate.advisories import Entry
+from mirrorgate.advisories import PackageAdvisory
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.semver import parse_version
 from mirrorgate.rules import Rules
@@ -39,7 +39,7 @@ _NPM_SEVERITY = {"low": "low", "medium": "moderate", "high": "high", "critical":
                  "unknown": "info"}
 
 
-def _advisory_json(entry: Entry) -> dict[str, Any]:
+def _advisory_json(entry: PackageAdvisory) -> dict[str, Any]:
     advisory = entry.advisory
     cvss: dict[str, Any] = {"score": advisory.cvss_score or 0, "vectorString": advisory.cvss_vector}
     return {

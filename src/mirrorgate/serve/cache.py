@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["HIT", "MISS", "REFRESH", "STALE", "Loaded", "PackumentCache", "Slot"]
+__all__ = ["HIT", "MISS", "REFRESH", "STALE", "Cached", "Loaded", "PackumentCache"]
 
 V = TypeVar("V")
 
@@ -44,7 +44,7 @@ STALE = "stale"
 
 
 @dataclass(slots=True)
-class Slot(Generic[V]):
+class Cached(Generic[V]):
     """A cached value and its clocks. `validator` is the upstream ETag to revalidate with."""
 
     key: str
@@ -67,7 +67,7 @@ class Loaded(Generic[V]):
     fresh_for: float | None = None
 
 
-Loader = Callable[["Slot[V] | None"], Awaitable[Loaded[V]]]
+Loader = Callable[["Cached[V] | None"], Awaitable[Loaded[V]]]
 
 
 def _ignore(_result: str) -> None:
@@ -100,13 +100,13 @@ class PackumentCache(Generic[V]):
         self.retry_interval = retry_interval
         self._clock = clock
         self._on_result = on_result
-        self._slots: OrderedDict[str, Slot[V]] = OrderedDict()
-        self._flights: dict[str, asyncio.Task[Slot[V]]] = {}
+        self._slots: OrderedDict[str, Cached[V]] = OrderedDict()
+        self._flights: dict[str, asyncio.Task[Cached[V]]] = {}
         self._bytes = 0
 
     # --- reading ---------------------------------------------------------------------------
 
-    def fresh(self, key: str) -> Slot[V] | None:
+    def fresh(self, key: str) -> Cached[V] | None:
         """The entry for `key` when it is within its TTL (a hit), else None. No waiting."""
         slot = self._slots.get(key)
         if slot is not None and self._clock() < slot.fresh_until:
@@ -115,7 +115,7 @@ class PackumentCache(Generic[V]):
             return slot
         return None
 
-    async def get(self, key: str, load: Loader[V]) -> Slot[V]:
+    async def get(self, key: str, load: Loader[V]) -> Cached[V]:
         """The entry for `key`: fresh from the cache, or filled (once for all concurrent
         callers) by `load`, or, when a revalidation fails or is slow, the stale entry.
         Raises what `load` raised when there is nothing usable to fall back on."""
@@ -152,7 +152,7 @@ class PackumentCache(Generic[V]):
 
     # --- filling ---------------------------------------------------------------------------
 
-    async def _fill(self, key: str, previous: Slot[V] | None, load: Loader[V]) -> Slot[V]:
+    async def _fill(self, key: str, previous: Cached[V] | None, load: Loader[V]) -> Cached[V]:
         try:
             loaded = await load(previous)
         finally:
@@ -167,12 +167,12 @@ class PackumentCache(Generic[V]):
             if self._slots.get(key) is not previous:
                 self._store(previous)
             return previous
-        slot = Slot(key, loaded.value, loaded.validator, loaded.size, now + fresh_for,
+        slot = Cached(key, loaded.value, loaded.validator, loaded.size, now + fresh_for,
                     now + fresh_for + self.stale_if_error)
         self._store(slot)
         return slot
 
-    def _store(self, slot: Slot[V]) -> None:
+    def _store(self, slot: Cached[V]) -> None:
         old = self._slots.pop(slot.key, None)
         if old is not None:
             self._bytes -= old.size
@@ -188,7 +188,7 @@ class PackumentCache(Generic[V]):
             _key, evicted = self._slots.popitem(last=False)
             self._bytes -= evicted.size
 
-    def grow(self, slot: Slot[V], delta: int) -> None:
+    def grow(self, slot: Cached[V], delta: int) -> None:
         """Account `delta` more bytes held by `slot`'s value (a rendering added to it)."""
         slot.size += delta
         if self._slots.get(slot.key) is slot:

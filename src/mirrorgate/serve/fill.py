@@ -39,9 +39,9 @@ from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.packument import Gated, gate
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import KeySet, Rules, state_token
-from mirrorgate.serve.cache import Loaded, Slot
+from mirrorgate.serve.cache import Cached, Loaded
 from mirrorgate.serve.firstparty import FirstPartyNames
-from mirrorgate.serve.rendered import Entry, fingerprint
+from mirrorgate.serve.rendered import PackumentEntry, fingerprint
 from mirrorgate.upstream.client import FILLS, JsonAnswer, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.keys import RegistryKeys
@@ -109,7 +109,8 @@ class PackumentSource:
                         kind=error.kind, detail=str(error))
             return error
 
-    async def load(self, name: PackageName, previous: Slot[Entry] | None) -> Loaded[Entry]:
+    async def load(self, name: PackageName,
+                   previous: Cached[PackumentEntry] | None) -> Loaded[PackumentEntry]:
         """The entry for `name`, or the previous one when a revalidation says it still holds.
         Raises UpstreamError when nothing is installable because an upstream failed, and
         TooManyVersionsError for a packument too large to gate."""
@@ -144,7 +145,7 @@ class PackumentSource:
             if failure is not None:
                 raise failure
             self.first_party.forget(full)
-            return Loaded(Entry(None, None), 256)
+            return Loaded(PackumentEntry(None, None), 256)
         size = answer.size if answer is not None else 0
         gated = await in_thread_if_large(size, self._gate, name, private, public_doc, now, keys)
         if failure is not None and not gated.survivors:
@@ -158,7 +159,7 @@ class PackumentSource:
         # held briefly, like a degraded answer, so either applies within seconds of landing
         before_index = gated.advisories is not None and gated.advisories[0] == 0
         unverified = self.rules.signatures.verify and keys is None
-        return Loaded(Entry(gated, private_print, private_answered=private_error is None),
+        return Loaded(PackumentEntry(gated, private_print, private_answered=private_error is None),
                       gated.size + 256,
                       answer.etag if answer is not None else None,
                       fresh_for=DEGRADED_FRESH_FOR
@@ -171,7 +172,8 @@ class PackumentSource:
             return None
         return await self.keys.current()
 
-    async def _load_private_alone(self, name: PackageName, now: datetime) -> Loaded[Entry] | None:
+    async def _load_private_alone(self, name: PackageName,
+                                  now: datetime) -> Loaded[PackumentEntry] | None:
         """The entry of a name served from the private side alone; None when the private side
         no longer holds it as first-party (the caller then builds it as a public name)."""
         private, error = await self._private_document(name)
@@ -185,10 +187,11 @@ class PackumentSource:
             self.first_party.forget(name.full)
             return None
         if gated is None:
-            return Loaded(Entry(None, None), 256)  # owned, and the private side lacks it: 404
+            # owned, and the private side lacks it: 404
+            return Loaded(PackumentEntry(None, None), 256)
         self.first_party.remember(name.full)
         self._report(gated)
-        return Loaded(Entry(gated, fingerprint(private)), gated.size + 256, None)
+        return Loaded(PackumentEntry(gated, fingerprint(private)), gated.size + 256, None)
 
     def _outage(self, name: PackageName, error: UpstreamError) -> FirstPartyOutageError:
         self.metrics.refusals.labels("first_party_private_failed").inc()

@@ -1,16 +1,8 @@
 """What the warm path sends: a packument rendered once per (form, base URL), both codings.
 
-A `Rendered` holds the plain and gzip'd bytes, the ETag derived from what is served (a weak
-ETag over the plain bytes, shared by both codings, which are the same representation) and the
-header sets of the 200 and the 304, built once so a request only picks one. An `Entry` is what
-the packument cache holds per package: the gated packument (or None when no upstream knows the
-package), a fingerprint of the private answer it was built from (to tell whether a revalidation
-may keep it), and its renderings. gzip is level 6 with a zero mtime, so the same packument
-always compresses to the same bytes.
-
-An entry keeps the renderings of at most `MAX_BASES` distinct base URLs (the oldest base's are
-dropped for a new one): a client inventing `Host` values could otherwise grow one package's
-entry until the cache's byte budget evicted every other package.
+`Rendered` holds the plain and gzip'd bytes, the ETag and the 200 and 304 header sets, built
+once so a request only picks one; `PackumentEntry` is what the packument cache holds per
+package: the gated packument, a fingerprint of the private answer, and its renderings.
 """
 
 from __future__ import annotations
@@ -26,12 +18,14 @@ import orjson
 
 from mirrorgate.npm.packument import ABBREVIATED, FULL, Gated, render
 
-__all__ = ["MAX_BASES", "VARY", "Entry", "RenderKey", "Rendered", "build_rendered",
+__all__ = ["MAX_BASES", "VARY", "PackumentEntry", "RenderKey", "Rendered", "build_rendered",
            "fingerprint"]
 
 VARY = "Accept, Accept-Encoding"
 MAX_BASES = 4
-"""Base URLs one cached packument keeps renderings for (a deployment has one or a few names)."""
+"""Base URLs one cached packument keeps renderings for (a deployment has one or a few names).
+The oldest base's go for a new one: a client inventing `Host` values could otherwise grow one
+package's entry until the cache's byte budget evicted every other package."""
 RenderKey = tuple[bool, str]
 """(abbreviated, base URL)."""
 
@@ -50,7 +44,7 @@ class Rendered:
         return len(self.body) + len(self.gzipped) + 256
 
 
-class Entry:
+class PackumentEntry:
     __slots__ = ("fingerprint", "gated", "pending", "private_answered", "renderings")
 
     def __init__(self, gated: Gated | None, fingerprint: bytes | None, *,
@@ -82,11 +76,13 @@ class Entry:
 
 def build_rendered(gated: Gated, abbreviated: bool, base: str, vary: str = VARY) -> Rendered:
     body = render(gated, abbreviated, base)
+    # weak, over the plain bytes: both codings are the same representation and share it
     etag = 'W/"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
     headers = {"Content-Type": ABBREVIATED if abbreviated else FULL, "ETag": etag,
                "Vary": vary}
     return Rendered(
         body=body,
+        # a zero mtime: the same packument always compresses to the same bytes
         gzipped=gzip.compress(body, compresslevel=6, mtime=0),
         etag=etag,
         headers=headers,

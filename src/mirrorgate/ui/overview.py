@@ -18,7 +18,7 @@ from aiohttp import web
 from mirrorgate.events import CAPACITY, Event, Recent
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import Rules
-from mirrorgate.rules.policy import describe
+from mirrorgate.rules.policy import rules_summary
 from mirrorgate.ui.page import esc, page, table
 
 __all__ = ["Samples", "overview", "process_version", "samples"]
@@ -98,7 +98,7 @@ def _rules(rules: Rules) -> str:
         return str(value)
 
     rows = []
-    for section, content in describe(rules).items():
+    for section, content in rules_summary(rules).items():
         if isinstance(content, dict):
             for key, value in content.items():
                 rows.append([esc(section), esc(key), esc(flat(value))])
