@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Any
 
 from mirrorgate.integrity import Digest
 from mirrorgate.mirror import MirrorArtifact, MirrorJob
+from tests.sri import sri
 
 
 def sha512_of(data: bytes) -> Digest:
-    return Digest("sha512", base64.b64encode(hashlib.sha512(data).digest()).decode())
+    return Digest("sha512", sri("sha512", data).removeprefix("sha512-"))
 
 
 def make_artifact(**overrides: Any) -> MirrorArtifact:

@@ -3,7 +3,6 @@ the strict versioned codec."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 
 import orjson
@@ -18,10 +17,11 @@ from mirrorgate.integrity import (
 )
 from mirrorgate.mirror import JobDecodeError, MirrorArtifact, decode_job, encode_job, publish_time
 from tests.builders import make_artifact, make_job
+from tests.sri import sri
 
 DATA = b"some tarball bytes"
-SHA512 = base64.b64encode(hashlib.sha512(DATA).digest()).decode()
-SHA256 = base64.b64encode(hashlib.sha256(DATA).digest()).decode()
+SHA512 = sri("sha512", DATA).removeprefix("sha512-")
+SHA256 = sri("sha256", DATA).removeprefix("sha256-")
 SHA1_HEX = hashlib.sha1(DATA).hexdigest()  # noqa: S324 - npm's shasum is sha1
 
 

@@ -7,8 +7,6 @@ Reading the registry's files from disk alone never showed what a client receives
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +16,7 @@ from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import FixtureTree, tarball_filename
 from tests.servers.processes import http_request, wait_for
 from tests.servers.verdaccio import Verdaccio, escape_name
-
-
-def sri512(data: bytes) -> str:
-    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+from tests.sri import sri
 
 
 def assert_served_byte_for_byte(registry_url: str, public: FixtureRegistry,
@@ -36,7 +31,7 @@ def assert_served_byte_for_byte(registry_url: str, public: FixtureRegistry,
                              headers={"Accept-Encoding": "gzip, deflate, br"})
         assert reply.status == 200, f"{name}@{version}: {reply.status}"
         assert not any(key.lower() == "content-encoding" for key in reply.headers)
-        assert sri512(reply.body) == original["dist"]["integrity"], f"{name}@{version}"
+        assert sri("sha512", reply.body) == original["dist"]["integrity"], f"{name}@{version}"
         document = http_request("GET", registry_url + escape_name(name),
                                 headers={"Accept": "application/json"}).json()
         assert document["time"][version] == public.packument(name)["time"][version], (
@@ -71,7 +66,7 @@ def assert_verdaccio_holds_the_tree(verdaccio: Verdaccio, public: FixtureRegistr
         stored_bytes = verdaccio.tarball(name, tarball_filename(name, version))
         assert stored_bytes == package.versions[version].tarball
         served = verdaccio.download(name, tarball_filename(name, version))
-        assert sri512(served) == original["dist"]["integrity"], f"{name}@{version} over HTTP"
+        assert sri("sha512", served) == original["dist"]["integrity"], f"{name}@{version} over HTTP"
 
 
 def store_manifest(root: Path, name: str, version: str) -> dict[str, Any] | None:

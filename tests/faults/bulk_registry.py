@@ -14,7 +14,6 @@ It is a `ThreadedApp`: started, stopped and restarted like the fixture registry.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import threading
 from collections import Counter
@@ -25,6 +24,7 @@ from aiohttp import web
 
 from tests.servers.packages import make_version
 from tests.servers.threaded import ThreadedApp
+from tests.sri import sri
 
 __all__ = ["BulkRegistry"]
 
@@ -47,7 +47,7 @@ class BulkRegistry(ThreadedApp):
 
     @cached_property
     def integrity(self) -> str:
-        return "sha512-" + base64.b64encode(hashlib.sha512(self.tarball).digest()).decode()
+        return sri("sha512", self.tarball)
 
     def tarball_paths(self) -> list[str]:
         """Every version's tarball path, package by package in turn (`bulk-000@1.0.0`,

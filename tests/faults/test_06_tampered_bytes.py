@@ -19,8 +19,6 @@ read from its storage, not inferred from an answer.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Any
 
 from tests.faults.conftest import GuardedFactory, SecretGuard
@@ -30,14 +28,11 @@ from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, tarball_filename, tarball_path
 from tests.servers.processes import MirrorgateProcess, http_request, wait_for
 from tests.servers.verdaccio import Verdaccio
+from tests.sri import sri
 
 PASS_ONCE = Fault(times=1)
 """A fault that changes nothing, once: laid over a tampering fault (the newest matching fault
 wins), it lets the next request through untouched and then leaves the tampering in place."""
-
-
-def sha512(data: bytes) -> str:
-    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
 
 
 def flipped(data: bytes) -> bytes:
@@ -105,7 +100,7 @@ def test_bytes_tampered_for_everyone_fail_the_npm_client_and_are_never_published
     assert line["security"] is True
     assert line["level"] == "critical"
     assert line["expected"] == admitted.integrity
-    assert line["actual"] == sha512(evil)
+    assert line["actual"] == sri("sha512", evil)
     assert line["package"] == "tampered"
     assert line["version"] == "1.0.0"
 
@@ -131,7 +126,7 @@ def test_bytes_tampered_only_for_the_worker_are_never_published_though_the_clien
     assert_nothing_published(verdaccio, "swapped")
     line = security_line(proxy, "mirror_digest_mismatch")
     assert line["expected"] == admitted.integrity
-    assert line["actual"] == sha512(evil)
+    assert line["actual"] == sri("sha512", evil)
     assert line["algorithm"] == "sha512"
     assert line["url"] == public_registry.tarball_url("swapped", "1.0.0")
 
@@ -156,6 +151,6 @@ def test_a_substitute_of_another_length_is_never_published_and_logged_with_both_
     assert_nothing_published(verdaccio, "resized")
     line = security_line(proxy, "mirror_size_mismatch")
     assert line["expected"] == admitted.integrity
-    assert line["actual"] == sha512(evil)
+    assert line["actual"] == sri("sha512", evil)
     assert line["expected_size"] == len(admitted.tarball)
     assert line["actual_size"] == len(evil)

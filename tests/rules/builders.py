@@ -4,24 +4,18 @@ any minimum release age the tests set."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
 from mirrorgate.rules import DEFAULT_RULES, Rules, Verdict, evaluate, parse_rules
+from tests.sri import sri
 
 NOW = datetime(2026, 12, 1, 15, 0, 0, tzinfo=UTC)
 OLD = "2020-01-01T00:00:00.000Z"
 
 
-def sri(algorithm: str, data: bytes = b"tarball") -> str:
-    return f"{algorithm}-{base64.b64encode(hashlib.new(algorithm, data).digest()).decode()}"
-
-
-def sha1sum_sri(data: bytes = b"tarball") -> str:
-    """sha1 written as an SRI entry, as old packuments sometimes carry it."""
-    return f"sha1-{base64.b64encode(hashlib.sha1(data, usedforsecurity=False).digest()).decode()}"
+TARBALL = b"tarball"
 
 
 def shasum(data: bytes = b"tarball") -> str:
@@ -34,7 +28,7 @@ def manifest(name: str = "left-pad", version: str = "1.3.0", **overrides: Any) -
         "name": name,
         "version": version,
         "dist": {
-            "integrity": sri("sha512"),
+            "integrity": sri("sha512", TARBALL),
             "shasum": shasum(),
             "tarball": f"http://127.0.0.1:9/{name}/-/{name.rsplit('/', 1)[-1]}-{version}.tgz",
         },

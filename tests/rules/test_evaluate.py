@@ -15,7 +15,8 @@ from mirrorgate.rules import (
     evaluate,
     parse_rules,
 )
-from tests.rules.builders import NOW, OLD, manifest, sha1sum_sri, shasum, sri, verdict
+from tests.rules.builders import NOW, OLD, TARBALL, manifest, shasum, verdict
+from tests.sri import sri
 
 ADMITTED = Verdict(True, None, None)
 ADMITTED_WEAK = Verdict(True, None, None, weak=True)
@@ -88,7 +89,7 @@ def test_a_version_with_only_a_shasum_is_admitted_and_flagged_weak_by_default() 
 
 
 def test_a_version_with_only_sha1_integrity_is_admitted_and_flagged_weak_by_default() -> None:
-    assert verdict(dist={"integrity": sha1sum_sri()}) == ADMITTED_WEAK
+    assert verdict(dist={"integrity": sri("sha1", TARBALL)}) == ADMITTED_WEAK
 
 
 def test_a_sha256_floor_denies_a_sha1_only_version_and_says_which_digests_it_wanted() -> None:
@@ -102,17 +103,19 @@ def test_a_sha256_floor_denies_a_sha1_only_version_and_says_which_digests_it_wan
 @pytest.mark.parametrize("algorithm", ["sha256", "sha384", "sha512"])
 def test_a_sha256_floor_admits_sha256_and_anything_stronger(algorithm: str) -> None:
     rules = '[integrity]\nminimum = "sha256"'
-    assert verdict(rules, dist={"integrity": sri(algorithm), "shasum": shasum()}) == ADMITTED
+    dist = {"integrity": sri(algorithm, TARBALL), "shasum": shasum()}
+    assert verdict(rules, dist=dist) == ADMITTED
 
 
 def test_a_sha512_floor_denies_sha384() -> None:
-    result = verdict('[integrity]\nminimum = "sha512"', dist={"integrity": sri("sha384")})
+    result = verdict('[integrity]\nminimum = "sha512"',
+                     dist={"integrity": sri("sha384", TARBALL)})
     assert denied_by(result) == "digest-floor"
     assert reason_of(result).endswith("the rules require sha512")
 
 
 def test_the_floor_looks_at_the_strongest_digest_not_the_weakest() -> None:
-    dist = {"integrity": f"{sha1sum_sri()} {sri('sha512')}", "shasum": shasum()}
+    dist = {"integrity": f"{sri('sha1', TARBALL)} {sri('sha512', TARBALL)}", "shasum": shasum()}
     assert verdict('[integrity]\nminimum = "sha512"', dist=dist) == ADMITTED
 
 

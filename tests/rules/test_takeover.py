@@ -6,8 +6,6 @@ registry signatures (made with the tests' own ECDSA key), gated as the serve pat
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +16,7 @@ from mirrorgate.npm.packument import Gated, gate
 from mirrorgate.rules import RulesError, parse_keys, parse_rules
 from mirrorgate.upstream.origins import Origin
 from tests.rules.signing import SigningKey, keys_document
+from tests.sri import sri
 
 UPSTREAM = "http://127.0.0.1:9/"
 ORIGIN = Origin.of(UPSTREAM)
@@ -32,8 +31,7 @@ def stamp(when: datetime) -> str:
 
 
 def integrity_of(name: str, version: str) -> str:
-    digest = hashlib.sha512(f"{name}-{version}".encode()).digest()
-    return "sha512-" + base64.b64encode(digest).decode()
+    return sri("sha512", f"{name}-{version}".encode())
 
 
 def packument(name: str, history: list[tuple[str, str, bool]], *, key: SigningKey | None = None,

@@ -9,8 +9,6 @@ passed a coding on, with or without `Content-Encoding`, fails the hash.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from pathlib import Path
 
 import pytest
@@ -21,13 +19,11 @@ from tests.serve.rig import FILE_STORE, RunningProxy, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry, Manners
 from tests.servers.packages import FixtureVersion, make_package, make_version
 from tests.servers.processes import Reply
+from tests.sri import sri
 
 SIZES = (1_500, 40_000, 3_000_000)
 """Just over the 1 KB where registries start to content-code, a common size, several MB."""
 
-
-def sri512(data: bytes) -> str:
-    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
 
 
 def versions(name: str) -> list[FixtureVersion]:
@@ -44,7 +40,7 @@ async def raw_tarball(proxy: RunningProxy, version: FixtureVersion) -> Reply:
 def assert_stored_bytes(reply: Reply, version: FixtureVersion) -> None:
     assert reply.status == 200
     assert "Content-Encoding" not in reply.headers, "a tarball is never passed on coded"
-    assert sri512(reply.body) == version.integrity, f"{version.filename}: other bytes"
+    assert sri("sha512", reply.body) == version.integrity, f"{version.filename}: other bytes"
     assert reply.body == version.tarball
 
 

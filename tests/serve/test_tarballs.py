@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-
 import aiohttp
 import pytest
 from structlog.testing import capture_logs
@@ -15,6 +12,7 @@ from tests.serve.rig import FILE_STORE, SharedPrivate, StartProxy, publish_priva
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version
 from tests.servers.ports import free_port
+from tests.sri import sri
 
 
 @pytest.mark.parametrize("private", [None, FILE_STORE], ids=["verdaccio", "file-store"])
@@ -57,9 +55,8 @@ async def test_an_admitted_public_tarball_is_streamed_and_a_job_carries_what_was
     assert job.artifact.tarball_url == public_registry.tarball_url("@jobs/admitted", "1.1.0")
     assert job.artifact.filename == "admitted-1.1.0.tgz"
     assert job.artifact.size == len(version.tarball)
-    sha1 = base64.b64encode(hashlib.sha1(version.tarball).digest()).decode()  # noqa: S324
     assert [digest.sri() for digest in job.artifact.digests] == [
-        version.integrity, f"sha1-{sha1}"]
+        version.integrity, sri("sha1", version.tarball)]
     assert job.manifest["dist"]["tarball"] == job.artifact.tarball_url
     assert job.manifest["dependencies"] == version.manifest["dependencies"]
     assert "readme" not in job.manifest

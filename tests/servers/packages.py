@@ -23,7 +23,6 @@ about, without any network. Decisions:
 
 from __future__ import annotations
 
-import base64
 import gzip
 import hashlib
 import io
@@ -38,6 +37,7 @@ from typing import Any, Literal
 import orjson
 
 from mirrorgate.npm.mirrormark import MirrorMark, with_mark
+from tests.sri import sri
 
 __all__ = [
     "EPOCH",
@@ -184,7 +184,7 @@ class FixtureVersion:
     @cached_property
     def integrity(self) -> str:
         """The sha512 SRI of the tarball (whether or not `dist` advertises it)."""
-        return "sha512-" + base64.b64encode(hashlib.sha512(self.tarball).digest()).decode()
+        return sri("sha512", self.tarball)
 
     @cached_property
     def shasum(self) -> str:

@@ -7,19 +7,13 @@ a registry whose metadata claims the right integrity over other bytes is caught.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-
 from structlog.testing import LogCapture
 
 from tests.servers.fixture_registry import Fault, FixtureRegistry, Manners
 from tests.servers.packages import make_package, make_version
 from tests.servers.verdaccio import Verdaccio
+from tests.sri import sri
 from tests.worker.rig import RigFactory, events, job_from
-
-
-def sri512(data: bytes) -> str:
-    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
 
 
 async def test_a_tarball_the_public_upstream_gzips_anyway_is_verified_and_published_exactly(
@@ -36,7 +30,7 @@ async def test_a_tarball_the_public_upstream_gzips_anyway_is_verified_and_publis
     assert rig.tampered() == 0
     assert events(logs, "mirror_tampered") == []
     served = verdaccio.download("@coded/widget", "widget-2.0.0.tgz")  # read back over HTTP
-    assert sri512(served) == version.integrity
+    assert sri("sha512", served) == version.integrity
     assert rig.metrics.registry.get_sample_value(
         "mirrorgate_upstream_decoded_total", {"upstream": "public", "coding": "gzip"}) == 1
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import random
 from pathlib import Path
 
@@ -16,11 +15,8 @@ from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version, tarball_path
 from tests.servers.sqs_server import SqsServer
 from tests.servers.verdaccio import Verdaccio
+from tests.sri import sri
 from tests.worker.rig import RigFactory, events, job_from
-
-
-def sri(algorithm: str, data: bytes) -> str:
-    return f"{algorithm}-" + base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
 
 
 async def test_tampered_bytes_are_never_published_and_are_logged_with_both_digests(
