@@ -8,8 +8,8 @@ package's renderings evict every other package from the cache.
 from __future__ import annotations
 
 from mirrorgate.serve.tokens import new_token
-from tests.access.conftest import SecretDir, start_guarded
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.access.rig import SecretDir, start_guarded
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package
 from tests.servers.processes import MirrorgateProcess, Reply, http_request

@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from mirrorgate.serve.tokens import new_token
-from tests.access.conftest import SecretDir, auth_npmrc, start_guarded
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.access.rig import SecretDir, auth_npmrc, start_guarded
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import standard_tree

@@ -9,7 +9,6 @@ import http.client
 import json
 import random
 import signal
-import subprocess
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -19,13 +18,8 @@ from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, tarball_path
-from tests.servers.processes import mirrorgate_argv, wait_for
+from tests.servers.processes import run_command, wait_for
 from tests.servers.verdaccio import Verdaccio
-
-
-def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*mirrorgate_argv(), *args], capture_output=True, text=True,
-                          timeout=60, env=env, check=False)
 
 
 def test_help_lists_every_variable_mirrorgate_reads() -> None:

@@ -11,8 +11,7 @@ from typing import Any
 
 import orjson
 
-from tests.rules.signing import SigningKey, verify_served
-from tests.serve.test_takeover import serve_keys, signed
+from tests.rules.signing import SigningKey, serve_keys, signed, verify_served
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient

@@ -10,7 +10,7 @@ again on the same port.
 
 from __future__ import annotations
 
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, make_version, tarball_path

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, tarball_path
 from tests.servers.processes import MirrorgateProcess, Reply, http_request

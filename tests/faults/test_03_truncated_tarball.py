@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.faults.transfers import Transfer, fetch
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.npm import NpmClient

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from tests.e2e.sidecar import start_sidecar
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.faults.worker_jobs import logged
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from mirrorgate.mirror import MirrorJob, decode_job
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.faults.relay import TcpRelay
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.faults.worker_jobs import logged
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.npm import NpmClient

@@ -23,7 +23,7 @@ and the worker's only public request is the packument: no tarball is downloaded.
 from __future__ import annotations
 
 from tests.e2e.sidecar import PublishGate, enqueue_one, registry_environment
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.faults.worker_jobs import logged
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import (

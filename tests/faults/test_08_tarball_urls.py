@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mirrorgate.mirror import encode_job
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.faults.worker_jobs import (
     Watchers,
     admitted_job,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import orjson
 
 from mirrorgate.mirror import encode_job
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.faults.worker_jobs import (
     Watchers,
     admitted_job,

@@ -20,7 +20,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, make_version

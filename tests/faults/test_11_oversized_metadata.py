@@ -32,7 +32,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.faults.memory import MIB, mib, reset_peak, rss
 from tests.servers.availability import serving
 from tests.servers.packages import make_package

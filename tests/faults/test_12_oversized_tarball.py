@@ -22,7 +22,7 @@ from aiohttp import web
 
 from mirrorgate.integrity import digests_from_dist
 from mirrorgate.mirror import MirrorArtifact, MirrorJob
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.faults.worker_jobs import (
     logged,
     send_to_sqs,

@@ -30,7 +30,7 @@ import pytest
 from aiohttp import web
 
 from tests.faults.bulk_registry import BulkRegistry
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.faults.memory import MIB, mib, rss
 from tests.servers.availability import serving
 from tests.servers.processes import MirrorgateProcess

@@ -27,7 +27,7 @@ from tests.e2e.sidecar import (
     redelivery_lines,
     registry_environment,
 )
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.processes import wait_for
 from tests.servers.verdaccio import Verdaccio

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.faults.transfers import Transfer, fetch
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.npm import NpmClient

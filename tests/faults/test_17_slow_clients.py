@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.faults.conftest import GuardedFactory
+from tests.faults.guarded import GuardedFactory
 from tests.faults.memory import MIB, mib, reset_peak, rss
 from tests.faults.slow_clients import SlowLoad
 from tests.servers.fixture_registry import Fault, FixtureRegistry

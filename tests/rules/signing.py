@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
+import orjson
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from tests.servers.fixture_registry import Fault, FixtureRegistry
+from tests.servers.packages import FixtureVersion, fresh_version, make_version
+
+KEYS = "/-/npm/v1/keys"
 
 
 @dataclass
@@ -56,3 +63,29 @@ def verify_served(document: dict[str, Any], name: str, version: str,
         except InvalidSignature:
             return False
     return bool(signatures)
+
+
+def serve_keys(registry: FixtureRegistry, *keys: SigningKey) -> None:
+    registry.fault(KEYS, Fault(status=200, body=orjson.dumps(keys_document(*keys)),
+                               headers={"Content-Type": "application/json"}), exact=True)
+
+
+def signed(key: SigningKey, name: str, version: str, **fields: Any) -> FixtureVersion:
+    """A version whose `dist.signatures` is the registry's signature over its integrity."""
+    integrity = make_version(name, version, **fields).integrity
+    return make_version(name, version, dist={"signatures": key.sign(name, version, integrity)},
+                        **fields)
+
+
+def takeover(name: str, quarantined: str, *, age: timedelta) -> list[FixtureVersion]:
+    """Three versions published from CI with provenance by `ci-bot`, then one by `mallory`
+    from a laptop, `age` ago."""
+    attested = {"attestations": {"url": "http://127.0.0.1:9/-/npm/v1/attestations/x",
+                                 "provenance": {"predicateType":
+                                                "https://slsa.dev/provenance/v1"}}}
+    history = [make_version(name, f"1.0.{n}", dist=attested,
+                            _npmUser={"name": "ci-bot", "email": "ci@example.com"})
+               for n in range(3)]
+    return [*history, fresh_version(name, quarantined, age=age,
+                                    _npmUser={"name": "mallory", "email": "m@example.com"})]
+

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.access.rig import bearer, tokens_file
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package
@@ -21,15 +22,8 @@ TOKEN = "mgc_client-token-for-ci-1d9e7b"  # noqa: S105 - a test token
 OTHER = "mgc_someone-elses-token-55aa01"
 
 
-def tokens_file(tmp_path: Path, **clients: str) -> Path:
-    path = tmp_path / "client-tokens"
-    path.write_text("".join(f"{name} sha256:{hashlib.sha256(token.encode()).hexdigest()}\n"
-                            for name, token in clients.items()))
-    return path
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def basic(user: str, token: str) -> dict[str, str]:

@@ -26,9 +26,8 @@ from tests.advisories.records import (
     zip_bytes,
 )
 from tests.serve.rig import NPM_ACCEPT, StartProxy
-from tests.serve.test_npm_through_proxy import npm
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.npm import NpmClient
+from tests.servers.npm import NpmClient, npm
 from tests.servers.packages import fresh_version, make_package
 
 VULN = record("GHSA-vuln-0000-0100", "vuln-lib", summary="Command injection in vuln-lib",

@@ -14,9 +14,8 @@ from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
 from tests.serve.rig import FILE_STORE, SharedPrivate, StartProxy
-from tests.serve.test_npm_through_proxy import npm
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.npm import NpmClient
+from tests.servers.npm import NpmClient, npm
 from tests.servers.packages import make_package
 from tests.servers.processes import http_request
 

@@ -11,8 +11,8 @@ import ipaddress
 from pathlib import Path
 
 from mirrorgate.serve.rendered import MAX_BASES
+from tests.access.rig import bearer, tokens_file
 from tests.serve.rig import NPM_ACCEPT, StartProxy
-from tests.serve.test_access import bearer, tokens_file
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package
 

@@ -6,42 +6,12 @@ serves the in-process proxy keeps running while npm waits on it.
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
-
 from mirrorgate.rules import parse_rules
 from tests.serve.rig import RunningProxy, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.npm import NpmClient
+from tests.servers.npm import NpmClient, npm
 from tests.servers.packages import install_script_version, make_package, standard_tree
 from tests.servers.verdaccio import Verdaccio
-
-
-@dataclass(frozen=True)
-class NpmRun:
-    code: int
-    stdout: str
-    stderr: str
-
-
-NPM_RUN_LIMIT = 120.0
-"""Seconds an npm run may take before it is killed and the test fails."""
-
-
-async def npm(client: NpmClient, *args: str, registry: str) -> NpmRun:
-    process = await asyncio.create_subprocess_exec(
-        *client.argv(args, registry=registry), cwd=client.project,
-        env=client.environment(), stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        async with asyncio.timeout(NPM_RUN_LIMIT):
-            stdout, stderr = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return NpmRun(process.returncode, stdout.decode(), stderr.decode())
 
 
 async def test_npm_installs_a_six_package_tree_through_the_proxy_with_a_fresh_cache(

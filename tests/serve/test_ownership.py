@@ -17,10 +17,9 @@ import pytest
 
 from mirrorgate.rules import parse_rules
 from tests.serve.rig import SharedPrivate, StartProxy
-from tests.serve.test_npm_through_proxy import npm
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.npm import NpmClient
+from tests.servers.npm import NpmClient, npm
 from tests.servers.packages import FixturePackage, fresh_version, make_package, make_version
 from tests.servers.ports import free_port
 from tests.servers.verdaccio import Verdaccio

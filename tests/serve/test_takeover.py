@@ -8,31 +8,20 @@ from __future__ import annotations
 
 import copy
 from datetime import timedelta
-from typing import Any
-
-import orjson
 
 from mirrorgate.rules import parse_rules
-from tests.rules.signing import SigningKey, keys_document, verify_served
+from tests.rules.signing import (
+    SigningKey,
+    keys_document,
+    serve_keys,
+    signed,
+    takeover,
+    verify_served,
+)
 from tests.serve.rig import StartProxy
-from tests.serve.test_npm_through_proxy import npm
-from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.npm import NpmClient
-from tests.servers.packages import FixtureVersion, fresh_version, make_package, make_version
-
-KEYS = "/-/npm/v1/keys"
-
-
-def serve_keys(registry: FixtureRegistry, *keys: SigningKey) -> None:
-    registry.fault(KEYS, Fault(status=200, body=orjson.dumps(keys_document(*keys)),
-                               headers={"Content-Type": "application/json"}), exact=True)
-
-
-def signed(key: SigningKey, name: str, version: str, **fields: Any) -> FixtureVersion:
-    """A version whose `dist.signatures` is the registry's signature over its integrity."""
-    integrity = make_version(name, version, **fields).integrity
-    return make_version(name, version, dist={"signatures": key.sign(name, version, integrity)},
-                        **fields)
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.npm import NpmClient, npm
+from tests.servers.packages import make_package, make_version
 
 
 async def test_the_keys_endpoint_serves_the_public_registrys_keys(
@@ -94,17 +83,6 @@ async def test_without_the_registrys_keys_unsigned_policy_applies_until_they_arr
     assert list(after["versions"]) == ["1.0.0"]
 
 
-def takeover(name: str, quarantined: str, *, age: timedelta) -> list[FixtureVersion]:
-    """Three versions published from CI with provenance by `ci-bot`, then one by `mallory`
-    from a laptop, `age` ago."""
-    attested = {"attestations": {"url": "http://127.0.0.1:9/-/npm/v1/attestations/x",
-                                 "provenance": {"predicateType":
-                                                "https://slsa.dev/provenance/v1"}}}
-    history = [make_version(name, f"1.0.{n}", dist=attested,
-                            _npmUser={"name": "ci-bot", "email": "ci@example.com"})
-               for n in range(3)]
-    return [*history, fresh_version(name, quarantined, age=age,
-                                    _npmUser={"name": "mallory", "email": "m@example.com"})]
 
 
 QUARANTINE = parse_rules('[provenance]\ncontinuity = "quarantine"\nquarantine = "7d"\n'

@@ -19,11 +19,13 @@ reads only what is written here. Decisions:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -153,3 +155,30 @@ class NpmClient:
                 data = json.loads(manifest.read_text(encoding="utf-8"))
                 found[str(data.get("name"))] = str(data.get("version"))
         return found
+
+
+@dataclass(frozen=True)
+class NpmRun:
+    code: int
+    stdout: str
+    stderr: str
+
+
+NPM_RUN_LIMIT = 120.0
+"""Seconds an npm run may take before it is killed and the test fails."""
+
+
+async def npm(client: NpmClient, *args: str, registry: str) -> NpmRun:
+    process = await asyncio.create_subprocess_exec(
+        *client.argv(args, registry=registry), cwd=client.project,
+        env=client.environment(), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(NPM_RUN_LIMIT):
+            stdout, stderr = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return NpmRun(process.returncode, stdout.decode(), stderr.decode())

@@ -401,3 +401,8 @@ class MirrorgateProcess:
     def _clean_up(self) -> None:
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*mirrorgate_argv(), *args], capture_output=True, text=True,
+                          timeout=60, env=env, check=False)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, Playwright, sync_playwright
@@ -21,7 +20,6 @@ from tests.servers.availability import unavailable
 CHROMIUM = os.environ.get("MIRRORGATE_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "ui"
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +58,3 @@ def page(browser: Browser) -> Iterator[Page]:
     assert dialogs == [], f"a script ran and opened a dialog: {dialogs}"
 
 
-def screenshot(page: Page, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path

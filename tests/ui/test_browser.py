@@ -19,7 +19,7 @@ from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
 from tests.servers.packages import standard_tree
 from tests.servers.processes import MirrorgateProcess, wait_for
-from tests.ui.conftest import screenshot
+from tests.ui.screens import screenshot
 
 TOKEN = "mgc_browser-token-7a2e91"  # noqa: S105 - a test token
 RULES = '[deny]\npackages = ["delta@0.5.0", "zeta@1.0.0"]\n'

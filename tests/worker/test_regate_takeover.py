@@ -15,12 +15,10 @@ from structlog.testing import LogCapture
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import parse_rules
 from mirrorgate.upstream.filestore import FileStore
-from tests.rules.signing import SigningKey
-from tests.serve.test_takeover import serve_keys, signed, takeover
+from tests.rules.signing import SigningKey, serve_keys, signed, takeover
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, make_version
-from tests.worker.rig import RigFactory, events, job_from
-from tests.worker.test_regate import assert_refused
+from tests.worker.rig import RigFactory, assert_refused, events, job_from
 
 
 async def test_a_job_for_a_version_from_a_new_publisher_is_refused_by_the_worker(
