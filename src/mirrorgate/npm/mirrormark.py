@@ -4,6 +4,7 @@ A private registry stamps its own publish moment into `time[version]` and forget
 version came from; the mark, a `_mirrorgate` object in the manifest, keeps both: a copy of a
 public version, its public publish time, and the integrity it was verified against.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

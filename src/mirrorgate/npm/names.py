@@ -4,6 +4,7 @@ A name arrives in several spellings (`@scope%2fname`, `@scope%2Fname`, `@scope/n
 character percent-encoded); it is decoded once, strictly, and checked against npm's rules, so
 `..`, `%2e%2e`, a smuggled `/`, backslashes and control characters never get through.
 """
+
 from __future__ import annotations
 
 import re

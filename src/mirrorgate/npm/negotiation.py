@@ -3,6 +3,7 @@
 These run on every warm request, so each answer is memoised per distinct header value in a
 small bounded table (`Memo`; clients send a handful of distinct values).
 """
+
 from __future__ import annotations
 
 import ipaddress

@@ -4,6 +4,7 @@ A name is first-party when the private upstream holds a version of it mirrorgate
 from public: it is served from the private side alone (dependency confusion is a public impostor
 version merged into it).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -4,6 +4,7 @@ A packument is gated once per cache fill and rendered once per (form, base URL);
 copy bytes. Everything here is pure (no I/O, no clock of its own), so the serve path can run it
 in a thread and tests can call it directly.
 """
+
 from __future__ import annotations
 
 import secrets

@@ -4,6 +4,7 @@
 The path is read from `request.raw_path` (never the router's decoded copy) and its name goes
 through `parse_name`, so no `..`, `%2e%2e` or smuggled slash reaches a URL or a file path.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

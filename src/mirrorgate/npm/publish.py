@@ -3,6 +3,7 @@
 The worker mirrors a version by publishing it the way the npm client does, so any npm registry
 (Verdaccio, Artifactory, Nexus, CodeArtifact...) can be the mirror target.
 """
+
 from __future__ import annotations
 
 import base64

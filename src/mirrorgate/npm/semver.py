@@ -4,6 +4,7 @@
 rules file loads; a version is then one regex into an ordering key and a comparator one tuple
 comparison, because the serve path tests every version of a packument.
 """
+
 from __future__ import annotations
 
 import operator

@@ -4,6 +4,7 @@ Each upstream (public, private, mirror target) gets one `Upstream` for the life 
 holding one bounded connection pool per use (`Pool`: packument fills, tarball streams, the
 worker), so a slow client holding every tarball connection never delays a fill or the worker.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -4,6 +4,7 @@ Every tarball read asks for `identity`, yet an upstream may encode anyway (Verda
 1 KB for a client that accepts gzip; a caching proxy or CDN may regardless). Bytes relayed or
 hashed still encoded would be a corrupt install for the client and a false tamper alarm.
 """
+
 from __future__ import annotations
 
 import zlib

@@ -4,6 +4,7 @@ It lets `mirrorgate serve` on a fresh machine proxy, gate and mirror with no oth
 worker writes what it verified here, and the serve path reads the same directory as its private
 upstream. File I/O runs in a thread, so the event loop never waits on a disk.
 """
+
 from __future__ import annotations
 
 import asyncio

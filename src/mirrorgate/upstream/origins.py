@@ -4,6 +4,7 @@ A packument's `dist.tarball` is a URL someone else chose; followed blindly, a ho
 could make the proxy or the worker fetch from an internal service (`http://169.254.169.254/`,
 `http://10.0.0.1/`) or another host.
 """
+
 from __future__ import annotations
 
 import ipaddress

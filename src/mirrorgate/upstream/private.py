@@ -4,6 +4,7 @@ The organisation's registry may be a real npm registry over HTTP(S) or the embed
 store; the serve path asks both the same two questions through `PrivateSource`, so it never
 checks which one it has.
 """
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
