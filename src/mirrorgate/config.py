@@ -2,15 +2,7 @@
 
 Every variable mirrorgate reads is declared in `VARIABLES`, with its default and a line of help;
 `mirrorgate --help` and `mirrorgate check-config` are generated from that table, so the list a
-person reads cannot drift from the list the code reads. Decisions:
-
-- Problems are collected, not raised one at a time: `ConfigError` carries every one, each
-  naming the variable, what is wrong with the value and an example of a good one.
-- Secrets (the private token) are held in `Secret`, whose repr is redacted, so a settings
-  object can be logged or printed without leaking them.
-- The public upstream defaults to the registry npm itself is configured with (`npm config get
-  registry`), asked only when `MIRRORGATE_PUBLIC_UPSTREAM` is unset; no registry host name is
-  written into mirrorgate.
+person reads cannot drift from the list the code reads.
 """
 
 from __future__ import annotations
@@ -160,7 +152,8 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownV
 
 
 class Secret:
-    """A value that must never be printed; its repr and str say so instead."""
+    """A value that must never be printed; its repr and str say so instead, so a settings
+    object can be logged or printed without leaking a token or key."""
 
     __slots__ = ("_value",)
 
@@ -255,7 +248,8 @@ class Settings:
 
 
 class ConfigError(Exception):
-    """Every problem found in the environment, each a sentence a person can act on."""
+    """Every problem found in the environment (collected, not raised one at a time), each a
+    sentence naming the variable, what is wrong with the value and an example of a good one."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
@@ -480,6 +474,8 @@ def load_settings(
     queue = _queue(read)
     data_dir = _data_dir(read)
 
+    # unset: the registry npm itself is configured with; no registry host name is written
+    # into mirrorgate
     public = read.raw("MIRRORGATE_PUBLIC_UPSTREAM")
     if public is None:
         public = npm_registry()

@@ -1,9 +1,8 @@
 """What happened lately, for the status page: a bounded in-memory ring of notable events.
 
-Denials, tamper verdicts, upstream failures and job outcomes are recorded here by one-line
-calls where they happen. Nothing is persisted: a restart empties the ring, and at most
-`CAPACITY` events are kept (the oldest fall out), so memory is bounded whatever the traffic.
-Totals live in the Prometheus counters; this only answers "what, lately, and why".
+Denials, tamper verdicts, upstream failures and job outcomes are recorded by one-line calls
+where they happen. Nothing is persisted (a restart empties the ring) and at most `CAPACITY` are
+kept; totals live in the Prometheus counters, this only answers "what, lately, and why".
 """
 
 from __future__ import annotations

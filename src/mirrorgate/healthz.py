@@ -1,13 +1,7 @@
 """Liveness, readiness and the metrics endpoint, shared by the proxy and the worker listener.
 
-- `/livez` answers 200 while the process serves and, where a worker runs, its heartbeat is
-  younger than `stale_after`; otherwise 503 with the heartbeat's age. The worker beats when a
-  receive returns (an empty poll is a healthy idle) and after each job, so a loop stuck on one
-  job for longer than the window is reported, and Kubernetes restarts it.
-- `/readyz` answers 200 once start-up finished and until draining begins, so a Service stops
-  routing to a pod the moment SIGTERM arrives.
-- `/metrics` is Prometheus text from the process's own registry.
-Time is injected (`clock`) so tests need not sleep for a heartbeat to go stale.
+`/livez` says whether the process (and its worker loop, where one runs) still makes progress,
+`/readyz` whether it should get traffic; `/metrics` is the process's Prometheus registry.
 """
 
 from __future__ import annotations
@@ -25,6 +19,10 @@ __all__ = ["Health", "Heartbeat", "add_health_routes"]
 
 @dataclass
 class Heartbeat:
+    """The worker beats when a receive returns (an empty poll is a healthy idle) and after each
+    job, so a loop stuck on one job longer than `stale_after` is reported and Kubernetes
+    restarts it. `clock` is injected so tests need not sleep for a beat to go stale."""
+
     stale_after: float
     clock: Callable[[], float] = time.monotonic
     last: float = field(default=0.0)
@@ -51,6 +49,7 @@ class Health:
 
 def add_health_routes(app: web.Application, health: Health, metrics: Metrics) -> None:
     async def livez(_request: web.Request) -> web.Response:
+        """200 while the process serves and any heartbeat is fresh; else 503 with its age."""
         beat = health.heartbeat
         if beat is not None and not beat.fresh():
             return web.json_response(
@@ -64,6 +63,8 @@ def add_health_routes(app: web.Application, health: Health, metrics: Metrics) ->
         return web.json_response(body)
 
     async def readyz(_request: web.Request) -> web.Response:
+        """200 once start-up finished and until draining begins, so a Service stops routing
+        to a pod the moment SIGTERM arrives."""
         if health.draining:
             return web.json_response({"status": "draining"}, status=503)
         if not health.ready:

@@ -1,25 +1,8 @@
-"""Checking tarball bytes against the digest their version was admitted with, as they stream in.
+"""Tarball digests: SRI parsing, the strongest digest, and bytes checked as they stream in.
 
-The worker must never publish bytes other than the ones the admission rules saw described, and
-the serve path must never complete a public tarball whose bytes are not those bytes, so this
-module decides what "the same bytes" means, once, for both (`StreamVerifier`). Decisions:
-
-- One digest decides: the strongest the job carries (sha512 > sha384 > sha256 > sha1, the
-  order of `mirror.STRONGEST_FIRST`). Only that one is computed while streaming, so verifying
-  costs one pass of one hash (`hashlib`, fed the chunks as they arrive, no copies); a weaker
-  digest that matches never rescues a stronger one that does not.
-- Size is checked twice: against the cap (`MIRRORGATE_MAX_TARBALL_BYTES` in the worker; the
-  serve path relays without one, as it did before it verified) before a byte is
-  read when the upstream declares a Content-Length, and on every chunk, so a lying or absent
-  Content-Length cannot make the worker hold more than the cap; and against the size the job
-  declares, when it declares one, as soon as the bytes run past it and again at the end.
-- The publish document needs the sha512 integrity and the sha1 shasum of the bytes it carries.
-  `dist_digests()` reuses the verified hash where it is one of those and computes the rest, then
-  insists that every sha512 or sha1 the job carries agrees, so the `dist` a registry stores
-  always describes the verified bytes and never contradicts what was admitted.
-- Comparing a stored version with a job (`agreement()`) follows the same rule: the strongest
-  algorithm both sides carry decides, and a match on something weaker than the job's
-  strongest digest is `UNKNOWN`, not `SAME`.
+The worker must never publish, and the serve path never complete, a public tarball whose bytes
+are not the ones the admission rules saw described; this module decides what "the same bytes"
+means, once, for both (`StreamVerifier`, `agreement`).
 """
 
 from __future__ import annotations
@@ -209,6 +192,16 @@ class Verified:
 class StreamVerifier:
     """Feed it the chunks of one download; `finish()` says whether they are the admitted bytes.
 
+    One digest decides, the strongest given (`strongest_of`), and only it is computed: one pass
+    of one hash, fed the chunks as they arrive, no copies. A weaker digest that matches never
+    rescues a stronger one that does not.
+
+    Size is checked against `limit` (MIRRORGATE_MAX_TARBALL_BYTES in the worker; the serve path
+    relays without one) before a byte is read when the upstream declares a Content-Length, and
+    on every chunk, so a lying or absent Content-Length cannot make the worker hold more; and
+    against `expected_size`, when the job declares one, as soon as the bytes run past it and
+    again at the end.
+
     `declared_length()` and `update()` raise `TooLarge` or `SizeMismatch` as soon as the bytes
     cannot be right, so the caller stops downloading; `finish()` raises `SizeMismatch` or
     `DigestMismatch`, or returns `Verified`.
@@ -262,9 +255,10 @@ class TarballDigests:
 
 def dist_digests(tarball: bytes, verified: Verified,
                  job_digests: tuple[Digest, ...]) -> TarballDigests:
-    """The sha512 integrity and sha1 shasum of verified bytes; raises DigestMismatch when a
-    sha512 or sha1 the job carries disagrees with them (the job's metadata contradicts itself,
-    and bytes that contradict any admitted digest are never published).
+    """The sha512 integrity and sha1 shasum of verified bytes (the verified hash reused where it
+    is one of them), for the publish document's `dist`; raises DigestMismatch when a sha512 or
+    sha1 the job carries disagrees with them (the job's metadata contradicts itself, and bytes
+    that contradict any admitted digest are never published).
 
     CPU-bound for large tarballs: call it in a thread.
     """

@@ -2,9 +2,7 @@
 
 Every line carries a stable `event` name an alert can match (`job_published`,
 `upstream_failed`...); context such as the job's package, version and message id is bound with
-`structlog.contextvars`. Secrets are kept out twice over: keys that name credentials are
-replaced, and any registered secret value (the private token) is masked wherever it appears in
-a string, so an upstream's error text that echoes a header cannot leak it.
+`structlog.contextvars`.
 """
 
 from __future__ import annotations
@@ -60,6 +58,9 @@ def loggable_url(url: str) -> str:
 
 
 def redact(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Secrets are kept out twice over: keys that name credentials are replaced, and any
+    registered secret value is masked wherever it appears in a string, so an upstream's error
+    text that echoes a header cannot leak it."""
     for key in list(event):
         if key.lower() in _SECRET_KEYS:
             event[key] = MASK

@@ -1,10 +1,8 @@
 """Every Prometheus metric mirrorgate exports, declared in one place.
 
 A `Metrics` owns its own `CollectorRegistry` (not the global one), so each process, and each
-test, gets a fresh set. Queue figures (depth, drops, send failures) are not counted here but
-read from the backend's `stats()` at scrape time, so the backend's own count is the only one.
-Label values are fixed vocabularies (route names, outcomes, rule names), never package names
-or URLs, so the series count stays bounded and nothing a client sends becomes a label.
+test, gets a fresh set. Label values are fixed vocabularies (routes, outcomes, rule names), never
+package names or URLs, so the series count stays bounded and no client input becomes a label.
 """
 
 from __future__ import annotations
@@ -24,6 +22,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _QueueCollector(Collector):
+    """Queue figures (depth, drops, send failures) read from the backend's `stats()` at scrape
+    time, not counted here: the backend's own count is the only one."""
+
     def __init__(self, stats: Callable[[], QueueStats], provider: str) -> None:
         self._stats = stats
         self._provider = provider

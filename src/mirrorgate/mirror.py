@@ -1,19 +1,8 @@
-"""The domain every part of mirrorgate agrees on: a mirror job and the queue that carries it.
+"""The mirror job and the queue that carries it: the domain the serve path and the worker share.
 
-The serve path admits a public version, captures what it admitted as a `MirrorJob` and hands
-it to a `MirrorQueue`; the worker receives it, verifies the bytes against the digest captured
-at that moment (never a re-fetched one) and publishes them. Decisions taken here:
-
-- A `MirrorArtifact` without a digest cannot be built. The serve path only admits versions
-  that carry one, so a job the worker cannot verify is unrepresentable, not merely unlikely.
-- `MirrorQueue` is a record of four async functions, not a class hierarchy. A backend is a
-  function that builds the record; its state lives in the closures, out of the worker's reach.
-  Retry is "don't ack": the backend redelivers after its visibility window. There is no nack.
-- `ReceiptHandle` and `Seconds` are distinct types so a delivery token or a duration cannot be
-  passed where some other string or integer was meant.
-- Jobs travel as versioned JSON (`"v": 1`) and decoding is strict: anything else is refused
-  with a `JobDecodeError` naming the problem, so a foreign message is retired, never guessed at.
-  `published` joined v1 later as an optional field, so a job from an older proxy still decodes.
+The serve path captures what it admitted as a `MirrorJob` and hands it to a `MirrorQueue`; the
+worker receives it and verifies the bytes against the digest captured at that moment (never a
+re-fetched one) before it publishes them.
 """
 
 from __future__ import annotations
@@ -43,7 +32,10 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class MirrorArtifact:
-    """What the worker needs to fetch, verify and name one tarball, captured at admission."""
+    """What the worker needs to fetch, verify and name one tarball, captured at admission.
+
+    It cannot be built without a digest: the serve path admits only versions that carry one,
+    so a job the worker cannot verify is unrepresentable, not merely unlikely."""
 
     tarball_url: str
     filename: str
@@ -83,6 +75,8 @@ class MirrorJob:
         return f"{self.name}@{self.version}"
 
 
+# Distinct types, so a delivery token or a duration is never passed where some other string or
+# integer was meant.
 ReceiptHandle = NewType("ReceiptHandle", str)
 """A backend's delivery token (an SQS receipt handle, a Pub/Sub ackId). Built only by backends."""
 
@@ -130,10 +124,14 @@ class QueueStats:
 class MirrorQueue:
     """The seam between the serve path and the worker: four async functions and their frame.
 
+    A record, not a class hierarchy: a backend is a function that builds it, and its state
+    lives in the closures, out of the worker's reach.
+
     - `enqueue(job)`: never raises and never waits on the network; a backend that cannot take
       the job counts and logs it. Mirroring is an optimisation; the response never depends on it.
     - `receive()`: a bounded long-poll; `[]` is a healthy idle.
-    - `ack(receipt)`: done. Not acking is how a job is retried.
+    - `ack(receipt)`: done. Not acking is how a job is retried (the backend redelivers after
+      its visibility window); there is no nack.
     - `extend_visibility(receipt, seconds)`: hold a delivery longer; `Seconds(0)` releases it.
 
     Around them: `close()` flushes what the backend buffers and releases its resources;
@@ -199,7 +197,8 @@ def _field(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def decode_job(body: bytes | str) -> MirrorJob:
-    """The job a message body carries; raises JobDecodeError naming what is wrong."""
+    """The job a message body carries; raises JobDecodeError naming what is wrong. Strict: a
+    foreign message is retired, never guessed at."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as error:

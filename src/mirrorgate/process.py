@@ -1,29 +1,7 @@
 """Running a mirrorgate process: wiring its parts, serving, and stopping gracefully.
 
-Two shapes share this code. `mirrorgate serve` runs the proxy on `MIRRORGATE_LISTEN` and, unless
-`--no-worker`, a worker in the same process (the only arrangement the memory queue allows).
-`mirrorgate worker` runs the worker alone with `/livez`, `/readyz` and `/metrics` on
-`MIRRORGATE_WORKER_LISTEN`, and refuses the memory queue, which cannot cross processes.
-
-Each upstream gets exactly one `Upstream` (one bounded connection pool per use inside): when
-the mirror target is the private upstream, the worker publishes through the proxy's private
-client, on that client's worker pool.
-
-asyncio's signal pitfalls decided the stop sequence's shape: handlers are installed on the
-running loop with `add_signal_handler` (never `signal.signal`, whose handler can run between any
-two bytecodes) and only set an event; the stop itself is ordinary coroutine code. On SIGTERM or
-SIGINT: `/readyz` turns 503, the listener closes, in-flight requests and the worker's job in hand
-get `MIRRORGATE_DRAIN_TIMEOUT` to finish (the worker releases what it cannot finish), then the
-queue flushes and closes, and the process exits 0.
-
-Each listener is a `GuardedSite` (`listener`): aiohttp's idle keep-alive timeout
-(`MIRRORGATE_KEEPALIVE_TIMEOUT`) plus the head-read and write-stall bounds aiohttp lacks.
-
-aiohttp's own server logger speaks before any handler runs: a request line its parser refuses
-(raw control characters, a bad method) is answered 400 by aiohttp and logged there with a
-traceback. Each listener gets a logger of its own that turns those records into one JSON line
-(`http_request_malformed`, counted in `mirrorgate_refusals{reason="malformed_request"}`, the
-client's bytes left out) or, for anything else, `http_server_error`.
+One process runs one `Shape`: the proxy and a worker together, the proxy alone, or the worker
+alone with `/livez`, `/readyz` and `/metrics` on `MIRRORGATE_WORKER_LISTEN`.
 """
 
 from __future__ import annotations
@@ -117,6 +95,8 @@ class Upstreams:
         public = client("public", settings.public_upstream, token=False)
         private = (client("private", settings.private_upstream, token=True)
                    if not settings.private_upstream.startswith("file://") else None)
+        # one Upstream per origin: a target that is the private upstream is published to
+        # through the proxy's private client, on that client's worker pool
         if settings.mirror_target == settings.private_upstream:
             target = private
         elif settings.mirror_target.startswith("file://"):
@@ -164,7 +144,13 @@ def _check_shape(settings: Settings, shape: Shape) -> None:
 
 
 class _ServerLog(logging.Handler):
-    """aiohttp's server log records as structlog lines with stable names, never tracebacks."""
+    """aiohttp's server log records as structlog lines with stable names, never tracebacks.
+
+    aiohttp's server logger speaks before any handler runs: a request line its parser refuses
+    (raw control characters, a bad method) is answered 400 and logged there with a traceback.
+    Here it becomes one `http_request_malformed` line (counted in
+    `mirrorgate_refusals{reason="malformed_request"}`, the client's bytes left out); anything
+    else at warning or above, `http_server_error`."""
 
     def __init__(self, metrics: Metrics) -> None:
         super().__init__(logging.DEBUG)
@@ -197,6 +183,8 @@ async def _listening(app: web.Application, host: str, port: int, settings: Setti
                            handle_signals=False, logger=_server_logger(metrics),
                            keepalive_timeout=settings.keepalive_timeout)
     await runner.setup()
+    # aiohttp has the idle keep-alive timeout; GuardedSite adds the head-read and write-stall
+    # bounds it lacks
     bounds = ClientBounds(head_timeout=settings.head_timeout,
                           write_stall_timeout=settings.write_stall_timeout,
                           on_cut=lambda reason: metrics.slow_clients.labels(reason).inc())
@@ -297,6 +285,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Handlers on the running loop (never `signal.signal`, whose handler can run between any two
+    # bytecodes) that only set an event: the stop itself is ordinary coroutine code.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
@@ -333,6 +323,9 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
             log.error("worker_crashed", error=repr(error))
             stop.set()
         stopped.cancel()
+        # The stop: /readyz turns 503, the listener closes, in-flight requests and the worker's
+        # job in hand get MIRRORGATE_DRAIN_TIMEOUT (the worker releases what it cannot finish);
+        # then `_run` flushes and closes the queue, and the process exits 0.
         health.draining = True
         log.info("draining", timeout=settings.drain_timeout)
         worker_stop.set()

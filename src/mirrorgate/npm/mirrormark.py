@@ -1,10 +1,8 @@
 """The mark the worker writes into every version it mirrors, and how it is read back.
 
-A private registry stamps its own publish moment into `time[version]` and keeps no record of
-where a version came from. The mark, a `_mirrorgate` object in the version manifest, keeps
-both: that the version is a copy of a public one, the public publish time it was admitted
-with, and the integrity it was verified against. Checked to survive Verdaccio 6.8 (full
-packuments keep unknown manifest fields; the abbreviated form drops them) and the file store.
+A private registry stamps its own publish moment into `time[version]` and forgets where a
+version came from; the mark, a `_mirrorgate` object in the manifest, keeps both: a copy of a
+public version, its public publish time, and the integrity it was verified against.
 """
 
 from __future__ import annotations
@@ -15,6 +13,8 @@ from typing import Any
 
 __all__ = ["MARK_FIELD", "MirrorMark", "read_mark", "with_mark", "without_mark"]
 
+# Checked to survive Verdaccio 6.8 (full packuments keep unknown manifest fields; the
+# abbreviated form drops them) and the file store.
 MARK_FIELD = "_mirrorgate"
 MARK_VERSION = 1
 

@@ -1,17 +1,8 @@
-"""npm package names: validated and canonicalised before they touch a URL or a path.
+"""npm package names, validated and canonicalised before they touch a URL or a file path.
 
-A name arrives in a request path in several spellings (`@scope%2fname`, `@scope%2Fname`,
-`@scope/name`, percent-encoded characters anywhere). It is decoded once, strictly, and then
-checked against npm's rules, so `..`, `%2e%2e`, a `/` smuggled into an unscoped name,
-backslashes and control characters never reach an upstream URL or a file path. Decisions:
-
-- The charset is npm's URL-safe set (letters, digits, `-._~`); a part may not start with `.`
-  or `_`; the whole name is at most 214 characters.
-- Upper case is accepted: npm refuses it for *new* packages, but legacy packages with capitals
-  are still installed every day; such a name is looked up like any other and answers 404 when
-  no upstream knows it.
-- There is one way to put a name in a URL (`url_path`: scoped names with one lower-case
-  `%2f`) and one way to derive a tarball's filename (`tarball_filename`).
+A name arrives in several spellings (`@scope%2fname`, `@scope%2Fname`, `@scope/name`, any
+character percent-encoded); it is decoded once, strictly, and checked against npm's rules, so
+`..`, `%2e%2e`, a smuggled `/`, backslashes and control characters never get through.
 """
 
 from __future__ import annotations
@@ -32,6 +23,9 @@ __all__ = [
 ]
 
 MAX_NAME_LENGTH = 214
+# npm's URL-safe set (letters, digits, `-._~`). Upper case is accepted: npm refuses it only for
+# *new* packages, and legacy packages with capitals are installed every day (an unknown one is
+# a plain 404).
 _PART = re.compile(r"[A-Za-z0-9~-][A-Za-z0-9._~-]*")
 
 
@@ -49,7 +43,8 @@ class PackageName:
         return f"@{self.scope}/{self.bare}" if self.scope else self.bare
 
     def url_path(self) -> str:
-        """The name as one URL path segment: `name` or `@scope%2fname`."""
+        """The name as one URL path segment: `name` or `@scope%2fname` (one lower-case `%2f`);
+        the only way a name is put in a URL."""
         return f"@{self.scope}%2f{self.bare}" if self.scope else self.bare
 
     def tarball_path(self, filename: str) -> str:
@@ -113,6 +108,7 @@ def parse_name(text: str) -> PackageName:
 
 
 def tarball_filename(name: PackageName, version: str) -> str:
+    """`<bare>-<version>.tgz`: the only way a tarball's filename is derived."""
     return f"{name.bare}-{version}.tgz"
 
 

@@ -1,22 +1,7 @@
 """How a request's headers choose what is sent: the form, the coding, the base URL, a 304.
 
 These run on every warm request, so each answer is memoised per distinct header value in a
-small bounded table (clients send a handful of distinct values). Decisions:
-
-- The abbreviated form only when the client names `application/vnd.npm.install-v1+json`
-  explicitly, with a q-value above 0 and no lower than the one JSON gets (`application/json`,
-  else `application/*`, else `*/*`): npm's own header gets it, `*/*` alone gets the full form.
-- gzip when `Accept-Encoding` lists `gzip`, `x-gzip` or `*` with a q-value above 0.
-- `If-None-Match` is compared weakly (a `W/` prefix is ignored on either side), and `*`
-  matches, as RFC 9110 says for GET.
-- The base URL of tarball URLs: `MIRRORGATE_PUBLIC_URL` when set; else the connection's
-  scheme and `Host`. `X-Forwarded-Proto`/`X-Forwarded-Host` (first values), else `Forwarded`'s
-  first element's `proto=`/`host=`, are believed only from a peer in
-  `MIRRORGATE_TRUSTED_PROXIES`: from anyone else they would let a client choose the host in
-  the tarball URLs served. A host that is not a host name (or bracketed IP) with an optional
-  port is refused (`BadBaseError`): the value ends up inside every served document. The
-  result is memoised per header combination in a bounded table; how many bases one cached
-  packument keeps is bounded beside the cache entry (`registry.rendered`).
+small bounded table (`Memo`; clients send a handful of distinct values).
 """
 
 from __future__ import annotations
@@ -38,6 +23,8 @@ __all__ = [
     "wants_abbreviated",
 ]
 
+# A host name or bracketed IP, optional port; anything else is a BadBaseError, since the value
+# ends up inside every served document.
 _HOST = re.compile(r"(?:[A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]{1,63}\.?(?::[0-9]{1,5})?"
                    r"|\[[0-9A-Fa-f:.]{2,45}\](?::[0-9]{1,5})?")
 _JSON_MEDIA = ("application/json", "application/*", "*/*")
@@ -80,7 +67,9 @@ def _q_value(params: list[str]) -> float:
 
 
 def wants_abbreviated(accept: str | None) -> bool:
-    """Whether an Accept header asks for the abbreviated form (npm's install-v1)."""
+    """Whether an Accept header asks for the abbreviated form (npm's install-v1): named
+    explicitly, with a q-value above 0 and no lower than JSON's (`application/json`, else
+    `application/*`, else `*/*`). npm's own header gets it; `*/*` alone gets the full form."""
     if not accept or ABBREVIATED not in accept.lower():
         return False
     abbreviated = 0.0
@@ -100,7 +89,7 @@ def wants_abbreviated(accept: str | None) -> bool:
 
 
 def accepts_gzip(header: str) -> bool:
-    """Whether an Accept-Encoding header accepts gzip."""
+    """Whether an Accept-Encoding header accepts gzip (`gzip`, `x-gzip` or `*`, q above 0)."""
     for part in header.split(",")[:32]:
         coding, _, params = part.partition(";")
         if coding.strip().lower() not in ("gzip", "x-gzip", "*"):
@@ -116,7 +105,8 @@ def accepts_gzip(header: str) -> bool:
 
 
 def etag_matches(header: str, etag: str) -> bool:
-    """Whether an If-None-Match header matches `etag` (weak comparison)."""
+    """Whether an If-None-Match header matches `etag`: compared weakly (`W/` ignored on either
+    side), and `*` matches, as RFC 9110 says for GET."""
     bare = etag.removeprefix("W/")
     for candidate in header.split(","):
         candidate = candidate.strip()
@@ -187,7 +177,13 @@ def _trusted_peer(networks: Sequence[Network]) -> Callable[[str], bool]:
 
 
 class BaseUrls:
-    """The proxy's base URL as a client sees it (ending in `/`), from settings or headers."""
+    """The proxy's base URL as a client sees it (ending in `/`), from settings or headers.
+
+    `MIRRORGATE_PUBLIC_URL` when set; else the connection's scheme and `Host`.
+    `X-Forwarded-Proto`/`-Host` (first values), else `Forwarded`'s first `proto=`/`host=`, are
+    believed only from a peer in `MIRRORGATE_TRUSTED_PROXIES`: from anyone else they would let
+    a client choose the host in the tarball URLs served. How many bases one cached packument
+    keeps is bounded beside the cache entry (`serve.rendered`)."""
 
     def __init__(self, public_url: str | None, trusted: Sequence[Network] = ()) -> None:
         self.fixed = None if public_url is None else public_url.rstrip("/") + "/"

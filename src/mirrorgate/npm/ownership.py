@@ -1,9 +1,8 @@
 """Which private versions mirrorgate mirrored, and so which names the organisation owns.
 
-A name is first-party when the private upstream holds a version of it that mirrorgate did not
-mirror from public: such a name is served from the private side alone (dependency confusion
-is a public impostor version merged into it). Pure functions over a full private packument
-(the abbreviated form drops the mark, so the private packument is always read in full).
+A name is first-party when the private upstream holds a version of it mirrorgate did not mirror
+from public: it is served from the private side alone (dependency confusion is a public impostor
+version merged into it).
 """
 
 from __future__ import annotations
@@ -39,7 +38,8 @@ def mirrored_mark(manifest: Mapping[str, Any]) -> MirrorMark | None:
 
 def first_party_versions(document: Mapping[str, Any] | None) -> list[str]:
     """The versions of a private packument mirrorgate did not mirror (a bad manifest counts:
-    a version whose origin cannot be shown is the organisation's)."""
+    a version whose origin cannot be shown is the organisation's). `document` is the full
+    packument: the abbreviated form drops the mark."""
     if document is None:
         return []
     versions = document.get("versions")

@@ -1,31 +1,8 @@
 """The packument mirrorgate serves: private and public merged, public versions gated, rendered.
 
-A packument is built once per cache fill and rendered once per (form, base URL); requests only
-copy bytes. Everything here is pure (no I/O, no clock of its own), so the serve path can run
-it in a thread and tests can call it directly. Decisions:
-
-- Ownership first (`registry.ownership`): a name the private upstream holds an unmarked
-  version of, or one `[private].names` covers, is first-party and served from the private side
-  alone (public is not merged, no public tarball URL is kept), unless `merge_public` names it.
-- Public versions are gated by the admission rules and by the origin lock (a `dist.tarball`
-  off the public upstream's origin makes the version unavailable, rule `tarball-origin`).
-  Mirrored private versions are gated again by the current rules, with the public publish time
-  their mark carries; first-party versions only by the deny list. On a version present in
-  both, the private copy wins.
-- A denied version leaves `versions` for npm's `policyRestrictions` (`{"message",
-  "versions"}`), in both forms, so `npm install pkg@denied` fails with E403 and the reason.
-- `dist-tags`: the first upstream naming a tag decides it (public, then private; private
-  first for a first-party name, whose readme, description... are the private ones alone), a tag
-  pointing at a version that did not survive is dropped, and a missing `latest` is repointed to
-  the highest surviving stable version (else the highest prerelease). `time` keeps `created`,
-  `modified` and the survivors; a mirrored version's time is the public one its mirror mark
-  carries, not the private registry's moment of mirroring.
-- Each version is serialised once, with its tarball URL built on a per-process placeholder for
-  the proxy's base URL; rendering joins the pieces with `orjson.Fragment` and swaps the
-  placeholder for the base, so a packument seen through several host names costs one gating.
-  The pieces are copied to their exact size, since they live as long as the cache entry.
-- A version key that is not a plain version string (`[0-9A-Za-z.+-]`, 256 characters at most)
-  is skipped: keys become tarball file names in URLs the proxy serves.
+A packument is gated once per cache fill and rendered once per (form, base URL); requests only
+copy bytes. Everything here is pure (no I/O, no clock of its own), so the serve path can run it
+in a thread and tests can call it directly.
 """
 
 from __future__ import annotations
@@ -99,7 +76,8 @@ hold a few thousand."""
 MAX_DIST_TAGS = 1_000
 PLACEHOLDER = f"mirrorgate-base-{secrets.token_hex(12)}:"
 """Stands for the proxy's base URL in serialised versions; random per process, so no upstream
-string can contain it."""
+string can contain it. Each version is serialised once on it and `render` swaps in the base, so
+a packument seen through several host names costs one gating."""
 _PLACEHOLDER_BYTES = PLACEHOLDER.encode()
 _POLICY_DETAILED = 20
 _DROPPED_HEAD = frozenset({"versions", "dist-tags", "time", "policyRestrictions",
@@ -291,6 +269,9 @@ def _policy_message(name: PackageName, denied: dict[str, Denial]) -> str:
 
 def _merge_tags(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
                 survivors: list[str], private_first: bool) -> dict[str, str]:
+    """The first upstream naming a tag decides it (public, then private; private first for a
+    first-party name); a tag on a version that did not survive is dropped, and a missing
+    `latest` goes to the highest surviving stable version (else the highest prerelease)."""
     alive = set(survivors)
     decided: set[str] = set()
     tags: dict[str, str] = {}
@@ -322,6 +303,8 @@ def _mirrored_time(manifest: object) -> str | None:
 
 def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
                 records: Mapping[str, VersionRecord]) -> dict[str, str]:
+    """`created`, `modified` and the survivors' times; a mirrored version's is the public time
+    its mark carries (`_mirrored_time`)."""
     private_times, public_times = _times_of(private), _times_of(public)
     merged: dict[str, str] = {}
     for key, pick in (("created", min), ("modified", max)):
@@ -397,6 +380,8 @@ def gate(
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
+    # Ownership first: a name the private upstream holds an unmarked version of, or that
+    # `[private].names` covers, is served from the private side alone unless `merge_public`.
     first_party = (rules.owned.covers_name(name.full)
                    or bool(first_party_versions(private)))
     private_first = first_party
@@ -427,6 +412,7 @@ def gate(
                          keys=keys)
 
     for version, manifest in public_versions.items():
+        # version keys become tarball file names in URLs the proxy serves
         if not is_version_string(version) or not isinstance(manifest, Mapping):
             skipped += 1
             continue
@@ -437,6 +423,7 @@ def gate(
         weak = False
         dist = manifest.get("dist")
         url = dist.get("tarball") if isinstance(dist, Mapping) else None
+        # the origin lock: a tarball URL off the public upstream's origin denies the version
         try:
             if not isinstance(url, str):
                 raise OriginRefusal("missing", "the version's dist.tarball is missing")
@@ -456,6 +443,7 @@ def gate(
         tarball = url if denial is None and isinstance(url, str) else None
         digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()
         public_gates[version] = (tarball, digests)
+        # on a version present in both, the private copy wins
         if version in private_versions and isinstance(private_versions[version], Mapping):
             continue
         if denial is not None:
@@ -525,6 +513,8 @@ def render(gated: Gated, abbreviated: bool, base: str) -> bytes:
     else:
         document = {"_id": gated.name.full, "name": gated.name.full, **gated.head,
                     "dist-tags": gated.dist_tags, "versions": survivors, "time": gated.time}
+    # denied versions go to npm's `policyRestrictions`, in both forms, so that
+    # `npm install pkg@denied` fails with E403 and the reason
     if gated.policy_message is not None:
         document["policyRestrictions"] = {
             "message": gated.policy_message,

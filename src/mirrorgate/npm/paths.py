@@ -1,22 +1,8 @@
-"""What an `/npm/...` request path asks for: a packument, a version, a tarball, ping, whoami,
-or the public registry's signing keys (`-/npm/v1/keys`, for `npm audit signatures`).
+"""What an `/npm/...` request path asks for: a packument, a version, a tarball, or one of npm's
+`-/` endpoints (ping, whoami, audit, search, dist-tags, keys).
 
-The path is read from `request.raw_path` (never the router's decoded copy), split on `/`, and
-the name handed to `parse_name`, which refuses `..`, `%2e%2e`, `%2f` in an unscoped name,
-backslashes and control characters. Decisions:
-
-- Scoped names come in three spellings: `@s%2fn` and `@s%2Fn` (one segment), and `@s/n` (two
-  segments); all parse to the same `PackageName`.
-- After the name: nothing (packument), one segment (a version or dist-tag), or `-/<file>` (a
-  tarball). The extra segment is percent-decoded strictly and may hold no slash, backslash,
-  percent sign, space or control character, and at most 256 characters: it is only ever a
-  dictionary key or a file name checked against the package (`version_from_filename`).
-- npm audit's two endpoints (`-/npm/v1/security/advisories/bulk`, `.../audits/quick`) are the
-  `audit` and `audit-quick` routes, the only ones that take a POST.
-- Two more of npm's `-/` endpoints are answered: `-/package/<name>/dist-tags` (`npm dist-tag
-  ls`) and `-/v1/search` (`npm search`). Anything else under `/npm/` is the `unknown` route: a
-  JSON 404. `looks_like_registry_path` tells a path that an npm client would send (so a
-  request to it outside `/npm/` is a client pointed at the wrong URL) from any other.
+The path is read from `request.raw_path` (never the router's decoded copy) and its name goes
+through `parse_name`, so no `..`, `%2e%2e` or smuggled slash reaches a URL or a file path.
 """
 
 from __future__ import annotations
@@ -34,9 +20,12 @@ Route = Literal["packument", "version", "tarball", "ping", "whoami", "audit", "a
                 "dist-tags", "search", "keys", "unknown"]
 """The fixed route labels, also the `route` label of the request metric."""
 
+# The segment after the name (version, dist-tag or tarball file) is only ever a dictionary key
+# or a file name checked against the package (`version_from_filename`): strictly decoded, no
+# slash, backslash, percent sign, space or control character, at most SEGMENT_LIMIT characters.
 SEGMENT_LIMIT = 256
 POST_ROUTES: frozenset[str] = frozenset({"audit", "audit-quick"})
-"""The routes that take a POST (and only a POST)."""
+"""The routes that take a POST (and only a POST): npm audit's two endpoints."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +66,15 @@ def parse_registry_path(rest: str) -> RegistryPath:
         return RegistryPath("search")
     if rest.startswith("-/package/") and rest.endswith("/dist-tags"):
         return RegistryPath("dist-tags", parse_name(rest[len("-/package/"):-len("/dist-tags")]))
+    # The public registry's signing keys, for `npm audit signatures`.
     if rest == "-/npm/v1/keys":
         return RegistryPath("keys")
+    # Any other `-/` endpoint is the `unknown` route: a JSON 404.
     if not rest or rest.startswith("-/"):
         return RegistryPath("unknown")
     segments = rest.split("/")
     first = segments[0]
+    # Scoped names come as `@s%2fn` or `@s%2Fn` (one segment) or `@s/n` (two); all parse alike.
     if first.startswith("@") and "%2f" not in first.lower():
         if len(segments) < 2:
             raise InvalidNameError("a scoped name needs a package after the scope: @scope/name")
@@ -90,6 +82,7 @@ def parse_registry_path(rest: str) -> RegistryPath:
     else:
         raw_name, remainder = first, segments[1:]
     name = parse_name(raw_name)
+    # After the name: nothing (packument), one segment (version or dist-tag), or `-/<file>`.
     if not remainder:
         return RegistryPath("packument", name)
     if len(remainder) == 1:

@@ -1,29 +1,7 @@
 """The npm publish document: what `PUT /<name>` sends to put one version into a registry.
 
 The worker mirrors a version by publishing it the way the npm client does, so any npm registry
-(Verdaccio, Artifactory, Nexus, CodeArtifact...) can be the mirror target. Decisions:
-
-- The version manifest is the one admitted, whole (dependencies, bin, engines, scripts...),
-  `readme` aside (already gone from the job). `name`, `version` and `_id` are set from the job,
-  never taken from the manifest.
-- `dist` is rebuilt to describe the bytes sent: sha512 `integrity`, sha1 `shasum` (computed
-  from those bytes, see `integrity.dist_digests`) and `tarball`, the target's own URL for the file;
-  of the admitted `dist`, `fileCount`, `unpackedSize` and `attestations` are kept, and
-  `signatures` when the integrity they sign (`name@version:integrity`) is the one rebuilt from
-  the exact bytes: they then still verify against the public registry's keys, which mirrorgate
-  serves at `/npm/-/npm/v1/keys`, so `npm audit signatures` through mirrorgate passes for a
-  mirrored version and the provenance rule keeps its history. The legacy PGP `npm-signature` is
-  dropped.
-- `_attachments` carries the exact bytes in base64 with their length. The body is streamed
-  (`PublishBody`): the JSON around the attachment is rendered once, and the base64 is encoded
-  chunk by chunk as the request is sent, so publishing a tarball holds the tarball once, not
-  the tarball, its base64 and a JSON copy of both (about 3.7 times its size).
-- `dist-tags` never moves an existing `latest` backwards: the new version becomes `latest` only
-  when the target has none, or when it is a release above the current one; otherwise it is
-  tagged `mirrorgate` (npm registries, Verdaccio included, merge the tags a publish carries, and
-  a publish without any tag leaves some registries without a way to name the version).
-- Every "already exists" answer registries give is recognised in one place
-  (`says_already_exists`): 409 always, 400 or 403 when the body says so.
+(Verdaccio, Artifactory, Nexus, CodeArtifact...) can be the mirror target.
 """
 
 from __future__ import annotations
@@ -52,9 +30,13 @@ __all__ = [
 NON_LATEST_TAG = "mirrorgate"
 """The tag a mirrored version gets when it must not become `latest`."""
 
+# Of the admitted `dist` these survive the rebuild; the legacy PGP `npm-signature` is dropped.
 _KEPT_DIST = ("fileCount", "unpackedSize", "attestations")
 _SIGNED_DIST = ("signatures",)
-"""Kept only when the admitted integrity equals the rebuilt one (what they were made over)."""
+"""Kept only when the admitted integrity equals the rebuilt one (they sign
+`name@version:integrity`): they then still verify against the public registry's keys, which
+mirrorgate serves at `/npm/-/npm/v1/keys`, so `npm audit signatures` passes for a mirrored
+version and the provenance rule keeps its history."""
 _ALREADY_EXISTS = (
     "already exist",            # Artifactory, GitLab, many others
     "already present",          # Verdaccio: "this package is already present"
@@ -65,7 +47,8 @@ _ALREADY_EXISTS = (
 
 
 def says_already_exists(status: int, body: bytes) -> bool:
-    """A registry's refusal to publish because the version is already there."""
+    """A registry's refusal to publish because the version is already there: 409 always, 400
+    or 403 when the body says so. Every registry's wording is recognised here, nowhere else."""
     if status == 409:
         return True
     if status not in (400, 403):
@@ -90,7 +73,12 @@ def _parses(version: str) -> bool:
 
 
 def choose_dist_tags(version: str, current_tags: Mapping[str, Any] | None) -> dict[str, str]:
-    """The tags to publish `version` with, given the target's current `dist-tags`."""
+    """The tags to publish `version` with, given the target's current `dist-tags`.
+
+    An existing `latest` never moves backwards: the version becomes `latest` only when the
+    target has none or it is a release above the current one; otherwise it is tagged
+    NON_LATEST_TAG (registries merge the tags a publish carries, and a publish with no tag
+    leaves some of them no way to name the version)."""
     latest = (current_tags or {}).get("latest")
     if not isinstance(latest, str) or not latest:
         return {"latest": version}
@@ -106,7 +94,12 @@ def version_manifest(name: PackageName, version: str, admitted: Mapping[str, Any
                      published: str | None = None) -> dict[str, Any]:
     """The admitted manifest with `dist` rebuilt for the target, the identity fields set, and
     the mirror mark (`mirrormark`): a copy of a public version, published then, these bytes.
-    The registry stamps its own publish moment into `time`; the mark keeps the public one."""
+    The registry stamps its own publish moment into `time`; the mark keeps the public one.
+
+    The manifest is kept whole (dependencies, bin, engines, scripts...) but for `readme`;
+    `name`, `version` and `_id` come from the job, never from the manifest. `dist` describes
+    the bytes sent: `integrity` (sha512) and `shasum` (sha1) computed from them (see
+    `integrity.dist_digests`), and `tarball`, the target's own URL for the file."""
     manifest = {key: value for key, value in with_mark(
         admitted, MirrorMark(published, integrity)).items() if key != "readme"}
     old_dist = admitted.get("dist")
@@ -126,7 +119,11 @@ _RAW_CHUNK = 3 * 64 * 1024  # a multiple of 3, so each chunk's base64 has no pad
 
 @dataclass(frozen=True, slots=True)
 class PublishBody:
-    """The JSON body of `PUT /<name>`, sent as `head`, the tarball in base64, `tail`."""
+    """The JSON body of `PUT /<name>`, sent as `head`, the tarball in base64, `tail`.
+
+    The JSON around `_attachments` is rendered once and the base64 encoded chunk by chunk as
+    the request is sent, so a publish holds the tarball once, not the tarball, its base64 and a
+    JSON copy of both (about 3.7 times its size)."""
 
     head: bytes
     tarball: bytes

@@ -1,26 +1,8 @@
 """npm's version and range semantics for the admission rules: a thin, strict, fast adapter.
 
-`nodesemver` (a port of node's `semver`) reads a range and desugars it (`^`, `~`, `x` ranges,
-hyphen ranges, `||`) into sets of plain comparators, once, when the rules file is loaded. The
-per-version work is done here, without the port: a version is parsed with one regular
-expression into an ordering key, and each comparator is one tuple comparison, because the serve
-path evaluates every version of a packument. `tests/rules/test_semver_agreement.py` runs the
-`semver` package npm itself ships over a table of (version, range) pairs to keep the two in step.
-Where the port is looser than npm, this module decides:
-
-- A version is parsed with npm's strict grammar (`v1.2.3` and surrounding blanks accepted, as
-  npm does), ASCII only (Python's `\\d` would accept other scripts' digits), at most 256
-  characters, and major/minor/patch no larger than JavaScript's `Number.MAX_SAFE_INTEGER`.
-  Anything else is not a version: `parse_version` returns None rather than raising, because
-  versions come from upstream packuments, which are untrusted input.
-- A range is refused (`ValueError` with a sentence saying why) where npm would refuse it and,
-  deliberately, in a few places where npm would guess: an empty `||` alternative (npm reads it as
-  "any version", which in an allow list would silently admit everything), an `x` followed by a
-  number (`1.x.3`), non-ASCII text, numbers beyond 16 digits, more than 256 characters.
-  Ranges come from the operator's rules file, so being stricter costs one clear error at start-up.
-- Prerelease versions follow npm: a range admits a prerelease only when one of its comparators
-  carries a prerelease on the same major.minor.patch (`<4.17.21` does not include
-  `4.17.20-beta.1`; `>=4.17.20-0 <4.17.21` does).
+`nodesemver` (a port of node's `semver`) desugars a range into plain comparators once, when the
+rules file loads; a version is then one regex into an ordering key and a comparator one tuple
+comparison, because the serve path tests every version of a packument.
 """
 
 from __future__ import annotations
@@ -45,6 +27,7 @@ Key = tuple[int, int, int, int, tuple[Identifier, ...]]
 """major, minor, patch, then 0 for a prerelease (which sorts first) or 1 for a release, then the
 prerelease identifiers: comparing two keys as tuples compares the versions as npm does."""
 
+# ASCII digits only: Python's `\d` would accept other scripts' digits.
 _NUMERIC = r"(?:0|[1-9][0-9]*)"
 _PRERELEASE_ID = r"(?:[0-9]*[A-Za-z-][A-Za-z0-9-]*|0|[1-9][0-9]*)"
 _BUILD_ID = r"[A-Za-z0-9-]+"
@@ -86,7 +69,10 @@ class Version:
 
 
 def parse_version(text: str) -> Version | None:
-    """The version `text` names under npm's strict rules, or None when npm would refuse it."""
+    """The version `text` names under npm's strict grammar (`v1.2.3` and surrounding blanks
+    accepted, as npm does; ASCII, at most 256 characters, each number at most JavaScript's
+    `Number.MAX_SAFE_INTEGER`), or None when npm would refuse it. None, not an exception:
+    versions come from upstream packuments, which are untrusted input."""
     if len(text) > MAX_LENGTH:
         return None
     stripped = text.strip()
@@ -130,14 +116,16 @@ class SemverRange:
     alternatives: tuple[tuple[_Comparator, ...], ...] = field(compare=False, repr=False)
 
     def includes(self, version: Version) -> bool:
-        """Whether npm would say `version` satisfies this range."""
+        """Whether npm would say `version` satisfies this range
+        (`tests/rules/test_semver_agreement.py` checks it against npm's own `semver`)."""
         key = version.key
         for comparators in self.alternatives:
             if all(comparator.test(key, comparator.key) for comparator in comparators):
                 if key[3] == 1:
                     return True
                 # npm: a prerelease only matches a comparator naming a prerelease of the same
-                # major.minor.patch, so ^1.2.3 does not pull in 1.3.0-alpha.
+                # major.minor.patch, so ^1.2.3 does not pull in 1.3.0-alpha, nor <4.17.21
+                # 4.17.20-beta.1 (`>=4.17.20-0 <4.17.21` does).
                 if any(comparator.prerelease_of == key[:3] for comparator in comparators):
                     return True
         return False
@@ -158,7 +146,12 @@ def _compile(comparator: Any) -> _Comparator | None:
 
 
 def parse_range(text: str) -> SemverRange:
-    """The range `text` compiled; raises ValueError with a sentence saying what is wrong."""
+    """The range `text` compiled; raises ValueError with a sentence saying what is wrong.
+
+    Refused where npm refuses, and deliberately where npm would guess: an empty `||`
+    alternative (npm reads "any version", which in an allow list admits everything), an `x`
+    followed by a number (`1.x.3`), non-ASCII, numbers beyond 16 digits, over 256 characters.
+    Ranges come from the operator's rules file: stricter costs one clear error at start-up."""
     if _PRINTABLE_ASCII.fullmatch(text) is None:
         raise ValueError("holds characters other than printable ASCII")
     if len(text) > MAX_LENGTH:

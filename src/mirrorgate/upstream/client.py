@@ -1,35 +1,8 @@
 """The HTTP client for one upstream registry: bounded connection pools, origin-locked.
 
 Each upstream (public, private, mirror target) gets one `Upstream` for the life of the process,
-holding one bounded connection pool per use (`Pool`: serve-path packument fills, serve-path
-tarball streams, the worker). Decisions:
-
-- One aiohttp `ClientSession` with its own `TCPConnector(limit=...)` per use, rather than a
-  semaphore per use in front of one shared connector: the connector already accounts for a
-  connection on every exit path (released, closed, broken mid-body), so a use's bound is exact
-  without bookkeeping of ours, and a use cannot even see another's connections. A slow client
-  holding every tarball connection therefore never delays a packument fill or the worker. The
-  cost is up to three idle keep-alive pools per upstream instead of one. Waiting for a free
-  connection counts against the connect timeout, so a full pool surfaces as a timeout, not a
-  hang.
-
-- No redirects are followed: a 3xx is an answer like any other, so an upstream cannot bounce
-  the proxy to another host. Every call has a timeout (connect and each read).
-- The bearer token, when there is one, is sent only on requests to this upstream's own origin,
-  and never appears in an error: errors carry the upstream's label and a status, not headers.
-- Metadata is read with a byte cap enforced while reading (after decompression, so a gzip bomb
-  is stopped too) and parsed with orjson, whose nesting limit (1,024) bounds JSON depth. Any
-  failure becomes an `UpstreamError` whose `kind` decides the client's status: unreachable and
-  bad answers 502, a timeout 504, 429 and 503 answer 503 with the upstream's Retry-After.
-- The byte cap alone does not bound the parse: a packument costs about 4.5 times its bytes
-  once parsed (one value every 22 bytes or so), but 32 MiB of `[{},{},...]` would cost 24
-  times (768 MiB). So before parsing, the values a body can hold are bounded from its
-  structural characters (a comma or an opening bracket per value, counted in C, about 2 ms a
-  MiB; characters inside strings only make the count larger): at most one value per
-  `BYTES_PER_VALUE` bytes of the cap (never fewer than `MIN_VALUES`), which keeps any accepted
-  document's parse near the five copies of the cap the deployment sizing budgets.
-- Tarballs are streamed (`stream()`), never buffered: the caller copies chunks, which are the
-  bytes as stored whatever content coding the upstream answered in (`codings`).
+holding one bounded connection pool per use (`Pool`: packument fills, tarball streams, the
+worker), so a slow client holding every tarball connection never delays a fill or the worker.
 """
 
 from __future__ import annotations
@@ -57,7 +30,11 @@ CHUNK = 64 * 1024
 BYTES_PER_VALUE = 16
 """A metadata document may hold one JSON value per this many bytes of
 MIRRORGATE_MAX_METADATA_BYTES (2 million at the 32 MiB default; real packuments hold one
-value every 22 bytes or so of their own size, well under that at any size up to the cap)."""
+value every 22 bytes or so of their own size, well under that at any size up to the cap).
+
+The byte cap alone does not bound the parse: a packument costs about 4.5 times its bytes once
+parsed, but 32 MiB of `[{},{},...]` would cost 24 times (768 MiB). Bounding the values keeps
+any accepted document's parse near the five copies of the cap the deployment sizing budgets."""
 MIN_VALUES = 65_536
 """The bound never goes below this (a few MiB parsed at worst), so a small byte cap does not
 turn a malformed document into a size refusal."""
@@ -86,7 +63,8 @@ class PoolSizes:
 
 def _json_values(body: bytes) -> int:
     """An upper bound on the values a JSON text holds: every value but the first follows a
-    comma or opens a container (commas and brackets inside strings count too)."""
+    comma or opens a container (commas and brackets inside strings count too). Counted in C,
+    about 2 ms a MiB, before parsing."""
     return 1 + body.count(b",") + body.count(b"{") + body.count(b"[")
 
 
@@ -116,7 +94,8 @@ class UpstreamError(Exception):
 
     @property
     def client_status(self) -> int:
-        """The status a client of the proxy should see for this failure."""
+        """The status a client of the proxy should see for this failure: 502 for unreachable
+        and bad answers, 504 for a timeout, 503 for 429 and 503 (with `retry_after`)."""
         if self.kind == "timeout":
             return 504
         if self.kind == "status" and self.status in (429, 503):
@@ -155,6 +134,10 @@ class Download:
 
 
 class Upstream:
+    """One upstream registry. No redirects are followed (`allow_redirects=False` everywhere):
+    a 3xx is an answer like any other, so an upstream cannot bounce the proxy to another host.
+    Every call has a timeout (connect and each read)."""
+
     def __init__(
         self,
         label: str,
@@ -181,6 +164,12 @@ class Upstream:
     async def start(self) -> None:
         for pool in (FILLS, TARBALLS, WORKER):
             if pool not in self._sessions:
+                # A session with its own TCPConnector per use, not a semaphore per use in front
+                # of one shared connector: the connector accounts for a connection on every exit
+                # path (released, closed, broken mid-body), so the bound is exact and a use
+                # cannot see another's connections; the cost is up to three idle keep-alive
+                # pools per upstream. Waiting for a free connection counts against the connect
+                # timeout, so a full pool surfaces as a timeout, not a hang.
                 # limit_per_host=0: the pool's one bound is `limit`; every request of an
                 # Upstream goes to one origin anyway.
                 self._sessions[pool] = aiohttp.ClientSession(
@@ -224,6 +213,8 @@ class Upstream:
         return self.base + path.lstrip("/")
 
     def _headers(self, url: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+        # The token goes only to this upstream's own origin, and never into an error (errors
+        # carry the label and a status, not headers).
         headers = dict(extra or {})
         if self._token is not None and Origin.of(url) == self.origin:
             headers["Authorization"] = f"Bearer {self._token.reveal()}"
@@ -257,6 +248,8 @@ class Upstream:
                                            f"request failed ({type(error).__name__})"))
 
     async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
+        """The body, capped while reading and after decompression, so a gzip bomb is stopped
+        too."""
         declared = response.content_length
         if declared is not None and declared > self._max_metadata:
             raise UpstreamError(self.label, "too-large",
@@ -306,7 +299,7 @@ class Upstream:
                 f"limit is {self._max_values} (one per {BYTES_PER_VALUE} bytes of "
                 f"MIRRORGATE_MAX_METADATA_BYTES, at least {MIN_VALUES})"))
         try:
-            document = orjson.loads(body)
+            document = orjson.loads(body)  # orjson's nesting limit (1,024) bounds the depth
         except orjson.JSONDecodeError as error:
             raise self._failure(UpstreamError(self.label, "invalid", f"the document is not "
                                               f"usable JSON ({str(error)[:120]})")) from None
@@ -319,7 +312,8 @@ class Upstream:
     async def stream(self, url: str, *, method: str = "GET", accept_missing: bool = True,
                      pool: Pool = TARBALLS) -> AsyncIterator[Download | None]:
         """Open `url` (on this upstream's origin only) for streaming, bytes as stored, on one
-        of `pool`'s connections, held until the context exits.
+        of `pool`'s connections, held until the context exits. Never buffered: the caller
+        copies the chunks.
 
         Yields the download on a 2xx, None on a 404 (when `accept_missing`), and raises
         UpstreamError otherwise. It asks for `identity`; a body the upstream encodes anyway is

@@ -1,10 +1,8 @@
 """Content codings on tarball reads: the bytes as stored, whatever coding the upstream chose.
 
-Every tarball read asks for `identity`, yet an upstream may encode anyway (Verdaccio gzips
-anything over 1 KB for a client that accepts gzip; a caching proxy or CDN may do it regardless).
-`decode()` turns such a body back into the stored bytes for the codings registries use (gzip,
-deflate); any other coding is refused by name, so bytes are never relayed or hashed still
-encoded: that is a corrupt install for the client and a false tamper alarm in the worker.
+Every tarball read asks for `identity`, yet an upstream may encode anyway (Verdaccio gzips over
+1 KB for a client that accepts gzip; a caching proxy or CDN may regardless). Bytes relayed or
+hashed still encoded would be a corrupt install for the client and a false tamper alarm.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ import aiohttp
 __all__ = ["DECODABLE", "IDENTITY", "CodingError", "UnsupportedCodingError", "coding_of", "decode"]
 
 IDENTITY = "identity"
+# the codings registries use; any other is refused by name (`coding_of`), never passed on
 DECODABLE = ("gzip", "x-gzip", "deflate")
 OUT_STEP = 256 * 1024
 """At most this many decoded bytes come out of one step, so one small coded chunk cannot

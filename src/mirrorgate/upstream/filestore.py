@@ -2,21 +2,7 @@
 
 It lets `mirrorgate serve` on a fresh machine proxy, gate and mirror with no other server: the
 worker writes what it verified here, and the serve path reads the same directory as its private
-upstream. Decisions:
-
-- Layout: `<root>/<name>/tarballs/<file>.tgz` and `<root>/<name>/versions/<version>.json` (the
-  version manifest as admitted, with its `dist`). `<name>` is `pkg` or `@scope/pkg`, built only
-  from a validated `PackageName`, and versions are checked against a strict pattern, so nothing
-  from a request or a job can walk out of the root.
-- Writes are atomic: a temporary file in the same directory, flushed and fsynced, then
-  `os.replace`. The tarball lands before the manifest, and the manifest's presence is what
-  makes a version exist, so a reader never sees a version whose bytes are missing.
-- A version is written once; writing it again is "already present", like a registry's 409.
-- The packument is assembled from the stored manifests on each read (the serve path caches
-  it); `dist-tags.latest` is the highest stable version (else the highest prerelease), `time`
-  is a mirrored version's public publish time (its mirror mark), else the manifest file's
-  modification time.
-- File I/O runs in a thread so the event loop never waits on a disk.
+upstream. File I/O runs in a thread, so the event loop never waits on a disk.
 """
 
 from __future__ import annotations
@@ -51,6 +37,7 @@ def _check_version(version: str) -> str:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """A temporary file in the same directory, flushed and fsynced, then `os.replace`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=".incoming-", dir=path.parent)
     try:
@@ -65,6 +52,11 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 class FileStore:
+    """`<root>/<name>/tarballs/<file>.tgz` and `<root>/<name>/versions/<version>.json` (the
+    manifest as admitted, with its `dist`). `<name>` (`pkg` or `@scope/pkg`) is built only from
+    a validated `PackageName` and versions are checked (`_check_version`), so nothing from a
+    request or a job can walk out of the root."""
+
     label = "private"
 
     def __init__(self, root: Path) -> None:
@@ -86,6 +78,9 @@ class FileStore:
     # --- reading -------------------------------------------------------------------------
 
     def _read_packument(self, name: PackageName) -> dict[str, Any] | None:
+        """Assembled from the stored manifests on each read (the serve path caches it):
+        `latest` is the highest stable version (else prerelease), a version's `time` its mirror
+        mark's public publish time, else the manifest file's modification time."""
         directory = self._package_dir(name) / "versions"
         try:
             entries = sorted(directory.glob("*.json"))
@@ -157,13 +152,16 @@ class FileStore:
         manifest_path = self._manifest_path(name, version)
         if manifest_path.exists():
             return False
+        # the tarball first: the manifest's presence makes the version exist, so a reader
+        # never sees a version whose bytes are missing
         _atomic_write(self.tarball_path(name, filename), tarball)
         _atomic_write(manifest_path, orjson.dumps(manifest))
         return True
 
     async def put(self, name: PackageName, version: str, filename: str,
                   manifest: dict[str, Any], tarball: bytes) -> bool:
-        """Store one version; False when it was already there (nothing is overwritten)."""
+        """Store one version once; False when it was already there (nothing is overwritten),
+        like a registry's 409."""
         try:
             return await asyncio.to_thread(self._write, name, version, filename, manifest,
                                            tarball)

@@ -1,12 +1,8 @@
 """Which URLs mirrorgate may fetch: only the configured upstream's own origin.
 
-A packument is data from the internet, and its `dist.tarball` is a URL someone else chose. If it
-were followed blindly, a hostile packument could make the proxy or the worker fetch from an
-internal service (`http://169.254.169.254/`, `http://10.0.0.1/`) or another host. So a tarball
-URL is followed only when its scheme, host and port are exactly the configured upstream's, as
-written there. Anything else is refused with a reason naming the kind of problem, so the log line
-says whether it was another host, an internal address literal (including the octal, hex and
-integer spellings that C's inet_aton accepts) or a non-http scheme.
+A packument's `dist.tarball` is a URL someone else chose; followed blindly, a hostile packument
+could make the proxy or the worker fetch from an internal service (`http://169.254.169.254/`,
+`http://10.0.0.1/`) or another host.
 """
 
 from __future__ import annotations
@@ -53,13 +49,16 @@ def _internal_literal(host: str) -> bool:
     try:
         address = ipaddress.ip_address(candidate)
     except ValueError:
-        # an octal, hex or integer spelling of an IPv4 address is never a legitimate host
+        # an octal, hex or integer spelling of an IPv4 address (C's inet_aton accepts them) is
+        # never a legitimate host
         return _NUMERIC_HOST.fullmatch(candidate) is not None
     return not address.is_global
 
 
 def check_on_origin(url: str, origin: Origin) -> None:
-    """Raise OriginRefusal unless `url` is an http(s) URL on exactly `origin`."""
+    """Raise OriginRefusal unless `url` is an http(s) URL on exactly `origin` (scheme, host and
+    port as the upstream was configured). The refusal's `kind` tells the log whether it was
+    another host, an internal address literal or a non-http scheme."""
     try:
         parts = urlsplit(url)
         port = parts.port

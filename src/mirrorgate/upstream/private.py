@@ -2,13 +2,7 @@
 
 The organisation's registry may be a real npm registry over HTTP(S) or the embedded directory
 store; the serve path asks both the same two questions through `PrivateSource`, so it never
-checks which one it has. Decisions:
-
-- A tarball is asked for at the npm-standard path (`name/-/file.tgz`), which Verdaccio,
-  Artifactory, Nexus and CodeArtifact all serve, so a private hit costs one request and no
-  packument read.
-- A miss is `None`. Failures raise `UpstreamError` and the serve path falls back to public:
-  a private registry that is down must not stop builds.
+checks which one it has.
 """
 
 from __future__ import annotations
@@ -37,6 +31,9 @@ AbstractTarball = AbstractAsyncContextManager[TarballBody | None]
 
 
 class PrivateSource(Protocol):
+    """A miss is None; a failure raises UpstreamError, and the serve path falls back to public:
+    a private registry that is down must not stop builds."""
+
     label: str
 
     async def packument(self, name: PackageName) -> dict[str, Any] | None: ...
@@ -58,6 +55,8 @@ class HttpPrivate:
 
     @asynccontextmanager
     async def _tarball(self, name: PackageName, filename: str) -> AsyncIterator[TarballBody | None]:
+        # the npm-standard path (`name/-/file.tgz`), which Verdaccio, Artifactory, Nexus and
+        # CodeArtifact all serve: a private hit costs one request and no packument read
         url = self.upstream.url(name.tarball_path(filename))
         async with self.upstream.stream(url, pool=TARBALLS) as response:
             if response is None:
