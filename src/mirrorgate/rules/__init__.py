@@ -30,14 +30,17 @@ signatures), `takeover` (provenance continuity, publisher change), `context` (wh
 packument-wide rules read); this module re-exports their public names.
 """
 
-from mirrorgate.rules.advisory import AdvisoryRules, state_token
+from mirrorgate.rules.advisory import (
+    ADVISORY_MALWARE,
+    ADVISORY_SEVERITY,
+    ADVISORY_UNAVAILABLE,
+    AdvisoryRules,
+    state_token,
+)
 from mirrorgate.rules.context import Context
 from mirrorgate.rules.file import RulesError, load_rules, parse_rules
 from mirrorgate.rules.patterns import PackagePattern, PatternList, parse_pattern
 from mirrorgate.rules.policy import (
-    ADVISORY_MALWARE,
-    ADVISORY_SEVERITY,
-    ADVISORY_UNAVAILABLE,
     ALGORITHMS,
     ALLOW_LIST,
     DEFAULT_RULES,

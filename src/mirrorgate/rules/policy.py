@@ -44,30 +44,7 @@ from mirrorgate.rules.takeover import (
     moment,
 )
 
-__all__ = [
-    "ADVISORY_MALWARE",
-    "ADVISORY_SEVERITY",
-    "ADVISORY_UNAVAILABLE",
-    "ALGORITHMS",
-    "ALLOW_LIST",
-    "DEFAULT_RULES",
-    "DENY_LIST",
-    "DIGEST_FLOOR",
-    "INSTALL_SCRIPTS",
-    "INSTALL_SCRIPT_KEYS",
-    "INTEGRITY_PRESENCE",
-    "MAX_MINIMUM_AGE",
-    "MINIMUM_AGE",
-    "RULE_NAMES",
-    "Rules",
-    "Verdict",
-    "deny_listed",
-    "evaluate",
-    "needs_history",
-    "plural",
-    "rules_summary",
-]
-
+# What the package exports is listed once, in rules/__init__.py.
 INTEGRITY_PRESENCE = "integrity-presence"
 DIGEST_FLOOR = "digest-floor"
 DENY_LIST = "deny-list"
