@@ -1,15 +1,12 @@
-"""The one place a `MirrorQueue` is built from settings.
+"""The one place a `MirrorQueue` is chosen from settings: `open_queue`.
 
-`open_queue` reads the provider from the validated settings and imports that backend's module
-only then, so an SQS deployment never imports the Pub/Sub client and the memory default needs
-neither extra installed. A backend that cannot start (no such queue, no credentials, endpoint
-unreachable) raises `QueueUnavailableError` with a message naming what to set.
+Each backend's module is imported only when selected, so an SQS deployment never imports the
+Pub/Sub client and the memory default needs neither extra installed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from mirrorgate.backends._shared import DropHook, ignore_drop
 from mirrorgate.config import PROVIDERS, QueueSettings
 from mirrorgate.mirror import MirrorQueue
 
@@ -17,16 +14,13 @@ __all__ = ["PROVIDERS", "QueueUnavailableError", "open_queue"]
 
 
 class QueueUnavailableError(Exception):
-    """The selected backend cannot be used; the message says what to set or check."""
-
-
-def _ignore_drop(_total: int) -> None:
-    return None
+    """The selected backend cannot start (no such queue, no credentials, endpoint unreachable);
+    the message says what to set or check."""
 
 
 async def open_queue(
     settings: QueueSettings,
-    on_drop: Callable[[int], None] = _ignore_drop,
+    on_drop: DropHook = ignore_drop,
 ) -> MirrorQueue:
     provider = settings.provider
     if provider == "memory":

@@ -1,18 +1,8 @@
 """The bounded buffer between the serve path and a network queue's send call.
 
-The serve path must not wait on a cloud round-trip, and must not fail a client's response
-because a queue is unreachable. So a network backend's `enqueue` only appends the encoded job
-here (synchronously, never raising), and one background task drains the buffer in batches.
-Decisions:
-
-- Bounded and drop-newest, like the memory queue: the bound counts jobs buffered *and* the
-  batch being sent, so the memory held is the cap's worth of jobs however long the endpoint
-  is down. Drops are reported on the first and every 1,000th.
-- A batch holds at most `max_count` jobs and `max_bytes` of bodies (SQS: 10 and 1 MiB).
-- A failed send (the call raised) or the entries a batch answer lists as failed go back to the
-  front of the buffer, in order, and are retried after a capped, jittered backoff; entries the
-  backend calls permanently refused are logged by it and not retried.
-- `close()` flushes within a bound and reports what it had to leave behind.
+The serve path must not wait on a cloud round-trip nor fail a response because a queue is down:
+a network backend's `enqueue` only appends the encoded job here (synchronously, never raising),
+and one background task drains the buffer in batches, retrying failures with a jittered backoff.
 """
 
 from __future__ import annotations
@@ -26,7 +16,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from mirrorgate.backends.memory import should_report_drop
+from mirrorgate.backends._shared import DropHook, describe, ignore_drop, report_drop
 
 __all__ = ["SendBuffer", "SendOutcome"]
 
@@ -54,18 +44,16 @@ class SendBuffer:
         max_depth: int,
         max_count: int = 10,
         max_bytes: int = 1024 * 1024,
-        on_drop: Callable[[int], None] | None = None,
-        backoff_base: float = 0.1,
-        backoff_cap: float = 5.0,
+        on_drop: DropHook | None = None,
+        backoff: tuple[float, float] = (0.1, 5.0),
     ) -> None:
+        self._on_drop = on_drop or ignore_drop
         self._send = send
         self._provider = provider
         self._max_depth = max_depth
         self._max_count = max_count
         self._max_bytes = max_bytes
-        self._on_drop = on_drop
-        self._backoff_base = backoff_base
-        self._backoff_cap = backoff_cap
+        self._backoff_base, self._backoff_cap = backoff  # seconds: the first retry's, the most
         self._bodies: deque[bytes] = deque()
         self._sending = 0
         self._wakeup = asyncio.Event()
@@ -81,15 +69,14 @@ class SendBuffer:
 
     def offer(self, body: bytes) -> None:
         """Buffer one encoded job, or drop it when the buffer is full. Never raises."""
+        # bounded and drop-newest, like the memory queue: the bound counts the jobs buffered *and*
+        # the batch being sent, so the memory held is the cap's worth however long the endpoint
+        # is down
         if self._closing or self.depth >= self._max_depth:
             self.dropped += 1
-            if should_report_drop(self.dropped):
+            if report_drop(self.dropped, self._on_drop):
                 log.warning("mirror_queue_dropped", provider=self._provider, dropped=self.dropped,
                             depth=self.depth, cap=self._max_depth)
-                if self._on_drop is not None:
-                    # a reporting hook must never fail the serve path
-                    with contextlib.suppress(Exception):
-                        self._on_drop(self.dropped)
             return
         self._bodies.append(body)
         self._wakeup.set()
@@ -97,6 +84,7 @@ class SendBuffer:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     def _take_batch(self) -> list[bytes]:
+        # at most `max_count` jobs and `max_bytes` of bodies (SQS: 10 and 1 MiB)
         batch: list[bytes] = []
         size = 0
         while self._bodies and len(batch) < self._max_count:
@@ -127,7 +115,9 @@ class SendBuffer:
             except Exception as error:  # the backend's call failed as a whole: retry it all
                 outcome = SendOutcome(retry=tuple(range(len(batch))))
                 log.warning("mirror_queue_send_failed", provider=self._provider,
-                            jobs=len(batch), error=_describe(error))
+                            jobs=len(batch), error=describe(error))
+            # the entries to retry go back to the front, in order; those the backend refused for
+            # good were logged by it and are counted as dropped, never retried
             retry = [batch[i] for i in sorted(set(outcome.retry)) if 0 <= i < len(batch)]
             refused = len({i for i in outcome.refused if 0 <= i < len(batch)} - set(outcome.retry))
             self.dropped += refused
@@ -159,7 +149,3 @@ class SendBuffer:
             log.warning("mirror_queue_unsent_at_close", provider=self._provider, jobs=left)
         return left
 
-
-def _describe(error: BaseException) -> str:
-    text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text}"[:300]

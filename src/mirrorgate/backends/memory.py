@@ -1,60 +1,32 @@
-"""The two in-process queues: the test double and the bounded production queue.
+"""The two in-process queues: `MIRROR_QUEUE_PROVIDER=memory`, and the contract's test double.
 
-`in_memory_double()` is the contract in its plainest form, shipped in the package so tests
-(ours and a user's) can run the worker without a server: FIFO, every visible job handed over
-at once, in-flight tracking, an unacked delivery returning on the next receive with its count
-raised, and `extend_visibility` holding a delivery in flight across one such pass.
-
-`bounded_memory_queue()` is `MIRROR_QUEUE_PROVIDER=memory`, shared by the proxy and its
-in-process worker. It departs from the contract on purpose, because a lost job only means the
-next pull is served from public and enqueued again:
-
-- bounded, drop-newest: past the cap an enqueue drops the job, never raises and never blocks,
-  and reports the running drop count on the first drop and then on every 1,000th;
-- no redelivery: a receive removes jobs for good, so nothing is retained after delivery, and
-  `ack` and `extend_visibility` are no-ops;
-- `receive` is a bounded long-poll: it waits up to the poll window for a job, then drains up to
-  10 without waiting again. A cancelled wait consumes nothing, because jobs are only taken
-  after the wait and without a suspension point in between.
+`bounded_memory_queue()` is shared by the proxy and its in-process worker; `in_memory_double()`
+is the contract in its plainest form, shipped in the package so tests (ours and a user's) can
+run the worker without a server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mirrorgate.mirror import (
-    MirrorJob,
-    MirrorQueue,
-    QueueMessage,
-    QueueStats,
-    ReceiptHandle,
-    Seconds,
-)
+from mirrorgate.backends._shared import BATCH_SIZE, ignore_drop, queue_record, report_drop
+from mirrorgate.mirror import QueueMessage, QueueStats, ReceiptHandle
+
+if TYPE_CHECKING:  # named in signatures only
+    from mirrorgate.backends._shared import DropHook
+    from mirrorgate.mirror import MirrorJob, MirrorQueue, Seconds
 
 __all__ = [
-    "BATCH_SIZE",
-    "DROP_REPORT_EVERY",
+    "BoundedMemoryQueue",
+    "MemoryDouble",
     "MemoryQueueSettings",
     "bounded_memory_queue",
     "in_memory_double",
-    "should_report_drop",
 ]
-
-BATCH_SIZE = 10
-"""At most this many jobs per receive: the SQS cap, so every production backend hands the
-worker the same batch shape and a cold-cache burst cannot starve its heartbeat."""
-
-DROP_REPORT_EVERY = 1000
-"""Drops absorbed between reports: the first is reported, then every multiple of this."""
-
-
-def should_report_drop(total: int) -> bool:
-    return total == 1 or total % DROP_REPORT_EVERY == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,67 +44,66 @@ class MemoryQueueSettings:
             raise ValueError(f"poll_window cannot be negative, got {self.poll_window}")
 
 
-def _noop_drop(_total: int) -> None:
-    return None
+class BoundedMemoryQueue:
+    """Departs from the contract on purpose (bounded, drop-newest, no redelivery): a lost job
+    only means the next pull is served from public and enqueued again."""
 
+    provider = "memory"
+    crosses_processes = False
+    redelivers = False  # a receive removes jobs for good: nothing is retained after delivery
 
-def bounded_memory_queue(
-    settings: MemoryQueueSettings,
-    on_drop: Callable[[int], None] = _noop_drop,
-) -> MirrorQueue:
-    jobs: deque[MirrorJob] = deque()
-    arrived = asyncio.Event()
-    counters = {"dropped": 0, "taken": 0}
-    receipts = itertools.count(1)
+    def __init__(self, settings: MemoryQueueSettings, on_drop: DropHook = ignore_drop) -> None:
+        self._settings = settings
+        self._on_drop = on_drop
+        self._jobs: deque[MirrorJob] = deque()
+        self._arrived = asyncio.Event()
+        self._receipts = itertools.count(1)
+        self._dropped = 0
+        self._taken = 0
 
-    async def enqueue(job: MirrorJob) -> None:
-        if len(jobs) >= settings.max_depth:
-            counters["dropped"] += 1
-            if should_report_drop(counters["dropped"]):
-                # a reporting hook must never fail the serve path
-                with contextlib.suppress(Exception):
-                    on_drop(counters["dropped"])
+    async def enqueue(self, job: MirrorJob) -> None:
+        # past the cap the job is dropped: never raises, never blocks the serve path
+        if len(self._jobs) >= self._settings.max_depth:
+            self._dropped += 1
+            report_drop(self._dropped, self._on_drop)
             return
-        jobs.append(job)
-        arrived.set()
+        self._jobs.append(job)
+        self._arrived.set()
 
-    async def receive() -> list[QueueMessage]:
-        if not jobs:
-            arrived.clear()
+    async def receive(self) -> list[QueueMessage]:
+        # a bounded long-poll: wait up to the window for one job, then drain without waiting
+        # again. Jobs are taken only after the wait, with no suspension point in between, so a
+        # cancelled wait consumes nothing.
+        if not self._jobs:
+            self._arrived.clear()
             try:
-                await asyncio.wait_for(arrived.wait(), timeout=settings.poll_window)
+                await asyncio.wait_for(self._arrived.wait(), timeout=self._settings.poll_window)
             except TimeoutError:
                 return []
         batch: list[QueueMessage] = []
-        while jobs and len(batch) < BATCH_SIZE:
-            receipt = ReceiptHandle(f"memory-{next(receipts)}")
-            batch.append(QueueMessage(jobs.popleft(), receipt, 1, message_id=receipt))
-        counters["taken"] += len(batch)
+        while self._jobs and len(batch) < BATCH_SIZE:
+            receipt = ReceiptHandle(f"memory-{next(self._receipts)}")
+            batch.append(QueueMessage(self._jobs.popleft(), receipt, 1, message_id=receipt))
+        self._taken += len(batch)
         return batch
 
-    async def ack(_receipt: ReceiptHandle) -> None:
+    async def ack(self, _receipt: ReceiptHandle) -> None:
         return None
 
-    async def extend_visibility(_receipt: ReceiptHandle, _seconds: Seconds) -> None:
+    async def extend_visibility(self, _receipt: ReceiptHandle, _seconds: Seconds) -> None:
         return None
 
-    async def close() -> None:
-        jobs.clear()
+    async def close(self) -> None:
+        self._jobs.clear()
 
-    def stats() -> QueueStats:
-        return QueueStats(depth=len(jobs), dropped=counters["dropped"], sent=counters["taken"])
+    def stats(self) -> QueueStats:
+        return QueueStats(depth=len(self._jobs), dropped=self._dropped, sent=self._taken)
 
-    return MirrorQueue(
-        provider="memory",
-        enqueue=enqueue,
-        receive=receive,
-        ack=ack,
-        extend_visibility=extend_visibility,
-        close=close,
-        stats=stats,
-        crosses_processes=False,
-        redelivers=False,
-    )
+
+def bounded_memory_queue(
+    settings: MemoryQueueSettings, on_drop: DropHook = ignore_drop,
+) -> MirrorQueue:
+    return queue_record(BoundedMemoryQueue(settings, on_drop))
 
 
 @dataclass(slots=True)
@@ -143,60 +114,60 @@ class _Delivery:
     held_passes: int = 0
 
 
-def in_memory_double() -> MirrorQueue:
-    visible: dict[int, _Delivery] = {}
-    in_flight: dict[ReceiptHandle, _Delivery] = {}
-    orders = itertools.count()
-    receipts = itertools.count(1)
+class MemoryDouble:
+    """FIFO, every visible job handed over at once, an unacked delivery back on the next
+    receive with its count raised, and `extend_visibility` holding one across one such pass."""
 
-    async def enqueue(job: MirrorJob) -> None:
-        order = next(orders)
-        visible[order] = _Delivery(order, job, 0)
+    provider = "double"
+    crosses_processes = False
+    redelivers = True
 
-    async def receive() -> list[QueueMessage]:
-        for receipt, delivery in list(in_flight.items()):
-            if delivery.held_passes > 0:
-                delivery.held_passes -= 1
+    def __init__(self) -> None:
+        self._visible: dict[int, _Delivery] = {}
+        self._in_flight: dict[ReceiptHandle, _Delivery] = {}
+        self._orders = itertools.count()
+        self._receipts = itertools.count(1)
+
+    async def enqueue(self, job: MirrorJob) -> None:
+        order = next(self._orders)
+        self._visible[order] = _Delivery(order, job, 0)
+
+    async def receive(self) -> list[QueueMessage]:
+        for receipt, held in list(self._in_flight.items()):
+            if held.held_passes > 0:
+                held.held_passes -= 1
                 continue
-            del in_flight[receipt]
-            visible[delivery.order] = delivery
+            del self._in_flight[receipt]
+            self._visible[held.order] = held
         batch: list[QueueMessage] = []
-        for order in sorted(visible):
-            delivery = visible.pop(order)
+        for order in sorted(self._visible):
+            delivery = self._visible.pop(order)
             delivery.deliveries += 1
-            receipt = ReceiptHandle(f"double-{next(receipts)}")
-            in_flight[receipt] = delivery
+            receipt = ReceiptHandle(f"double-{next(self._receipts)}")
+            self._in_flight[receipt] = delivery
             batch.append(QueueMessage(delivery.job, receipt, delivery.deliveries,
                                       message_id=f"double-{delivery.order}"))
         return batch
 
-    async def ack(receipt: ReceiptHandle) -> None:
-        in_flight.pop(receipt, None)
+    async def ack(self, receipt: ReceiptHandle) -> None:
+        self._in_flight.pop(receipt, None)
 
-    async def extend_visibility(receipt: ReceiptHandle, seconds: Seconds) -> None:
-        delivery = in_flight.get(receipt)
+    async def extend_visibility(self, receipt: ReceiptHandle, seconds: Seconds) -> None:
+        delivery = self._in_flight.get(receipt)
         if delivery is None:
             return
         if seconds <= 0:
-            del in_flight[receipt]
-            visible[delivery.order] = delivery
+            del self._in_flight[receipt]
+            self._visible[delivery.order] = delivery
         else:
             delivery.held_passes = 1
 
-    async def close() -> None:
+    async def close(self) -> None:
         return None
 
-    def stats() -> QueueStats:
-        return QueueStats(depth=len(visible) + len(in_flight))
+    def stats(self) -> QueueStats:
+        return QueueStats(depth=len(self._visible) + len(self._in_flight))
 
-    return MirrorQueue(
-        provider="double",
-        enqueue=enqueue,
-        receive=receive,
-        ack=ack,
-        extend_visibility=extend_visibility,
-        close=close,
-        stats=stats,
-        crosses_processes=False,
-        redelivers=True,
-    )
+
+def in_memory_double() -> MirrorQueue:
+    return queue_record(MemoryDouble())

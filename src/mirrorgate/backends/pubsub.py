@@ -2,45 +2,14 @@
 from a subscription, with the generated asyncio clients of google-cloud-pubsub.
 
 The proxy publishes to `MIRROR_PUBSUB_TOPIC`; the worker pulls from `MIRROR_PUBSUB_SUBSCRIPTION`.
-`PUBSUB_EMULATOR_HOST` (or the `emulator_host` keyword) selects an insecure channel to the
-emulator; otherwise Application Default Credentials are used. Decisions:
-
-- enqueue never waits on the network and never raises: the encoded job goes to a bounded
-  `SendBuffer`, whose background task publishes batches (`publish` with a list of messages,
-  no library retry: the buffer backs off and retries a failed batch itself). A batch Pub/Sub
-  refuses as invalid is split, and a job refused on its own is logged and not retried, so one
-  bad body cannot wedge the buffer. A job Pub/Sub could never take (over its 10 MB message
-  limit, or a manifest that cannot be encoded) is refused at enqueue, logged
-  (`mirror_queue_job_refused`) and counted with the drops.
-- receive is one unary pull of at most 10, with a per-call timeout of a few seconds bounded by
-  `MIRROR_POLL_WAIT_SECONDS`. The emulator holds an empty pull until just before the client's
-  deadline, and the real service may answer a lapsed wait with DEADLINE_EXCEEDED: both are an
-  idle `[]`. Any other failure is logged (`mirror_queue_receive_failed`), followed by a short
-  pause so a broken endpoint is not hammered, and is also `[]`. A pull cancelled in flight may
-  leave messages leased to nobody: Pub/Sub redelivers them when their deadline lapses.
-- Each delivery's ack deadline is set on receipt to `MIRROR_VISIBILITY_SECONDS` (one
-  ModifyAckDeadline per batch, skipped when the subscription's own deadline already says so),
-  so the worker's hold on a job is the same on every backend whatever the subscription says.
-- The delivery count is Pub/Sub's `delivery_attempt`, which it only reports when the
-  subscription has a dead-letter policy; without one it is None (unknown), and start-up logs
-  `mirror_queue_no_dead_letter_policy`. A delivery Pub/Sub has made before (a worker died or
-  gave the job back) is logged as `mirror_queue_redelivered` with its count.
-- extend_visibility is ModifyAckDeadline, clamped to Pub/Sub's 10..600 s; 0 releases the job
-  for a prompt redelivery (a nack). ack and extend log their failures and never raise: a lost
-  ack is a redelivery, which the worker already treats as "already present".
-- A body that does not decode is handed over as `job=None` with the codec's reason, for the
-  worker to retire; one bad message never turns a receive into an exception.
-- Start-up reads the topic and the subscription (GetTopic, GetSubscription): a missing one,
-  missing permission, absent credentials or an unreachable endpoint raise
-  `QueueUnavailableError` naming what to set, and nothing is left open.
-- close() flushes the buffer within a bound, then closes both gRPC channels.
+`open_pubsub_queue` checks both and opens the clients; `PubSubQueue` holds what runs after.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
@@ -55,24 +24,21 @@ from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncI
 
 from mirrorgate.backends import QueueUnavailableError
 from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
-from mirrorgate.backends.memory import BATCH_SIZE
+from mirrorgate.backends._shared import BATCH_SIZE, delivery, describe, queue_record
 from mirrorgate.config import QueueSettings
-from mirrorgate.jobsign import JobCodec, JobSignatureError
-from mirrorgate.mirror import (
-    MirrorJob,
-    MirrorQueue,
-    QueueMessage,
-    QueueStats,
-    ReceiptHandle,
-    Seconds,
-    encode_job,
-)
+from mirrorgate.jobsign import JobCodec
+from mirrorgate.mirror import QueueMessage, QueueStats, ReceiptHandle, encode_job
+
+if TYPE_CHECKING:  # named in signatures only
+    from mirrorgate.backends._shared import DropHook
+    from mirrorgate.mirror import MirrorJob, MirrorQueue, Seconds
 
 __all__ = [
     "ACK_DEADLINE_MAX",
     "ACK_DEADLINE_MIN",
     "MAX_MESSAGE_BYTES",
     "PULL_TIMEOUT",
+    "PubSubQueue",
     "ack_deadline_for",
     "open_pubsub_queue",
 ]
@@ -109,11 +75,6 @@ def ack_deadline_for(seconds: int) -> int:
     return max(ACK_DEADLINE_MIN, min(ACK_DEADLINE_MAX, seconds))
 
 
-def _describe(error: BaseException) -> str:
-    text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text}"[:300]
-
-
 def _short_retry(timeout: float) -> retry_async.AsyncRetry:
     """Retry a transient failure of an idempotent call (ack, deadline) within `timeout`."""
     return retry_async.AsyncRetry(
@@ -127,7 +88,7 @@ def _short_retry(timeout: float) -> retry_async.AsyncRetry:
 
 def _no_credentials(error: Exception) -> QueueUnavailableError:
     return QueueUnavailableError(
-        f"MIRROR_QUEUE_PROVIDER=pubsub found no Google credentials ({_describe(error)}): set "
+        f"MIRROR_QUEUE_PROVIDER=pubsub found no Google credentials ({describe(error)}): set "
         "GOOGLE_APPLICATION_CREDENTIALS to a service account key file, run with Application "
         "Default Credentials (a GCP service account, workload identity, or `gcloud auth "
         "application-default login`), or set PUBSUB_EMULATOR_HOST=HOST:PORT for the emulator"
@@ -155,16 +116,16 @@ def _cannot_check(
     if isinstance(error, api_exceptions.Unauthenticated | auth_exceptions.GoogleAuthError):
         return QueueUnavailableError(
             f"the Google credentials were refused while reading {variable}={name} "
-            f"({_describe(error)}): check GOOGLE_APPLICATION_CREDENTIALS or the service account"
+            f"({describe(error)}): check GOOGLE_APPLICATION_CREDENTIALS or the service account"
         )
     if isinstance(error, api_exceptions.InvalidArgument):
         example = name.split("/")[2] if name.count("/") == 3 else "topics"
         return QueueUnavailableError(
-            f"Pub/Sub refused {variable}={name} ({_describe(error)}); e.g. "
+            f"Pub/Sub refused {variable}={name} ({describe(error)}); e.g. "
             f"{variable}=projects/my-project/{example}/mirrorgate"
         )
     return QueueUnavailableError(
-        f"cannot reach Pub/Sub at {endpoint} to read {variable}={name} ({_describe(error)}): "
+        f"cannot reach Pub/Sub at {endpoint} to read {variable}={name} ({describe(error)}): "
         "check the network, or PUBSUB_EMULATOR_HOST when using the emulator"
     )
 
@@ -175,7 +136,7 @@ async def _close_quietly(*clients: PublisherAsyncClient | SubscriberAsyncClient)
             # the generated transports leave close() unannotated
             await client.transport.close()  # type: ignore[no-untyped-call]
         except Exception as error:  # closing is best effort; the process is going anyway
-            log.warning("mirror_queue_close_failed", provider=PROVIDER, error=_describe(error))
+            log.warning("mirror_queue_close_failed", provider=PROVIDER, error=describe(error))
 
 
 def _required(variable: str, value: str | None, kind: str) -> str:
@@ -187,21 +148,9 @@ def _required(variable: str, value: str | None, kind: str) -> str:
     return value
 
 
-def _log_redelivery(message: QueueMessage) -> None:
-    if message.deliveries is None or message.deliveries < 2:
-        return
-    job = {"package": message.job.name, "version": message.job.version} if message.job else {}
-    log.info("mirror_queue_redelivered", provider=PROVIDER, message_id=message.message_id,
-             deliveries=message.deliveries, **job)
-
-
-def _ignore_drop(_total: int) -> None:
-    return None
-
-
 async def open_pubsub_queue(
     settings: QueueSettings,
-    on_drop: Callable[[int], None] = _ignore_drop,
+    on_drop: DropHook | None = None,
     *,
     emulator_host: str | None = None,
     ack_deadline: int | None = None,
@@ -221,11 +170,12 @@ async def open_pubsub_queue(
     topic = _required("MIRROR_PUBSUB_TOPIC", settings.pubsub_topic, "topics")
     subscription = _required("MIRROR_PUBSUB_SUBSCRIPTION", settings.pubsub_subscription,
                              "subscriptions")
+    # the emulator is reached over an insecure channel; otherwise Application Default
+    # Credentials are used
     host = emulator_host if emulator_host is not None else os.environ.get("PUBSUB_EMULATOR_HOST")
     deadline = settings.visibility if ack_deadline is None else ack_deadline
     if deadline < 1 or deadline > ACK_DEADLINE_MAX:
         raise ValueError(f"ack_deadline must be 1..{ACK_DEADLINE_MAX} seconds, got {deadline}")
-    wait = max(0.1, min(float(settings.poll_wait), pull_timeout))
 
     try:
         if host:
@@ -244,6 +194,8 @@ async def open_pubsub_queue(
         raise _no_credentials(error) from None
     endpoint = f"emulator {host}" if host else "the Pub/Sub service"
 
+    # the start-up check (GetTopic, GetSubscription): a missing one, missing permission, absent
+    # credentials or an unreachable endpoint raise naming what to set, and nothing is left open
     try:
         try:
             await publisher.get_topic(topic=topic, timeout=call_timeout, retry=None)
@@ -260,8 +212,9 @@ async def open_pubsub_queue(
         await _close_quietly(publisher, subscriber)
         raise
 
+    # Pub/Sub reports `delivery_attempt` only when the subscription has a dead-letter policy;
+    # without one the delivery count is None (unknown)
     dead_letter = bool(found.dead_letter_policy.dead_letter_topic)
-    set_deadline_on_receipt = found.ack_deadline_seconds != deadline
     log.info("mirror_queue_opened", provider=PROVIDER, topic=topic, subscription=subscription,
              emulator=bool(host), dead_letter=dead_letter, ack_deadline=deadline)
     if not dead_letter:
@@ -269,145 +222,186 @@ async def open_pubsub_queue(
                     subscription=subscription,
                     consequence="delivery counts are unknown; see the README's Google "
                                 "Pub/Sub section")
+    queue = PubSubQueue(publisher, subscriber, settings, on_drop, topic=topic,
+                        subscription=subscription, deadline=deadline,
+                        subscription_deadline=found.ack_deadline_seconds,
+                        pull_timeout=pull_timeout, receive_backoff=receive_backoff,
+                        close_within=close_within, call_timeout=call_timeout)
+    return queue_record(queue)
 
-    async def publish(bodies: list[bytes]) -> None:
-        await publisher.publish(
-            topic=topic,
+
+class PubSubQueue:
+    """A publisher and a subscriber client over their own gRPC channels, closed by `close()`."""
+
+    provider = PROVIDER
+    crosses_processes = True
+    redelivers = True
+
+    def __init__(
+        self,
+        publisher: PublisherAsyncClient,
+        subscriber: SubscriberAsyncClient,
+        settings: QueueSettings,
+        on_drop: DropHook | None,
+        *,
+        topic: str,
+        subscription: str,
+        deadline: int,
+        subscription_deadline: int,
+        pull_timeout: float,
+        receive_backoff: float,
+        close_within: float,
+        call_timeout: float,
+    ) -> None:
+        self._publisher = publisher
+        self._subscriber = subscriber
+        self._topic = topic
+        self._subscription = subscription
+        self._codec = JobCodec(settings.job_key, settings.job_key_previous)
+        self._buffer = SendBuffer(self._send, provider=PROVIDER, max_depth=settings.max_depth,
+                                  max_count=_BATCH_COUNT, max_bytes=_BATCH_BYTES,
+                                  on_drop=on_drop)
+        self._closed = False
+        self._refused = 0
+        self._ack_failures = 0
+        self._deadline = deadline
+        # one ModifyAckDeadline per received batch, skipped when the subscription's own
+        # deadline already says so
+        self._set_deadline_on_receipt = deadline != subscription_deadline
+        # one receive waits at most `pull_timeout`, less when the poll wait is shorter
+        self._wait = max(0.1, min(float(settings.poll_wait), pull_timeout))
+        self._receive_backoff = receive_backoff
+        self._close_within = close_within
+        self._call_timeout = call_timeout
+
+    # --- enqueue: encode, buffer; the buffer's task publishes ------------------------------
+
+    async def enqueue(self, job: MirrorJob) -> None:
+        # a job Pub/Sub could never take is refused here, logged and counted with the drops
+        try:
+            body = self._codec.seal(encode_job(job))
+        except Exception as error:  # a manifest orjson cannot write must not fail the response
+            self._refused += 1
+            log.error("mirror_queue_job_refused", provider=PROVIDER, package=job.label,
+                      reason="unencodable", error=describe(error))
+            return
+        if len(body) > MAX_MESSAGE_BYTES:
+            self._refused += 1
+            log.error("mirror_queue_job_refused", provider=PROVIDER, package=job.label,
+                      reason="too_large", bytes=len(body), limit=MAX_MESSAGE_BYTES)
+            return
+        self._buffer.offer(body)
+
+    async def _publish(self, bodies: list[bytes]) -> None:
+        # no library retry: the buffer backs off and retries a failed batch itself
+        await self._publisher.publish(
+            topic=self._topic,
             messages=[pubsub_types.PubsubMessage(data=body) for body in bodies],
-            timeout=call_timeout,
+            timeout=self._call_timeout,
             retry=None,
         )
 
-    def refused(body: bytes, error: BaseException) -> None:
-        log.error("mirror_queue_send_refused", provider=PROVIDER, topic=topic,
-                  bytes=len(body), error=_describe(error))
+    def _refuse(self, body: bytes, error: BaseException) -> None:
+        log.error("mirror_queue_send_refused", provider=PROVIDER, topic=self._topic,
+                  bytes=len(body), error=describe(error))
 
-    async def send(batch: list[bytes]) -> SendOutcome:
+    async def _send(self, batch: list[bytes]) -> SendOutcome:
         try:
-            await publish(batch)
+            await self._publish(batch)
             return SendOutcome()
         except api_exceptions.InvalidArgument as error:
             if len(batch) == 1:
-                refused(batch[0], error)
+                self._refuse(batch[0], error)
                 return SendOutcome()
-        # Pub/Sub refused the batch as a whole: find the bodies it refuses on their own
+        # Pub/Sub refused the batch as a whole: find the bodies it refuses on their own, so one
+        # bad body cannot wedge the buffer
         retry: list[int] = []
         for index, body in enumerate(batch):
             if retry:
                 retry.append(index)
                 continue
             try:
-                await publish([body])
+                await self._publish([body])
             except api_exceptions.InvalidArgument as error:
-                refused(body, error)
+                self._refuse(body, error)
             except Exception:
                 retry.append(index)
         return SendOutcome(retry=tuple(retry))
 
-    buffer = SendBuffer(send, provider=PROVIDER, max_depth=settings.max_depth,
-                        max_count=_BATCH_COUNT, max_bytes=_BATCH_BYTES, on_drop=on_drop)
-    counters = {"refused": 0, "ack_failures": 0}
-    closed = asyncio.Event()
-    codec = JobCodec(settings.job_key, settings.job_key_previous)
+    # --- receive -------------------------------------------------------------------------
 
-    async def enqueue(job: MirrorJob) -> None:
+    async def receive(self) -> list[QueueMessage]:
+        # one unary pull of at most 10. The emulator holds an empty pull until just before the
+        # deadline and the service may answer a lapsed wait with DEADLINE_EXCEEDED: both are an
+        # idle []. A pull cancelled in flight may leave messages leased to nobody: Pub/Sub
+        # redelivers them when their deadline lapses.
         try:
-            body = codec.seal(encode_job(job))
-        except Exception as error:  # a manifest orjson cannot write must not fail the response
-            counters["refused"] += 1
-            log.error("mirror_queue_job_refused", provider=PROVIDER, package=job.label,
-                      reason="unencodable", error=_describe(error))
-            return
-        if len(body) > MAX_MESSAGE_BYTES:
-            counters["refused"] += 1
-            log.error("mirror_queue_job_refused", provider=PROVIDER, package=job.label,
-                      reason="too_large", bytes=len(body), limit=MAX_MESSAGE_BYTES)
-            return
-        buffer.offer(body)
-
-    def delivered(received: pubsub_types.ReceivedMessage) -> QueueMessage:
-        receipt = ReceiptHandle(received.ack_id)
-        attempt = received.delivery_attempt
-        deliveries = attempt if attempt > 0 else None
-        message_id = received.message.message_id
-        try:
-            job = codec.open(received.message.data)
-        except JobSignatureError as error:
-            return QueueMessage(None, receipt, deliveries, problem=str(error),
-                                message_id=message_id, refusal=error.reason)
-        except ValueError as error:  # JobDecodeError, or anything else the body trips on
-            return QueueMessage(None, receipt, deliveries, problem=str(error),
-                                message_id=message_id)
-        return QueueMessage(job, receipt, deliveries, message_id=message_id)
-
-    async def receive() -> list[QueueMessage]:
-        try:
-            response = await subscriber.pull(subscription=subscription, max_messages=BATCH_SIZE,
-                                             timeout=wait, retry=None)
+            response = await self._subscriber.pull(
+                subscription=self._subscription, max_messages=BATCH_SIZE, timeout=self._wait,
+                retry=None)
         except api_exceptions.DeadlineExceeded:
             return []
         except Exception as error:
             log.warning("mirror_queue_receive_failed", provider=PROVIDER,
-                        subscription=subscription, error=_describe(error))
-            await asyncio.sleep(receive_backoff)
+                        subscription=self._subscription, error=describe(error))
+            await asyncio.sleep(self._receive_backoff)  # a broken endpoint is not hammered
             return []
         received = list(response.received_messages)
-        if received and set_deadline_on_receipt:
+        # each delivery's deadline is set to MIRROR_VISIBILITY_SECONDS, so the worker's hold on
+        # a job is the same on every backend whatever the subscription says
+        if received and self._set_deadline_on_receipt:
             try:
-                await subscriber.modify_ack_deadline(
-                    subscription=subscription, ack_ids=[m.ack_id for m in received],
-                    ack_deadline_seconds=deadline, timeout=call_timeout,
-                    retry=_short_retry(call_timeout))
+                await self._subscriber.modify_ack_deadline(
+                    subscription=self._subscription, ack_ids=[m.ack_id for m in received],
+                    ack_deadline_seconds=self._deadline, timeout=self._call_timeout,
+                    retry=_short_retry(self._call_timeout))
             except Exception as error:  # they keep the subscription's own deadline
-                counters["ack_failures"] += len(received)
+                self._ack_failures += len(received)
                 log.warning("mirror_queue_extend_failed", provider=PROVIDER,
-                            subscription=subscription, jobs=len(received),
-                            error=_describe(error))
-        messages = [delivered(m) for m in received]
-        for message in messages:
-            _log_redelivery(message)
-        return messages
+                            subscription=self._subscription, jobs=len(received),
+                            error=describe(error))
+        return [self._delivered(m) for m in received]
 
-    async def ack(receipt: ReceiptHandle) -> None:
+    def _delivered(self, received: pubsub_types.ReceivedMessage) -> QueueMessage:
+        attempt = received.delivery_attempt
+        return delivery(PROVIDER, self._codec, received.message.data,
+                        ReceiptHandle(received.ack_id), attempt if attempt > 0 else None,
+                        received.message.message_id)
+
+    # --- ack, extend: failures are logged, never raised; a lost ack is a redelivery ------
+
+    async def ack(self, receipt: ReceiptHandle) -> None:
         try:
-            await subscriber.acknowledge(subscription=subscription, ack_ids=[receipt],
-                                         timeout=call_timeout, retry=_short_retry(call_timeout))
+            await self._subscriber.acknowledge(
+                subscription=self._subscription, ack_ids=[receipt], timeout=self._call_timeout,
+                retry=_short_retry(self._call_timeout))
         except Exception as error:
-            counters["ack_failures"] += 1
+            self._ack_failures += 1
             log.warning("mirror_queue_ack_failed", provider=PROVIDER,
-                        subscription=subscription, error=_describe(error))
+                        subscription=self._subscription, error=describe(error))
 
-    async def extend_visibility(receipt: ReceiptHandle, seconds: Seconds) -> None:
+    async def extend_visibility(self, receipt: ReceiptHandle, seconds: Seconds) -> None:
+        # ModifyAckDeadline, clamped to 10..600 s; 0 releases the job for a prompt redelivery
         try:
-            await subscriber.modify_ack_deadline(
-                subscription=subscription, ack_ids=[receipt],
-                ack_deadline_seconds=ack_deadline_for(seconds), timeout=call_timeout,
-                retry=_short_retry(call_timeout))
+            await self._subscriber.modify_ack_deadline(
+                subscription=self._subscription, ack_ids=[receipt],
+                ack_deadline_seconds=ack_deadline_for(seconds), timeout=self._call_timeout,
+                retry=_short_retry(self._call_timeout))
         except Exception as error:
-            counters["ack_failures"] += 1
+            self._ack_failures += 1
             log.warning("mirror_queue_extend_failed", provider=PROVIDER,
-                        subscription=subscription, jobs=1, error=_describe(error))
+                        subscription=self._subscription, jobs=1, error=describe(error))
 
-    async def close() -> None:
-        if closed.is_set():
+    # --- the frame -----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
             return
-        closed.set()
-        await buffer.close(close_within)
-        await _close_quietly(publisher, subscriber)
+        self._closed = True
+        await self._buffer.close(self._close_within)
+        await _close_quietly(self._publisher, self._subscriber)
 
-    def stats() -> QueueStats:
-        return QueueStats(depth=buffer.depth, dropped=buffer.dropped + counters["refused"],
-                          sent=buffer.sent, send_failures=buffer.failures,
-                          ack_failures=counters["ack_failures"])
-
-    return MirrorQueue(
-        provider=PROVIDER,
-        enqueue=enqueue,
-        receive=receive,
-        ack=ack,
-        extend_visibility=extend_visibility,
-        close=close,
-        stats=stats,
-        crosses_processes=True,
-        redelivers=True,
-    )
+    def stats(self) -> QueueStats:
+        return QueueStats(depth=self._buffer.depth, dropped=self._buffer.dropped + self._refused,
+                          sent=self._buffer.sent, send_failures=self._buffer.failures,
+                          ack_failures=self._ack_failures)

@@ -2,33 +2,7 @@
 
 The serve path and the worker may run in different processes (or pods); SQS carries the jobs
 between them and redelivers any delivery that is not acked within its visibility window.
-Decisions:
-
-- One aiobotocore client per process, owned by the queue and closed by `close()`. The region
-  is `AWS_REGION` (read here: botocore itself only reads `AWS_DEFAULT_REGION` and the profile),
-  the endpoint is botocore's (it honours `AWS_ENDPOINT_URL_SQS`), credentials come from the
-  default chain. Keyword-only overrides exist for tests, never new environment variables.
-- Start-up asks `GetQueueAttributes` for the queue's `MaximumMessageSize`, so a missing queue,
-  absent credentials or an unreachable endpoint stop the process with a message naming what
-  to set, and a job too big for *this* queue (at most 1 MiB) is refused at enqueue with a log
-  line, not discovered later as a poisoned batch. Jobs refused at enqueue or by SQS count as
-  dropped, as the send buffer counts those it has no room for: none of them will arrive.
-- `enqueue` only encodes and hands the bytes to the bounded `SendBuffer`; the buffer's task
-  calls `SendMessageBatch`. Entries SQS lists as failed through no fault of the sender are
-  retried; entries it refuses as the sender's fault are logged (`mirror_queue_send_refused`)
-  and counted, never retried. A whole batch refused for its content is re-sent one message at
-  a time, so one bad job cannot hold the others back.
-- `receive` long-polls (`WaitTimeSeconds` = the poll wait) with the client's read timeout above
-  it, asks for `ApproximateReceiveCount` (reported as the delivery count) and sets the
-  visibility window to `MIRROR_VISIBILITY_SECONDS`, so the window the worker extends against is
-  the one SQS applies whatever the queue's own default. A body that is not a job comes back
-  with `job=None` and the decoder's reason; a failed call is logged, backed off and answered
-  with `[]`, so the worker's loop (and its heartbeat) keep going. A delivery SQS has made
-  before (a worker died or gave the job back) is logged as `mirror_queue_redelivered` with
-  its count, so the worker that picks it up says so.
-- `ack` deletes; acks issued in the same loop tick share one `DeleteMessageBatch` (10 at most).
-  A failed ack or extend is logged and swallowed: the message comes back and the worker handles
-  a redelivery idempotently.
+`open_sqs_queue` checks the queue and opens the client; `SqsQueue` holds what runs after.
 """
 
 from __future__ import annotations
@@ -37,9 +11,9 @@ import asyncio
 import contextlib
 import os
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -49,27 +23,20 @@ from botocore import exceptions as boto
 
 from mirrorgate.backends import QueueUnavailableError
 from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
+from mirrorgate.backends._shared import BATCH_SIZE, delivery, describe, queue_record
 from mirrorgate.config import QueueSettings
-from mirrorgate.jobsign import JobCodec, JobSignatureError, payload
-from mirrorgate.mirror import (
-    JobDecodeError,
-    MirrorJob,
-    MirrorQueue,
-    QueueMessage,
-    QueueStats,
-    ReceiptHandle,
-    Seconds,
-    encode_job,
-)
+from mirrorgate.jobsign import JobCodec, payload
+from mirrorgate.mirror import QueueMessage, QueueStats, ReceiptHandle, encode_job
 
-__all__ = ["BATCH_SIZE", "SQS_MAX_MESSAGE_BYTES", "open_sqs_queue"]
+if TYPE_CHECKING:  # named in signatures only
+    from mirrorgate.backends._shared import DropHook
+    from mirrorgate.mirror import MirrorJob, MirrorQueue, Seconds
+
+__all__ = ["SQS_MAX_MESSAGE_BYTES", "SqsQueue", "open_sqs_queue"]
 
 log = structlog.get_logger("mirrorgate.queue")
 
 PROVIDER = "sqs"
-
-BATCH_SIZE = 10
-"""SQS's cap on messages per receive, per SendMessageBatch and per DeleteMessageBatch."""
 
 SQS_MAX_MESSAGE_BYTES = 1024 * 1024
 """SQS's largest message, and largest batch payload: 1 MiB."""
@@ -94,10 +61,6 @@ _CONTENT_REFUSED = frozenset({
 """Codes by which SQS refuses what a message holds: sending it again cannot succeed."""
 
 
-def _ignore_drop(_total: int) -> None:
-    return None
-
-
 def _code(error: Any) -> str:
     try:
         return str(error.response["Error"]["Code"])
@@ -106,10 +69,7 @@ def _code(error: Any) -> str:
 
 
 def _describe(error: BaseException) -> str:
-    code = _code(error)
-    text = str(error).splitlines()[0] if str(error) else ""
-    name = f"{type(error).__name__}({code})" if code else type(error).__name__
-    return f"{name}: {text}"[:300]
+    return describe(error, _code(error))
 
 
 def _sqs_safe(text: str) -> str:
@@ -153,31 +113,11 @@ def _message(raw: Any, codec: JobCodec) -> QueueMessage | None:
         return None
     deliveries = _deliveries(raw.get("Attributes"))
     body = raw.get("Body")
-    problem: str
-    refusal = "undecodable"
     if not isinstance(body, str):
-        problem = "message has no body"
-    else:
-        try:
-            job = codec.open(body.encode("utf-8"))
-        except JobSignatureError as error:
-            problem, refusal = str(error), error.reason
-        except JobDecodeError as error:
-            problem = str(error)
-        except Exception as error:  # a body the codec did not foresee is still one bad message
-            problem = f"body could not be decoded: {_describe(error)}"
-        else:
-            return QueueMessage(job, ReceiptHandle(receipt), deliveries, message_id=message_id)
-    return QueueMessage(None, ReceiptHandle(receipt), deliveries, problem=problem,
-                        message_id=message_id, refusal=refusal)
-
-
-def _log_redelivery(message: QueueMessage) -> None:
-    if message.deliveries is None or message.deliveries < 2:
-        return
-    job = {"package": message.job.name, "version": message.job.version} if message.job else {}
-    log.info("mirror_queue_redelivered", provider=PROVIDER, message_id=message.message_id,
-             deliveries=message.deliveries, **job)
+        return QueueMessage(None, ReceiptHandle(receipt), deliveries,
+                            problem="message has no body", message_id=message_id)
+    return delivery(PROVIDER, codec, body.encode("utf-8"), ReceiptHandle(receipt), deliveries,
+                    message_id)
 
 
 def _explain(error: Exception, url: str, region: str | None, endpoint: str | None) -> str:
@@ -221,7 +161,7 @@ def _max_message_bytes(answer: Any) -> int:
 
 async def open_sqs_queue(
     settings: QueueSettings,
-    on_drop: Callable[[int], None] = _ignore_drop,
+    on_drop: DropHook | None = None,
     *,
     endpoint_url: str | None = None,
     region: str | None = None,
@@ -235,10 +175,10 @@ async def open_sqs_queue(
     """The SQS MirrorQueue for `settings.sqs_queue_url`, checked to exist and be reachable.
 
     Raises `QueueUnavailableError` naming what to set when it cannot be used. The keyword-only
-    arguments are for tests and embedding: an explicit endpoint, region and (access key id,
-    secret) pair instead of botocore's resolution, the bound on `close()`'s flush, the send and
-    receive backoff (base, cap) in seconds, the client's connect timeout, and the attempts
-    botocore makes per call (retries included).
+    arguments are for tests and embedding, never new environment variables: an explicit
+    endpoint, region and (access key id, secret) pair instead of botocore's resolution, the
+    bound on `close()`'s flush, the send and receive backoff (base, cap) in seconds, the
+    client's connect timeout, and the attempts botocore makes per call (retries included).
     """
     url = settings.sqs_queue_url
     if not url:
@@ -250,9 +190,10 @@ async def open_sqs_queue(
             f"MIRROR_SQS_QUEUE_URL={url} is a FIFO queue; mirrorgate needs a standard queue "
             "(jobs are independent and redeliveries are handled idempotently, so FIFO ordering "
             "buys nothing and its message groups are not sent)")
+    # botocore itself reads only AWS_DEFAULT_REGION and the profile; the endpoint is botocore's
+    # (it honours AWS_ENDPOINT_URL_SQS) and the credentials come from the default chain
     region = region or os.environ.get("AWS_REGION") or None
     wait = max(0, min(settings.poll_wait, 20))
-    visibility = max(0, min(settings.visibility, MAX_VISIBILITY))
     config = AioConfig(
         connect_timeout=connect_timeout,
         read_timeout=wait + READ_TIMEOUT_MARGIN,
@@ -262,6 +203,9 @@ async def open_sqs_queue(
     if credentials is not None:
         keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
 
+    # the start-up check: a missing queue, absent credentials or an unreachable endpoint stop
+    # the process with a message naming what to set; the queue's own MaximumMessageSize lets
+    # enqueue refuse a job too big for *this* queue instead of poisoning a batch later
     stack = AsyncExitStack()
     client: Any = None
     try:
@@ -276,49 +220,100 @@ async def open_sqs_queue(
     except BaseException:
         await stack.aclose()
         raise
-    max_body = _max_message_bytes(answer)
-    codec = JobCodec(settings.job_key, settings.job_key_previous)
-    resolved_region = client.meta.region_name
+    queue = SqsQueue(client, stack, url, settings, on_drop, wait=wait,
+                     max_body=_max_message_bytes(answer), close_within=close_within,
+                     send_backoff=send_backoff, receive_backoff=receive_backoff)
+    log.info("mirror_queue_opened", provider=PROVIDER, region=client.meta.region_name,
+             endpoint=client.meta.endpoint_url, max_message_bytes=queue.max_body,
+             wait_seconds=wait, visibility_seconds=queue.visibility)
+    return queue_record(queue)
 
-    counters = {"refused": 0, "not_enqueued": 0, "ack_failures": 0, "extend_failures": 0,
-                "receive_failures": 0}
-    closed = False
 
-    def refuse(body: bytes, code: str, reason: str) -> None:
-        counters["refused"] += 1
+class SqsQueue:
+    """One aiobotocore client per process, owned by the queue and closed by `close()`."""
+
+    provider = PROVIDER
+    crosses_processes = True
+    redelivers = True
+
+    def __init__(
+        self,
+        client: Any,
+        stack: AsyncExitStack,
+        url: str,
+        settings: QueueSettings,
+        on_drop: DropHook | None,
+        *,
+        wait: int,
+        max_body: int,
+        close_within: float,
+        send_backoff: tuple[float, float],
+        receive_backoff: tuple[float, float],
+    ) -> None:
+        self._client = client
+        self._stack = stack
+        self._url = url
+        self._wait = wait
+        # sent with every receive, so the window the worker extends against is the one SQS
+        # applies whatever the queue's own default
+        self.visibility = max(0, min(settings.visibility, MAX_VISIBILITY))
+        self.max_body = max_body
+        self._codec = JobCodec(settings.job_key, settings.job_key_previous)
+        self._close_within = close_within
+        self._receive_backoff = receive_backoff
+        self._buffer = SendBuffer(self._send, provider=PROVIDER, max_depth=settings.max_depth,
+                                  max_count=BATCH_SIZE, max_bytes=SQS_MAX_MESSAGE_BYTES,
+                                  on_drop=on_drop, backoff=send_backoff)
+        self._closed = False
+        self._pending: list[tuple[ReceiptHandle, asyncio.Future[None]]] = []
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._refused = 0
+        # jobs refused at enqueue count as dropped, like those SQS refuses or the buffer has no
+        # room for: none of them will arrive
+        self._not_enqueued = 0
+        self._ack_failures = 0
+        self._extend_failures = 0
+        self._receive_failures = 0
+
+    # --- enqueue: encode, buffer; the buffer's task sends ----------------------------------
+
+    async def enqueue(self, job: MirrorJob) -> None:
+        try:
+            body = self._codec.seal(_sqs_safe(encode_job(job).decode("utf-8")).encode("utf-8"))
+        except Exception as error:  # the serve path must never fail because of a job
+            self._not_enqueued += 1
+            log.error("mirror_queue_job_unencodable", provider=PROVIDER, job=job.label,
+                      error=_describe(error))
+            return
+        if len(body) > self.max_body:
+            self._not_enqueued += 1
+            log.error("mirror_queue_job_too_large", provider=PROVIDER, job=job.label,
+                      bytes=len(body), limit=self.max_body, not_enqueued=self._not_enqueued)
+            return
+        self._buffer.offer(body)
+
+    def _refuse(self, body: bytes, code: str, reason: str) -> None:
+        # refused as the sender's fault: logged and counted, never retried
+        self._refused += 1
         log.error("mirror_queue_send_refused", provider=PROVIDER, job=_label(body), code=code,
-                  reason=reason[:300], bytes=len(body), refused=counters["refused"])
+                  reason=reason[:300], bytes=len(body), refused=self._refused)
 
-    async def send_each(batch: list[bytes]) -> SendOutcome:
-        retry: list[int] = []
-        refused: list[int] = []
-        for index, body in enumerate(batch):
-            try:
-                await client.send_message(QueueUrl=url, MessageBody=body.decode("utf-8"))
-            except boto.ClientError as error:
-                if _code(error) in _CONTENT_REFUSED:
-                    refuse(body, _code(error), _describe(error))
-                    refused.append(index)
-                else:
-                    retry.append(index)
-            except Exception:
-                retry.append(index)
-        return SendOutcome(retry=tuple(retry), refused=tuple(refused))
-
-    async def send(batch: list[bytes]) -> SendOutcome:
+    async def _send(self, batch: list[bytes]) -> SendOutcome:
         entries = [{"Id": str(i), "MessageBody": body.decode("utf-8")}
                    for i, body in enumerate(batch)]
         try:
-            answer = await client.send_message_batch(QueueUrl=url, Entries=entries)
+            answer = await self._client.send_message_batch(QueueUrl=self._url, Entries=entries)
         except boto.ClientError as error:
             if _code(error) not in _CONTENT_REFUSED:
                 raise
             if len(batch) == 1:
-                refuse(batch[0], _code(error), _describe(error))
+                self._refuse(batch[0], _code(error), _describe(error))
                 return SendOutcome(refused=(0,))
+            # a whole batch refused for its content is re-sent one message at a time, so one
+            # bad job cannot hold the others back
             log.warning("mirror_queue_batch_refused", provider=PROVIDER, jobs=len(batch),
                         error=_describe(error))
-            return await send_each(batch)
+            return await self._send_each(batch)
         answered: set[int] = set()
         for entry in answer.get("Successful") or ():
             with contextlib.suppress(KeyError, TypeError, ValueError):
@@ -336,96 +331,92 @@ async def open_sqs_queue(
             code = str(entry.get("Code", ""))
             reason = str(entry.get("Message", ""))
             if entry.get("SenderFault") is True:
-                refuse(batch[index], code, reason)
+                self._refuse(batch[index], code, reason)
                 refused.append(index)
-            else:
+            else:  # failed through no fault of the sender: worth another try
                 retry.append(index)
                 log.warning("mirror_queue_send_entry_failed", provider=PROVIDER, code=code,
                             reason=reason[:300])
         retry.extend(i for i in range(len(batch)) if i not in answered)
         return SendOutcome(retry=tuple(retry), refused=tuple(refused))
 
-    buffer = SendBuffer(send, provider=PROVIDER, max_depth=settings.max_depth,
-                        max_count=BATCH_SIZE, max_bytes=SQS_MAX_MESSAGE_BYTES, on_drop=on_drop,
-                        backoff_base=send_backoff[0], backoff_cap=send_backoff[1])
+    async def _send_each(self, batch: list[bytes]) -> SendOutcome:
+        retry: list[int] = []
+        refused: list[int] = []
+        for index, body in enumerate(batch):
+            try:
+                await self._client.send_message(QueueUrl=self._url,
+                                                MessageBody=body.decode("utf-8"))
+            except boto.ClientError as error:
+                if _code(error) in _CONTENT_REFUSED:
+                    self._refuse(body, _code(error), _describe(error))
+                    refused.append(index)
+                else:
+                    retry.append(index)
+            except Exception:
+                retry.append(index)
+        return SendOutcome(retry=tuple(retry), refused=tuple(refused))
 
-    async def enqueue(job: MirrorJob) -> None:
-        try:
-            body = codec.seal(_sqs_safe(encode_job(job).decode("utf-8")).encode("utf-8"))
-        except Exception as error:  # the serve path must never fail because of a job
-            counters["not_enqueued"] += 1
-            log.error("mirror_queue_job_unencodable", provider=PROVIDER, job=job.label,
-                      error=_describe(error))
-            return
-        if len(body) > max_body:
-            counters["not_enqueued"] += 1
-            log.error("mirror_queue_job_too_large", provider=PROVIDER, job=job.label,
-                      bytes=len(body), limit=max_body, not_enqueued=counters["not_enqueued"])
-            return
-        buffer.offer(body)
+    # --- receive -------------------------------------------------------------------------
 
-    async def receive() -> list[QueueMessage]:
-        if closed:
+    async def receive(self) -> list[QueueMessage]:
+        if self._closed:
             return []
         try:
-            answer = await client.receive_message(
-                QueueUrl=url,
+            answer = await self._client.receive_message(
+                QueueUrl=self._url,
                 MaxNumberOfMessages=BATCH_SIZE,
-                WaitTimeSeconds=wait,
-                VisibilityTimeout=visibility,
+                WaitTimeSeconds=self._wait,
+                VisibilityTimeout=self.visibility,
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
             )
         except Exception as error:
-            if closed:  # close() shut the client under this poll: not a failure
+            if self._closed:  # close() shut the client under this poll: not a failure
                 return []
-            counters["receive_failures"] += 1
-            base, cap = receive_backoff
-            delay = min(cap, base * 2 ** min(counters["receive_failures"] - 1, 16))
+            # logged, backed off and answered with [], so the worker's loop and its heartbeat
+            # keep going
+            self._receive_failures += 1
+            base, cap = self._receive_backoff
+            delay = min(cap, base * 2 ** min(self._receive_failures - 1, 16))
             delay = random.uniform(delay / 2, delay)
             log.warning("mirror_queue_receive_failed", provider=PROVIDER,
                         error=_describe(error), retry_in=round(delay, 3))
             await asyncio.sleep(delay)
             return []
-        counters["receive_failures"] = 0
+        self._receive_failures = 0
         raw = answer.get("Messages") if isinstance(answer, Mapping) else None
         if not isinstance(raw, list):
             return []
-        messages = [message for item in raw if (message := _message(item, codec)) is not None]
-        for message in messages:
-            _log_redelivery(message)
-        return messages
+        return [m for item in raw if (m := _message(item, self._codec)) is not None]
 
-    pending: list[tuple[ReceiptHandle, asyncio.Future[None]]] = []
-    flushes: set[asyncio.Task[None]] = set()
+    # --- ack, extend: a failure is logged and swallowed, the message comes back ----------
 
-    def ack_failed(jobs: int, error: str) -> None:
-        counters["ack_failures"] += jobs
+    def _ack_failed(self, jobs: int, error: str) -> None:
+        self._ack_failures += jobs
         log.warning("mirror_queue_ack_failed", provider=PROVIDER, jobs=jobs, error=error,
-                    ack_failures=counters["ack_failures"])
+                    ack_failures=self._ack_failures)
 
-    async def delete(receipts: list[ReceiptHandle]) -> None:
-        try:
-            if len(receipts) == 1:
-                await client.delete_message(QueueUrl=url, ReceiptHandle=receipts[0])
-                return
-            answer = await client.delete_message_batch(QueueUrl=url, Entries=[
-                {"Id": str(i), "ReceiptHandle": receipt} for i, receipt in enumerate(receipts)])
-        except Exception as error:
-            ack_failed(len(receipts), _describe(error))
+    async def ack(self, receipt: ReceiptHandle) -> None:
+        # acks issued in the same loop tick share one DeleteMessageBatch (10 at most)
+        if self._closed:
+            self._ack_failed(1, "the queue is closed")
             return
-        failed = answer.get("Failed") or ()
-        if failed:
-            codes = sorted({str(entry.get("Code", "")) for entry in failed})
-            ack_failed(len(failed), ", ".join(codes))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((receipt, done))
+        if len(self._pending) == 1:
+            task = asyncio.get_running_loop().create_task(self._flush_acks())
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+        await asyncio.shield(done)
 
-    async def flush_acks() -> None:
+    async def _flush_acks(self) -> None:
         await asyncio.sleep(0)  # let every ack issued in this tick join the batch
-        taken = pending[:]
-        pending.clear()
+        taken = self._pending[:]
+        self._pending.clear()
         try:
             for start in range(0, len(taken), BATCH_SIZE):
                 chunk = taken[start:start + BATCH_SIZE]
-                await delete([receipt for receipt, _ in chunk])
+                await self._delete([receipt for receipt, _ in chunk])
                 for _, done in chunk:
                     if not done.done():
                         done.set_result(None)
@@ -434,66 +425,55 @@ async def open_sqs_queue(
                 if not done.done():
                     done.set_result(None)
 
-    async def ack(receipt: ReceiptHandle) -> None:
-        if closed:
-            ack_failed(1, "the queue is closed")
+    async def _delete(self, receipts: list[ReceiptHandle]) -> None:
+        try:
+            if len(receipts) == 1:
+                await self._client.delete_message(QueueUrl=self._url, ReceiptHandle=receipts[0])
+                return
+            answer = await self._client.delete_message_batch(QueueUrl=self._url, Entries=[
+                {"Id": str(i), "ReceiptHandle": receipt} for i, receipt in enumerate(receipts)])
+        except Exception as error:
+            self._ack_failed(len(receipts), _describe(error))
             return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        pending.append((receipt, done))
-        if len(pending) == 1:
-            task = asyncio.get_running_loop().create_task(flush_acks())
-            flushes.add(task)
-            task.add_done_callback(flushes.discard)
-        await asyncio.shield(done)
+        failed = answer.get("Failed") or ()
+        if failed:
+            codes = sorted({str(entry.get("Code", "")) for entry in failed})
+            self._ack_failed(len(failed), ", ".join(codes))
 
-    async def extend_visibility(receipt: ReceiptHandle, seconds: Seconds) -> None:
+    async def extend_visibility(self, receipt: ReceiptHandle, seconds: Seconds) -> None:
         timeout = max(0, min(int(seconds), MAX_VISIBILITY))
-        if closed:
+        if self._closed:
             error = "the queue is closed"
         else:
             try:
-                await client.change_message_visibility(
-                    QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=timeout)
+                await self._client.change_message_visibility(
+                    QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=timeout)
                 return
             except Exception as failure:
                 error = _describe(failure)
-        counters["extend_failures"] += 1
+        self._extend_failures += 1
         log.warning("mirror_queue_extend_failed", provider=PROVIDER, seconds=timeout,
-                    error=error, extend_failures=counters["extend_failures"])
+                    error=error, extend_failures=self._extend_failures)
 
-    async def close() -> None:
-        nonlocal closed
-        if closed:
+    # --- the frame -----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
             return
-        closed = True
-        left = await buffer.close(close_within)
-        if flushes:
-            await asyncio.wait(set(flushes), timeout=close_within)
-        await stack.aclose()
+        self._closed = True
+        left = await self._buffer.close(self._close_within)
+        if self._flushes:
+            await asyncio.wait(set(self._flushes), timeout=self._close_within)
+        await self._stack.aclose()
         log.info("mirror_queue_closed", provider=PROVIDER, unsent=left,
-                 ack_failures=counters["ack_failures"], refused=counters["refused"],
-                 not_enqueued=counters["not_enqueued"])
+                 ack_failures=self._ack_failures, refused=self._refused,
+                 not_enqueued=self._not_enqueued)
 
-    def stats() -> QueueStats:
+    def stats(self) -> QueueStats:
         return QueueStats(
-            depth=buffer.depth,
-            dropped=buffer.dropped + counters["not_enqueued"],
-            sent=buffer.sent,
-            send_failures=buffer.failures,
-            ack_failures=counters["ack_failures"] + counters["extend_failures"],
+            depth=self._buffer.depth,
+            dropped=self._buffer.dropped + self._not_enqueued,
+            sent=self._buffer.sent,
+            send_failures=self._buffer.failures,
+            ack_failures=self._ack_failures + self._extend_failures,
         )
-
-    log.info("mirror_queue_opened", provider=PROVIDER, region=resolved_region,
-             endpoint=client.meta.endpoint_url, max_message_bytes=max_body,
-             wait_seconds=wait, visibility_seconds=visibility)
-    return MirrorQueue(
-        provider=PROVIDER,
-        enqueue=enqueue,
-        receive=receive,
-        ack=ack,
-        extend_visibility=extend_visibility,
-        close=close,
-        stats=stats,
-        crosses_processes=True,
-        redelivers=True,
-    )
