@@ -368,6 +368,7 @@ class SqsQueue:
                 MaxNumberOfMessages=BATCH_SIZE,
                 WaitTimeSeconds=self._wait,
                 VisibilityTimeout=self.visibility,
+                # reported as the delivery count, so a redelivery is seen as one
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
             )
         except Exception as error:
