@@ -124,8 +124,8 @@ class QueueStats:
 class MirrorQueue:
     """The seam between the serve path and the worker: four async functions and their frame.
 
-    A record, not a class hierarchy: a backend is a function that builds it, and its state
-    lives in the closures, out of the worker's reach.
+    A record, not a class hierarchy: a backend is a small class whose bound methods fill it
+    (`backends._shared.queue_record`), and its state stays out of the worker's reach.
 
     - `enqueue(job)`: never raises and never waits on the network; a backend that cannot take
       the job counts and logs it. Mirroring is an optimisation; the response never depends on it.
