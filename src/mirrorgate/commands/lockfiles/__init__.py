@@ -1,0 +1,52 @@
+"""The versions a lockfile pins, whatever client wrote it: npm's `package-lock.json` and
+`npm-shrinkwrap.json` (v1 to v3), `pnpm-lock.yaml` (v6, v9) and `yarn.lock` (classic, berry).
+
+`read_lockfile(path)` answers a `Lockfile`: the registry versions it pins (`LockedEntry`, one per
+name and version, with the ranges that asked for it and where it is written) and what it pins
+from elsewhere (`SkippedEntry`: git, file, link, workspace, tarball URLs), which no registry rule
+can judge. A file that cannot be read as its kind raises `LockfileError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mirrorgate.commands.lockfiles.entries import (
+    LockedEntry,
+    Lockfile,
+    LockfileError,
+    SkippedEntry,
+)
+
+__all__ = ["LockedEntry", "Lockfile", "LockfileError", "SkippedEntry", "read_lockfile",
+           "read_lockfiles"]
+
+MAX_BYTES = 64 * 1024 * 1024
+"""A lockfile larger than this is refused rather than read into memory (a large monorepo's is
+a few MB)."""
+
+
+def read_lockfile(path: Path) -> Lockfile:
+    """The lockfile at `path`, its kind told by its name (`yarn.lock`'s flavour by its text).
+    Raises `LockfileError` for an unknown name, an unreadable file or malformed content."""
+    from mirrorgate.commands.lockfiles import npm, pnpm, yarn
+
+    readers = {"package-lock.json": npm.read, "npm-shrinkwrap.json": npm.read,
+               "pnpm-lock.yaml": pnpm.read, "yarn.lock": yarn.read}
+    reader = readers.get(path.name)
+    if reader is None:
+        raise LockfileError(path, 0, "is not a lockfile mirrorgate reads (expected "
+                            "package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml or "
+                            "yarn.lock)")
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise LockfileError(path, 0, f"is larger than {MAX_BYTES // (1024 * 1024)} MiB")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise LockfileError(path, 0, f"cannot be read: {error}") from None
+    return reader(path, text)
+
+
+def read_lockfiles(paths: list[Path]) -> list[Lockfile]:
+    """Every lockfile in `paths`, in order; the first that cannot be read raises."""
+    return [read_lockfile(path) for path in paths]
