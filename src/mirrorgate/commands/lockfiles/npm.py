@@ -87,7 +87,7 @@ def _read_packages(collector: Collector, path: Path, text: str, packages: Any) -
     lines = _Lines(text)
     packages = _object(packages, path, lines.of("packages"), "`packages`")
     wanted: dict[str, list[str]] = defaultdict(list)
-    for key, package in packages.items():
+    for package in packages.values():
         if isinstance(package, dict):
             for field in _DEPENDENCY_FIELDS:
                 if isinstance(package.get(field), dict):

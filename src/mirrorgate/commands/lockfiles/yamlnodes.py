@@ -20,7 +20,7 @@ def load(path: Path, text: str) -> yaml.MappingNode:
     """The document's top-level mapping; a YAML error or another shape raises
     `LockfileError` with the line."""
     try:
-        root = yaml.compose(text, Loader=_LOADER)  # noqa: S506 - a safe loader, composed only
+        root = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = mark.line + 1 if mark is not None else 0
@@ -57,7 +57,8 @@ def get(node: yaml.Node | None, key: str) -> yaml.Node | None:
         return None
     for candidate, value in node.value:
         if isinstance(candidate, yaml.ScalarNode) and candidate.value == key:
-            return value
+            found: yaml.Node = value
+            return found
     return None
 
 
