@@ -1,4 +1,5 @@
-"""The `mirrorgate` command: `serve`, `worker`, `check-config` and `token new NAME`.
+"""The `mirrorgate` command: `serve`, `worker`, `check-config`, `token new NAME` and the operator
+commands (`check LOCKFILE...`, in `mirrorgate.commands`).
 
 Settings come only from the environment (see `config.VARIABLES`, which `--help` prints), so the
 command line holds nothing but the choice of what to run. A configuration that cannot be
@@ -10,9 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import orjson
 
+from mirrorgate.commands.cli import add_common_arguments, configure_command_logging
 from mirrorgate.config import (
     VARIABLES,
     ConfigError,
@@ -52,6 +55,14 @@ def _parser() -> argparse.ArgumentParser:
                         "/readyz and /metrics on MIRRORGATE_WORKER_LISTEN")
     commands.add_parser("check-config", help="print the resolved settings (secrets redacted) "
                         "and exit 0, or print every problem and exit 2")
+    check = commands.add_parser(
+        "check", help="report the versions lockfiles pin that the rules would refuse, with the "
+        "reason and the nearest admitted version; exit 0 all admitted, 1 findings, 2 a "
+        "lockfile or setting that cannot be used")
+    check.add_argument("lockfiles", nargs="+", type=Path, metavar="LOCKFILE",
+                       help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml or "
+                       "yarn.lock")
+    add_common_arguments(check)
     token = commands.add_parser("token", help="client tokens for MIRRORGATE_CLIENT_TOKENS_FILE")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     new = token_commands.add_parser("new", help="print a fresh random token for a client and "
@@ -143,6 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "check-config":
         return _check_config(settings)
+    if args.command == "check":
+        from mirrorgate.commands.check import run_check
+
+        configure_command_logging(settings)
+        return run_check(settings, args.lockfiles, proxy=args.proxy, as_json=args.json)
     from mirrorgate.process import Shape, run
 
     return run(settings, Shape.of(args.command, with_worker=not getattr(args, "no_worker", False)))

@@ -83,6 +83,9 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_CLIENT_TOKENS_FILE", None, "file of client tokens, one `NAME sha256:HEX` a "
         "line; when set, every /npm/ request needs one of them (default: open, access control "
         "is the network's job)"),
+    Var("MIRRORGATE_PROXY_TOKEN", None, "client token the operator commands (`mirrorgate check "
+        "--proxy URL`...) send to a running mirrorgate that requires one", secret=True),
+    Var("MIRRORGATE_PROXY_TOKEN_FILE", None, "file holding that token"),
     Var("MIRRORGATE_METRICS_OPEN", "false", "true: /metrics answers without a client token "
         "when MIRRORGATE_CLIENT_TOKENS_FILE is set"),
     Var("MIRRORGATE_TRUSTED_PROXIES", None, "addresses and CIDRs (comma-separated) whose "
@@ -223,6 +226,8 @@ class Settings:
     drain_timeout: float
     log_level: str
     log_format: str
+    proxy_token: Secret | None = None
+    """The client token `--proxy` commands send; the proxy itself never reads it."""
 
     def summary(self) -> dict[str, Any]:
         """The resolved settings as plain values, secrets redacted, for check-config."""
@@ -516,6 +521,7 @@ def load_settings(
         public_upstream=public,
         private_upstream=private,
         private_token=_token(read),
+        proxy_token=_secret(read, "MIRRORGATE_PROXY_TOKEN", "token"),
         mirror_target=target,
         data_dir=data_dir,
         rules_file=rules_file,

@@ -1,0 +1,171 @@
+"""`mirrorgate check LOCKFILE...`: would the gate refuse anything these lockfiles pin?
+
+Every locked registry version is judged by today's rules (`verdicts`: the proxy's own fill, or
+a running proxy with `--proxy`), and each refusal is reported with its rule, its reason and the
+nearest admitted version within the ranges the lockfile records. Run before `npm ci`, it names
+every blocked dependency in one step instead of failing a build halfway. Decisions:
+
+- Each package is asked once however many lockfiles and versions pin it, a few at a time.
+- A finding (exit 1): a denied version, a version or package the registries do not have, a
+  name that is not a valid npm name, and a package that could not be judged (an upstream
+  failed): a check that could not look is not a pass.
+- Git, file, link and workspace entries are notes, never findings: no registry rule judges them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from mirrorgate.commands.lockfiles import LockedEntry, LockfileError, read_lockfiles
+from mirrorgate.commands.report import Outcome, Report, usage_error
+from mirrorgate.commands.verdicts import (
+    GateVerdicts,
+    ProxyVerdicts,
+    Verdicts,
+    VerdictsError,
+    VerdictSource,
+)
+from mirrorgate.config import Settings
+from mirrorgate.npm.names import InvalidNameError, parse_name
+from mirrorgate.npm.semver import parse_range, parse_version
+from mirrorgate.npm.versions import is_version_string, nearest
+
+__all__ = ["CONCURRENCY", "check", "instead", "run_check"]
+
+CONCURRENCY = 8
+"""Packages judged at once (each is one packument fill, or a few requests to the proxy)."""
+
+
+def _in_ranges(version: str, ranges: Sequence[str]) -> bool:
+    parsed = parse_version(version)
+    if parsed is None:
+        return False
+    for text in ranges:
+        try:
+            if parse_range(text).includes(parsed):
+                return True
+        except ValueError:
+            continue  # a dist-tag or other non-range: says nothing about this version
+    return False
+
+
+def instead(entry: LockedEntry, admitted: Sequence[str]) -> str:
+    """What to use instead of a refused locked version: the nearest admitted version within
+    the lockfile's ranges for it (any admitted version when it records none)."""
+    if entry.ranges:
+        pool = [v for v in admitted if _in_ranges(v, entry.ranges)]
+        within = " || ".join(entry.ranges)
+        found = nearest(entry.version, pool)
+        return (f"nearest admitted in {within}: {found}" if found
+                else f"no admitted version in {within}")
+    found = nearest(entry.version, admitted)
+    return f"nearest admitted: {found}" if found else "no admitted version"
+
+
+def _judge(entry: LockedEntry, verdicts: Verdicts) -> Outcome:
+    where = entry.where
+    data = {"lockfile": str(entry.lockfile), "line": entry.line, "ranges": list(entry.ranges),
+            "alias": entry.alias}
+    if not verdicts.known:
+        return Outcome(entry.name, entry.version, "missing", finding=True,
+                       reason="no registry has this package", where=where, data=data)
+    denial = verdicts.denied.get(entry.version)
+    if denial is not None:
+        return Outcome(entry.name, entry.version, "denied", finding=True,
+                       reason=f"{denial.rule}: {denial.reason}",
+                       detail=instead(entry, verdicts.admitted), where=where,
+                       data={**data, "rule": denial.rule})
+    if entry.version not in verdicts.admitted:
+        return Outcome(entry.name, entry.version, "missing", finding=True,
+                       reason="no registry has this version",
+                       detail=instead(entry, verdicts.admitted), where=where, data=data)
+    return Outcome(entry.name, entry.version, "admitted", where=where, data=data)
+
+
+async def check(entries: Sequence[LockedEntry], source: VerdictSource, report: Report) -> None:
+    """Judge every entry through `source`, adding one outcome per entry to `report`."""
+    by_name: dict[str, list[LockedEntry]] = defaultdict(list)
+    for entry in entries:
+        by_name[entry.name].append(entry)
+    progress = report.progress(len(by_name))
+    limit = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(name: str, pinned: list[LockedEntry]) -> list[Outcome]:
+        async with limit:
+            try:
+                package = parse_name(name)
+            except InvalidNameError as error:
+                return [Outcome(e.name, e.version, "invalid", finding=True,
+                                reason=f"not a valid npm name: {error}", where=e.where)
+                        for e in pinned]
+            bad = [e for e in pinned if not is_version_string(e.version)]
+            good = [e for e in pinned if is_version_string(e.version)]
+            outcomes = [Outcome(e.name, e.version, "invalid", finding=True,
+                                reason="not a valid version string", where=e.where)
+                        for e in bad]
+            if good:
+                try:
+                    verdicts = await source.verdicts(package, {e.version for e in good})
+                except VerdictsError as error:
+                    outcomes += [Outcome(e.name, e.version, "error", finding=True,
+                                         reason=f"could not be checked: {error}",
+                                         where=e.where) for e in good]
+                else:
+                    outcomes += [_judge(e, verdicts) for e in good]
+            progress.step(name)
+            return outcomes
+
+    try:
+        results = await asyncio.gather(*(one(n, p) for n, p in by_name.items()))
+    finally:
+        progress.close()
+    for outcomes in results:
+        for outcome in outcomes:
+            report.add(outcome)
+
+
+async def _run(settings: Settings, paths: list[Path], proxy: str | None,
+               report: Report) -> int:
+    from mirrorgate.rules import RulesError, load_rules
+
+    try:
+        lockfiles = read_lockfiles(paths)
+    except LockfileError as error:
+        return usage_error(f"{error}; fix or regenerate the lockfile (its client's install "
+                           "writes it anew)")
+    entries = [entry for lockfile in lockfiles for entry in lockfile.entries]
+    for lockfile in lockfiles:
+        for skipped in lockfile.skipped:
+            report.note(f"{skipped.where}: {skipped.name} is {skipped.reason} "
+                        f"({skipped.source}); not checked")
+    source: VerdictSource
+    if proxy is not None:
+        source = ProxyVerdicts(proxy, token=settings.proxy_token,
+                               timeout=settings.upstream_timeout,
+                               max_bytes=settings.max_metadata_bytes)
+    else:
+        try:
+            rules = load_rules(settings.rules_file)
+        except RulesError as error:
+            return usage_error(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}")
+        gate = await GateVerdicts.open(settings, rules)
+        source = gate
+        if await gate.load_advisories() == "failed":
+            report.note("the advisory index could not be loaded; the rules' "
+                        "[advisories] unavailable setting decides, as in the proxy")
+    try:
+        await check(entries, source, report)
+    finally:
+        await source.close()
+    return report.finish()
+
+
+def run_check(settings: Settings, paths: list[Path], *, proxy: str | None,
+              as_json: bool) -> int:
+    """The command: 0 when every locked version is admitted, 1 with findings, 2 for a
+    lockfile or rules file that cannot be read."""
+    report = Report("check", as_json=as_json)
+    return asyncio.run(_run(settings, paths, proxy, report))

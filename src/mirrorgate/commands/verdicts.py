@@ -1,0 +1,192 @@
+"""What the gate says today about a package's versions, asked one of two ways.
+
+- `GateVerdicts` runs the proxy's own fill (`serve.fill.PackumentSource`: both upstreams, the
+  merge, ownership, the rules with their advisory index, signatures and takeover history) in
+  this process, with the settings the proxy reads. Nothing is cached or remembered on disk.
+- `ProxyVerdicts` asks a running mirrorgate (`--proxy URL`), whose packuments are already
+  gated: a version it lists is admitted; for one it does not, the version document's 403
+  carries the rule and the reason, and a 404 says the registries do not have it. A laptop
+  then needs no upstream credentials.
+
+Both answer a `Verdicts` per package; neither decides anything itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+from urllib.parse import urljoin
+
+import aiohttp
+import orjson
+
+from mirrorgate.config import Secret, Settings
+from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName
+from mirrorgate.rules import Rules
+from mirrorgate.upstream.client import UpstreamError
+
+__all__ = ["Denied", "GateVerdicts", "ProxyVerdicts", "VerdictSource", "Verdicts",
+           "VerdictsError"]
+
+
+class VerdictsError(Exception):
+    """A package that could not be judged: an upstream (or the proxy) failed for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """One package as the gate serves it: `admitted` versions (installable), `denied` ones with
+    their rule and reason, `known` False when no registry has the package. A version in
+    neither map is one the registries do not have (unpublished, or never existed)."""
+
+    name: str
+    known: bool
+    admitted: tuple[str, ...] = ()
+    denied: dict[str, Denied] = field(default_factory=dict)
+
+
+class VerdictSource(Protocol):
+    async def verdicts(self, name: PackageName, wanted: Collection[str]) -> Verdicts:
+        """The verdicts for `name`; `wanted` are the versions the caller cares about (the
+        proxy is asked about those alone). Raises `VerdictsError`."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class GateVerdicts:
+    """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules)`."""
+
+    def __init__(self, settings: Settings, rules: Rules) -> None:
+        # imported here: `--proxy` mode never builds upstream clients
+        from mirrorgate.process import Upstreams
+        from mirrorgate.serve.fill import PackumentSource
+        from mirrorgate.serve.firstparty import FirstPartyNames
+        from mirrorgate.upstream.keys import RegistryKeys
+        from mirrorgate.upstream.private import open_private
+
+        self.rules = rules
+        self.metrics = Metrics()
+        self.upstreams = Upstreams.from_settings(settings, self.metrics)
+        self.keys = RegistryKeys(self.upstreams.public, clock=_monotonic, metrics=self.metrics)
+        self.source = PackumentSource(
+            private=open_private(settings.private_upstream, self.upstreams.private),
+            public=self.upstreams.public, rules=rules, metrics=self.metrics,
+            now=lambda: datetime.now(UTC), keys=self.keys,
+            # in memory: a check never writes the proxy's list of first-party names
+            first_party=FirstPartyNames(None))
+
+    @classmethod
+    async def open(cls, settings: Settings, rules: Rules) -> GateVerdicts:
+        self = cls(settings, rules)
+        await self.upstreams.start()
+        return self
+
+    async def load_advisories(self) -> str | None:
+        """Load the advisory index once, as the proxy does at start; the outcome ("loaded",
+        "failed"...) or None when the rules use no advisories."""
+        if self.rules.advisories is None:
+            return None
+        return await self.rules.advisories.feed.refresh()
+
+    async def verdicts(self, name: PackageName, wanted: Collection[str]) -> Verdicts:
+        from mirrorgate.upstream.filestore import StoreError
+
+        try:
+            loaded = await self.source.load(name, None)
+        except (UpstreamError, StoreError, OSError) as error:
+            raise VerdictsError(str(error)) from None
+        gated = loaded.value.gated
+        if gated is None:
+            return Verdicts(name.full, known=False)
+        denied = {version: Denied(record.denial.rule, record.denial.reason)
+                  for version, record in gated.versions.items() if record.denial is not None}
+        return Verdicts(name.full, True, tuple(gated.survivors), denied)
+
+    async def close(self) -> None:
+        await self.keys.close()
+        await self.upstreams.close()
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
+
+
+class ProxyVerdicts:
+    """A running mirrorgate at `url` (its root, or its `/npm/` registry URL), asked with the
+    client token when one is set (`MIRRORGATE_PROXY_TOKEN`)."""
+
+    def __init__(self, url: str, *, token: Secret | None, timeout: float,
+                 max_bytes: int) -> None:
+        base = url if url.endswith("/") else url + "/"
+        self.registry = base if base.endswith("/npm/") else urljoin(base, "npm/")
+        self.max_bytes = max_bytes
+        headers = {"Accept": "application/json", "Accept-Encoding": "gzip"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token.reveal()}"
+        self.session = aiohttp.ClientSession(
+            headers=headers, timeout=aiohttp.ClientTimeout(total=timeout))
+
+    async def _get(self, path: str) -> tuple[int, dict[str, object] | None]:
+        url = self.registry + path
+        try:
+            async with self.session.get(url, allow_redirects=False) as response:
+                chunks, size = [], 0
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise VerdictsError(f"mirrorgate's answer for {path} is larger than "
+                                            f"{self.max_bytes} bytes")
+                    chunks.append(chunk)
+                body, status = b"".join(chunks), response.status
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise VerdictsError(f"mirrorgate at {self.registry} cannot be reached: "
+                                f"{error or type(error).__name__}") from None
+        try:
+            document = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            document = None
+        return status, document if isinstance(document, dict) else None
+
+    async def verdicts(self, name: PackageName, wanted: Collection[str]) -> Verdicts:
+        status, packument = await self._get(name.url_path())
+        if status == 404:
+            return Verdicts(name.full, known=False)
+        if status != 200 or packument is None:
+            raise VerdictsError(_failure(status, packument, name.full))
+        versions = packument.get("versions")
+        admitted = tuple(versions) if isinstance(versions, dict) else ()
+        if not isinstance(versions, dict):
+            raise VerdictsError(f"mirrorgate's packument for {name.full} has no versions map")
+        denied: dict[str, Denied] = {}
+        # what the packument does not list: ask each version document for the 403's reason
+        missing = [version for version in wanted if version not in admitted]
+        answers = await asyncio.gather(*(self._get(f"{name.url_path()}/{version}")
+                                         for version in missing))
+        for version, (code, body) in zip(missing, answers, strict=True):
+            if code == 403 and body is not None and isinstance(body.get("rule"), str):
+                denied[version] = Denied(str(body["rule"]), str(body.get("reason", "")))
+            elif code not in (200, 404):
+                raise VerdictsError(_failure(code, body, f"{name.full}@{version}"))
+        return Verdicts(name.full, True, admitted, denied)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+def _failure(status: int, body: dict[str, object] | None, what: str) -> str:
+    said = body.get("error") if body is not None else None
+    detail = f": {said}" if isinstance(said, str) else ""
+    return f"mirrorgate answered {status} for {what}{detail}"

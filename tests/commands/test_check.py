@@ -1,0 +1,217 @@
+"""`mirrorgate check LOCKFILE...` as CI runs it: the real command in a subprocess, reading
+lockfiles the real clients wrote, judging them with the proxy's rules against a fixture public
+registry, or asking a running mirrorgate (`--proxy`).
+
+The attack it stops: a dependency the organisation's rules refuse (a deny-listed version here,
+reached through an `npm:` alias too) reaching a build unnoticed until `npm ci` fails halfway;
+check names each one with its rule, reason and a version to use instead, before the install.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.commands.lockfile_projects import LOCKFILES
+from tests.servers.availability import serving
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.packages import standard_tree
+from tests.servers.processes import mirrorgate_argv
+
+Copy = Callable[[str], Path]
+KINDS = sorted(LOCKFILES)
+# alpha 1.2.0 is locked directly (^1.0.0 admits 1.0.0 too); zeta 1.0.1 is locked through the
+# alias zed (npm:zeta@^1.0.0) and by epsilon (1.x)
+DENY_RULES = '[deny]\npackages = ["alpha@1.2.0", "zeta@1.0.1"]\n'
+
+
+@pytest.fixture(scope="module")
+def public() -> Iterator[FixtureRegistry]:
+    with serving(FixtureRegistry(*standard_tree().packages), "the fixture registry") as server:
+        yield server
+
+
+def _env(tmp_path: Path, public_url: str, rules: str | None = None,
+         **extra: str) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path / "home"),
+           "LANG": "C.UTF-8", "MIRRORGATE_PUBLIC_UPSTREAM": public_url,
+           "MIRRORGATE_DATA_DIR": str(tmp_path / "data"), "MIRRORGATE_LOG_FORMAT": "json"}
+    if rules is not None:
+        rules_file = tmp_path / "rules.toml"
+        rules_file.write_text(rules, encoding="utf-8")
+        env["MIRRORGATE_RULES_FILE"] = str(rules_file)
+    env.update(extra)
+    return env
+
+
+def check(*args: str | Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*mirrorgate_argv(), "check", *map(str, args)], capture_output=True,
+                          text=True, timeout=120, env=env, check=False,
+                          stdin=subprocess.DEVNULL)
+
+
+def _results(done: subprocess.CompletedProcess[str]) -> dict[tuple[str, str], dict[str, Any]]:
+    document = orjson.loads(done.stdout)
+    return {(r["package"], r["version"]): r for r in document["results"]}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_denied_locked_version_is_reported_with_its_rule_reason_and_what_to_use(
+        kind: str, lockfile_copy: Copy, public: FixtureRegistry, tmp_path: Path) -> None:
+    lockfile = lockfile_copy(kind)
+    done = check(lockfile, "--json", env=_env(tmp_path, public.url, DENY_RULES))
+    assert done.returncode == 1, done.stderr
+    results = _results(done)
+    alpha = results[("alpha", "1.2.0")]
+    assert alpha["status"] == "denied"
+    assert alpha["finding"] is True
+    assert alpha["rule"] == "deny-list"
+    assert alpha["reason"].startswith("deny-list: ")
+    assert alpha["where"].startswith(f"{lockfile}:")
+    # the aliased one is found under its real name; both have an admitted 1.0.0 in range
+    zeta = results[("zeta", "1.0.1")]
+    assert zeta["status"] == "denied"
+    if kind == "npm-v1":  # v1 keeps no ranges for the project's own dependencies
+        assert alpha["detail"] == "nearest admitted: 1.0.0"
+    else:
+        assert alpha["detail"] == "nearest admitted in ^1.0.0: 1.0.0"
+        assert zeta["detail"].endswith(": 1.0.0")
+    assert {key: r["status"] for key, r in results.items()
+            if r["status"] != "admitted"} == {("alpha", "1.2.0"): "denied",
+                                              ("zeta", "1.0.1"): "denied"}
+    document = orjson.loads(done.stdout)
+    assert document["summary"] == {"admitted": len(results) - 2, "denied": 2}
+    assert any("git-thing is a git repository" in note for note in document["notes"])
+
+
+def test_the_table_names_the_refusal_and_the_version_to_use(
+        lockfile_copy: Copy, public: FixtureRegistry, tmp_path: Path) -> None:
+    lockfile = lockfile_copy("npm-v3")
+    done = check(lockfile, env=_env(tmp_path, public.url, DENY_RULES))
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["PACKAGE", "VERSION", "STATUS", "REASON", "DETAIL", "WHERE"]
+    alpha = next(line for line in lines if line.startswith("alpha "))
+    assert "denied" in alpha
+    assert "deny-list: " in alpha
+    assert "nearest admitted in ^1.0.0: 1.0.0" in alpha
+    assert alpha.endswith(f"{lockfile}:33")
+    assert done.stdout.endswith("check: 2 finding(s) in 7 result(s)\n")
+    # notes and progress go to stderr, one plain line per package without a terminal
+    assert "check: 6/6 " in done.stderr
+    assert "local-thing is a linked folder" in done.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_lockfile_the_rules_admit_entirely_exits_0(kind: str, lockfile_copy: Copy,
+                                                      public: FixtureRegistry,
+                                                      tmp_path: Path) -> None:
+    done = check(lockfile_copy(kind), env=_env(tmp_path, public.url))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "check: 0 finding(s) in 7 result(s)" in done.stdout
+
+
+def test_a_version_the_registry_does_not_have_is_a_finding(
+        lockfile_copy: Copy, tmp_path: Path) -> None:
+    tree = [p for p in standard_tree().packages if p.name != "delta"]
+    with serving(FixtureRegistry(*tree), "the fixture registry") as public:
+        done = check(lockfile_copy("yarn-classic"), "--json", env=_env(tmp_path, public.url))
+    assert done.returncode == 1
+    delta = _results(done)[("delta", "0.4.2")]
+    assert delta["status"] == "missing"
+    assert delta["reason"] == "no registry has this package"
+
+
+def test_an_unreachable_upstream_is_a_finding_not_a_pass(lockfile_copy: Copy,
+                                                         tmp_path: Path) -> None:
+    with serving(FixtureRegistry(), "an empty registry") as gone:
+        url = gone.url  # stopped on leaving: nothing listens there any more
+    done = check(lockfile_copy("pnpm-v9"), "--json",
+                 env=_env(tmp_path, url, MIRRORGATE_UPSTREAM_TIMEOUT="5"))
+    assert done.returncode == 1
+    statuses = {r["status"] for r in _results(done).values()}
+    assert statuses == {"error"}
+
+
+def test_a_malformed_lockfile_exits_2_naming_the_file_and_line(lockfile_copy: Copy,
+                                                               public: FixtureRegistry,
+                                                               tmp_path: Path) -> None:
+    lockfile = lockfile_copy("yarn-berry")
+    lines = lockfile.read_text(encoding="utf-8").splitlines()
+    lines[19] = '  resolution: "alpha@npm:1.2.0'  # an unclosed quote on line 20
+    lockfile.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = check(lockfile, env=_env(tmp_path, public.url))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert f"mirrorgate: {lockfile}:2" in done.stderr
+    assert "is not valid YAML" in done.stderr
+
+
+def test_a_file_that_is_not_a_lockfile_exits_2(tmp_path: Path, public: FixtureRegistry) -> None:
+    manifest = tmp_path / "package.json"
+    manifest.write_text("{}\n", encoding="utf-8")
+    done = check(manifest, env=_env(tmp_path, public.url))
+    assert done.returncode == 2
+    assert "is not a lockfile mirrorgate reads" in done.stderr
+
+
+def test_a_rules_file_that_cannot_be_used_exits_2(lockfile_copy: Copy, public: FixtureRegistry,
+                                                  tmp_path: Path) -> None:
+    done = check(lockfile_copy("npm-v3"), env=_env(tmp_path, public.url, "[deny]\npakages = 1\n"))
+    assert done.returncode == 2
+    assert "MIRRORGATE_RULES_FILE" in done.stderr
+
+
+def test_proxy_mode_asks_a_running_mirrorgate_and_needs_no_upstream(
+        lockfile_copy: Copy, public: FixtureRegistry, mirrorgate: MirrorgateFactory,
+        tmp_path: Path) -> None:
+    rules = tmp_path / "proxy-rules.toml"
+    rules.write_text(DENY_RULES, encoding="utf-8")
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public.url,
+                                 "MIRRORGATE_RULES_FILE": str(rules)})
+    # the laptop: no rules file, and a public upstream nothing answers at
+    with serving(FixtureRegistry(), "an empty registry") as gone:
+        nowhere = gone.url
+    lockfile = lockfile_copy("npm-v2")
+    done = check(lockfile, "--json", "--proxy", proxy.url, env=_env(tmp_path, nowhere))
+    assert done.returncode == 1, done.stderr
+    results = _results(done)
+    alpha = results[("alpha", "1.2.0")]
+    assert alpha["status"] == "denied"
+    assert alpha["rule"] == "deny-list"
+    assert alpha["detail"] == "nearest admitted in ^1.0.0: 1.0.0"
+    assert results[("zeta", "1.0.1")]["status"] == "denied"
+    assert results[("gamma", "3.1.0")]["status"] == "admitted"
+    # the same verdicts, word for word, as the rules judged here with the upstream
+    direct = check(lockfile, "--json", env=_env(tmp_path, public.url, DENY_RULES))
+    assert {k: (r["status"], r["reason"], r["detail"]) for k, r in _results(direct).items()} \
+        == {k: (r["status"], r["reason"], r["detail"]) for k, r in results.items()}
+
+
+def test_proxy_mode_sends_the_proxy_token(lockfile_copy: Copy, public: FixtureRegistry,
+                                          mirrorgate: MirrorgateFactory,
+                                          tmp_path: Path) -> None:
+    from mirrorgate.serve.tokens import new_token, token_line
+
+    token = new_token()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(token_line("ci", token) + "\n", encoding="utf-8")
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public.url,
+                                 "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens)})
+    lockfile = lockfile_copy("pnpm-v9")
+    without = check(lockfile, "--json", "--proxy", proxy.registry_url,
+                    env=_env(tmp_path, public.url))
+    assert without.returncode == 1
+    assert {r["status"] for r in _results(without).values()} == {"error"}
+    assert "mirrorgate answered 401" in without.stdout
+    done = check(lockfile, "--json", "--proxy", proxy.registry_url,
+                 env=_env(tmp_path, public.url, MIRRORGATE_PROXY_TOKEN=token))
+    assert done.returncode == 0, done.stdout
+    assert token not in done.stdout + done.stderr
