@@ -1,5 +1,5 @@
-"""Lockfiles written by the real clients (npm, pnpm, yarn 1, yarn 4) for one small tree, for
-the lockfile readers and `mirrorgate check` to read.
+"""Lockfiles written by the real clients (npm, pnpm 8 and 10, yarn 1, yarn 4) for one small
+tree, for the lockfile readers and `mirrorgate check` to read.
 
 The tree is `standard_tree()` (one scoped package, real ranges between versions) plus what
 lockfiles make awkward: two `npm:` aliases (one of them scoped), a `file:` directory and a git
@@ -19,7 +19,7 @@ from pathlib import Path
 from aiohttp import web
 
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.package_managers import PackageManager, client
+from tests.servers.package_managers import MODULES, PackageManager, Pnpm, client
 from tests.servers.processes import ServerUnavailableError
 from tests.servers.threaded import ThreadedApp
 
@@ -47,10 +47,24 @@ LOCKFILES: dict[str, GeneratedLockfile] = {
     "npm-v1": GeneratedLockfile("npm", "package-lock.json", ("--lockfile-version=1",)),
     "npm-v2": GeneratedLockfile("npm", "package-lock.json", ("--lockfile-version=2",)),
     "npm-v3": GeneratedLockfile("npm", "package-lock.json", ("--lockfile-version=3",)),
+    "pnpm-v6": GeneratedLockfile("pnpm8", "pnpm-lock.yaml"),
     "pnpm-v9": GeneratedLockfile("pnpm", "pnpm-lock.yaml"),
     "yarn-classic": GeneratedLockfile("yarn1", "yarn.lock"),
     "yarn-berry": GeneratedLockfile("yarn4", "yarn.lock"),
 }
+
+
+class Pnpm8(Pnpm):
+    """pnpm 8, the last to write lockfile v6 (`tests/clients` installs it as `pnpm8`)."""
+
+    def command(self) -> list[str]:
+        script = MODULES / "pnpm8" / "bin" / "pnpm.cjs"
+        if not script.is_file():
+            raise ServerUnavailableError(f"{script} is missing; run ./scripts/test")
+        node = shutil.which("node")
+        if node is None:
+            raise ServerUnavailableError("node is not on PATH; install Node.js 20+")
+        return [node, str(script)]
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -108,7 +122,8 @@ def write_lockfile(kind: str, workdir: Path, registry: FixtureRegistry,
     """Have the client for `kind` (a `LOCKFILES` key) install the tree from `registry` (and
     `git`) in a project under `workdir` and return the lockfile it wrote."""
     spec = LOCKFILES[kind]
-    manager: PackageManager = client(spec.client, workdir)
+    manager: PackageManager = (Pnpm8(workdir) if spec.client == "pnpm8"
+                               else client(spec.client, workdir))
     manager.configure(registry.url)
     if spec.client == "yarn4":
         # yarn 4.18 clones only from repositories the project approves

@@ -1,5 +1,5 @@
-"""The lockfile readers against lockfiles the real npm (v1, v2, v3), pnpm (v9), yarn 1 and
-yarn 4 wrote for one tree with a scoped package, two `npm:` aliases, a git and a file
+"""The lockfile readers against lockfiles the real npm (v1, v2, v3), pnpm 8 (v6) and 10 (v9),
+yarn 1 and yarn 4 wrote for one tree with a scoped package, two `npm:` aliases, a git and a file
 dependency: every registry version found under its real name, the rest skipped with a note,
 and a mangled file refused with its line."""
 

@@ -82,6 +82,9 @@ def _package(collector: Collector, path: Path, key: str, package: yaml.Node, lin
     resolution = yamlnodes.get(package, "resolution")
     kind = yamlnodes.scalar(yamlnodes.get(resolution, "type"))
     if kind is not None or parse_version(version) is None:
+        # v6 keys git and folder entries by place (`host+port/repo/sha`, `file:dir`); their
+        # `name` field says what they are
+        name = yamlnodes.scalar(yamlnodes.get(package, "name")) or name
         reason = {"git": "a git repository", "directory": "a local file or folder"}.get(
             kind or "", non_registry(version) or "not a registry version")
         collector.skip(name, version, reason, line, key)
