@@ -88,7 +88,7 @@ def test_a_denied_locked_version_is_reported_with_its_rule_reason_and_what_to_us
                                               ("zeta", "1.0.1"): "denied"}
     document = orjson.loads(done.stdout)
     assert document["summary"] == {"admitted": len(results) - 2, "denied": 2}
-    assert any("git-thing is a git repository" in note for note in document["notes"])
+    assert any("git-thing (" in note and ") is a git repository; not checked" in note for note in document["notes"])
 
 
 def test_the_table_names_the_refusal_and_the_version_to_use(
@@ -106,7 +106,7 @@ def test_the_table_names_the_refusal_and_the_version_to_use(
     assert done.stdout.endswith("check: 2 finding(s) in 7 result(s)\n")
     # notes and progress go to stderr, one plain line per package without a terminal
     assert "check: 6/6 " in done.stderr
-    assert "local-thing is a linked folder" in done.stderr
+    assert f"note: {lockfile}:83: local-thing is a linked folder; not checked" in done.stderr
 
 
 @pytest.mark.parametrize("kind", KINDS)

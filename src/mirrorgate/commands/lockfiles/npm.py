@@ -99,8 +99,8 @@ def _read_packages(collector: Collector, path: Path, text: str, packages: Any) -
         package = _object(package, path, line, f"`packages` entry {key!r}")
         install_name = key.rpartition("node_modules/")[2]
         if "node_modules/" not in key:
-            collector.skip(install_name, key, "a local folder (workspace or file: dependency)",
-                           line, key)
+            # a workspace or `file:` folder itself; the `link: true` entry under node_modules
+            # that points at it is the one noted
             continue
         if package.get("link"):
             collector.skip(install_name, str(package.get("resolved", "")), "a linked folder",

@@ -85,6 +85,8 @@ def _berry(path: Path, text: str) -> Lockfile:
         pinned = _registry_version(resolution)
         if pinned is None:
             name, reference = split_descriptor(resolution)
+            if reference == "workspace:.":
+                continue  # the project itself
             reason = non_registry(reference.split("#", 1)[0]) or "not a registry version"
             collector.skip(name, resolution, reason, line, key)
             continue
