@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
+from mirrorgate.serve.tokens import new_token, token_line
+from tests.advisories.records import malware, write_directory
 from tests.commands.lockfile_projects import LOCKFILES
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
@@ -88,7 +90,8 @@ def test_a_denied_locked_version_is_reported_with_its_rule_reason_and_what_to_us
                                               ("zeta", "1.0.1"): "denied"}
     document = orjson.loads(done.stdout)
     assert document["summary"] == {"admitted": len(results) - 2, "denied": 2}
-    assert any("git-thing (" in note and ") is a git repository; not checked" in note for note in document["notes"])
+    assert any("git-thing (" in note and ") is a git repository; not checked" in note
+               for note in document["notes"])
 
 
 def test_the_table_names_the_refusal_and_the_version_to_use(
@@ -198,8 +201,6 @@ def test_proxy_mode_asks_a_running_mirrorgate_and_needs_no_upstream(
 def test_proxy_mode_sends_the_proxy_token(lockfile_copy: Copy, public: FixtureRegistry,
                                           mirrorgate: MirrorgateFactory,
                                           tmp_path: Path) -> None:
-    from mirrorgate.serve.tokens import new_token, token_line
-
     token = new_token()
     tokens = tmp_path / "tokens"
     tokens.write_text(token_line("ci", token) + "\n", encoding="utf-8")
@@ -215,3 +216,19 @@ def test_proxy_mode_sends_the_proxy_token(lockfile_copy: Copy, public: FixtureRe
                  env=_env(tmp_path, public.url, MIRRORGATE_PROXY_TOKEN=token))
     assert done.returncode == 0, done.stdout
     assert token not in done.stdout + done.stderr
+
+
+def test_an_advisory_published_after_locking_is_caught_before_the_install(
+        lockfile_copy: Copy, public: FixtureRegistry, tmp_path: Path) -> None:
+    # the lockfile pinned gamma 3.1.0 while it was clean; a MAL- record for that version lands
+    # in the OSV export since: check loads the index as the proxy does and names the record
+    osv = tmp_path / "osv"
+    write_directory(osv, [malware("MAL-2026-4242", "gamma", ["3.1.0"])])
+    rules = f'[advisories]\nsource = "{osv}"\nunavailable = "deny"\n'
+    done = check(lockfile_copy("yarn-berry"), "--json", env=_env(tmp_path, public.url, rules))
+    assert done.returncode == 1, done.stderr
+    gamma = _results(done)[("gamma", "3.1.0")]
+    assert gamma["status"] == "denied"
+    assert gamma["rule"] == "advisory-malware"
+    assert "MAL-2026-4242" in gamma["reason"]
+    assert gamma["detail"] == "nearest admitted in ^3.0.0: 3.0.0"
