@@ -139,8 +139,8 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
     entries = [entry for lockfile in lockfiles for entry in lockfile.entries]
     for lockfile in lockfiles:
         for skipped in lockfile.skipped:
-            source = f" ({skipped.source})" if skipped.source != skipped.name else ""
-            report.note(f"{skipped.where}: {skipped.name}{source} is {skipped.reason}; "
+            origin = f" ({skipped.source})" if skipped.source != skipped.name else ""
+            report.note(f"{skipped.where}: {skipped.name}{origin} is {skipped.reason}; "
                         "not checked")
     source: VerdictSource
     if proxy is not None:
