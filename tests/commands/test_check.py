@@ -232,3 +232,36 @@ def test_an_advisory_published_after_locking_is_caught_before_the_install(
     assert gamma["rule"] == "advisory-malware"
     assert "MAL-2026-4242" in gamma["reason"]
     assert gamma["detail"] == "nearest admitted in ^3.0.0: 3.0.0"
+
+
+def test_several_lockfiles_are_checked_in_one_run_each_package_asked_once(
+        lockfile_copy: Copy, tmp_path: Path) -> None:
+    with serving(FixtureRegistry(*standard_tree().packages), "the fixture registry") as public:
+        npm, yarn = lockfile_copy("npm-v3"), lockfile_copy("yarn-classic")
+        done = check(npm, yarn, "--json", env=_env(tmp_path, public.url, DENY_RULES))
+        asked = [r.path for r in public.requests]
+    assert done.returncode == 1
+    document = orjson.loads(done.stdout)
+    wheres = {r["where"].rsplit(":", 1)[0] for r in document["results"]
+              if (r["package"], r["version"]) == ("alpha", "1.2.0")}
+    assert wheres == {str(npm), str(yarn)}
+    assert document["summary"] == {"admitted": 10, "denied": 4}
+    assert asked.count("/alpha") == 1
+
+
+def test_a_crafted_name_in_a_lockfile_is_refused_and_never_requested(
+        lockfile_copy: Copy, tmp_path: Path) -> None:
+    # the attack: a lockfile whose entry name walks out of the registry's path space, hoping
+    # the checker fetches (with its credentials) a URL the operator never meant to reach
+    lockfile = lockfile_copy("npm-v3")
+    text = lockfile.read_text(encoding="utf-8")
+    lockfile.write_text(text.replace('"node_modules/delta"', '"node_modules/../-/admin"'),
+                        encoding="utf-8")
+    with serving(FixtureRegistry(*standard_tree().packages), "the fixture registry") as public:
+        done = check(lockfile, "--json", env=_env(tmp_path, public.url))
+        asked = [r.path for r in public.requests]
+    assert done.returncode == 1
+    crafted = _results(done)[("../-/admin", "0.4.2")]
+    assert crafted["status"] == "invalid"
+    assert crafted["reason"].startswith("not a valid npm name: ")
+    assert not [path for path in asked if "admin" in path or ".." in path]
