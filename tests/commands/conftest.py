@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.commands.lockfile_projects import LOCKFILES, GitServer, write_lockfile
+from tests.commands.lockfile_projects import LOCKFILES, GitServer, tree_packages, write_lockfile
 from tests.servers.availability import serving, unavailable
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.packages import standard_tree
 from tests.servers.processes import ServerUnavailableError
 
 
@@ -25,7 +24,7 @@ def generated_lockfiles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
         git = GitServer(root / "git")
     except ServerUnavailableError as error:
         unavailable(str(error))
-    with serving(FixtureRegistry(*standard_tree().packages), "the fixture registry") as public, \
+    with serving(FixtureRegistry(*tree_packages()), "the fixture registry") as public, \
             serving(git, "the git server"):
         for kind in LOCKFILES:
             try:

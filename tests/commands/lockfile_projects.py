@@ -2,7 +2,8 @@
 tree, for the lockfile readers and `mirrorgate check` to read.
 
 The tree is `standard_tree()` (one scoped package, real ranges between versions) plus what
-lockfiles make awkward: two `npm:` aliases (one of them scoped), a `file:` directory and a git
+lockfiles make awkward: two `npm:` aliases (one of them scoped), `resolve` (which yarn 4 locks
+twice, once as a `patch:` of the npm version), a `file:` directory and a git
 repository made on the spot and served over git's "dumb" HTTP from loopback (yarn 4 refuses
 `git+file:` URLs). Each client resolves the tree against a fixture registry and writes its
 lockfile; nothing here is hand-written.
@@ -20,18 +21,24 @@ from aiohttp import web
 
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.package_managers import MODULES, PackageManager, Pnpm, client
+from tests.servers.packages import FixturePackage, make_package, standard_tree
 from tests.servers.processes import ServerUnavailableError
 from tests.servers.threaded import ThreadedApp
 
 __all__ = ["ALIASES", "LOCKFILES", "REGISTRY_VERSIONS", "GeneratedLockfile", "GitServer",
-           "dependencies", "write_lockfile"]
+           "dependencies", "tree_packages", "write_lockfile"]
 
 ALIASES = {"zed": ("zeta", "^1.0.0"), "beta-old": ("@fixture/beta", "2.0.0")}
 """alias -> (real name, range): `"zed": "npm:zeta@^1.0.0"` in package.json."""
 
 REGISTRY_VERSIONS = {"alpha": "1.2.0", "@fixture/beta": "2.1.3", "gamma": "3.1.0",
-                     "delta": "0.4.2", "epsilon": "1.2.0", "zeta": "1.0.1"}
+                     "delta": "0.4.2", "epsilon": "1.2.0", "zeta": "1.0.1", "resolve": "1.22.8"}
 """What every client resolves from the registry (besides the aliases' `@fixture/beta@2.0.0`)."""
+
+
+def tree_packages() -> list[FixturePackage]:
+    """What the fixture registry serves for the project."""
+    return [*standard_tree().packages, make_package("resolve", ["1.21.0", "1.22.8"])]
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,7 @@ class GitServer(ThreadedApp):
 def dependencies(project: Path, git: GitServer) -> dict[str, str]:
     """The project's dependencies, making the `file:` folder in `project`."""
     _local_package(project / "local-thing", "local-thing")
-    deps = {"alpha": "^1.0.0", "@fixture/beta": "~2.1.0",
+    deps = {"alpha": "^1.0.0", "@fixture/beta": "~2.1.0", "resolve": "^1.21.0",
             "local-thing": "file:./local-thing", "git-thing": git.repository}
     deps.update({alias: f"npm:{name}@{spec}" for alias, (name, spec) in ALIASES.items()})
     return deps

@@ -20,11 +20,10 @@ import pytest
 
 from mirrorgate.serve.tokens import new_token, token_line
 from tests.advisories.records import malware, write_directory
-from tests.commands.lockfile_projects import LOCKFILES
+from tests.commands.lockfile_projects import LOCKFILES, tree_packages
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
-from tests.servers.packages import standard_tree
 from tests.servers.processes import mirrorgate_argv
 
 Copy = Callable[[str], Path]
@@ -36,7 +35,7 @@ DENY_RULES = '[deny]\npackages = ["alpha@1.2.0", "zeta@1.0.1"]\n'
 
 @pytest.fixture(scope="module")
 def public() -> Iterator[FixtureRegistry]:
-    with serving(FixtureRegistry(*standard_tree().packages), "the fixture registry") as server:
+    with serving(FixtureRegistry(*tree_packages()), "the fixture registry") as server:
         yield server
 
 
@@ -105,11 +104,14 @@ def test_the_table_names_the_refusal_and_the_version_to_use(
     assert "denied" in alpha
     assert "deny-list: " in alpha
     assert "nearest admitted in ^1.0.0: 1.0.0" in alpha
-    assert alpha.endswith(f"{lockfile}:33")
-    assert done.stdout.endswith("check: 2 finding(s) in 7 result(s)\n")
+    written = lockfile.read_text(encoding="utf-8").splitlines()
+    entry = written.index('    "node_modules/alpha": {') + 1
+    assert alpha.endswith(f"{lockfile}:{entry}")
+    assert done.stdout.endswith("check: 2 finding(s) in 8 result(s)\n")
     # notes and progress go to stderr, one plain line per package without a terminal
-    assert "check: 6/6 " in done.stderr
-    assert f"note: {lockfile}:83: local-thing is a linked folder; not checked" in done.stderr
+    assert "check: 7/7 " in done.stderr
+    link = written.index('    "node_modules/local-thing": {') + 1
+    assert f"note: {lockfile}:{link}: local-thing is a linked folder; not checked" in done.stderr
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -118,12 +120,12 @@ def test_a_lockfile_the_rules_admit_entirely_exits_0(kind: str, lockfile_copy: C
                                                       tmp_path: Path) -> None:
     done = check(lockfile_copy(kind), env=_env(tmp_path, public.url))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "check: 0 finding(s) in 7 result(s)" in done.stdout
+    assert "check: 0 finding(s) in 8 result(s)" in done.stdout
 
 
 def test_a_version_the_registry_does_not_have_is_a_finding(
         lockfile_copy: Copy, tmp_path: Path) -> None:
-    tree = [p for p in standard_tree().packages if p.name != "delta"]
+    tree = [p for p in tree_packages() if p.name != "delta"]
     with serving(FixtureRegistry(*tree), "the fixture registry") as public:
         done = check(lockfile_copy("yarn-classic"), "--json", env=_env(tmp_path, public.url))
     assert done.returncode == 1
@@ -236,7 +238,7 @@ def test_an_advisory_published_after_locking_is_caught_before_the_install(
 
 def test_several_lockfiles_are_checked_in_one_run_each_package_asked_once(
         lockfile_copy: Copy, tmp_path: Path) -> None:
-    with serving(FixtureRegistry(*standard_tree().packages), "the fixture registry") as public:
+    with serving(FixtureRegistry(*tree_packages()), "the fixture registry") as public:
         npm, yarn = lockfile_copy("npm-v3"), lockfile_copy("yarn-classic")
         done = check(npm, yarn, "--json", env=_env(tmp_path, public.url, DENY_RULES))
         asked = [r.path for r in public.requests]
@@ -245,7 +247,7 @@ def test_several_lockfiles_are_checked_in_one_run_each_package_asked_once(
     wheres = {r["where"].rsplit(":", 1)[0] for r in document["results"]
               if (r["package"], r["version"]) == ("alpha", "1.2.0")}
     assert wheres == {str(npm), str(yarn)}
-    assert document["summary"] == {"admitted": 10, "denied": 4}
+    assert document["summary"] == {"admitted": 12, "denied": 4}
     assert asked.count("/alpha") == 1
 
 
@@ -257,7 +259,7 @@ def test_a_crafted_name_in_a_lockfile_is_refused_and_never_requested(
     text = lockfile.read_text(encoding="utf-8")
     lockfile.write_text(text.replace('"node_modules/delta"', '"node_modules/../-/admin"'),
                         encoding="utf-8")
-    with serving(FixtureRegistry(*standard_tree().packages), "the fixture registry") as public:
+    with serving(FixtureRegistry(*tree_packages()), "the fixture registry") as public:
         done = check(lockfile, "--json", env=_env(tmp_path, public.url))
         asked = [r.path for r in public.requests]
     assert done.returncode == 1

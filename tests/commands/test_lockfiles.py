@@ -123,3 +123,12 @@ def test_an_unknown_lockfile_version_is_refused(lockfile_copy: Copy) -> None:
                     encoding="utf-8")
     with pytest.raises(LockfileError, match=r"pnpm-lock.yaml:1: has lockfileVersion '5.4'"):
         read_lockfile(path)
+
+
+def test_yarn_berrys_patched_copy_pins_the_same_npm_version(lockfile_copy: Copy) -> None:
+    # yarn 4 locks `resolve` twice: as is, and as `resolve@patch:resolve@npm%3A^1.21.0#...`
+    # (its built-in compatibility patch); both are the npm version 1.22.8, read once
+    path = lockfile_copy("yarn-berry")
+    assert "resolve@patch:resolve@npm%3A" in path.read_text(encoding="utf-8")
+    entries = [e for e in read_lockfile(path).entries if e.name == "resolve"]
+    assert [(e.version, e.ranges, e.alias) for e in entries] == [("1.22.8", ("^1.21.0",), None)]

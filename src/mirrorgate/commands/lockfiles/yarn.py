@@ -93,11 +93,21 @@ def _berry(path: Path, text: str) -> Lockfile:
         name, version = pinned
         alias, ranges = None, []
         for descriptor in (part.strip() for part in key.split(",")):
-            installed, wanted = split_descriptor(descriptor)
-            wanted = wanted.removeprefix("npm:")
-            if installed != name and "@" in wanted:  # `zed@npm:zeta@^1.0.0`
+            installed, wanted = _berry_range(descriptor)
+            if installed != name:
                 alias = installed
-                wanted = split_descriptor(wanted)[1]
             ranges.append(wanted)
         collector.lock(name, version, line, key, ranges=ranges, alias=alias)
     return collector.result()
+
+
+def _berry_range(descriptor: str) -> tuple[str, str]:
+    """(installed name, range) of a berry descriptor: `a@npm:^1.0.0`, the alias
+    `zed@npm:zeta@^1.0.0`, or the patched `a@patch:a@npm%3A^1.0.0#...` (its inner range)."""
+    installed, wanted = split_descriptor(descriptor)
+    if wanted.startswith("patch:"):
+        return installed, _berry_range(unquote(wanted[len("patch:"):].split("#", 1)[0]))[1]
+    wanted = wanted.removeprefix("npm:")
+    if "@" in wanted.lstrip("@"):  # an alias names the real package before its range
+        wanted = split_descriptor(wanted)[1]
+    return installed, wanted
