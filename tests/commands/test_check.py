@@ -267,3 +267,21 @@ def test_a_crafted_name_in_a_lockfile_is_refused_and_never_requested(
     assert crafted["status"] == "invalid"
     assert crafted["reason"].startswith("not a valid npm name: ")
     assert not [path for path in asked if "admin" in path or ".." in path]
+
+
+def test_a_public_copy_of_a_name_the_organisation_owns_is_a_finding(
+        lockfile_copy: Copy, public: FixtureRegistry, tmp_path: Path) -> None:
+    # dependency confusion caught before the install: the lockfile pins @fixture/beta from the
+    # public registry, but the rules say the organisation owns @fixture/*; the proxy serves
+    # such a name from the private registry alone, so check judges it the same way
+    rules = '[private]\nnames = ["@fixture/*"]\n'
+    public.clear_requests()
+    done = check(lockfile_copy("pnpm-v6"), "--json", env=_env(tmp_path, public.url, rules))
+    assert done.returncode == 1
+    results = _results(done)
+    for version in ("2.1.3", "2.0.0"):
+        beta = results[("@fixture/beta", version)]
+        assert beta["status"] == "missing"
+        assert beta["reason"] == "no registry has this package"
+    assert results[("alpha", "1.2.0")]["status"] == "admitted"
+    assert not [r for r in public.requests if "fixture" in r.path]
