@@ -34,95 +34,152 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 MIB = 1024 * 1024
 
 
+PROXY = "proxy"
+"""Read where `mirrorgate serve` answers clients."""
+WORKER = "worker"
+"""Read by the mirror worker: `mirrorgate worker`, and `mirrorgate serve` with its in-process
+worker."""
+COMMANDS = "commands"
+"""Read by the operator commands (`mirrorgate check`...), never by a running proxy or worker."""
+
+
 @dataclass(frozen=True)
 class Var:
     name: str
     default: str | None
     help: str
     secret: bool = False
+    # Which side reads it (docs/configuration.md is rendered from these fields by
+    # `mirrorgate.configdoc`), and the docs/ page and section that explain it further.
+    read_by: tuple[str, ...] = (PROXY, WORKER)
+    see: str | None = None
 
 
 VARIABLES: tuple[Var, ...] = (
-    Var("MIRROR_QUEUE_PROVIDER", "memory", "queue backend: memory (in process), sqs or pubsub"),
+    Var("MIRROR_QUEUE_PROVIDER", "memory", "queue backend: memory (in process), sqs or pubsub",
+        see="queues.md"),
     Var("MIRROR_QUEUE_MAX_DEPTH", "10000", "jobs the memory queue (or a network backend's send "
-        "buffer) holds before it drops the newest"),
-    Var("MIRROR_POLL_WAIT_SECONDS", "20", "longest a receive waits for a job (1..20)"),
+        "buffer) holds before it drops the newest",
+        see="queues.md#memory"),
+    Var("MIRROR_POLL_WAIT_SECONDS", "20", "longest a receive waits for a job (1..20)",
+        read_by=(WORKER,), see="queues.md"),
     Var("MIRROR_VISIBILITY_SECONDS", "60", "how long the worker holds a job in flight before it "
-        "must extend it again (10..600)"),
+        "must extend it again (10..600)",
+        read_by=(WORKER,), see="worker.md#retries"),
     Var("MIRROR_SQS_QUEUE_URL", None, "SQS queue URL (MIRROR_QUEUE_PROVIDER=sqs); also reads "
-        "AWS_REGION, AWS_ENDPOINT_URL_SQS and the default AWS credential chain"),
+        "AWS_REGION, AWS_ENDPOINT_URL_SQS and the default AWS credential chain",
+        see="queues.md#amazon-sqs"),
     Var("MIRROR_PUBSUB_TOPIC", None, "Pub/Sub topic projects/P/topics/T to publish jobs to "
-        "(MIRROR_QUEUE_PROVIDER=pubsub); honours PUBSUB_EMULATOR_HOST"),
+        "(MIRROR_QUEUE_PROVIDER=pubsub); honours PUBSUB_EMULATOR_HOST",
+        see="queues.md#google-pubsub"),
     Var("MIRROR_PUBSUB_SUBSCRIPTION", None, "Pub/Sub subscription projects/P/subscriptions/S "
-        "the worker pulls from"),
+        "the worker pulls from",
+        see="queues.md#google-pubsub"),
     Var("MIRRORGATE_JOB_KEY", None, "secret (32+ characters) the proxy signs jobs with and the "
-        "worker requires (HMAC-SHA256; sqs and pubsub); the same value on both", secret=True),
-    Var("MIRRORGATE_JOB_KEY_FILE", None, "file holding that key (a mounted Secret)"),
+        "worker requires (HMAC-SHA256; sqs and pubsub); the same value on both", secret=True,
+        see="queues.md#signed-jobs"),
+    Var("MIRRORGATE_JOB_KEY_FILE", None, "file holding that key (a mounted Secret)",
+        see="queues.md#signed-jobs"),
     Var("MIRRORGATE_JOB_KEY_PREVIOUS", None, "the key being rotated out: the worker still "
-        "accepts jobs signed with it", secret=True),
-    Var("MIRRORGATE_JOB_KEY_PREVIOUS_FILE", None, "file holding the previous key"),
-    Var("MIRRORGATE_LISTEN", "127.0.0.1:8080", "host:port the proxy listens on"),
+        "accepts jobs signed with it", secret=True,
+        read_by=(WORKER,), see="queues.md#signed-jobs"),
+    Var("MIRRORGATE_JOB_KEY_PREVIOUS_FILE", None, "file holding the previous key",
+        read_by=(WORKER,), see="queues.md#signed-jobs"),
+    Var("MIRRORGATE_LISTEN", "127.0.0.1:8080", "host:port the proxy listens on",
+        read_by=(PROXY,)),
     Var("MIRRORGATE_WORKER_LISTEN", "127.0.0.1:8081", "host:port of `mirrorgate worker`'s "
-        "/livez, /readyz and /metrics"),
+        "/livez, /readyz and /metrics",
+        read_by=(WORKER,), see="operations.md#health"),
     Var("MIRRORGATE_PUBLIC_URL", None, "mirrorgate's external root URL, e.g. "
         "https://npm.example.com/ (tarball URLs become .../npm/<name>/-/<file>; default: from "
-        "the request's Host, or X-Forwarded-* from MIRRORGATE_TRUSTED_PROXIES)"),
+        "the request's Host, or X-Forwarded-* from MIRRORGATE_TRUSTED_PROXIES)",
+        read_by=(PROXY,), see="serving.md#headers-from-clients-the-base-url"),
     Var("MIRRORGATE_PUBLIC_UPSTREAM", None, "the public npm registry URL (default: the registry "
         "npm is configured with)"),
     Var("MIRRORGATE_PRIVATE_UPSTREAM", None, "the organisation's npm registry URL (http(s)://) or "
-        "an embedded store (file:///path); default: file store under MIRRORGATE_DATA_DIR"),
+        "an embedded store (file:///path); default: file store under MIRRORGATE_DATA_DIR",
+        see="serving.md#the-private-upstream"),
     Var("MIRRORGATE_PRIVATE_TOKEN", None, "bearer token for the private upstream and mirror "
-        "target", secret=True),
-    Var("MIRRORGATE_PRIVATE_TOKEN_FILE", None, "file holding that token (a mounted Secret)"),
+        "target", secret=True,
+        see="serving.md#the-private-upstream"),
+    Var("MIRRORGATE_PRIVATE_TOKEN_FILE", None, "file holding that token (a mounted Secret)",
+        see="deployment.md#what-to-set"),
     Var("MIRRORGATE_MIRROR_TARGET", None, "where the worker publishes (default: the private "
-        "upstream)"),
+        "upstream)",
+        read_by=(WORKER,), see="worker.md"),
     Var("MIRRORGATE_DATA_DIR", None, "data directory of the embedded file store (default: "
-        "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)"),
+        "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)",
+        see="serving.md#dependency-confusion"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: only the "
-        "integrity-presence rule)"),
+        "integrity-presence rule)",
+        see="serving.md#admission-rules"),
     Var("MIRRORGATE_CLIENT_TOKENS_FILE", None, "file of client tokens, one `NAME sha256:HEX` a "
         "line; when set, every /npm/ request needs one of them (default: open, access control "
-        "is the network's job)"),
+        "is the network's job)",
+        see="serving.md#who-may-use-it"),
     Var("MIRRORGATE_PROXY_TOKEN", None, "client token the operator commands (`mirrorgate check "
-        "--proxy URL`...) send to a running mirrorgate that requires one", secret=True),
-    Var("MIRRORGATE_PROXY_TOKEN_FILE", None, "file holding that token"),
+        "--proxy URL`...) send to a running mirrorgate that requires one", secret=True,
+        read_by=(COMMANDS,), see="operations-commands.md"),
+    Var("MIRRORGATE_PROXY_TOKEN_FILE", None, "file holding that token",
+        read_by=(COMMANDS,), see="operations-commands.md"),
     Var("MIRRORGATE_METRICS_OPEN", "false", "true: /metrics answers without a client token "
-        "when MIRRORGATE_CLIENT_TOKENS_FILE is set"),
+        "when MIRRORGATE_CLIENT_TOKENS_FILE is set",
+        see="serving.md#client-tokens"),
     Var("MIRRORGATE_TRUSTED_PROXIES", None, "addresses and CIDRs (comma-separated) whose "
-        "X-Forwarded-Proto, X-Forwarded-Host and Forwarded headers are believed"),
+        "X-Forwarded-Proto, X-Forwarded-Host and Forwarded headers are believed",
+        read_by=(PROXY,), see="serving.md#headers-from-clients-the-base-url"),
     Var("MIRRORGATE_CACHE_TTL", "60", "seconds a fetched packument is served before it is "
-        "revalidated upstream"),
-    Var("MIRRORGATE_CACHE_MAX_ENTRIES", "5000", "packuments held in the metadata cache"),
-    Var("MIRRORGATE_CACHE_MAX_BYTES", str(512 * MIB), "bytes the metadata cache may hold"),
+        "revalidated upstream",
+        read_by=(PROXY,), see="serving.md#caching"),
+    Var("MIRRORGATE_CACHE_MAX_ENTRIES", "5000", "packuments held in the metadata cache",
+        read_by=(PROXY,), see="serving.md#caching"),
+    Var("MIRRORGATE_CACHE_MAX_BYTES", str(512 * MIB), "bytes the metadata cache may hold",
+        read_by=(PROXY,), see="serving.md#caching"),
     Var("MIRRORGATE_MAX_METADATA_BYTES", str(32 * MIB), "largest packument body read from an "
-        "upstream"),
-    Var("MIRRORGATE_MAX_TARBALL_BYTES", str(256 * MIB), "largest tarball the worker mirrors"),
+        "upstream",
+        see="serving.md#caching"),
+    Var("MIRRORGATE_MAX_TARBALL_BYTES", str(256 * MIB), "largest tarball the worker mirrors",
+        read_by=(WORKER,), see="worker.md#what-the-worker-checks-in-order"),
     Var("MIRRORGATE_UPSTREAM_TIMEOUT", "30", "seconds an upstream call may take (connect and "
         "each read)"),
-    Var("MIRRORGATE_REQUEST_TIMEOUT", "60", "seconds a client request may take before 504"),
+    Var("MIRRORGATE_REQUEST_TIMEOUT", "60", "seconds a client request may take before 504",
+        read_by=(PROXY,)),
     Var("MIRRORGATE_POOL_FILLS", "32", "connections per upstream for serve-path packument "
-        "fills (their own pool: tarball streams and the worker cannot take them)"),
+        "fills (their own pool: tarball streams and the worker cannot take them)",
+        read_by=(PROXY,), see="serving.md#overload-and-slow-clients"),
     Var("MIRRORGATE_POOL_TARBALLS", "64", "connections per upstream for serve-path tarball "
-        "streams"),
+        "streams",
+        read_by=(PROXY,), see="serving.md#overload-and-slow-clients"),
     Var("MIRRORGATE_POOL_WORKER", "8", "connections per upstream for the mirror worker (at "
-        "least MIRRORGATE_WORKER_CONCURRENCY)"),
+        "least MIRRORGATE_WORKER_CONCURRENCY)",
+        read_by=(WORKER,), see="serving.md#overload-and-slow-clients"),
     Var("MIRRORGATE_MAX_IN_FLIGHT", None, "requests doing upstream work at once (packument "
         "misses, versions, tarballs; warm cache hits are not counted); past it a request waits "
-        "up to 1 s, then gets 503 with Retry-After (default: 64 per CPU core, at least 64)"),
+        "up to 1 s, then gets 503 with Retry-After (default: 64 per CPU core, at least 64)",
+        read_by=(PROXY,), see="serving.md#overload-and-slow-clients"),
     Var("MIRRORGATE_HEAD_TIMEOUT", "10", "seconds a client may take to send a complete request "
-        "head (from connecting, or from the first byte of a later request)"),
+        "head (from connecting, or from the first byte of a later request)",
+        see="serving.md#overload-and-slow-clients"),
     Var("MIRRORGATE_KEEPALIVE_TIMEOUT", "75", "seconds an idle keep-alive connection is kept "
-        "open"),
+        "open",
+        see="serving.md#overload-and-slow-clients"),
     Var("MIRRORGATE_WRITE_STALL_TIMEOUT", "30", "seconds a response may stay blocked on a "
-        "client that stopped reading before the connection is cut"),
-    Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired"),
-    Var("MIRRORGATE_WORKER_CONCURRENCY", "1", "mirror jobs in flight at once"),
+        "client that stopped reading before the connection is cut",
+        see="serving.md#overload-and-slow-clients"),
+    Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired",
+        read_by=(WORKER,), see="worker.md#retries"),
+    Var("MIRRORGATE_WORKER_CONCURRENCY", "1", "mirror jobs in flight at once",
+        read_by=(WORKER,), see="worker.md"),
     Var("MIRRORGATE_HEARTBEAT_STALE_AFTER", "120", "seconds without a worker heartbeat before "
-        "/livez answers 503"),
+        "/livez answers 503",
+        read_by=(WORKER,), see="operations.md#health"),
     Var("MIRRORGATE_DRAIN_TIMEOUT", "30", "seconds in-flight work may take to finish after "
-        "SIGTERM"),
-    Var("MIRRORGATE_LOG_LEVEL", "info", "debug, info, warning or error"),
-    Var("MIRRORGATE_LOG_FORMAT", "auto", "json, console or auto (console on a TTY)"),
+        "SIGTERM",
+        see="operations.md#health"),
+    Var("MIRRORGATE_LOG_LEVEL", "info", "debug, info, warning or error",
+        see="operations.md#log-events"),
+    Var("MIRRORGATE_LOG_FORMAT", "auto", "json, console or auto (console on a TTY)",
+        see="operations.md#log-events"),
 )
 _BY_NAME = {var.name: var for var in VARIABLES}
 OWN_PREFIXES = ("MIRRORGATE_", "MIRROR_")
@@ -505,13 +562,13 @@ def load_settings(
     rules_file = Path(rules).expanduser() if rules else None
     if rules_file is not None and not rules_file.is_file():
         read.problem("MIRRORGATE_RULES_FILE", f"{rules_file} is not a readable file; point it at "
-                     "a TOML rules file (see the README's Admission rules section)")
+                     "a TOML rules file (docs/serving.md#admission-rules)")
 
     tokens = read.raw("MIRRORGATE_CLIENT_TOKENS_FILE")
     tokens_file = Path(tokens).expanduser() if tokens else None
     if tokens_file is not None and not tokens_file.is_file():
         read.problem("MIRRORGATE_CLIENT_TOKENS_FILE", f"{tokens_file} is not a readable file; "
-                     "point it at the client tokens file (see the README's Who may use it)")
+                     "point it at the client tokens file (docs/serving.md#who-may-use-it)")
 
     settings = Settings(
         queue=queue,
