@@ -84,7 +84,8 @@ def test_every_variable_is_in_the_configuration_reference(name: str) -> None:
 @pytest.mark.parametrize("variable", VARIABLES, ids=lambda variable: variable.name)
 def test_every_variable_says_who_reads_it_and_links_to_a_section_that_exists(
         variable: Var) -> None:
-    assert variable.read_by and set(variable.read_by) <= {PROXY, WORKER}
+    assert variable.read_by
+    assert set(variable.read_by) <= {PROXY, WORKER}
     if variable.see is not None:
         page, _, anchor = variable.see.partition("#")
         assert page in PAGES, f"{variable.name}: docs/{page} does not exist"
@@ -174,3 +175,17 @@ def test_every_link_lands_on_a_file_and_a_section_that_exist(origin: Path) -> No
                 target.read_text(encoding="utf-8")):
             broken.append(f"{target.relative_to(ROOT)}#{anchor}")
     assert broken == []
+
+
+MODULE = re.compile(r"`((?:[a-z_]+/)*[a-z_]+\.py|[a-z_]+/)`")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/architecture.md"])
+def test_every_module_the_map_and_the_architecture_name_is_in_the_tree(page: str) -> None:
+    """The README's map and architecture.md name modules by their path under src/mirrorgate/;
+    a module moved or renamed without them fails here."""
+    text = FENCE.sub("", (ROOT / page).read_text(encoding="utf-8"))
+    named = set(MODULE.findall(text)) - {"tests/", "docs/", "src/"}
+    missing = sorted(path for path in named
+                     if not (ROOT / "src" / "mirrorgate" / path).exists())
+    assert missing == []

@@ -2,7 +2,7 @@
 
 Same contract as `drift.py` and `posture.py`: a `Manifest` in, sentences naming what is wrong
 out. Every pod running `mirrorgate serve` must be selected by a NetworkPolicy whose every
-ingress rule admits only namespaces labelled `CLIENT_LABEL` (the label the README names) and
+ingress rule admits only namespaces labelled `CLIENT_LABEL` (the label docs/deployment.md names) and
 only the proxy's `MIRRORGATE_LISTEN` port; its proxy container must read the client tokens file
 from an optional Secret, and set `MIRRORGATE_PUBLIC_URL`, so tarball URLs never come from a
 client's headers.
@@ -18,7 +18,7 @@ from tests.deploy.kube import Container, Manifest, Workload, parse_command, work
 __all__ = ["CLIENT_LABEL", "client_access_problems", "network_policy_problems"]
 
 CLIENT_LABEL = {"mirrorgate-client": "true"}
-"""The namespace label the README tells operators to set on client namespaces."""
+"""The namespace label docs/deployment.md tells operators to set on client namespaces."""
 
 
 def _proxies(manifest: Manifest) -> list[tuple[Workload, Container]]:

@@ -159,11 +159,11 @@ def test_the_proxy_reads_client_tokens_from_an_optional_secret_and_sets_its_publ
     assert client_access_problems(manifest) == []
 
 
-def test_the_readme_names_the_namespace_label_the_network_policies_admit() -> None:
-    readme = (MANIFEST_DIR.parents[1] / "README.md").read_text(encoding="utf-8")
+def test_the_docs_name_the_namespace_label_the_network_policies_admit() -> None:
+    docs = (MANIFEST_DIR.parents[1] / "docs" / "deployment.md").read_text(encoding="utf-8")
     [(key, value)] = CLIENT_LABEL.items()
-    assert f'`{key}: "{value}"`' in readme
-    assert f"kubectl label namespace builds {key}={value}" in readme
+    assert f'`{key}: "{value}"`' in docs
+    assert f"kubectl label namespace builds {key}={value}" in docs
 
 
 # Each check reports the drift it exists for.

@@ -1,10 +1,11 @@
 """Every package manager people use, through mirrorgate in front of a real Verdaccio.
 
-npm, pnpm, yarn 1, yarn 4 (Plug'n'Play, its one-day age gate on) and bun each, with a cold
-cache and its project config written from the README's snippets: install a six-package tree
+npm, pnpm, yarn 1, yarn 4 (Plug'n'Play, its one-day age gate on) and bun each, with a cold cache
+and its project config written from the snippets of docs/serving.md: install a six-package tree
 (one scoped), replay it with the public upstream stopped, install again from the lockfile it
 wrote, and meet a denied version with and without a lockfile. Client tokens are on
-(`MIRRORGATE_CLIENT_TOKENS_FILE`), so each client must send the README's token line. Decisions:
+(`MIRRORGATE_CLIENT_TOKENS_FILE`), so each client must send the token line docs/serving.md
+shows. Decisions:
 
 - One `Journey` per client (a module-scoped fixture parametrised by client), so pytest runs a
   client's cases together and tears its servers down before the next client starts. Each
@@ -77,8 +78,8 @@ class Journey:
         self.offline_proxy = False
 
     def tokens_file(self) -> str:
-        """Client tokens on: only a client that sends the README's auth line gets in, and
-        mirrorgate's log lines name it."""
+        """Client tokens on: only a client that sends the auth line docs/serving.md shows gets in,
+        and mirrorgate's log lines name it."""
         path = self.workdir / "clients.txt"
         path.write_text(token_line(f"{self.name}-client", TOKEN) + "\n", encoding="utf-8")
         return str(path)

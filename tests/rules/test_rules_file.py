@@ -17,7 +17,7 @@ from mirrorgate.rules import (
     rules_summary,
 )
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SERVING_DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
 
 
 def problems(text: str) -> list[str]:
@@ -50,10 +50,10 @@ def test_a_private_name_with_a_version_range_is_an_error() -> None:
 
 
 def documented_example() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = SERVING_DOC.read_text(encoding="utf-8")
     rules_section = text[text.index("\n## Admission rules\n"):]
     match = re.search(r"```toml\n(.*?)```", rules_section, re.DOTALL)
-    assert match is not None, "the README's Admission rules section should hold a ```toml example"
+    assert match is not None, "docs/serving.md's Admission rules should hold a ```toml example"
     return match.group(1)
 
 

@@ -1,8 +1,8 @@
 """Each package manager's project configuration for mirrorgate, as templates.
 
 The drivers (`tests.servers.package_managers`) write these files into every test project, and
-the README's "Clients" section shows the same text rendered for an example host, which
-`tests/test_readme_clients.py` checks: what the README tells a person is what the tests run.
+the "Clients" section of docs/serving.md shows the same text rendered for an example host, which
+`tests/test_docs_clients.py` checks: what the docs tell a person is what the tests run.
 Placeholders: `{registry}` (mirrorgate's `/npm/` URL), `{host}` (its host name), `{auth}`
 (`//host:port/npm/`, npm's key for a token) and `{token}`, `${NPM_TOKEN}`: every file names
 the `NPM_TOKEN` environment variable (bun as `$NPM_TOKEN`), so no file holds a secret.
@@ -65,7 +65,7 @@ def render(file: ConfigFile, registry: str) -> str:
                                 token="${" + TOKEN_VARIABLE + "}")
 
 
-# What each client prints for a denied version, as the client matrix sees it and the README
+# What each client prints for a denied version, as the client matrix sees it and the docs
 # shows it. `{package}`, `{version}`, `{rule}`, `{url}` (the tarball's URL) are filled in.
 DENIED_SAYS: dict[str, str] = {
     # no lockfile: the version is missing from the packument; only npm reads

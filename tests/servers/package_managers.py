@@ -4,7 +4,7 @@ drives npm: its own project, config, cache, HOME and XDG directories, nothing sh
 pnpm, yarn 1, yarn 4 and bun are installed by `scripts/test` from `tests/clients/package.json`
 (pinned, with its lock file); npm comes with Node. Decisions:
 
-- The registry and token reach a client only through the project file the README shows
+- The registry and token reach a client only through the project file docs/serving.md shows
   (`tests.servers.client_config`); everything else that isolates a run (cache, store, global
   folders) is a command-line flag or an environment variable, so the snippet stays what a
   person would write.
