@@ -1,8 +1,9 @@
 """Environment variables into one frozen `Settings`, validated once at start-up.
 
-Every variable mirrorgate reads is declared in `VARIABLES`, with its default and a line of help;
-`mirrorgate --help` and `mirrorgate check-config` are generated from that table, so the list a
-person reads cannot drift from the list the code reads.
+Every variable mirrorgate reads is declared in `VARIABLES`, with its default, a line of help and
+who reads it; `mirrorgate --help`, `mirrorgate check-config` and docs/configuration.md (through
+`configdoc`) are generated from that table, so the list a person reads cannot drift from the list
+the code reads.
 """
 
 from __future__ import annotations
