@@ -189,3 +189,18 @@ def test_every_module_the_map_and_the_architecture_name_is_in_the_tree(page: str
     missing = sorted(path for path in named
                      if not (ROOT / "src" / "mirrorgate" / path).exists())
     assert missing == []
+
+
+def test_operations_lists_every_metric_and_every_log_event_in_its_tables() -> None:
+    """An alert is written from operations.md: its two tables hold every name, so no one has
+    to search the other pages for one."""
+    page = PAGES["operations.md"]
+    metrics = page[page.index("| metric | labels | meaning |"):page.index("\n## ", page.index(
+        "| metric | labels | meaning |"))]
+    events = page[page.index("| event | meaning |"):page.index("\n## ", page.index(
+        "| event | meaning |"))]
+    names = {metric.name for metric in Metrics().registry.collect()}
+    missing = sorted(name for name in names if f"`{name}" not in metrics)
+    assert missing == [], "add a row for each to the Metrics table of docs/operations.md"
+    missing = sorted(event for event in logged_events() if f"`{event}`" not in events)
+    assert missing == [], "add a row for each to the Log events table of docs/operations.md"
