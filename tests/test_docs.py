@@ -155,11 +155,11 @@ def test_the_readme_names_the_test_command_ci_runs() -> None:
     assert "./scripts/test" in README
 
 
-def test_the_readme_maps_every_package_under_src() -> None:
-    packages = sorted(path.parent.relative_to(ROOT / "src").as_posix()
-                      for path in (ROOT / "src" / "mirrorgate").glob("*/__init__.py"))
-    missing = [name for name in packages if f"`{name.removeprefix('mirrorgate/')}/`" not in README]
-    assert missing == []
+def test_the_readme_maps_every_package_and_top_level_module_under_src() -> None:
+    top = ROOT / "src" / "mirrorgate"
+    names = [f"{path.parent.name}/" for path in top.glob("*/__init__.py")]
+    names += [path.name for path in top.glob("*.py") if path.name != "__init__.py"]
+    assert sorted(name for name in names if f"`{name}`" not in README) == []
 
 
 @pytest.mark.parametrize("origin", [ROOT / "README.md", *sorted(DOCS.glob("*.md"))],
