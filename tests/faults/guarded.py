@@ -3,10 +3,11 @@
 > | 16 | tokens: a private token set, every log line, error body and metric of the runs above
 > captured | the token never appears in any of them |
 
-Row 16 of the faults table is not one test but a property of every other row: each process the suite starts through `guarded`
-carries a private token (the real Verdaccio token when a test passes one, a recognisable fake
-otherwise), and at teardown every stderr line, a final /metrics scrape, and every reply body a
-test handed to `guard.seen(...)` are searched for it. A leak fails the test that caused it.
+Row 16 of the faults table is not one test but a property of every other row: each process the
+suite starts through `guarded` carries a private token (the real Verdaccio token when a test
+passes one, a recognisable fake otherwise), and at teardown every stderr line, a final /metrics
+scrape, and every reply body a test handed to `guard.seen(...)` are searched for it. A leak
+fails the test that caused it.
 """
 
 from __future__ import annotations
