@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.config import PROXY, VARIABLES, WORKER, Var
+from mirrorgate.config import COMMANDS, PROXY, VARIABLES, WORKER, Var
 from mirrorgate.configdoc import REGENERATE, render
 from mirrorgate.metrics import Metrics
 
@@ -85,7 +85,7 @@ def test_every_variable_is_in_the_configuration_reference(name: str) -> None:
 def test_every_variable_says_who_reads_it_and_links_to_a_section_that_exists(
         variable: Var) -> None:
     assert variable.read_by
-    assert set(variable.read_by) <= {PROXY, WORKER}
+    assert set(variable.read_by) <= {PROXY, WORKER, COMMANDS}
     if variable.see is not None:
         page, _, anchor = variable.see.partition("#")
         assert page in PAGES, f"{variable.name}: docs/{page} does not exist"

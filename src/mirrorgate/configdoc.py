@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from mirrorgate.config import PROXY, VARIABLES, WORKER, Var
+from mirrorgate.config import COMMANDS, PROXY, VARIABLES, WORKER, Var
 
 __all__ = ["REGENERATE", "render"]
 
@@ -31,8 +31,9 @@ and by `serve` and `worker` at start-up (`config_variable_unknown`), with the cl
 `mirrorgate --help` prints the same list.
 
 *Read by*: `{PROXY}` is `mirrorgate serve` answering clients; `{WORKER}` is the mirror worker,
-alone in `mirrorgate worker` or inside `mirrorgate serve`. Give a variable read by both the same
-value on both processes of a sidecar pod.
+alone in `mirrorgate worker` or inside `mirrorgate serve`; `{COMMANDS}` are the operator commands
+(`mirrorgate check`...). Give a variable read by both the proxy and the worker the same value on
+both processes of a sidecar pod.
 """
 
 _TAIL = """
