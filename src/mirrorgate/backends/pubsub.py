@@ -104,8 +104,8 @@ def _cannot_check(
     if isinstance(error, api_exceptions.NotFound):
         kind = "topic" if variable == "MIRROR_PUBSUB_TOPIC" else "subscription"
         return QueueUnavailableError(
-            f"{variable}={name} does not exist at {endpoint}: create the {kind} (see the "
-            f"README's Google Pub/Sub section) or set {variable} to an existing one"
+            f"{variable}={name} does not exist at {endpoint}: create the {kind} (see "
+            f"docs/queues.md#google-pubsub) or set {variable} to an existing one"
         )
     if isinstance(error, api_exceptions.PermissionDenied):
         return QueueUnavailableError(
@@ -220,8 +220,7 @@ async def open_pubsub_queue(
     if not dead_letter:
         log.warning("mirror_queue_no_dead_letter_policy", provider=PROVIDER,
                     subscription=subscription,
-                    consequence="delivery counts are unknown; see the README's Google "
-                                "Pub/Sub section")
+                    consequence="delivery counts are unknown; see docs/queues.md#google-pubsub")
     queue = PubSubQueue(publisher, subscriber, settings, on_drop, topic=topic,
                         subscription=subscription, deadline=deadline,
                         subscription_deadline=found.ack_deadline_seconds,

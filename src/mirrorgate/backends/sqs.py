@@ -142,7 +142,7 @@ def _explain(error: Exception, url: str, region: str | None, endpoint: str | Non
     if code in _CREDENTIALS_REFUSED:
         return (f"SQS refused the credentials ({_describe(error)}): check AWS_ACCESS_KEY_ID and "
                 "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, and grant sqs:GetQueueAttributes on "
-                f"MIRROR_SQS_QUEUE_URL={url} (see the README's SQS section)")
+                f"MIRROR_SQS_QUEUE_URL={url} (see docs/queues.md#amazon-sqs)")
     if isinstance(error, ValueError):
         return (f"the SQS endpoint is not usable ({_describe(error)}): "
                 "check AWS_ENDPOINT_URL_SQS and MIRROR_SQS_QUEUE_URL")

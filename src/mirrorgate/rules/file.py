@@ -240,7 +240,7 @@ def _document(text: str, source: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise RulesError(
-            [f"is not valid TOML ({error}); see the README's Admission rules section for "
+            [f"is not valid TOML ({error}); see docs/serving.md#admission-rules for "
              "the format"],
             source,
         ) from None

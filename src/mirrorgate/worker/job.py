@@ -2,7 +2,7 @@
 
 `JobRunner.decide` returns the outcome and the loop (`worker.loop`) acks or releases the
 message with it, so every rule about a job's bytes lives here and every rule about the queue
-lives there. The outcomes and their log events are listed in docs/worker.md.
+lives there. The outcomes and their log events are listed in docs/operations.md.
 """
 
 from __future__ import annotations
