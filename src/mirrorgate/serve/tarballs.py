@@ -70,7 +70,7 @@ from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.private import PrivateSource
 
-__all__ = ["OUTCOME", "TarballRoute"]
+__all__ = ["OUTCOME", "TarballRoute", "mirror_job", "offer"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -266,14 +266,7 @@ class TarballRoute:
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return
         try:
-            job = MirrorJob(
-                name=name.full,
-                version=record.version,
-                artifact=MirrorArtifact(url, f"{name.bare}-{record.version}.tgz", size,
-                                        record.digests),
-                manifest=record.manifest(None),
-                published=publish_time(published),  # the public time, for the mirror's mark
-            )
+            job = mirror_job(name, record, url, size, published)
         except ValueError as error:
             log.warning("job_not_enqueued", package=name.full, version=record.version,
                         reason=str(error))
@@ -283,15 +276,14 @@ class TarballRoute:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, job: MirrorJob) -> None:
-        dropped = self.queue.stats().dropped
         try:
-            await self.queue.enqueue(job)
+            taken = await offer(self.queue, job)
         except Exception as error:  # the queue promised not to raise; a bug is logged
             log.error("enqueue_failed", package=job.name, version=job.version,
                       reason=f"{type(error).__name__}: {error}")
             self._enqueued.pop(job.label, None)
             return
-        if self.queue.stats().dropped > dropped:
+        if not taken:
             # The queue was full: it counts the drop and reports it at its own cadence
             # (mirror_queue_dropped), so a burst is not one line per request. The next
             # pull of this version may enqueue it again.
@@ -305,6 +297,31 @@ class TarballRoute:
         """Wait for the enqueues still running (at application cleanup)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def mirror_job(name: PackageName, record: VersionRecord, url: str, size: int | None,
+               published: str | None) -> MirrorJob:
+    """The job for an admitted public version: name, version, every digest of its `dist`,
+    the upstream tarball URL and file name, the size when known, the manifest without
+    `readme`, the public publish time (kept only when it is one). The one place a job is
+    built from the gate's record: the serve path and `mirrorgate prewarm` both call it.
+    Raises ValueError for a version without a digest (which the gate never admits)."""
+    return MirrorJob(
+        name=name.full,
+        version=record.version,
+        artifact=MirrorArtifact(url, f"{name.bare}-{record.version}.tgz", size,
+                                record.digests),
+        manifest=record.manifest(None),
+        published=publish_time(published),  # the public time, for the mirror's mark
+    )
+
+
+async def offer(queue: MirrorQueue, job: MirrorJob) -> bool:
+    """Hand `job` to `queue`: True when it took the job, False when it dropped it (full).
+    Every backend decides at once, so its drop count moving across the call says so."""
+    dropped = queue.stats().dropped
+    await queue.enqueue(job)
+    return queue.stats().dropped <= dropped
 
 
 def _verifier(record: VersionRecord) -> StreamVerifier | None:

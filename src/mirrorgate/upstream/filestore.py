@@ -117,6 +117,23 @@ class FileStore:
     async def packument(self, name: PackageName) -> dict[str, Any] | None:
         return await asyncio.to_thread(self._read_packument, name)
 
+    def _names(self) -> list[str]:
+        found: list[str] = []
+        try:
+            tops = sorted(self.root.iterdir())
+        except OSError:
+            return found
+        for top in tops:
+            inner = sorted(top.iterdir()) if top.name.startswith("@") and top.is_dir() else [top]
+            found.extend(f"{top.name}/{p.name}" if p is not top else p.name
+                         for p in inner if (p / "versions").is_dir())
+        return found
+
+    async def names(self) -> list[str]:
+        """Every package name the store holds a directory of versions for (`mirrorgate
+        audit` walks these); unvalidated: a caller parses each before using it."""
+        return await asyncio.to_thread(self._names)
+
     async def manifest(self, name: PackageName, version: str) -> dict[str, Any] | None:
         path = self._manifest_path(name, version)
 

@@ -82,7 +82,8 @@ def _utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class WorkerDeps:
-    """`rules` and `now` re-gate each job as the serve path gates (`regate`)."""
+    """`rules` and `now` re-gate each job as the serve path gates (`regate`). `on_outcome`
+    hears each message's outcome: how `mirrorgate prewarm` follows the jobs it runs itself."""
 
     settings: Settings
     queue: MirrorQueue
@@ -92,6 +93,7 @@ class WorkerDeps:
     heartbeat: Heartbeat
     rules: Rules = DEFAULT_RULES
     now: Callable[[], datetime] = _utcnow
+    on_outcome: Callable[[QueueMessage, str], None] | None = None
 
 
 class Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it

@@ -254,6 +254,8 @@ class Worker:
             self.metrics.jobs.labels(outcome.value).inc()
             self.metrics.events.job(subject(message), outcome.value)
             self.heartbeat.beat()
+            if self.deps.on_outcome is not None:
+                self.deps.on_outcome(message, outcome.value)
             return outcome.value
 
     # --- acknowledgements --------------------------------------------------------------
