@@ -63,12 +63,52 @@ def _parser() -> argparse.ArgumentParser:
                        help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml or "
                        "yarn.lock")
     add_common_arguments(check)
+    _add_mirror_commands(commands)
     token = commands.add_parser("token", help="client tokens for MIRRORGATE_CLIENT_TOKENS_FILE")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     new = token_commands.add_parser("new", help="print a fresh random token for a client and "
                                     "the line to add to the tokens file")
     new.add_argument("name", help="the client's name, shown in logs and by `npm whoami`")
     return parser
+
+
+def _add_mirror_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    prewarm = commands.add_parser(
+        "prewarm", help="enqueue a mirror job for every admitted version a lockfile pins that "
+        "the private registry lacks (with the memory queue, run the worker here until done)")
+    prewarm.add_argument("lockfiles", nargs="+", type=Path, metavar="LOCKFILE",
+                         help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml or "
+                         "yarn.lock")
+    prewarm.add_argument("--wait", action="store_true",
+                         help="follow each job until the private registry holds the version")
+    prewarm.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                         help="how long --wait (or the memory queue's worker) may take "
+                         "(default 600); what is not done by then is reported pending")
+    audit = commands.add_parser(
+        "audit", help="check every mirrored version: its bytes against the integrity it was "
+        "admitted with, its admission under today's rules (read-only)")
+    audit.add_argument("lockfiles", nargs="*", type=Path, metavar="LOCKFILE",
+                       help="audit the packages these lockfiles pin")
+    audit.add_argument("--names", action="append", default=[], metavar="NAME,...",
+                       help="audit these packages (comma-separated; may be repeated)")
+    audit.add_argument("--search", action="store_true",
+                       help="audit every package the private registry's search lists "
+                       "(Verdaccio); without names the file store is walked entirely")
+    add_common_arguments(prewarm)
+    add_common_arguments(audit)
+
+
+def _run_mirror_command(settings: Settings, args: argparse.Namespace) -> int:
+    if args.command == "prewarm":
+        from mirrorgate.commands.prewarm import run_prewarm
+
+        return run_prewarm(settings, args.lockfiles, proxy=args.proxy, wait=args.wait,
+                           within=args.timeout, as_json=args.json)
+    from mirrorgate.commands.audit import run_audit
+
+    names = [name.strip() for given in args.names for name in given.split(",") if name.strip()]
+    return run_audit(settings, args.lockfiles, names=names, search=args.search,
+                     proxy=args.proxy, as_json=args.json)
 
 
 def _token_new(name: str) -> int:
@@ -159,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         configure_command_logging(settings)
         return run_check(settings, args.lockfiles, proxy=args.proxy, as_json=args.json)
+    if args.command in ("prewarm", "audit"):
+        configure_command_logging(settings)
+        return _run_mirror_command(settings, args)
     from mirrorgate.process import Shape, run
 
     return run(settings, Shape.of(args.command, with_worker=not getattr(args, "no_worker", False)))

@@ -19,7 +19,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from mirrorgate.commands.lockfiles import LockedEntry, LockfileError, read_lockfiles
+from mirrorgate.commands.lockfiles import LockedEntry
+from mirrorgate.commands.pinned import pinned
 from mirrorgate.commands.report import Outcome, Report, usage_error
 from mirrorgate.commands.verdicts import (
     GateVerdicts,
@@ -131,17 +132,9 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
                report: Report) -> int:
     from mirrorgate.rules import RulesError, load_rules
 
-    try:
-        lockfiles = read_lockfiles(paths)
-    except LockfileError as error:
-        return usage_error(f"{error}; fix or regenerate the lockfile (its client's install "
-                           "writes it anew)")
-    entries = [entry for lockfile in lockfiles for entry in lockfile.entries]
-    for lockfile in lockfiles:
-        for skipped in lockfile.skipped:
-            origin = f" ({skipped.source})" if skipped.source != skipped.name else ""
-            report.note(f"{skipped.where}: {skipped.name}{origin} is {skipped.reason}; "
-                        "not checked")
+    entries = pinned(paths, report)
+    if isinstance(entries, int):
+        return entries
     source: VerdictSource
     if proxy is not None:
         source = ProxyVerdicts(proxy, token=settings.proxy_token,
