@@ -28,7 +28,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.rules import Rules, RulesError, load_rules
 from mirrorgate.serve.access import install_access
-from mirrorgate.serve.app import Proxy, build_proxy_app
+from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
 from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
 from mirrorgate.upstream.client import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
@@ -36,6 +36,7 @@ from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.private import PrivateSource, open_private, store_root
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
+from mirrorgate.worker.packuments import CachedPublic, PublicPackuments, ServeCachePublic
 from mirrorgate.worker.target import MirrorTarget, open_target
 
 __all__ = ["Shape", "StartupError", "run"]
@@ -275,12 +276,16 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         private: PrivateSource = open_private(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
-                                    clients=clients))
+                                    clients=clients, keep_public=shape.runs_worker))
+        # the worker beside the proxy re-gates through the proxy's packument cache
+        packuments: PublicPackuments | None = (ServeCachePublic(app[SERVER]) if shape.runs_worker
+                                               else None)
         host, port = settings.listen
     else:
         app = web.Application()
         add_health_routes(app, health, metrics)
         install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open)
+        packuments = CachedPublic(upstreams.public, settings)
         host, port = settings.worker_listen
 
     stop = asyncio.Event()
@@ -305,7 +310,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                 max_tarball_bytes=settings.max_tarball_bytes)
             worker = Worker(WorkerDeps(settings=settings, queue=queue, public=upstreams.public,
                                        target=target, metrics=metrics,
-                                       heartbeat=health.heartbeat, rules=rules))
+                                       heartbeat=health.heartbeat, rules=rules,
+                                       packuments=packuments))
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         log.info("started", command=shape.command, shape=shape.value, listen=f"{host}:{port}",

@@ -17,7 +17,8 @@ the change falls exactly between enqueue and processing. Two swaps:
 - a new integrity over the original bytes.
 
 Either way the job is retired as `digest-mismatch` with a security line, Verdaccio stays empty,
-and the worker's only public request is the packument: no tarball is downloaded.
+and the worker's only public requests are for the packument (its read, then the conditional
+read that confirms a refusal, `worker.packuments`): no tarball is downloaded.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ def assert_refused_unfetched(worker: MirrorgateProcess, public: FixtureRegistry,
     assert gate.publishes == []
     assert verdaccio.versions(name) == []
     assert verdaccio.tarball(name, tarball_filename(name, "1.0.0")) is None
-    assert [seen.path for seen in public.requests] == [f"/{name}"]
+    asked = public.requests
+    assert [seen.path for seen in asked] == [f"/{name}", f"/{name}"]
+    assert "If-None-Match" in asked[1].headers  # the refusal confirmed, public unchanged
 
 
 async def test_new_bytes_under_a_new_digest_are_refused_before_any_download(

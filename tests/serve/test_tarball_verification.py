@@ -15,12 +15,14 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
+from mirrorgate.serve import relayhash
 from tests.serve.rig import StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package
 
 BIG = {"payload.bin": os.urandom(400_000)}
 """Incompressible, so the tarball spans several relayed chunks."""
+LARGE = os.urandom(3_000_000)
 
 
 async def received_until_cut(url: str) -> tuple[int, bytes, BaseException | None]:
@@ -63,6 +65,52 @@ async def test_a_tampered_public_tarball_is_cut_before_its_last_chunk_and_never_
     assert await proxy.jobs() == []
     # and the status page's overview lists it among the recent tamper events
     assert [e.subject for e in proxy.metrics.events.latest("tampered")] == ["swapped@1.0.0"]
+
+
+async def test_a_tampered_large_tarball_hashed_off_the_loop_is_still_cut_before_its_end(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """3 MB: hashed in batches on a thread while the relay runs ahead (as on any machine with
+    a second CPU, `relayhash`); the end still waits for the hash."""
+    monkeypatch.setattr(relayhash, "_spare_cpu", lambda: True)
+    package = make_package("swapped-large", ["1.0.0"], files={"payload.bin": LARGE})
+    public_registry.add(package)
+    real = package.version("1.0.0").tarball
+    evil = bytearray(real)
+    evil[len(real) // 3] ^= 0x01  # one bit, early, in a part the thread hashes
+    public_registry.fault("/swapped-large/-/swapped-large-1.0.0.tgz",
+                          Fault(body=bytes(evil), chunk_size=65536))
+    proxy = await start_proxy(public_registry.url)
+
+    with capture_logs() as logs:
+        status, got, error = await received_until_cut(
+            proxy.url + "npm/swapped-large/-/swapped-large-1.0.0.tgz")
+
+    assert status == 200
+    assert error is not None
+    assert 0 < len(got) < len(evil)
+    assert got == evil[:len(got)]
+    (line,) = [entry for entry in logs if entry["event"] == "tarball_digest_mismatch"]
+    assert line["withheld"] == len(evil) - len(got)
+    assert proxy.metric("mirrorgate_tampered_total") == 1
+    assert await proxy.jobs() == []
+
+
+async def test_a_matching_large_tarball_hashed_off_the_loop_arrives_whole(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relayhash, "_spare_cpu", lambda: True)
+    package = make_package("whole-large", ["1.0.0"], files={"payload.bin": LARGE})
+    public_registry.add(package)
+    proxy = await start_proxy(public_registry.url)
+
+    status, got, error = await received_until_cut(
+        proxy.url + "npm/whole-large/-/whole-large-1.0.0.tgz")
+
+    assert (status, error) == (200, None)
+    assert got == package.version("1.0.0").tarball
+    (job,) = await proxy.jobs()
+    assert job.artifact.size == len(got)
 
 
 async def test_a_matching_public_tarball_arrives_whole_and_is_enqueued_with_its_size(

@@ -100,6 +100,9 @@ class Proxy:
     health: Health
     clients: ClientTokens | None = None
     """The client tokens in force; None leaves the proxy open (see `access`)."""
+    keep_public: bool = False
+    """A worker runs in this process and re-gates through this cache: each entry keeps the
+    public answer's bytes too (`worker.packuments`)."""
 
 
 def _utcnow() -> datetime:
@@ -138,6 +141,7 @@ class ProxyServer:
     def __init__(self, proxy: Proxy, *, clock: Callable[[], float],
                  now: Callable[[], datetime]) -> None:
         self.proxy = proxy
+        self.clock = clock
         self.settings: Settings = proxy.settings
         self.metrics = proxy.metrics
         self._counters: dict[tuple[str, int | str], Counter] = {}
@@ -153,7 +157,8 @@ class ProxyServer:
         self.source = PackumentSource(
             private=proxy.private, public=proxy.public, rules=proxy.rules,
             metrics=proxy.metrics, now=now, keys=self.keys,
-            first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE))
+            first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE),
+            keep_public=proxy.keep_public)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      packument=self._gated_or_none,

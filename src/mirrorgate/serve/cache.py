@@ -150,6 +150,17 @@ class PackumentCache(Generic[V]):
         self._on_result(REFRESH)
         return filled
 
+    async def refresh(self, key: str, load: Loader[V]) -> Cached[V]:
+        """Fill `key` now, fresh or not (revalidating what is there; joining a fill already
+        in flight), and return what was stored. Raises what `load` raised: no stale answer."""
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = asyncio.get_running_loop().create_task(
+                self._fill(key, self._slots.get(key), load))
+            self._flights[key] = flight
+            flight.add_done_callback(_retrieve)
+        return await asyncio.shield(flight)
+
     # --- filling ---------------------------------------------------------------------------
 
     async def _fill(self, key: str, previous: Cached[V] | None, load: Loader[V]) -> Cached[V]:

@@ -23,6 +23,8 @@ per package however many clients wait (the cache is single-flight). Decisions:
   name never seen first-party is built from public alone while the private side fails.
 - Rule denials, refused tarball URLs and skipped version keys are counted and logged here,
   once per fill, never per request.
+- With `keep_public` (a worker in the same process), the entry also keeps the public answer's
+  bytes, so the worker's re-gate reads public through this cache (`worker.packuments`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import KeySet, Rules, state_token
 from mirrorgate.serve.cache import Cached, Loaded
 from mirrorgate.serve.firstparty import FirstPartyNames
-from mirrorgate.serve.rendered import PackumentEntry, fingerprint
+from mirrorgate.serve.rendered import PackumentEntry, PublicAnswer, fingerprint
 from mirrorgate.upstream.client import FILLS, JsonAnswer, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.keys import RegistryKeys
@@ -78,8 +80,12 @@ class PackumentSource:
     def __init__(self, *, private: PrivateSource, public: Upstream, rules: Rules,
                  metrics: Metrics, now: Callable[[], datetime],
                  keys: RegistryKeys | None = None,
-                 first_party: FirstPartyNames | None = None) -> None:
+                 first_party: FirstPartyNames | None = None,
+                 keep_public: bool = False) -> None:
         self.private = private
+        self.keep_public = keep_public
+        """Keep the public answer's bytes in each entry (and count them against the cache's
+        byte bound), for an in-process worker's re-gate (`worker.packuments`)."""
         self.keys = keys
         self.public = public
         self.rules = rules
@@ -141,11 +147,14 @@ class PackumentSource:
         answer = public if isinstance(public, JsonAnswer) else None
         public_doc = answer.document if answer is not None and answer.status == 200 else None
         failure = public_error or private_error
+        kept = None
+        if self.keep_public and answer is not None:  # public's 200 or 404, as it sent it
+            kept = PublicAnswer(answer.body if public_doc is not None else None)
         if private is None and public_doc is None:
             if failure is not None:
                 raise failure
             self.first_party.forget(full)
-            return Loaded(PackumentEntry(None, None), 256)
+            return Loaded(PackumentEntry(None, None, public=kept), 256)
         size = answer.size if answer is not None else 0
         gated = await in_thread_if_large(size, self._gate, name, private, public_doc, now, keys)
         if failure is not None and not gated.survivors:
@@ -159,8 +168,9 @@ class PackumentSource:
         # held briefly, like a degraded answer, so either applies within seconds of landing
         before_index = gated.advisories is not None and gated.advisories[0] == 0
         unverified = self.rules.signatures.verify and keys is None
-        return Loaded(PackumentEntry(gated, private_print, private_answered=private_error is None),
-                      gated.size + 256,
+        return Loaded(PackumentEntry(gated, private_print, private_answered=private_error is None,
+                            public=kept),
+                      gated.size + 256 + (kept.size if kept is not None else 0),
                       answer.etag if answer is not None else None,
                       fresh_for=DEGRADED_FRESH_FOR
                       if failure is not None or before_index or unverified else None)

@@ -18,8 +18,8 @@ import orjson
 
 from mirrorgate.npm.packument import ABBREVIATED, FULL, Gated, render
 
-__all__ = ["MAX_BASES", "VARY", "PackumentEntry", "RenderKey", "Rendered", "build_rendered",
-           "fingerprint"]
+__all__ = ["MAX_BASES", "VARY", "PackumentEntry", "PublicAnswer", "RenderKey", "Rendered",
+           "build_rendered", "fingerprint"]
 
 VARY = "Accept, Accept-Encoding"
 MAX_BASES = 4
@@ -44,16 +44,39 @@ class Rendered:
         return len(self.body) + len(self.gzipped) + 256
 
 
+@dataclass(frozen=True, slots=True)
+class PublicAnswer:
+    """The public upstream's packument exactly as it sent it (`body`: its bytes, None when it
+    has no such package), kept for the worker's re-gate (`worker.packuments`). Bytes, never
+    a parsed document: each reader parses its own copy, so nothing one does reaches another."""
+
+    body: bytes | None
+
+    @property
+    def size(self) -> int:
+        return len(self.body) if self.body is not None else 0
+
+    def document(self) -> dict[str, Any] | None:
+        """A fresh parse (the bytes passed the upstream client's bounds when they arrived)."""
+        if self.body is None:
+            return None
+        parsed: dict[str, Any] = orjson.loads(self.body)
+        return parsed
+
+
 class PackumentEntry:
-    __slots__ = ("fingerprint", "gated", "pending", "private_answered", "renderings")
+    __slots__ = ("fingerprint", "gated", "pending", "private_answered", "public", "renderings")
 
     def __init__(self, gated: Gated | None, fingerprint: bytes | None, *,
-                 private_answered: bool = False) -> None:
+                 private_answered: bool = False, public: PublicAnswer | None = None) -> None:
         self.gated = gated
         self.fingerprint = fingerprint
         self.private_answered = private_answered
         """The private upstream answered this fill (a packument or a 404), so a version the
         gated packument calls public-only is known not to be private."""
+        self.public = public
+        """What the public upstream answered this fill, when an in-process worker re-gates
+        through this cache (None otherwise, or when public was not asked or failed)."""
         self.renderings: dict[RenderKey, Rendered] = {}
         self.pending: dict[RenderKey, asyncio.Task[Rendered]] = {}
 

@@ -32,7 +32,9 @@
   leave. Bytes that do not match never complete: the held chunk is dropped and the connection
   closed, so even a client that checks no integrity gets a truncated answer it cannot install
   (`tarball_digest_mismatch`, a security line, and `mirrorgate_tampered`). Holding one chunk
-  costs no copy and delays nothing but the last 64 KiB (bench/tarball_relay.py).
+  costs no copy and delays nothing but the last 64 KiB. Past its first 256 KiB a download is
+  hashed on a thread beside the loop (`relayhash`), so the relay's own core does not pay for
+  sha512 (bench/tarball_relay.py, docs/untrusted-queue.md).
 - Only a public GET that was read to its end, matched its digest and reached the client is
   enqueued as a `MirrorJob` (name, version, every digest of `dist`, the upstream tarball URL
   and file name, the size relayed, the manifest without `readme`, the public publish time),
@@ -66,6 +68,7 @@ from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, publish_ti
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.npm.packument import Gated, VersionRecord
 from mirrorgate.serve.refusals import Refused, denied, upstream_failed
+from mirrorgate.serve.relayhash import RelayHasher
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.private import PrivateSource
@@ -182,50 +185,66 @@ class TarballRoute:
             response.content_length = size
         await response.prepare(request)
         deadline.reschedule(None)
+        if request.method == "HEAD":
+            log.info("tarball_served", upstream=source, package=name.full, version=version,
+                     bytes=0, head=True)
+            return response, None
+        hasher = RelayHasher(verifier) if verifier is not None else None
+        try:
+            return await self._relay(request, response, chunks, hasher, source=source,
+                                     name=name, version=version)
+        finally:
+            if hasher is not None:
+                hasher.close()
+
+    async def _relay(self, request: web.Request, response: web.StreamResponse,
+                     chunks: AsyncIterator[bytes], hasher: RelayHasher | None, *, source: str,
+                     name: PackageName, version: str,
+                     ) -> tuple[web.StreamResponse, Verified | None]:
+        """The body of `_stream`: copy, hash (holding the last chunk back), finish or cut."""
         sent = 0
         verified: Verified | None = None
-        if request.method != "HEAD":
-            iterator = aiter(chunks)
-            held: bytes | None = None
-            while True:
-                try:
-                    read = await anext(iterator)
-                except StopAsyncIteration:
-                    break
-                except (aiohttp.ClientError, TimeoutError, OSError, StoreError) as error:
-                    log.warning("tarball_stream_failed", upstream=source, package=name.full,
-                                version=version, sent=sent, detail=type(error).__name__)
-                    return self._cut(request, response, "aborted"), None
-                chunk: bytes | None = read
-                if verifier is not None:
-                    verifier.update(read)
-                    chunk, held = held, read  # send the previous chunk, hold this one
-                if chunk is None:
-                    continue
-                if not await self._write(response, chunk, name, version, sent):
+        iterator = aiter(chunks)
+        held: bytes | None = None
+        while True:
+            try:
+                read = await anext(iterator)
+            except StopAsyncIteration:
+                break
+            except (aiohttp.ClientError, TimeoutError, OSError, StoreError) as error:
+                log.warning("tarball_stream_failed", upstream=source, package=name.full,
+                            version=version, sent=sent, detail=type(error).__name__)
+                return self._cut(request, response, "aborted"), None
+            chunk: bytes | None = read
+            if hasher is not None:
+                await hasher.feed(read)
+                chunk, held = held, read  # send the previous chunk, hold this one
+            if chunk is None:
+                continue
+            if not await self._write(response, chunk, name, version, sent):
+                return response, None
+            sent += len(chunk)
+        if hasher is not None:
+            try:
+                verified = await hasher.finish()  # every byte hashed, the last still held
+            except DigestMismatch as mismatch:
+                self.metrics.tampered.inc()
+                self.metrics.events.tampered(f"{name.full}@{version}", f"the {source} "
+                                             "tarball did not match the admitted digest; "
+                                             "the client's download was cut")
+                log.critical("tarball_digest_mismatch", security=True, upstream=source,
+                             package=name.full, version=version,
+                             expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
+                             algorithm=mismatch.expected.algorithm, sent=sent,
+                             withheld=len(held or b""))
+                return self._cut(request, response, "tampered"), None
+            if held is not None:
+                if not await self._write(response, held, name, version, sent):
                     return response, None
-                sent += len(chunk)
-            if verifier is not None:
-                try:
-                    verified = verifier.finish()
-                except DigestMismatch as mismatch:
-                    self.metrics.tampered.inc()
-                    self.metrics.events.tampered(f"{name.full}@{version}", f"the {source} "
-                                                 "tarball did not match the admitted digest; "
-                                                 "the client's download was cut")
-                    log.critical("tarball_digest_mismatch", security=True, upstream=source,
-                                 package=name.full, version=version,
-                                 expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
-                                 algorithm=mismatch.expected.algorithm, sent=sent,
-                                 withheld=len(held or b""))
-                    return self._cut(request, response, "tampered"), None
-                if held is not None:
-                    if not await self._write(response, held, name, version, sent):
-                        return response, None
-                    sent += len(held)
-            await response.write_eof()
+                sent += len(held)
+        await response.write_eof()
         log.info("tarball_served", upstream=source, package=name.full, version=version,
-                 bytes=sent, head=request.method == "HEAD")
+                 bytes=sent, head=False)
         return response, verified
 
     @staticmethod

@@ -113,12 +113,14 @@ class UpstreamError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class JsonAnswer:
-    """A metadata answer: 200 with a document, 304 (not modified) or 404 (unknown)."""
+    """A metadata answer: 200 with a document, 304 (not modified) or 404 (unknown). `body` is
+    the document's bytes as the upstream sent them (decoded), for a reader that keeps them."""
 
     status: int
     document: dict[str, Any] | None
     etag: str | None
     size: int
+    body: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +308,7 @@ class Upstream:
         if not isinstance(document, dict):
             raise self._failure(UpstreamError(self.label, "invalid",
                                               "the document is not a JSON object"))
-        return JsonAnswer(200, document, answer_etag, len(body))
+        return JsonAnswer(200, document, answer_etag, len(body), body)
 
     @asynccontextmanager
     async def stream(self, url: str, *, method: str = "GET", accept_missing: bool = True,

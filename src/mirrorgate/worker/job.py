@@ -41,9 +41,11 @@ from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.versions import is_version_string
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import DEFAULT_RULES, Rules
+from mirrorgate.serve.rendered import PublicAnswer
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.origins import OriginRefusal, check_on_origin
+from mirrorgate.worker.packuments import CachedPublic, PublicPackuments
 from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.worker.target import (
     MirrorTarget,
@@ -94,6 +96,9 @@ class WorkerDeps:
     rules: Rules = DEFAULT_RULES
     now: Callable[[], datetime] = _utcnow
     on_outcome: Callable[[QueueMessage, str], None] | None = None
+    packuments: PublicPackuments | None = None
+    """Where the re-gate reads public packuments: the serve path's cache in `mirrorgate
+    serve`; None builds the worker's own (`packuments.CachedPublic`)."""
 
 
 class Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it
@@ -135,6 +140,8 @@ class JobRunner:
     def __init__(self, deps: WorkerDeps, keys: RegistryKeys) -> None:
         self.deps = deps
         self._keys = keys  # the registry's keys, for the signature rule
+        self._packuments = (deps.packuments if deps.packuments is not None
+                            else CachedPublic(deps.public, deps.settings))
         self._versions: dict[tuple[str, str], _VersionLock] = {}
 
     async def decide(self, message: QueueMessage) -> tuple[Outcome, str]:
@@ -258,18 +265,36 @@ class JobRunner:
 
     async def _regate(self, job: MirrorJob, name: PackageName) -> MirrorJob:
         """The job as the public packument describes it now (`regate`); raises JobRefused."""
+        answer = await self._public(self._packuments.read, name)  # cached, as the proxy reads
         try:
-            answer = await self.deps.public.get_json(name.url_path(), pool=WORKER)
+            return await self._judge(job, name, answer)
+        except JobRefused:
+            # the cached copy may predate the version (published since the cache was filled):
+            # a refusal stands only once public, asked now, still says the same
+            fresh = await self._public(self._packuments.refresh, name)
+            if fresh is answer:  # revalidated unchanged: the verdict is the same
+                raise
+            return await self._judge(job, name, fresh)
+
+    @staticmethod
+    async def _public(read: Callable[[PackageName], Awaitable[PublicAnswer]],
+                      name: PackageName) -> PublicAnswer:
+        try:
+            return await read(name)
         except UpstreamError as error:
             if error.transient:
                 raise Retry("public-failed", str(error)) from None
             raise Retire("public-refused", str(error), status=error.status) from None
+
+    async def _judge(self, job: MirrorJob, name: PackageName,
+                     answer: PublicAnswer) -> MirrorJob:
         signatures = self.deps.rules.signatures
         keys = await self._keys.current() if signatures.verify else None
         if signatures.verify and keys is None and signatures.missing == "deny":
             # Refusing now would retire a job only a passing outage stands in the way of.
             raise Retry("public-failed", "the public registry's signing keys are unavailable")
-        return await regate(job, name, answer.document, answer.size, public=self.deps.public,
+        document = await in_thread_if_large(answer.size, answer.document)  # a parse of its own
+        return await regate(job, name, document, answer.size, public=self.deps.public,
                             rules=self.deps.rules, now=self.deps.now(), keys=keys)
 
     async def _target_call(self, call: Awaitable[_T]) -> _T:

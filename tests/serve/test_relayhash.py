@@ -1,0 +1,139 @@
+"""The relay's hash off the event loop: in order, bounded, and as strict as the verifier.
+
+`RelayHasher` only moves where `StreamVerifier` hashes: the bytes a relay forwards must still be
+judged by every byte, in the order they arrived, and a relay must never hold more than a
+bounded amount of a download for a hash that is falling behind.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from mirrorgate.integrity import Digest, DigestMismatch, StreamVerifier, digest_of
+from mirrorgate.serve import relayhash
+from mirrorgate.serve.relayhash import BEHIND_AT_MOST, OFF_LOOP_ABOVE, RelayHasher
+
+CHUNK = 64 * 1024
+BYTES = os.urandom(3 * 1024 * 1024 + 1234)
+
+
+def chunks(data: bytes, size: int = CHUNK) -> list[bytes]:
+    return [data[at:at + size] for at in range(0, len(data), size)]
+
+
+def hasher_for(data: bytes, algorithm: str = "sha512") -> RelayHasher:
+    return RelayHasher(StreamVerifier((digest_of(algorithm, data),), expected_size=None,
+                                      limit=None))
+
+
+@pytest.fixture
+def spare_cpu(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Hash off the loop as on a machine with cores to spare; collects the bytes each batch
+    hashed off the loop's thread held."""
+    loop_thread = threading.get_ident()
+    off_loop: list[int] = []
+    real = relayhash._update_all
+
+    def recorded(verifier: StreamVerifier, batch: list[bytes]) -> None:
+        if threading.get_ident() != loop_thread:
+            off_loop.append(sum(len(chunk) for chunk in batch))
+        real(verifier, batch)
+
+    monkeypatch.setattr(relayhash, "_spare_cpu", lambda: True)
+    monkeypatch.setattr(relayhash, "_update_all", recorded)
+    return off_loop
+
+
+async def test_a_large_download_is_hashed_in_order_off_the_loop_and_matches(
+        spare_cpu: list[int]) -> None:
+    hasher = hasher_for(BYTES)
+    for chunk in chunks(BYTES):
+        await hasher.feed(chunk)
+    verified = await hasher.finish()
+
+    assert verified.size == len(BYTES)
+    assert verified.digest == digest_of("sha512", BYTES)
+    assert sum(spare_cpu) >= len(BYTES) - OFF_LOOP_ABOVE  # all but a small tail off the loop
+    assert max(spare_cpu) <= BEHIND_AT_MOST
+
+
+async def test_one_swapped_byte_in_the_part_hashed_off_the_loop_is_a_mismatch(
+        spare_cpu: list[int]) -> None:
+    tampered = bytearray(BYTES)
+    tampered[len(BYTES) // 2] ^= 0x01
+    hasher = hasher_for(BYTES)
+    for chunk in chunks(bytes(tampered)):
+        await hasher.feed(chunk)
+
+    with pytest.raises(DigestMismatch):
+        await hasher.finish()
+
+
+async def test_chunks_swapped_in_order_are_a_mismatch(spare_cpu: list[int]) -> None:
+    """Same bytes, two chunks exchanged: only hashing in arrival order catches it."""
+    parts = chunks(BYTES)
+    parts[10], parts[11] = parts[11], parts[10]
+    hasher = hasher_for(BYTES)
+    for chunk in parts:
+        await hasher.feed(chunk)
+
+    with pytest.raises(DigestMismatch):
+        await hasher.finish()
+
+
+async def test_a_hash_that_falls_behind_holds_the_relay_to_a_bounded_backlog(
+        spare_cpu: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    real = relayhash._update_all
+
+    def slow(verifier: StreamVerifier, batch: list[bytes]) -> None:
+        time.sleep(0.002 * len(batch))  # a starved hashing thread
+        real(verifier, batch)
+
+    monkeypatch.setattr(relayhash, "_update_all", slow)
+    hasher = hasher_for(BYTES)
+    worst = 0
+    for chunk in chunks(BYTES):
+        await hasher.feed(chunk)
+        worst = max(worst, hasher.behind)
+    assert (await hasher.finish()).size == len(BYTES)
+
+    assert worst <= BEHIND_AT_MOST + CHUNK
+    assert worst > BEHIND_AT_MOST // 2  # it did fall behind: the bound was what held it
+
+
+async def test_a_small_download_is_hashed_on_the_loop(spare_cpu: list[int]) -> None:
+    small = BYTES[:OFF_LOOP_ABOVE]
+    hasher = hasher_for(small)
+    for chunk in chunks(small):
+        await hasher.feed(chunk)
+
+    assert (await hasher.finish()).digest == digest_of("sha512", small)
+    assert spare_cpu == []
+
+
+async def test_with_one_cpu_everything_is_hashed_on_the_loop(
+        monkeypatch: pytest.MonkeyPatch, spare_cpu: list[int]) -> None:
+    monkeypatch.setattr(relayhash, "_spare_cpu", lambda: False)
+    hasher = hasher_for(BYTES)
+    for chunk in chunks(BYTES):
+        await hasher.feed(chunk)
+
+    assert (await hasher.finish()).size == len(BYTES)
+    assert spare_cpu == []
+
+
+async def test_the_strongest_digest_decides_also_off_the_loop(spare_cpu: list[int]) -> None:
+    """A matching sha1 beside a sha512 that does not match never rescues the bytes."""
+    wrong512 = Digest("sha512", digest_of("sha512", b"other bytes").value)
+    sha1 = Digest("sha1", digest_of("sha1", BYTES).value)
+    hasher = RelayHasher(StreamVerifier((sha1, wrong512), expected_size=None, limit=None))
+    for chunk in chunks(BYTES):
+        await hasher.feed(chunk)
+
+    with pytest.raises(DigestMismatch) as raised:
+        await hasher.finish()
+    assert raised.value.expected.algorithm == "sha512"
