@@ -2,7 +2,7 @@
 
 Anyone who can write to the queue can write a well-formed job, so a job is only a request to
 mirror `name@version`. Before any tarball is fetched the worker reads that version from the
-public upstream's packument (through the same bounded `Upstream` client the serve path uses)
+public upstream's packument (through the serve path's cache and bounds, `packuments`)
 and runs the same `packument.gate` over it with the current rules; the job is carried out only
 if it describes exactly what that gate admits, and what gets published is public's own
 description of the version, never the job's. `JobRefused.reason` is the metric label.
