@@ -168,9 +168,9 @@ class PackumentSource:
         # held briefly, like a degraded answer, so either applies within seconds of landing
         before_index = gated.advisories is not None and gated.advisories[0] == 0
         unverified = self.rules.signatures.verify and keys is None
-        return Loaded(PackumentEntry(gated, private_print, private_answered=private_error is None,
-                            public=kept),
-                      gated.size + 256 + (kept.size if kept is not None else 0),
+        entry = PackumentEntry(gated, private_print, private_answered=private_error is None,
+                               public=kept)
+        return Loaded(entry, gated.size + 256 + (kept.size if kept is not None else 0),
                       answer.etag if answer is not None else None,
                       fresh_for=DEGRADED_FRESH_FOR
                       if failure is not None or before_index or unverified else None)

@@ -25,6 +25,7 @@ from mirrorgate.upstream.client import FILLS, Upstream, UpstreamError
 
 __all__ = ["CachedPublic", "PublicPackuments", "ServeCachePublic"]
 
+
 class PublicPackuments(Protocol):
     """Reads public packuments; both raise `UpstreamError` (transient for a stale copy)."""
 
