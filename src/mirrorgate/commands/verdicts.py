@@ -26,21 +26,16 @@ import orjson
 from mirrorgate.config import Secret, Settings
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.packument import Denial
 from mirrorgate.rules import Rules
 from mirrorgate.upstream.client import UpstreamError
 
-__all__ = ["Denied", "GateVerdicts", "ProxyVerdicts", "VerdictSource", "Verdicts",
+__all__ = ["GateVerdicts", "ProxyVerdicts", "VerdictSource", "Verdicts",
            "VerdictsError"]
 
 
 class VerdictsError(Exception):
     """A package that could not be judged: an upstream (or the proxy) failed for it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Denied:
-    rule: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +47,7 @@ class Verdicts:
     name: str
     known: bool
     admitted: tuple[str, ...] = ()
-    denied: dict[str, Denied] = field(default_factory=dict)
+    denied: dict[str, Denial] = field(default_factory=dict)
 
 
 class VerdictSource(Protocol):
@@ -109,7 +104,7 @@ class GateVerdicts:
         gated = loaded.value.gated
         if gated is None:
             return Verdicts(name.full, known=False)
-        denied = {version: Denied(record.denial.rule, record.denial.reason)
+        denied = {version: record.denial
                   for version, record in gated.versions.items() if record.denial is not None}
         return Verdicts(name.full, True, tuple(gated.survivors), denied)
 
@@ -170,14 +165,14 @@ class ProxyVerdicts:
         admitted = tuple(versions) if isinstance(versions, dict) else ()
         if not isinstance(versions, dict):
             raise VerdictsError(f"mirrorgate's packument for {name.full} has no versions map")
-        denied: dict[str, Denied] = {}
+        denied: dict[str, Denial] = {}
         # what the packument does not list: ask each version document for the 403's reason
         missing = [version for version in wanted if version not in admitted]
         answers = await asyncio.gather(*(self._get(f"{name.url_path()}/{version}")
                                          for version in missing))
         for version, (code, body) in zip(missing, answers, strict=True):
             if code == 403 and body is not None and isinstance(body.get("rule"), str):
-                denied[version] = Denied(str(body["rule"]), str(body.get("reason", "")))
+                denied[version] = Denial(str(body["rule"]), str(body.get("reason", "")))
             elif code not in (200, 404):
                 raise VerdictsError(_failure(code, body, f"{name.full}@{version}"))
         return Verdicts(name.full, True, admitted, denied)
