@@ -1,11 +1,7 @@
 """Who is asking: client authentication on a listener, as one aiohttp middleware.
 
-With `MIRRORGATE_CLIENT_TOKENS_FILE` set, every route but `/livez` and `/readyz` (and `/metrics`
-when `MIRRORGATE_METRICS_OPEN=true`) needs a client token, sent as `Authorization: Bearer` (npm's
-`_authToken`) or as the password of `Authorization: Basic` (npm's `_auth`, any user name).
-Without the file nothing is checked: access control is then the network's job. The status
-page (`/ui/`) also takes the signed cookie its login form sets (`ui.session`), and sends a
-browser without one to that form instead of answering JSON.
+With `MIRRORGATE_CLIENT_TOKENS_FILE` set, every route but the health probes needs a client
+token; without the file nothing is checked, and access control is then the network's job.
 """
 
 from __future__ import annotations
@@ -41,7 +37,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def presented_token(header: str | None) -> str | None:
-    """The token in an Authorization header (Bearer, or Basic's password), else None."""
+    """The token in an Authorization header, else None: `Bearer` (npm's `_authToken`) or the
+    password of `Basic` (npm's `_auth`, any user name)."""
     if not header or len(header) > _MAX_HEADER:
         return None
     scheme, _, value = header.strip().partition(" ")
@@ -69,6 +66,7 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
     if clients is None:
         return
     tokens = clients
+    # `/livez` and `/readyz` always, `/metrics` when MIRRORGATE_METRICS_OPEN=true
     open_paths = _ALWAYS_OPEN | UI_OPEN_PATHS | ({"/metrics"} if metrics_open else set())
     sessions = app[SESSIONS] = Sessions(tokens)
 
@@ -78,6 +76,7 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
             return await handler(request)
         token = presented_token(request.headers.get("Authorization"))
         client = tokens.match(token) if token is not None else None
+        # the status page also takes the signed cookie its login form sets (`ui.session`)
         if client is None and token is None and (request.path.startswith(UI_PREFIX)
                                                  or request.path == UI_PREFIX.rstrip("/")):
             client = sessions.client(request.cookies.get(COOKIE))

@@ -1,27 +1,8 @@
 """The proxy application: the npm registry protocol under `/npm/`, and its warm path.
 
-`build_proxy_app(proxy)` is what `mirrorgate serve` listens with. Routes, GET and HEAD:
-`/npm/<name>` (the packument; scoped as `@s%2fn`, `@s%2Fn` or `@s/n`), `/npm/<name>/<version or
-dist-tag>`, `/npm/<name>/-/<file>.tgz`, `/npm/-/package/<name>/dist-tags`, `/npm/-/v1/search`
-(`registry.search`), `/npm/-/ping`, `/npm/-/whoami`, and `/livez`, `/readyz`, `/metrics` at the
-root, where no package name can shadow them; POST only to npm audit's endpoints
-(`registry.audit`). Anything else is a JSON 404, a write a JSON 405; every 4xx but a package
-miss is logged once (`request_refused`). Who may ask is `access`'s business (a middleware).
-Decisions:
-
-- The warm packument path does almost nothing: a memoised parse of the path, a cache lookup
-  within the TTL, and the bytes rendered for (form, base URL), plain or gzip'd, or a 304.
-  Merging, gating, rendering and compressing happen once per cache fill
-  (`registry.fill`, `registry.rendered`), never per request.
-- Everything else (a miss, a version, a tarball, a refusal) takes the slow path: a request id
-  bound to the log context, a `MIRRORGATE_REQUEST_TIMEOUT` deadline (504 JSON), refusals
-  turned into JSON answers, and any unexpected error logged and answered 500, never raised.
-  Upstream work there first takes an admission slot (`admission`: 503 past
-  `MIRRORGATE_MAX_IN_FLIGHT`); the warm path never does, so it is never shed.
-- The pieces live beside this module: path parsing (`registry.paths`), header negotiation
-  (`registry.negotiation`), the merge and gate (`registry.packument`), filling the cache
-  (`registry.fill`), tarballs and mirror jobs (`registry.tarballs`).
-- Every request is counted by fixed route label and status (`mirrorgate_requests_total`).
+A warm packument (cached within its TTL, already rendered for the request's form and base URL)
+is answered before anything else runs; everything else takes the slow path, with a request id,
+a deadline, an admission slot and refusals answered as JSON.
 """
 
 from __future__ import annotations
@@ -178,6 +159,7 @@ class ProxyServer:
     # --- bookkeeping -----------------------------------------------------------------------
 
     def _count(self, route: str, status: int | str) -> None:
+        """Count every request by fixed route label and status (`mirrorgate_requests_total`)."""
         counter = self._counters.get((route, status))
         if counter is None:
             counter = self._counters[(route, status)] = self.metrics.requests.labels(
@@ -209,7 +191,12 @@ class ProxyServer:
     # --- dispatch --------------------------------------------------------------------------
 
     async def npm(self, request: web.Request) -> web.StreamResponse:
-        """Every `/npm/...` request; a warm packument returns before anything else runs."""
+        """Every `/npm/...` request; a warm packument returns before anything else runs.
+
+        The warm path is a memoised parse of the path, a cache lookup within the TTL, and the
+        bytes rendered for (form, base URL), plain or gzip'd, or a 304. Merging, gating,
+        rendering and compressing happen once per cache fill (`fill`, `rendered`), never per
+        request, and the warm path takes no admission slot, so it is never shed."""
         raw = request.raw_path
         query = raw.find("?")
         rest = raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):]
@@ -238,6 +225,9 @@ class ProxyServer:
 
     async def _slow(self, request: web.Request,
                     target: RegistryPath | InvalidNameError) -> web.StreamResponse:
+        """Everything but a warm packument: a request id bound to the log context, refusals
+        turned into JSON answers, and any unexpected error logged and answered 500, never
+        raised."""
         route = target.route if isinstance(target, RegistryPath) else "unknown"
         request_id = self._request_id(request)
         with structlog.contextvars.bound_contextvars(request_id=request_id):
@@ -291,6 +281,8 @@ class ProxyServer:
                           "serves packuments, versions, tarballs, dist-tags, search and audit",
                           reason="no such route")
         limit = self.settings.request_timeout
+        # upstream work first takes an admission slot (`overload`: 503 past
+        # MIRRORGATE_MAX_IN_FLIGHT), then runs within MIRRORGATE_REQUEST_TIMEOUT (504 JSON)
         try:
             async with self.admission.slot(target.route), \
                     asyncio.timeout(limit) as deadline:
@@ -434,6 +426,13 @@ def build_proxy_app(
     now: Callable[[], datetime] = _utcnow,
 ) -> web.Application:
     """The aiohttp application serving `/npm/` and the health routes at the root.
+
+    Routes, GET and HEAD: `/npm/<name>` (the packument; scoped as `@s%2fn`, `@s%2Fn` or
+    `@s/n`), `/npm/<name>/<version or dist-tag>`, `/npm/<name>/-/<file>.tgz`,
+    `/npm/-/package/<name>/dist-tags`, `/npm/-/v1/search` (`search`), `/npm/-/ping`,
+    `/npm/-/whoami`, and `/livez`, `/readyz`, `/metrics` at the root, where no package name
+    can shadow them; POST only to npm audit's endpoints (`audit`). Anything else is a JSON
+    404, a write a JSON 405. Who may ask is `access`'s business (a middleware).
 
     `clock` (monotonic seconds, for the cache) and `now` (wall time, for release-age rules)
     are injectable so tests move time instead of sleeping.

@@ -1,18 +1,8 @@
 """`npm audit` through mirrorgate: the bulk advisory endpoint answered from the advisory index.
 
-npm 11 (arborist's audit report) POSTs `/-/npm/v1/security/advisories/bulk` with a gzip'd JSON
-object of package name to the versions in the tree, and reads back, per name, a list of
-`{id, url, title, severity, vulnerable_versions, cwe, cvss}`; only when that fails does it try
-the older "quick" endpoint. Decisions:
-
-- The answer lists exactly the advisories the gate would refuse a version for (the same
-  `counted` test: malware under `malware = "deny"`, severity at or above the threshold, not
-  ignored), and only those affecting a version the request names: `npm audit` then reports what
-  an install through mirrorgate would be denied.
-- The quick endpoint answers 501 saying to use the bulk one (npm 11 asks for bulk first); with no
-  `[advisories]` table, or before the first load, bulk answers 404 or 503 with the reason.
-- The body is bounded (`MAX_AUDIT_BYTES` once decompressed; aiohttp inflates the gzip) and read
-  strictly: an object of names to arrays of version strings, at most `MAX_AUDIT_NAMES` names.
+npm 11 (arborist's audit report) POSTs `/-/npm/v1/security/advisories/bulk` a gzip'd JSON object
+of package name to the versions in the tree and reads back, per name, a list of advisories: here
+exactly those an install through mirrorgate would be denied for.
 """
 
 from __future__ import annotations
@@ -54,6 +44,9 @@ def _advisory_json(entry: PackageAdvisory) -> dict[str, Any]:
 
 
 async def _read_body(request: web.Request) -> dict[str, list[str]]:
+    """The request, bounded (`MAX_AUDIT_BYTES` once decompressed: aiohttp inflates the gzip)
+    and read strictly: an object of names to arrays of version strings, at most
+    `MAX_AUDIT_NAMES` names."""
     body = await request.content.read(MAX_AUDIT_BYTES + 1)
     if len(body) > MAX_AUDIT_BYTES:
         raise Refused(413, f"the audit request is larger than {MAX_AUDIT_BYTES} bytes",
@@ -81,6 +74,7 @@ class AuditRoute:
         self.metrics = metrics
 
     async def quick(self, request: web.Request) -> web.Response:
+        """501, saying to use bulk: npm tries this older endpoint only when bulk fails."""
         self.metrics.audits.labels("quick_refused").inc()
         raise Refused(501, "mirrorgate answers npm audit on the bulk advisory endpoint "
                       "(/-/npm/v1/security/advisories/bulk), which npm 7 and later use first; "
@@ -109,6 +103,9 @@ class AuditRoute:
             found = []
             for entry in entries:
                 for version, key in keys:
+                    # The advisories the gate would refuse a version for (the same `counted`
+                    # test: malware under `malware = "deny"`, severity at or above the
+                    # threshold, not ignored), and only for a version the request names.
                     hit = entry.hit(version, key)
                     if hit is not None and counted(advisories, hit) is not None:
                         found.append(_advisory_json(entry))

@@ -1,27 +1,8 @@
 """The packument cache: a short TTL, single-flight fills, an LRU bound on entries and bytes.
 
 A packument is merged, gated and rendered once per fill; every request within the TTL is a
-dictionary lookup. The cache knows nothing about npm: it holds values of any type, filled by a
-loader the serve path passes in, which receives the previous slot so it can revalidate (send
-the upstream's ETag in If-None-Match and hand back the same value on a 304). Decisions:
-
-- Single flight: concurrent misses for one key share one fill (one upstream fetch). The fill
-  runs in its own task, so a client that disconnects does not cancel it for the others, and
-  its result is stored even when nobody waits for it any more.
-- Stale-if-error, bounded: past its TTL an entry is revalidated before it is served, but when
-  the revalidation fails, or takes longer than `revalidate_wait`, the previous entry is served
-  for up to `stale_if_error` seconds past its TTL (10 minutes by default), and a failed key is
-  not retried for `retry_interval` seconds, so a dead upstream costs one attempt per key every
-  few seconds, not one per request. A slow revalidation that later succeeds still updates the
-  entry. After that window the failure is the answer.
-- A fill may ask for a shorter freshness (`Loaded.fresh_for`), e.g. a packument served from
-  the private upstream alone while the public one is down, so the degraded answer is retried
-  soon.
-- Bounded memory: at most `max_entries` entries and `max_bytes` bytes, least recently used
-  evicted first. Sizes are what the value says it holds (serialised bytes), and an entry that
-  grows later (a new rendering) reports it with `grow`. An entry larger than the whole budget
-  is served once and not kept.
-- Time is injected (`clock`), so tests move it instead of sleeping.
+dictionary lookup. The cache knows nothing about npm: it holds any value, filled by a loader
+that gets the previous entry so it can revalidate (If-None-Match, the same value on a 304).
 """
 
 from __future__ import annotations
@@ -59,7 +40,9 @@ class Cached(Generic[V]):
 @dataclass(frozen=True, slots=True)
 class Loaded(Generic[V]):
     """What a loader hands back: the value (the previous slot's own value after a 304),
-    its size in bytes, the upstream validator, and optionally a shorter freshness."""
+    its size in bytes (what the value holds, serialised), the upstream validator, and
+    optionally a shorter freshness: e.g. a packument served from the private upstream alone
+    while the public one is down, so the degraded answer is retried soon."""
 
     value: V
     size: int
@@ -80,6 +63,16 @@ def _retrieve(task: asyncio.Task[object]) -> None:
 
 
 class PackumentCache(Generic[V]):
+    """At most `max_entries` entries and `max_bytes` bytes, least recently used evicted first.
+
+    Stale-if-error, bounded: past its TTL an entry is revalidated before it is served, but when
+    the revalidation fails, or takes longer than `revalidate_wait`, the previous entry is served
+    for up to `stale_if_error` seconds past its TTL, and a failed key is not retried for
+    `retry_interval` seconds: a dead upstream costs one attempt per key every few seconds, not
+    one per request. After that window the failure is the answer. Time is injected (`clock`),
+    so tests move it instead of sleeping.
+    """
+
     def __init__(
         self,
         *,
@@ -130,6 +123,9 @@ class PackumentCache(Generic[V]):
             if usable and now < slot.retry_at:
                 self._on_result(STALE)
                 return slot
+        # Single flight: concurrent misses for one key share one fill. It runs in its own task,
+        # so a client that disconnects does not cancel it for the others, and its result is
+        # stored even when nobody waits for it any more (a slow revalidation still updates).
         flight = self._flights.get(key)
         if flight is None:
             flight = asyncio.get_running_loop().create_task(self._fill(key, slot, load))
@@ -187,7 +183,7 @@ class PackumentCache(Generic[V]):
         old = self._slots.pop(slot.key, None)
         if old is not None:
             self._bytes -= old.size
-        if slot.size > self.max_bytes:
+        if slot.size > self.max_bytes:  # larger than the whole budget: served once, not kept
             return
         self._slots[slot.key] = slot
         self._bytes += slot.size

@@ -1,30 +1,8 @@
 """Filling a packument cache entry: both upstreams at once, then the merge and the gate.
 
-This is the loader the packument cache calls on a miss or once the TTL has passed; it runs once
-per package however many clients wait (the cache is single-flight). Decisions:
-
-- The private and public packuments are fetched concurrently. The public one is revalidated
-  with the ETag it came with; on a 304, when the private answer is unchanged (same
-  fingerprint) and no timed denial (release age, quarantine) has come of age since, the
-  previous entry is kept as it is, renderings included. Otherwise the public packument is
-  fetched again in full and the entry rebuilt.
-- Either upstream may fail on its own and be logged (`upstream_failed`): the packument is
-  built from what answered, and held only `DEGRADED_FRESH_FOR` seconds so the missing half is
-  asked for again soon (so is one gated before the advisory index first loaded). Nothing
-  survives and an upstream failed: the failure is raised (the client gets 502, 503 or 504).
-  Both say they have no such package: an entry with no packument (a 404), cached like any
-  other.
-- Merging and gating documents above `offload.THREAD_ABOVE` bytes runs in a thread, so a 10 MB
-  packument does not stall the event loop for every other client.
-- Ownership: a name `[private].names` covers (and `merge_public` does not) is never asked of
-  the public upstream, nor is one remembered as first-party (`registry.firstparty`); the
-  private answer alone builds it. A first-party name whose private side fails raises (503):
-  the cache serves its stale entry within `stale_if_error`, never a public-only packument. A
-  name never seen first-party is built from public alone while the private side fails.
-- Rule denials, refused tarball URLs and skipped version keys are counted and logged here,
-  once per fill, never per request.
-- With `keep_public` (a worker in the same process), the entry also keeps the public answer's
-  bytes, so the worker's re-gate reads public through this cache (`worker.packuments`).
+`PackumentSource.load` is the loader the packument cache calls on a miss or past the TTL; it
+runs once per package however many clients wait, so rule denials, refused tarball URLs and
+skipped version keys are counted and logged here, once per fill, never per request.
 """
 
 from __future__ import annotations
@@ -122,6 +100,9 @@ class PackumentSource:
         TooManyVersionsError for a packument too large to gate."""
         now = self.now()
         full = name.full
+        # A name `[private].names` covers, or one remembered as first-party (`firstparty`) that
+        # `merge_public` does not cover, is never asked of the public upstream: the private
+        # answer alone builds it.
         if self.rules.private_alone(full) or (
                 full in self.first_party and not self.rules.merge_public.covers_name(full)):
             alone = await self._load_private_alone(name, now)
@@ -134,11 +115,18 @@ class PackumentSource:
                       and (old.gated.regate_at is None or now < old.gated.regate_at)
                       and old.gated.advisories == state_token(self.rules.advisories, now))
         etag = previous.validator if revalidate and previous is not None else None
+        # Either upstream may fail on its own (logged `upstream_failed`): the packument is built
+        # from what answered, held only DEGRADED_FRESH_FOR so the missing half is asked again.
         (private, private_error), public, keys = await asyncio.gather(
             self._private_document(name), self._public_answer(name, etag), self._keys())
+        # A first-party name whose private side fails raises (503): the cache serves its stale
+        # entry within `stale_if_error`, never a public-only packument. A name never seen
+        # first-party is built from public alone meanwhile.
         if private_error is not None and full in self.first_party:
             raise self._outage(name, private_error)  # merge_public: no public-only answer
         private_print = fingerprint(private)
+        # a 304 with the private answer unchanged keeps the previous entry as it is, renderings
+        # included; otherwise the public packument is fetched again in full and rebuilt
         if isinstance(public, JsonAnswer) and public.status == 304:
             if previous is not None and old is not None and old.fingerprint == private_print:
                 return Loaded(old, previous.size, public.etag)
@@ -153,12 +141,16 @@ class PackumentSource:
         if private is None and public_doc is None:
             if failure is not None:
                 raise failure
+            # both say there is no such package: an entry with no packument (a 404), cached
+            # like any other
             self.first_party.forget(full)
             return Loaded(PackumentEntry(None, None, public=kept), 256)
         size = answer.size if answer is not None else 0
+        # in a thread above offload.THREAD_ABOVE bytes: a 10 MB packument does not stall the
+        # event loop for every other client
         gated = await in_thread_if_large(size, self._gate, name, private, public_doc, now, keys)
         if failure is not None and not gated.survivors:
-            raise failure
+            raise failure  # nothing installable and an upstream failed: 502, 503 or 504
         if gated.first_party:
             self.first_party.remember(full)
         elif private_error is None:

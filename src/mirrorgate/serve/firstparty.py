@@ -1,10 +1,8 @@
-"""The names mirrorgate has learned are first-party, remembered across private outages and
-restarts.
+"""The names mirrorgate has learned are first-party, remembered across outages and restarts.
 
 While the private upstream fails, its answer cannot say whether a name is the organisation's;
 this memory can, so a first-party name is served from the stale cache or refused (503), never
-from public alone. Bounded (least recently filled forgotten first) and kept in a small
-append-only file in the data directory (`+name`, `-name` lines, compacted when it grows).
+from public alone.
 """
 
 from __future__ import annotations
@@ -26,7 +24,9 @@ _MAX_LINE = 300  # a package name is at most 214 characters
 
 
 class FirstPartyNames:
-    """A bounded set of package names, persisted at `path` (None: this process only).
+    """A bounded set of package names (least recently filled forgotten first), persisted at
+    `path` (None: this process only) as an append-only file of `+name` and `-name` lines,
+    compacted when it grows.
 
     Writes are one short append per change of status, rare next to fills, so they are made
     in place on the event loop; a file that cannot be written leaves the memory in-process

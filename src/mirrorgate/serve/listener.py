@@ -1,20 +1,8 @@
 """The listening socket, with the slow-client bounds aiohttp's server does not have.
 
-aiohttp bounds an idle keep-alive connection (`keepalive_timeout`, given to the `AppRunner`) but
-has no timeout for reading a request head (its old `slow_request_timeout` is gone) and none for
-a response blocked on a client that stopped reading: a half-sent head or a one-byte-a-second
-reader holds a connection, a handler and, for a tarball, an upstream connection for as long as
-the client likes. `GuardedSite` listens like `web.TCPSite`, but wraps each connection's aiohttp
-protocol in a `_Guard` that sees the bytes and the transport's flow control first:
-
-- **head timeout**: a request head must be complete (its blank line seen) within
-  `head_timeout` of the connection opening, or of the first byte of a later request. A
-  client that sends half a head, or nothing, is disconnected (`http_head_timed_out`).
-- **write stall**: when the transport asks the protocol to pause writing (its buffer is full
-  because the client is not reading), the connection is aborted unless writing resumes within
-  `write_stall_timeout` (`http_write_stalled`), with a reset that also drops what the kernel
-  still holds for it. The handler's pending write then fails as a client disconnect, so a
-  tarball stream ends and gives its upstream connection back.
+aiohttp times out an idle keep-alive connection, but neither a request head that never ends
+nor a response blocked on a client that stopped reading: either holds a connection, a handler
+and, for a tarball, an upstream connection for as long as the client likes.
 """
 
 from __future__ import annotations
@@ -38,14 +26,23 @@ HEAD_END = b"\r\n\r\n"
 
 @dataclass(frozen=True, slots=True)
 class ClientBounds:
+    """The two bounds; aiohttp's own `keepalive_timeout` (given to the `AppRunner`) covers an
+    idle connection, and its old `slow_request_timeout` is gone."""
+
     head_timeout: float
+    """A request head must be complete (its blank line seen) within this of the connection
+    opening, or of the first byte of a later request, or the client is disconnected."""
     write_stall_timeout: float
+    """When the transport pauses writing (the client is not reading), the connection is reset
+    unless writing resumes within this. The handler's pending write then fails as a client
+    disconnect, so a tarball stream ends and gives its upstream connection back."""
     on_cut: Callable[[str], None]
     """Called with `head_timeout` or `write_stall` each time a connection is cut."""
 
 
 class _Guard(asyncio.Protocol):
-    """One connection: aiohttp's protocol inside, the two timers around it."""
+    """One connection: aiohttp's protocol inside, the two timers around it; the guard sees the
+    bytes and the transport's flow control first."""
 
     def __init__(self, inner: asyncio.Protocol, bounds: ClientBounds) -> None:
         self._inner = inner

@@ -2,18 +2,6 @@
 
 Past its capacity a proxy without a bound slows every request together until clients time out;
 with one, some requests are told to come back (503, `Retry-After`) and the rest stay fast.
-
-- Only requests that do upstream work take a slot: packument misses and refreshes, version
-  documents, tarballs. A warm packument hit never does: it is answered from the cache in one
-  step of the event loop, holding no connection and nothing a slot would protect, so shedding
-  it would free nothing; it is never counted and never shed, however slow the work that holds
-  the bound.
-- Tarball streams are long-lived (as long as the client takes to read), packument fills are
-  short: tarballs may hold at most three quarters of `MIRRORGATE_MAX_IN_FLIGHT`, so the rest
-  is always there for the metadata an install needs first.
-- A request that finds the bound taken waits up to `WAIT` seconds (a burst is absorbed), then
-  gets 503 with `Retry-After` and a JSON reason, counted in `mirrorgate_shed_total{route}` and
-  logged (`request_shed`) on the first shed and then every `LOG_EVERY`th.
 """
 
 from __future__ import annotations
@@ -32,13 +20,21 @@ __all__ = ["WAIT", "Admission"]
 log = structlog.get_logger("mirrorgate.admission")
 
 WAIT = 1.0
-"""Seconds a request waits for a slot before it is shed."""
+"""Seconds a request waits for a slot before it is shed (a burst is absorbed)."""
 RETRY_AFTER = "1"
-LOG_EVERY = 100
+LOG_EVERY = 100  # `request_shed` is logged on the first shed, then every LOG_EVERYth
+# Tarball streams are long-lived (as long as the client takes to read), packument fills short:
+# tarballs may hold at most this share of MIRRORGATE_MAX_IN_FLIGHT, so the rest is always there
+# for the metadata an install needs first.
 TARBALL_SHARE = 0.75
 
 
 class Admission:
+    """Slots for the requests that do upstream work: packument misses and refreshes, version
+    documents, tarballs. A warm packument hit never takes one: answered from the cache in one
+    step of the event loop, it holds nothing a slot would protect, so shedding it would free
+    nothing; it is never counted and never shed, however slow the work that holds the bound."""
+
     def __init__(self, limit: int, metrics: Metrics, *, wait: float = WAIT) -> None:
         self.limit = limit
         self.tarball_limit = max(1, int(limit * TARBALL_SHARE))
@@ -65,6 +61,8 @@ class Admission:
             yield
 
     def _refuse(self, route: str) -> Refused:
+        """The 503 with `Retry-After` and a JSON reason, counted in
+        `mirrorgate_shed_total{route}`."""
         self._shed += 1
         self._metrics.shed.labels(route).inc()
         if self._shed == 1 or self._shed % LOG_EVERY == 0:

@@ -1,9 +1,8 @@
 """Requests the proxy answers with a JSON error, and the sentences in them.
 
-Every non-2xx answer is JSON with an `error` sentence a person can act on (npm prints it), and,
-where a program may want them, structured fields: `reason`, `rule`, `package`, `version`,
-`upstream`, `kind`. Handlers raise `Refused`; the dispatcher turns it into the response, so a
-refusal is one line wherever it happens.
+Every non-2xx answer is JSON with an `error` sentence a person can act on (npm prints it) and,
+for programs, fields such as `reason`, `rule`, `package`, `version`, `upstream`, `kind`.
+Handlers raise `Refused` and the dispatcher answers it, so a refusal is one line anywhere.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """`npm search` through mirrorgate: the public upstream's `/-/v1/search`, filtered by the rules.
 
-The proxy holds no index of its own, so the public upstream answers the query; each result is
-then checked against the packument mirrorgate serves for that name (from the packument cache,
-so a repeated search costs no upstream call within the TTL). Decisions:
-
-- A result survives when its package has an admitted version; its `version` becomes the
-  served `latest` when the upstream's pick was denied. A name whose packument cannot be had
-  (the upstream failed, the name is invalid) is left out, never shown unchecked.
-- Only npm's search parameters are forwarded (`text`, `size`, `from`, and the three weights),
-  `size` capped at 250 as the public registry caps it.
-- An upstream without search (404, 405, 501) is a 501 saying so; any other failure is the
-  usual 502, 503 or 504.
+The proxy holds no index of its own: the public upstream answers the query, and each result is
+checked against the packument mirrorgate serves for that name (from the packument cache, so a
+repeated search costs no upstream call within the TTL).
 """
 
 from __future__ import annotations
@@ -27,11 +19,13 @@ from mirrorgate.upstream.client import Upstream, UpstreamError
 
 __all__ = ["MAX_SIZE", "search"]
 
+# only npm's search parameters are forwarded, `size` capped as the public registry caps it
 PARAMETERS = ("text", "size", "from", "quality", "popularity", "maintenance")
 MAX_SIZE = 250
 LOOKUPS = 8
 """Packuments looked up at once while filtering one page of results."""
 NO_SEARCH = (404, 405, 501)
+"""Upstream statuses meaning it has no search: a 501 saying so (other failures: 502-504)."""
 
 GatedOf = Callable[[PackageName], Awaitable[Gated | None]]
 
@@ -55,7 +49,11 @@ def _no_search(public: Upstream, status: int) -> Refused:
 
 async def _admitted(result: Any, gated_of: GatedOf,
                     lookups: asyncio.Semaphore) -> dict[str, Any] | None:
-    """The result as mirrorgate would serve it, or None when nothing of it is admitted."""
+    """The result as mirrorgate would serve it, or None when nothing of it is admitted.
+
+    Its `version` becomes the served `latest` when the upstream's pick was denied. A name whose
+    packument cannot be had (the upstream failed, the name is invalid) is left out, never shown
+    unchecked."""
     package = result.get("package") if isinstance(result, dict) else None
     if not isinstance(package, dict) or not isinstance(package.get("name"), str):
         return None

@@ -1,54 +1,8 @@
-"""The tarball route: private first, then the public version's gate, streaming, the job.
+"""The tarball route, `GET|HEAD /npm/<name>/-/<file>.tgz`: private first, then public.
 
-`GET|HEAD /npm/<name>/-/<file>.tgz`. Decisions:
-
-- The file name must be `<bare name>-<version>.tgz` for this package (`version_from_filename`),
-  else 400; a version no upstream lists is a 404.
-- The gated packument (cached) is read first, so the rules reach every version: a denied one
-  is a 403 wherever its bytes are, mirrored and first-party versions included, and a version
-  no upstream lists is a 404 before any tarball is asked for.
-- A private version is streamed from the private upstream, at the npm-standard path. A miss,
-  or a private failure (logged `upstream_failed`), falls back to public only for a version the
-  gate kept a public URL for: a mirrored one public still admits. A first-party name has no
-  public URL, so its tarballs never come from public.
-- A public-only version goes straight to public when the packument was built with the private
-  upstream's answer (`private_answered`): a cold install then costs one private request per
-  name (its packument), not one more per tarball. Built while the private side was failing,
-  the private side is asked first all the same.
-- The public side never builds a URL: it follows the version's own `dist.tarball`, which the
-  gate already checked is on the public upstream's origin (a version whose URL is not is
-  unavailable, answered 403 with the reason). A denied version is a 403 saying which rule,
-  why and which version (`tarball_denied`).
-- Bytes are copied chunk by chunk as they arrive (constant memory). Once the response has
-  started, an upstream that breaks mid-body makes the proxy close the connection: the client
-  sees a failed transfer, never a short 200 and never a hang (`tarball_stream_failed`). The
-  request timeout stops at the first byte; the upstream's per-read timeout bounds the rest,
-  and the listener's write-stall timeout a client that stops reading (`listener`): its write
-  here then fails as a disconnect (`tarball_client_gone`) and the upstream connection, on the
-  tarball pool, is released.
-- A public tarball is hashed as it streams (`verify.StreamVerifier`, the worker's verifier)
-  against the strongest digest its version was admitted with, and the last chunk read is held
-  back until the next one arrives: at the end the digest is known before the final bytes
-  leave. Bytes that do not match never complete: the held chunk is dropped and the connection
-  closed, so even a client that checks no integrity gets a truncated answer it cannot install
-  (`tarball_digest_mismatch`, a security line, and `mirrorgate_tampered`). Holding one chunk
-  costs no copy and delays nothing but the last 64 KiB. Past its first 256 KiB a download is
-  hashed on a thread beside the loop (`relayhash`), so the relay's own core does not pay for
-  sha512 (bench/tarball_relay.py, docs/untrusted-queue.md).
-- Only a public GET that was read to its end, matched its digest and reached the client is
-  enqueued as a `MirrorJob` (name, version, every digest of `dist`, the upstream tarball URL
-  and file name, the size relayed, the manifest without `readme`, the public publish time),
-  in a background task: the response never waits on the queue and never fails because of
-  it. A client that hangs up early causes no job (it would make the worker download up to
-  the size cap for nothing).
-  HEAD never enqueues, nor does a version the private upstream lists.
-  A job the queue drops (full) is neither counted as enqueued nor logged here: every backend
-  decides at once, so its drop count moving across the call says so, and the queue reports
-  drops itself (the first, then every 1,000th).
-- A version is enqueued at most once per `ENQUEUE_WINDOW` (5 minutes): parallel CI jobs and
-  npm's own retry after an integrity failure pull the same tarball several times in a row,
-  and one job mirrors it. A pull after the window enqueues again, so a job the queue lost
-  (the bounded memory queue drops when full) is made good by the next pull.
+Only a version the gated packument admits is served; bytes stream through in constant memory,
+and a public tarball is hashed on the way and, once it reached the client whole, enqueued for
+the worker to mirror.
 """
 
 from __future__ import annotations
@@ -78,6 +32,10 @@ __all__ = ["OUTCOME", "TarballRoute", "mirror_job", "offer"]
 log = structlog.get_logger("mirrorgate.serve")
 
 OCTETS = "application/octet-stream"
+# A version is enqueued at most once per window: parallel CI jobs and npm's own retry after an
+# integrity failure pull the same tarball several times in a row, and one job mirrors it. A pull
+# after the window enqueues again, so a job the queue lost (the bounded memory queue drops when
+# full) is made good by the next pull.
 ENQUEUE_WINDOW = 300.0
 ENQUEUE_MEMORY = 10_000
 """Versions remembered for the enqueue window; the oldest are forgotten first."""
@@ -105,10 +63,14 @@ class TarballRoute:
     async def __call__(self, request: web.Request, name: PackageName, filename: str,
                        deadline: asyncio.Timeout) -> web.StreamResponse:
         try:
+            # the file name must be `<bare name>-<version>.tgz` for this package, else 400
             version = version_from_filename(name, filename)
         except InvalidNameError as error:
             self.metrics.refusals.labels("bad_tarball_filename").inc()
             raise Refused(400, f"refused tarball path: {error}", reason=str(error)) from None
+        # The gated packument (cached) is read first, so the rules reach every version: a denied
+        # one is a 403 wherever its bytes are, mirrored and first-party versions included, and a
+        # version no upstream lists is a 404 before any tarball is asked for.
         gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None:
@@ -124,8 +86,13 @@ class TarballRoute:
         if not record.private and self.private_answered(name):
             # the packument, built with the private upstream's answer, says the version is
             # public-only: asking private again would cost a round trip per tarball for a miss
+            # (a cold install costs one private request per name, its packument). Built while
+            # the private side was failing, the private side is asked first all the same.
             self.metrics.private_skipped.inc()
         else:
+            # A private version is streamed from the private upstream, at the npm-standard path.
+            # A miss or a private failure falls back to public (`_public`) only for a version the
+            # gate kept a public URL for: a mirrored one public still admits.
             try:
                 async with self.private.tarball(name, filename) as body:
                     if body is not None:
@@ -148,6 +115,9 @@ class TarballRoute:
                       private_error: UpstreamError | None, deadline: asyncio.Timeout,
                       published: str | None) -> web.StreamResponse:
         version = record.version
+        # Never a URL built here: the version's own `dist.tarball`, which the gate checked is on
+        # the public upstream's origin (one that is not was denied as unavailable, a 403). A
+        # first-party name has no public URL, so its tarballs never come from public.
         url = record.upstream_tarball
         if url is None:
             if private_error is not None:
@@ -164,6 +134,10 @@ class TarballRoute:
                     request, response.size, response.chunks,
                     deadline, source="public", name=name, version=version,
                     verifier=_verifier(record))
+                # Only a public GET read to its end, matched and reached the client whole is
+                # mirrored: a client that hangs up early causes no job (the worker would
+                # download up to the size cap for nothing); HEAD never enqueues, nor does a
+                # version the private upstream lists.
                 if verified is not None and request.method == "GET" and not record.private:
                     self._enqueue(name, record, url, verified.size, published)
                 return answer
@@ -179,16 +153,26 @@ class TarballRoute:
                       ) -> tuple[web.StreamResponse, Verified | None]:
         """Relay `chunks`; with a `verifier`, the bytes are hashed and the last chunk held back
         until they are known to match. Returns the response and, when the body was verified
-        and reached the client whole, what matched."""
+        and reached the client whole, what matched.
+
+        Chunks are copied as they arrive (constant memory). An upstream that breaks mid-body,
+        or bytes that do not match, close the connection (`_cut`). A client that stops reading
+        is cut by the listener's write-stall timeout; the write here then fails as a disconnect
+        and the upstream connection, on the tarball pool, is released."""
         response = web.StreamResponse(headers={"Content-Type": OCTETS})
         if size is not None:
             response.content_length = size
         await response.prepare(request)
+        # the request timeout stops at the first byte; the upstream's per-read timeout bounds
+        # the rest
         deadline.reschedule(None)
         if request.method == "HEAD":
             log.info("tarball_served", upstream=source, package=name.full, version=version,
                      bytes=0, head=True)
             return response, None
+        # past its first 256 KiB a download is hashed on a thread beside the loop, so the
+        # relay's own core does not pay for sha512 (bench/tarball_relay.py,
+        # docs/untrusted-queue.md)
         hasher = RelayHasher(verifier) if verifier is not None else None
         try:
             return await self._relay(request, response, chunks, hasher, source=source,
@@ -217,6 +201,8 @@ class TarballRoute:
                 return self._cut(request, response, "aborted"), None
             chunk: bytes | None = read
             if hasher is not None:
+                # Holding one chunk back means the digest is known before the final bytes
+                # leave; it costs no copy and delays only the last 64 KiB.
                 await hasher.feed(read)
                 chunk, held = held, read  # send the previous chunk, hold this one
             if chunk is None:
@@ -228,6 +214,8 @@ class TarballRoute:
             try:
                 verified = await hasher.finish()  # every byte hashed, the last still held
             except DigestMismatch as mismatch:
+                # The held chunk is dropped and the connection closed: even a client that
+                # checks no integrity gets a truncated answer it cannot install.
                 self.metrics.tampered.inc()
                 self.metrics.events.tampered(f"{name.full}@{version}", f"the {source} "
                                              "tarball did not match the admitted digest; "
@@ -281,6 +269,8 @@ class TarballRoute:
 
     def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
                  published: str | None) -> None:
+        """Enqueue the version's job (`mirror_job`, with the size relayed) in a background task:
+        the response never waits on the queue and never fails because of it."""
         if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return
@@ -304,8 +294,9 @@ class TarballRoute:
             return
         if not taken:
             # The queue was full: it counts the drop and reports it at its own cadence
-            # (mirror_queue_dropped), so a burst is not one line per request. The next
-            # pull of this version may enqueue it again.
+            # (mirror_queue_dropped: the first, then every 1,000th), so a burst is not one line
+            # per request; nor is it counted as enqueued. The next pull of this version may
+            # enqueue it again.
             self._enqueued.pop(job.label, None)
             return
         self.metrics.enqueued.inc()

@@ -1,10 +1,7 @@
 """Who may use the proxy: the client tokens file, parsed, matched and re-read when it changes.
 
-`MIRRORGATE_CLIENT_TOKENS_FILE` holds one client per line, `NAME sha256:HEX [PERMISSION...]`,
-`#` starting a comment. Only digests are stored, so the file (a Kubernetes Secret) never holds a
-usable token; `new_token` makes one. `ClientTokens` keeps the last good set: a file that cannot
-be read or parsed at start refuses start-up naming the line, a bad rewrite later is logged and
-counted while the previous set stays in force.
+`MIRRORGATE_CLIENT_TOKENS_FILE` holds one client per line, `NAME sha256:HEX [PERMISSION...]`.
+Only digests are stored, so the file (a Kubernetes Secret) never holds a usable token.
 """
 
 from __future__ import annotations
@@ -67,7 +64,8 @@ def name_problem(name: str) -> str | None:
 
 
 def parse_clients(text: str, source: str) -> tuple[Client, ...]:
-    """The clients a tokens file lists; raises ClientTokensError naming the first bad line."""
+    """The clients a tokens file lists (`#` starts a comment); raises ClientTokensError naming
+    the first bad line."""
     clients: list[Client] = []
     names: set[str] = set()
     digests: set[bytes] = set()
@@ -147,7 +145,9 @@ def _ignore(_reason: str) -> None:
 
 
 class ClientTokens:
-    """The clients in force, matched in constant time, re-read when the file changes."""
+    """The clients in force, matched in constant time, re-read when the file changes: a file
+    unusable at start refuses start-up, a bad rewrite later leaves the last good set in force
+    (logged, and counted through `on_reload_failed`)."""
 
     def __init__(self, path: Path, *, on_reload_failed: Callable[[str], None] = _ignore) -> None:
         """Reads `path` now; raises ClientTokensError when it cannot be used."""
