@@ -170,9 +170,8 @@ class TarballRoute:
             log.info("tarball_served", upstream=source, package=name.full, version=version,
                      bytes=0, head=True)
             return response, None
-        # past its first 256 KiB a download is hashed on a thread beside the loop, so the
-        # relay's own core does not pay for sha512 (bench/tarball_relay.py,
-        # docs/untrusted-queue.md)
+        # hashed beside the loop when a second CPU is there, so the relay's own core does not
+        # pay for sha512 (`relayhash`)
         hasher = RelayHasher(verifier) if verifier is not None else None
         try:
             return await self._relay(request, response, chunks, hasher, source=source,

@@ -1,11 +1,8 @@
 """Re-gating a mirror job at ingest: the worker believes the public upstream, never the queue.
 
 Anyone who can write to the queue can write a well-formed job, so a job is only a request to
-mirror `name@version`. Before any tarball is fetched the worker reads that version from the
-public upstream's packument (through the serve path's cache and bounds, `packuments`)
-and runs the same `packument.gate` over it with the current rules; the job is carried out only
-if it describes exactly what that gate admits, and what gets published is public's own
-description of the version, never the job's. `JobRefused.reason` is the metric label.
+mirror `name@version`: it is carried out only if it describes exactly what the gate admits now,
+and what gets published is public's own description of the version, never the job's.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ _NAMED_FIELDS = 20
 
 class JobRefused(Exception):  # noqa: N818 - an outcome the worker retires, not a bug
     """The job is not what the public upstream and the rules admit. `reason` is a stable
-    label; `fields` say what did not match (the job's value and public's)."""
+    label (the metric label); `fields` say what did not match (the job's value and public's)."""
 
     def __init__(self, reason: str, detail: str, **fields: Any) -> None:
         super().__init__(detail)
@@ -58,9 +55,11 @@ def check_digest_floor(job: MirrorJob, rules: Rules) -> None:
 async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] | None,
                  size: int, *, public: Upstream, rules: Rules, now: datetime,
                  keys: KeySet | None = None) -> MirrorJob:
-    """The job to carry out: `name@version` as the public packument `document` (None when
+    """The job to carry out: `name@version` as the public packument `document` (read before
+    any tarball is fetched, through the serve path's cache and bounds, `packuments`; None when
     public has no such package; `size` its bytes) describes it and the current rules admit it
-    (`keys`: the public registry's signing keys, for the signature rule).
+    (`keys`: the public registry's signing keys, for the signature rule), through the same
+    `packument.gate` the serve path runs.
 
     Raises `JobRefused` when the version is not there, is denied, or the job's tarball URL,
     digests or manifest differ from public's.

@@ -1,25 +1,8 @@
 """Mirror targets: where the worker puts verified tarballs, an npm registry or a directory.
 
 The worker asks a target three things, the same way whatever it is: is the name first-party
-there (`first_party`: a version without the mirror mark, read from the full packument), does
-it already hold this version with this integrity (`holds`, a metadata read, so a job whose
-work is done costs no download), and please store these verified bytes (`publish`). Decisions:
-
-- `open_target(url, upstream)`: `file:///path` is the embedded `FileStore` (the directory the
-  serve path reads as its private upstream); `http(s)://` is an npm registry reached through the
-  process's `Upstream` for it, which adds the bearer token and refuses to leave its origin.
-- "Already there" is success only when the stored integrity is the job's: the stored `dist` is
-  read back and compared with `verify.agreement`, and a registry's stored tarball is read back
-  over HTTP and hashed too (its `dist` is not proof of its bytes). A version stored with
-  different bytes is a `TargetConflict` (the worker logs it as a security event and retires
-  the job); one whose
-  digests cannot be compared (only weaker ones in common) is refused, never assumed equal.
-- Every failure is a `TargetError` with a stable `reason` and `transient` (worth retrying:
-  connection errors, timeouts, 5xx, 408, 429), so the worker never needs to know which kind
-  of target it talks to.
-- A target never publishes bytes it was not shown to match: `publish` takes the digests the
-  worker computed while verifying, and verifies the bytes itself when it is called without them.
-- JSON and base64 work on large tarballs runs in a thread so the event loop keeps serving.
+there, does it already hold this version with this integrity (a metadata read, so a job whose
+work is done costs no download), and store these verified bytes.
 """
 
 from __future__ import annotations
@@ -69,7 +52,6 @@ __all__ = [
 
 READ_BACK_LIMIT = 256 * 1024 * 1024
 """The largest stored tarball read back when no MIRRORGATE_MAX_TARBALL_BYTES is given."""
-"""Tarballs at least this big are hashed and encoded in a thread, off the event loop."""
 
 _T = TypeVar("_T")
 
@@ -81,7 +63,8 @@ class PublishResult(enum.StrEnum):
 
 class TargetError(Exception):
     """The target did not take the version. `reason` is a stable label (a metric label and a
-    log field); `transient` says whether trying again later may succeed."""
+    log field); `transient` says whether trying again later may succeed (connection errors,
+    timeouts, 5xx, 408, 429), so the worker never needs to know which kind of target it has."""
 
     def __init__(self, reason: str, detail: str, *, transient: bool) -> None:
         super().__init__(detail)
@@ -90,7 +73,8 @@ class TargetError(Exception):
 
 
 class TargetConflict(TargetError):  # noqa: N818 - a security outcome, named for what it is
-    """The target already holds this version with other bytes than the ones admitted."""
+    """The target already holds this version with other bytes than the ones admitted (the
+    worker logs it as a security event and retires the job)."""
 
     def __init__(self, label: str, expected: Digest, stored: Digest | None) -> None:
         shown = stored.sri() if stored is not None else "(none)"
@@ -115,7 +99,9 @@ class MirrorTarget(Protocol):
 
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:
-        """Store the bytes; raises TargetConflict, or TargetError naming why not."""
+        """Store the bytes; raises TargetConflict, or TargetError naming why not. A target never
+        publishes bytes it was not shown to match: without the worker's `digests` it verifies
+        them itself (`publish_digests`)."""
         ...
 
 
@@ -143,7 +129,9 @@ def _name(job: MirrorJob) -> PackageName:
 
 
 def _confirm(label: str, job: MirrorJob, stored_dist: Any) -> bool:
-    """True when the stored `dist` has the job's integrity; raises when it has another."""
+    """True when the stored `dist` has the job's integrity (`integrity.agreement`); raises
+    TargetConflict when it has another. False when the digests cannot be compared (only weaker
+    ones in common): never assumed equal, so the version is not "already there"."""
     verdict, stored = agreement(stored_dist if isinstance(stored_dist, Mapping) else None,
                                 job.artifact.digests)
     if verdict is Agreement.SAME:
@@ -333,7 +321,10 @@ class StoreTarget:
 
 def open_target(url: str, upstream: Upstream | None, *,
                 max_tarball_bytes: int = READ_BACK_LIMIT) -> MirrorTarget:
-    """The target a configured URL names: `file://` a FileStore, `http(s)://` a registry."""
+    """The target a configured URL names: `file:///path` the embedded `FileStore` (the
+    directory the serve path reads as its private upstream), `http(s)://` an npm registry
+    through the process's `Upstream` for it, which adds the bearer token and refuses to leave
+    its origin."""
     if url.startswith("file://"):
         return StoreTarget(FileStore(store_root(url)))
     if not url.startswith(("http://", "https://")):
