@@ -1,11 +1,7 @@
 """The advisory rules: the `[advisories]` table compiled, and its check of one version.
 
-Three rule names (metric labels, 403 bodies): `advisory-malware` (a `MAL-` record affects the
-version), `advisory-severity` (an advisory at or above the chosen severity affects it) and
-`advisory-unavailable` (there is no index, or it is older than `max_age`, and `unavailable =
-"deny"`). With `unavailable = "admit"` a stale index is still applied: old knowledge of a bad
-version is better than none. The check is pure and cheap: one read of the feed's state, one dict
-lookup by package name, nothing more for the (vast) majority of names no advisory mentions.
+The check is pure and cheap: one read of the feed's state and one dict lookup by package name,
+nothing more for the (vast) majority of names no advisory mentions.
 """
 
 from __future__ import annotations
@@ -19,8 +15,10 @@ from mirrorgate.npm.versions import highest
 __all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "SHOWN_ADVISORIES",
            "AdvisoryRules", "check", "counted", "fast_lane", "state_token"]
 
-ADVISORY_MALWARE = "advisory-malware"
-ADVISORY_SEVERITY = "advisory-severity"
+# rule names (metric labels, 403 bodies)
+ADVISORY_MALWARE = "advisory-malware"  # a `MAL-` record affects the version
+ADVISORY_SEVERITY = "advisory-severity"  # an advisory at or above the chosen severity does
+# there is no index, or it is older than `max_age`, and `unavailable = "deny"`
 ADVISORY_UNAVAILABLE = "advisory-unavailable"
 SHOWN_ADVISORIES = 5
 """Advisories named one by one in a denial; more are counted."""
@@ -98,6 +96,8 @@ def check(rules: AdvisoryRules, name: str, version: str, label: str,
                                       f"{why}, and the rules deny when it is unavailable")
     if index is None:
         return None
+    # with `unavailable = "admit"` a stale index is still applied: old knowledge of a bad
+    # version is better than none
     hits = index.hits(name, version)
     if not hits:
         return None

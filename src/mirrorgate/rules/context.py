@@ -1,5 +1,4 @@
-"""What the rules read beyond the one version they judge: the packument's history and the
-registry's keys.
+"""What the rules read beyond the one version they judge: the history and the registry's keys.
 
 Built once per packument by the gate (`packument_context`) and passed to every `evaluate` of
 that packument, so rules that need the whole history cost one pass, not a request per version.

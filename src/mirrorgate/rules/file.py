@@ -1,9 +1,8 @@
 """The rules file: TOML in, a compiled `Rules` out, or every problem named by its key.
 
 Anything the file says that cannot be honoured exactly (an unknown table or key, a wrong type,
-a bad duration, pattern or range) is refused with a `RulesError` listing every problem, each
-naming its key, so a typo can never silently weaken the policy and one start-up attempt shows
-everything to fix.
+a bad duration, pattern or range) is refused, so a typo can never silently weaken the policy,
+and every problem is listed, so one start-up attempt shows everything to fix.
 """
 
 from __future__ import annotations

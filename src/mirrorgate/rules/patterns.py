@@ -1,11 +1,7 @@
 """Package patterns for the rules' lists: `left-pad`, `@acme/*`, `acme-*`, `lodash@<4.17.21`.
 
-One syntax everywhere a rule names packages. Patterns are compiled once, when the rules file
-loads, into a `PatternList` indexed by exact name and by scope, so matching a version costs a
-dict lookup and, only for ranged entries, one semver comparison (npm's semantics, from
-`mirrorgate.semver`). A name alone covers every version, prereleases included. A trailing `*`
-after a non-empty name prefix (`acme-*`, `@acme/ui-*`) covers every name with that prefix;
-those few entries are checked one by one.
+One syntax everywhere a rule names packages, compiled once when the rules file loads, so that
+matching a version costs a dict lookup and, only for a ranged entry, one semver comparison.
 """
 
 from __future__ import annotations
@@ -35,7 +31,12 @@ def quoted(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PackagePattern:
-    """One entry of a package list: an exact name or a whole scope, optionally a range."""
+    """One entry of a package list: an exact name, a whole scope or a name prefix (a trailing
+    `*` after a non-empty prefix: `acme-*`, `@acme/ui-*`), optionally a range.
+
+    A name alone covers every version, prereleases included; a range follows npm's semantics
+    (`npm.semver`), so `lodash@<4.17.21` does not cover `4.17.20-beta.1`.
+    """
 
     text: str
     name: str | None  # the exact package name; None for a scope wildcard
@@ -162,7 +163,7 @@ class PatternList:
         scope = _scope_of(subject.name)
         if scope is not None:
             candidates += self._by_scope.get(scope, ())
-        if self._prefixed:
+        if self._prefixed:  # the few prefix entries are checked one by one
             candidates += tuple(pattern for pattern in self._prefixed
                                 if subject.name.startswith(pattern.prefix or ""))
         for pattern in candidates:

@@ -2,16 +2,6 @@
 
 Evaluation is pure (no I/O, no clock of its own: `now` is passed in), deterministic and cheap,
 because the serve path runs it for every public version of a packument when it fills its cache.
-Rules with stable names (metric labels, 403 bodies) are evaluated in `RULE_NAMES` order, the
-first denial winning: `integrity-presence` (always on), `digest-floor` (sha1-only versions
-admitted but flagged weak unless a stronger floor is set), `registry-signature`, `deny-list`,
-`allow-list` (a non-empty allow list admits only what it names), the three advisory rules
-(`rules.advisory`), `install-scripts`, `minimum-age` (which a version fixing an advisory skips
-when the fast lane is on), then the takeover signals `provenance-continuity` and
-`publisher-change` (`rules.takeover`). A version that is not valid semver cannot be placed
-relative to a range: a ranged deny entry denies it (fail closed), a ranged allow or exemption
-entry does not cover it. A missing or unparseable publish time is "no time entry", denied by
-the age rule unless `age.missing_time = "allow"`.
 """
 
 from __future__ import annotations
@@ -51,6 +41,8 @@ DENY_LIST = "deny-list"
 ALLOW_LIST = "allow-list"
 INSTALL_SCRIPTS = "install-scripts"
 MINIMUM_AGE = "minimum-age"
+# Stable names (metric labels, 403 bodies), in the order `evaluate` applies them, the first
+# denial winning. The advisory rules are `rules.advisory`'s, the last two `rules.takeover`'s.
 RULE_NAMES: tuple[str, ...] = (
     INTEGRITY_PRESENCE,
     DIGEST_FLOOR,
@@ -172,6 +164,8 @@ def _age_reason(when: datetime, age: timedelta, rules: Rules) -> str:
 def _deny_listed(rules: Rules, subject: Subject) -> Verdict | None:
     if not rules.deny:
         return None
+    # A version that is not valid semver cannot be placed relative to a range: a ranged deny
+    # entry denies it (fail closed); a ranged allow or exemption entry does not cover it.
     hit = rules.deny.first_match(subject, unparseable_matches=True)
     if hit is None:
         return None
@@ -208,7 +202,7 @@ def evaluate(
     is_mapping = isinstance(manifest, Mapping)
     dist = manifest.get("dist") if is_mapping else None
     best = strongest(digests_from_dist(dist)) if isinstance(dist, Mapping) else None
-    if best is None:
+    if best is None:  # integrity-presence is always on, whatever the rules file says
         return _deny(
             INTEGRITY_PRESENCE,
             f"{_label(name, version)} carries no digest to verify its tarball against (no sha1 "
@@ -222,6 +216,7 @@ def evaluate(
             f"{_label(name, version)}'s strongest digest is {best.algorithm}; "
             f"the rules require {floor}",
         )
+    # sha1-only versions are admitted but flagged weak, unless a stronger floor is set
     admitted = _ADMITTED_WEAK if best.algorithm == "sha1" else _ADMITTED
     # Tampered metadata outranks every policy reason, so it is checked first.
     keys = context.keys if context is not None else None
@@ -233,6 +228,7 @@ def evaluate(
     listed = _deny_listed(rules, subject)
     if listed is not None:
         return listed
+    # a non-empty allow list admits only what it names
     if rules.allow and rules.allow.first_match(subject, unparseable_matches=False) is None:
         return _deny(
             ALLOW_LIST,
@@ -257,8 +253,9 @@ def evaluate(
         not rules.age_exempt
         or rules.age_exempt.first_match(subject, unparseable_matches=False) is None
     ) and (rules.advisories is None or not fast_lane(rules.advisories, name, version)):
+        # (a version that fixes an advisory skips the age rule when the fast lane is on)
         when = moment(published)
-        if when is None:
+        if when is None:  # missing or unparseable: "no time entry", denied unless allowed
             if not rules.missing_time_allowed:
                 return _deny(
                     MINIMUM_AGE,

@@ -1,10 +1,7 @@
 """Registry signatures: `dist.signatures` checked against the public registry's signing keys.
 
-The npm registry signs `name@version:integrity` with ECDSA P-256 (SHA-256) when a version is
-published; a signature that does not verify means the metadata was changed after publication
-(tampered integrity, a swapped tarball), whatever the tarball holds. Checking mirrors npm's own
-(`npm audit signatures`): every signature must name a listed key, the key must not have expired
-before the version was published, and the signature must verify.
+A signature that does not verify means the metadata was changed after publication (tampered
+integrity, a swapped tarball), whatever the tarball holds.
 """
 
 from __future__ import annotations
@@ -113,7 +110,11 @@ def _missing(rule: SignatureRule, label: str, why: str) -> Finding | None:
 def check_signature(rule: SignatureRule, keys: KeySet | None, name: str, version: str,
                     manifest: Mapping[str, Any], published: object) -> Finding | None:
     """A denial when `dist.signatures` does not verify against `keys` (tampered metadata),
-    or, under `missing = "deny"`, when there is no signature or no key to check it with."""
+    or, under `missing = "deny"`, when there is no signature or no key to check it with.
+
+    The npm registry signs `name@version:integrity` with ECDSA P-256 (SHA-256) at publish.
+    The check mirrors `npm audit signatures`: every signature must name a listed key, the key
+    must not have expired before the version was published, and the signature must verify."""
     if not rule.verify:
         return None
     label = f"{name}@{version}"

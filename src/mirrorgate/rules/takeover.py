@@ -2,8 +2,7 @@
 
 A stolen token shows in the metadata: the attacker's version lacks the provenance attestation
 the project's CI attached to the previous ones, or is published by an account that published
-none of them. Both rules read the public versions in publish-time order (`History`, built once
-per packument), so they stay pure and cost no request per version.
+none of them. Both rules read one `History` per packument, so they stay pure and cost no request.
 """
 
 from __future__ import annotations
