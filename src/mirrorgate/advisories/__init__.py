@@ -1,6 +1,8 @@
-"""OSV advisories for the admission rules: records (`osv`), the compact index (`index`),
-reading a zip, a directory or an https URL (`source`), and the feed that keeps the index in
-force current in the background (`feed`)."""
+"""OSV advisories for the admission rules: a compact index, kept current in the background.
+
+`osv` reads one record, `index` holds them by package name, `source` reads a zip, a directory
+or an https URL, and `feed` keeps the index in force current.
+"""
 
 from mirrorgate.advisories.feed import AdvisoryFeed, FeedState
 from mirrorgate.advisories.index import AdvisoryIndex, Hit, IndexBuilder, PackageAdvisory

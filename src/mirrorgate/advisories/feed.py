@@ -1,17 +1,8 @@
 """The advisory feed: the index in force, replaced whole by a background refresh.
 
 One `AdvisoryFeed` is built with the rules and shared by everything that evaluates them (the
-serve path, the worker's re-gate, the commands). Its `state` is one immutable `FeedState`,
-replaced by a single assignment, so a reader sees the old index or the new one, never a mix.
-Decisions:
-
-- Loading never blocks serving: the first load and every refresh parse in a thread; until the
-  first load succeeds there is no index, and the `unavailable` rule decides.
-- A refresh that fails (unreadable, corrupt, truncated, empty copy, network error) keeps the
-  old index and is logged (`advisories_load_failed`) and counted; the next refresh tries again.
-- The data's age: for a local file or directory, the time since it was last modified (the job
-  that syncs it touches it); for a URL, the time since mirrorgate last confirmed it holds the
-  newest copy (a 200 or a 304).
+serve path, the worker's re-gate, the commands). Loading never blocks serving: every load
+parses in a thread, and until the first one succeeds there is no index (the `unavailable` rule).
 """
 
 from __future__ import annotations
@@ -55,10 +46,15 @@ def _utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class FeedState:
-    """What the feed holds: the index (None before the first load) and how current it is."""
+    """What the feed holds: the index (None before the first load) and how current it is.
+    Immutable and replaced by a single assignment, so a reader sees the old index or the new
+    one, never a mix."""
 
     index: AdvisoryIndex | None = None
     as_of: datetime | None = None
+    """The data's age: for a local file or directory, when it was last modified (the job that
+    syncs it touches it); for a URL, when mirrorgate last confirmed it holds the newest copy
+    (a 200 or a 304)."""
     generation: int = 0
     etag: str | None = None
     last_modified: str | None = None
@@ -124,6 +120,8 @@ class AdvisoryFeed:
                 modified = datetime.fromtimestamp(signature[0] / 1e9, UTC)
                 self._swap(index, modified, signature=signature)
         except (SourceError, OSError) as error:
+            # unreadable, corrupt, truncated, empty copy, network error: the old index stays,
+            # the failure is logged and counted, and the next refresh tries again
             reason = str(error) if isinstance(error, SourceError) else (
                 f"cannot read {self.shown}: {error.strerror or error}")
             log.error("advisories_load_failed", source=self.shown, reason=reason,

@@ -2,10 +2,7 @@
 
 Built once per load, off the event loop, then only read: a lookup is one dict access by package
 name (most names have no entry, so most versions cost exactly that), then a walk over that
-package's few advisories. Compact because the npm export holds about 200,000 records: advisories
-are shared by every package they name, identical interval lists (above all "every version", the
-shape of nearly every `MAL-` record) are one object, and only what a denial or `npm audit`
-shows is kept.
+package's few advisories.
 """
 
 from __future__ import annotations
@@ -107,7 +104,10 @@ class AdvisoryIndex:
 
 
 class IndexBuilder:
-    """Collects parsed records into an `AdvisoryIndex`, sharing what repeats."""
+    """Collects parsed records into an `AdvisoryIndex`, sharing what repeats: the npm export
+    holds about 200,000 records, so an advisory is one object for every package it names,
+    identical interval lists (above all "every version", the shape of nearly every `MAL-`
+    record) are one object, and only what a denial or `npm audit` shows is kept."""
 
     def __init__(self) -> None:
         self._by_name: dict[str, list[PackageAdvisory]] = {}

@@ -2,18 +2,7 @@
 
 OSV records come from a data file the operator chose, not from a client, but they are still
 read strictly: a record that is not an object, has no id, or names no npm package is skipped
-(counted by the loader), never raised. Decisions:
-
-- Only `affected[]` entries with `package.ecosystem == "npm"` count; ranges of type SEMVER or
-  ECOSYSTEM (npm's ecosystem order is semver) are read, GIT ranges are not.
-- A range's events are sorted by version and walked: `introduced` opens an interval, `fixed`
-  closes it (exclusive), `last_affected` closes it (inclusive); an interval left open runs to
-  every later version. Ordering is semver's (prereleases before their release), with no npm
-  range rule that hides prereleases: `1.2.0-beta` inside an affected interval is affected.
-- Severity: the highest of the record's CVSS v3/v4 vectors scored by the `cvss` library; with
-  no usable vector, the record's own label (`database_specific.severity`, GHSA's LOW,
-  MODERATE, HIGH, CRITICAL); otherwise unknown, which no severity threshold reaches.
-- `MAL-` ids (or aliases) are malware. Withdrawn records are dropped.
+(counted by the loader), never raised.
 """
 
 from __future__ import annotations
@@ -178,10 +167,15 @@ _ORDER = {"introduced": 0, "fixed": 1, "last_affected": 1, "limit": 1}
 
 
 def _intervals(ranges: object) -> tuple[Interval, ...]:
+    """A range's events sorted by version and walked: `introduced` opens an interval, `fixed`
+    closes it (exclusive), `last_affected` closes it (inclusive); one left open runs to every
+    later version. The order is semver's (prereleases before their release), with no npm range
+    rule that hides prereleases: `1.2.0-beta` inside an affected interval is affected."""
     if not isinstance(ranges, list):
         return ()
     out: list[Interval] = []
     for one in ranges:
+        # npm's ecosystem order is semver; GIT ranges are not read
         if not isinstance(one, Mapping) or one.get("type") not in ("SEMVER", "ECOSYSTEM"):
             continue
         events: list[tuple[Key | None, int, str, str]] = []
@@ -219,7 +213,7 @@ def _intervals(ranges: object) -> tuple[Interval, ...]:
 
 def parse_record(record: object) -> Record | None:
     """The npm part of one OSV record, or None when it has none or cannot be used."""
-    if not isinstance(record, Mapping) or record.get("withdrawn"):
+    if not isinstance(record, Mapping) or record.get("withdrawn"):  # withdrawn: dropped
         return None
     ident = record.get("id")
     if not isinstance(ident, str) or not ident or len(ident) > 100:
@@ -230,7 +224,7 @@ def parse_record(record: object) -> Record | None:
             continue
         package = entry.get("package")
         if not isinstance(package, Mapping) or package.get("ecosystem") != "npm":
-            continue
+            continue  # only npm's `affected[]` entries count
         name = package.get("name")
         if not isinstance(name, str) or not name or len(name) > 214:
             continue
@@ -246,6 +240,9 @@ def parse_record(record: object) -> Record | None:
     aliases = tuple(a for a in raw_aliases if isinstance(a, str))[:32] if isinstance(
         raw_aliases, list) else ()
     malware = ident.startswith("MAL-") or any(a.startswith("MAL-") for a in aliases)
+    # Severity: the highest of the CVSS v3/v4 vectors, scored by the `cvss` library; with no
+    # usable vector, the record's own label (`database_specific.severity`, GHSA's LOW,
+    # MODERATE, HIGH, CRITICAL); otherwise unknown, which no severity threshold reaches.
     severity, score, vector = _cvss(record.get("severity"))
     if severity == "unknown":
         severity = _label(record)

@@ -2,16 +2,7 @@
 
 Each function here either returns a whole index or raises `SourceError` with a sentence saying
 what is wrong; the feed keeps its old index on an error, so a corrupt, truncated or empty copy
-never replaces a good one. Decisions:
-
-- A zip whose directory or a member's CRC is damaged (a truncated download) is refused whole;
-  one member that is not JSON is skipped and counted, as the real export may hold odd records.
-- A copy with no npm records is refused: an empty export is far likelier a broken download than
-  a world without advisories.
-- Members over `MAX_RECORD_BYTES` are skipped (a zip bomb would otherwise be read whole).
-- A URL must be https; the download is streamed to a temporary file, bounded by
-  `MAX_EXPORT_BYTES`, and asked for with If-None-Match / If-Modified-Since, so an unchanged
-  export costs one 304.
+never replaces a good one.
 """
 
 from __future__ import annotations
@@ -35,7 +26,7 @@ from mirrorgate.logs import loggable_url
 __all__ = ["MAX_EXPORT_BYTES", "MAX_RECORD_BYTES", "Download", "SourceError", "fetch_url",
            "is_url", "local_signature", "probe_local", "probe_url", "read_local", "read_zip"]
 
-MAX_RECORD_BYTES = 4 * 1024 * 1024
+MAX_RECORD_BYTES = 4 * 1024 * 1024  # larger members are skipped: a zip bomb would be read whole
 MAX_EXPORT_BYTES = 2 * 1024 * 1024 * 1024
 _CHUNK = 1024 * 1024
 
@@ -49,6 +40,7 @@ def is_url(source: str) -> bool:
 
 
 def _finish(builder: IndexBuilder, where: str) -> AdvisoryIndex:
+    # an empty export is far likelier a broken download than a world without advisories
     if builder.records == 0:
         raise SourceError(f"{where} holds no npm OSV records (is it the npm export, complete?)")
     return builder.build()
@@ -62,7 +54,9 @@ def _parse_member(builder: IndexBuilder, data: bytes) -> None:
 
 
 def read_zip(file: str | Path | IO[bytes], where: str) -> AdvisoryIndex:
-    """Every `.json` member of the zip at `file` (a path or an open binary file)."""
+    """Every `.json` member of the zip at `file` (a path or an open binary file). A damaged
+    directory or member CRC (a truncated download) refuses the whole zip; a member that is
+    not JSON is skipped and counted, as the real export may hold odd records."""
     builder = IndexBuilder()
     try:
         with zipfile.ZipFile(file) as archive:
@@ -159,7 +153,9 @@ async def fetch_url(url: str, *, etag: str | None, last_modified: str | None,
                     seconds: float, ssl_context: ssl.SSLContext | None = None) -> Download:
     """The export at `url` read into an index, or `Download(None, ...)` on a 304.
 
-    The zip is parsed in a thread, so the event loop keeps serving while it loads.
+    The URL must be https; the download is streamed to a temporary file, bounded by
+    `MAX_EXPORT_BYTES`, and conditional (If-None-Match, If-Modified-Since), so an unchanged
+    export costs one 304. The zip is parsed in a thread, so the event loop keeps serving.
     """
     shown = loggable_url(url)
     if not url.startswith("https://"):
