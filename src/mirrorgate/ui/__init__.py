@@ -1,8 +1,6 @@
 """The status page at `/ui/`: a read-only, server-rendered view for people.
 
-`add_ui_routes` registers the overview (`/ui/`), the package view (`/ui/package/<name>` and
-the search box's `/ui/package?name=`), the login form and the stylesheet on the proxy app. No
-script, no build step: HTML from Python with every value escaped, one CSS file served from
+No script, no build step: HTML from Python with every value escaped, one CSS file served from
 this package, a strict Content-Security-Policy (`ui.page`). Who may look is `access`'s
 business, as for `/npm/`; the browser's cookie is `ui.session`'s.
 """
@@ -33,6 +31,8 @@ _PACKAGE = "/ui/package/"
 
 def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules, health: Health,
                   packument: LoadPackument) -> None:
+    """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
+    box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
     started = datetime.now(UTC)
     style = files("mirrorgate.ui").joinpath("style.css").read_bytes()
 

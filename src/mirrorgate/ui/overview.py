@@ -1,9 +1,8 @@
 """The overview (`/ui/`): is the mirror keeping up, and what was refused lately.
 
-Figures come from the process's own Prometheus registry, read the way `/metrics` renders it
-(`Metrics.registry.collect()`), so the page and a scrape can never disagree. What happened
-lately (denials, tamper verdicts, upstream failures, job outcomes in the last hour) comes from
-the bounded in-memory ring in `mirrorgate.events`, and the page says so.
+Figures come from the process's own Prometheus registry, read the way `/metrics` renders it, so
+the page and a scrape can never disagree. What happened in the last hour comes from the bounded
+in-memory ring in `mirrorgate.events`, and the page says so.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
 def samples(metrics: Metrics) -> Samples:
+    """One scrape of the registry (`Metrics.registry.collect()`, as `/metrics` reads it)."""
     found: Samples = defaultdict(list)
     for family in metrics.registry.collect():
         for sample in family.samples:

@@ -1,10 +1,7 @@
 """The package view (`/ui/package/<name>`): every version and what mirrorgate made of it.
 
-The packument comes from the serve path's own cache and fill (the callable the proxy app
-hands over), so the page shows exactly the verdicts `/npm/` serves, and looking a package up
-here warms the cache for the next install. Verdicts: first-party (private, not a copy),
-mirrored (private, carrying the worker's mark), admitted (served from public, not mirrored
-yet), denied (with the rule, the reason and the nearest admitted version to use instead).
+The packument comes from the serve path's own cache and fill, so the page shows exactly the
+verdicts `/npm/` serves, and looking a package up here warms the cache for the next install.
 """
 
 from __future__ import annotations
@@ -33,8 +30,11 @@ LoadPackument = Callable[[PackageName], Awaitable[Gated | None]]
 
 
 def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str]:
-    """(css class, verdict, detail) for one version; the texts are escaped by the caller.
-    A denial comes first: the rules reach mirrored and first-party versions too."""
+    """(css class, verdict, detail) for one version; the texts are escaped by the caller:
+    denied (the rule, the reason, the nearest admitted version to use instead), mirrored
+    (private, carrying the worker's mark), first-party (private, not a copy) or admitted
+    (served from public, not mirrored yet). A denial comes first: the rules reach mirrored and
+    first-party versions too."""
     if record.denial is not None:
         instead = nearest(record.version, survivors)
         use = f"; nearest admitted: {instead}" if instead else "; no admitted version to use"

@@ -1,10 +1,7 @@
 """The status page's HTML frame: one layout, the escaping helper and the response headers.
 
 Every value that reaches a page goes through `esc` (`html.escape`, quotes included), so a
-package name, a reason or an upstream's error text is always text, never markup. The
-Content-Security-Policy allows no script at all, styles and images only from this origin,
-forms only back to it, and no framing: an injection that slipped past escaping still could
-not run, load or post anything elsewhere.
+package name, a reason or an upstream's error text is always text, never markup.
 """
 
 from __future__ import annotations
@@ -16,6 +13,8 @@ from aiohttp import web
 
 __all__ = ["CSP", "HEADERS", "esc", "page", "search_form", "table"]
 
+# No script at all, styles and images only from this origin, forms only back to it, no framing:
+# an injection that slipped past escaping still could not run, load or post anything elsewhere.
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
 HEADERS = {

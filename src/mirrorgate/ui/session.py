@@ -1,11 +1,8 @@
 """The status page's browser login: a client token traded for a signed, short-lived cookie.
 
 A browser cannot send `Authorization: Bearer` by itself, so `/ui/login` takes a client token
-once (a POST form) and answers with a cookie that is not the token: the client's name, an
-expiry and an HMAC over both and the token's digest, keyed by a random key this process drew
-at start. The raw token is never stored, logged or echoed; rotating a client's token or
-restarting the process invalidates its cookies. The cookie is HttpOnly and SameSite=Strict
-(no other site can make a browser send it), and Secure when the request came over TLS.
+once (a POST form) and answers with a cookie that is not the token. The raw token is never
+stored, logged or echoed.
 """
 
 from __future__ import annotations
@@ -44,6 +41,8 @@ class Sessions:
         self._key = secrets.token_bytes(32)  # per process: a restart logs every browser out
 
     def _mac(self, client: Client, expires: int) -> str:
+        # over the name, the expiry and the token's digest: rotating a client's token
+        # invalidates its cookies
         message = f"{client.name}\0{expires}\0".encode() + client.digest
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
@@ -114,6 +113,8 @@ def login_submit(metrics: Metrics) -> Callable[[web.Request], Awaitable[web.Resp
                          "rotated; ask the operator for a current one", status=401)
         log.info("ui_login", client=client.name)
         response = see_other("/ui/")
+        # HttpOnly, SameSite=Strict (no other site can make a browser send it), and Secure
+        # when the request came over TLS
         response.set_cookie(COOKIE, sessions.issue(client), max_age=LIFETIME_SECONDS,
                             path="/ui", httponly=True, samesite="Strict",
                             secure=request.secure)
