@@ -100,9 +100,9 @@ class PackumentSource:
         TooManyVersionsError for a packument too large to gate."""
         now = self.now()
         full = name.full
-        # A name `[private].names` covers, or one remembered as first-party (`firstparty`) that
-        # `merge_public` does not cover, is never asked of the public upstream: the private
-        # answer alone builds it.
+        # A name `[private].names` covers, or one remembered as first-party (`firstparty`),
+        # that `merge_public` does not cover is never asked of the public upstream: the
+        # private answer alone builds it.
         if self.rules.private_alone(full) or (
                 full in self.first_party and not self.rules.merge_public.covers_name(full)):
             alone = await self._load_private_alone(name, now)
