@@ -115,7 +115,7 @@ def _verify_whole(job: MirrorJob, tarball: bytes) -> TarballDigests:
 async def publish_digests(job: MirrorJob, tarball: bytes,
                           digests: TarballDigests | None) -> TarballDigests:
     """The digests to publish with: the worker's, or the bytes verified here and now (raises
-    verify.DigestMismatch or SizeMismatch when they are not the admitted bytes)."""
+    integrity.DigestMismatch or SizeMismatch when they are not the admitted bytes)."""
     if digests is not None:
         return digests
     return await in_thread_if_large(len(tarball), _verify_whole, job, tarball)
