@@ -1,10 +1,8 @@
 """Hashing a relayed public tarball beside the relay: off the event loop, in order, bounded.
 
-The serve path verifies every public tarball it relays (`tarballs`), and sha512 costs a third
-to a half of the CPU the relay itself spends per byte, so hashing on the event loop takes about
-a quarter of a CPU-bound relay's throughput. `RelayHasher` hands the hash to a thread in
-batches, where it runs beside the loop on another core (hashlib releases the GIL while it
-hashes); bench/tarball_relay.py and docs/untrusted-queue.md measure it.
+sha512 on the event loop costs a CPU-bound relay about a quarter of its throughput, so
+`RelayHasher` hands the hash to a thread in batches, where it runs on another core (hashlib
+releases the GIL while it hashes); bench/tarball_relay.py and docs/untrusted-queue.md measure it.
 """
 
 from __future__ import annotations

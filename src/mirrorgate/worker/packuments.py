@@ -1,13 +1,8 @@
 """Where the worker reads the public packument it re-gates a job against: through a cache.
 
-A reader answers `name` with the public upstream's packument as it sent it (`PublicAnswer`).
-Beside the serve path (`mirrorgate serve`) it is the serve path's own packument cache
-(`ServeCachePublic`), so a job right after a pull costs no second public request; alone
-(`mirrorgate worker`) it is the same cache class with the same settings over the public
-packument only (`CachedPublic`). Only public's own bytes are shared, never the merged, gated
-or rendered packument, and a cached copy past its TTL never admits a job (see `_usable`).
-A cached copy may predate the version a job names (published since), so the worker confirms
-a refusal with `refresh` (a conditional request) before it retires the job.
+A reader answers `name` with the public upstream's packument as it sent it (`PublicAnswer`), so
+a job right after a pull costs no second public request. Only public's own bytes are shared,
+never the merged, gated or rendered packument.
 """
 
 from __future__ import annotations
@@ -33,7 +28,9 @@ class PublicPackuments(Protocol):
         """The cached answer within its TTL, else one filled now (single flight)."""
 
     async def refresh(self, name: PackageName) -> PublicAnswer:
-        """An answer revalidated with the upstream now (the same object when unchanged)."""
+        """An answer revalidated with the upstream now (the same object when unchanged): a
+        cached copy may predate the version a job names (published since), so the worker
+        confirms a refusal with this before it retires the job."""
 
 
 def _usable(fresh_until: float, answer: PublicAnswer | None, clock: Callable[[], float],
