@@ -1,9 +1,7 @@
 """The `mirrorgate` command: `serve`, `worker`, `check-config`, `token new NAME` and the operator
-commands (`check LOCKFILE...`, in `mirrorgate.commands`).
-
-Settings come only from the environment (see `config.VARIABLES`, which `--help` prints), so the
-command line holds nothing but the choice of what to run. A configuration that cannot be
-honoured exits with status 2 and every problem listed, before anything starts.
+commands (`check`, `prewarm`, `audit`: `mirrorgate.commands`). Settings come only from the
+environment (`config.VARIABLES`, which `--help` prints); a configuration that cannot be honoured
+exits 2 with every problem listed, before anything starts.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Environment variables into one frozen `Settings`, validated once at start-up.
 
-Every variable mirrorgate reads is declared in `VARIABLES`, with its default, a line of help and
-who reads it; `mirrorgate --help`, `mirrorgate check-config` and docs/configuration.md (through
-`configdoc`) are generated from that table, so the list a person reads cannot drift from the list
-the code reads.
+Every variable is declared once in `VARIABLES`; `--help`, `check-config` and
+docs/configuration.md (`configdoc`) are generated from it, so the list a person reads cannot
+drift from the list the code reads.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """`mirrorgate check LOCKFILE...`: would the gate refuse anything these lockfiles pin?
 
-Every locked registry version is judged by today's rules (`verdicts`: the proxy's own fill, or
-a running proxy with `--proxy`), and each refusal is reported with its rule, its reason and the
-nearest admitted version within the ranges the lockfile records. Run before `npm ci`, it names
-every blocked dependency in one step instead of failing a build halfway. Decisions:
-
-- Each package is asked once however many lockfiles and versions pin it, a few at a time.
-- A finding (exit 1): a denied version, a version or package the registries do not have, a
-  name that is not a valid npm name, and a package that could not be judged (an upstream
-  failed): a check that could not look is not a pass.
-- Git, file, link and workspace entries are notes, never findings: no registry rule judges them.
+Run before `npm ci`, it names every blocked dependency in one step, with its rule, its reason
+and the nearest admitted version in range, instead of failing a build halfway.
 """
 
 from __future__ import annotations
@@ -87,7 +79,14 @@ def _judge(entry: LockedEntry, verdicts: Verdicts) -> Outcome:
 
 
 async def check(entries: Sequence[LockedEntry], source: VerdictSource, report: Report) -> None:
-    """Judge every entry through `source`, adding one outcome per entry to `report`."""
+    """Judge every entry through `source`, adding one outcome per entry to `report`.
+
+    A finding (exit 1) is a denied version, a version or package the registries do not have,
+    an invalid name or version, or a package that could not be judged: a check that could not
+    look is not a pass. (Git, file, link and workspace entries never reach here: they are notes,
+    as no registry rule judges them.)
+    """
+    # each package is asked once however many lockfiles and versions pin it, a few at a time
     by_name: dict[str, list[LockedEntry]] = defaultdict(list)
     for entry in entries:
         by_name[entry.name].append(entry)

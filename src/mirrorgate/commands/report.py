@@ -1,9 +1,7 @@
-"""What every operator command prints: a progress bar on a terminal (plain lines otherwise), a
-table of findings and a summary by status at the end, or one JSON document with `--json`; and
-the exit codes a CI step reads: 0 all good, 1 findings, 2 usage or configuration error.
-
-Standard output carries the result alone (the table, or the JSON); progress, notes and errors
-go to standard error, so `mirrorgate check --json ... > out.json` stays parseable.
+"""What every operator command prints, and the exit codes a CI step reads (0 good, 1 findings,
+2 usage or configuration error): a progress bar on a terminal (plain lines otherwise), then a
+table and a summary, or one JSON document with `--json`. Standard output carries the result
+alone; progress, notes and errors go to standard error, so `--json > out.json` stays parseable.
 """
 
 from __future__ import annotations

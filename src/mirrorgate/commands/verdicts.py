@@ -1,14 +1,7 @@
-"""What the gate says today about a package's versions, asked one of two ways.
+"""What the gate says today about a package's versions: run here, or asked of a running proxy.
 
-- `GateVerdicts` runs the proxy's own fill (`serve.fill.PackumentSource`: both upstreams, the
-  merge, ownership, the rules with their advisory index, signatures and takeover history) in
-  this process, with the settings the proxy reads. Nothing is cached or remembered on disk.
-- `ProxyVerdicts` asks a running mirrorgate (`--proxy URL`), whose packuments are already
-  gated: a version it lists is admitted; for one it does not, the version document's 403
-  carries the rule and the reason, and a 404 says the registries do not have it. A laptop
-  then needs no upstream credentials.
-
-Both answer a `Verdicts` per package; neither decides anything itself.
+Both sources answer a `Verdicts` per package and neither decides anything itself, so the
+operator commands judge exactly as the proxy does.
 """
 
 from __future__ import annotations
@@ -60,7 +53,12 @@ class VerdictSource(Protocol):
 
 
 class GateVerdicts:
-    """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules)`."""
+    """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules)`.
+
+    It is the proxy's own fill (`serve.fill.PackumentSource`: both upstreams, the merge,
+    ownership, the rules with their advisory index, signatures and takeover history), with the
+    settings the proxy reads; nothing is cached or remembered on disk.
+    """
 
     def __init__(self, settings: Settings, rules: Rules) -> None:
         # imported here: `--proxy` mode never builds upstream clients
@@ -121,7 +119,10 @@ def _monotonic() -> float:
 
 class ProxyVerdicts:
     """A running mirrorgate at `url` (its root, or its `/npm/` registry URL), asked with the
-    client token when one is set (`MIRRORGATE_PROXY_TOKEN`)."""
+    client token when one is set (`MIRRORGATE_PROXY_TOKEN`), so a laptop needs no upstream
+    credentials. Its packuments are already gated: a version it lists is admitted; for one it
+    does not, the version document's 403 carries the rule and the reason, and a 404 says the
+    registries do not have it."""
 
     def __init__(self, url: str, *, token: Secret | None, timeout: float,
                  max_bytes: int) -> None:

@@ -1,11 +1,7 @@
-"""The versions a lockfile pins, whatever client wrote it: npm's `package-lock.json` and
-`npm-shrinkwrap.json` (v1 to v3), `pnpm-lock.yaml` (v6, v9) and `yarn.lock` (classic, berry).
-
-`read_lockfile(path)` answers a `Lockfile`: the registry versions it pins (`LockedEntry`, one per
-name and version, with the ranges that asked for it and where it is written) and what it pins
-from elsewhere (`SkippedEntry`: git, file, link, workspace, tarball URLs), which no registry rule
-can judge. A file that cannot be read as its kind raises `LockfileError` naming the file and line.
-"""
+"""The versions a lockfile pins, whatever client wrote it: npm (v1 to v3), pnpm (v6, v9) and
+yarn (classic, berry). Registry versions are `LockedEntry`s (name, version, the ranges that
+asked for it, where it is written); git, file, link, workspace and URL pins are
+`SkippedEntry`s, which no registry rule can judge."""
 
 from __future__ import annotations
 

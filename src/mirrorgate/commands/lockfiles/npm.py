@@ -1,10 +1,4 @@
-"""npm's `package-lock.json` and `npm-shrinkwrap.json`, lockfile versions 1 to 3.
-
-v2 and v3 list every installed folder under `packages` (`node_modules/a/node_modules/b`); v1
-only has the nested `dependencies` tree, which v2 also keeps for old clients (read `packages`
-when present). Ranges come from what each package `requires` by install name; an aliased
-folder names its real package in `name` (v2/v3) or its version reads `npm:real@1.2.3` (v1).
-"""
+"""npm's `package-lock.json` and `npm-shrinkwrap.json`, lockfile versions 1 to 3."""
 
 from __future__ import annotations
 
@@ -49,6 +43,11 @@ def _object(value: Any, path: Path, line: int, what: str) -> Mapping[str, Any]:
 
 
 def read(path: Path, text: str) -> Lockfile:
+    """v2 and v3 list every installed folder under `packages` (`node_modules/a/node_modules/b`);
+    v1 only has the nested `dependencies` tree, which v2 also keeps for old clients (`packages`
+    is read when present). Ranges come from what each package `requires` by install name; an
+    aliased folder names its real package in `name` (v2/v3) or its version reads
+    `npm:real@1.2.3` (v1)."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:

@@ -1,11 +1,4 @@
-"""pnpm's `pnpm-lock.yaml`, lockfile versions 6 (`/name@1.2.3(peer@1)` keys, pnpm 8) and 9
-(`name@1.2.3` keys, pnpm 9 and 10).
-
-Registry versions are the `packages` keys whose version part is semver and whose resolution is
-not a git repository or a folder; the ranges are the importers' `specifier`s (pnpm keeps none
-for indirect dependencies). An aliased direct dependency's `version` names the real package
-(`zeta@1.0.1` in v9, `/zeta@1.0.1` in v6).
-"""
+"""pnpm's `pnpm-lock.yaml`, lockfile versions 6 (pnpm 8) and 9 (pnpm 9 and 10)."""
 
 from __future__ import annotations
 
@@ -30,6 +23,11 @@ _IMPORTER_FIELDS = ("dependencies", "devDependencies", "optionalDependencies")
 
 
 def read(path: Path, text: str) -> Lockfile:
+    """Registry versions are the `packages` keys (`/name@1.2.3(peer@1)` in v6, `name@1.2.3` in
+    v9) whose version part is semver and whose resolution is not a git repository or a folder;
+    the ranges are the importers' `specifier`s (pnpm keeps none for indirect dependencies). An
+    aliased direct dependency's `version` names the real package (`zeta@1.0.1` in v9,
+    `/zeta@1.0.1` in v6)."""
     root = yamlnodes.load(path, text)
     version_node = yamlnodes.get(root, "lockfileVersion")
     version = yamlnodes.scalar(version_node) or ""

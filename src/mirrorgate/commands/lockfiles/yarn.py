@@ -1,12 +1,5 @@
 """yarn's `yarn.lock`: classic (yarn 1, its own syntax: `yarnclassic`) and berry (yarn 2 and
-later, YAML with a `__metadata` entry).
-
-Both head an entry with the descriptors that resolved to it (`"a@npm:^1.0.0, a@npm:^1.1.0"` in
-berry, `a@^1.0.0, a@^1.1.0` in classic), which give the ranges. An alias is
-`zed@npm:zeta@^1.0.0` in both; berry's `resolution` names the real package (`zeta@npm:1.0.1`)
-and wraps patched packages as `name@patch:name@npm%3A1.2.3#...`, which still pins the npm
-version. Other protocols (workspace, file, link, portal, git, exec) are skipped.
-"""
+later, YAML with a `__metadata` entry)."""
 
 from __future__ import annotations
 
@@ -30,6 +23,12 @@ _BERRY = re.compile(r"^__metadata:", re.MULTILINE)
 
 
 def read(path: Path, text: str) -> Lockfile:
+    """Both head an entry with the descriptors that resolved to it (`"a@npm:^1.0.0, a@npm:^1.1.0"`
+    in berry, `a@^1.0.0, a@^1.1.0` in classic), which give the ranges. An alias is
+    `zed@npm:zeta@^1.0.0` in both; berry's `resolution` names the real package
+    (`zeta@npm:1.0.1`) and wraps patched packages as `name@patch:name@npm%3A1.2.3#...`, which
+    still pins the npm version. Other protocols (workspace, file, link, portal, git, exec) are
+    skipped."""
     return _berry(path, text) if _BERRY.search(text) else _classic(path, text)
 
 

@@ -1,11 +1,5 @@
-"""The syntax of yarn 1's `yarn.lock` (not YAML): blocks headed by `"a@^1", a@~1.2:` with
-indented `key "value"` pairs and one level of nested maps (`dependencies:`).
-
-Written here because the one maintained Python parser (pyarn) is GPL-licensed, untyped and
-reports no line numbers. It follows yarn's own lexer (`src/lockfile/parse.js`): strings are
-quoted with JSON escapes or bare up to a blank, `,` or `:`; indentation is two spaces a level;
-`#` starts a comment. Anything else raises `LockfileError` with the line.
-"""
+"""The syntax of yarn 1's `yarn.lock` (not YAML), written here because the one maintained Python
+parser (pyarn) is GPL-licensed, untyped and reports no line numbers."""
 
 from __future__ import annotations
 
@@ -95,6 +89,10 @@ def _pair(tokens: list[str], path: Path, line: int) -> tuple[str, str]:
 
 
 def parse(path: Path, text: str) -> list[Block]:
+    """Blocks headed by `"a@^1", a@~1.2:` with indented `key "value"` pairs and one level of
+    nested maps (`dependencies:`), read as yarn's own lexer (`src/lockfile/parse.js`) does:
+    strings are quoted with JSON escapes or bare up to a blank, `,` or `:`; indentation is two
+    spaces a level; `#` starts a comment. Anything else raises `LockfileError` with the line."""
     blocks: list[Block] = []
     block: Block | None = None
     nested: dict[str, str] | None = None
