@@ -33,6 +33,7 @@ def only_problem(text: str) -> str:
 
 
 FIRST_PARTY = rules_summary(DEFAULT_RULES)["private"]["first_party"]
+PUBLISHERS = rules_summary(DEFAULT_RULES)["publish"]["who"]
 
 
 def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:
@@ -96,6 +97,7 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "provenance": {"mode": "off", "window": 5, "quarantine": "7 days", "allow": []},
         "publisher": {"mode": "off", "window": 20, "quarantine": "7 days", "allow": []},
         "private": {"names": [], "merge_public": [], "first_party": FIRST_PARTY},
+        "publish": {"names": [], "who": PUBLISHERS},
     }
 
 
@@ -118,6 +120,7 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
            for table in ("signatures", "provenance", "publisher")},
         "private": {"names": ["@acme/*", "acme-*"], "merge_public": [],
                     "first_party": FIRST_PARTY},
+        "publish": {"names": [], "who": PUBLISHERS},
     }
 
 

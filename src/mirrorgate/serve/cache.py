@@ -218,6 +218,12 @@ class PackumentCache(Generic[V]):
     def bytes(self) -> int:
         return self._bytes
 
+    def forget(self, key: str) -> None:
+        """Drop `key`'s entry, so the next request fills it anew (after a write changed it)."""
+        slot = self._slots.pop(key, None)
+        if slot is not None:
+            self._bytes -= slot.size
+
     def clear(self) -> None:
         self._slots.clear()
         self._bytes = 0
