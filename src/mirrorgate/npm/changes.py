@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mirrorgate.registry.upload import UploadError
+from mirrorgate.npm.upload import UploadError
 
 __all__ = ["changed_packument"]
 
@@ -42,9 +42,11 @@ def changed_packument(current: Mapping[str, Any], incoming: Mapping[str, Any]) -
                 raise UploadError(f"the deprecation of {version[:100]} is not a string")
             copy["deprecated"] = message  # "" un-deprecates: registries drop it then
         kept[version] = copy
-    tags = incoming.get("dist-tags")
+    tags: Any = incoming.get("dist-tags")
     if not isinstance(tags, Mapping):
-        tags = current.get("dist-tags") if isinstance(current.get("dist-tags"), Mapping) else {}
+        tags = current.get("dist-tags")
+    if not isinstance(tags, Mapping):
+        tags = {}
     document = {key: value for key, value in current.items() if key != "_attachments"}
     document["versions"] = kept
     document["dist-tags"] = {tag: version for tag, version in tags.items()

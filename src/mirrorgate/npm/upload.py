@@ -22,16 +22,16 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from mirrorgate.mirror import parse_integrity, parse_shasum
-from mirrorgate.registry.names import PackageName
-from mirrorgate.semver import parse_version
+from mirrorgate.integrity import Digest, parse_integrity, parse_shasum, same_digest
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.semver import parse_version
+from mirrorgate.npm.versions import is_version_string
 
 __all__ = ["Published", "ScannedUpload", "UploadError", "UploadScan", "checked_publish"]
 
@@ -41,6 +41,8 @@ _NOT_BASE64 = re.compile(rb"[^A-Za-z0-9+/=]")
 _KEY_LIMIT = 512
 """Bytes of a key remembered; longer keys are never one the scan looks for."""
 _MAX_DEPTH = 1024
+_ONE_TARBALL = ("the publish document must carry exactly one tarball in _attachments, as npm "
+                "publish sends it")
 _ATTACHMENTS = b"_attachments"
 _DATA = b"data"
 
@@ -114,6 +116,8 @@ class UploadScan:
             if self._string_is_key:
                 self._key.clear()
             elif self._at_data():
+                if self._data_strings:
+                    raise UploadError(_ONE_TARBALL)
                 self._in_data = True
                 self._data_strings += 1
                 return at + 1
@@ -213,6 +217,11 @@ class UploadScan:
     # --- finishing -------------------------------------------------------------------------
 
     @property
+    def attachment_bytes(self) -> int:
+        """Bytes of the tarball decoded so far."""
+        return self._size
+
+    @property
     def attachment_seen(self) -> bool:
         """Whether an attachment string has begun (so the body is a publish, not a change)."""
         return self._data_strings > 0
@@ -243,8 +252,9 @@ class Published:
 
 
 def _plain_version(version: str) -> bool:
-    """A version as npm writes it in a publish: strict semver, no `v`, no spaces."""
-    return version[:1].isdigit() and version == version.strip() \
+    """A version as npm writes it in a publish: strict semver (`parse_version` alone also
+    takes a leading `v`), within the grammar every other module holds versions to."""
+    return version[:1].isdigit() and is_version_string(version) \
         and parse_version(version) is not None
 
 
@@ -260,8 +270,7 @@ def checked_publish(name: PackageName, scanned: ScannedUpload) -> Published:
     attachments = document.get("_attachments")
     if scanned.attachment_strings != 1 or not isinstance(attachments, dict) \
             or len(attachments) != 1:
-        raise UploadError("the publish document must carry exactly one tarball in "
-                          "_attachments, as npm publish sends it")
+        raise UploadError(_ONE_TARBALL)
     [(filename, attachment)] = attachments.items()
     if not isinstance(attachment, dict) or attachment.get("data") != "":
         raise UploadError("the tarball in _attachments is not where mirrorgate read it (an "
@@ -312,17 +321,14 @@ def _check_digests(name: PackageName, version: str, dist: object,
     sha1 = parse_shasum(shasum) if shasum is not None else None
     if sha1 is None:
         raise UploadError(f"{where} declares no dist.shasum (a hex sha1)")
-    computed = {"sha512": scanned.sha512, "sha1": scanned.sha1}
+    computed = {algorithm: Digest(algorithm, base64.b64encode(raw).decode("ascii"))
+                for algorithm, raw in (("sha512", scanned.sha512), ("sha1", scanned.sha1))}
     for digest in (*declared, sha1):
-        if digest.algorithm not in computed:
+        actual = computed.get(digest.algorithm)
+        if actual is None:
             raise UploadError(f"{where} declares {digest.algorithm} integrity; mirrorgate "
                               "checks sha512 and sha1 (what npm publish declares)")
-        try:
-            matches = hmac.compare_digest(digest.raw(), computed[digest.algorithm])
-        except ValueError:
-            matches = False
-        if not matches:
+        if not same_digest(digest, actual):
             raise UploadError(f"the tarball of {where} does not match its declared "
-                              f"{digest.algorithm} (its bytes hash to "
-                              f"{digest.algorithm}-{base64.b64encode(computed[digest.algorithm]).decode()}"
-                              "); nothing was published")
+                              f"{digest.algorithm} (its bytes hash to {digest.algorithm}-"
+                              f"{actual.value}); nothing was published")
