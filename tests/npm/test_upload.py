@@ -85,7 +85,7 @@ def test_a_version_without_sha512_integrity_is_refused() -> None:
     document = npm_document()
     del document["versions"]["1.2.0"]["dist"]["integrity"]
 
-    with pytest.raises(UploadError, match="no sha512 dist.integrity"):
+    with pytest.raises(UploadError, match=r"no sha512 dist\.integrity"):
         checked_publish(NAME, scan(json.dumps(document).encode()).finish())
 
 
@@ -110,7 +110,7 @@ def test_a_manifest_naming_another_package_is_refused() -> None:
 def test_dist_tags_may_only_name_the_version_published() -> None:
     document = npm_document(**{"dist-tags": {"latest": "9.9.9"}})
 
-    with pytest.raises(UploadError, match="may only name 1.2.0"):
+    with pytest.raises(UploadError, match=r"may only name 1\.2\.0"):
         checked_publish(NAME, scan(json.dumps(document).encode()).finish())
 
 
@@ -120,7 +120,7 @@ def test_an_escaped_attachments_key_is_refused_not_guessed() -> None:
     body = json.dumps(npm_document()).encode().replace(b'"_attachments"',
                                                        b'"_attach\\u006dents"')
 
-    with pytest.raises(UploadError, match="exactly one tarball|not where mirrorgate read it"):
+    with pytest.raises(UploadError, match=r"exactly one tarball|not where mirrorgate read it"):
         checked_publish(NAME, scan(body, max_skeleton=1 << 22).finish())
 
 

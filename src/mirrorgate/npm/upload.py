@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from mirrorgate.integrity import Digest, parse_integrity, parse_shasum, same_digest
-from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.names import PackageName, tarball_filename
 from mirrorgate.npm.semver import parse_version
 from mirrorgate.npm.versions import is_version_string
 
@@ -291,8 +291,10 @@ def checked_publish(name: PackageName, scanned: ScannedUpload) -> Published:
     if manifest.get("version") != version or not _plain_version(version):
         raise UploadError(f"{version[:100]!r} is not a semver version, or not the one its "
                           "manifest declares")
-    if "/" in filename or "\\" in filename or not filename.endswith(".tgz"):
-        raise UploadError(f"the attachment name {filename[:100]!r} is not a .tgz file name")
+    # npm names it `@scope/name-1.0.0.tgz`; registries store it under the last segment
+    if filename not in (f"{name.full}-{version}.tgz", tarball_filename(name, version)):
+        raise UploadError(f"the attachment is named {filename[:100]!r}; for {name.full}@"
+                          f"{version} npm names it {name.full}-{version}.tgz")
     length = attachment.get("length")
     if length is not None and length != scanned.attachment_bytes:
         raise UploadError(f"the attachment declares {str(length)[:30]} bytes but holds "

@@ -432,7 +432,7 @@ class PublishRoute:
                 dist = manifest.get("dist") if isinstance(manifest, dict) else None
                 if isinstance(dist, dict) and isinstance(dist.get("tarball"), str):
                     filename = dist["tarball"].rsplit("/", 1)[-1]
-                    dist["tarball"] = base + name.tarball_path(filename)
+                    dist["tarball"] = f"{base}npm/{name.tarball_path(filename)}"
         log.debug("write_packument_served", client=client.name, package=name.full)
         return json_response(200, private, {"Cache-Control": "no-store"})
 
