@@ -186,20 +186,23 @@ class PublishRoute:
     # --- dispatch --------------------------------------------------------------------------
 
     async def write(self, request: web.Request, target: WriteTarget) -> web.StreamResponse:
-        name = target.name
         operation = self._operation(request, target)
-        client: Client | None = None
         try:
-            client = self._client(request, name)
+            client = self._client(request, target.name)
             return await self._write(request, _Write(client, target))
         except Refused as refused:
-            who = client or request.get(CLIENT)
-            outcome = "upstream_refused" if refused.reason == "upstream refused" else "refused"
-            self.metrics.publishes.labels(who.name if who else "", operation, outcome).inc()
-            log.info("publish_refused", client=who.name if who else None, package=name.full,
-                     operation=operation, status=refused.status, reason=refused.reason,
-                     version=refused.fields.get("version"))
+            self._refused(request, target.name, operation, refused)
             raise
+
+    def _refused(self, request: web.Request, name: PackageName, operation: str,
+                 refused: Refused) -> None:
+        """The log line and the count of a refused write (every refusal, whoever asked)."""
+        who: Client | None = request.get(CLIENT)
+        outcome = "upstream_refused" if refused.reason == "upstream refused" else "refused"
+        self.metrics.publishes.labels(who.name if who else "", operation, outcome).inc()
+        log.info("publish_refused", client=who.name if who else None, package=name.full,
+                 operation=operation, status=refused.status, reason=refused.reason,
+                 version=refused.fields.get("version"))
 
     @staticmethod
     def _operation(request: web.Request, target: WriteTarget) -> str:
@@ -419,6 +422,14 @@ class PublishRoute:
                               base: str) -> web.Response:
         """The private packument as it is stored (`_rev` and all), which npm reads before a
         change; tarball URLs point at the proxy, where npm unpublish sends its DELETE."""
+        try:
+            return await self._write_packument(request, name, base)
+        except Refused as refused:
+            self._refused(request, name, "read-for-change", refused)
+            raise
+
+    async def _write_packument(self, request: web.Request, name: PackageName,
+                               base: str) -> web.Response:
         client = self._client(request, name)
         private = await self._private_document(name)
         await self._check_owner(name, private)
