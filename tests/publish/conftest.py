@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.access.helpers import SecretDir
-from tests.faults.conftest import guard, guarded
+from tests.access.rig import SecretDir
+from tests.faults.guarded import guard, guarded
 
 __all__ = ["guard", "guarded", "secret_dir"]
 

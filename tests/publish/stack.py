@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from mirrorgate.serve.tokens import new_token, token_line
-from tests.access.helpers import SecretDir, auth_npmrc, start_guarded
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.access.rig import SecretDir, auth_npmrc, start_guarded
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixtureVersion

@@ -11,8 +11,8 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.access.helpers import SecretDir
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.access.rig import SecretDir
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.publish.stack import Stack, login, npm_package, start_stack
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient

@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from mirrorgate.serve.tokens import new_token
-from tests.access.helpers import SecretDir
-from tests.faults.conftest import GuardedFactory, SecretGuard
+from tests.access.rig import SecretDir
+from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.publish.stack import Stack, forged_document, login, npm_package, start_stack
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry

@@ -44,6 +44,21 @@ def test_private_names_and_merge_public_load_and_decide_which_names_stay_private
     assert not rules.private_alone("left-pad")
 
 
+def test_publish_names_load_and_nothing_is_publishable_without_them() -> None:
+    rules = parse_rules('[publish]\nnames = ["@acme/*", "acme-*"]')
+    assert rules.publishable.covers_name("@acme/widget")
+    assert rules.publishable.covers_name("acme-tools")
+    assert not rules.publishable.covers_name("left-pad")
+    assert not DEFAULT_RULES.publishable.covers_name("@acme/widget")  # deny by default
+    assert rules_summary(rules)["publish"]["names"] == ["@acme/*", "acme-*"]
+
+
+def test_a_publish_name_with_a_version_range_is_an_error() -> None:
+    assert only_problem('[publish]\nnames = ["@acme/widget@^1"]') == (
+        'publish.names: "@acme/widget@^1" has a version range; [publish] lists name whole '
+        'packages, like "@acme/*", "acme-*" or "acme-utils"')
+
+
 def test_a_private_name_with_a_version_range_is_an_error() -> None:
     assert only_problem('[private]\nnames = ["acme-utils@^1"]') == (
         'private.names: "acme-utils@^1" has a version range; [private] lists name whole '
@@ -211,7 +226,7 @@ def test_an_unknown_table_is_an_error_suggesting_the_right_one() -> None:
     assert only_problem("[ages]\nminimum = '3d'") == (
         "[ages]: unknown table (did you mean [age]?); the tables are [integrity], [age], "
         "[deny], [allow], [install_scripts], [advisories], [signatures], [provenance], "
-        "[publisher], [private]"
+        "[publisher], [private], [publish]"
     )
 
 

@@ -17,8 +17,9 @@ __all__ = ["POST_ROUTES", "RegistryPath", "Route", "WriteTarget", "looks_like_re
            "parse_registry_path", "parse_write_target"]
 
 Route = Literal["packument", "version", "tarball", "ping", "whoami", "audit", "audit-quick",
-                "dist-tags", "search", "keys", "unknown"]
-"""The fixed route labels, also the `route` label of the request metric."""
+                "dist-tags", "search", "keys", "unknown", "write"]
+"""The fixed route labels, also the `route` label of the request metric (`write`: every PUT and
+DELETE, which `parse_write_target` reads)."""
 
 # The segment after the name (version, dist-tag or tarball file) is only ever a dictionary key
 # or a file name checked against the package (`version_from_filename`): strictly decoded, no

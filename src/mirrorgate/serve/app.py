@@ -57,6 +57,7 @@ from mirrorgate.npm.packument import FULL, Gated, TooManyVersionsError, version_
 from mirrorgate.npm.paths import (
     POST_ROUTES,
     RegistryPath,
+    Route,
     looks_like_registry_path,
     parse_registry_path,
     parse_write_target,
@@ -251,7 +252,7 @@ class ProxyServer:
     async def _slow(self, request: web.Request,
                     target: RegistryPath | InvalidNameError) -> web.StreamResponse:
         writing = request.method in WRITE_METHODS
-        route = target.route if isinstance(target, RegistryPath) else "unknown"
+        route: Route = target.route if isinstance(target, RegistryPath) else "unknown"
         route = "write" if writing else route
         request_id = self._request_id(request)
         with structlog.contextvars.bound_contextvars(request_id=request_id):

@@ -214,10 +214,11 @@ class PublishRoute:
         # `parse_write_target` gave each route its method: publish and change are PUTs,
         # unpublish and remove-tarball DELETEs, dist-tag either
         name, route = write.name, write.target.route
+        declared = self._declared(request) if route == "publish" else None  # before any read
         private = await self._private_document(name)
         await self._check_owner(name, private)
         if route == "publish":
-            return await self._put_package(request, write, private)
+            return await self._put_package(request, write, private, declared)
         if route == "change":
             return await self._change(request, write, private)
         if route == "dist-tag":
@@ -258,9 +259,9 @@ class PublishRoute:
             yield chunk
 
     async def _put_package(self, request: web.Request, write: _Write,
-                           private: dict[str, Any] | None) -> web.StreamResponse:
+                           private: dict[str, Any] | None,
+                           declared: int | None) -> web.StreamResponse:
         """PUT /name: a publish (the body carries a tarball) or npm deprecate's change."""
-        declared = self._declared(request)
         scan = UploadScan(max_skeleton=self.settings.max_metadata_bytes)
         chunks = self._body(request)
         head = bytearray()
