@@ -346,76 +346,81 @@ class PublishRoute:
         path = f"{write.name.url_path()}/-rev/{quote(write.target.revision, safe='')}"
         return await self._forward_change(write, private, document, path)
 
-    async def _forward_change(self, write: _Write, private: dict[str, Any] | None,
-                              document: dict[str, Any], path: str) -> web.StreamResponse:
-        name = write.name
+    @staticmethod
+    def _stored(name: PackageName, private: dict[str, Any] | None) -> dict[str, Any]:
+        """The private packument a change works on; 404 when there is none."""
         if private is None:
             raise Refused(404, f"{name.full} is not on the private upstream", reason="not found",
                           package=name.full)
+        return private
+
+    async def _forward_change(self, write: _Write, private: dict[str, Any] | None,
+                              document: dict[str, Any], path: str) -> web.StreamResponse:
+        current = self._stored(write.name, private)
         try:
-            changed = changed_packument(private, document)
+            changed = changed_packument(current, document)
         except UploadError as error:
             raise Refused(400, f"mirrorgate refused the change: {error}",
                           reason="bad change") from None
-        removed = sorted(set(private.get("versions") or {}) - set(changed["versions"]))
+        removed = sorted(set(current.get("versions") or {}) - set(changed["versions"]))
         deprecated = sorted(version for version, manifest in changed["versions"].items()
                             if isinstance(manifest, dict) and manifest.get("deprecated"))
-        return await self._forward(write, "PUT", path, orjson.dumps(changed), "package_changed",
-                                   removed=removed, deprecated=deprecated)
+        response = await self._forward(write, "PUT", path, orjson.dumps(changed), "change")
+        log.info("package_changed", client=write.client.name, package=write.name.full,
+                 removed=removed, deprecated=deprecated)
+        return response
 
     async def _delete(self, write: _Write, private: dict[str, Any] | None) -> web.StreamResponse:
         name, target = write.name, write.target
-        if private is None:
-            raise Refused(404, f"{name.full} is not on the private upstream", reason="not found",
-                          package=name.full)
+        self._stored(name, private)
         revision = quote(target.revision, safe="")
         if target.route == "unpublish":
-            return await self._forward(write, "DELETE", f"{name.url_path()}/-rev/{revision}",
-                                       b"", "package_unpublished")
+            response = await self._forward(write, "DELETE", f"{name.url_path()}/-rev/{revision}",
+                                           b"", "unpublish")
+            log.info("package_unpublished", client=write.client.name, package=name.full)
+            return response
         filename = quote(target.detail, safe="")
-        return await self._forward(write, "DELETE", f"{name.url_path()}/-/{filename}/-rev/"
-                                   f"{revision}", b"", "tarball_removed", file=target.detail)
+        response = await self._forward(write, "DELETE", f"{name.url_path()}/-/{filename}/-rev/"
+                                       f"{revision}", b"", "remove-tarball")
+        log.info("tarball_removed", client=write.client.name, package=name.full,
+                 file=target.detail)
+        return response
 
     async def _dist_tag(self, request: web.Request, write: _Write,
                         private: dict[str, Any] | None) -> web.StreamResponse:
         name, tag = write.name, write.target.detail
         path = f"-/package/{name.url_path()}/dist-tags/{quote(tag, safe='')}"
-        if private is None:
-            raise Refused(404, f"{name.full} is not on the private upstream", reason="not found",
-                          package=name.full)
+        versions = self._stored(name, private).get("versions")
         if request.method == "DELETE":
-            return await self._forward(write, "DELETE", path, b"", "dist_tag_removed", tag=tag)
+            response = await self._forward(write, "DELETE", path, b"", "dist-tag-rm")
+            log.info("dist_tag_removed", client=write.client.name, package=name.full, tag=tag)
+            return response
         version = await self._read_json(request, _SMALL_BODY)
-        versions = private.get("versions")
         if not isinstance(version, str) or not isinstance(versions, dict) \
                 or version not in versions:
             raise Refused(404, f"{name.full} has no version {str(version)[:100]!r} on the "
                           "private upstream to tag", reason="version not found",
                           package=name.full)
-        return await self._forward(write, "PUT", path, orjson.dumps(version), "dist_tag_added",
-                                   tag=tag, version=version)
+        response = await self._forward(write, "PUT", path, orjson.dumps(version), "dist-tag-add",
+                                       version)
+        log.info("dist_tag_added", client=write.client.name, package=name.full, tag=tag,
+                 version=version)
+        return response
 
-    async def _forward(self, write: _Write, method: str, path: str, body: bytes, event: str,
-                       **fields: Any) -> web.StreamResponse:
+    async def _forward(self, write: _Write, method: str, path: str, body: bytes,
+                       operation: str, version: str | None = None) -> web.Response:
+        """Send one change to the private upstream; its refusal is passed on (`Refused`)."""
         assert self.writer is not None  # _client refused the file store
         try:
             status, answer = await self.writer.send_json(method, path, body, pool=TARBALLS)
         except UpstreamError as error:
             raise upstream_failed(error, write.name) from None
-        self._upstream_refusal(status, answer, write, fields.get("version"))
+        self._upstream_refusal(status, answer, write, version)
         self._changed(write.name)
-        operation = self._operation_of(event)
         self._count(write.client, operation, "changed")
         self.metrics.events.record("published", write.name.full,
                                    f"{operation} by {write.client.name}")
-        log.info(event, client=write.client.name, package=write.name.full, **fields)
         return self._answer(status, answer)
-
-    @staticmethod
-    def _operation_of(event: str) -> str:
-        return {"package_changed": "change", "package_unpublished": "unpublish",
-                "tarball_removed": "remove-tarball", "dist_tag_added": "dist-tag-add",
-                "dist_tag_removed": "dist-tag-rm"}.get(event, event)
 
     # --- GET ?write=true -------------------------------------------------------------------
 
@@ -431,12 +436,9 @@ class PublishRoute:
 
     async def _write_packument(self, request: web.Request, name: PackageName,
                                base: str) -> web.Response:
-        client = self._client(request, name)
-        private = await self._private_document(name)
+        self._client(request, name)
+        private = self._stored(name, await self._private_document(name))
         await self._check_owner(name, private)
-        if private is None:
-            raise Refused(404, f"{name.full} is not on the private upstream", reason="not found",
-                          package=name.full)
         private.pop("_attachments", None)  # npm's changes never need them
         versions = private.get("versions")
         if isinstance(versions, dict):
@@ -445,7 +447,6 @@ class PublishRoute:
                 if isinstance(dist, dict) and isinstance(dist.get("tarball"), str):
                     filename = dist["tarball"].rsplit("/", 1)[-1]
                     dist["tarball"] = f"{base}npm/{name.tarball_path(filename)}"
-        log.debug("write_packument_served", client=client.name, package=name.full)
         return json_response(200, private, {"Cache-Control": "no-store"})
 
     # --- outcomes --------------------------------------------------------------------------
