@@ -29,7 +29,7 @@ its public namesake on purpose."""
 @dataclass
 class Stack:
     proxy: MirrorgateProcess
-    verdaccio: Verdaccio
+    verdaccio: Verdaccio | None
     publisher: str
     reader: str
 
@@ -47,16 +47,25 @@ class Stack:
 
 
 def start_stack(guarded: GuardedFactory, guard: SecretGuard, public: FixtureRegistry,
-                verdaccio: Verdaccio, secrets: SecretDir, tmp_path: Path,
+                verdaccio: Verdaccio | None, secrets: SecretDir, tmp_path: Path,
                 **env: str) -> Stack:
-    """mirrorgate with two clients: `release-bot` may publish, `ci` may only read."""
+    """mirrorgate with two clients: `release-bot` may publish, `ci` may only read. Without
+    `verdaccio` the private upstream is mirrorgate's embedded file store."""
     publisher, reader = new_token(), new_token()
     secrets.write(f"{token_line('release-bot', publisher)} publish\n"
                   f"{token_line('ci', reader)}\n")
     rules = tmp_path / "rules.toml"
     rules.write_text(RULES, encoding="utf-8")
-    proxy = start_guarded(guarded, guard, public, verdaccio, secrets.path, publisher, reader,
-                          MIRRORGATE_RULES_FILE=str(rules), **env)
+    settings = {"MIRRORGATE_RULES_FILE": str(rules), **env}
+    if verdaccio is not None:
+        proxy = start_guarded(guarded, guard, public, verdaccio, secrets.path, publisher,
+                              reader, **settings)
+    else:
+        proxy = guarded("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public.url,
+                                  "MIRRORGATE_CLIENT_TOKENS_FILE": str(secrets.path),
+                                  "MIRRORGATE_METRICS_OPEN": "true", **settings})
+        guard.watch(proxy, publisher)
+        guard.watch(proxy, reader)
     return Stack(proxy, verdaccio, publisher, reader)
 
 

@@ -66,8 +66,12 @@ class ScannedUpload:
 class UploadScan:
     """Feed `feed()` the body's chunks in order, then call `finish()`."""
 
-    def __init__(self, *, max_skeleton: int) -> None:
+    def __init__(self, *, max_skeleton: int, keep_tarball: bool = False) -> None:
+        """`keep_tarball`: hold the decoded bytes until `drain_tarball()` takes them (for a
+        store that writes the tarball itself rather than forwarding the document)."""
         self.max_skeleton = max_skeleton
+        self._keep_tarball = keep_tarball
+        self._decoded = bytearray()
         self._skeleton = bytearray()
         self._kinds: list[int] = []  # ord("{") or ord("[") per open container
         self._keys: list[bytes | None] = []  # the current key of each open object
@@ -213,8 +217,15 @@ class UploadScan:
         self._size += len(decoded)
         self._sha512.update(decoded)
         self._sha1.update(decoded)
+        if self._keep_tarball:
+            self._decoded += decoded
 
     # --- finishing -------------------------------------------------------------------------
+
+    def drain_tarball(self) -> bytes:
+        """The tarball bytes decoded since the last call (with `keep_tarball`)."""
+        taken, self._decoded = bytes(self._decoded), bytearray()
+        return taken
 
     @property
     def attachment_bytes(self) -> int:

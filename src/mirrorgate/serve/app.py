@@ -80,7 +80,7 @@ from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.ui import add_ui_routes
 from mirrorgate.upstream.client import Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
-from mirrorgate.upstream.private import HttpPrivate, PrivateSource
+from mirrorgate.upstream.private import HttpPrivate, PrivateSource, StorePrivate
 
 __all__ = ["SERVER", "Proxy", "ProxyServer", "build_proxy_app"]
 
@@ -174,6 +174,7 @@ class ProxyServer:
         self.publishing = PublishRoute(
             settings=self.settings, rules=proxy.rules, private=private,
             writer=private.upstream if isinstance(private, HttpPrivate) else None,
+            store=private.store if isinstance(private, StorePrivate) else None,
             public=proxy.public, first_party=self.source.first_party,
             forget=lambda name: self.cache.forget(name.full), metrics=proxy.metrics)
         self.admission = Admission(self.settings.max_in_flight, proxy.metrics)

@@ -16,7 +16,9 @@ merge_public` names it (no accidental shadowing in either direction). Decisions:
 - A change (deprecate, unpublish of a version) is rebuilt from the private packument
   (`npm.changes`), never forwarded as sent. `GET ?write=true`, which npm sends before a change,
   answers the private packument itself (`_rev` and all), tarball URLs on the proxy.
-- The embedded file store is not a registry: it takes no client writes (501, saying so).
+- The embedded file store takes publishes too: the tarball is written into it as it is decoded
+  and lands, with its manifest, only once every check has passed. It has no revisions or tags
+  of its own (`latest` is its highest version), so deprecate, unpublish and dist-tag answer 501.
 - One log line per write (`package_published`, `package_changed`, `publish_refused`...) and
   `mirrorgate_publishes_total{client, operation, outcome}`; the package and version are in the
   log line and the status page's events, never a label (the series count stays bounded).
@@ -37,7 +39,7 @@ from aiohttp import web
 from mirrorgate.config import Settings
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.changes import changed_packument
-from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.names import PackageName, tarball_filename
 from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.paths import WriteTarget
 from mirrorgate.npm.publish import says_already_exists
@@ -48,6 +50,7 @@ from mirrorgate.serve.firstparty import FirstPartyNames
 from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
 from mirrorgate.serve.tokens import Client
 from mirrorgate.upstream.client import TARBALLS, BodyStopped, Upstream, UpstreamError
+from mirrorgate.upstream.filestore import FileStore, StoreError
 from mirrorgate.upstream.private import PrivateSource
 
 __all__ = ["PERMISSION", "PublishRoute"]
@@ -100,6 +103,12 @@ class _ClientBody:
         yield held
 
 
+def _exists(name: PackageName, version: str) -> Refused:
+    return Refused(409, f"{name.full}@{version} is already published; a version is published "
+                   "once (bump the version)", reason="version exists", package=name.full,
+                   version=version)
+
+
 def _bad_document(error: UploadError) -> Refused:
     return Refused(400, f"mirrorgate refused the publish document: {error}",
                    reason="bad publish document")
@@ -122,12 +131,16 @@ class PublishRoute:
     """The write routes under `/npm/` and `GET ?write=true`, sharing the checks."""
 
     def __init__(self, *, settings: Settings, rules: Rules, private: PrivateSource,
-                 writer: Upstream | None, public: Upstream, first_party: FirstPartyNames,
-                 forget: Callable[[PackageName], None], metrics: Metrics) -> None:
+                 writer: Upstream | None, store: FileStore | None, public: Upstream,
+                 first_party: FirstPartyNames, forget: Callable[[PackageName], None],
+                 metrics: Metrics) -> None:
+        """`writer` is the private registry's client; `store` the embedded file store when
+        that is the private upstream instead (one of the two is set)."""
         self.settings = settings
         self.rules = rules
         self.private = private
         self.writer = writer
+        self.store = store
         self.public = public
         self.first_party = first_party
         self.forget = forget
@@ -149,12 +162,16 @@ class PublishRoute:
             raise Refused(403, f"{name.full} may not be published through mirrorgate: "
                           "[publish] names in the rules file does not cover it",
                           reason="not a publishable name", package=name.full)
+        return client
+
+    def _registry(self, name: PackageName) -> Upstream:
+        """The private registry a change goes to; the file store takes publishes only."""
         if self.writer is None:
             raise Refused(501, "mirrorgate's private upstream is its embedded file store, which "
-                          "takes no client publishes; set MIRRORGATE_PRIVATE_UPSTREAM to the "
-                          "organisation's registry to publish through mirrorgate",
-                          reason="file store takes no publishes", package=name.full)
-        return client
+                          "takes publishes but no deprecate, unpublish or dist-tag; set "
+                          "MIRRORGATE_PRIVATE_UPSTREAM to the organisation's registry for those",
+                          reason="file store takes publishes only", package=name.full)
+        return self.writer
 
     async def _private_document(self, name: PackageName) -> dict[str, Any] | None:
         try:
@@ -214,6 +231,8 @@ class PublishRoute:
         # `parse_write_target` gave each route its method: publish and change are PUTs,
         # unpublish and remove-tarball DELETEs, dist-tag either
         name, route = write.name, write.target.route
+        if route != "publish":
+            self._registry(name)
         declared = self._declared(request) if route == "publish" else None  # before any read
         private = await self._private_document(name)
         await self._check_owner(name, private)
@@ -262,7 +281,8 @@ class PublishRoute:
                            private: dict[str, Any] | None,
                            declared: int | None) -> web.StreamResponse:
         """PUT /name: a publish (the body carries a tarball) or npm deprecate's change."""
-        scan = UploadScan(max_skeleton=self.settings.max_metadata_bytes)
+        scan = UploadScan(max_skeleton=self.settings.max_metadata_bytes,
+                          keep_tarball=self.store is not None)
         chunks = self._body(request)
         head = bytearray()
         async for chunk in chunks:
@@ -270,6 +290,8 @@ class PublishRoute:
             head += chunk
             if scan.attachment_seen:
                 break
+        if self.store is not None:
+            return await self._publish_to_store(self.store, write, private, chunks, scan)
         if not scan.attachment_seen:
             # the whole body is read and holds no tarball: npm deprecate's edited packument
             # (what `_attachments` it has is dropped: the change is rebuilt from the private
@@ -289,38 +311,74 @@ class PublishRoute:
         except UploadError as error:
             raise _bad_document(error) from None
 
+    @staticmethod
+    def _new_version(name: PackageName, private: dict[str, Any] | None,
+                     scan: UploadScan) -> Published:
+        """The checked publish, refused (409) when the private side has its version."""
+        published = checked_publish(name, scan.finish())
+        existing = private.get("versions") if private is not None else None
+        if isinstance(existing, dict) and published.version in existing:
+            raise _exists(name, published.version)
+        return published
+
     async def _publish(self, write: _Write, private: dict[str, Any] | None,
                        pending: _PendingBody, scan: UploadScan) -> web.StreamResponse:
         name = write.name
-        existing = private.get("versions") if private is not None else None
-        taken = set(existing) if isinstance(existing, dict) else set()
         checked: list[Published] = []
 
         def finish() -> None:
-            published = checked_publish(name, scan.finish())
-            if published.version in taken:
-                raise Refused(409, f"{name.full}@{published.version} is already published; a "
-                              "version is published once (bump the version)",
-                              reason="version exists", package=name.full,
-                              version=published.version)
-            checked.append(published)
+            checked.append(self._new_version(name, private, scan))
 
         body = _ClientBody(pending.head, pending.rest, scan, finish, pending.size)
-        assert self.writer is not None  # _client refused the file store
         try:
-            status, answer = await self.writer.send_json("PUT", name.url_path(), body,
-                                                         pool=TARBALLS)
+            status, answer = await self._registry(name).send_json("PUT", name.url_path(), body,
+                                                                  pool=TARBALLS)
         except UpstreamError as error:
             raise upstream_failed(error, name) from None
         version = checked[0].version if checked else None
         self._upstream_refusal(status, answer, write, version)
+        self._published(write, version, scan)
+        return self._answer(status, answer)
+
+    async def _publish_to_store(self, store: FileStore, write: _Write,
+                                private: dict[str, Any] | None, rest: AsyncIterator[bytes],
+                                scan: UploadScan) -> web.Response:
+        """The embedded file store as the private upstream: the tarball is written into it as
+        it is decoded, and lands (with its manifest) only once every check has passed."""
+        name = write.name
+        async with store.incoming(name) as received:
+            await received.write(scan.drain_tarball())  # what the head already decoded
+            async for chunk in rest:
+                self._feed(scan, chunk)
+                await received.write(scan.drain_tarball())
+            if not scan.attachment_seen:
+                self._registry(name)  # a change (npm deprecate): not for the file store
+            try:
+                published = self._new_version(name, private, scan)
+            except UploadError as error:
+                raise _bad_document(error) from None
+            manifest = scan.finish().document["versions"][published.version]
+            try:
+                stored = await store.commit(name, published.version,
+                                            tarball_filename(name, published.version),
+                                            manifest, received)
+            except StoreError as error:
+                raise Refused(503, f"the file store could not take {name.full}@"
+                              f"{published.version}: {error}", reason="store failed") from None
+        if not stored:
+            raise _exists(name, published.version)
+        self._published(write, published.version, scan)
+        return json_response(201, {"ok": f"{name.full}@{published.version} published",
+                                   "success": True})
+
+    def _published(self, write: _Write, version: str | None, scan: UploadScan) -> None:
+        name = write.name
         self._changed(name)
         self._count(write.client, "publish", "published")
         self.metrics.events.record("published", f"{name.full}@{version}",
                                    f"by {write.client.name}")
         log.info("package_published", client=write.client.name, package=name.full,
                  version=version, bytes=scan.attachment_bytes)
-        return self._answer(status, answer)
 
     # --- changes, deletions, tags ----------------------------------------------------------
 
@@ -410,9 +468,9 @@ class PublishRoute:
     async def _forward(self, write: _Write, method: str, path: str, body: bytes,
                        operation: str, version: str | None = None) -> web.Response:
         """Send one change to the private upstream; its refusal is passed on (`Refused`)."""
-        assert self.writer is not None  # _client refused the file store
         try:
-            status, answer = await self.writer.send_json(method, path, body, pool=TARBALLS)
+            status, answer = await self._registry(write.name).send_json(method, path, body,
+                                                                        pool=TARBALLS)
         except UpstreamError as error:
             raise upstream_failed(error, write.name) from None
         self._upstream_refusal(status, answer, write, version)
@@ -437,6 +495,7 @@ class PublishRoute:
     async def _write_packument(self, request: web.Request, name: PackageName,
                                base: str) -> web.Response:
         self._client(request, name)
+        self._registry(name)
         private = self._stored(name, await self._private_document(name))
         await self._check_owner(name, private)
         private.pop("_attachments", None)  # npm's changes never need them
