@@ -56,6 +56,9 @@ def test_npm_publishes_through_mirrorgate_installs_it_back_and_a_new_version_mov
     [line] = stack.proxy.events("package_published")
     assert (line["client"], line["package"], line["version"]) == ("release-bot", NAME, "1.0.0")
     assert stack.publishes("published", client="release-bot") == 1
+    status_page = stack.proxy.get("ui/", headers={"Authorization": f"Bearer {stack.reader}"})
+    assert "@acme/widget@1.0.0" in status_page.body.decode()
+    assert "by release-bot" in status_page.body.decode()
     # first-party at once: the install's packument came from the private side alone
     assert public_registry.requests == []
 
