@@ -178,6 +178,9 @@ class PublishRoute:
             return await self.private.packument(name)
         except UpstreamError as error:
             raise upstream_failed(error, name) from None
+        except (StoreError, OSError) as error:  # the file store's disk
+            raise Refused(503, f"the file store could not be read for {name.full}: {error}",
+                          reason="store failed", package=name.full) from None
 
     async def _check_owner(self, name: PackageName, private: dict[str, Any] | None) -> None:
         """Refuse a name the public registry has, unless it is first-party already (the
