@@ -122,12 +122,17 @@ def test_a_name_that_exists_publicly_is_refused_unless_merge_public_names_it(
                                cwd=npm_package(tmp_path, "acme-tools", "2.0.0"))
     merged = npm_client.run("publish", registry=stack.proxy.registry_url,
                             cwd=npm_package(tmp_path, "acme-shared", "2.0.0"))
+    # merged on purpose, but a private 1.0.0 would still shadow the public 1.0.0 (--force:
+    # past npm's own check, which sees 1.0.0 in the merged packument)
+    same_version = npm_client.run("publish", "--force", registry=stack.proxy.registry_url,
+                                  cwd=npm_package(tmp_path / "again", "acme-shared", "1.0.0"))
 
     assert shadowing.returncode != 0
     assert "E403" in shadowing.stderr
     assert "acme-tools exists on the public registry and is not first-party" in shadowing.stderr
     assert nothing_stored(verdaccio, "acme-tools")
     assert merged.returncode == 0, merged.stderr  # [private] merge_public: on purpose
+    assert "E409" in same_version.stderr
     assert verdaccio.versions("acme-shared") == ["2.0.0"]
 
 

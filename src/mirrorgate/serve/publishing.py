@@ -103,7 +103,13 @@ class _ClientBody:
         yield held
 
 
+def _versions(document: dict[str, Any] | None) -> frozenset[str]:
+    versions = document.get("versions") if document is not None else None
+    return frozenset(versions) if isinstance(versions, dict) else frozenset()
+
+
 def _exists(name: PackageName, version: str) -> Refused:
+    # for a merge_public name, a public version counts: the private copy would shadow it
     return Refused(409, f"{name.full}@{version} is already published; a version is published "
                    "once (bump the version)", reason="version exists", package=name.full,
                    version=version)
@@ -182,14 +188,16 @@ class PublishRoute:
             raise Refused(503, f"the file store could not be read for {name.full}: {error}",
                           reason="store failed", package=name.full) from None
 
-    async def _check_owner(self, name: PackageName, private: dict[str, Any] | None) -> None:
+    async def _check_owner(self, name: PackageName,
+                           private: dict[str, Any] | None) -> frozenset[str]:
         """Refuse a name the public registry has, unless it is first-party already (the
         rules own it, or the private side holds a version mirrorgate did not mirror) or
-        merge_public names it. Fails closed: public unreachable is a 503, not a yes."""
+        merge_public names it; for a merge_public name, the public versions a publish must
+        not shadow. Fails closed: public unreachable is a 503, not a yes."""
         full = name.full
-        if (self.rules.private_alone(full) or self.rules.merge_public.covers_name(full)
-                or first_party_versions(private)):
-            return
+        merged = self.rules.merge_public.covers_name(full)
+        if not merged and (self.rules.private_alone(full) or first_party_versions(private)):
+            return frozenset()
         try:
             answer = await self.public.get_json(name.url_path())
         except UpstreamError as error:
@@ -197,11 +205,12 @@ class PublishRoute:
                           f"registry ({error}), so it does not publish it; try again",
                           reason="public upstream unavailable", package=full,
                           headers={"Retry-After": "30"}) from None
-        if answer.status == 200:
+        if answer.status == 200 and not merged:
             raise Refused(403, f"{full} exists on the public registry and is not first-party: "
                           "publishing it here would shadow the public package; list it in "
                           "[private] merge_public if the organisation means to",
                           reason="exists publicly", package=full)
+        return _versions(answer.document)
 
     # --- dispatch --------------------------------------------------------------------------
 
@@ -238,9 +247,10 @@ class PublishRoute:
             self._registry(name)
         declared = self._declared(request) if route == "publish" else None  # before any read
         private = await self._private_document(name)
-        await self._check_owner(name, private)
+        public_versions = await self._check_owner(name, private)
         if route == "publish":
-            return await self._put_package(request, write, private, declared)
+            taken = _versions(private) | public_versions
+            return await self._put_package(request, write, private, taken, declared)
         if route == "change":
             return await self._change(request, write, private)
         if route == "dist-tag":
@@ -281,7 +291,7 @@ class PublishRoute:
             yield chunk
 
     async def _put_package(self, request: web.Request, write: _Write,
-                           private: dict[str, Any] | None,
+                           private: dict[str, Any] | None, taken: frozenset[str],
                            declared: int | None) -> web.StreamResponse:
         """PUT /name: a publish (the body carries a tarball) or npm deprecate's change."""
         scan = UploadScan(max_skeleton=self.settings.max_metadata_bytes,
@@ -294,7 +304,7 @@ class PublishRoute:
             if scan.attachment_seen:
                 break
         if self.store is not None:
-            return await self._publish_to_store(self.store, write, private, chunks, scan)
+            return await self._publish_to_store(self.store, write, taken, chunks, scan)
         if not scan.attachment_seen:
             # the whole body is read and holds no tarball: npm deprecate's edited packument
             # (what `_attachments` it has is dropped: the change is rebuilt from the private
@@ -304,7 +314,7 @@ class PublishRoute:
             except UploadError as error:
                 raise _bad_document(error) from None
             return await self._forward_change(write, private, document, write.name.url_path())
-        return await self._publish(write, private, _PendingBody(bytes(head), chunks, declared),
+        return await self._publish(write, taken, _PendingBody(bytes(head), chunks, declared),
                                    scan)
 
     @staticmethod
@@ -315,22 +325,20 @@ class PublishRoute:
             raise _bad_document(error) from None
 
     @staticmethod
-    def _new_version(name: PackageName, private: dict[str, Any] | None,
-                     scan: UploadScan) -> Published:
-        """The checked publish, refused (409) when the private side has its version."""
+    def _new_version(name: PackageName, taken: frozenset[str], scan: UploadScan) -> Published:
+        """The checked publish, refused (409) when its version exists already."""
         published = checked_publish(name, scan.finish())
-        existing = private.get("versions") if private is not None else None
-        if isinstance(existing, dict) and published.version in existing:
+        if published.version in taken:
             raise _exists(name, published.version)
         return published
 
-    async def _publish(self, write: _Write, private: dict[str, Any] | None,
-                       pending: _PendingBody, scan: UploadScan) -> web.StreamResponse:
+    async def _publish(self, write: _Write, taken: frozenset[str], pending: _PendingBody,
+                       scan: UploadScan) -> web.StreamResponse:
         name = write.name
         checked: list[Published] = []
 
         def finish() -> None:
-            checked.append(self._new_version(name, private, scan))
+            checked.append(self._new_version(name, taken, scan))
 
         body = _ClientBody(pending.head, pending.rest, scan, finish, pending.size)
         try:
@@ -343,9 +351,8 @@ class PublishRoute:
         self._published(write, version, scan)
         return self._answer(status, answer)
 
-    async def _publish_to_store(self, store: FileStore, write: _Write,
-                                private: dict[str, Any] | None, rest: AsyncIterator[bytes],
-                                scan: UploadScan) -> web.Response:
+    async def _publish_to_store(self, store: FileStore, write: _Write, taken: frozenset[str],
+                                rest: AsyncIterator[bytes], scan: UploadScan) -> web.Response:
         """The embedded file store as the private upstream: the tarball is written into it as
         it is decoded, and lands (with its manifest) only once every check has passed."""
         name = write.name
@@ -357,7 +364,7 @@ class PublishRoute:
             if not scan.attachment_seen:
                 self._registry(name)  # a change (npm deprecate): not for the file store
             try:
-                published = self._new_version(name, private, scan)
+                published = self._new_version(name, taken, scan)
             except UploadError as error:
                 raise _bad_document(error) from None
             manifest = scan.finish().document["versions"][published.version]
