@@ -140,6 +140,9 @@ VARIABLES: tuple[Var, ...] = (
         see="serving.md#caching"),
     Var("MIRRORGATE_MAX_TARBALL_BYTES", str(256 * MIB), "largest tarball the worker mirrors",
         read_by=(WORKER,), see="worker.md#what-the-worker-checks-in-order"),
+    Var("MIRRORGATE_MAX_PUBLISH_BYTES", str(100 * MIB), "largest `npm publish` body a client "
+        "may send through the proxy (refused with 413 as soon as it is crossed)",
+        read_by=(PROXY,), see="publishing.md#what-is-checked-in-a-publish"),
     Var("MIRRORGATE_UPSTREAM_TIMEOUT", "30", "seconds an upstream call may take (connect and "
         "each read)"),
     Var("MIRRORGATE_REQUEST_TIMEOUT", "60", "seconds a client request may take before 504",
@@ -268,6 +271,7 @@ class Settings:
     cache_max_bytes: int
     max_metadata_bytes: int
     max_tarball_bytes: int
+    max_publish_bytes: int
     upstream_timeout: float
     request_timeout: float
     max_deliveries: int
@@ -592,6 +596,8 @@ def load_settings(
                                         str(32 * MIB)),
         max_tarball_bytes=read.integer("MIRRORGATE_MAX_TARBALL_BYTES", 1024, None,
                                        str(256 * MIB)),
+        max_publish_bytes=read.integer("MIRRORGATE_MAX_PUBLISH_BYTES", 1024, None,
+                                       str(100 * MIB)),
         upstream_timeout=read.seconds("MIRRORGATE_UPSTREAM_TIMEOUT", 0.1, "30"),
         request_timeout=read.seconds("MIRRORGATE_REQUEST_TIMEOUT", 0.1, "60"),
         max_deliveries=read.integer("MIRRORGATE_MAX_DELIVERIES", 1, None, "5"),

@@ -26,7 +26,7 @@ _MINUTE = 60
 class Event:
     at: datetime
     kind: str
-    """denied | tampered | upstream_failed | job"""
+    """denied | tampered | upstream_failed | job | published (a client's write, `publishing`)"""
     subject: str
     """A package (`name` or `name@version`), or an upstream's label."""
     detail: str

@@ -136,6 +136,10 @@ class Metrics:
                                       registry=r)
         self.audits = Counter("mirrorgate_audit_requests", "npm audit bulk requests answered "
                               "from the advisory index, by outcome", ["outcome"], registry=r)
+        self.publishes = Counter(
+            "mirrorgate_publishes", "client writes through the proxy (npm publish, unpublish, "
+            "deprecate, dist-tag) by client, operation and outcome: published, changed, "
+            "refused, upstream_refused", ["client", "operation", "outcome"], registry=r)
         self.tampered = Counter("mirrorgate_tampered", "tarballs whose bytes did not match "
                                 "the admitted digest", registry=r)
         # not Prometheus: the status page's bounded ring of recent events, kept beside the

@@ -33,6 +33,7 @@ def only_problem(text: str) -> str:
 
 
 FIRST_PARTY = rules_summary(DEFAULT_RULES)["private"]["first_party"]
+PUBLISHERS = rules_summary(DEFAULT_RULES)["publish"]["who"]
 
 
 def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:
@@ -41,6 +42,21 @@ def test_private_names_and_merge_public_load_and_decide_which_names_stay_private
     assert rules.private_alone("acme-utils")
     assert not rules.private_alone("acme-fork")  # merge_public takes it back, gated
     assert not rules.private_alone("left-pad")
+
+
+def test_publish_names_load_and_nothing_is_publishable_without_them() -> None:
+    rules = parse_rules('[publish]\nnames = ["@acme/*", "acme-*"]')
+    assert rules.publishable.covers_name("@acme/widget")
+    assert rules.publishable.covers_name("acme-tools")
+    assert not rules.publishable.covers_name("left-pad")
+    assert not DEFAULT_RULES.publishable.covers_name("@acme/widget")  # deny by default
+    assert rules_summary(rules)["publish"]["names"] == ["@acme/*", "acme-*"]
+
+
+def test_a_publish_name_with_a_version_range_is_an_error() -> None:
+    assert only_problem('[publish]\nnames = ["@acme/widget@^1"]') == (
+        'publish.names: "@acme/widget@^1" has a version range; [publish] lists name whole '
+        'packages, like "@acme/*", "acme-*" or "acme-utils"')
 
 
 def test_a_private_name_with_a_version_range_is_an_error() -> None:
@@ -96,6 +112,7 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "provenance": {"mode": "off", "window": 5, "quarantine": "7 days", "allow": []},
         "publisher": {"mode": "off", "window": 20, "quarantine": "7 days", "allow": []},
         "private": {"names": [], "merge_public": [], "first_party": FIRST_PARTY},
+        "publish": {"names": [], "who": PUBLISHERS},
     }
 
 
@@ -118,6 +135,7 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
            for table in ("signatures", "provenance", "publisher")},
         "private": {"names": ["@acme/*", "acme-*"], "merge_public": [],
                     "first_party": FIRST_PARTY},
+        "publish": {"names": [], "who": PUBLISHERS},
     }
 
 
@@ -208,7 +226,7 @@ def test_an_unknown_table_is_an_error_suggesting_the_right_one() -> None:
     assert only_problem("[ages]\nminimum = '3d'") == (
         "[ages]: unknown table (did you mean [age]?); the tables are [integrity], [age], "
         "[deny], [allow], [install_scripts], [advisories], [signatures], [provenance], "
-        "[publisher], [private]"
+        "[publisher], [private], [publish]"
     )
 
 

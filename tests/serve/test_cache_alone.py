@@ -108,6 +108,35 @@ async def test_a_caller_that_gives_up_does_not_cancel_the_fill_for_the_others() 
     assert "a" in cache
 
 
+async def test_a_forgotten_entry_is_filled_anew_on_the_next_request() -> None:
+    cache, _ = make_cache(ManualClock())
+    upstream = Upstream()
+    await cache.get("a", upstream.load)
+
+    cache.forget("a")  # a publish changed the package
+
+    assert "a" not in cache
+    assert cache.bytes == 0
+    assert (await cache.get("a", upstream.load)).value == "v2"
+
+
+async def test_a_fill_begun_before_a_forget_answers_its_waiters_but_is_not_kept() -> None:
+    # the race: a fill reading the pre-publish packument lands after the publish; kept, it
+    # would hide the new version for a whole TTL
+    cache, _ = make_cache(ManualClock())
+    before = Upstream(gate=asyncio.Event())
+    waiting = asyncio.create_task(cache.get("a", before.load))
+    await asyncio.sleep(0)
+
+    cache.forget("a")
+    after = await cache.get("a", Upstream(answers=[], calls=1).load)  # a fill of its own
+    before.gate.set()  # type: ignore[union-attr]
+
+    assert (await waiting).value == "v1"
+    assert after.value == "v2"
+    assert cache.fresh("a") is after
+
+
 async def test_the_least_recently_used_entry_goes_when_the_entry_count_is_exceeded() -> None:
     cache, _ = make_cache(ManualClock(), max_entries=2)
     upstream = Upstream()

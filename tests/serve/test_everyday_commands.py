@@ -93,7 +93,7 @@ async def test_npm_search_without_search_upstream_is_a_501_that_says_so(
 
 @pytest.mark.parametrize(("method", "path", "status"), [
     ("GET", "npm/-/nothing-here", 404),
-    ("PUT", "npm/some-package", 405),
+    ("PATCH", "npm/some-package", 405),
     ("GET", "npm/..%2fetc", 400),
     ("GET", "npm/-/v1/search?size=many", 400),
 ])

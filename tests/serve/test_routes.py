@@ -114,19 +114,24 @@ async def test_ping_answers_and_health_routes_live_at_the_root(
     assert proxy.metric("mirrorgate_requests_total", route="ping", status="200") == 1
 
 
-async def test_a_write_is_refused_with_405_because_the_proxy_is_read_only(
+async def test_a_write_to_an_open_proxy_is_refused_because_publishing_needs_client_tokens(
     public_registry: FixtureRegistry, start_proxy: StartProxy,
 ) -> None:
+    # without a tokens file nobody is known, so nobody may write with mirrorgate's credential
     public_registry.add(make_package("readonly-one"))
     proxy = await start_proxy(public_registry.url)
 
-    answer = await proxy.request("PUT", "npm/readonly-one", headers={
+    put = await proxy.request("PUT", "npm/readonly-one", headers={
         "Content-Type": "application/json"})
+    patch = await proxy.request("PATCH", "npm/readonly-one")
 
-    assert answer.status == 405
-    assert answer.headers["Allow"] == "GET, HEAD"
-    assert "read-only" in answer.json()["error"]
+    assert put.status == 403
+    assert put.json()["reason"] == "no client tokens"
+    assert "MIRRORGATE_CLIENT_TOKENS_FILE" in put.json()["error"]
+    assert patch.status == 405
+    assert patch.headers["Allow"] == "GET, HEAD, PUT, DELETE"
     assert public_registry.requests == []
+    assert proxy.metric("mirrorgate_requests_total", route="write", status="403") == 1
 
 
 @pytest.mark.parametrize(("path", "status"), [

@@ -13,12 +13,13 @@ from urllib.parse import unquote
 
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 
-__all__ = ["POST_ROUTES", "RegistryPath", "Route", "looks_like_registry_path",
-           "parse_registry_path"]
+__all__ = ["POST_ROUTES", "RegistryPath", "Route", "WriteTarget", "looks_like_registry_path",
+           "parse_registry_path", "parse_write_target"]
 
 Route = Literal["packument", "version", "tarball", "ping", "whoami", "audit", "audit-quick",
-                "dist-tags", "search", "keys", "unknown"]
-"""The fixed route labels, also the `route` label of the request metric."""
+                "dist-tags", "search", "keys", "unknown", "write"]
+"""The fixed route labels, also the `route` label of the request metric (`write`: every PUT and
+DELETE, which `parse_write_target` reads)."""
 
 # The segment after the name (version, dist-tag or tarball file) is only ever a dictionary key
 # or a file name checked against the package (`version_from_filename`): strictly decoded, no
@@ -90,6 +91,50 @@ def parse_registry_path(rest: str) -> RegistryPath:
     if len(remainder) == 2 and remainder[0] == "-":
         return RegistryPath("tarball", name, _decode_segment(remainder[1], "tarball filename"))
     return RegistryPath("unknown")
+
+
+WriteRoute = Literal["publish", "change", "unpublish", "remove-tarball", "dist-tag"]
+"""The writes npm sends (`publishing`): PUT `name` (publish, or npm deprecate's change), PUT
+`name/-rev/R` (a change), DELETE `name/-rev/R` (unpublish all), DELETE `name/-/file/-rev/R` (a
+version's tarball, after its change), PUT or DELETE `-/package/name/dist-tags/tag`."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTarget:
+    """What a write path names: the route, the package, and the revision, file or tag."""
+
+    route: WriteRoute
+    name: PackageName
+    detail: str = ""
+    revision: str = ""
+
+
+def parse_write_target(rest: str, method: str) -> WriteTarget | None:
+    """The write a PUT or DELETE path asks for, or None when it names none; raises
+    InvalidNameError when the name or a segment is refused."""
+    if rest.startswith("-/package/"):
+        name_part, found, tag = rest[len("-/package/"):].rpartition("/dist-tags/")
+        if not found:
+            return None
+        return WriteTarget("dist-tag", parse_name(name_part), _decode_segment(tag, "dist-tag"))
+    if rest.startswith("-/"):
+        return None
+    target = parse_registry_path(rest)
+    if target.route == "packument" and target.name is not None and method == "PUT":
+        return WriteTarget("publish", target.name)
+    segments = rest.split("/")
+    if len(segments) < 3 or segments[-2] != "-rev":
+        return None
+    revision = _decode_segment(segments[-1], "revision")
+    inner = parse_registry_path("/".join(segments[:-2]))
+    if inner.name is None:
+        return None
+    if inner.route == "packument":
+        return WriteTarget("change" if method == "PUT" else "unpublish", inner.name,
+                           revision=revision)
+    if inner.route == "tarball" and method == "DELETE":
+        return WriteTarget("remove-tarball", inner.name, inner.detail, revision)
+    return None
 
 
 WEB_FILES = (".ico", ".html", ".htm", ".php", ".txt", ".xml", ".png", ".css", ".env")

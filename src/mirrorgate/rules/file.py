@@ -55,6 +55,7 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
     "provenance": ("continuity", "window", "quarantine", "allow"),
     "publisher": ("change", "window", "quarantine", "allow"),
     "private": ("names", "merge_public"),
+    "publish": ("names",),
 }
 _ADVISORY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _SEVERITY_CHOICES = ("low", "medium", "high", "critical", "none")
@@ -166,8 +167,8 @@ class _Reader:
         for pattern in listed.patterns:
             if pattern.range is not None:
                 self.problem(key, f"{quoted(pattern.text)} has a version range; "
-                             "[private] lists name whole packages, like \"@acme/*\", "
-                             "\"acme-*\" or \"acme-utils\"")
+                             f"[{key.split('.')[0]}] lists name whole packages, like "
+                             "\"@acme/*\", \"acme-*\" or \"acme-utils\"")
         return listed
 
     def duration(self, key: str, value: object) -> tuple[timedelta, str] | None:
@@ -312,6 +313,9 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
     for key, attribute in (("names", "owned"), ("merge_public", "merge_public")):
         if key in private:
             values[attribute] = read.names(f"private.{key}", private[key])
+
+    if "names" in tables.get("publish", {}):
+        values["publishable"] = read.names("publish.names", tables["publish"]["names"])
 
     if read.problems:
         raise RulesError(read.problems, source)

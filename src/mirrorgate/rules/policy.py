@@ -87,6 +87,8 @@ class Rules:
     publisher: SignalRule = field(default_factory=lambda: SignalRule(window=20))
     owned: PatternList = field(default_factory=PatternList)
     merge_public: PatternList = field(default_factory=PatternList)
+    publishable: PatternList = field(default_factory=PatternList)
+    """`[publish].names`: what clients may publish through the proxy (none by default)."""
     source: str = field(default="<defaults>", compare=False)
 
     def private_alone(self, name: str) -> bool:
@@ -320,6 +322,10 @@ def rules_summary(rules: Rules) -> dict[str, Any]:
             "first_party": "a name the private upstream holds an unmarked version of, or one "
                            "[private].names covers: served from the private upstream alone, "
                            "public versions never merged, unless merge_public names it",
+        },
+        "publish": {
+            "names": rules.publishable.texts(),
+            "who": "clients whose line in the tokens file has the `publish` permission",
         },
     }
 

@@ -38,8 +38,10 @@ from mirrorgate.npm.packument import FULL, Gated, TooManyVersionsError, version_
 from mirrorgate.npm.paths import (
     POST_ROUTES,
     RegistryPath,
+    Route,
     looks_like_registry_path,
     parse_registry_path,
+    parse_write_target,
 )
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import Rules
@@ -50,6 +52,7 @@ from mirrorgate.serve.fill import PackumentSource
 from mirrorgate.serve.firstparty import FILENAME as FIRST_PARTY_FILE
 from mirrorgate.serve.firstparty import FirstPartyNames
 from mirrorgate.serve.overload import Admission
+from mirrorgate.serve.publishing import PublishRoute
 from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
 from mirrorgate.serve.rendered import PackumentEntry, Rendered, RenderKey, build_rendered
 from mirrorgate.serve.search import search
@@ -58,7 +61,7 @@ from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.ui import add_ui_routes
 from mirrorgate.upstream.client import Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
-from mirrorgate.upstream.private import PrivateSource
+from mirrorgate.upstream.private import HttpPrivate, PrivateSource, StorePrivate
 
 __all__ = ["SERVER", "Proxy", "ProxyServer", "build_proxy_app"]
 
@@ -97,6 +100,9 @@ def _parse_or_error(rest: str) -> RegistryPath | InvalidNameError:
         return error
 
 
+WRITE_METHODS = frozenset({"PUT", "DELETE"})
+"""What npm's writes use (`publishing`); any other method but GET, HEAD and audit's POST is 405."""
+
 PACKAGE_MISSES = frozenset({"not found", "version not found", "no versions"})
 """Refusal reasons that only mean "no such package or version": ordinary, not logged."""
 
@@ -109,7 +115,7 @@ def _logged_path(request: web.Request) -> str:
 def _logged_refusal(route: str, refused: Refused) -> bool:
     """Every 4xx gets one log line, except a package miss and a denied tarball (already
     logged as `tarball_denied`)."""
-    if not 400 <= refused.status < 500:
+    if not 400 <= refused.status < 500 or route == "write":  # writes log `publish_refused`
         return False
     if refused.status == 404 and refused.reason in PACKAGE_MISSES:
         return False
@@ -145,6 +151,13 @@ class ProxyServer:
                                      packument=self._gated_or_none,
                                      private_answered=self._private_answered, clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
+        private = proxy.private
+        self.publishing = PublishRoute(
+            settings=self.settings, rules=proxy.rules, private=private,
+            writer=private.upstream if isinstance(private, HttpPrivate) else None,
+            store=private.store if isinstance(private, StorePrivate) else None,
+            public=proxy.public, first_party=self.source.first_party,
+            forget=lambda name: self.cache.forget(name.full), metrics=proxy.metrics)
         self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
         self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
@@ -202,7 +215,8 @@ class ProxyServer:
         rest = raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):]
         target = self._targets(rest)
         if (isinstance(target, RegistryPath) and target.route == "packument"
-                and target.name is not None and request.method in ("GET", "HEAD")):
+                and target.name is not None and request.method in ("GET", "HEAD")
+                and (query < 0 or "write=" not in raw[query:])):  # ?write=true: publishing
             slot = self.cache.fresh(target.name.full)
             if slot is not None:
                 try:
@@ -228,15 +242,19 @@ class ProxyServer:
         """Everything but a warm packument: a request id bound to the log context, refusals
         turned into JSON answers, and any unexpected error logged and answered 500, never
         raised."""
-        route = target.route if isinstance(target, RegistryPath) else "unknown"
+        writing = request.method in WRITE_METHODS
+        route: Route = target.route if isinstance(target, RegistryPath) else "unknown"
+        route = "write" if writing else route
         request_id = self._request_id(request)
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             response: web.StreamResponse
             try:
-                if isinstance(target, InvalidNameError):
+                if writing:
+                    response = await self._write(request)
+                elif isinstance(target, InvalidNameError):
                     self.metrics.refusals.labels("bad_name").inc()
                     raise Refused(400, f"invalid package path: {target}", reason=str(target))
-                if route in POST_ROUTES:
+                elif route in POST_ROUTES:
                     if request.method != "POST":
                         raise Refused(405, f"{request.method} is not supported here: npm audit "
                                       "POSTs to this endpoint", reason="post only",
@@ -244,9 +262,11 @@ class ProxyServer:
                     handler = self.audit.bulk if route == "audit" else self.audit.quick
                     response = await handler(request)
                 elif request.method not in ("GET", "HEAD"):
-                    raise Refused(405, f"{request.method} is not supported: mirrorgate is a "
-                                  "read-only npm registry proxy", reason="read-only",
-                                  headers={"Allow": "GET, HEAD"})
+                    raise Refused(405, f"{request.method} is not supported: mirrorgate reads "
+                                  "with GET and HEAD, and takes npm's writes (publish, "
+                                  "unpublish, deprecate, dist-tag) as PUT and DELETE",
+                                  reason="method not allowed",
+                                  headers={"Allow": "GET, HEAD, PUT, DELETE"})
                 else:
                     response = await self._route(request, target)
             except Refused as refused:
@@ -266,6 +286,20 @@ class ProxyServer:
                              "log", "request_id": request_id})
             self._count(route, response.get(OUTCOME, response.status))
             return response
+
+    async def _write(self, request: web.Request) -> web.StreamResponse:
+        """PUT and DELETE: npm's writes, which `publishing` checks and forwards."""
+        rest = request.raw_path[len(PREFIX):].split("?", 1)[0]
+        try:
+            target = parse_write_target(rest, request.method)
+        except InvalidNameError as error:
+            self.metrics.refusals.labels("bad_name").inc()
+            raise Refused(400, f"invalid package path: {error}", reason=str(error)) from None
+        if target is None:
+            raise Refused(405, f"{request.method} is not a write npm sends to this path; "
+                          "mirrorgate takes npm publish, unpublish, deprecate and dist-tag",
+                          reason="method not allowed", headers={"Allow": "GET, HEAD"})
+        return await self.publishing.write(request, target)
 
     async def _route(self, request: web.Request, target: RegistryPath) -> web.StreamResponse:
         if target.route == "ping":
@@ -290,6 +324,9 @@ class ProxyServer:
                     return json_response(200, await search(
                         self.proxy.public, request.query, self._gated_or_none))
                 if target.route == "packument":
+                    if request.query.get("write") == "true":  # npm, before a change
+                        return await self.publishing.write_packument(
+                            request, name, self._key(request)[1])
                     return await self._packument(request, name)
                 if target.route == "version":
                     return await self._version(request, name, target.detail)

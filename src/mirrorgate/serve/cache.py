@@ -95,6 +95,7 @@ class PackumentCache(Generic[V]):
         self._on_result = on_result
         self._slots: OrderedDict[str, Cached[V]] = OrderedDict()
         self._flights: dict[str, asyncio.Task[Cached[V]]] = {}
+        self._forgotten: set[asyncio.Task[Cached[V]]] = set()
         self._bytes = 0
 
     # --- reading ---------------------------------------------------------------------------
@@ -160,12 +161,18 @@ class PackumentCache(Generic[V]):
     # --- filling ---------------------------------------------------------------------------
 
     async def _fill(self, key: str, previous: Cached[V] | None, load: Loader[V]) -> Cached[V]:
+        flight = asyncio.current_task()
         try:
             loaded = await load(previous)
         finally:
-            self._flights.pop(key, None)
+            if self._flights.get(key) is flight:  # a forget() may have started another since
+                del self._flights[key]
         now = self._clock()
         fresh_for = self.ttl if loaded.fresh_for is None else min(self.ttl, loaded.fresh_for)
+        if flight in self._forgotten:
+            # begun before a write changed the key: its waiters get it, the cache keeps nothing
+            self._forgotten.discard(flight)
+            return Cached(key, loaded.value, loaded.validator, loaded.size, now, now)
         if previous is not None and loaded.value is previous.value:
             previous.validator = loaded.validator or previous.validator
             previous.fresh_until = now + fresh_for
@@ -213,6 +220,16 @@ class PackumentCache(Generic[V]):
     @property
     def bytes(self) -> int:
         return self._bytes
+
+    def forget(self, key: str) -> None:
+        """Drop `key`'s entry, so the next request fills it anew (after a write changed it);
+        a fill already under way finishes for its waiters but is not kept."""
+        slot = self._slots.pop(key, None)
+        if slot is not None:
+            self._bytes -= slot.size
+        flight = self._flights.pop(key, None)
+        if flight is not None:
+            self._forgotten.add(flight)
 
     def clear(self) -> None:
         self._slots.clear()

@@ -32,7 +32,7 @@ __all__ = [
 log = structlog.get_logger("mirrorgate.clients")
 
 PERMISSIONS = frozenset({"publish"})
-"""Words the optional third column may hold (`publish` is read by the publish issue)."""
+"""Words the optional third column may hold (`publish`: may write, see `serve.publishing`)."""
 
 POLL_SECONDS = 2.0
 """How often the file's identity is checked: a rotated Secret is in force within 10 s."""

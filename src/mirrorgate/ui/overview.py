@@ -159,6 +159,9 @@ Totals are this process's, since it started, read from the same counters as
 <section><h2>Recent tamper events</h2>
 {_events(recent.latest("tampered"), empty="no tampered tarball since start")}
 </section>
+<section><h2>Recent publishes</h2>
+{_events(recent.latest("published"), empty="nothing published through mirrorgate since start")}
+</section>
 <section><h2>Rules in force</h2>{_rules(rules)}</section>
 <p class="note">Recent events are kept in memory only, at most {CAPACITY} of each kind; a
 restart empties them. The counters above are the durable record: scrape /metrics.</p>

@@ -22,8 +22,8 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
 from mirrorgate.upstream.origins import Origin, OriginRefusal, check_on_origin
 
-__all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "Download", "JsonAnswer", "Pool",
-           "PoolSizes", "StreamedBody", "Upstream", "UpstreamError"]
+__all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "BodyStopped", "Download", "JsonAnswer",
+           "Pool", "PoolSizes", "StreamedBody", "Upstream", "UpstreamError"]
 
 ABBREVIATED = "application/vnd.npm.install-v1+json"
 CHUNK = 64 * 1024
@@ -69,12 +69,23 @@ def _json_values(body: bytes) -> int:
 
 
 class StreamedBody(Protocol):
-    """A request body sent in chunks, whose total size is known before the first."""
+    """A request body sent in chunks; its total size, when known before the first, is
+    declared (Content-Length), else it goes chunked."""
 
     @property
-    def size(self) -> int: ...
+    def size(self) -> int | None: ...
 
     def chunks(self) -> AsyncIterator[bytes]: ...
+
+
+class BodyStopped(Exception):  # noqa: N818 - the sender's own verdict, carried out of aiohttp
+    """Raised by a `StreamedBody`'s chunks to abandon the request mid-body: the connection is
+    closed without the body's end, so the upstream never sees a complete request.
+    `send_json` re-raises `reason` (it is not an upstream failure)."""
+
+    def __init__(self, reason: Exception) -> None:
+        super().__init__(str(reason))
+        self.reason = reason
 
 
 class UpstreamError(Exception):
@@ -379,7 +390,8 @@ class Upstream:
             data = body
         else:
             data = body.chunks()
-            headers["Content-Length"] = str(body.size)
+            if body.size is not None:
+                headers["Content-Length"] = str(body.size)
         started = time.monotonic()
         try:
             with self._holding(pool) as session:
@@ -390,6 +402,10 @@ class Upstream:
                     answer = await response.content.read(64 * 1024)
                     return response.status, answer
         except Exception as error:
+            # aiohttp wraps what the body raised (ClientConnectionError, __cause__ = ours)
+            stopped = error if isinstance(error, BodyStopped) else error.__cause__
+            if isinstance(stopped, BodyStopped):
+                raise stopped.reason from None
             raise self._translate(error) from None
         finally:
             self._observe("publish", started)

@@ -11,9 +11,10 @@ import asyncio
 import datetime as dt
 import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -21,7 +22,7 @@ from mirrorgate.npm.mirrormark import read_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.versions import highest, is_version_string
 
-__all__ = ["FileStore", "StoreError"]
+__all__ = ["FileStore", "Incoming", "StoreError"]
 
 CHUNK = 256 * 1024
 
@@ -49,6 +50,31 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+class Incoming:
+    """A tarball arriving in the store: a temporary file, written in a thread chunk by chunk."""
+
+    def __init__(self, path: Path, handle: BinaryIO) -> None:
+        self.path = path
+        self._handle = handle
+        self._landed = False
+
+    async def write(self, data: bytes) -> None:
+        await asyncio.to_thread(self._handle.write, data)
+
+    def land(self, path: Path) -> None:
+        """Flush, fsync and move the file to `path` (atomic: `os.replace` in one directory)."""
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        os.replace(self.path, path)
+        self._landed = True
+
+    def discard(self) -> None:
+        if not self._landed:
+            self._handle.close()
+            self.path.unlink(missing_ok=True)
 
 
 class FileStore:
@@ -166,14 +192,47 @@ class FileStore:
 
     def _write(self, name: PackageName, version: str, filename: str, manifest: dict[str, Any],
                tarball: bytes) -> bool:
+        return self._land(name, version, filename, manifest,
+                          lambda path: _atomic_write(path, tarball))
+
+    def _land(self, name: PackageName, version: str, filename: str, manifest: dict[str, Any],
+              place: Callable[[Path], None]) -> bool:
         manifest_path = self._manifest_path(name, version)
         if manifest_path.exists():
             return False
         # the tarball first: the manifest's presence makes the version exist, so a reader
         # never sees a version whose bytes are missing
-        _atomic_write(self.tarball_path(name, filename), tarball)
+        place(self.tarball_path(name, filename))
         _atomic_write(manifest_path, orjson.dumps(manifest))
         return True
+
+    @asynccontextmanager
+    async def incoming(self, name: PackageName) -> AsyncIterator[Incoming]:
+        """A tarball being received for `name` (a client's publish), written as it arrives
+        into a temporary file beside where it lands; removed unless `commit` took it."""
+        directory = self._package_dir(name) / "tarballs"
+
+        def open_temporary() -> Incoming:
+            directory.mkdir(parents=True, exist_ok=True)
+            handle, path = tempfile.mkstemp(prefix=".incoming-", dir=directory)
+            return Incoming(Path(path), os.fdopen(handle, "wb"))
+
+        receiving = await asyncio.to_thread(open_temporary)
+        try:
+            yield receiving
+        finally:
+            await asyncio.to_thread(receiving.discard)
+
+    async def commit(self, name: PackageName, version: str, filename: str,
+                     manifest: dict[str, Any], received: Incoming) -> bool:
+        """Store the version whose tarball `received` holds, once; False when it was already
+        there (nothing is overwritten)."""
+        try:
+            return await asyncio.to_thread(self._land, name, version, filename, manifest,
+                                           received.land)
+        except OSError as error:
+            raise StoreError(f"cannot write {name.full}@{version} under {self.root}: "
+                             f"{error.strerror}") from None
 
     async def put(self, name: PackageName, version: str, filename: str,
                   manifest: dict[str, Any], tarball: bytes) -> bool:

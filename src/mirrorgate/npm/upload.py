@@ -1,0 +1,347 @@
+"""A client's publish document read as it streams: the attachment hashed, the rest kept small.
+
+`npm publish` sends one JSON document, the tarball inside it in base64
+(`_attachments.<file>.data`). `UploadScan` is fed the raw body chunk by chunk; the one attachment
+string is decoded and hashed (sha512 and sha1) as it passes and never kept, and everything else
+(the skeleton: the document with that string emptied) is kept for the checks. Decisions:
+
+- The scan only finds the attachment string; the skeleton is then parsed by orjson, which is
+  the authority on what the document says. orjson and Node's JSON.parse both keep the last of
+  duplicate keys, so the checks see what the private registry will see, and any disagreement
+  about where the attachment was (an escaped key, a duplicate `_attachments`, two `data`
+  strings) leaves a skeleton whose attachment is not the emptied one: refused, never guessed.
+- The attachment must be plain, padded base64 (no escapes, no whitespace): then Node's lenient
+  decoder and Python's strict one read the same bytes, so the bytes hashed are the bytes the
+  registry stores.
+- Structure deeper than the attachment's path is skipped by bracket counting, and the
+  skeleton is bounded (`max_skeleton`), so the scan's memory is bounded whatever is sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from mirrorgate.integrity import Digest, parse_integrity, parse_shasum, same_digest
+from mirrorgate.npm.names import PackageName, tarball_filename
+from mirrorgate.npm.semver import parse_version
+from mirrorgate.npm.versions import is_version_string
+
+__all__ = ["Published", "ScannedUpload", "UploadError", "UploadScan", "checked_publish"]
+
+_STRUCTURE = re.compile(rb'["{}\[\]:,]')
+_STRING_END = re.compile(rb'["\\]')
+_NOT_BASE64 = re.compile(rb"[^A-Za-z0-9+/=]")
+_KEY_LIMIT = 512
+"""Bytes of a key remembered; longer keys are never one the scan looks for."""
+_MAX_DEPTH = 1024
+_ONE_TARBALL = ("the publish document must carry exactly one tarball in _attachments, as npm "
+                "publish sends it")
+_ATTACHMENTS = b"_attachments"
+_DATA = b"data"
+
+
+class UploadError(ValueError):
+    """A publish document that cannot be accepted; the message says what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedUpload:
+    """What a finished scan found: the parsed skeleton (the attachment string emptied), how
+    many strings stood where the attachment goes, and the attachment's bytes described."""
+
+    document: dict[str, Any]
+    attachment_strings: int
+    attachment_bytes: int
+    sha512: bytes
+    sha1: bytes
+
+
+class UploadScan:
+    """Feed `feed()` the body's chunks in order, then call `finish()`."""
+
+    def __init__(self, *, max_skeleton: int, keep_tarball: bool = False) -> None:
+        """`keep_tarball`: hold the decoded bytes until `drain_tarball()` takes them (for a
+        store that writes the tarball itself rather than forwarding the document)."""
+        self.max_skeleton = max_skeleton
+        self._keep_tarball = keep_tarball
+        self._decoded = bytearray()
+        self._skeleton = bytearray()
+        self._kinds: list[int] = []  # ord("{") or ord("[") per open container
+        self._keys: list[bytes | None] = []  # the current key of each open object
+        self._expect_key = False
+        self._in_string = False
+        self._escaped = False
+        self._string_is_key = False
+        self._key = bytearray()
+        self._in_data = False
+        self._data_strings = 0
+        self._padded = False
+        self._pending = b""  # base64 characters not yet a whole 4-character group
+        self._size = 0
+        self._sha512 = hashlib.sha512()
+        self._sha1 = hashlib.sha1()  # noqa: S324 - npm's shasum, checked, not trusted alone
+
+    # --- feeding ---------------------------------------------------------------------------
+
+    def feed(self, chunk: bytes) -> None:
+        position, end = 0, len(chunk)
+        while position < end:
+            if self._in_data:
+                position = self._data(chunk, position)
+            elif self._in_string:
+                position = self._string(chunk, position)
+            else:
+                position = self._structure(chunk, position)
+
+    def _keep(self, part: bytes) -> None:
+        self._skeleton += part
+        if len(self._skeleton) > self.max_skeleton:
+            raise UploadError(f"the publish document without its tarball is larger than "
+                              f"{self.max_skeleton} bytes (MIRRORGATE_MAX_METADATA_BYTES)")
+
+    def _structure(self, chunk: bytes, position: int) -> int:
+        match = _STRUCTURE.search(chunk, position)
+        if match is None:
+            self._keep(chunk[position:])
+            return len(chunk)
+        at = match.start()
+        self._keep(chunk[position:at + 1])
+        char = chunk[at]
+        if char == 0x22:  # a string opens
+            self._string_is_key = self._expect_key
+            self._expect_key = False
+            if self._string_is_key:
+                self._key.clear()
+            elif self._at_data():
+                if self._data_strings:
+                    raise UploadError(_ONE_TARBALL)
+                self._in_data = True
+                self._data_strings += 1
+                return at + 1
+            self._in_string = True
+        elif char in (0x7B, 0x5B):  # { [
+            if len(self._kinds) >= _MAX_DEPTH:
+                raise UploadError(f"the publish document nests deeper than {_MAX_DEPTH} levels")
+            self._kinds.append(char)
+            self._keys.append(None)
+            self._expect_key = char == 0x7B
+        elif char in (0x7D, 0x5D):  # } ]
+            if self._kinds:
+                self._kinds.pop()
+                self._keys.pop()
+            self._expect_key = False
+        elif char == 0x2C:  # , : the next string of an object is a key
+            self._expect_key = bool(self._kinds) and self._kinds[-1] == 0x7B
+        return at + 1
+
+    def _at_data(self) -> bool:
+        """Whether a value string opening now is `_attachments.<file>.data` of the top level."""
+        return (len(self._kinds) == 3 and self._kinds == [0x7B, 0x7B, 0x7B]
+                and self._keys[0] == _ATTACHMENTS and self._keys[2] == _DATA)
+
+    def _string(self, chunk: bytes, position: int) -> int:
+        if self._escaped:  # the escaped character is the first of this chunk
+            self._escaped = False
+            self._keep(chunk[position:position + 1])
+            self._remember_key(chunk[position:position + 1])
+            return position + 1
+        match = _STRING_END.search(chunk, position)
+        if match is None:
+            self._keep(chunk[position:])
+            self._remember_key(chunk[position:])
+            return len(chunk)
+        at = match.start()
+        self._keep(chunk[position:at + 1])
+        if chunk[at] == 0x5C:  # a backslash: the next character is escaped, maybe a quote
+            self._remember_key(chunk[position:at + 1])
+            self._escaped = True
+            return at + 1
+        self._remember_key(chunk[position:at])
+        self._in_string = False
+        if self._string_is_key and self._keys:
+            # an escaped key is remembered raw, so it never equals a key the scan looks for;
+            # orjson then reads it decoded, and the checks refuse what the scan missed
+            self._keys[-1] = bytes(self._key) if len(self._key) <= _KEY_LIMIT else None
+        return at + 1
+
+    def _remember_key(self, part: bytes) -> None:
+        if self._string_is_key and len(self._key) <= _KEY_LIMIT:
+            self._key += part[:_KEY_LIMIT + 1]
+
+    def _data(self, chunk: bytes, position: int) -> int:
+        close = chunk.find(b'"', position)
+        stop = len(chunk) if close < 0 else close
+        part = chunk[position:stop]
+        bad = _NOT_BASE64.search(part)
+        if bad is not None:
+            raise UploadError("the tarball in _attachments is not plain base64 (found "
+                              f"{chr(part[bad.start()])!r}); npm sends it unescaped, without "
+                              "whitespace")
+        self._decode(part)
+        if close < 0:
+            return len(chunk)
+        if self._pending:
+            raise UploadError("the tarball in _attachments is not padded base64 (its length "
+                              "is not a multiple of 4)")
+        self._in_data = False
+        self._keep(b'"')  # the skeleton holds the emptied string: ""
+        return close + 1
+
+    def _decode(self, part: bytes) -> None:
+        if not part:
+            return
+        if self._padded:
+            raise UploadError("the tarball in _attachments continues after its base64 padding")
+        text = self._pending + part
+        whole = len(text) - len(text) % 4
+        groups, self._pending = text[:whole], text[whole:]
+        if not groups:
+            return
+        if b"=" in groups:
+            self._padded = True
+            if self._pending:
+                raise UploadError("the tarball in _attachments continues after its base64 "
+                                  "padding")
+        try:
+            decoded = binascii.a2b_base64(groups, strict_mode=True)
+        except binascii.Error as error:
+            raise UploadError(f"the tarball in _attachments is not valid base64 ({error})") \
+                from None
+        self._size += len(decoded)
+        self._sha512.update(decoded)
+        self._sha1.update(decoded)
+        if self._keep_tarball:
+            self._decoded += decoded
+
+    # --- finishing -------------------------------------------------------------------------
+
+    def drain_tarball(self) -> bytes:
+        """The tarball bytes decoded since the last call (with `keep_tarball`)."""
+        taken, self._decoded = bytes(self._decoded), bytearray()
+        return taken
+
+    @property
+    def attachment_bytes(self) -> int:
+        """Bytes of the tarball decoded so far."""
+        return self._size
+
+    @property
+    def attachment_seen(self) -> bool:
+        """Whether an attachment string has begun (so the body is a publish, not a change)."""
+        return self._data_strings > 0
+
+    def finish(self) -> ScannedUpload:
+        """The scan's result once the body has ended; raises UploadError when the document
+        is not a JSON object."""
+        if self._in_data or self._in_string:
+            raise UploadError("the publish document ends inside a string")
+        try:
+            document = orjson.loads(self._skeleton)
+        except orjson.JSONDecodeError as error:
+            raise UploadError(f"the publish document is not valid JSON ({str(error)[:120]})") \
+                from None
+        if not isinstance(document, dict):
+            raise UploadError("the publish document is not a JSON object")
+        return ScannedUpload(document, self._data_strings, self._size, self._sha512.digest(),
+                             self._sha1.digest())
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """The one version a checked publish document adds."""
+
+    version: str
+    filename: str
+    tags: dict[str, str]
+
+
+def _plain_version(version: str) -> bool:
+    """A version as npm writes it in a publish: strict semver (`parse_version` alone also
+    takes a leading `v`), within the grammar every other module holds versions to."""
+    return version[:1].isdigit() and is_version_string(version) \
+        and parse_version(version) is not None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def checked_publish(name: PackageName, scanned: ScannedUpload) -> Published:
+    """The version `scanned` publishes, once the document names `name`, holds one version and
+    one tarball, and that tarball's bytes are the ones its `dist` declares; raises UploadError
+    saying what is wrong otherwise."""
+    document = scanned.document
+    attachments = document.get("_attachments")
+    if scanned.attachment_strings != 1 or not isinstance(attachments, dict) \
+            or len(attachments) != 1:
+        raise UploadError(_ONE_TARBALL)
+    [(filename, attachment)] = attachments.items()
+    if not isinstance(attachment, dict) or attachment.get("data") != "":
+        raise UploadError("the tarball in _attachments is not where mirrorgate read it (an "
+                          "escaped or repeated key); send the document npm publish sends")
+    for field in ("name", "_id"):
+        if field in document and document[field] != name.full:
+            raise UploadError(f"the document's {field} {str(document[field])[:100]!r} is not "
+                              f"{name.full}, the package the URL names")
+    versions = document.get("versions")
+    if not isinstance(versions, dict) or len(versions) != 1:
+        raise UploadError("the publish document must hold exactly one version")
+    [(version, manifest)] = versions.items()
+    if not isinstance(manifest, dict):
+        raise UploadError(f"the manifest of {version[:100]!r} is not a JSON object")
+    if manifest.get("name") != name.full:
+        raise UploadError(f"the manifest names {str(manifest.get('name'))[:100]!r}, not "
+                          f"{name.full}, the package the URL names")
+    if manifest.get("version") != version or not _plain_version(version):
+        raise UploadError(f"{version[:100]!r} is not a semver version, or not the one its "
+                          "manifest declares")
+    # npm names it `@scope/name-1.0.0.tgz`; registries store it under the last segment
+    if filename not in (f"{name.full}-{version}.tgz", tarball_filename(name, version)):
+        raise UploadError(f"the attachment is named {filename[:100]!r}; for {name.full}@"
+                          f"{version} npm names it {name.full}-{version}.tgz")
+    length = attachment.get("length")
+    if length is not None and length != scanned.attachment_bytes:
+        raise UploadError(f"the attachment declares {str(length)[:30]} bytes but holds "
+                          f"{scanned.attachment_bytes}")
+    _check_digests(name, version, manifest.get("dist"), scanned)
+    tags = document.get("dist-tags", {})
+    if not isinstance(tags, dict) or any(not isinstance(tag, str) or value != version
+                                         for tag, value in tags.items()):
+        raise UploadError(f"the document's dist-tags may only name {version}, the version it "
+                          "publishes")
+    return Published(version, filename, tags)
+
+
+def _check_digests(name: PackageName, version: str, dist: object,
+                   scanned: ScannedUpload) -> None:
+    """Every digest `dist` declares must be the bytes'; sha512 integrity and shasum required."""
+    where = f"{name.full}@{version}"
+    if not isinstance(dist, dict):
+        raise UploadError(f"{where} has no dist; npm publish declares the tarball's integrity "
+                          "and shasum there")
+    integrity, shasum = _text(dist.get("integrity")), _text(dist.get("shasum"))
+    declared = parse_integrity(integrity) if integrity is not None else ()
+    if not any(digest.algorithm == "sha512" for digest in declared):
+        raise UploadError(f"{where} declares no sha512 dist.integrity; npm publish always "
+                          "does, and mirrorgate checks it against the tarball")
+    sha1 = parse_shasum(shasum) if shasum is not None else None
+    if sha1 is None:
+        raise UploadError(f"{where} declares no dist.shasum (a hex sha1)")
+    computed = {algorithm: Digest(algorithm, base64.b64encode(raw).decode("ascii"))
+                for algorithm, raw in (("sha512", scanned.sha512), ("sha1", scanned.sha1))}
+    for digest in (*declared, sha1):
+        actual = computed.get(digest.algorithm)
+        if actual is None:
+            raise UploadError(f"{where} declares {digest.algorithm} integrity; mirrorgate "
+                              "checks sha512 and sha1 (what npm publish declares)")
+        if not same_digest(digest, actual):
+            raise UploadError(f"the tarball of {where} does not match its declared "
+                              f"{digest.algorithm} (its bytes hash to {digest.algorithm}-"
+                              f"{actual.value}); nothing was published")
