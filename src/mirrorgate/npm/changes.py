@@ -1,12 +1,6 @@
 """What npm's packument-changing writes may change: deprecation messages, versions removed,
-and dist-tags, nothing else.
-
-`npm deprecate` and `npm unpublish <name>@<version>` read the packument (`?write=true`), edit
-it, and PUT it back whole. mirrorgate never forwards that document: it rebuilds the change from
-the private upstream's own packument, taking from the client only each version's `deprecated`
-message, which versions are gone, and tags naming versions that remain. So a client allowed to
-deprecate cannot rewrite a published version's manifest (its `dist`, its tarball URL), whatever
-the private registry would accept.
+and dist-tags, nothing else: a client allowed to deprecate cannot rewrite a published
+version's manifest (its `dist`, its tarball URL), whatever the private registry would accept.
 """
 
 from __future__ import annotations
@@ -19,6 +13,10 @@ from mirrorgate.npm.upload import UploadError
 __all__ = ["changed_packument"]
 
 
+# `npm deprecate` and `npm unpublish <name>@<version>` read the packument (`?write=true`),
+# edit it and PUT it back whole. That document is never forwarded: the change is rebuilt
+# from the private side's own packument, taking from the client only each version's
+# `deprecated` message, which versions are gone, and tags naming versions that remain.
 def changed_packument(current: Mapping[str, Any], incoming: Mapping[str, Any]) -> dict[str, Any]:
     """The private packument `current` with `incoming`'s deprecations, removals and tags;
     raises UploadError when `incoming` adds a version or is not a packument."""

@@ -1,20 +1,8 @@
 """A client's publish document read as it streams: the attachment hashed, the rest kept small.
 
-`npm publish` sends one JSON document, the tarball inside it in base64
-(`_attachments.<file>.data`). `UploadScan` is fed the raw body chunk by chunk; the one attachment
-string is decoded and hashed (sha512 and sha1) as it passes and never kept, and everything else
-(the skeleton: the document with that string emptied) is kept for the checks. Decisions:
-
-- The scan only finds the attachment string; the skeleton is then parsed by orjson, which is
-  the authority on what the document says. orjson and Node's JSON.parse both keep the last of
-  duplicate keys, so the checks see what the private registry will see, and any disagreement
-  about where the attachment was (an escaped key, a duplicate `_attachments`, two `data`
-  strings) leaves a skeleton whose attachment is not the emptied one: refused, never guessed.
-- The attachment must be plain, padded base64 (no escapes, no whitespace): then Node's lenient
-  decoder and Python's strict one read the same bytes, so the bytes hashed are the bytes the
-  registry stores.
-- Structure deeper than the attachment's path is skipped by bracket counting, and the
-  skeleton is bounded (`max_skeleton`), so the scan's memory is bounded whatever is sent.
+`npm publish` sends one JSON document with the tarball in base64 (`_attachments.<file>.data`);
+the attachment is decoded and hashed (sha512 and sha1) as it passes and never kept, so a
+100 MiB publish costs a bounded buffer, and the checks see what the registry will store.
 """
 
 from __future__ import annotations
@@ -64,7 +52,18 @@ class ScannedUpload:
 
 
 class UploadScan:
-    """Feed `feed()` the body's chunks in order, then call `finish()`."""
+    """Feed `feed()` the body's chunks in order, then call `finish()`.
+
+    The scan only finds the attachment string and keeps the rest (the skeleton: the document
+    with that string emptied); orjson then parses the skeleton and is the authority on what
+    the document says. orjson and Node's JSON.parse both keep the last of duplicate keys, so
+    any disagreement about where the attachment was (an escaped key, a duplicate
+    `_attachments`, two `data` strings) leaves a skeleton whose attachment is not the emptied
+    one: refused, never guessed. The attachment must be plain, padded base64 (no escapes, no
+    whitespace), so Node's lenient decoder and Python's strict one read the same bytes.
+    Structure deeper than the attachment's path is skipped by bracket counting, and the
+    skeleton is bounded (`max_skeleton`), so memory is bounded whatever is sent.
+    """
 
     def __init__(self, *, max_skeleton: int, keep_tarball: bool = False) -> None:
         """`keep_tarball`: hold the decoded bytes until `drain_tarball()` takes them (for a

@@ -1,27 +1,7 @@
 """Writes through the proxy: `npm publish`, `unpublish`, `deprecate` and `dist-tag`, forwarded to
-the private upstream with mirrorgate's own credential, for clients allowed to publish.
-
-Who: a client whose tokens-file line carries `publish`. What: a name `[publish].names` covers,
-and that the public registry does not have, unless it is first-party already or `[private]
-merge_public` names it (no accidental shadowing in either direction). Decisions:
-
-- A publish is streamed: the client's body goes to the private upstream as it arrives, scanned
-  on the way (`npm.upload`: the tarball decoded and hashed, the rest kept small), its last
-  chunk held back until every check has passed. A failed check abandons the upstream request
-  mid-body (`BodyStopped`), so the registry never receives a complete document: nothing is
-  stored, and the body was never held twice. `MIRRORGATE_MAX_PUBLISH_BYTES` is enforced on the
-  declared length before reading and on the bytes while reading.
-- A published or changed name is remembered first-party and its packument cache entry dropped,
-  so the next read is built from the private side alone, at once.
-- A change (deprecate, unpublish of a version) is rebuilt from the private packument
-  (`npm.changes`), never forwarded as sent. `GET ?write=true`, which npm sends before a change,
-  answers the private packument itself (`_rev` and all), tarball URLs on the proxy.
-- The embedded file store takes publishes too: the tarball is written into it as it is decoded
-  and lands, with its manifest, only once every check has passed. It has no revisions or tags
-  of its own (`latest` is its highest version), so deprecate, unpublish and dist-tag answer 501.
-- One log line per write (`package_published`, `package_changed`, `publish_refused`...) and
-  `mirrorgate_publishes_total{client, operation, outcome}`; the package and version are in the
-  log line and the status page's events, never a label (the series count stays bounded).
+the private upstream with mirrorgate's own credential, for clients whose tokens-file line says
+`publish`, and only for names `[publish].names` covers and the public registry does not have
+(unless first-party already, or in `[private] merge_public`): no shadowing in either direction.
 """
 
 from __future__ import annotations
@@ -293,7 +273,15 @@ class PublishRoute:
     async def _put_package(self, request: web.Request, write: _Write,
                            private: dict[str, Any] | None, taken: frozenset[str],
                            declared: int | None) -> web.StreamResponse:
-        """PUT /name: a publish (the body carries a tarball) or npm deprecate's change."""
+        """PUT /name: a publish (the body carries a tarball) or npm deprecate's change.
+
+        A publish is streamed: the body goes to the private upstream as it arrives, scanned on
+        the way (`npm.upload`), its last chunk held back until every check has passed. A failed
+        check abandons the upstream request mid-body (`BodyStopped`), so the registry never
+        receives a complete document and the body is never held twice.
+        MIRRORGATE_MAX_PUBLISH_BYTES is enforced on the declared length before reading and on
+        the bytes while reading.
+        """
         scan = UploadScan(max_skeleton=self.settings.max_metadata_bytes,
                           keep_tarball=self.store is not None)
         chunks = self._body(request)
@@ -354,7 +342,9 @@ class PublishRoute:
     async def _publish_to_store(self, store: FileStore, write: _Write, taken: frozenset[str],
                                 rest: AsyncIterator[bytes], scan: UploadScan) -> web.Response:
         """The embedded file store as the private upstream: the tarball is written into it as
-        it is decoded, and lands (with its manifest) only once every check has passed."""
+        it is decoded, and lands (with its manifest) only once every check has passed. The store
+        has no revisions or tags of its own (`latest` is its highest version), so deprecate,
+        unpublish and dist-tag answer 501 there."""
         name = write.name
         async with store.incoming(name) as received:
             await received.write(scan.drain_tarball())  # what the head already decoded
@@ -407,7 +397,8 @@ class PublishRoute:
 
     async def _change(self, request: web.Request, write: _Write,
                       private: dict[str, Any] | None) -> web.StreamResponse:
-        """PUT /name/-rev/R: npm unpublish's (or deprecate's) edited packument."""
+        """PUT /name/-rev/R: npm unpublish's (or deprecate's) edited packument, rebuilt from the
+        private packument (`npm.changes`), never forwarded as sent."""
         document = await self._read_json(request, self.settings.max_metadata_bytes)
         if not isinstance(document, dict):
             raise Refused(400, "the change is not a packument (a JSON object)", reason="bad body")
@@ -536,11 +527,14 @@ class PublishRoute:
                       package=write.name.full, version=version)
 
     def _changed(self, name: PackageName) -> None:
-        """The ownership issue's rules at once: first-party, and no stale cached packument."""
+        """A published or changed name is first-party at once, and its cached packument is
+        dropped, so the next read is built from the private side alone."""
         self.first_party.remember(name.full)
         self.forget(name)
 
     def _count(self, client: Client, operation: str, outcome: str) -> None:
+        # the package and version go in the log line and the status page's events, never a
+        # label: the series count stays bounded
         self.metrics.publishes.labels(client.name, operation, outcome).inc()
 
     @staticmethod
