@@ -9,6 +9,7 @@ reader looking at what the proxy serves once client tokens are on.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -256,3 +257,48 @@ async def test_the_advisory_data_s_age_is_shown_from_its_gauges_when_a_source_is
     assert '<span class="value" data-key="advisory-records">12</span>' in after
     assert '<span class="value" data-key="advisory-age">2.0 h</span>' in after
     assert proxy.metric("mirrorgate_advisory_age_seconds") == 7200.0
+
+
+# --- the cookie behind a TLS-terminating proxy ----------------------------------------------
+
+async def _login_cookie(proxy: RunningProxy, headers: dict[str, str] | None = None) -> str:
+    reply = await fetch(proxy, "ui/login", method="POST", data={"token": TOKEN},
+                        headers=headers or {})
+    assert reply.status == 303
+    return reply.headers["Set-Cookie"]
+
+
+def _tokens(tmp_path: Path) -> Path:
+    path = tmp_path / "client-tokens"
+    path.write_text(f"ops sha256:{hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
+    return path
+
+
+async def test_behind_a_trusted_tls_proxy_the_session_cookie_is_secure(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path,
+) -> None:
+    """The attack: TLS ends at the ingress, so the browser is on https while mirrorgate sees
+    plain http; a cookie without Secure would then ride along on any later http:// request to
+    the same host (a downgrade link, a mistyped URL) in the clear."""
+    proxy = await start_proxy(public_registry.url, client_tokens_file=_tokens(tmp_path),
+                              trusted_proxies=(ipaddress.ip_network("127.0.0.1"),))
+
+    assert "Secure" in await _login_cookie(proxy, {"X-Forwarded-Proto": "https"})
+    assert "Secure" in await _login_cookie(proxy, {"Forwarded": "proto=https;host=npm.test"})
+    assert "Secure" not in await _login_cookie(proxy, {"X-Forwarded-Proto": "http"})
+
+
+async def test_a_public_url_on_https_makes_the_session_cookie_secure(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path,
+) -> None:
+    proxy = await start_proxy(public_registry.url, client_tokens_file=_tokens(tmp_path),
+                              public_url="https://npm.example.test/")
+
+    assert "Secure" in await _login_cookie(proxy)
+
+
+async def test_an_untrusted_peer_cannot_claim_https_to_shape_the_cookie(
+    guarded: RunningProxy,
+) -> None:
+    # forwarded headers count only from MIRRORGATE_TRUSTED_PROXIES; plain http stays plain
+    assert "Secure" not in await _login_cookie(guarded, {"X-Forwarded-Proto": "https"})

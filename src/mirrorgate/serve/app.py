@@ -187,13 +187,25 @@ class ProxyServer:
 
     def _key(self, request: web.Request) -> RenderKey:
         """(abbreviated, base URL) for a request; raises BadBaseError for hostile headers."""
-        headers = request.headers
+        return self._abbreviated(request.headers.get("Accept") or ""), self._base(request)
+
+    def _base(self, request: web.Request) -> str:
         base = self._bases.fixed
         if base is None:
             # the peer only matters when some proxies are trusted: skip the lookup otherwise
             peer = request.remote if self._bases.trusts_proxies else None
-            base = self._bases(headers, request.scheme, request.host, peer)
-        return self._abbreviated(headers.get("Accept") or ""), base
+            base = self._bases(request.headers, request.scheme, request.host, peer)
+        return base
+
+    def over_tls(self, request: web.Request) -> bool:
+        """Whether the client reached mirrorgate over TLS: this connection's own, or the scheme
+        it sees (MIRRORGATE_PUBLIC_URL, or a trusted proxy's X-Forwarded-Proto/Forwarded)."""
+        if request.secure:
+            return True
+        try:
+            return self._base(request).startswith("https://")
+        except BadBaseError:
+            return False
 
     def _request_id(self, request: web.Request) -> str:
         given = request.headers.get("X-Request-Id")
@@ -483,7 +495,7 @@ def build_proxy_app(
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
-                  packument=server._gated_or_none)
+                  packument=server._gated_or_none, over_tls=server.over_tls)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

@@ -96,7 +96,8 @@ async def login_form(request: web.Request) -> web.Response:
     return _form()
 
 
-def login_submit(metrics: Metrics) -> Callable[[web.Request], Awaitable[web.Response]]:
+def login_submit(metrics: Metrics, over_tls: Callable[[web.Request], bool],
+                 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def submit(request: web.Request) -> web.Response:
         sessions = request.app.get(SESSIONS)
         if sessions is None:
@@ -114,9 +115,10 @@ def login_submit(metrics: Metrics) -> Callable[[web.Request], Awaitable[web.Resp
         log.info("ui_login", client=client.name)
         response = see_other("/ui/")
         # HttpOnly, SameSite=Strict (no other site can make a browser send it), and Secure
-        # when the request came over TLS
+        # whenever the browser is on https, including behind a TLS-terminating proxy: else a
+        # later plain-http request to the same host would carry the session in the clear
         response.set_cookie(COOKIE, sessions.issue(client), max_age=LIFETIME_SECONDS,
                             path="/ui", httponly=True, samesite="Strict",
-                            secure=request.secure)
+                            secure=over_tls(request))
         return response
     return submit
