@@ -39,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mirrorgate",
         description="An npm registry proxy that gates every dependency and mirrors what it "
-                    "admits into your own registry. npm clients use "
-                    "--registry http://HOST:PORT/npm/",
+                    "admits into your own registry. npm clients use --registry set to "
+                    "mirrorgate's URL and /npm/ (with the default MIRRORGATE_LISTEN: "
+                    "http://127.0.0.1:8080/npm/)",
         epilog=_variables_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -43,6 +43,11 @@ COMMANDS = "commands"
 """Read by the operator commands (`mirrorgate check`...), never by a running proxy or worker."""
 
 
+SQS_URL_HINT = ("set it to the QueueUrl that `aws sqs get-queue-url --queue-name mirrorgate` "
+                "prints (docs/queues.md#amazon-sqs)")
+"""What to do about a missing MIRROR_SQS_QUEUE_URL, said once for config and the backend."""
+
+
 @dataclass(frozen=True)
 class Var:
     name: str
@@ -290,6 +295,12 @@ class Settings:
     proxy_token: Secret | None = None
     """The client token `--proxy` commands send; the proxy itself never reads it."""
 
+    def secrets(self) -> tuple[Secret, ...]:
+        """Every secret these settings hold, for the log scrubber (`logs.register_secret`)."""
+        held = (self.private_token, self.queue.job_key, self.queue.job_key_previous,
+                self.proxy_token)
+        return tuple(secret for secret in held if secret is not None)
+
     def summary(self) -> dict[str, Any]:
         """The resolved settings as plain values, secrets redacted, for check-config."""
         out: dict[str, Any] = {}
@@ -456,8 +467,8 @@ def _queue(read: _Reader) -> QueueSettings:
         read.problem("MIRRORGATE_JOB_KEY_PREVIOUS", "is set without MIRRORGATE_JOB_KEY; during "
                      "a rotation set the new key as MIRRORGATE_JOB_KEY and the old one here")
     if provider == "sqs" and not queue.sqs_queue_url:
-        read.problem("MIRROR_SQS_QUEUE_URL", "is required with MIRROR_QUEUE_PROVIDER=sqs; e.g. "
-                     "MIRROR_SQS_QUEUE_URL=https://sqs.REGION.amazonaws.com/ACCOUNT/mirrorgate")
+        read.problem("MIRROR_SQS_QUEUE_URL", "is required with MIRROR_QUEUE_PROVIDER=sqs; "
+                     f"{SQS_URL_HINT}")
     if provider == "pubsub":
         for name, kind in (("MIRROR_PUBSUB_TOPIC", "topics"),
                            ("MIRROR_PUBSUB_SUBSCRIPTION", "subscriptions")):

@@ -362,10 +362,8 @@ def run(settings: Settings, shape: Shape) -> int:
     for unknown in unknown_variables():
         log.warning("config_variable_unknown", variable=unknown.name,
                     suggestion=unknown.suggestion, reason=unknown.warning())
-    for secret in (settings.private_token, settings.queue.job_key,
-                   settings.queue.job_key_previous):
-        if secret is not None:
-            register_secret(secret.reveal())
+    for secret in settings.secrets():  # a secret that reaches a log line is scrubbed from it
+        register_secret(secret.reveal())
     try:
         return asyncio.run(_run(settings, shape))
     except StartupError as error:

@@ -24,7 +24,7 @@ from botocore import exceptions as boto
 from mirrorgate.backends import QueueUnavailableError
 from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
 from mirrorgate.backends._shared import BATCH_SIZE, delivery, describe, queue_record
-from mirrorgate.config import QueueSettings
+from mirrorgate.config import SQS_URL_HINT, QueueSettings
 from mirrorgate.jobsign import JobCodec, payload
 from mirrorgate.mirror import QueueMessage, QueueStats, ReceiptHandle, encode_job
 
@@ -183,8 +183,7 @@ async def open_sqs_queue(
     url = settings.sqs_queue_url
     if not url:
         raise QueueUnavailableError(
-            "MIRROR_QUEUE_PROVIDER=sqs needs MIRROR_SQS_QUEUE_URL, e.g. "
-            "MIRROR_SQS_QUEUE_URL=https://sqs.REGION.amazonaws.com/ACCOUNT/mirrorgate")
+            f"MIRROR_QUEUE_PROVIDER=sqs needs MIRROR_SQS_QUEUE_URL: {SQS_URL_HINT}")
     if url.rstrip("/").endswith(".fifo"):
         raise QueueUnavailableError(
             f"MIRROR_SQS_QUEUE_URL={url} is a FIFO queue; mirrorgate needs a standard queue "

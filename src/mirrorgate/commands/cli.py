@@ -25,8 +25,5 @@ def configure_command_logging(settings: Settings) -> None:
     errors only: a command's info lines (one per packument filled) would bury its output."""
     level = settings.log_level if settings.log_level in ("debug", "error") else "warning"
     configure_logging(level, settings.log_format)
-    # as `process.run` does: a token or job key that reaches a log line is scrubbed from it
-    for secret in (settings.private_token, settings.queue.job_key,
-                   settings.queue.job_key_previous, settings.proxy_token):
-        if secret is not None:
-            register_secret(secret.reveal())
+    for secret in settings.secrets():  # as `process.run` does
+        register_secret(secret.reveal())

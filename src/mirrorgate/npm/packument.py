@@ -499,7 +499,8 @@ def gate(
 
 
 def render(gated: Gated, abbreviated: bool, base: str) -> bytes:
-    """The packument's bytes in one form, tarball URLs on `base` (`http://host:port/`)."""
+    """The packument's bytes in one form, tarball URLs on `base` (the proxy's base URL, ending
+    in `/`)."""
     survivors = {v: orjson.Fragment(r.abbreviated if abbreviated else r.full)
                  for v, r in gated.versions.items() if r.denial is None}
     document: dict[str, Any]

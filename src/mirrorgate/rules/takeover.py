@@ -24,7 +24,8 @@ PROVENANCE_CONTINUITY = "provenance-continuity"
 PUBLISHER_CHANGE = "publisher-change"
 PROVENANCE_PREDICATE = "https://slsa.dev/provenance/"
 """npm's `dist.attestations.provenance.predicateType` starts with this: `.../v1` today,
-`.../v0.2` on the first versions published with provenance; both count."""
+`.../v0.2` on the first versions published with provenance; both count. An identifier the
+SLSA spec defines, compared as text, never fetched."""
 
 Mode = Literal["deny", "quarantine", "off"]
 MODES: tuple[str, ...] = ("deny", "quarantine", "off")
