@@ -7,6 +7,7 @@ bounded amount of a download for a hash that is falling behind.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -32,19 +33,19 @@ def hasher_for(data: bytes, algorithm: str = "sha512") -> RelayHasher:
 
 @pytest.fixture
 def spare_cpu(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Hash off the loop as on a machine with cores to spare; collects the bytes each batch
-    hashed off the loop's thread held."""
+    """Hash off the loop as on a machine with cores to spare; collects the size of each chunk
+    hashed off the loop's thread."""
     loop_thread = threading.get_ident()
     off_loop: list[int] = []
-    real = relayhash._update_all
+    real = relayhash._update
 
-    def recorded(verifier: StreamVerifier, batch: list[bytes]) -> None:
+    def recorded(verifier: StreamVerifier, chunk: bytes) -> None:
         if threading.get_ident() != loop_thread:
-            off_loop.append(sum(len(chunk) for chunk in batch))
-        real(verifier, batch)
+            off_loop.append(len(chunk))
+        real(verifier, chunk)
 
     monkeypatch.setattr(relayhash, "_spare_cpu", lambda: True)
-    monkeypatch.setattr(relayhash, "_update_all", recorded)
+    monkeypatch.setattr(relayhash, "_update", recorded)
     return off_loop
 
 
@@ -57,8 +58,7 @@ async def test_a_large_download_is_hashed_in_order_off_the_loop_and_matches(
 
     assert verified.size == len(BYTES)
     assert verified.digest == digest_of("sha512", BYTES)
-    assert sum(spare_cpu) >= len(BYTES) - OFF_LOOP_ABOVE  # all but a small tail off the loop
-    assert max(spare_cpu) <= BEHIND_AT_MOST
+    assert sum(spare_cpu) == len(BYTES)  # every byte off the loop, each chunk once
 
 
 async def test_one_swapped_byte_in_the_part_hashed_off_the_loop_is_a_mismatch(
@@ -87,13 +87,13 @@ async def test_chunks_swapped_in_order_are_a_mismatch(spare_cpu: list[int]) -> N
 
 async def test_a_hash_that_falls_behind_holds_the_relay_to_a_bounded_backlog(
         spare_cpu: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    real = relayhash._update_all
+    real = relayhash._update
 
-    def slow(verifier: StreamVerifier, batch: list[bytes]) -> None:
-        time.sleep(0.002 * len(batch))  # a starved hashing thread
-        real(verifier, batch)
+    def slow(verifier: StreamVerifier, chunk: bytes) -> None:
+        time.sleep(0.002)  # a starved hashing thread
+        real(verifier, chunk)
 
-    monkeypatch.setattr(relayhash, "_update_all", slow)
+    monkeypatch.setattr(relayhash, "_update", slow)
     hasher = hasher_for(BYTES)
     worst = 0
     for chunk in chunks(BYTES):
@@ -137,3 +137,56 @@ async def test_the_strongest_digest_decides_also_off_the_loop(spare_cpu: list[in
     with pytest.raises(DigestMismatch) as raised:
         await hasher.finish()
     assert raised.value.expected.algorithm == "sha512"
+
+
+async def test_a_relay_that_stops_early_leaves_its_queued_chunks_unhashed(
+        spare_cpu: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client gone mid-download: the thread skips what the relay queued, it does not burn a
+    core hashing bytes nobody will receive."""
+    gate = threading.Event()
+    real = relayhash._update
+
+    def held(verifier: StreamVerifier, chunk: bytes) -> None:
+        gate.wait(5)
+        real(verifier, chunk)
+
+    monkeypatch.setattr(relayhash, "_update", held)
+    hasher = hasher_for(BYTES)
+    parts = chunks(BYTES)[:BEHIND_AT_MOST // CHUNK]  # all queued, none waited for
+    for chunk in parts:
+        await hasher.feed(chunk)
+    hasher.close()
+    gate.set()
+    async with asyncio.timeout(5):
+        await hasher._caught_up()  # the thread has passed over the rest
+
+    assert hasher.behind == 0
+    assert sum(spare_cpu) <= CHUNK  # at most the one chunk it had started on
+
+
+async def test_a_cancelled_wait_for_the_hash_leaves_the_lane_working(
+        spare_cpu: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay's task cancelled while it waits (the request timed out): the thread later
+    reaches its mark and wakes nobody, and the next download is hashed as ever."""
+    gate = threading.Event()
+    real = relayhash._update
+
+    def held(verifier: StreamVerifier, chunk: bytes) -> None:
+        gate.wait(5)
+        real(verifier, chunk)
+
+    monkeypatch.setattr(relayhash, "_update", held)
+    hasher = hasher_for(BYTES)
+    for chunk in chunks(BYTES)[:4]:
+        await hasher.feed(chunk)
+    waiting = asyncio.ensure_future(hasher.finish())
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+    again = hasher_for(BYTES)
+    for chunk in chunks(BYTES):
+        await again.feed(chunk)
+    assert (await again.finish()).size == len(BYTES)

@@ -1,140 +1,193 @@
 """Hashing a relayed public tarball beside the relay: off the event loop, in order, bounded.
 
-sha512 on the event loop costs a CPU-bound relay about a quarter of its throughput, so
-`RelayHasher` hands the hash to a thread in batches, where it runs on another core (hashlib
-releases the GIL while it hashes); bench/tarball_relay.py and docs/untrusted-queue.md measure it.
+sha512 costs more CPU per byte than relaying the byte does, so on the event loop it would
+halve a CPU-bound relay. `RelayHasher` hands each chunk to a hashing thread (hashlib releases
+the GIL while it hashes) that runs on another core; bench/tarball_relay.py measures it and
+docs/untrusted-queue.md keeps the figures.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
-from collections.abc import Sequence
+import queue
+import threading
 
 from mirrorgate.integrity import StreamVerifier, Verified
 
-__all__ = ["BATCH", "BEHIND_AT_MOST", "OFF_LOOP_ABOVE", "RelayHasher"]
+__all__ = ["BEHIND_AT_MOST", "OFF_LOOP_ABOVE", "RelayHasher"]
 
-BATCH = 512 * 1024
-"""Bytes handed to the hashing thread at once. A hand-over costs the loop about 65 us (the
-executor's queue, the wake-up back): per 64 KiB chunk that would be half what hashing it on the
-loop costs, per 512 KiB it is a twentieth."""
 OFF_LOOP_ABOVE = 64 * 1024
-"""What is left to hash when the download ends is hashed on the loop up to this many bytes
-(a hand-over would cost more), so a small tarball, most of them, never leaves the loop."""
-BEHIND_AT_MOST = 2 * BATCH
-"""Bytes relayed but not yet hashed, at most, per download (a batch hashing, the next one
-filling): past this the relay waits for the hash, so a starved hashing thread never makes the
-proxy hold a whole tarball in memory."""
+"""A download that ends within this many bytes is hashed on the loop when it ends: handing a
+chunk to a thread and being told it is done costs more than hashing 64 KiB, and most
+tarballs are that small."""
+BEHIND_AT_MOST = 1024 * 1024
+"""Bytes relayed but not hashed yet, at most, per download: past this the relay waits for
+the hash, so a starved hashing thread never makes the proxy hold a whole tarball."""
+LANES_AT_MOST = 4
+"""Hashing threads at most (one per spare CPU up to this): each hashes about 850 MB/s of
+sha512, more than a relay's one event loop moves."""
 
 
 def _spare_cpu() -> bool:
     """Whether a hashing thread could run beside the event loop: with one CPU to run on, it
-    would only take turns with the loop and add the hand-over (bench/tarball_relay.py)."""
+    would only take turns with the loop and add the hand-over."""
+    return _cpus() > 1
+
+
+def _cpus() -> int:
     try:
-        return len(os.sched_getaffinity(0)) > 1
+        return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no affinity on this platform
-        return (os.cpu_count() or 1) > 1
+        return os.cpu_count() or 1
 
 
-def _update_all(verifier: StreamVerifier, chunks: Sequence[bytes]) -> None:
-    # one update per batch: the thread takes the GIL back once, not once per chunk (the join
-    # copies at memory speed, a tenth of what hashing the same bytes costs)
-    verifier.update(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+def _update(verifier: StreamVerifier, chunk: bytes) -> None:
+    """One chunk into the hash, on a lane's thread (a seam the tests watch)."""
+    verifier.update(chunk)
+
+
+class _Waiter:
+    """A point in a lane's queue: when the thread reaches it, every chunk queued before it
+    has been hashed, and the waiting relay is woken on its own loop."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.future: asyncio.Future[None] = self.loop.create_future()
+
+    def reached(self) -> None:
+        # a loop that has closed meanwhile (its relay is gone) is nobody to wake
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        if not self.future.done():  # a cancelled relay stopped waiting
+            self.future.set_result(None)
+
+
+class _Lane:
+    """One daemon thread hashing what its queue holds, in order. A download keeps to one
+    lane, so its chunks are hashed in the order they arrived. The queue is unbounded; each
+    download bounds its own share (`BEHIND_AT_MOST`)."""
+
+    def __init__(self, index: int) -> None:
+        self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter]] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=f"mirrorgate-relay-hash-{index}",
+                         daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            hasher, item = self.queue.get()
+            if isinstance(item, _Waiter):
+                item.reached()
+            else:
+                hasher._hash(item)
+
+
+_lanes: list[_Lane] = []
+_lanes_made = threading.Lock()
+_turns = itertools.count()
+# a forked child has none of its parent's threads: it starts lanes of its own
+os.register_at_fork(after_in_child=_lanes.clear)
+
+
+def _next_lane() -> _Lane:
+    """The lanes, made on first use (a process that never relays public bytes starts no
+    thread), taken in turn by downloads."""
+    if not _lanes:
+        with _lanes_made:
+            if not _lanes:
+                _lanes.extend(_Lane(index) for index in
+                              range(max(1, min(LANES_AT_MOST, _cpus() - 1))))
+    return _lanes[next(_turns) % len(_lanes)]
 
 
 class RelayHasher:
     """Feed it a download's chunks in order; `finish()` waits for the hash and says whether
     the bytes are the admitted ones (`StreamVerifier.finish`).
 
-    Chunks are hashed in batches of `BATCH` bytes on a thread, one batch at a time, so they
-    reach the hash in the order they arrived. Only `finish()` knows the digest: a caller holds
-    the last chunk back until it returns. `close()` drops what is not hashed yet (a relay that
-    stopped early). With one CPU (`_spare_cpu`) every chunk is hashed on the loop as it comes.
+    Only `finish()` knows the digest, so a caller holds the last chunk back until it
+    returns. `close()` drops what is not hashed yet (a relay that stopped early). Each chunk
+    is one hand-over to the lane's thread, no copy and no future: the relay is woken only
+    when it waits for the hash (at the end, or `BEHIND_AT_MOST` behind). With one CPU
+    (`_spare_cpu`) every chunk is hashed on the loop as it comes.
     """
 
-    __slots__ = ("_error", "_flight", "_flying", "_offload", "_pending", "_pending_bytes",
+    __slots__ = ("_closed", "_error", "_fed", "_hashed", "_lane", "_offload", "_small",
                  "verifier")
 
     def __init__(self, verifier: StreamVerifier) -> None:
         self.verifier = verifier
         self._offload = _spare_cpu()
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
-        self._flight: asyncio.Future[None] | None = None
-        self._flying = 0
-        self._error: BaseException | None = None
+        self._lane: _Lane | None = None
+        self._small: list[bytes] = []  # the first chunks, until the download outgrows small
+        self._fed = 0
+        self._hashed = 0  # written by the lane's thread only (an int store, atomic)
+        self._error: BaseException | None = None  # likewise
+        self._closed = False
 
     async def feed(self, chunk: bytes) -> None:
         """Hash `chunk` after every chunk fed before it; waits only when the hash has fallen
         `BEHIND_AT_MOST` bytes behind. Raises what `StreamVerifier.update` raised."""
         self._raise()
+        self._fed += len(chunk)
         if not self._offload:
             self.verifier.update(chunk)
             return
-        self._pending.append(chunk)
-        self._pending_bytes += len(chunk)
-        if self._flight is None and self._pending_bytes >= BATCH:
-            self._launch()
-        while self.behind > BEHIND_AT_MOST and self._flight is not None:
-            await self._settle()
+        if self._lane is None:
+            self._small.append(chunk)
+            if self._fed <= OFF_LOOP_ABOVE:
+                return
+            self._lane = _next_lane()
+            for held in self._small:
+                self._lane.queue.put((self, held))
+            self._small = []
+        else:
+            self._lane.queue.put((self, chunk))
+        if self.behind > BEHIND_AT_MOST:
+            await self._caught_up()
         self._raise()
 
     async def finish(self) -> Verified:
         """Wait for every chunk fed to be hashed, then check the digest (and the size)."""
-        while self._flight is not None:
-            await self._settle()
         self._raise()
-        if self._pending_bytes > OFF_LOOP_ABOVE:
-            self._launch()
-            await self._settle()
+        if self._lane is None:
+            for chunk in self._small:
+                self.verifier.update(chunk)
+            self._small = []
+        elif self.behind:
+            await self._caught_up()
             self._raise()
-        elif self._pending:
-            _update_all(self.verifier, self._take())
         return self.verifier.finish()
 
     @property
     def behind(self) -> int:
-        """Bytes fed but not hashed yet (at most `BEHIND_AT_MOST` and one chunk)."""
-        return self._pending_bytes + self._flying
+        """Bytes fed but not hashed yet."""
+        return self._fed - self._hashed
 
     def close(self) -> None:
-        self._take()
+        """Stop hashing: what is still queued is skipped, not hashed."""
+        self._closed = True
+        self._small = []
 
-    def _take(self) -> list[bytes]:
-        batch, self._pending, self._pending_bytes = self._pending, [], 0
-        return batch
+    async def _caught_up(self) -> None:
+        assert self._lane is not None
+        waiter = _Waiter()
+        self._lane.queue.put((self, waiter))
+        await waiter.future
 
-    def _launch(self) -> None:
-        self._flying = self._pending_bytes
-        flight = asyncio.get_running_loop().run_in_executor(None, _update_all, self.verifier,
-                                                            self._take())
-        flight.add_done_callback(self._landed)
-        self._flight = flight
-
-    async def _settle(self) -> None:
-        """Wait for the batch in flight, then land it here: its done callback may not have
-        run yet (awaiting a finished future does not yield to the loop)."""
-        flight = self._flight
-        assert flight is not None
-        with contextlib.suppress(Exception):  # kept in the future, raised by `_raise`
-            await asyncio.shield(flight)
-        self._landed(flight)
-
-    def _landed(self, flight: asyncio.Future[None]) -> None:
-        if flight is not self._flight:
-            return  # landed already (`_settle` and the done callback both come here)
-        self._flight = None
-        self._flying = 0
-        if flight.cancelled():
-            return
-        error = flight.exception()
-        if error is not None:
-            self._error = error
-            self.close()
-        elif self._pending_bytes >= BATCH:
-            self._launch()
+    def _hash(self, chunk: bytes) -> None:
+        """On the lane's thread."""
+        if self._error is None and not self._closed:
+            try:
+                _update(self.verifier, chunk)
+            except Exception as error:  # raised to the relay by its next feed or finish
+                self._error = error
+        self._hashed += len(chunk)
 
     def _raise(self) -> None:
         if self._error is not None:
