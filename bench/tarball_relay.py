@@ -84,12 +84,15 @@ def build_packages(count: int, seed: int = 14) -> list[FixturePackage]:
     return packages
 
 
+EVERYWHERE = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+    frozenset()
+"""The CPUs this process may use, read before any pin: a child forked by a pinned thread
+inherits its one CPU, and must still be able to move to its own."""
+
+
 def _pin(cpu: int) -> None:
-    try:
-        if len(os.sched_getaffinity(0)) > 1:
-            os.sched_setaffinity(0, {cpu})
-    except (AttributeError, OSError):
-        pass
+    if len(EVERYWHERE) > 1 and cpu in EVERYWHERE:
+        os.sched_setaffinity(0, {cpu})
 
 
 def serve_upstream(packages: list[FixturePackage], port: int, link: float,
