@@ -123,3 +123,24 @@ async def test_npm_reports_e403_with_the_reason_for_a_version_the_rules_denied(
     assert "ETARGET" not in denied.stderr
     assert ranged.code == 0, ranged.stderr
     assert npm_client.installed() == {"scripted": "1.0.0"}
+
+
+async def test_a_version_mirrored_since_its_packument_was_filled_survives_a_public_outage(
+    private_registry: SharedPrivate, start_proxy: StartProxy,
+) -> None:
+    # Seen by hand: `npm install` (public up, the worker mirrors every tarball) then, within the
+    # packument TTL, the public registry goes down and `npm ci` fails with E502 on a version
+    # the private registry already holds: the cached packument said "public-only", so the
+    # tarball route skipped private and had nowhere else to go.
+    package = make_package("mirrored-since-fill", ["1.0.0"])
+    version = package.version("1.0.0")
+    with FixtureRegistry(package) as public:
+        proxy = await start_proxy(public.url, cache_ttl=60.0)
+        tarball = "npm/mirrored-since-fill/-/mirrored-since-fill-1.0.0.tgz"
+        assert (await proxy.get(tarball)).status == 200  # served from public, enqueued
+        private_registry.publish(version.marked())  # what the worker does with the job
+    # public is down now; the packument is still fresh and still says "public-only"
+    answer = await proxy.get(tarball)
+    assert answer.status == 200, answer.body[:300]
+    assert answer.body == version.tarball
+    assert proxy.metric("mirrorgate_private_skipped_total") == 2

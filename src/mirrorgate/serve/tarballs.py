@@ -83,7 +83,8 @@ class TarballRoute:
                                        record.denial.reason)
             raise denied(name, record)
         private_error: UpstreamError | None = None
-        if not record.private and self.private_answered(name):
+        skipped = not record.private and self.private_answered(name)
+        if skipped:
             # the packument, built with the private upstream's answer, says the version is
             # public-only: asking private again would cost a round trip per tarball for a miss
             # (a cold install costs one private request per name, its packument). Built while
@@ -108,8 +109,42 @@ class TarballRoute:
                 log.warning("upstream_failed", upstream="private", package=name.full,
                             version=version, kind=private_error.kind,
                             detail=str(private_error))
-        return await self._public(request, name, record, private_error, deadline,
-                                  gated.time.get(version))
+        try:
+            return await self._public(request, name, record, private_error, deadline,
+                                      gated.time.get(version))
+        except UpstreamError as error:
+            # Skipped on the packument's word, private may hold the version all the same: the
+            # worker mirrors within seconds of a pull, the packument says "public-only" for
+            # its whole TTL, and a public outage in that window must not fail an install of
+            # what is already mirrored (seen: `npm install`, public down, `npm ci` -> E502).
+            # Asked only once public has failed, so the skip still saves the round trip on
+            # every healthy pull; the bytes are checked against the admitted digest as public
+            # ones would be.
+            if skipped:
+                copy = await self._mirrored_copy(request, name, filename, record, deadline)
+                if copy is not None:
+                    return copy
+            raise upstream_failed(error, name) from None
+
+    async def _mirrored_copy(self, request: web.Request, name: PackageName, filename: str,
+                             record: VersionRecord, deadline: asyncio.Timeout,
+                             ) -> web.StreamResponse | None:
+        """The private upstream's copy of a version the packument called public-only, or
+        None when private lacks it too or fails (the public failure is then the answer)."""
+        try:
+            async with self.private.tarball(name, filename) as body:
+                if body is None:
+                    return None
+                response, _ = await self._stream(request, body.size, body.chunks, deadline,
+                                                 source="private", name=name,
+                                                 version=record.version,
+                                                 verifier=_verifier(record))
+                return response
+        except (UpstreamError, StoreError, OSError) as error:
+            kind = error.kind if isinstance(error, UpstreamError) else "unreachable"
+            log.warning("upstream_failed", upstream="private", package=name.full,
+                        version=record.version, kind=kind, detail=str(error))
+            return None
 
     async def _public(self, request: web.Request, name: PackageName, record: VersionRecord,
                       private_error: UpstreamError | None, deadline: asyncio.Timeout,
@@ -144,7 +179,7 @@ class TarballRoute:
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         version=version, kind=error.kind, detail=str(error))
-            raise upstream_failed(error, name) from None
+            raise  # the caller turns it into the client's answer (`upstream_failed`)
 
     async def _stream(self, request: web.Request, size: int | None,
                       chunks: AsyncIterator[bytes], deadline: asyncio.Timeout, *,
