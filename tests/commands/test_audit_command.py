@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mirrorgate.serve.tokens import new_token, token_line
 from tests.commands.mirrored import locked_by_npm, published_tree, run_command
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
@@ -133,3 +134,31 @@ def test_through_a_running_proxy_prewarm_pulls_and_waits_and_audit_finds_tampere
     again = run_command(["prewarm", str(lockfile), "--proxy", proxy.url, "--json"], laptop,
                         tmp_path)
     assert again.json()["summary"] == {"already_present": len(tree.resolved)}
+
+
+def test_through_a_proxy_that_wants_a_token_prewarm_and_audit_stop_at_once_naming_the_variable(
+    public_registry: FixtureRegistry, npm_client: NpmClient, mirrorgate: MirrorgateFactory,
+    tmp_path: Path,
+) -> None:
+    # Seen by hand: without MIRRORGATE_PROXY_TOKEN, `prewarm --proxy` and `audit --proxy`
+    # printed one "proxy upstream: answered 401" failure per locked name and exited 1, with
+    # nothing saying which variable was missing.
+    tree = published_tree(public_registry)
+    lockfile = locked_by_npm(npm_client, public_registry, tree)
+    tokens = tmp_path / "tokens"
+    token = new_token()
+    tokens.write_text(token_line("ci", token) + "\n", encoding="utf-8")
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens)})
+    laptop = {"MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
+              "MIRRORGATE_PRIVATE_UPSTREAM": "http://127.0.0.1:10/"}
+
+    for command in ("prewarm", "audit"):
+        refused = run_command([command, str(lockfile), "--proxy", proxy.url], laptop, tmp_path)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "requires a client token: set MIRRORGATE_PROXY_TOKEN" in refused.stderr
+        assert "PACKAGE" not in refused.stdout  # no table of per-name failures
+    pulled = run_command(["prewarm", str(lockfile), "--proxy", proxy.url, "--json"],
+                         {**laptop, "MIRRORGATE_PROXY_TOKEN": token}, tmp_path)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert token not in pulled.stdout + pulled.stderr

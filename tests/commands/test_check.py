@@ -211,9 +211,15 @@ def test_proxy_mode_sends_the_proxy_token(lockfile_copy: Copy, public: FixtureRe
     lockfile = lockfile_copy("pnpm-v9")
     without = check(lockfile, "--json", "--proxy", proxy.registry_url,
                     env=_env(tmp_path, public.url))
-    assert without.returncode == 1
-    assert {r["status"] for r in _results(without).values()} == {"error"}
-    assert "mirrorgate answered 401" in without.stdout
+    # a missing token is a setting that cannot be used (exit 2, one message naming the
+    # variable), not one "answered 401" finding per locked version
+    assert without.returncode == 2, without.stdout
+    assert "requires a client token: set MIRRORGATE_PROXY_TOKEN" in without.stderr
+    assert without.stdout == ""
+    wrong = check(lockfile, "--json", "--proxy", proxy.registry_url,
+                  env=_env(tmp_path, public.url, MIRRORGATE_PROXY_TOKEN=new_token()))
+    assert wrong.returncode == 2, wrong.stdout
+    assert "refused MIRRORGATE_PROXY_TOKEN" in wrong.stderr
     done = check(lockfile, "--json", "--proxy", proxy.registry_url,
                  env=_env(tmp_path, public.url, MIRRORGATE_PROXY_TOKEN=token))
     assert done.returncode == 0, done.stdout

@@ -208,8 +208,11 @@ async def _run(settings: Settings, paths: list[Path], given: list[str], search: 
                            "--names a,@s/b")
     try:
         if proxy is not None:
-            from mirrorgate.commands.via_proxy import audit_via_proxy, open_proxy
+            from mirrorgate.commands.via_proxy import audit_via_proxy, open_proxy, token_refused
 
+            refused = await token_refused(settings, proxy)
+            if refused is not None:
+                return usage_error(refused)
             async with open_proxy(settings, proxy) as client:
                 progress = report.progress(len(dict.fromkeys(names)))
                 try:

@@ -136,6 +136,11 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
         return entries
     source: VerdictSource
     if proxy is not None:
+        from mirrorgate.commands.via_proxy import token_refused
+
+        refused = await token_refused(settings, proxy)
+        if refused is not None:
+            return usage_error(refused)
         source = ProxyVerdicts(proxy, token=settings.proxy_token,
                                timeout=settings.upstream_timeout,
                                max_bytes=settings.max_metadata_bytes)

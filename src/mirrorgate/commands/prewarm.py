@@ -344,8 +344,16 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None, wait: b
 async def _through_proxy(settings: Settings, proxy: str, locked: list[tuple[str, str]],
                          wait: bool, within: float,
                          settled: Callable[[Result], None]) -> list[Result]:
-    from mirrorgate.commands.via_proxy import open_proxy, prewarm_via_proxy, wait_via_proxy
+    from mirrorgate.commands.via_proxy import (
+        open_proxy,
+        prewarm_via_proxy,
+        token_refused,
+        wait_via_proxy,
+    )
 
+    refused = await token_refused(settings, proxy)
+    if refused is not None:
+        raise PartsError(refused)  # exit 2, as any setting that cannot be used
     async with open_proxy(settings, proxy) as client:
         pulled = await prewarm_via_proxy(locked, client, progress=settled,
                                          max_tarball_bytes=settings.max_tarball_bytes)

@@ -32,7 +32,7 @@ from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.upstream.client import FILLS, TARBALLS, Upstream, UpstreamError
 
 __all__ = ["ProxyView", "audit_via_proxy", "open_proxy", "prewarm_via_proxy", "registry_url",
-           "wait_via_proxy"]
+           "token_refused", "wait_via_proxy"]
 
 
 def registry_url(url: str) -> str:
@@ -54,6 +54,32 @@ async def open_proxy(settings: Settings, url: str) -> AsyncIterator[Upstream]:
         yield client
     finally:
         await client.close()
+
+
+async def token_refused(settings: Settings, url: str) -> str | None:
+    """What to set when the running mirrorgate at `url` refuses this command's token (its
+    `/npm/-/ping` answers 401); None when it takes it, needs none, or failed otherwise (each
+    name's own request then reports that).
+
+    Asked once before any name: a refused token would otherwise fail every pinned version
+    alike (seen by hand: `check --proxy` printed 79 "answered 401" lines, each advising
+    npm's `.npmrc`, and exited 1 as if they were findings). It is a setting that cannot be
+    used, so the command stops with exit status 2 naming the variable."""
+    async with open_proxy(settings, url) as proxy:
+        try:
+            await proxy.get_json("-/ping", pool=FILLS)
+        except UpstreamError as error:
+            if error.status == 401:
+                where = registry_url(url)
+                if settings.proxy_token is None:
+                    return (f"mirrorgate at {where} requires a client token: set "
+                            "MIRRORGATE_PROXY_TOKEN (or MIRRORGATE_PROXY_TOKEN_FILE) to one "
+                            "listed in its MIRRORGATE_CLIENT_TOKENS_FILE (`mirrorgate token "
+                            "new NAME` makes one)")
+                return (f"mirrorgate at {where} refused MIRRORGATE_PROXY_TOKEN (401): it is "
+                        "not listed in that mirrorgate's MIRRORGATE_CLIENT_TOKENS_FILE; set it "
+                        "to a token that is (`mirrorgate token new NAME` makes one)")
+    return None
 
 
 class ProxyView:
