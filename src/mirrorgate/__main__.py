@@ -59,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
         "reason and the nearest admitted version; exit 0 all admitted, 1 findings, 2 a "
         "lockfile or setting that cannot be used")
     check.add_argument("lockfiles", nargs="+", type=Path, metavar="LOCKFILE",
-                       help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml or "
-                       "yarn.lock")
+                       help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml, "
+                       "yarn.lock or bun.lock")
     add_common_arguments(check)
     _add_mirror_commands(commands)
     token = commands.add_parser("token", help="client tokens for MIRRORGATE_CLIENT_TOKENS_FILE")
@@ -76,8 +76,8 @@ def _add_mirror_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         "prewarm", help="enqueue a mirror job for every admitted version a lockfile pins that "
         "the private registry lacks (with the memory queue, run the worker here until done)")
     prewarm.add_argument("lockfiles", nargs="+", type=Path, metavar="LOCKFILE",
-                         help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml or "
-                         "yarn.lock")
+                         help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml, "
+                         "yarn.lock or bun.lock")
     prewarm.add_argument("--wait", action="store_true",
                          help="follow each job until the private registry holds the version")
     prewarm.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",

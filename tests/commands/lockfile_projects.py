@@ -58,6 +58,7 @@ LOCKFILES: dict[str, GeneratedLockfile] = {
     "pnpm-v9": GeneratedLockfile("pnpm", "pnpm-lock.yaml"),
     "yarn-classic": GeneratedLockfile("yarn1", "yarn.lock"),
     "yarn-berry": GeneratedLockfile("yarn4", "yarn.lock"),
+    "bun": GeneratedLockfile("bun", "bun.lock"),
 }
 
 

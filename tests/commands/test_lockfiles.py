@@ -1,6 +1,6 @@
 """The lockfile readers against lockfiles the real npm (v1, v2, v3), pnpm 8 (v6) and 10 (v9),
-yarn 1 and yarn 4 wrote for one tree with a scoped package, two `npm:` aliases, a git and a file
-dependency: every registry version found under its real name, the rest skipped with a note,
+yarn 1, yarn 4 and bun wrote for one tree with a scoped package, two `npm:` aliases, a git and a
+file dependency: every registry version found under its real name, the rest skipped with a note,
 and a mangled file refused with its line."""
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def _mangle(path: Path, line: int, text: str) -> None:
     ("pnpm-v9", "  - not: [a mapping"),
     ("yarn-berry", '  version: "1.2.0'),
     ("yarn-classic", '  version "1.2.0'),
+    ("bun", '        "zed": "npm:zeta@^1.0.0'),
 ])
 def test_a_malformed_lockfile_is_refused_with_its_line(kind: str, garbage: str,
                                                        lockfile_copy: Copy) -> None:
@@ -132,3 +133,21 @@ def test_yarn_berrys_patched_copy_pins_the_same_npm_version(lockfile_copy: Copy)
     assert "resolve@patch:resolve@npm%3A" in path.read_text(encoding="utf-8")
     entries = [e for e in read_lockfile(path).entries if e.name == "resolve"]
     assert [(e.version, e.ranges, e.alias) for e in entries] == [("1.22.8", ("^1.21.0",), None)]
+
+
+def test_bun_lock_is_read_with_its_trailing_commas_and_bun_lockb_is_named(
+        lockfile_copy: Copy, tmp_path: Path) -> None:
+    # Seen by hand: bun is a supported client, yet `mirrorgate check bun.lock` answered "is not
+    # a lockfile mirrorgate reads ... fix or regenerate the lockfile", which no bun user can.
+    path = lockfile_copy("bun")
+    text = path.read_text(encoding="utf-8")
+    assert ",\n  }" in text or ",\n    }" in text  # bun's JSON has trailing commas
+    entries = {(e.name, e.version): e for e in read_lockfile(path).entries}
+    assert entries[("@fixture/beta", "2.0.0")].alias == "beta-old"
+    assert entries[("delta", "0.4.2")].ranges == ("^0.4.1", "~0.4.0")  # between packages
+    assert entries[("alpha", "1.2.0")].resolved is not None
+    assert entries[("alpha", "1.2.0")].resolved.endswith("/alpha/-/alpha-1.2.0.tgz")
+    binary = tmp_path / "bun.lockb"
+    binary.write_bytes(b"#!/usr/bin/env bun\nbun-lockfile-format-v0\n\x00\x01")
+    with pytest.raises(LockfileError, match="bun install --save-text-lockfile"):
+        read_lockfile(binary)
