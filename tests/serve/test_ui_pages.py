@@ -153,6 +153,19 @@ async def test_the_overview_agrees_with_metrics(proxy: RunningProxy) -> None:
     assert "in memory only" in page
 
 
+async def test_the_rules_table_says_off_for_a_section_the_rules_file_lacks(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # Seen by hand on the default rules: the advisories row read "None", Python's word.
+    proxy = await start_proxy(public_registry.url)
+
+    page = text(await fetch(proxy, "ui/"))
+
+    rules = page.split('class="rules"', 1)[1]
+    assert ">None<" not in rules
+    assert "off (no table in the rules file)" in rules
+
+
 # --- with client tokens -------------------------------------------------------------------
 
 @pytest.fixture

@@ -92,6 +92,8 @@ def _rules(rules: Rules) -> str:
     def flat(value: Any) -> str:
         if isinstance(value, bool):
             return "yes" if value else "no"
+        if value is None:  # a section with no table in the rules file (advisories): not "None"
+            return "off (no table in the rules file)"
         if isinstance(value, list):
             return ", ".join(str(v) for v in value) or "none"
         return str(value)
