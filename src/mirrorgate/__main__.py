@@ -132,6 +132,10 @@ def _settings() -> Settings | None:
         print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
         for problem in error.problems:
             print(f"  - {problem}", file=sys.stderr)
+        # a misspelled variable is often the cause (`MIRRORGATE_PUBLIC_UPSTREM` set, the real
+        # one "not set"): name it here too, not only when the configuration is otherwise good
+        for unknown in unknown_variables():
+            print(f"mirrorgate: warning: {unknown.warning()}", file=sys.stderr)
         return None
 
 

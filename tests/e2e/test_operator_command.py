@@ -66,6 +66,19 @@ def test_check_config_warns_about_a_misspelled_variable_and_still_exits_0(
             "MIRRORGATE_RULES_FILE?") in done.stderr
 
 
+def test_a_refused_configuration_also_names_the_misspelled_variable_behind_it() -> None:
+    # Seen by hand: with MIRRORGATE_PUBLIC_UPSTREM set and no npm on PATH, every command said
+    # MIRRORGATE_PUBLIC_UPSTREAM "is not set" and nothing about the variable that was set;
+    # the misspelling warning was printed only when the configuration was otherwise good.
+    for command in ("check-config", "serve"):
+        done = run_command(command, env={"PATH": "/nonexistent",
+                                         "MIRRORGATE_PUBLIC_UPSTREM": "http://127.0.0.1:9/"})
+        assert done.returncode == 2, done.stderr
+        assert "MIRRORGATE_PUBLIC_UPSTREAM: is not set" in done.stderr
+        assert ("MIRRORGATE_PUBLIC_UPSTREM is set but mirrorgate does not read it; did you "
+                "mean MIRRORGATE_PUBLIC_UPSTREAM?") in done.stderr
+
+
 def test_check_config_prints_the_ownership_section(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('[private]\nnames = ["@acme/*", "acme-*"]\nmerge_public = ["acme-fork"]\n')
