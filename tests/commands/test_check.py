@@ -87,6 +87,11 @@ def test_a_denied_locked_version_is_reported_with_its_rule_reason_and_what_to_us
     assert {key: r["status"] for key, r in results.items()
             if r["status"] != "admitted"} == {("alpha", "1.2.0"): "denied",
                                               ("zeta", "1.0.1"): "denied"}
+    # the URL the client fetches: npm and bun fetch it as written, past a registry setting
+    # that names mirrorgate (seen by hand), so a CI step must be able to see it
+    if kind in ("npm-v2", "npm-v3", "bun", "yarn-classic"):
+        # (yarn 1 appends "#<sha1>")
+        assert alpha["resolved"].split("#")[0].endswith("/alpha/-/alpha-1.2.0.tgz"), alpha
     document = orjson.loads(done.stdout)
     assert document["summary"] == {"admitted": len(results) - 2, "denied": 2}
     assert any("git-thing (" in note and ") is a git repository; not checked" in note

@@ -60,8 +60,11 @@ def instead(entry: LockedEntry, admitted: Sequence[str]) -> str:
 
 def _judge(entry: LockedEntry, verdicts: Verdicts) -> Outcome:
     where = entry.where
+    # `resolved`: npm and bun fetch a locked URL as written, past the registry they are
+    # pointed at, so a CI step can refuse a lockfile naming another host (docs/serving.md,
+    # "Lockfiles written against another registry")
     data = {"lockfile": str(entry.lockfile), "line": entry.line, "ranges": list(entry.ranges),
-            "alias": entry.alias}
+            "alias": entry.alias, "resolved": entry.resolved}
     if not verdicts.known:
         return Outcome(entry.name, entry.version, "missing", finding=True,
                        reason="no registry has this package", where=where, data=data)
