@@ -243,8 +243,13 @@ class RegistryTarget:
         if status >= 500 or status in (408, 429):
             raise TargetError("target-failed", f"the {self.label} answered {status}: {said}",
                               transient=True)
-        raise TargetError("target-refused", f"the {self.label} refused the publish with "
-                          f"{status}: {said}", transient=False)
+        # 401/403 is the credential, not the job: say which setting (seen by hand: a wrong
+        # token read "the private refused the publish with 401", naming nothing to fix; a
+        # JWT that expired after Verdaccio's expiresIn retires every job the same way)
+        hint = ("; check MIRRORGATE_PRIVATE_TOKEN: missing, expired, or without publish "
+                "rights on that registry" if status in (401, 403) else "")
+        raise TargetError("target-refused", f"the {self.label} upstream refused the publish "
+                          f"with {status}: {said}{hint}", transient=False)
 
     async def _already_there(self, name: PackageName, job: MirrorJob) -> PublishResult:
         stored = _listed_dist(await self._packument(name), job.version)
