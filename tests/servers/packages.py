@@ -112,7 +112,7 @@ def tarball_path(name: str, version: str) -> str:
     return f"/{name}/-/{tarball_filename(name, version)}"
 
 
-def _build_tarball(files: Mapping[str, bytes]) -> bytes:
+def build_tarball(files: Mapping[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for path, data in sorted(files.items()):
@@ -179,7 +179,7 @@ class FixtureVersion:
         if self.explicit_tarball is not None:
             return self.explicit_tarball
         contents = {"package.json": _json_bytes(self.manifest), **self.files}
-        return _build_tarball(contents)
+        return build_tarball(contents)
 
     @cached_property
     def integrity(self) -> str:

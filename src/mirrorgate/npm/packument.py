@@ -32,6 +32,7 @@ from mirrorgate.rules import (
     deny_listed,
     evaluate,
     needs_history,
+    scripts_blocked,
     state_token,
 )
 from mirrorgate.upstream.origins import Origin, OriginRefusal, check_on_origin
@@ -120,6 +121,9 @@ class VersionRecord:
     weak: bool = False
     upstream_tarball: str | None = None
     digests: tuple[Digest, ...] = ()
+    scan_scripts: bool = False
+    """The install-scripts rule applies: the tarball's own package.json is read as it streams,
+    since the manifest the rule judged is not necessarily the one inside (`npm.tarscripts`)."""
 
     @property
     def admitted(self) -> bool:
@@ -450,8 +454,9 @@ def gate(
             denied[version] = denial
             counts[denial.rule] = counts.get(denial.rule, 0) + 1
         full, abbreviated = _serialise(name, version, manifest)
-        records[version] = VersionRecord(version, False, full, abbreviated, denial, weak,
-                                         tarball, digests)
+        records[version] = VersionRecord(
+            version, False, full, abbreviated, denial, weak, tarball, digests,
+            scan_scripts=tarball is not None and scripts_blocked(rules, name.full, version))
 
     for version, manifest in private_versions.items():
         if not is_version_string(version) or not isinstance(manifest, Mapping):

@@ -32,6 +32,7 @@ from mirrorgate.rules.policy import (
     evaluate,
     needs_history,
     rules_summary,
+    scripts_blocked,
 )
 from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, KeySet, SignatureRule, parse_keys
 from mirrorgate.rules.takeover import PROVENANCE_CONTINUITY, PUBLISHER_CHANGE, SignalRule
@@ -71,5 +72,6 @@ __all__ = [
     "parse_pattern",
     "parse_rules",
     "rules_summary",
+    "scripts_blocked",
     "state_token",
 ]

@@ -178,6 +178,13 @@ def _deny_listed(rules: Rules, subject: Subject) -> Verdict | None:
     return _deny(DENY_LIST, f"{label} matches the deny list entry {entry}")
 
 
+def scripts_blocked(rules: Rules, name: str, version: str) -> bool:
+    """Whether the install-scripts rule holds `name@version` to running nothing at install: the
+    tarball's own files are then checked too (`npm.tarscripts`), not only the manifest."""
+    return rules.block_install_scripts and rules.install_scripts_allow.first_match(
+        Subject(name, version), unparseable_matches=False) is None
+
+
 def deny_listed(rules: Rules, name: str, version: str) -> Verdict | None:
     """The deny list alone, for first-party versions: the organisation's own builds are not
     held to the public admission rules, but an operator's deny entry withdraws any version."""

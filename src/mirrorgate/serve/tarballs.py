@@ -21,6 +21,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, publish_time
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.npm.packument import Gated, VersionRecord
+from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.serve.refusals import Refused, denied, upstream_failed
 from mirrorgate.serve.relayhash import RelayHasher
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
@@ -168,7 +169,8 @@ class TarballRoute:
                 answer, verified = await self._stream(
                     request, response.size, response.chunks,
                     deadline, source="public", name=name, version=version,
-                    verifier=_verifier(record))
+                    verifier=_verifier(record),
+                    scan=ScriptScan() if record.scan_scripts else None)
                 # Only a public GET read to its end, matched and reached the client whole is
                 # mirrored: a client that hangs up early causes no job (the worker would
                 # download up to the size cap for nothing); HEAD never enqueues, nor does a
@@ -184,7 +186,7 @@ class TarballRoute:
     async def _stream(self, request: web.Request, size: int | None,
                       chunks: AsyncIterator[bytes], deadline: asyncio.Timeout, *,
                       source: str, name: PackageName, version: str,
-                      verifier: StreamVerifier | None = None,
+                      verifier: StreamVerifier | None = None, scan: ScriptScan | None = None,
                       ) -> tuple[web.StreamResponse, Verified | None]:
         """Relay `chunks`; with a `verifier`, the bytes are hashed and the last chunk held back
         until they are known to match. Returns the response and, when the body was verified
@@ -210,14 +212,14 @@ class TarballRoute:
         hasher = RelayHasher(verifier) if verifier is not None else None
         try:
             return await self._relay(request, response, chunks, hasher, source=source,
-                                     name=name, version=version)
+                                     name=name, version=version, scan=scan)
         finally:
             if hasher is not None:
                 hasher.close()
 
     async def _relay(self, request: web.Request, response: web.StreamResponse,
                      chunks: AsyncIterator[bytes], hasher: RelayHasher | None, *, source: str,
-                     name: PackageName, version: str,
+                     name: PackageName, version: str, scan: ScriptScan | None = None,
                      ) -> tuple[web.StreamResponse, Verified | None]:
         """The body of `_stream`: copy, hash (holding the last chunk back), finish or cut."""
         sent = 0
@@ -234,6 +236,8 @@ class TarballRoute:
                             version=version, sent=sent, detail=type(error).__name__)
                 return self._cut(request, response, "aborted"), None
             chunk: bytes | None = read
+            if scan is not None:
+                scan.feed(read)  # inflated on the loop, only where the scripts rule applies
             if hasher is not None:
                 # Holding one chunk back means the digest is known before the final bytes
                 # leave; it costs no copy and delays only the last 64 KiB.
@@ -260,6 +264,17 @@ class TarballRoute:
                              algorithm=mismatch.expected.algorithm, sent=sent,
                              withheld=len(held or b""))
                 return self._cut(request, response, "tampered"), None
+            if scan is not None and (reason := scan.finish()) is not None:
+                # Manifest confusion: the manifest the install-scripts rule admitted shows no
+                # scripts, the tarball's own package.json (which yarn 1 runs) has some. Cut like
+                # tampered bytes: the held chunk never leaves, so no client can install it.
+                self.metrics.rule_denials.labels("install-scripts").inc()
+                self.metrics.events.record("denied", f"{name.full}@{version}",
+                                           f"the download was cut: {reason}")
+                log.warning("tarball_scripts_refused", security=True, upstream=source,
+                            package=name.full, version=version, rule="install-scripts",
+                            reason=reason, sent=sent)
+                return self._cut(request, response, "denied"), None
             if held is not None:
                 if not await self._write(response, held, name, version, sent):
                     return response, None

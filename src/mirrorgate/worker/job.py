@@ -38,9 +38,10 @@ from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.tarscripts import scripts_in
 from mirrorgate.npm.versions import is_version_string
 from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules import DEFAULT_RULES, Rules
+from mirrorgate.rules import DEFAULT_RULES, Rules, scripts_blocked
 from mirrorgate.serve.rendered import PublicAnswer
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
@@ -254,6 +255,13 @@ class JobRunner:
             log.info("mirror_already_present", target=target.label, fetched=False)
             return PublishResult.ALREADY_PRESENT
         tarball, verified = await self._fetch(url, verifier)
+        if scripts_blocked(self.deps.rules, job.name, job.version):
+            # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
+            # client runs the package.json inside these bytes; a private copy is never
+            # re-read, so this is the last look before it would be served from there
+            refused = await in_thread_if_large(len(tarball), scripts_in, tarball)
+            if refused is not None:
+                raise Retire("install-scripts", f"{job.name}@{job.version}: {refused}")
         digests: TarballDigests = await in_thread_if_large(
             len(tarball), dist_digests, tarball, verified, job.artifact.digests)
         result = await self._target_call(target.publish(job, tarball, digests))

@@ -1,0 +1,228 @@
+"""The install scripts a tarball declares itself: its own `package.json` and `binding.gyp`.
+
+The registry's manifest is whatever the publisher sent beside the tarball ("manifest
+confusion"): a version can show no scripts there while the `package.json` inside its tarball has
+a `postinstall`, and yarn 1 runs that one. So where the install-scripts rule applies, the bytes
+are read too, as they stream: gzip inflated and the tar headers walked, data skipped, only the
+root `package.json` kept (bounded). Pure and incremental; the relay and the worker feed it.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import orjson
+
+from mirrorgate.rules import INSTALL_SCRIPT_KEYS
+
+__all__ = ["MAX_MANIFEST_BYTES", "MAX_UNPACKED_BYTES", "ScriptScan", "declared_scripts",
+           "scripts_in"]
+
+MAX_MANIFEST_BYTES = 1024 * 1024
+"""A root package.json larger than this cannot be read here, so the version is refused."""
+MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
+"""Inflating further than this (a compression bomb) stops the scan, and the version is refused."""
+_BLOCK = 512
+_STEP = 256 * 1024
+_FILE_TYPES = (b"0", b"\0", b"7")
+_LINK_TYPES = (b"1", b"2")
+
+
+def _root_file(path: str) -> str | None:
+    """The file name a path lands on at the package root, or None when it is elsewhere.
+
+    npm, yarn and pnpm drop the first path component (`package/`, whatever it is called);
+    empty and `.` components are dropped first, so `./package//package.json` counts too."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return parts[1] if len(parts) == 2 else None
+
+
+def _octal(field: bytes) -> int | None:
+    if field and field[0] & 0x80:  # base-256, as GNU tar writes large sizes
+        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        return None
+
+
+def _checksum_ok(header: bytes) -> bool:
+    stored = _octal(header[148:156])
+    blanked = header[:148] + b" " * 8 + header[156:]
+    unsigned = sum(blanked)
+    signed = sum(b - 256 if b > 127 else b for b in blanked)
+    return stored is not None and stored in (unsigned, signed)
+
+
+def _pax_path(data: bytes) -> str | None:
+    """The `path` record of a pax extended header, if any."""
+    path: str | None = None
+    for record in data.split(b"\n"):
+        _length, _, field = record.partition(b" ")
+        key, equals, value = field.partition(b"=")
+        if equals and key == b"path":
+            path = value.decode("utf-8", "replace")
+    return path
+
+
+def declared_scripts(manifest: bytes) -> list[str]:
+    """The install scripts a package.json's bytes declare (npm's three keys)."""
+    try:
+        document = orjson.loads(manifest)
+    except orjson.JSONDecodeError:
+        return []  # npm cannot read it either, so it runs nothing from it
+    scripts = document.get("scripts") if isinstance(document, dict) else None
+    if not isinstance(scripts, dict):
+        return []
+    return [key for key in INSTALL_SCRIPT_KEYS if scripts.get(key) not in (None, "")]
+
+
+class ScriptScan:
+    """Feed a tarball's bytes in order; `finish()` returns why its contents run code at install
+    (a sentence), or None. Unreadable contents are refused too: what cannot be read here
+    cannot be shown to run nothing."""
+
+    def __init__(self) -> None:
+        self._inflate: zlib._Decompress | None = None
+        self._raw: bool | None = None  # plain tar (no gzip): npm takes those too
+        self._buffer = bytearray()
+        self._skip = 0  # bytes of entry data (and padding) still to pass over
+        self._capture: bytearray | None = None
+        self._capture_left = 0
+        self._capture_kind = ""  # "package.json", "pax" or "longname"
+        self._next_path: str | None = None
+        self._unpacked = 0
+        self.scripts: list[str] = []
+        self.gyp = False
+        self.gypfile_off = False
+        self.problem: str | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.problem is not None or not chunk:
+            return
+        if self._raw is None:
+            self._raw = not chunk.startswith(b"\x1f\x8b")
+            if not self._raw:
+                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if self._inflate is None:
+            self._tar(chunk)
+            return
+        pending = chunk
+        try:
+            while pending and self.problem is None and not self._inflate.eof:
+                out = self._inflate.decompress(pending, _STEP)
+                pending = self._inflate.unconsumed_tail
+                self._tar(out)
+        except zlib.error:
+            self.problem = "its gzip stream does not inflate"
+
+    def finish(self) -> str | None:
+        if self.problem is None and self._capture is not None:
+            self.problem = "its tar stream ends inside an entry"
+        if self.problem is not None:
+            return f"its contents cannot be checked for install scripts: {self.problem}"
+        found = list(self.scripts)
+        # node-gyp rebuild runs for a binding.gyp unless `gypfile: false` says not to
+        if self.gyp and not self.gypfile_off:
+            found.append("binding.gyp (node-gyp rebuild)")
+        if found:
+            return (f"its tarball runs code at install ({', '.join(found)}), which the "
+                    "registry's manifest does not show")
+        return None
+
+    def _tar(self, data: bytes) -> None:
+        self._unpacked += len(data)
+        if self._unpacked > MAX_UNPACKED_BYTES:
+            self.problem = f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes"
+            return
+        view = memoryview(data)
+        while view and self.problem is None:
+            if self._skip:
+                taken = min(self._skip, len(view))
+                if self._capture is not None and self._capture_left:
+                    keep = min(taken, self._capture_left)
+                    self._capture += view[:keep]
+                    self._capture_left -= keep
+                    if not self._capture_left:
+                        self._captured()
+                self._skip -= taken
+                view = view[taken:]
+                continue
+            need = _BLOCK - len(self._buffer)
+            self._buffer += view[:need]
+            view = view[need:]
+            if len(self._buffer) == _BLOCK:
+                header, self._buffer = bytes(self._buffer), bytearray()
+                self._header(header)
+
+    def _header(self, header: bytes) -> None:
+        # node-tar skips a zero block or one whose checksum fails, 512 bytes only, and goes on
+        if header == b"\0" * _BLOCK or not _checksum_ok(header):
+            return
+        size = _octal(header[124:136])
+        if size is None:
+            self.problem = "a tar header has an unreadable size"
+            return
+        kind = header[156:157]
+        name = header[0:100].split(b"\0", 1)[0]
+        if header[257:262] == b"ustar" and header[345:500].strip(b"\0"):
+            name = header[345:500].split(b"\0", 1)[0] + b"/" + name
+        path = self._next_path if self._next_path is not None else name.decode("utf-8",
+                                                                                 "replace")
+        self._skip = size + (-size) % _BLOCK
+        if kind in (b"x", b"L"):
+            self._start(size, "pax" if kind == b"x" else "longname")
+            return
+        self._next_path = None
+        if kind in (b"g", b"K"):
+            return
+        root = _root_file(path)
+        if root not in ("package.json", "binding.gyp"):
+            return
+        if kind in _LINK_TYPES:
+            self.problem = f"its {root} is a link"
+        elif kind not in _FILE_TYPES:
+            return
+        elif root == "binding.gyp":
+            self.gyp = True
+        elif size > MAX_MANIFEST_BYTES:
+            self.problem = f"its package.json is larger than {MAX_MANIFEST_BYTES} bytes"
+        else:
+            self._start(size, "package.json")
+
+    def _start(self, size: int, kind: str) -> None:
+        if size > MAX_MANIFEST_BYTES:
+            self.problem = f"a tar {kind} header is larger than {MAX_MANIFEST_BYTES} bytes"
+            return
+        self._capture, self._capture_left, self._capture_kind = bytearray(), size, kind
+        if not size:
+            self._captured()
+
+    def _captured(self) -> None:
+        data, kind = bytes(self._capture or b""), self._capture_kind
+        self._capture = None
+        if kind == "pax":
+            path = _pax_path(data)
+            if path is not None:
+                self._next_path = path
+        elif kind == "longname":
+            self._next_path = data.split(b"\0", 1)[0].decode("utf-8", "replace")
+        else:
+            # every root package.json counts (the last one extracted wins on disk)
+            self.scripts += [s for s in declared_scripts(data) if s not in self.scripts]
+            try:
+                document = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                document = None
+            if isinstance(document, dict) and document.get("gypfile") is False:
+                self.gypfile_off = True
+
+
+def scripts_in(tarball: bytes) -> str | None:
+    """`ScriptScan` over a whole tarball held in memory (the worker's download)."""
+    scan = ScriptScan()
+    view = memoryview(tarball)
+    for start in range(0, len(view), _STEP):
+        scan.feed(bytes(view[start:start + _STEP]))
+    return scan.finish()

