@@ -304,3 +304,32 @@ def test_an_upstream_refusal_is_passed_on_with_its_status_and_reason(
         assert "not allowed to publish" in said["error"]
         assert nothing_stored(refusing, "@acme/widget")
         assert stack.publishes("upstream_refused", client="release-bot") == 1
+
+
+def test_a_publish_carrying_mirrorgates_own_mark_is_refused(
+    guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, secret_dir: SecretDir, tmp_path: Path,
+) -> None:
+    # the attack: a first-party build published with a forged `_mirrorgate` mark (its own
+    # digest, so the mark checks out) counts as a mirrored public copy, the name stops being
+    # first-party, and an impostor's public `acme-lib@9.9.9` is then merged into it
+    stack = start_stack(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path)
+    build = make_package("acme-lib", ["1.0.0"]).version("1.0.0")
+    manifest = build.document("http://127.0.0.1:9/npm/")
+    manifest["_mirrorgate"] = {"v": 1, "source": "public", "published": "2020-01-01T00:00:00Z",
+                               "integrity": build.integrity}
+    document = json.loads(forged_document(build))
+    document["versions"] = {"1.0.0": manifest}
+
+    reply = stack.put("acme-lib", json.dumps(document).encode())
+    stored_after_refusal = not nothing_stored(verdaccio, "acme-lib")
+    honest = stack.put("acme-lib", forged_document(build))  # the same build, unmarked
+    public_registry.add(make_package("acme-lib", ["9.9.9"]))
+    served = http_request("GET", stack.proxy.registry_url + "acme-lib",
+                          headers={"Authorization": f"Bearer {stack.reader}"})
+
+    assert reply.status == 400
+    assert "_mirrorgate" in refusal(reply.body)["error"]
+    assert not stored_after_refusal
+    assert honest.status == 201
+    assert list(json.loads(served.body)["versions"]) == ["1.0.0"]  # first-party: no impostor

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from mirrorgate.integrity import Digest, parse_integrity, parse_shasum, same_digest
+from mirrorgate.npm.mirrormark import MARK_FIELD
 from mirrorgate.npm.names import PackageName, tarball_filename
 from mirrorgate.npm.semver import parse_version
 from mirrorgate.npm.versions import is_version_string
@@ -298,6 +299,12 @@ def checked_publish(name: PackageName, scanned: ScannedUpload) -> Published:
     if manifest.get("name") != name.full:
         raise UploadError(f"the manifest names {str(manifest.get('name'))[:100]!r}, not "
                           f"{name.full}, the package the URL names")
+    if MARK_FIELD in manifest:
+        # The mark says "the worker mirrored this from public"; a client's build carrying one
+        # would stop counting as first-party, and the name would then take public versions
+        # (an impostor's) merged in. Only the worker writes it, straight to the registry.
+        raise UploadError(f"the manifest carries {MARK_FIELD}, the mark mirrorgate writes on "
+                          "versions it mirrored from public; remove it from package.json")
     if manifest.get("version") != version or not _plain_version(version):
         raise UploadError(f"{version[:100]!r} is not a semver version, or not the one its "
                           "manifest declares")
