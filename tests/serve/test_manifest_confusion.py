@@ -108,6 +108,11 @@ async def test_the_download_is_cut_before_its_end_and_the_reason_logged(
     assert line["rule"] == "install-scripts"
     assert "preinstall" in line["reason"]
     assert await proxy.jobs() == []
+    # the next request is told why, before any byte: a 403 naming the rule and the script
+    again = await proxy.get("npm/confused-cut/-/confused-cut-1.0.0.tgz")
+    assert again.status == 403
+    assert again.json()["rule"] == "install-scripts"
+    assert "preinstall" in again.json()["error"]
 
 
 async def test_a_binding_gyp_counts_as_an_install_script(

@@ -60,6 +60,9 @@ class TarballRoute:
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
+        # versions whose tarball was found to run code at install (`npm.tarscripts`): the next
+        # request is a 403 saying why, not another download cut without a word to the client
+        self._scripts_found: OrderedDict[str, str] = OrderedDict()
 
     async def __call__(self, request: web.Request, name: PackageName, filename: str,
                        deadline: asyncio.Timeout) -> web.StreamResponse:
@@ -155,6 +158,15 @@ class TarballRoute:
         # the public upstream's origin (one that is not was denied as unavailable, a 403). A
         # first-party name has no public URL, so its tarballs never come from public.
         url = record.upstream_tarball
+        found = self._scripts_found.get(f"{name.full}@{version}") if record.scan_scripts else None
+        if found is not None:
+            log.info("tarball_denied", package=name.full, version=version,
+                     rule="install-scripts", reason=found)
+            raise Refused(403, f"mirrorgate denied {name.full}@{version} by its install-scripts "
+                          f"rule: {found}", reason=found, rule="install-scripts",
+                          package=name.full, version=version,
+                          status_text=f"Forbidden: mirrorgate denied {name.full}@{version} "
+                                      "(install-scripts rule)")
         if url is None:
             if private_error is not None:
                 raise upstream_failed(private_error, name)
@@ -274,6 +286,9 @@ class TarballRoute:
                 log.warning("tarball_scripts_refused", security=True, upstream=source,
                             package=name.full, version=version, rule="install-scripts",
                             reason=reason, sent=sent)
+                self._scripts_found[f"{name.full}@{version}"] = reason
+                while len(self._scripts_found) > ENQUEUE_MEMORY:
+                    self._scripts_found.popitem(last=False)
                 return self._cut(request, response, "denied"), None
             if held is not None:
                 if not await self._write(response, held, name, version, sent):
