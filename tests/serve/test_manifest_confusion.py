@@ -18,9 +18,15 @@ from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
 from tests.serve.rig import RunningProxy, StartProxy
-from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.package_managers import client
-from tests.servers.packages import FixtureVersion, build_tarball, make_package, make_version
+from tests.servers.packages import (
+    FixtureVersion,
+    build_tarball,
+    make_package,
+    make_version,
+    tarball_path,
+)
 
 BLOCK = parse_rules("[install_scripts]\nblock = true\n", "rules.toml")
 
@@ -144,3 +150,21 @@ async def test_allowed_names_and_script_free_tarballs_stream_whole(
 
     assert (allowed.status, allowed.body) == (200, scripted.tarball)
     assert (clean.status, clean.body) == (200, plain.tarball)
+
+
+async def test_public_bytes_standing_in_for_a_failed_private_copy_are_read_too(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # a mirrored copy whose private tarball fails falls back to public's bytes: those are
+    # held to the same scan as any public relay, or the fallback would be the way round it
+    version = confused("confused-fallback", {"scripts": {"install": "node evil.js"}})
+    public_registry.add(make_package("confused-fallback", [version]))
+    with FixtureRegistry(make_package("confused-fallback", [version.marked()])) as private:
+        private.fault(tarball_path("confused-fallback", "1.0.0"), Fault(status=503))
+        proxy = await start_proxy(public_registry.url, private=private.url, rules=BLOCK)
+
+        with capture_logs() as logs:
+            body = await read_cut(proxy, "npm/confused-fallback/-/confused-fallback-1.0.0.tgz")
+
+    assert body != version.tarball
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert "install" in line["reason"]

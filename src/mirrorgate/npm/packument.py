@@ -478,9 +478,11 @@ def gate(
         tarball, digests = public_gates.get(version, (None, ()))
         if private_denial is not None or not mirrored:
             tarball = None
-        records[version] = VersionRecord(version, True, full, abbreviated, private_denial,
-                                         judged.weak if judged is not None else False,
-                                         tarball, digests if tarball else ())
+        records[version] = VersionRecord(
+            version, True, full, abbreviated, private_denial,
+            judged.weak if judged is not None else False, tarball, digests if tarball else (),
+            # public's bytes stand in when the private copy fails: read like any public relay
+            scan_scripts=tarball is not None and scripts_blocked(rules, name.full, version))
 
     survivors = [v for v, record in records.items() if record.denial is None]
     head = _head(private, public, private_first)
