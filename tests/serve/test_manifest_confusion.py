@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import aiohttp
 from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
+from tests.npm.test_tarscripts import entry, tar
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.package_managers import client
@@ -68,6 +70,29 @@ async def test_yarn1_never_runs_a_postinstall_the_manifest_hid(
     assert run.returncode != 0
     assert proxy.metric("mirrorgate_rule_denials_total", rule="install-scripts") >= 1
     assert await proxy.jobs() == []  # nothing cut is ever mirrored
+
+
+async def test_a_second_gzip_member_does_not_hide_the_package_json_from_the_scan(
+        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
+    # gunzip (and yarn 1) read concatenated members: the hook sits in the second one
+    marker = tmp_path / "pwned"
+    script = f"node -e \"require('fs').writeFileSync(process.argv[1], 'x')\" {marker}"
+    hook = json.dumps({"name": "two-members", "version": "1.0.0",
+                       "scripts": {"postinstall": script}}).encode()
+    first = tar([entry("package/index.js", b"1")])[:-1024]  # no end-of-archive blocks
+    tarball = gzip.compress(first) + gzip.compress(tar([entry("package/package.json", hook)]))
+    public_registry.add(make_package("two-members", [
+        make_version("two-members", "1.0.0", tarball=tarball)]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+    yarn = client("yarn1", tmp_path / "yarn")
+    yarn.configure(proxy.registry)
+    yarn.write_project({"two-members": "1.0.0"})
+    flags = [flag for flag in yarn.isolation() if flag != "--ignore-scripts"]
+
+    run = await asyncio.to_thread(yarn.run, "install", *flags)
+
+    assert not marker.exists(), "the postinstall in the second gzip member ran"
+    assert run.returncode != 0
 
 
 async def test_npm_never_runs_the_postinstall_of_a_dependency_bundled_in_the_tarball(

@@ -27,23 +27,34 @@ MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
 _BLOCK = 512
 _STEP = 256 * 1024
 _FILE_TYPES = (b"0", b"\0", b"7")
+_PAX_TYPES = (b"x", b"X")  # node-tar reads the old Solaris `X` as a pax header too
+_LONGNAME_TYPES = (b"L", b"N")  # GNU's long name, and its old form
 _LINK_TYPES = (b"1", b"2")
 
 
-def _package_file(path: str) -> tuple[str, str] | None:
-    """(the package directory, the file name) of a path that is a package's own file: at the
-    root, or of a bundled dependency (`node_modules/x/`, `node_modules/@s/x/`, nested), whose
-    install scripts npm runs as well; None for any other path.
-
-    npm, yarn and pnpm drop the first path component (`package/`, whatever it is called);
-    empty and `.` components are dropped first, so `./package//package.json` counts too."""
-    parts = [part for part in path.split("/") if part not in ("", ".")][1:]
+def _placed(parts: list[str]) -> tuple[str, str] | None:
+    parts = [part for part in parts if part not in ("", ".")]
     if not parts:
         return None
     *folder, file = parts
     bundled = (len(folder) >= 2 and folder[-2] == "node_modules") or (
         len(folder) >= 3 and folder[-3] == "node_modules" and folder[-2].startswith("@"))
-    return ("/".join(folder), file) if not folder or bundled else None
+    # lower case: on a case-insensitive disk (macOS) PACKAGE.JSON is package.json
+    return ("/".join(folder), file.lower()) if not folder or bundled else None
+
+
+def _package_file(path: str) -> tuple[str, str] | None:
+    """(the package directory, the file name, lower-cased) of a path that is a package's own
+    file: at the root, or of a bundled dependency (`node_modules/x/`, `node_modules/@s/x/`,
+    nested), whose install scripts npm runs as well; None for any other path.
+
+    Clients drop the first path component (`package/`, whatever it is called). Whether an
+    empty or `.` component counts as that first one differs between extractors, so both
+    readings are taken and a path is a package file when either says so: `/package.json`,
+    `package//package.json` and `./package/package.json` all count."""
+    parts = path.split("/")
+    after = [part for part in parts if part not in ("", ".")][1:]
+    return _placed(after) or _placed(parts[1:])
 
 
 def _octal(field: bytes) -> int | None:
@@ -95,6 +106,8 @@ class ScriptScan:
     def __init__(self) -> None:
         self._inflate: zlib._Decompress | None = None
         self._raw: bool | None = None  # plain tar (no gzip): npm takes those too
+        self._gap = bytearray()  # the first bytes of a gzip member, until its magic is known
+        self._trailing = False
         self._buffer = bytearray()
         self._skip = 0  # bytes of entry data (and padding) still to pass over
         self._capture: bytearray | None = None
@@ -111,23 +124,43 @@ class ScriptScan:
     def feed(self, chunk: bytes) -> None:
         if self.problem is not None or not chunk:
             return
-        if self._raw is None:
-            self._raw = not chunk.startswith(b"\x1f\x8b")
-            if not self._raw:
-                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        if self._inflate is None:
+        if self._raw:
             self._tar(chunk)
             return
         pending = chunk
         try:
-            while pending and self.problem is None and not self._inflate.eof:
+            while pending and self.problem is None:
+                if self._inflate is None:  # the start, or between two gzip members
+                    self._gap += pending
+                    pending = b""
+                    if self._trailing or len(self._gap) < 2:
+                        return
+                    gzipped = self._gap.startswith(b"\x1f\x8b")
+                    if self._raw is None and not gzipped:
+                        self._raw = True  # plain tar: npm takes those too
+                        pending, self._gap = bytes(self._gap), bytearray()
+                        self._tar(pending)
+                        return
+                    self._raw = False
+                    if not gzipped:
+                        self._trailing = True  # bytes after the last member: gunzip ignores
+                        return
+                    pending, self._gap = bytes(self._gap), bytearray()
+                    self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 out = self._inflate.decompress(pending, _STEP)
-                pending = self._inflate.unconsumed_tail
                 self._tar(out)
+                if not self._inflate.eof:
+                    pending = self._inflate.unconsumed_tail
+                    continue
+                # gunzip reads concatenated members one after another, and so does node's
+                # zlib: a second member may carry the entries a first one hides
+                pending, self._inflate = self._inflate.unused_data, None
         except zlib.error:
             self.problem = "its gzip stream does not inflate"
 
     def finish(self) -> str | None:
+        if self.problem is None and self._inflate is not None:
+            self.problem = "its gzip stream ends before its end"
         if self.problem is None and self._capture is not None:
             self.problem = "its tar stream ends inside an entry"
         if self.problem is not None:
@@ -178,13 +211,14 @@ class ScriptScan:
             return
         kind = header[156:157]
         name = header[0:100].split(b"\0", 1)[0]
-        if header[257:262] == b"ustar" and header[345:500].strip(b"\0"):
+        # the prefix field is POSIX ustar's only (GNU tar keeps times there)
+        if header[257:265] == b"ustar\x0000" and header[345:500].strip(b"\0"):
             name = header[345:500].split(b"\0", 1)[0] + b"/" + name
         path = self._next_path if self._next_path is not None else name.decode("utf-8",
                                                                                  "replace")
         self._skip = size + (-size) % _BLOCK
-        if kind in (b"x", b"L"):
-            self._start(size, "pax" if kind == b"x" else "longname")
+        if kind in _PAX_TYPES or kind in _LONGNAME_TYPES:
+            self._start(size, "pax" if kind in _PAX_TYPES else "longname")
             return
         self._next_path = None
         if kind in (b"g", b"K"):
