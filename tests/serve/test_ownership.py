@@ -283,3 +283,30 @@ async def test_a_public_manifest_cannot_forge_the_mirror_mark(
     assert "_mirrorgate" not in document["versions"]["1.0.0"]
     [job] = await proxy.jobs()
     assert "_mirrorgate" not in job.manifest  # what the worker publishes is marked by it alone
+
+
+async def test_a_private_registry_answering_404_for_a_first_party_name_never_hands_it_to_public(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # the attack waits for the private registry to stop admitting the name exists: Artifactory
+    # and GitHub Packages answer 404, not 401, to a token that lost its read permission, and an
+    # unmounted storage volume answers 404 for everything. A name remembered first-party must
+    # not then be rebuilt from public, where the impostor is waiting.
+    public_registry.add(impostor("acme-hidden"))
+    with FixtureRegistry(make_package("acme-hidden", ["1.2.0"])) as private:
+        proxy = await start_proxy(public_registry.url, private=private.url, cache_ttl=60.0)
+        warm = await proxy.get("npm/acme-hidden")
+        private.fault("/acme-hidden", Fault(status=404))
+        proxy.clock.advance(61)
+        stale = await proxy.get("npm/acme-hidden")
+        proxy.clock.advance(700)  # past the cache's stale-if-error bound (600 s)
+        refused = await proxy.get("npm/acme-hidden")
+        tarball = await proxy.get("npm/acme-hidden/-/acme-hidden-99.0.0.tgz")
+
+    assert list(warm.json()["versions"]) == ["1.2.0"]
+    assert stale.body == warm.body  # the organisation's own, from the cache
+    assert refused.status == 503
+    assert "acme-hidden is first-party" in refused.json()["error"]
+    assert "404" in refused.json()["error"]
+    assert tarball.status == 503
+    assert public_paths(public_registry, "/-/") == []

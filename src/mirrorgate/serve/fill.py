@@ -182,9 +182,18 @@ class PackumentSource:
         if error is not None:
             raise self._outage(name, error)
         owned = self.rules.private_alone(name.full)
+        if private is None and not owned:
+            # Remembered first-party, and now the private side knows no such package at all.
+            # That is how Artifactory and GitHub Packages answer a token that lost its read
+            # permission, and how an unmounted storage volume answers: an outage, not a hand-
+            # over of the name to public, where an impostor may wait. (To release a name on
+            # purpose, the operator appends `-<name>` to first-party-names.)
+            raise self._outage(name, UpstreamError(
+                "private", "status", "answered 404 for a name it held first-party versions of",
+                status=404))
         gated = self._gate(name, private, None, now, None) if private is not None else None
         if not owned and (gated is None or not gated.first_party):
-            # unpublished, or only mirrored versions left: a public name again. Asking the
+            # only mirrored versions left: a public name again. Asking the
             # private side once more on the way is the price of a rare transition.
             self.first_party.forget(name.full)
             return None
