@@ -193,3 +193,20 @@ async def test_public_bytes_standing_in_for_a_failed_private_copy_are_read_too(
     assert body != version.tarball
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert "install" in line["reason"]
+
+
+async def test_a_mirrored_copy_in_the_private_registry_is_read_too(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # a copy mirrored before the rule was turned on (or before this check existed) is served
+    # from the private registry: it must not be the way round the scan
+    version = confused("confused-mirrored", {"scripts": {"postinstall": "node evil.js"}})
+    public_registry.add(make_package("confused-mirrored", [version]))
+    with FixtureRegistry(make_package("confused-mirrored", [version.marked()])) as private:
+        proxy = await start_proxy(public_registry.url, private=private.url, rules=BLOCK)
+
+        with capture_logs() as logs:
+            body = await read_cut(proxy, "npm/confused-mirrored/-/confused-mirrored-1.0.0.tgz")
+
+    assert body != version.tarball
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert line["upstream"] == "private"

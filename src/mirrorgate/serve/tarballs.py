@@ -86,6 +86,16 @@ class TarballRoute:
             self.metrics.events.denied(f"{name.full}@{version}", record.denial.rule,
                                        record.denial.reason)
             raise denied(name, record)
+        found = (self._scripts_found.get(f"{name.full}@{version}") if record.scan_scripts
+                 else None)
+        if found is not None:
+            log.info("tarball_denied", package=name.full, version=version,
+                     rule="install-scripts", reason=found)
+            raise Refused(403, f"mirrorgate denied {name.full}@{version} by its install-scripts "
+                          f"rule: {found}", reason=found, rule="install-scripts",
+                          package=name.full, version=version,
+                          status_text=f"Forbidden: mirrorgate denied {name.full}@{version} "
+                                      "(install-scripts rule)")
         private_error: UpstreamError | None = None
         skipped = not record.private and self.private_answered(name)
         if skipped:
@@ -101,9 +111,12 @@ class TarballRoute:
             try:
                 async with self.private.tarball(name, filename) as body:
                     if body is not None:
-                        response, _ = await self._stream(request, body.size, body.chunks,
-                                                         deadline, source="private", name=name,
-                                                         version=version)
+                        # a mirrored copy is read like public's bytes where the scripts rule
+                        # applies: it may predate the rule, or this check
+                        response, _ = await self._stream(
+                            request, body.size, body.chunks, deadline, source="private",
+                            name=name, version=version,
+                            scan=ScriptScan() if record.scan_scripts else None)
                         return response
             except UpstreamError as error:
                 private_error = error
@@ -158,15 +171,6 @@ class TarballRoute:
         # the public upstream's origin (one that is not was denied as unavailable, a 403). A
         # first-party name has no public URL, so its tarballs never come from public.
         url = record.upstream_tarball
-        found = self._scripts_found.get(f"{name.full}@{version}") if record.scan_scripts else None
-        if found is not None:
-            log.info("tarball_denied", package=name.full, version=version,
-                     rule="install-scripts", reason=found)
-            raise Refused(403, f"mirrorgate denied {name.full}@{version} by its install-scripts "
-                          f"rule: {found}", reason=found, rule="install-scripts",
-                          package=name.full, version=version,
-                          status_text=f"Forbidden: mirrorgate denied {name.full}@{version} "
-                                      "(install-scripts rule)")
         if url is None:
             if private_error is not None:
                 raise upstream_failed(private_error, name)
@@ -251,9 +255,10 @@ class TarballRoute:
             if scan is not None:
                 scan.feed(read)  # inflated on the loop, only where the scripts rule applies
             if hasher is not None:
-                # Holding one chunk back means the digest is known before the final bytes
-                # leave; it costs no copy and delays only the last 64 KiB.
                 await hasher.feed(read)
+            if hasher is not None or scan is not None:
+                # Holding one chunk back means the digest (and the scan) is known before the
+                # final bytes leave; it costs no copy and delays only the last 64 KiB.
                 chunk, held = held, read  # send the previous chunk, hold this one
             if chunk is None:
                 continue
@@ -276,24 +281,24 @@ class TarballRoute:
                              algorithm=mismatch.expected.algorithm, sent=sent,
                              withheld=len(held or b""))
                 return self._cut(request, response, "tampered"), None
-            if scan is not None and (reason := scan.finish()) is not None:
-                # Manifest confusion: the manifest the install-scripts rule admitted shows no
-                # scripts, the tarball's own package.json (which yarn 1 runs) has some. Cut like
-                # tampered bytes: the held chunk never leaves, so no client can install it.
-                self.metrics.rule_denials.labels("install-scripts").inc()
-                self.metrics.events.record("denied", f"{name.full}@{version}",
-                                           f"the download was cut: {reason}")
-                log.warning("tarball_scripts_refused", security=True, upstream=source,
-                            package=name.full, version=version, rule="install-scripts",
-                            reason=reason, sent=sent)
-                self._scripts_found[f"{name.full}@{version}"] = reason
-                while len(self._scripts_found) > ENQUEUE_MEMORY:
-                    self._scripts_found.popitem(last=False)
-                return self._cut(request, response, "denied"), None
-            if held is not None:
-                if not await self._write(response, held, name, version, sent):
-                    return response, None
-                sent += len(held)
+        if scan is not None and (reason := scan.finish()) is not None:
+            # Manifest confusion: the manifest the install-scripts rule admitted shows no
+            # scripts, the tarball's own package.json (which yarn 1 runs) has some. Cut like
+            # tampered bytes: the held chunk never leaves, so no client can install it.
+            self.metrics.rule_denials.labels("install-scripts").inc()
+            self.metrics.events.record("denied", f"{name.full}@{version}",
+                                       f"the download was cut: {reason}")
+            log.warning("tarball_scripts_refused", security=True, upstream=source,
+                        package=name.full, version=version, rule="install-scripts",
+                        reason=reason, sent=sent)
+            self._scripts_found[f"{name.full}@{version}"] = reason
+            while len(self._scripts_found) > ENQUEUE_MEMORY:
+                self._scripts_found.popitem(last=False)
+            return self._cut(request, response, "denied"), None
+        if held is not None:
+            if not await self._write(response, held, name, version, sent):
+                return response, None
+            sent += len(held)
         await response.write_eof()
         log.info("tarball_served", upstream=source, package=name.full, version=version,
                  bytes=sent, head=False)
