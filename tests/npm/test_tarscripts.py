@@ -106,3 +106,16 @@ def test_what_cannot_be_read_is_refused_rather_than_admitted(
     assert "is a link" in (scripts_in(link) or "")
     assert "cannot be checked" in (scripts_in(truncated) or "")
     assert "unpacks to more than" in (scripts_in(bomb) or "")
+
+
+def test_a_header_only_a_signed_checksum_accepts_hides_nothing_behind_it() -> None:
+    # node-tar sums header bytes unsigned; a decoy valid only under the old signed sum is
+    # rejected there (skipped by 512 bytes), so its claimed data must not be skipped here
+    decoy = bytearray(tar([entry("package/README", b"")])[:512])
+    decoy[20:24] = b"\xff\xff\xff\xff"  # bytes above 127: the two sums differ
+    decoy[124:136] = b"%011o\0" % 1024
+    decoy[148:156] = b" " * 8
+    signed = sum(b - 256 if b > 127 else b for b in decoy)
+    decoy[148:156] = b"%06o\0 " % (signed & 0o777777)
+    tarball = gzip.compress(bytes(decoy) + tar([entry("package/package.json", HOOK)]))
+    assert "postinstall" in (scripts_in(tarball) or "")

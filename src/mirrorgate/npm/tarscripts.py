@@ -68,11 +68,10 @@ def _octal(field: bytes) -> int | None:
 
 
 def _checksum_ok(header: bytes) -> bool:
+    # unsigned only, as node-tar checks it: a header it rejects is skipped by 512 bytes, so a
+    # header accepted here that node-tar rejects would hide the blocks after it
     stored = _octal(header[148:156])
-    blanked = header[:148] + b" " * 8 + header[156:]
-    unsigned = sum(blanked)
-    signed = sum(b - 256 if b > 127 else b for b in blanked)
-    return stored is not None and stored in (unsigned, signed)
+    return stored is not None and stored == sum(header[:148]) + 8 * 0x20 + sum(header[156:])
 
 
 def _pax_path(data: bytes) -> str | None:
