@@ -119,3 +119,15 @@ def test_a_header_only_a_signed_checksum_accepts_hides_nothing_behind_it() -> No
     decoy[148:156] = b"%06o\0 " % (signed & 0o777777)
     tarball = gzip.compress(bytes(decoy) + tar([entry("package/package.json", HOOK)]))
     assert "postinstall" in (scripts_in(tarball) or "")
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.XGLTYPE])
+def test_a_pax_size_that_would_shift_the_headers_is_refused(kind: bytes) -> None:
+    # node-tar takes the size from a pax record: with size=0 it reads the "data" of the next
+    # entry as headers, where this tarball keeps its package.json
+    hidden = tar([entry("package/package.json", HOOK)])[:-1024]
+    pax = tarfile.TarInfo("pax")
+    pax.type = kind
+    records = b"9 size=0\n"
+    carrier = tar([(pax, records), entry("package/README", hidden)])
+    assert "overrides an entry's size" in (scripts_in(gzip.compress(carrier)) or "")

@@ -74,15 +74,15 @@ def _checksum_ok(header: bytes) -> bool:
     return stored is not None and stored == sum(header[:148]) + 8 * 0x20 + sum(header[156:])
 
 
-def _pax_path(data: bytes) -> str | None:
-    """The `path` record of a pax extended header, if any."""
-    path: str | None = None
+def _pax_records(data: bytes) -> dict[bytes, bytes]:
+    """The records of a pax extended header (the last of a key wins)."""
+    records: dict[bytes, bytes] = {}
     for record in data.split(b"\n"):
         _length, _, field = record.partition(b" ")
         key, equals, value = field.partition(b"=")
-        if equals and key == b"path":
-            path = value.decode("utf-8", "replace")
-    return path
+        if equals:
+            records[key] = value
+    return records
 
 
 def declared_scripts(manifest: bytes) -> list[str]:
@@ -216,11 +216,12 @@ class ScriptScan:
         path = self._next_path if self._next_path is not None else name.decode("utf-8",
                                                                                  "replace")
         self._skip = size + (-size) % _BLOCK
-        if kind in _PAX_TYPES or kind in _LONGNAME_TYPES:
-            self._start(size, "pax" if kind in _PAX_TYPES else "longname")
+        if kind in _PAX_TYPES or kind in _LONGNAME_TYPES or kind == b"g":
+            self._start(size, "pax" if kind in _PAX_TYPES else
+                        "global" if kind == b"g" else "longname")
             return
         self._next_path = None
-        if kind in (b"g", b"K"):
+        if kind == b"K":
             return
         found = _package_file(path)
         if found is None or found[1] not in ("package.json", "binding.gyp"):
@@ -250,10 +251,15 @@ class ScriptScan:
     def _captured(self) -> None:
         data, kind = bytes(self._capture or b""), self._capture_kind
         self._capture = None
-        if kind == "pax":
-            path = _pax_path(data)
-            if path is not None:
-                self._next_path = path
+        if kind in ("pax", "global"):
+            records = _pax_records(data)
+            if b"size" in records:
+                # node-tar takes an entry's size from pax (a global one included): the blocks
+                # it then reads as headers are not the ones the ustar size says; no npm
+                # tarball needs it (only files over 8 GiB do)
+                self.problem = "a pax header overrides an entry's size"
+            elif kind == "pax" and b"path" in records:
+                self._next_path = records[b"path"].decode("utf-8", "replace")
         elif kind == "longname":
             self._next_path = data.split(b"\0", 1)[0].decode("utf-8", "replace")
         else:
