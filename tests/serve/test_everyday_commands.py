@@ -13,7 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
-from tests.serve.rig import FILE_STORE, SharedPrivate, StartProxy
+from tests.serve.rig import FILE_STORE, SharedPrivate, StartProxy, publish_private
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient, npm
 from tests.servers.packages import make_package
@@ -74,6 +74,31 @@ async def test_npm_search_shows_what_the_public_upstream_finds_less_what_the_rul
     assert {o["package"]["name"] for o in upstream["objects"]} >= {
         "findme-open", "findme-denied", "findme-tagged"}
     assert found == {"findme-open": "1.0.0", "findme-tagged": "1.0.0"}
+
+
+async def test_npm_search_never_shows_an_impostors_words_under_a_first_party_name(
+    private_registry: SharedPrivate, start_proxy: StartProxy, npm_client: NpmClient,
+) -> None:
+    # dependency confusion by description: the public `acme-searched` (Verdaccio stands in for
+    # the public registry) tells readers to install something else; the organisation owns
+    # the name (its version is in the proxy's private file store), so its words are served
+    private_registry.publish_package(make_package(
+        "acme-searched", ["9.0.0"], description="IMPOSTOR: the real one is acme-searched-evil",
+        homepage="http://127.0.0.1:9/evil", keywords=["impostor"]))
+    proxy = await start_proxy(private_registry.url, private=FILE_STORE)
+    await publish_private(proxy, private_registry, make_package(
+        "acme-searched", ["1.0.0"], description="acme's own").version("1.0.0"))
+
+    run = await npm(npm_client, "search", "acme-searched", "--json", registry=proxy.registry)
+    raw = await proxy.get("npm/-/v1/search?text=acme-searched")
+
+    assert run.code == 0, run.stderr
+    [found] = [entry for entry in json.loads(run.stdout) if entry["name"] == "acme-searched"]
+    assert found["version"] == "1.0.0"
+    assert found["description"] == "acme's own"
+    assert b"IMPOSTOR" not in raw.body
+    assert b"impostor" not in raw.body
+    assert b"/evil" not in raw.body
 
 
 async def test_npm_search_without_search_upstream_is_a_501_that_says_so(

@@ -68,7 +68,29 @@ async def _admitted(result: Any, gated_of: GatedOf,
     version = package.get("version")
     if version not in gated.survivors:
         version = gated.dist_tags.get("latest")
+    if gated.first_party:
+        # The organisation's name: public's description, keywords, links and publisher are an
+        # impostor's words ("the real one is acme-utils-evil"), never served under it, as in
+        # its packument; what the result says of it comes from the private side alone.
+        return {**result, "package": _own_words(name, gated, version)}
     return {**result, "package": {**package, "version": version}}
+
+
+def _own_words(name: PackageName, gated: Gated, version: str | None) -> dict[str, Any]:
+    """A search result's `package` for a first-party name, from its private packument."""
+    head = gated.head
+    package: dict[str, Any] = {"name": name.full, "version": version, "links": {}}
+    record = gated.versions.get(version) if version is not None else None
+    served = record.manifest() if record is not None and record.private else {}
+    for source in (head, served):  # the packument's, else its served version's
+        if isinstance(source.get("description"), str):
+            package["description"] = source["description"]
+            break
+    for key in ("keywords", "maintainers"):  # lists npm search maps over: never absent
+        package[key] = head[key] if isinstance(head.get(key), list) else []
+    if isinstance(gated.time.get("modified"), str):
+        package["date"] = gated.time["modified"]
+    return package
 
 
 async def search(public: Upstream, query: Mapping[str, str],
