@@ -436,6 +436,10 @@ class PublishRoute:
         if target.route == "unpublish":
             response = await self._forward(write, "DELETE", f"{name.url_path()}/-rev/{revision}",
                                            b"", "unpublish")
+            # the whole package removed on purpose by a publisher: the one hand-over of a name
+            # mirrorgate takes as meant. Otherwise a private 404 for a name remembered
+            # first-party is an outage, never a reason to serve public (`serve.fill`).
+            self.first_party.forget(name.full)
             log.info("package_unpublished", client=write.client.name, package=name.full)
             return response
         filename = quote(target.detail, safe="")
