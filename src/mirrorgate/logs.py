@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
-__all__ = ["configure_logging", "loggable_url", "register_secret"]
+__all__ = ["MASK", "configure_logging", "loggable_url", "register_secret"]
 
 _SECRET_VALUES: set[str] = set()
 _SECRET_KEYS = frozenset({"authorization", "token", "password", "secret", "_authtoken",

@@ -18,6 +18,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from mirrorgate.config import Secret
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve.tokens import new_token, token_line
 from tests.serve.rig import StartProxy
@@ -153,3 +154,41 @@ async def test_a_failed_check_abandons_the_upstream_request_before_its_end(
     assert private.completed == []
     [cut_at] = private.cut_off
     assert cut_at < len(forged)
+
+
+class EchoingRegistry(RecordingRegistry):
+    """Refuses a publish quoting the request's headers back, as some gateways' error pages do."""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "PUT":
+            return web.json_response({"error": "not found"}, status=404)
+        await request.read()
+        echoed = request.headers.get("Authorization", "")
+        return web.json_response({"error": f"forbidden for {echoed}"}, status=403)
+
+
+async def test_a_private_refusal_echoing_mirrorgates_token_never_reaches_the_client(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path,
+) -> None:
+    # the refusal is quoted to the client; mirrorgate's own credential for the private registry
+    # must not travel with it to whoever holds a publish token
+    private = EchoingRegistry()
+    secret = "private-registry-credential-" + "x" * 16
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{token_line('release-bot', PUBLISHER)} publish\n", encoding="utf-8")
+    try:
+        await private.start()
+        proxy = await start_proxy(public_registry.url, private=private.url, rules=RULES,
+                                  client_tokens_file=tokens, private_token=Secret(secret))
+
+        async def whole() -> AsyncIterator[bytes]:
+            yield document()
+
+        status, answer = await put(proxy.registry + "@acme%2fstreamed", whole())
+    finally:
+        await private.close()
+
+    assert status == 403
+    assert answer["upstream"] == "private"
+    assert "forbidden for Bearer" in str(answer["error"])
+    assert secret not in json.dumps(answer)

@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 
 from mirrorgate.config import Settings
+from mirrorgate.logs import MASK
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.changes import changed_packument
 from mirrorgate.npm.names import PackageName, tarball_filename
@@ -520,6 +521,11 @@ class PublishRoute:
         if 200 <= status < 300:
             return
         said = _upstream_text(answer)
+        # The registry's words go to the client: a gateway that quotes the request's headers
+        # back would hand mirrorgate's own credential to whoever may publish. The log scrubber
+        # never sees this text, so the secrets are masked here.
+        for secret in self.settings.secrets():
+            said = said.replace(secret.reveal(), MASK)
         if says_already_exists(status, answer):
             raise Refused(409, f"the private upstream already has {write.name.full}"
                           f"{'@' + version if version else ''}: {said}",
