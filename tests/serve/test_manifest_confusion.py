@@ -210,3 +210,23 @@ async def test_a_mirrored_copy_in_the_private_registry_is_read_too(
     assert body != version.tarball
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert line["upstream"] == "private"
+
+
+async def test_a_mirrored_copy_asked_for_once_public_fails_is_read_too(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # the packument called the version public-only; public then fails and the worker's copy
+    # in the private registry stands in: that copy is held to the same scan
+    version = confused("confused-late", {"scripts": {"postinstall": "node evil.js"}})
+    public_registry.add(make_package("confused-late", [version]))
+    with FixtureRegistry() as private:
+        proxy = await start_proxy(public_registry.url, private=private.url, rules=BLOCK)
+        assert (await proxy.get("npm/confused-late")).status == 200  # filled: public-only
+        private.add(make_package("confused-late", [version.marked()]))  # mirrored since
+        public_registry.fault(tarball_path("confused-late", "1.0.0"), Fault(status=503))
+
+        with capture_logs() as logs:
+            body = await read_cut(proxy, "npm/confused-late/-/confused-late-1.0.0.tgz")
+
+    assert body != version.tarball
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert line["upstream"] == "private"

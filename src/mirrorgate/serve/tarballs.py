@@ -152,10 +152,10 @@ class TarballRoute:
             async with self.private.tarball(name, filename) as body:
                 if body is None:
                     return None
-                response, _ = await self._stream(request, body.size, body.chunks, deadline,
-                                                 source="private", name=name,
-                                                 version=record.version,
-                                                 verifier=_verifier(record))
+                response, _ = await self._stream(
+                    request, body.size, body.chunks, deadline, source="private", name=name,
+                    version=record.version, verifier=_verifier(record),
+                    scan=ScriptScan() if record.scan_scripts else None)
                 return response
         except (UpstreamError, StoreError, OSError) as error:
             kind = error.kind if isinstance(error, UpstreamError) else "unreachable"
