@@ -1,12 +1,9 @@
-"""The install scripts a tarball declares itself: its own and its bundled dependencies'
-`package.json` and `binding.gyp`.
+"""The install scripts a tarball itself declares, read as its bytes stream where the
+install-scripts rule applies: its own and its bundled dependencies' `package.json` and
+`binding.gyp` (gzip inflated, tar headers walked, data skipped, bounded). Pure, incremental.
 
-The registry's manifest is whatever the publisher sent beside the tarball ("manifest
-confusion"): a version can show no scripts there while the `package.json` inside its tarball has
-a `postinstall`, and yarn 1 runs that one; npm runs a bundled dependency's scripts, which no
-manifest shows. So where the install-scripts rule applies, the bytes are read too, as they
-stream: gzip inflated, tar headers walked, data skipped, only the package's and its bundled
-dependencies' `package.json` kept (bounded). Pure and incremental; the relay and worker feed it.
+The registry's manifest is what the publisher sent beside the tarball ("manifest confusion"):
+yarn 1 runs a `postinstall` only the tarball's `package.json` has, npm a bundled dependency's.
 """
 
 from __future__ import annotations
