@@ -240,7 +240,7 @@ async def test_a_publish_the_target_refuses_is_retired(
 
     [line] = events(logs, "mirror_retired")
     assert line["reason"] == "target-refused"
-    assert "upstream refused the publish with 401" in line["detail"]
+    assert "the mirror target refused the publish with 401" in line["detail"]
     assert "check MIRRORGATE_PRIVATE_TOKEN" in line["detail"]  # what to fix, not just a status
     assert "not-a-valid-token" not in str(logs.entries)
     assert verdaccio.packument("left-pad") is None

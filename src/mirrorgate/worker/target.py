@@ -72,13 +72,22 @@ class TargetError(Exception):
         self.transient = transient
 
 
+_CALLED = {"private": "the private upstream", "target": "the mirror target",
+           "file-store": "the file store"}
+
+
+def called(label: str) -> str:
+    """What a message calls a target: "the private answered 500" named no setting to check."""
+    return _CALLED.get(label, f"the {label}")
+
+
 class TargetConflict(TargetError):  # noqa: N818 - a security outcome, named for what it is
     """The target already holds this version with other bytes than the ones admitted (the
     worker logs it as a security event and retires the job)."""
 
     def __init__(self, label: str, expected: Digest, stored: Digest | None) -> None:
         shown = stored.sri() if stored is not None else "(none)"
-        super().__init__("target-conflict", f"the {label} already holds this version with "
+        super().__init__("target-conflict", f"{called(label)} already holds this version with "
                          f"{shown}, not {expected.sri()}", transient=False)
         self.expected = expected
         self.stored = stored
@@ -197,12 +206,12 @@ class RegistryTarget:
             raise TargetError("target-failed" if error.transient else "target-unreadable",
                               str(error), transient=error.transient) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
-            raise TargetError("target-failed", f"the {self.label} broke off the read-back "
+            raise TargetError("target-failed", f"{called(self.label)} broke off the read-back "
                               f"({type(error).__name__})", transient=True) from None
         except DigestMismatch as mismatch:
             raise TargetConflict(self.label, mismatch.expected, mismatch.actual) from None
         except TooLarge as error:
-            raise TargetError("target-unreadable", f"the {self.label}'s stored tarball is "
+            raise TargetError("target-unreadable", f"{called(self.label)}'s stored tarball is "
                               f"over {error.limit} bytes", transient=False) from None
         return True
 
@@ -241,28 +250,28 @@ class RegistryTarget:
             return await self._already_there(name, job)
         said = " ".join(answer[:300].decode("utf-8", errors="replace").split())[:200]
         if status >= 500 or status in (408, 429):
-            raise TargetError("target-failed", f"the {self.label} answered {status}: {said}",
+            raise TargetError("target-failed", f"{called(self.label)} answered {status}: {said}",
                               transient=True)
         # 401/403 is the credential, not the job: say which setting (seen by hand: a wrong
         # token read "the private refused the publish with 401", naming nothing to fix; a
         # JWT that expired after Verdaccio's expiresIn retires every job the same way)
         hint = ("; check MIRRORGATE_PRIVATE_TOKEN: missing, expired, or without publish "
                 "rights on that registry" if status in (401, 403) else "")
-        raise TargetError("target-refused", f"the {self.label} upstream refused the publish "
+        raise TargetError("target-refused", f"{called(self.label)} refused the publish "
                           f"with {status}: {said}{hint}", transient=False)
 
     async def _already_there(self, name: PackageName, job: MirrorJob) -> PublishResult:
         stored = _listed_dist(await self._packument(name), job.version)
         if stored is None:
             # e.g. a registry that answers before its index shows the version: look again later
-            raise TargetError("target-unconfirmed", f"the {self.label} says the version exists "
+            raise TargetError("target-unconfirmed", f"{called(self.label)} says the version exists "
                               "but does not list it", transient=True)
         if _confirm(self.label, job, stored):
             if not await self._bytes_agree(name, job):
-                raise TargetError("target-unconfirmed", f"the {self.label} lists the version "
+                raise TargetError("target-unconfirmed", f"{called(self.label)} lists the version "
                                   "but serves no tarball for it", transient=True)
             return PublishResult.ALREADY_PRESENT
-        raise TargetError("target-integrity-unknown", f"the {self.label} holds the version "
+        raise TargetError("target-integrity-unknown", f"{called(self.label)} holds the version "
                           "without a digest as strong as the job's to compare",
                           transient=False)
 
