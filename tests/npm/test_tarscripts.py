@@ -5,7 +5,6 @@ an install script from it: each tarball here is one a client unpacks into a pack
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import tarfile
 
@@ -13,26 +12,11 @@ import pytest
 
 from mirrorgate.npm import tarscripts
 from mirrorgate.npm.tarscripts import ScriptScan, scripts_in
-from tests.servers.packages import build_tarball
+from tests.servers.packages import build_tarball, entry, tar
 
 HOOK = json.dumps({"name": "x", "version": "1.0.0",
                    "scripts": {"postinstall": "node evil.js"}}).encode()
 PLAIN = json.dumps({"name": "x", "version": "1.0.0", "scripts": {"test": "node t.js"}}).encode()
-
-
-def tar(entries: list[tuple[tarfile.TarInfo, bytes]], fmt: int = tarfile.USTAR_FORMAT) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as archive:
-        for info, data in entries:
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-def entry(path: str, data: bytes, kind: bytes = tarfile.REGTYPE) -> tuple[tarfile.TarInfo, bytes]:
-    info = tarfile.TarInfo(path)
-    info.type = kind
-    return info, data
 
 
 def byte_by_byte(tarball: bytes) -> str | None:

@@ -12,21 +12,23 @@ import asyncio
 import contextlib
 import gzip
 import json
+import subprocess
 from pathlib import Path
 
 import aiohttp
 from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
-from tests.npm.test_tarscripts import entry, tar
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.package_managers import client
 from tests.servers.packages import (
     FixtureVersion,
     build_tarball,
+    entry,
     make_package,
     make_version,
+    tar,
     tarball_path,
 )
 
@@ -38,6 +40,22 @@ def confused(name: str, inner: dict[str, object], **files: bytes) -> FixtureVers
     contents = {"package.json": json.dumps({"name": name, "version": "1.0.0", **inner}).encode(),
                 "index.js": b"module.exports = 1\n", **files}
     return make_version(name, "1.0.0", tarball=build_tarball(contents))
+
+
+def hook_leaving(marker: Path) -> str:
+    """An install script that leaves `marker` behind: the proof that it ran."""
+    return f"node -e \"require('fs').writeFileSync(process.argv[1], 'x')\" {marker}"
+
+
+async def install_with_scripts(tool: str, proxy: RunningProxy, tmp_path: Path,
+                               dependencies: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`tool install` of `dependencies` through the proxy with scripts on, as a build that
+    does not pass --ignore-scripts runs them."""
+    manager = client(tool, tmp_path / tool)
+    manager.configure(proxy.registry)
+    manager.write_project(dependencies)
+    flags = [flag for flag in manager.isolation() if flag != "--ignore-scripts"]
+    return await asyncio.to_thread(manager.run, "install", *flags)
 
 
 async def read_cut(proxy: RunningProxy, path: str) -> bytes:
@@ -54,17 +72,11 @@ async def read_cut(proxy: RunningProxy, path: str) -> bytes:
 async def test_yarn1_never_runs_a_postinstall_the_manifest_hid(
         public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    script = f"node -e \"require('fs').writeFileSync(process.argv[1], 'x')\" {marker}"
+    script = hook_leaving(marker)
     public_registry.add(make_package("confused-yarn", [
         confused("confused-yarn", {"scripts": {"postinstall": script}})]))
     proxy = await start_proxy(public_registry.url, rules=BLOCK)
-    yarn = client("yarn1", tmp_path / "yarn")
-    yarn.configure(proxy.registry)
-    yarn.write_project({"confused-yarn": "1.0.0"})
-    # scripts on, as a build that does not pass --ignore-scripts runs them
-    flags = [flag for flag in yarn.isolation() if flag != "--ignore-scripts"]
-
-    run = await asyncio.to_thread(yarn.run, "install", *flags)
+    run = await install_with_scripts("yarn1", proxy, tmp_path, {"confused-yarn": "1.0.0"})
 
     assert not marker.exists(), "the tarball's postinstall ran"
     assert run.returncode != 0
@@ -76,7 +88,7 @@ async def test_a_second_gzip_member_does_not_hide_the_package_json_from_the_scan
         public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
     # gunzip (and yarn 1) read concatenated members: the hook sits in the second one
     marker = tmp_path / "pwned"
-    script = f"node -e \"require('fs').writeFileSync(process.argv[1], 'x')\" {marker}"
+    script = hook_leaving(marker)
     hook = json.dumps({"name": "two-members", "version": "1.0.0",
                        "scripts": {"postinstall": script}}).encode()
     first = tar([entry("package/index.js", b"1")])[:-1024]  # no end-of-archive blocks
@@ -84,12 +96,7 @@ async def test_a_second_gzip_member_does_not_hide_the_package_json_from_the_scan
     public_registry.add(make_package("two-members", [
         make_version("two-members", "1.0.0", tarball=tarball)]))
     proxy = await start_proxy(public_registry.url, rules=BLOCK)
-    yarn = client("yarn1", tmp_path / "yarn")
-    yarn.configure(proxy.registry)
-    yarn.write_project({"two-members": "1.0.0"})
-    flags = [flag for flag in yarn.isolation() if flag != "--ignore-scripts"]
-
-    run = await asyncio.to_thread(yarn.run, "install", *flags)
+    run = await install_with_scripts("yarn1", proxy, tmp_path, {"two-members": "1.0.0"})
 
     assert not marker.exists(), "the postinstall in the second gzip member ran"
     assert run.returncode != 0
@@ -100,7 +107,7 @@ async def test_npm_never_runs_the_postinstall_of_a_dependency_bundled_in_the_tar
     # npm runs the install scripts of bundleDependencies from their package.json inside the
     # tarball; the registry's manifest of the outer package shows none of them
     marker = tmp_path / "pwned"
-    script = f"node -e \"require('fs').writeFileSync(process.argv[1], 'x')\" {marker}"
+    script = hook_leaving(marker)
     inner = {"name": "inner", "version": "1.0.0", "scripts": {"postinstall": script}}
     contents = {"package.json": json.dumps({"name": "bundler", "version": "1.0.0",
                                             "bundleDependencies": ["inner"]}).encode(),
@@ -109,13 +116,8 @@ async def test_npm_never_runs_the_postinstall_of_a_dependency_bundled_in_the_tar
         "bundler", "1.0.0", tarball=build_tarball(contents), bundleDependencies=["inner"],
         dependencies={"inner": "1.0.0"})]))
     proxy = await start_proxy(public_registry.url, rules=BLOCK)
-    npm = client("npm", tmp_path / "npm")
-    npm.configure(proxy.registry)
-    npm.write_project({"bundler": "1.0.0"})
-    flags = [flag for flag in npm.isolation() if flag != "--ignore-scripts"]
-
     with capture_logs() as logs:
-        run = await asyncio.to_thread(npm.run, "install", *flags)
+        run = await install_with_scripts("npm", proxy, tmp_path, {"bundler": "1.0.0"})
 
     assert not marker.exists(), "the bundled dependency's postinstall ran"
     assert run.returncode != 0

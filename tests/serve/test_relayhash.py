@@ -49,6 +49,20 @@ def spare_cpu(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return off_loop
 
 
+@pytest.fixture
+def held_hash(spare_cpu: list[int], monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The lane's thread stops before each chunk until the returned event is set."""
+    gate = threading.Event()
+    real = relayhash._update
+
+    def held(verifier: StreamVerifier, chunk: bytes) -> None:
+        gate.wait(5)
+        real(verifier, chunk)
+
+    monkeypatch.setattr(relayhash, "_update", held)
+    return gate
+
+
 async def test_a_large_download_is_hashed_in_order_off_the_loop_and_matches(
         spare_cpu: list[int]) -> None:
     hasher = hasher_for(BYTES)
@@ -140,23 +154,15 @@ async def test_the_strongest_digest_decides_also_off_the_loop(spare_cpu: list[in
 
 
 async def test_a_relay_that_stops_early_leaves_its_queued_chunks_unhashed(
-        spare_cpu: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+        spare_cpu: list[int], held_hash: threading.Event) -> None:
     """A client gone mid-download: the thread skips what the relay queued, it does not burn a
     core hashing bytes nobody will receive."""
-    gate = threading.Event()
-    real = relayhash._update
-
-    def held(verifier: StreamVerifier, chunk: bytes) -> None:
-        gate.wait(5)
-        real(verifier, chunk)
-
-    monkeypatch.setattr(relayhash, "_update", held)
     hasher = hasher_for(BYTES)
     parts = chunks(BYTES)[:BEHIND_AT_MOST // CHUNK]  # all queued, none waited for
     for chunk in parts:
         await hasher.feed(chunk)
     hasher.close()
-    gate.set()
+    held_hash.set()
     async with asyncio.timeout(5):
         await hasher._caught_up()  # the thread has passed over the rest
 
@@ -165,24 +171,16 @@ async def test_a_relay_that_stops_early_leaves_its_queued_chunks_unhashed(
 
 
 async def test_a_cancelled_wait_for_the_hash_leaves_the_lane_working(
-        spare_cpu: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+        spare_cpu: list[int], held_hash: threading.Event) -> None:
     """The relay's task cancelled while it waits (the request timed out): the thread later
     reaches its mark and wakes nobody, and the next download is hashed as ever."""
-    gate = threading.Event()
-    real = relayhash._update
-
-    def held(verifier: StreamVerifier, chunk: bytes) -> None:
-        gate.wait(5)
-        real(verifier, chunk)
-
-    monkeypatch.setattr(relayhash, "_update", held)
     hasher = hasher_for(BYTES)
     for chunk in chunks(BYTES)[:4]:
         await hasher.feed(chunk)
     waiting = asyncio.ensure_future(hasher.finish())
     await asyncio.sleep(0.01)
     waiting.cancel()
-    gate.set()
+    held_hash.set()
     with pytest.raises(asyncio.CancelledError):
         await waiting
 

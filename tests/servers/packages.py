@@ -126,6 +126,23 @@ def build_tarball(files: Mapping[str, bytes]) -> bytes:
     return gzip.compress(buffer.getvalue(), compresslevel=9, mtime=0)
 
 
+def tar(entries: list[tuple[tarfile.TarInfo, bytes]], fmt: int = tarfile.USTAR_FORMAT) -> bytes:
+    """An uncompressed tar of `entries` exactly as given (paths, types, format): the hostile
+    layouts `build_tarball` never writes."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as archive:
+        for info, data in entries:
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def entry(path: str, data: bytes, kind: bytes = tarfile.REGTYPE) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(path)
+    info.type = kind
+    return info, data
+
+
 def _tar_contents(tarball: bytes) -> tuple[int, int] | None:
     """(fileCount, unpackedSize) of a tarball, or None when the bytes are not one."""
     try:

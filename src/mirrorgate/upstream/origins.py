@@ -1,8 +1,8 @@
 """Which URLs mirrorgate may fetch: only the configured upstream's own origin.
 
 A packument's `dist.tarball` is a URL someone else chose; followed blindly, a hostile packument
-could make the proxy or the worker fetch from an internal service (`http://169.254.169.254/`,
-`http://10.0.0.1/`) or another host.
+could make the proxy or the worker fetch from an internal service (a cloud metadata address,
+a private network's) or another host.
 """
 
 from __future__ import annotations

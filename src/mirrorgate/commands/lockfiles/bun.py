@@ -2,7 +2,7 @@
 
 It is JSON with trailing commas. Each `packages` entry is one line, `"key": [descriptor, ...]`:
 the key is where it is installed (`ms`, `send/ms` for a nested copy, `zed` for an alias) and
-the descriptor what it is (`zeta@1.0.1`, `git-thing@git+http://...`, `local-thing@file:...`).
+the descriptor what it is (`zeta@1.0.1`, `git-thing@git+<repository URL>`, `local-thing@file:...`).
 """
 
 from __future__ import annotations
