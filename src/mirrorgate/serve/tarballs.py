@@ -108,24 +108,10 @@ class TarballRoute:
             # A private version is streamed from the private upstream, at the npm-standard path.
             # A miss or a private failure falls back to public (`_public`) only for a version the
             # gate kept a public URL for: a mirrored one public still admits.
-            try:
-                async with self.private.tarball(name, filename) as body:
-                    if body is not None:
-                        # a mirrored copy is read like public's bytes where the scripts rule
-                        # applies: it may predate the rule, or this check
-                        response, _ = await self._stream(
-                            request, body.size, body.chunks, deadline, source="private",
-                            name=name, version=version,
-                            scan=ScriptScan() if record.scan_scripts else None)
-                        return response
-            except UpstreamError as error:
-                private_error = error
-            except (StoreError, OSError) as error:
-                private_error = UpstreamError("private", "unreachable", str(error))
-            if private_error is not None:
-                log.warning("upstream_failed", upstream="private", package=name.full,
-                            version=version, kind=private_error.kind,
-                            detail=str(private_error))
+            answer, private_error = await self._from_private(request, name, filename, record,
+                                                             deadline, verify=False)
+            if answer is not None:
+                return answer
         try:
             return await self._public(request, name, record, private_error, deadline,
                                       gated.time.get(version))
@@ -138,30 +124,38 @@ class TarballRoute:
             # every healthy pull; the bytes are checked against the admitted digest as public
             # ones would be.
             if skipped:
-                copy = await self._mirrored_copy(request, name, filename, record, deadline)
+                copy, _ = await self._from_private(request, name, filename, record, deadline,
+                                                  verify=True)
                 if copy is not None:
                     return copy
             raise upstream_failed(error, name) from None
 
-    async def _mirrored_copy(self, request: web.Request, name: PackageName, filename: str,
-                             record: VersionRecord, deadline: asyncio.Timeout,
-                             ) -> web.StreamResponse | None:
-        """The private upstream's copy of a version the packument called public-only, or
-        None when private lacks it too or fails (the public failure is then the answer)."""
+    async def _from_private(self, request: web.Request, name: PackageName, filename: str,
+                            record: VersionRecord, deadline: asyncio.Timeout, *, verify: bool,
+                            ) -> tuple[web.StreamResponse | None, UpstreamError | None]:
+        """The private upstream's copy, streamed: (answer, None); (None, None) when private
+        lacks it; (None, error), logged, when private failed. With `verify`, the bytes are
+        checked against the admitted digest (a copy of a version the packument called
+        public-only); a private hit is otherwise streamed as is."""
+        failure: UpstreamError
         try:
             async with self.private.tarball(name, filename) as body:
                 if body is None:
-                    return None
-                response, _ = await self._stream(
+                    return None, None
+                # a mirrored copy is read like public's bytes where the scripts rule applies:
+                # it may predate the rule, or this check
+                answer, _ = await self._stream(
                     request, body.size, body.chunks, deadline, source="private", name=name,
-                    version=record.version, verifier=_verifier(record),
+                    version=record.version, verifier=_verifier(record) if verify else None,
                     scan=ScriptScan() if record.scan_scripts else None)
-                return response
-        except (UpstreamError, StoreError, OSError) as error:
-            kind = error.kind if isinstance(error, UpstreamError) else "unreachable"
-            log.warning("upstream_failed", upstream="private", package=name.full,
-                        version=record.version, kind=kind, detail=str(error))
-            return None
+                return answer, None
+        except UpstreamError as error:
+            failure = error
+        except (StoreError, OSError) as error:
+            failure = UpstreamError("private", "unreachable", str(error))
+        log.warning("upstream_failed", upstream="private", package=name.full,
+                    version=record.version, kind=failure.kind, detail=str(failure))
+        return None, failure
 
     async def _public(self, request: web.Request, name: PackageName, record: VersionRecord,
                       private_error: UpstreamError | None, deadline: asyncio.Timeout,
