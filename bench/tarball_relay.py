@@ -53,11 +53,11 @@ from tests.servers.ports import free_port
 
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
+from mirrorgate.gate import VersionRecord
 from mirrorgate.healthz import Health
 from mirrorgate.integrity import StreamVerifier
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
-from mirrorgate.npm.packument import VersionRecord
 from mirrorgate.rules import DEFAULT_RULES
 from mirrorgate.serve import relayhash, tarballs
 from mirrorgate.serve.app import Proxy, build_proxy_app

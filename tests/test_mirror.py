@@ -15,7 +15,8 @@ from mirrorgate.integrity import (
     parse_shasum,
     strongest,
 )
-from mirrorgate.mirror import JobDecodeError, MirrorArtifact, decode_job, encode_job, publish_time
+from mirrorgate.mirror import JobDecodeError, MirrorArtifact, decode_job, encode_job
+from mirrorgate.moments import time_text
 from tests.builders import make_artifact, make_job
 from tests.sri import sri
 
@@ -88,10 +89,15 @@ def test_a_job_from_an_older_proxy_without_the_publish_time_still_decodes() -> N
 
 
 def test_the_serve_path_drops_a_public_time_it_cannot_vouch_for_not_the_job() -> None:
-    assert publish_time("2024-02-23T18:01:12.345Z") == "2024-02-23T18:01:12.345Z"
-    assert publish_time("2024-02-23T18:01:12") is None  # no zone
-    assert publish_time("yesterday") is None
-    assert publish_time(1708711272) is None
+    assert time_text("2024-02-23T18:01:12.345Z") == "2024-02-23T18:01:12.345Z"
+    assert time_text("yesterday") is None
+    assert time_text(1708711272) is None
+
+
+def test_a_publish_time_without_a_zone_is_kept_and_read_as_utc_like_every_other_time() -> None:
+    # the age rule reads `time[version]` the same way (tests/rules/test_evaluate.py)
+    assert time_text("2024-02-23T18:01:12") == "2024-02-23T18:01:12"
+    assert decode_job(_body(published="2024-02-23T18:01:12")).published == "2024-02-23T18:01:12"
 
 
 def _body(**changes: object) -> bytes:
@@ -127,7 +133,6 @@ def _body(**changes: object) -> bytes:
         (_body(artifact__tarball=None), "artifact.tarball should be str"),
         (_body(published=1708711272), "field published should be an ISO 8601 time"),
         (_body(published="last tuesday"), "field published should be an ISO 8601 time"),
-        (_body(published="2024-02-23T18:01:12"), "with a zone"),
     ],
 )
 def test_the_codec_refuses_anything_else_naming_the_problem(body: bytes, problem: str) -> None:

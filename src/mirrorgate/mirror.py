@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, NewType
 
 import orjson
 
 from mirrorgate.integrity import Digest, parse_integrity
+from mirrorgate.moments import time_text
 
 __all__ = [
     "JobDecodeError",
@@ -23,11 +23,11 @@ __all__ = [
     "MirrorQueue",
     "QueueMessage",
     "QueueStats",
+    "QueueTraits",
     "ReceiptHandle",
     "Seconds",
     "decode_job",
     "encode_job",
-    "publish_time",
 ]
 
 @dataclass(frozen=True, slots=True)
@@ -121,34 +121,54 @@ class QueueStats:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueTraits:
+    """What a backend is, as the record says it: its name (`MIRROR_QUEUE_PROVIDER`, a metric
+    label), whether a worker in another process can receive what its enqueue takes, and
+    whether a delivery that is not acked comes back (false only for the bounded memory
+    queue, for which the worker keeps retries of its own)."""
+
+    provider: str
+    crosses_processes: bool
+    redelivers: bool
+
+
+@dataclass(frozen=True, slots=True)
 class MirrorQueue:
-    """The seam between the serve path and the worker: four async functions and their frame.
+    """The seam between the serve path and the worker: four async functions and their frame,
+    declared here and nowhere else. A backend is a small class whose bound methods fill it
+    (`MirrorQueue(traits, backend.enqueue, ...)`), so its state stays out of the worker's reach.
 
-    A record, not a class hierarchy: a backend is a small class whose bound methods fill it
-    (`backends._shared.queue_record`), and its state stays out of the worker's reach.
-
-    - `enqueue(job)`: never raises and never waits on the network; a backend that cannot take
-      the job counts and logs it. Mirroring is an optimisation; the response never depends on it.
+    - `enqueue(job) -> bool`: whether the backend took the job (False: it was full, or the job
+      cannot be sent, already counted and logged). Never raises, never waits on the network.
+      Mirroring is an optimisation; the response never depends on it.
     - `receive()`: a bounded long-poll; `[]` is a healthy idle.
     - `ack(receipt)`: done. Not acking is how a job is retried (the backend redelivers after
       its visibility window); there is no nack.
     - `extend_visibility(receipt, seconds)`: hold a delivery longer; `Seconds(0)` releases it.
 
     Around them: `close()` flushes what the backend buffers and releases its resources;
-    `stats()` reports depth and counters; `crosses_processes` says whether a worker in another
-    process can receive what this queue's enqueue takes; `redelivers` says whether a delivery
-    that is not acked comes back (false only for the bounded memory queue).
+    `stats()` reports depth and counters; `traits` say what kind of queue it is.
     """
 
-    provider: str
-    enqueue: Callable[[MirrorJob], Coroutine[Any, Any, None]]
+    traits: QueueTraits
+    enqueue: Callable[[MirrorJob], Coroutine[Any, Any, bool]]
     receive: Callable[[], Coroutine[Any, Any, list[QueueMessage]]]
     ack: Callable[[ReceiptHandle], Coroutine[Any, Any, None]]
     extend_visibility: Callable[[ReceiptHandle, Seconds], Coroutine[Any, Any, None]]
     close: Callable[[], Coroutine[Any, Any, None]]
     stats: Callable[[], QueueStats]
-    crosses_processes: bool
-    redelivers: bool
+
+    @property
+    def provider(self) -> str:
+        return self.traits.provider
+
+    @property
+    def crosses_processes(self) -> bool:
+        return self.traits.crosses_processes
+
+    @property
+    def redelivers(self) -> bool:
+        return self.traits.redelivers
 
 
 # --- the codec ----------------------------------------------------------------------------
@@ -240,24 +260,12 @@ def decode_job(body: bytes | str) -> MirrorJob:
     )
 
 
-def publish_time(value: object) -> str | None:
-    """`value` when it is an ISO 8601 time with a zone (what a job's `published` may hold),
-    else None: the serve path drops a public time it cannot vouch for rather than the job."""
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return value if moment.tzinfo is not None else None
-
-
 def _published(data: Mapping[str, Any]) -> str | None:
     """`published`, added to v1 later: absent (a job from an older proxy) or null is None."""
     value = data.get("published")
     if value is None:
         return None
-    if publish_time(value) is None:
-        raise JobDecodeError(f"field published should be an ISO 8601 time with a zone, or "
-                             f"null: {value!r}"[:200])
+    if time_text(value) is None:
+        raise JobDecodeError(f"field published should be an ISO 8601 time, or null: "
+                             f"{value!r}"[:200])
     return str(value)

@@ -22,6 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.config import Settings, unknown_variables
+from mirrorgate.gate.public import CachedPublic, PublicPackuments, ServedPublic
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
@@ -36,7 +37,6 @@ from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.private import PrivateSource, open_private, store_root
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
-from mirrorgate.worker.packuments import CachedPublic, PublicPackuments, ServeCachePublic
 from mirrorgate.worker.target import MirrorTarget, open_target
 
 __all__ = ["Shape", "StartupError", "run"]
@@ -277,9 +277,9 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
                                     clients=clients, keep_public=shape.runs_worker))
-        # the worker beside the proxy re-gates through the proxy's packument cache
-        packuments: PublicPackuments | None = (ServeCachePublic(app[SERVER]) if shape.runs_worker
-                                               else None)
+        # the worker beside the proxy re-gates through the proxy's packument service
+        packuments: PublicPackuments | None = (ServedPublic(app[SERVER].packuments)
+                                               if shape.runs_worker else None)
         host, port = settings.listen
     else:
         app = web.Application()

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import orjson
 
 from mirrorgate.commands.via_proxy import ProxyView, registry_url
+from mirrorgate.gate import gate
 from mirrorgate.npm.names import parse_name
-from mirrorgate.npm.packument import gate, render
+from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import parse_rules
-from mirrorgate.upstream.origins import Origin
 from tests.servers.packages import make_package
 
 PUBLIC = "http://127.0.0.1:9/"
@@ -22,7 +22,7 @@ def served(deny: str, count: int) -> ProxyView:
     rules = parse_rules(f'[deny]\npackages = ["{deny}"]\n', "rules.toml")
     gated = gate(parse_name("many"), None, package.packument(PUBLIC), rules=rules,
                  now=datetime.now(UTC), origin=Origin.of(PUBLIC))
-    return ProxyView(orjson.loads(render(gated, False, "http://proxy.example/")))
+    return ProxyView(orjson.loads(gated.render(False, "http://proxy.example/")))
 
 
 def test_the_reason_the_proxy_gives_for_each_denied_version_is_read_back() -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mirrorgate.gate.firstparty import FILENAME, FirstPartyNames
 from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 from mirrorgate.npm.ownership import first_party_versions, mirrored_mark
-from mirrorgate.serve.firstparty import FILENAME, FirstPartyNames
 
 OURS = "sha512-" + "A" * 86 + "=="
 OTHER = "sha512-" + "B" * 86 + "=="

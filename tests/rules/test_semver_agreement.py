@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mirrorgate.npm.semver import parse_range, parse_version
+from mirrorgate.npm.versions import parse_range, parse_version
 from tests.servers.availability import unavailable
 
 VERSIONS = [

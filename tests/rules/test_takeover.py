@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from mirrorgate.gate import Gated, gate
 from mirrorgate.npm.names import parse_name
-from mirrorgate.npm.packument import Gated, gate
+from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import RulesError, parse_keys, parse_rules
-from mirrorgate.upstream.origins import Origin
 from tests.rules.signing import SigningKey, keys_document
 from tests.sri import sri
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mirrorgate.serve.cache import Cached, Loaded, PackumentCache
+from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from tests.clock import ManualClock
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from mirrorgate.serve.rendered import MAX_BASES
+from mirrorgate.gate.entry import MAX_BASES
 from tests.access.rig import bearer, tokens_file
 from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
@@ -121,8 +121,8 @@ async def test_many_invented_host_values_evict_no_other_package(
 
     assert again.status == 200
     assert len(public_registry.requests) == fetched  # served from the cache, not refetched
-    assert "fwd-small" in proxy.server.cache
-    entry = proxy.server.cache.fresh("fwd-big")
+    assert "fwd-small" in proxy.server.packuments.cache
+    entry = proxy.server.packuments.cache.fresh("fwd-big")
     assert entry is not None
     assert len({base for _form, base in entry.value.renderings}) <= MAX_BASES
-    assert proxy.server.cache.bytes <= 1024 * 1024
+    assert proxy.server.packuments.cache.bytes <= 1024 * 1024

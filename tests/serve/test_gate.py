@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 import pytest
 
+from mirrorgate.gate import MAX_VERSIONS, TooManyVersionsError, gate
 from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.negotiation import wants_abbreviated
-from mirrorgate.npm.packument import MAX_VERSIONS, TooManyVersionsError, gate, render
+from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import DEFAULT_RULES, parse_rules
-from mirrorgate.upstream.origins import Origin
 from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import fresh_version, make_package, make_version
@@ -32,7 +33,7 @@ def test_with_no_denials_the_document_has_no_policy_restrictions() -> None:
     gated = gate(parse_name("plain"), None, document("plain", ["1.0.0"]),
                  rules=DEFAULT_RULES, now=NOW, origin=ORIGIN)
 
-    rendered = orjson.loads(render(gated, False, "http://proxy.example.com/"))
+    rendered = orjson.loads(gated.render(False, "http://proxy.example.com/"))
 
     assert "policyRestrictions" not in rendered
     assert rendered["versions"]["1.0.0"]["dist"]["tarball"] == (
@@ -134,3 +135,29 @@ async def test_a_version_held_by_the_release_age_rule_appears_once_it_is_old_eno
     assert "policyRestrictions" not in grown
     sent = [seen.headers.get("If-None-Match") for seen in public_registry.requests]
     assert sent == [None, None]
+
+
+async def test_a_publish_time_without_a_zone_comes_of_age_through_a_revalidation(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # The age rule reads a zone-less `time` as UTC; the moment its denial ends must be read
+    # the same way, or the 304 the upstream answers once the TTL passes keeps the old denial.
+    package = make_package("zoneless", [
+        make_version("zoneless", "1.0.0"),
+        fresh_version("zoneless", "1.1.0", age=timedelta(hours=70))])
+    times = dict(package.packument(public_registry.url)["time"])
+    times["1.1.0"] = times["1.1.0"].removesuffix("Z")
+    public_registry.add(dataclasses.replace(package, fields={"time": times}))
+    proxy = await start_proxy(public_registry.url, cache_ttl=60.0,
+                              rules=parse_rules('[age]\nminimum = "3d"\n'))
+    young = (await proxy.get("npm/zoneless")).json()
+
+    proxy.wall.offset_seconds = 3 * 3600
+    proxy.clock.advance(61)
+    grown = (await proxy.get("npm/zoneless")).json()
+
+    assert list(young["versions"]) == ["1.0.0"]
+    assert "1.1.0 denied by minimum-age" in young["policyRestrictions"]["message"]
+    assert sorted(grown["versions"]) == ["1.0.0", "1.1.0"]
+    sent = [seen.headers.get("If-None-Match") for seen in public_registry.requests]
+    assert sent == [None, None]  # gated again, never revalidated into the old verdict

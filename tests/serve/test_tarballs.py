@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
 from mirrorgate.backends.memory import in_memory_double
-from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueStats
+from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueStats, QueueTraits
 from tests.serve.rig import FILE_STORE, SharedPrivate, StartProxy, publish_private
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version
@@ -166,13 +168,12 @@ def failing_queue() -> MirrorQueue:
     """A queue whose enqueue raises, against its contract: the response must not care."""
     double = in_memory_double()
 
-    async def enqueue(_job: MirrorJob) -> None:
+    async def enqueue(_job: MirrorJob) -> bool:
         raise RuntimeError("queue exploded")
 
-    return MirrorQueue(provider="broken", enqueue=enqueue, receive=double.receive,
-                       ack=double.ack, extend_visibility=double.extend_visibility,
-                       close=double.close, stats=QueueStats, crosses_processes=False,
-                       redelivers=False)
+    return dataclasses.replace(double, traits=QueueTraits("broken", crosses_processes=False,
+                                                          redelivers=False),
+                               enqueue=enqueue, stats=QueueStats)
 
 
 async def test_a_queue_that_fails_never_fails_the_tarball_response(

@@ -17,8 +17,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from mirrorgate.rules import parse_rules
-from mirrorgate.ui.page import CSP
-from mirrorgate.ui.session import COOKIE
+from mirrorgate.serve.ui.page import CSP
+from mirrorgate.serve.ui.session import COOKIE
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package

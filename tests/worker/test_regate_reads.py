@@ -2,7 +2,7 @@
 
 The worker re-gates every job against the public packument (`worker.regate`). It reads it as
 the serve path does: through the serve path's own packument cache when both run in one process
-(`ServeCachePublic`), through the same cache class and settings when it runs alone
+(`ServedPublic`), through the same cache class and settings when it runs alone
 (`CachedPublic`). The attacks: a private registry holding a copy of a version with an injected
 manifest (the serve cache's merged entry then shows the private copy), a version only the
 private side lists, and public yanking a version while it fails (a stale cached copy still
@@ -20,6 +20,7 @@ import pytest
 from structlog.testing import LogCapture
 
 from mirrorgate.backends.memory import in_memory_double
+from mirrorgate.gate.public import CachedPublic, ServedPublic
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.mirrormark import without_mark
@@ -28,7 +29,6 @@ from mirrorgate.rules import DEFAULT_RULES
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
-from mirrorgate.worker.packuments import CachedPublic, ServeCachePublic
 from mirrorgate.worker.target import open_target
 from tests.clock import ManualClock
 from tests.serve.rig import ProxyStack, RunningProxy, make_settings, open_proxy
@@ -160,7 +160,7 @@ def in_process_worker(proxy: RunningProxy, store: Path) -> Worker:
         settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
         target=open_target(f"file://{store}", None, max_tarball_bytes=settings.max_tarball_bytes),
         metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
-        rules=proxy.proxy.rules, packuments=ServeCachePublic(proxy.server)), idle_pause=0.01)
+        rules=proxy.proxy.rules, packuments=ServedPublic(proxy.server.packuments)), idle_pause=0.01)
 
 
 async def handled(worker: Worker, job: MirrorJob) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mirrorgate.advisories.osv import Advisory, Interval, Record
-from mirrorgate.npm.semver import Key, parse_version
+from mirrorgate.npm.versions import Key, parse_version
 
 __all__ = ["AdvisoryIndex", "Hit", "IndexBuilder", "PackageAdvisory"]
 

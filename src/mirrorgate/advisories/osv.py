@@ -15,7 +15,7 @@ from typing import Any
 
 from cvss import CVSS3, CVSS4
 
-from mirrorgate.npm.semver import Key, parse_version
+from mirrorgate.npm.versions import Key, parse_version
 
 __all__ = ["SEVERITIES", "Advisory", "Interval", "Record", "parse_record", "severity_rank"]
 

@@ -67,8 +67,9 @@ class SendBuffer:
     def depth(self) -> int:
         return len(self._bodies) + self._sending
 
-    def offer(self, body: bytes) -> None:
-        """Buffer one encoded job, or drop it when the buffer is full. Never raises."""
+    def offer(self, body: bytes) -> bool:
+        """Buffer one encoded job (True), or drop it when the buffer is full (False). Never
+        raises."""
         # bounded and drop-newest, like the memory queue: the bound counts the jobs buffered *and*
         # the batch being sent, so the memory held is the cap's worth however long the endpoint
         # is down
@@ -77,11 +78,12 @@ class SendBuffer:
             if report_drop(self.dropped, self._on_drop):
                 log.warning("mirror_queue_dropped", provider=self._provider, dropped=self.dropped,
                             depth=self.depth, cap=self._max_depth)
-            return
+            return False
         self._bodies.append(body)
         self._wakeup.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._drain())
+        return True
 
     def _take_batch(self) -> list[bytes]:
         # at most `max_count` jobs and `max_bytes` of bodies (SQS: 10 and 1 MiB)

@@ -1,34 +1,32 @@
 """What every queue backend shares: the batch size, drop reports, error lines, the decoding of a
-delivery, and the one place a backend object becomes the `MirrorQueue` record.
+delivery.
 
-A backend is a small class; `queue_record` hands its bound methods to the record, which is all
-the worker and the serve path ever see.
+A backend is a small class whose bound methods fill the `MirrorQueue` record (`mirror.py`),
+which is all the worker and the serve path ever see.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import structlog
 
 from mirrorgate.jobsign import JobSignatureError
-from mirrorgate.mirror import JobDecodeError, MirrorQueue, QueueMessage
+from mirrorgate.mirror import JobDecodeError, QueueMessage
 
 if TYPE_CHECKING:  # named in signatures only
     from mirrorgate.jobsign import JobCodec
-    from mirrorgate.mirror import MirrorJob, QueueStats, ReceiptHandle, Seconds
+    from mirrorgate.mirror import ReceiptHandle
 
 __all__ = [
     "BATCH_SIZE",
     "DROP_REPORT_EVERY",
     "DropHook",
-    "QueueBackend",
     "delivery",
     "describe",
     "ignore_drop",
-    "queue_record",
     "report_drop",
 ]
 
@@ -96,36 +94,3 @@ def _log_redelivery(provider: str, message: QueueMessage) -> None:
     job = {"package": message.job.name, "version": message.job.version} if message.job else {}
     log.info("mirror_queue_redelivered", provider=provider, message_id=message.message_id,
              deliveries=message.deliveries, **job)
-
-
-class QueueBackend(Protocol):
-    """A backend class: the record's functions as methods, and what the record says of it."""
-
-    @property
-    def provider(self) -> str: ...
-    @property
-    def crosses_processes(self) -> bool: ...
-    @property
-    def redelivers(self) -> bool: ...
-
-    async def enqueue(self, job: MirrorJob) -> None: ...
-    async def receive(self) -> list[QueueMessage]: ...
-    async def ack(self, receipt: ReceiptHandle) -> None: ...
-    async def extend_visibility(self, receipt: ReceiptHandle, seconds: Seconds) -> None: ...
-    async def close(self) -> None: ...
-    def stats(self) -> QueueStats: ...
-
-
-def queue_record(backend: QueueBackend) -> MirrorQueue:
-    """The record filled from `backend`'s bound methods; its state stays behind them."""
-    return MirrorQueue(
-        provider=backend.provider,
-        enqueue=backend.enqueue,
-        receive=backend.receive,
-        ack=backend.ack,
-        extend_visibility=backend.extend_visibility,
-        close=backend.close,
-        stats=backend.stats,
-        crosses_processes=backend.crosses_processes,
-        redelivers=backend.redelivers,
-    )

@@ -13,12 +13,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mirrorgate.backends._shared import BATCH_SIZE, ignore_drop, queue_record, report_drop
-from mirrorgate.mirror import QueueMessage, QueueStats, ReceiptHandle
+from mirrorgate.backends._shared import BATCH_SIZE, ignore_drop, report_drop
+from mirrorgate.mirror import MirrorQueue, QueueMessage, QueueStats, QueueTraits, ReceiptHandle
 
 if TYPE_CHECKING:  # named in signatures only
     from mirrorgate.backends._shared import DropHook
-    from mirrorgate.mirror import MirrorJob, MirrorQueue, Seconds
+    from mirrorgate.mirror import MirrorJob, Seconds
 
 __all__ = [
     "BoundedMemoryQueue",
@@ -48,9 +48,8 @@ class BoundedMemoryQueue:
     """Departs from the contract on purpose (bounded, drop-newest, no redelivery): a lost job
     only means the next pull is served from public and enqueued again."""
 
-    provider = "memory"
-    crosses_processes = False
-    redelivers = False  # a receive removes jobs for good: nothing is retained after delivery
+    # a receive removes jobs for good: nothing is retained after delivery
+    traits = QueueTraits("memory", crosses_processes=False, redelivers=False)
 
     def __init__(self, settings: MemoryQueueSettings, on_drop: DropHook = ignore_drop) -> None:
         self._settings = settings
@@ -61,14 +60,15 @@ class BoundedMemoryQueue:
         self._dropped = 0
         self._taken = 0
 
-    async def enqueue(self, job: MirrorJob) -> None:
+    async def enqueue(self, job: MirrorJob) -> bool:
         # past the cap the job is dropped: never raises, never blocks the serve path
         if len(self._jobs) >= self._settings.max_depth:
             self._dropped += 1
             report_drop(self._dropped, self._on_drop)
-            return
+            return False
         self._jobs.append(job)
         self._arrived.set()
+        return True
 
     async def receive(self) -> list[QueueMessage]:
         # a bounded long-poll: wait up to the window for one job, then drain without waiting
@@ -99,11 +99,15 @@ class BoundedMemoryQueue:
     def stats(self) -> QueueStats:
         return QueueStats(depth=len(self._jobs), dropped=self._dropped, sent=self._taken)
 
+    def record(self) -> MirrorQueue:
+        return MirrorQueue(self.traits, self.enqueue, self.receive, self.ack,
+                           self.extend_visibility, self.close, self.stats)
+
 
 def bounded_memory_queue(
     settings: MemoryQueueSettings, on_drop: DropHook = ignore_drop,
 ) -> MirrorQueue:
-    return queue_record(BoundedMemoryQueue(settings, on_drop))
+    return BoundedMemoryQueue(settings, on_drop).record()
 
 
 @dataclass(slots=True)
@@ -118,9 +122,7 @@ class MemoryDouble:
     """FIFO, every visible job handed over at once, an unacked delivery back on the next
     receive with its count raised, and `extend_visibility` holding one across one such pass."""
 
-    provider = "double"
-    crosses_processes = False
-    redelivers = True
+    traits = QueueTraits("double", crosses_processes=False, redelivers=True)
 
     def __init__(self) -> None:
         self._visible: dict[int, _Delivery] = {}
@@ -128,9 +130,10 @@ class MemoryDouble:
         self._orders = itertools.count()
         self._receipts = itertools.count(1)
 
-    async def enqueue(self, job: MirrorJob) -> None:
+    async def enqueue(self, job: MirrorJob) -> bool:
         order = next(self._orders)
         self._visible[order] = _Delivery(order, job, 0)
+        return True
 
     async def receive(self) -> list[QueueMessage]:
         for receipt, held in list(self._in_flight.items()):
@@ -168,6 +171,10 @@ class MemoryDouble:
     def stats(self) -> QueueStats:
         return QueueStats(depth=len(self._visible) + len(self._in_flight))
 
+    def record(self) -> MirrorQueue:
+        return MirrorQueue(self.traits, self.enqueue, self.receive, self.ack,
+                           self.extend_visibility, self.close, self.stats)
+
 
 def in_memory_double() -> MirrorQueue:
-    return queue_record(MemoryDouble())
+    return MemoryDouble().record()

@@ -24,14 +24,21 @@ from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncI
 
 from mirrorgate.backends import QueueUnavailableError
 from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
-from mirrorgate.backends._shared import BATCH_SIZE, delivery, describe, queue_record
+from mirrorgate.backends._shared import BATCH_SIZE, delivery, describe
 from mirrorgate.config import QueueSettings
 from mirrorgate.jobsign import JobCodec
-from mirrorgate.mirror import QueueMessage, QueueStats, ReceiptHandle, encode_job
+from mirrorgate.mirror import (
+    MirrorQueue,
+    QueueMessage,
+    QueueStats,
+    QueueTraits,
+    ReceiptHandle,
+    encode_job,
+)
 
 if TYPE_CHECKING:  # named in signatures only
     from mirrorgate.backends._shared import DropHook
-    from mirrorgate.mirror import MirrorJob, MirrorQueue, Seconds
+    from mirrorgate.mirror import MirrorJob, Seconds
 
 __all__ = [
     "ACK_DEADLINE_MAX",
@@ -226,15 +233,13 @@ async def open_pubsub_queue(
                         subscription_deadline=found.ack_deadline_seconds,
                         pull_timeout=pull_timeout, receive_backoff=receive_backoff,
                         close_within=close_within, call_timeout=call_timeout)
-    return queue_record(queue)
+    return queue.record()
 
 
 class PubSubQueue:
     """A publisher and a subscriber client over their own gRPC channels, closed by `close()`."""
 
-    provider = PROVIDER
-    crosses_processes = True
-    redelivers = True
+    traits = QueueTraits(PROVIDER, crosses_processes=True, redelivers=True)
 
     def __init__(
         self,
@@ -275,7 +280,7 @@ class PubSubQueue:
 
     # --- enqueue: encode, buffer; the buffer's task publishes ------------------------------
 
-    async def enqueue(self, job: MirrorJob) -> None:
+    async def enqueue(self, job: MirrorJob) -> bool:
         # a job Pub/Sub could never take is refused here, logged and counted with the drops
         try:
             body = self._codec.seal(encode_job(job))
@@ -283,13 +288,13 @@ class PubSubQueue:
             self._refused += 1
             log.error("mirror_queue_job_refused", provider=PROVIDER, package=job.label,
                       reason="unencodable", error=describe(error))
-            return
+            return False
         if len(body) > MAX_MESSAGE_BYTES:
             self._refused += 1
             log.error("mirror_queue_job_refused", provider=PROVIDER, package=job.label,
                       reason="too_large", bytes=len(body), limit=MAX_MESSAGE_BYTES)
-            return
-        self._buffer.offer(body)
+            return False
+        return self._buffer.offer(body)
 
     async def _publish(self, bodies: list[bytes]) -> None:
         # no library retry: the buffer backs off and retries a failed batch itself
@@ -399,6 +404,10 @@ class PubSubQueue:
         self._closed = True
         await self._buffer.close(self._close_within)
         await _close_quietly(self._publisher, self._subscriber)
+
+    def record(self) -> MirrorQueue:
+        return MirrorQueue(self.traits, self.enqueue, self.receive, self.ack,
+                           self.extend_visibility, self.close, self.stats)
 
     def stats(self) -> QueueStats:
         return QueueStats(depth=self._buffer.depth, dropped=self._buffer.dropped + self._refused,

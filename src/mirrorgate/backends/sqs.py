@@ -23,14 +23,21 @@ from botocore import exceptions as boto
 
 from mirrorgate.backends import QueueUnavailableError
 from mirrorgate.backends._sendbuffer import SendBuffer, SendOutcome
-from mirrorgate.backends._shared import BATCH_SIZE, delivery, describe, queue_record
+from mirrorgate.backends._shared import BATCH_SIZE, delivery, describe
 from mirrorgate.config import SQS_URL_HINT, QueueSettings
 from mirrorgate.jobsign import JobCodec, payload
-from mirrorgate.mirror import QueueMessage, QueueStats, ReceiptHandle, encode_job
+from mirrorgate.mirror import (
+    MirrorQueue,
+    QueueMessage,
+    QueueStats,
+    QueueTraits,
+    ReceiptHandle,
+    encode_job,
+)
 
 if TYPE_CHECKING:  # named in signatures only
     from mirrorgate.backends._shared import DropHook
-    from mirrorgate.mirror import MirrorJob, MirrorQueue, Seconds
+    from mirrorgate.mirror import MirrorJob, Seconds
 
 __all__ = ["SQS_MAX_MESSAGE_BYTES", "SqsQueue", "open_sqs_queue"]
 
@@ -225,15 +232,13 @@ async def open_sqs_queue(
     log.info("mirror_queue_opened", provider=PROVIDER, region=client.meta.region_name,
              endpoint=client.meta.endpoint_url, max_message_bytes=queue.max_body,
              wait_seconds=wait, visibility_seconds=queue.visibility)
-    return queue_record(queue)
+    return queue.record()
 
 
 class SqsQueue:
     """One aiobotocore client per process, owned by the queue and closed by `close()`."""
 
-    provider = PROVIDER
-    crosses_processes = True
-    redelivers = True
+    traits = QueueTraits(PROVIDER, crosses_processes=True, redelivers=True)
 
     def __init__(
         self,
@@ -276,20 +281,20 @@ class SqsQueue:
 
     # --- enqueue: encode, buffer; the buffer's task sends ----------------------------------
 
-    async def enqueue(self, job: MirrorJob) -> None:
+    async def enqueue(self, job: MirrorJob) -> bool:
         try:
             body = self._codec.seal(_sqs_safe(encode_job(job).decode("utf-8")).encode("utf-8"))
         except Exception as error:  # the serve path must never fail because of a job
             self._not_enqueued += 1
             log.error("mirror_queue_job_unencodable", provider=PROVIDER, job=job.label,
                       error=_describe(error))
-            return
+            return False
         if len(body) > self.max_body:
             self._not_enqueued += 1
             log.error("mirror_queue_job_too_large", provider=PROVIDER, job=job.label,
                       bytes=len(body), limit=self.max_body, not_enqueued=self._not_enqueued)
-            return
-        self._buffer.offer(body)
+            return False
+        return self._buffer.offer(body)
 
     def _refuse(self, body: bytes, code: str, reason: str) -> None:
         # refused as the sender's fault: logged and counted, never retried
@@ -468,6 +473,10 @@ class SqsQueue:
         log.info("mirror_queue_closed", provider=PROVIDER, unsent=left,
                  ack_failures=self._ack_failures, refused=self._refused,
                  not_enqueued=self._not_enqueued)
+
+    def record(self) -> MirrorQueue:
+        return MirrorQueue(self.traits, self.enqueue, self.receive, self.ack,
+                           self.extend_visibility, self.close, self.stats)
 
     def stats(self) -> QueueStats:
         return QueueStats(

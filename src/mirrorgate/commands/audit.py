@@ -22,6 +22,7 @@ from mirrorgate.commands.pinned import pinned
 from mirrorgate.commands.report import Outcome as ReportLine
 from mirrorgate.commands.report import Report, usage_error
 from mirrorgate.config import Settings
+from mirrorgate.gate.fill import PackumentSource
 from mirrorgate.integrity import (
     DigestMismatch,
     StreamVerifier,
@@ -31,7 +32,6 @@ from mirrorgate.integrity import (
 )
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name, tarball_filename
 from mirrorgate.npm.ownership import mirrored_mark
-from mirrorgate.serve.fill import PackumentSource
 from mirrorgate.upstream.client import FILLS, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import FileStore, StoreError
 from mirrorgate.upstream.private import PrivateSource, store_root

@@ -23,8 +23,7 @@ from mirrorgate.commands.verdicts import (
 )
 from mirrorgate.config import Settings
 from mirrorgate.npm.names import InvalidNameError, parse_name
-from mirrorgate.npm.semver import parse_range, parse_version
-from mirrorgate.npm.versions import is_version_string, nearest
+from mirrorgate.npm.versions import is_version_string, nearest, parse_range, parse_version
 
 __all__ = ["CONCURRENCY", "check", "instead", "run_check"]
 

@@ -15,10 +15,10 @@ from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.report import Report
 from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings
+from mirrorgate.gate.fill import PackumentSource
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.rules import RulesError, load_rules
-from mirrorgate.serve.fill import PackumentSource
 from mirrorgate.upstream.private import PrivateSource
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.target import MirrorTarget, open_target

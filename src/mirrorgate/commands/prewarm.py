@@ -1,7 +1,7 @@
 """`mirrorgate prewarm`: mirror a lockfile's admitted versions before anyone installs them.
 
 Each locked version is gated by the proxy's own fill, and each admitted public-only one becomes
-the job the serve path would enqueue (`serve.tarballs.mirror_job`), on the same queue; the
+the job the serve path would enqueue (`gate.mirror_job`), on the same queue; the
 memory queue's jobs are run here (`follow_worker`), the others followed with `--wait`.
 """
 
@@ -19,10 +19,9 @@ from mirrorgate.commands.pinned import pinned
 from mirrorgate.commands.report import Outcome as ReportLine
 from mirrorgate.commands.report import Report, usage_error
 from mirrorgate.config import Settings
+from mirrorgate.gate import PackumentSource, mirror_job
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, parse_name
-from mirrorgate.serve.fill import PackumentSource
-from mirrorgate.serve.tarballs import mirror_job, offer
 from mirrorgate.upstream.client import UpstreamError
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
@@ -154,7 +153,7 @@ async def _judge(name: str, versions: list[str],
 
 async def _enqueue(queue: MirrorQueue, job: MirrorJob, result: Result) -> Result:
     try:
-        taken = await offer(queue, job)
+        taken = await queue.enqueue(job)
     except Exception as error:  # the queue promised not to raise; say so rather than crash
         return replace(result, outcome=Outcome.FAILED,
                        detail=f"the queue refused the job: {type(error).__name__}: {error}")

@@ -17,9 +17,9 @@ import aiohttp
 import orjson
 
 from mirrorgate.config import Secret, Settings
+from mirrorgate.gate import Denial
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.packument import Denial
 from mirrorgate.rules import Rules
 from mirrorgate.upstream.client import UpstreamError
 
@@ -62,9 +62,9 @@ class GateVerdicts:
 
     def __init__(self, settings: Settings, rules: Rules) -> None:
         # imported here: `--proxy` mode never builds upstream clients
+        from mirrorgate.gate.fill import PackumentSource
+        from mirrorgate.gate.firstparty import FirstPartyNames
         from mirrorgate.process import Upstreams
-        from mirrorgate.serve.fill import PackumentSource
-        from mirrorgate.serve.firstparty import FirstPartyNames
         from mirrorgate.upstream.keys import RegistryKeys
         from mirrorgate.upstream.private import open_private
 

@@ -11,12 +11,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import nodesemver
 import orjson
 
 from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.versions import is_prerelease
+from mirrorgate.npm.versions import is_prerelease, newer
 
 __all__ = [
     "NON_LATEST_TAG",
@@ -57,21 +56,6 @@ def says_already_exists(status: int, body: bytes) -> bool:
     return any(phrase in text for phrase in _ALREADY_EXISTS)
 
 
-def _newer(version: str, current: str) -> bool:
-    try:
-        return bool(nodesemver.gt(version, current, loose=True))
-    except (ValueError, TypeError):
-        return False
-
-
-def _parses(version: str) -> bool:
-    try:
-        nodesemver.make_semver(version, loose=True)
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
 def choose_dist_tags(version: str, current_tags: Mapping[str, Any] | None) -> dict[str, str]:
     """The tags to publish `version` with, given the target's current `dist-tags`.
 
@@ -84,7 +68,7 @@ def choose_dist_tags(version: str, current_tags: Mapping[str, Any] | None) -> di
         return {"latest": version}
     if latest == version:
         return {"latest": version}
-    if _parses(version) and not is_prerelease(version) and _newer(version, latest):
+    if not is_prerelease(version) and newer(version, latest):
         return {"latest": version}
     return {NON_LATEST_TAG: version}
 

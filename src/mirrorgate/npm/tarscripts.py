@@ -12,7 +12,7 @@ import zlib
 
 import orjson
 
-from mirrorgate.rules import INSTALL_SCRIPT_KEYS
+from mirrorgate.npm.scripts import install_scripts
 
 __all__ = ["MAX_MANIFEST_BYTES", "MAX_UNPACKED_BYTES", "ScriptScan", "declared_scripts",
            "scripts_in"]
@@ -88,10 +88,7 @@ def declared_scripts(manifest: bytes) -> list[str]:
         document = orjson.loads(manifest)
     except orjson.JSONDecodeError:
         return []  # npm cannot read it either, so it runs nothing from it
-    scripts = document.get("scripts") if isinstance(document, dict) else None
-    if not isinstance(scripts, dict):
-        return []
-    return [key for key in INSTALL_SCRIPT_KEYS if scripts.get(key) not in (None, "")]
+    return install_scripts(document) if isinstance(document, dict) else []
 
 
 class ScriptScan:

@@ -19,8 +19,7 @@ import orjson
 from mirrorgate.integrity import Digest, parse_integrity, parse_shasum, same_digest
 from mirrorgate.npm.mirrormark import MARK_FIELD
 from mirrorgate.npm.names import PackageName, tarball_filename
-from mirrorgate.npm.semver import parse_version
-from mirrorgate.npm.versions import is_version_string
+from mirrorgate.npm.versions import is_version_string, parse_version
 
 __all__ = ["Published", "ScannedUpload", "UploadError", "UploadScan", "checked_publish"]
 

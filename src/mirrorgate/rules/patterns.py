@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mirrorgate.npm.semver import INVALID_RANGE, SemverRange, Version, parse_range, parse_version
+from mirrorgate.npm.versions import INVALID_RANGE, SemverRange, Version, parse_range, parse_version
 
 __all__ = ["MAX_NAME_LENGTH", "PATTERN_EXAMPLES", "PackagePattern", "PatternList", "Subject",
            "parse_pattern", "quoted"]

@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mirrorgate.integrity import digests_from_dist, strongest
+from mirrorgate.moments import moment, stamp
+from mirrorgate.npm.scripts import install_scripts
 from mirrorgate.rules.advisory import (
     ADVISORY_MALWARE,
     ADVISORY_SEVERITY,
@@ -31,7 +33,6 @@ from mirrorgate.rules.takeover import (
     SignalRule,
     check_provenance,
     check_publisher,
-    moment,
 )
 
 # What the package exports is listed once, in rules/__init__.py.
@@ -60,7 +61,6 @@ RULE_NAMES: tuple[str, ...] = (
 
 ALGORITHMS: tuple[str, ...] = ("sha1", "sha256", "sha384", "sha512")  # weakest first
 _RANK = {algorithm: rank for rank, algorithm in enumerate(ALGORITHMS)}
-INSTALL_SCRIPT_KEYS: tuple[str, ...] = ("preinstall", "install", "postinstall")
 MAX_MINIMUM_AGE = timedelta(days=3650)
 _ZERO = timedelta(0)
 
@@ -120,10 +120,7 @@ def _deny(rule: str, reason: str) -> Verdict:
 
 
 def _install_scripts(manifest: Mapping[str, Any]) -> list[str]:
-    found: list[str] = []
-    scripts = manifest.get("scripts")
-    if isinstance(scripts, Mapping):
-        found = [key for key in INSTALL_SCRIPT_KEYS if scripts.get(key) not in (None, "")]
+    found = install_scripts(manifest)
     if not found and manifest.get("hasInstallScript") not in (None, False):
         found = ["hasInstallScript"]
     return found
@@ -158,9 +155,9 @@ def _span(delta: timedelta) -> str:
 
 
 def _age_reason(when: datetime, age: timedelta, rules: Rules) -> str:
-    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     relative = f"{_span(age)} ago" if age >= _ZERO else f"{_span(-age)} in the future"
-    return f"published {stamp}, {relative}; the minimum release age is {rules.minimum_age_text}"
+    return (f"published {stamp(when)}, {relative}; the minimum release age is "
+            f"{rules.minimum_age_text}")
 
 
 def _deny_listed(rules: Rules, subject: Subject) -> Verdict | None:

@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
-from mirrorgate.rules.takeover import Finding, moment
+from mirrorgate.moments import moment
+from mirrorgate.rules.takeover import Finding
 
 __all__ = ["REGISTRY_SIGNATURE", "KeySet", "RegistryKey", "SignatureRule", "check_signature",
            "parse_keys"]

@@ -11,14 +11,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from mirrorgate.moments import moment, stamp
 from mirrorgate.rules.patterns import PatternList, Subject
 
 __all__ = ["MODES", "PROVENANCE_CONTINUITY", "PROVENANCE_PREDICATE", "PUBLISHER_CHANGE",
            "Finding", "History", "Release", "SignalRule", "check_provenance",
-           "check_publisher", "moment"]
+           "check_publisher"]
 
 PROVENANCE_CONTINUITY = "provenance-continuity"
 PUBLISHER_CHANGE = "publisher-change"
@@ -67,17 +68,6 @@ class Release:
     published: datetime
     publishers: frozenset[str]
     provenance: bool
-
-
-def moment(text: object) -> datetime | None:
-    """A packument `time` entry as an aware UTC datetime, or None when missing or unreadable."""
-    if not isinstance(text, str) or len(text) > 64:
-        return None
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def _publishers(manifest: Mapping[str, Any]) -> frozenset[str]:
@@ -157,10 +147,6 @@ def _versions(releases: list[Release]) -> str:
     return f"versions {_shown(releases[0].version)}-{_shown(releases[-1].version)} were"
 
 
-def _stamp(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _verdict(rule: str, key: str, settings: SignalRule, name: str, release: Release,
              evidence: str, now: datetime) -> Finding | None:
     """The finding for a fired signal, unless an allow entry releases the version or its
@@ -175,7 +161,7 @@ def _verdict(rule: str, key: str, settings: SignalRule, name: str, release: Rele
     until = release.published + settings.quarantine
     if now >= until:
         return None
-    return Finding(rule, f"quarantined until {_stamp(until)} ({settings.quarantine_text} after "
+    return Finding(rule, f"quarantined until {stamp(until)} ({settings.quarantine_text} after "
                          f"publication) because it was {evidence}; {release_hint} to release "
                          "it sooner", until)
 

@@ -18,9 +18,9 @@ from aiohttp import web
 from mirrorgate.metrics import Metrics
 from mirrorgate.serve.refusals import json_response
 from mirrorgate.serve.tokens import Client, ClientTokens
-from mirrorgate.ui import OPEN_PATHS as UI_OPEN_PATHS
-from mirrorgate.ui import PREFIX as UI_PREFIX
-from mirrorgate.ui.session import COOKIE, LOGIN_PATH, SESSIONS, Sessions, see_other
+from mirrorgate.serve.ui import OPEN_PATHS as UI_OPEN_PATHS
+from mirrorgate.serve.ui import PREFIX as UI_PREFIX
+from mirrorgate.serve.ui.session import COOKIE, LOGIN_PATH, SESSIONS, Sessions, see_other
 
 __all__ = ["CLIENT", "install_access", "whoami"]
 

@@ -21,6 +21,20 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from mirrorgate.config import Settings
+from mirrorgate.gate import (
+    Cached,
+    FirstPartyNames,
+    Gated,
+    PackumentCache,
+    PackumentEntry,
+    Packuments,
+    PackumentSource,
+    Rendered,
+    RenderKey,
+    TooManyVersionsError,
+)
+from mirrorgate.gate.entry import build_rendered
+from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
@@ -34,7 +48,7 @@ from mirrorgate.npm.negotiation import (
     vary,
     wants_abbreviated,
 )
-from mirrorgate.npm.packument import FULL, Gated, TooManyVersionsError, version_document
+from mirrorgate.npm.packument import FULL
 from mirrorgate.npm.paths import (
     POST_ROUTES,
     RegistryPath,
@@ -47,18 +61,13 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import Rules
 from mirrorgate.serve.access import install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
-from mirrorgate.serve.cache import Cached, PackumentCache
-from mirrorgate.serve.fill import PackumentSource
-from mirrorgate.serve.firstparty import FILENAME as FIRST_PARTY_FILE
-from mirrorgate.serve.firstparty import FirstPartyNames
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.publishing import PublishRoute
 from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
-from mirrorgate.serve.rendered import PackumentEntry, Rendered, RenderKey, build_rendered
 from mirrorgate.serve.search import search
 from mirrorgate.serve.tarballs import OUTCOME, TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
-from mirrorgate.ui import add_ui_routes
+from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.upstream.client import Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.private import HttpPrivate, PrivateSource, StorePrivate
@@ -133,31 +142,31 @@ class ProxyServer:
         self.metrics = proxy.metrics
         self._counters: dict[tuple[str, int | str], Counter] = {}
         self._cache_results: dict[str, Counter] = {}
-        self.cache: PackumentCache[PackumentEntry] = PackumentCache(
-            ttl=self.settings.cache_ttl,
-            max_entries=self.settings.cache_max_entries,
-            max_bytes=self.settings.cache_max_bytes,
-            clock=clock,
-            on_result=self._count_cache,
-        )
         self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
-        self.source = PackumentSource(
-            private=proxy.private, public=proxy.public, rules=proxy.rules,
-            metrics=proxy.metrics, now=now, keys=self.keys,
-            first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE),
-            keep_public=proxy.keep_public)
+        self.packuments = Packuments(
+            PackumentSource(
+                private=proxy.private, public=proxy.public, rules=proxy.rules,
+                metrics=proxy.metrics, now=now, keys=self.keys,
+                first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE),
+                keep_public=proxy.keep_public),
+            PackumentCache(ttl=self.settings.cache_ttl,
+                           max_entries=self.settings.cache_max_entries,
+                           max_bytes=self.settings.cache_max_bytes,
+                           clock=clock, on_result=self._count_cache),
+            clock)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      packument=self._gated_or_none,
-                                     private_answered=self._private_answered, clock=clock)
+                                     private_answered=self.packuments.private_answered,
+                                     clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         private = proxy.private
         self.publishing = PublishRoute(
             settings=self.settings, rules=proxy.rules, private=private,
             writer=private.upstream if isinstance(private, HttpPrivate) else None,
             store=private.store if isinstance(private, StorePrivate) else None,
-            public=proxy.public, first_party=self.source.first_party,
-            forget=lambda name: self.cache.forget(name.full), metrics=proxy.metrics)
+            public=proxy.public, first_party=self.packuments.source.first_party,
+            forget=self.packuments.forget, metrics=proxy.metrics)
         self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
         self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
@@ -229,7 +238,7 @@ class ProxyServer:
         if (isinstance(target, RegistryPath) and target.route == "packument"
                 and target.name is not None and request.method in ("GET", "HEAD")
                 and (query < 0 or "write=" not in raw[query:])):  # ?write=true: publishing
-            slot = self.cache.fresh(target.name.full)
+            slot = self.packuments.fresh(target.name)
             if slot is not None:
                 try:
                     rendered = slot.value.renderings.get(self._key(request))
@@ -365,8 +374,7 @@ class ProxyServer:
 
     async def _entry(self, name: PackageName) -> Cached[PackumentEntry]:
         try:
-            return await self.cache.get(name.full,
-                                        lambda previous: self.source.load(name, previous))
+            return await self.packuments.entry(name)
         except UpstreamError as error:
             raise upstream_failed(error, name) from None
         except TooManyVersionsError as error:
@@ -376,12 +384,6 @@ class ProxyServer:
 
     async def _gated_or_none(self, name: PackageName) -> Gated | None:
         return (await self._entry(name)).value.gated
-
-    def _private_answered(self, name: PackageName) -> bool:
-        """Whether the fresh cached packument of `name` was built with the private upstream's
-        answer (never fills, never waits)."""
-        slot = self.cache.fresh(name.full)
-        return slot is not None and slot.value.private_answered
 
     async def _packument(self, request: web.Request, name: PackageName) -> web.Response:
         slot = await self._entry(name)
@@ -421,7 +423,7 @@ class ProxyServer:
                                                 self._vary)
         finally:
             entry.pending.pop(key, None)
-        self.cache.grow(slot, entry.keep(key, rendered))
+        self.packuments.cache.grow(slot, entry.keep(key, rendered))
         return rendered
 
     async def _version(self, request: web.Request, name: PackageName,
@@ -437,7 +439,7 @@ class ProxyServer:
                           reason="version not found")
         if record.denial is not None:
             raise denied(name, record)
-        body = version_document(record, self._key(request)[1])
+        body = record.document(self._key(request)[1])
         return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 
     async def _dist_tags(self, name: PackageName) -> web.Response:

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from mirrorgate.advisories import PackageAdvisory
 from mirrorgate.metrics import Metrics
-from mirrorgate.npm.semver import parse_version
+from mirrorgate.npm.versions import parse_version
 from mirrorgate.rules import Rules
 from mirrorgate.rules.advisory import counted
 from mirrorgate.serve.refusals import Refused, json_response

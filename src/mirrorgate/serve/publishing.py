@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 
 from mirrorgate.config import Settings
+from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.logs import MASK
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.changes import changed_packument
@@ -27,7 +28,6 @@ from mirrorgate.npm.publish import says_already_exists
 from mirrorgate.npm.upload import Published, UploadError, UploadScan, checked_publish
 from mirrorgate.rules import Rules
 from mirrorgate.serve.access import CLIENT
-from mirrorgate.serve.firstparty import FirstPartyNames
 from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
 from mirrorgate.serve.tokens import Client
 from mirrorgate.upstream.client import TARBALLS, BodyStopped, Upstream, UpstreamError

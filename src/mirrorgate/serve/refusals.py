@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from mirrorgate.gate import VersionRecord
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.packument import VersionRecord
 from mirrorgate.upstream.client import UpstreamError
 
 __all__ = ["Refused", "denied", "json_response", "upstream_failed"]

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
+from mirrorgate.gate import Gated
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
-from mirrorgate.npm.packument import Gated
 from mirrorgate.serve.refusals import Refused
 from mirrorgate.upstream.client import Upstream, UpstreamError
 

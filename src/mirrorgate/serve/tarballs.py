@@ -16,11 +16,11 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from mirrorgate.gate import Gated, VersionRecord, mirror_job
 from mirrorgate.integrity import DigestMismatch, StreamVerifier, Unverifiable, Verified
 from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import MirrorArtifact, MirrorJob, MirrorQueue, publish_time
+from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
-from mirrorgate.npm.packument import Gated, VersionRecord
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.serve.refusals import Refused, denied, upstream_failed
 from mirrorgate.serve.relayhash import RelayHasher
@@ -28,7 +28,7 @@ from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.private import PrivateSource
 
-__all__ = ["OUTCOME", "TarballRoute", "mirror_job", "offer"]
+__all__ = ["OUTCOME", "TarballRoute"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -349,7 +349,7 @@ class TarballRoute:
 
     async def _send(self, job: MirrorJob) -> None:
         try:
-            taken = await offer(self.queue, job)
+            taken = await self.queue.enqueue(job)
         except Exception as error:  # the queue promised not to raise; a bug is logged
             log.error("enqueue_failed", package=job.name, version=job.version,
                       reason=f"{type(error).__name__}: {error}")
@@ -370,31 +370,6 @@ class TarballRoute:
         """Wait for the enqueues still running (at application cleanup)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-
-def mirror_job(name: PackageName, record: VersionRecord, url: str, size: int | None,
-               published: str | None) -> MirrorJob:
-    """The job for an admitted public version: name, version, every digest of its `dist`,
-    the upstream tarball URL and file name, the size when known, the manifest without
-    `readme`, the public publish time (kept only when it is one). The one place a job is
-    built from the gate's record: the serve path and `mirrorgate prewarm` both call it.
-    Raises ValueError for a version without a digest (which the gate never admits)."""
-    return MirrorJob(
-        name=name.full,
-        version=record.version,
-        artifact=MirrorArtifact(url, f"{name.bare}-{record.version}.tgz", size,
-                                record.digests),
-        manifest=record.manifest(None),
-        published=publish_time(published),  # the public time, for the mirror's mark
-    )
-
-
-async def offer(queue: MirrorQueue, job: MirrorJob) -> bool:
-    """Hand `job` to `queue`: True when it took the job, False when it dropped it (full).
-    Every backend decides at once, so its drop count moving across the call says so."""
-    dropped = queue.stats().dropped
-    await queue.enqueue(job)
-    return queue.stats().dropped <= dropped
 
 
 def _verifier(record: VersionRecord) -> StreamVerifier | None:

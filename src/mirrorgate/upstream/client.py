@@ -19,8 +19,8 @@ import orjson
 
 from mirrorgate.config import Secret
 from mirrorgate.metrics import Metrics
+from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
 from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
-from mirrorgate.upstream.origins import Origin, OriginRefusal, check_on_origin
 
 __all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "BodyStopped", "Download", "JsonAnswer",
            "Pool", "PoolSizes", "StreamedBody", "Upstream", "UpstreamError"]

@@ -21,6 +21,8 @@ import aiohttp
 import structlog
 
 from mirrorgate.config import Settings
+from mirrorgate.gate.entry import PublicAnswer
+from mirrorgate.gate.public import CachedPublic, PublicPackuments
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import (
     Digest,
@@ -38,15 +40,13 @@ from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.origins import OriginRefusal, check_on_origin
 from mirrorgate.npm.tarscripts import scripts_in
 from mirrorgate.npm.versions import is_version_string
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import DEFAULT_RULES, Rules, scripts_blocked
-from mirrorgate.serve.rendered import PublicAnswer
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
-from mirrorgate.upstream.origins import OriginRefusal, check_on_origin
-from mirrorgate.worker.packuments import CachedPublic, PublicPackuments
 from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.worker.target import (
     MirrorTarget,

@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from mirrorgate.gate import Gated, gate
 from mirrorgate.integrity import Digest, same_digest, strongest
 from mirrorgate.logs import loggable_url
-from mirrorgate.mirror import MirrorArtifact, MirrorJob, publish_time
+from mirrorgate.mirror import MirrorArtifact, MirrorJob
+from mirrorgate.moments import time_text
 from mirrorgate.npm.names import PackageName, tarball_filename
-from mirrorgate.npm.packument import Gated, gate
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import ALGORITHMS, DIGEST_FLOOR, KeySet, Rules
 from mirrorgate.upstream.client import Upstream
@@ -92,7 +93,7 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
                               record.digests)
     # the publish time, too, is public's own (for the mirror mark), never the job's
     return MirrorJob(name.full, record.version, artifact, manifest,
-                     published=publish_time(gated.time.get(record.version)))
+                     published=time_text(gated.time.get(record.version)))
 
 
 def _gate(name: PackageName, document: Mapping[str, Any], rules: Rules, now: datetime,

@@ -15,7 +15,7 @@ from mirrorgate.commands.lockfiles.specs import (
     split_alias,
     split_descriptor,
 )
-from mirrorgate.npm.semver import parse_version
+from mirrorgate.npm.versions import parse_version
 
 __all__ = ["read"]
 

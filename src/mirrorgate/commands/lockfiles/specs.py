@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mirrorgate.commands.lockfiles.entries import LockedEntry, Lockfile, SkippedEntry
-from mirrorgate.npm.semver import parse_range, parse_version
+from mirrorgate.npm.versions import parse_range, parse_version
 
 __all__ = ["Collector", "matching_ranges", "non_registry", "split_alias", "split_descriptor"]
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from mirrorgate.events import CAPACITY, Event, Recent
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import Rules, rules_summary
-from mirrorgate.ui.page import esc, page, table
+from mirrorgate.serve.ui.page import esc, page, table
 
 __all__ = ["Samples", "overview", "process_version", "samples"]
 

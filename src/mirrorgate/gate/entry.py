@@ -1,8 +1,9 @@
-"""What the warm path sends: a packument rendered once per (form, base URL), both codings.
+"""What the packument cache holds per package, and what the warm path sends from it.
 
-`Rendered` holds the plain and gzip'd bytes, the ETag and the 200 and 304 header sets, built
-once so a request only picks one; `PackumentEntry` is what the packument cache holds per
-package: the gated packument, a fingerprint of the private answer, and its renderings.
+`PackumentEntry` is one cache value: the gated packument, a fingerprint of the private answer,
+public's own bytes when an in-process worker re-gates through the cache, and the renderings.
+`Rendered` is one of those: the plain and gzip'd bytes, the ETag and the 200 and 304 header
+sets, built once per (form, base URL) so a request only picks one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from mirrorgate.npm.packument import ABBREVIATED, FULL, Gated, render
+from mirrorgate.gate.records import Gated
+from mirrorgate.npm.packument import ABBREVIATED, FULL
 
 __all__ = ["MAX_BASES", "VARY", "PackumentEntry", "PublicAnswer", "RenderKey", "Rendered",
            "build_rendered", "fingerprint"]
@@ -98,7 +100,7 @@ class PackumentEntry:
 
 
 def build_rendered(gated: Gated, abbreviated: bool, base: str, vary: str = VARY) -> Rendered:
-    body = render(gated, abbreviated, base)
+    body = gated.render(abbreviated, base)
     # weak, over the plain bytes: both codings are the same representation and share it
     etag = 'W/"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
     headers = {"Content-Type": ABBREVIATED if abbreviated else FULL, "ETag": etag,

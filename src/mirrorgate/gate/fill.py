@@ -14,14 +14,15 @@ from typing import Any
 
 import structlog
 
+from mirrorgate.gate.cache import Cached, Loaded
+from mirrorgate.gate.entry import PackumentEntry, PublicAnswer, fingerprint
+from mirrorgate.gate.firstparty import FirstPartyNames
+from mirrorgate.gate.merge import gate
+from mirrorgate.gate.records import Gated
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.packument import Gated, gate
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import KeySet, Rules, state_token
-from mirrorgate.serve.cache import Cached, Loaded
-from mirrorgate.serve.firstparty import FirstPartyNames
-from mirrorgate.serve.rendered import PackumentEntry, PublicAnswer, fingerprint
 from mirrorgate.upstream.client import FILLS, JsonAnswer, Upstream, UpstreamError
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.keys import RegistryKeys

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mirrorgate.config import Settings
+from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
+from mirrorgate.gate.entry import PackumentEntry, PublicAnswer
 from mirrorgate.npm.names import PackageName
-from mirrorgate.serve.app import ProxyServer
-from mirrorgate.serve.cache import Cached, Loaded, PackumentCache
-from mirrorgate.serve.rendered import PackumentEntry, PublicAnswer
 from mirrorgate.upstream.client import FILLS, Upstream, UpstreamError
 
-__all__ = ["CachedPublic", "PublicPackuments", "ServeCachePublic"]
+if TYPE_CHECKING:  # named in a signature only
+    from mirrorgate.gate.packuments import Packuments
+
+__all__ = ["CachedPublic", "PublicPackuments", "ServedPublic"]
 
 
 class PublicPackuments(Protocol):
@@ -46,27 +48,23 @@ def _usable(fresh_until: float, answer: PublicAnswer | None, clock: Callable[[],
     return answer
 
 
-class ServeCachePublic:
-    """An in-process worker's reader: the serve path's packument cache, the same entry (and
-    the same single-flight fill) a client's request gets. The proxy keeps the public answer in
-    each entry for it (`Proxy.keep_public`)."""
+class ServedPublic:
+    """An in-process worker's reader: the packument service's own entries, the same entry (and
+    the same single-flight fill) a client's request gets. The source keeps public's answer in
+    each entry for it (`PackumentSource.keep_public`)."""
 
-    def __init__(self, server: ProxyServer) -> None:
-        self.server = server
+    def __init__(self, packuments: Packuments) -> None:
+        self.packuments = packuments
 
     async def read(self, name: PackageName) -> PublicAnswer:
-        server = self.server
-        return self._answer(await server.cache.get(
-            name.full, lambda previous: server.source.load(name, previous)))
+        return self._answer(await self.packuments.entry(name))
 
     async def refresh(self, name: PackageName) -> PublicAnswer:
-        server = self.server
-        return self._answer(await server.cache.refresh(
-            name.full, lambda previous: server.source.load(name, previous)))
+        return self._answer(await self.packuments.refresh(name))
 
     def _answer(self, slot: Cached[PackumentEntry]) -> PublicAnswer:
-        return _usable(slot.fresh_until, slot.value.public, self.server.clock,
-                       self.server.source.public.label)
+        return _usable(slot.fresh_until, slot.value.public, self.packuments.clock,
+                       self.packuments.source.public.label)
 
 
 class CachedPublic:

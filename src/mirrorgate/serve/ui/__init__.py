@@ -16,10 +16,10 @@ from aiohttp import web
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import Rules
-from mirrorgate.ui.overview import overview
-from mirrorgate.ui.package import LoadPackument, package_view, search
-from mirrorgate.ui.page import HEADERS, esc, page
-from mirrorgate.ui.session import LOGIN_PATH, login_form, login_submit, see_other
+from mirrorgate.serve.ui.overview import overview
+from mirrorgate.serve.ui.package import LoadPackument, package_view, search
+from mirrorgate.serve.ui.page import HEADERS, esc, page
+from mirrorgate.serve.ui.session import LOGIN_PATH, login_form, login_submit, see_other
 
 __all__ = ["OPEN_PATHS", "PREFIX", "add_ui_routes"]
 
@@ -36,7 +36,7 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules, healt
     """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
     box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
     started = datetime.now(UTC)
-    style = files("mirrorgate.ui").joinpath("style.css").read_bytes()
+    style = files("mirrorgate.serve.ui").joinpath("style.css").read_bytes()
 
     async def show_overview(_request: web.Request) -> web.Response:
         return overview(metrics=metrics, rules=rules, started=started,

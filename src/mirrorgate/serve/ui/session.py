@@ -18,7 +18,7 @@ from aiohttp import web
 
 from mirrorgate.metrics import Metrics
 from mirrorgate.serve.tokens import Client, ClientTokens
-from mirrorgate.ui.page import esc, page
+from mirrorgate.serve.ui.page import esc, page
 
 __all__ = ["COOKIE", "LIFETIME_SECONDS", "LOGIN_PATH", "SESSIONS", "Sessions", "login_form",
            "login_submit", "see_other"]

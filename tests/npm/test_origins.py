@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorgate.upstream.origins import Origin, OriginRefusal, check_on_origin
+from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
 
 UPSTREAM = Origin.of("http://127.0.0.1:4873/")
 

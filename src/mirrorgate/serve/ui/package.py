@@ -11,17 +11,13 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from mirrorgate.gate import Gated, VersionRecord
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.ownership import mirrored_mark
-from mirrorgate.npm.packument import (
-    Gated,
-    VersionRecord,
-    semver_desc,  # the merge's own order
-)
-from mirrorgate.npm.versions import nearest
+from mirrorgate.npm.versions import nearest, newest_first
 from mirrorgate.serve.refusals import Refused
-from mirrorgate.ui.page import esc, page, table
-from mirrorgate.ui.session import see_other
+from mirrorgate.serve.ui.page import esc, page, table
+from mirrorgate.serve.ui.session import see_other
 
 __all__ = ["LoadPackument", "package_view", "search"]
 
@@ -49,7 +45,7 @@ def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str
 
 
 def _newest_first(gated: Gated) -> list[VersionRecord]:
-    return [gated.versions[v] for v in semver_desc(list(gated.versions))]
+    return [gated.versions[v] for v in newest_first(gated.versions)]
 
 
 def _name_error(text: str, error: InvalidNameError) -> web.Response:

@@ -1,0 +1,299 @@
+"""The gate itself: private and public packuments merged, every version judged by the rules.
+
+`gate` runs once per cache fill, in steps: who owns the name, the public versions (the origin
+lock, then the rules), the private versions (mirrored ones by every rule, first-party ones by
+the deny list), then tags, times and the head. Pure (no I/O, no clock of its own), so the fill
+can run it in a thread and tests can call it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from mirrorgate.gate.records import (
+    MAX_VERSIONS,
+    Denial,
+    Gated,
+    TooManyVersionsError,
+    UrlRefusal,
+    VersionRecord,
+    policy_message,
+)
+from mirrorgate.integrity import Digest, digests_from_dist
+from mirrorgate.moments import moment
+from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
+from mirrorgate.npm.ownership import first_party_versions, mirrored_mark
+from mirrorgate.npm.packument import (
+    merge_head,
+    merge_tags,
+    serialise,
+    times_of,
+    versions_of,
+)
+from mirrorgate.npm.versions import is_version_string
+from mirrorgate.rules import (
+    MINIMUM_AGE,
+    Context,
+    KeySet,
+    Rules,
+    Verdict,
+    deny_listed,
+    evaluate,
+    needs_history,
+    scripts_blocked,
+    state_token,
+)
+
+__all__ = ["TARBALL_ORIGIN", "gate"]
+
+TARBALL_ORIGIN = "tarball-origin"
+"""The rule name for a version whose tarball URL is off the public upstream's origin."""
+
+PublicGate = tuple[str | None, tuple[Digest, ...]]
+"""What the gate kept of a public version: its tarball URL when admitted, and its digests."""
+
+
+@dataclass
+class _Judging:
+    """What one gating gathers while it walks the versions."""
+
+    name: PackageName
+    rules: Rules
+    now: datetime
+    context: Context
+    records: dict[str, VersionRecord] = field(default_factory=dict)
+    denied: dict[str, Denial] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    refused: list[UrlRefusal] = field(default_factory=list)
+    skipped: int = 0
+    regate_at: datetime | None = None
+
+    def deny(self, version: str, denial: Denial) -> None:
+        self.denied[version] = denial
+        self.counts[denial.rule] = self.counts.get(denial.rule, 0) + 1
+
+    def regate_by(self, moment_: datetime | None) -> None:
+        if moment_ is not None and (self.regate_at is None or moment_ < self.regate_at):
+            self.regate_at = moment_
+
+    def denial_of(self, verdict: Verdict, published: object) -> Denial | None:
+        """The verdict as a denial (None when admitted), noting when it ends by itself."""
+        if verdict.admitted:
+            return None
+        self.regate_by(_flips_at(self.rules, verdict, published))
+        return Denial(verdict.rule or "unknown", verdict.reason or "denied")
+
+    def scans(self, tarball: str | None, version: str) -> bool:
+        return tarball is not None and scripts_blocked(self.rules, self.name.full, version)
+
+
+def _flips_at(rules: Rules, verdict: Verdict, published: object) -> datetime | None:
+    """When a denial ends by itself: a version the age rule denies comes of age, a quarantine
+    runs out. The same reading of the publish time the age rule used (`moments.moment`)."""
+    flips = verdict.until  # a quarantine's end
+    if verdict.rule == MINIMUM_AGE and (when := moment(published)) is not None:
+        aged = when + rules.minimum_age
+        flips = aged if flips is None else min(flips, aged)
+    return flips
+
+
+def _origin_denial(judging: _Judging, version: str, url: object,
+                   origin: Origin) -> Denial | None:
+    """The origin lock: a tarball URL off the public upstream's origin denies the version."""
+    try:
+        if not isinstance(url, str):
+            raise OriginRefusal("missing", "the version's dist.tarball is missing")
+        check_on_origin(url, origin)
+    except OriginRefusal as refusal:
+        judging.refused.append(UrlRefusal(version, refusal.kind, str(refusal)))
+        return Denial(TARBALL_ORIGIN, f"{judging.name.full}@{version}'s tarball URL is not "
+                      f"followed: {refusal}")
+    return None
+
+
+def _readable(judging: _Judging, version: str, manifest: object) -> bool:
+    # version keys become tarball file names in URLs the proxy serves
+    if is_version_string(version) and isinstance(manifest, Mapping):
+        return True
+    judging.skipped += 1
+    return False
+
+
+def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
+                 private_versions: Mapping[str, Any], origin: Origin) -> dict[str, PublicGate]:
+    """Judge every public version; record those the private side does not shadow. Returns
+    what was kept of each, for a mirrored private copy to fall back on."""
+    times = times_of(public)
+    kept: dict[str, PublicGate] = {}
+    for version, manifest in versions_of(public).items():
+        if not _readable(judging, version, manifest):
+            continue
+        if MARK_FIELD in manifest:
+            manifest = without_mark(manifest)  # only the worker marks what it mirrored
+        dist = manifest.get("dist")
+        url = dist.get("tarball") if isinstance(dist, Mapping) else None
+        denial = _origin_denial(judging, version, url, origin)
+        weak = False
+        if denial is None:
+            verdict = evaluate(judging.rules, judging.name.full, version, manifest,
+                               times.get(version), judging.now, context=judging.context)
+            denial, weak = judging.denial_of(verdict, times.get(version)), verdict.weak
+        tarball = url if denial is None and isinstance(url, str) else None
+        digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()
+        kept[version] = (tarball, digests)
+        if isinstance(private_versions.get(version), Mapping):
+            continue  # on a version present in both, the private copy wins
+        if denial is not None:
+            judging.deny(version, denial)
+        full, abbreviated = serialise(judging.name, version, manifest)
+        judging.records[version] = VersionRecord(
+            version, False, full, abbreviated, denial, weak, tarball, digests,
+            scan_scripts=judging.scans(tarball, version))
+    return kept
+
+
+def _private_verdict(judging: _Judging, version: str,
+                     manifest: Mapping[str, Any]) -> tuple[Verdict | None, bool, str | None]:
+    """The verdict on a private version, whether it was mirrored, and the publish time it was
+    judged with: a mirrored one by every rule, with the public time its mark carries; a
+    first-party one by the deny list alone (None when nothing denies it)."""
+    mark = mirrored_mark(manifest)
+    if mark is None:
+        return deny_listed(judging.rules, judging.name.full, version), False, None
+    # the same context as public versions: the registry's keys for its signatures (kept in
+    # what the worker published), the public history for the takeover signals
+    return (evaluate(judging.rules, judging.name.full, version, without_mark(manifest),
+                     mark.published, judging.now, context=judging.context), True,
+            mark.published)
+
+
+def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
+                  public_kept: Mapping[str, PublicGate]) -> None:
+    for version, manifest in private_versions.items():
+        if not _readable(judging, version, manifest):
+            continue
+        judged, mirrored, published = _private_verdict(judging, version, manifest)
+        denial = judging.denial_of(judged, published) if judged is not None else None
+        if denial is not None:
+            judging.deny(version, denial)
+        # Public's copy of a mirrored version is the fallback when the private tarball
+        # fails; a first-party version never falls back to bytes published by someone else.
+        tarball, digests = public_kept.get(version, (None, ()))
+        if denial is not None or not mirrored or tarball is None:
+            tarball, digests = None, ()
+        full, abbreviated = serialise(judging.name, version, manifest)
+        judging.records[version] = VersionRecord(
+            version, True, full, abbreviated, denial,
+            judged.weak if judged is not None else False, tarball, digests,
+            # public's bytes stand in when the private copy fails: read like any public relay
+            scan_scripts=judging.scans(tarball, version))
+
+
+def _mirrored_time(manifest: object) -> str | None:
+    """The public publish time a mirrored version's mark carries (None for a first-party
+    version, or a mark without a usable time): the registry's own `time` for it is the moment
+    of mirroring, which would make every age gate see a copy as a brand-new release."""
+    if not isinstance(manifest, Mapping):
+        return None
+    mark = mirrored_mark(manifest)
+    if mark is None or moment(mark.published) is None:
+        return None
+    return mark.published
+
+
+def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
+                records: Mapping[str, VersionRecord]) -> dict[str, str]:
+    """`created`, `modified` and the survivors' times; a mirrored version's is the public time
+    its mark carries (`_mirrored_time`)."""
+    private_times, public_times = times_of(private), times_of(public)
+    merged: dict[str, str] = {}
+    for key, pick in (("created", min), ("modified", max)):
+        found = [t[key] for t in (public_times, private_times) if isinstance(t.get(key), str)]
+        if found:
+            merged[key] = pick(found)
+    private_versions = versions_of(private)
+    for version, record in records.items():
+        if record.denial is not None:
+            continue
+        if record.private and (marked := _mirrored_time(private_versions.get(version))):
+            merged[version] = marked
+            continue
+        stamp = (private_times if record.private else public_times).get(version)
+        if not isinstance(stamp, str):
+            stamp = (public_times if record.private else private_times).get(version)
+        if isinstance(stamp, str):
+            merged[version] = stamp
+    return merged
+
+
+def _check_sizes(name: PackageName, private: Mapping[str, Any],
+                 public: Mapping[str, Any]) -> None:
+    for label, versions in (("private", private), ("public", public)):
+        if len(versions) > MAX_VERSIONS:
+            raise TooManyVersionsError(
+                f"the {label} packument of {name.full} lists {len(versions)} versions; "
+                f"mirrorgate gates at most {MAX_VERSIONS}")
+
+
+def gate(
+    name: PackageName,
+    private: Mapping[str, Any] | None,
+    public: Mapping[str, Any] | None,
+    *,
+    rules: Rules,
+    now: datetime,
+    origin: Origin,
+    keys: KeySet | None = None,
+) -> Gated:
+    """Merge the private and public packuments (either may be None) and gate the versions.
+    `keys` are the public registry's signing keys, for the signature rule (None: unavailable).
+
+    Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
+    """
+    # Ownership first: a name the private upstream holds an unmarked version of, or that
+    # `[private].names` covers, is served from the private side alone unless `merge_public`.
+    first_party = rules.owned.covers_name(name.full) or bool(first_party_versions(private))
+    if first_party and not rules.merge_public.covers_name(name.full):
+        public = None  # the name is the organisation's: no public version, tag or field
+    private_versions, public_versions = versions_of(private), versions_of(public)
+    _check_sizes(name, private_versions, public_versions)
+    # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse this
+    advisories = state_token(rules.advisories, now)
+    # The history the takeover rules read is built once here, not once per version.
+    context = Context.of(public_versions, times_of(public), needs_history=needs_history(rules),
+                         keys=keys)
+    judging = _Judging(name, rules, now, context)
+    if rules.signatures.verify and keys is None and public_versions:
+        # gated without the keys it should have had: gated again at its next fill (now), so a
+        # revalidation cannot keep it once the keys are back
+        judging.regate_by(now)
+    public_kept = _gate_public(judging, public, private_versions, origin)
+    _gate_private(judging, private_versions, public_kept)
+
+    records = judging.records
+    survivors = [v for v, record in records.items() if record.denial is None]
+    head = merge_head(private, public, first_party)
+    size = len(orjson.dumps(head)) + sum(
+        len(r.full) + len(r.abbreviated) + 64 for r in records.values())
+    return Gated(
+        name=name,
+        head=head,
+        dist_tags=merge_tags(private, public, survivors, first_party),
+        time=_merge_time(private, public, records),
+        versions=records,
+        policy_message=policy_message(name, judging.denied) if judging.denied else None,
+        denials=judging.counts,
+        refused_urls=tuple(judging.refused),
+        skipped=judging.skipped,
+        regate_at=judging.regate_at,
+        size=size,
+        advisories=advisories,
+        first_party=first_party,
+    )

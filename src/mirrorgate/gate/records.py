@@ -1,0 +1,160 @@
+"""What the gate hands back: a packument merged and judged, version by version.
+
+A `Gated` is built once per cache fill (`gate.merge`) and read by every user of the gate: the
+serve path renders it, the worker's re-gate and the operator commands read its verdicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from mirrorgate.errors import MirrorgateError
+from mirrorgate.integrity import Digest
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.packument import manifest_on, on_base, render
+from mirrorgate.npm.versions import newest_first
+
+__all__ = ["MAX_VERSIONS", "Denial", "Gated", "TooManyVersionsError", "UrlRefusal",
+           "VersionRecord", "policy_message"]
+
+MAX_VERSIONS = 50_000
+"""More versions than this in one packument is refused (502): gating, rendering and holding
+such a document would stall the process for every other client. The largest real packuments
+hold a few thousand."""
+_POLICY_DETAILED = 20
+
+
+def policy_message(name: PackageName, denied: dict[str, Denial]) -> str:
+    """One line naming each denied version and its rule, the first few with the reason."""
+    order = newest_first(denied)
+    detailed = [f"{v} denied by {denied[v].rule} ({denied[v].reason})"
+                for v in order[:_POLICY_DETAILED]]
+    rest = [f"{v} ({denied[v].rule})" for v in order[_POLICY_DETAILED:]]
+    text = f"mirrorgate admission rules for {name.full}: " + "; ".join(detailed)
+    if rest:
+        text += f"; also denied: {', '.join(rest)}"
+    return text
+
+
+class TooManyVersionsError(MirrorgateError):
+    """A packument with more versions than mirrorgate will gate; the text says how many."""
+
+
+@dataclass(frozen=True, slots=True)
+class Denial:
+    """Why a version is not served: the rule's stable name and a sentence a person can act on."""
+
+    rule: str
+    reason: str
+
+    def data(self) -> dict[str, str]:
+        return {"rule": self.rule, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class UrlRefusal:
+    """A public version whose tarball URL was not followed, for the log line."""
+
+    version: str
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRecord:
+    """One version as served: its serialised forms and, for public ones, the gate's verdict.
+
+    `full` and `abbreviated` are JSON with the tarball URL on the placeholder
+    (`npm.packument`). `upstream_tarball` and `digests` are the public upstream's (set when
+    public has the version and admitted it, also when a private copy shadows it), for
+    streaming and for the mirror job.
+    """
+
+    version: str
+    private: bool
+    full: bytes
+    abbreviated: bytes
+    denial: Denial | None = None
+    weak: bool = False
+    upstream_tarball: str | None = None
+    digests: tuple[Digest, ...] = ()
+    scan_scripts: bool = False
+    """The install-scripts rule applies: the tarball's own package.json is read as it streams,
+    since the manifest the rule judged is not necessarily the one inside (`npm.tarscripts`)."""
+
+    @property
+    def admitted(self) -> bool:
+        return self.denial is None
+
+    def manifest(self, base: str | None = None) -> dict[str, Any]:
+        """The full version manifest; its tarball URL on `base` or, when None, upstream's."""
+        if base is not None:
+            return manifest_on(self.full, base)
+        document: dict[str, Any] = orjson.loads(self.full)
+        dist = document.get("dist")
+        if isinstance(dist, dict) and self.upstream_tarball is not None:
+            dist["tarball"] = self.upstream_tarball
+        return document
+
+    def document(self, base: str) -> bytes:
+        """The full manifest's bytes (`GET /npm/<name>/<version>`), tarball URL on `base`."""
+        return on_base(self.full, base)
+
+
+@dataclass(frozen=True)
+class Gated:
+    """A merged, gated packument, ready to render. `denials` counts denied versions by rule."""
+
+    name: PackageName
+    head: dict[str, Any]
+    dist_tags: dict[str, str]
+    time: dict[str, str]
+    versions: dict[str, VersionRecord]
+    policy_message: str | None = None
+    """npm's `policyRestrictions.message` (`policy_message`); None when nothing is denied."""
+    denials: dict[str, int] = field(default_factory=dict)
+    refused_urls: tuple[UrlRefusal, ...] = ()
+    skipped: int = 0
+    regate_at: datetime | None = None
+    """When a verdict changes by itself (an age denial comes of age, a quarantine ends): the
+    entry is gated again then, whatever the upstream's ETag says."""
+    size: int = 0
+    advisories: tuple[int, bool] | None = None
+    """The advisory index generation and availability this gating saw (`state_token`)."""
+    first_party: bool = False
+    """The organisation owns the name; public versions are merged only for `merge_public`."""
+
+    @property
+    def survivors(self) -> list[str]:
+        return [v for v, record in self.versions.items() if record.denial is None]
+
+    @property
+    def denied(self) -> list[str]:
+        return [v for v, record in self.versions.items() if record.denial is not None]
+
+    def resolve(self, wanted: str) -> str | None:
+        """A version or dist-tag to a version this packument holds (denied ones included)."""
+        if wanted in self.versions:
+            return wanted
+        return self.dist_tags.get(wanted)
+
+    def render(self, abbreviated: bool, base: str) -> bytes:
+        """The packument's bytes in one form, tarball URLs on `base`; denied versions go to
+        npm's `policyRestrictions`, each with its rule and reason as data."""
+        def form(record: VersionRecord) -> bytes:
+            return record.abbreviated if abbreviated else record.full
+
+        survivors = {v: form(r) for v, r in self.versions.items() if r.denial is None}
+        message = self.policy_message
+        restricted = None
+        if message is not None:
+            withheld = {v: r for v, r in self.versions.items() if r.denial is not None}
+            restricted = (message, {v: form(r) for v, r in withheld.items()},
+                          {v: r.denial.data() for v, r in withheld.items()
+                           if r.denial is not None})
+        return render(self.name, self.head, self.dist_tags, self.time, survivors, abbreviated,
+                      base, restricted)
