@@ -63,7 +63,7 @@ from mirrorgate.serve import relayhash, tarballs
 from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.upstream.private import StorePrivate
+from mirrorgate.upstream.registry import StoreRegistry
 
 MIN_SIZE = 200_000
 MAX_SIZE = 4_000_000
@@ -144,7 +144,7 @@ async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, 
     await public.start()
     queue = bounded_memory_queue(MemoryQueueSettings(100_000, 1.0), lambda _n: None)
     proxy = Proxy(settings=settings, public=public,
-                  private=StorePrivate(FileStore(data / "store")), queue=queue,
+                  private=StoreRegistry(FileStore(data / "store")), queue=queue,
                   rules=DEFAULT_RULES, metrics=metrics, health=Health(ready=True))
     runner = web.AppRunner(build_proxy_app(proxy), access_log=None)
     await runner.setup()

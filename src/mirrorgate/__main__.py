@@ -99,11 +99,11 @@ def _add_mirror_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 
 def _run_mirror_command(settings: Settings, args: argparse.Namespace) -> int:
     if args.command == "prewarm":
-        from mirrorgate.commands.prewarm import run_prewarm
+        from mirrorgate.commands.runs import run_prewarm
 
         return run_prewarm(settings, args.lockfiles, proxy=args.proxy, wait=args.wait,
                            within=args.timeout, as_json=args.json)
-    from mirrorgate.commands.audit import run_audit
+    from mirrorgate.commands.runs import run_audit
 
     names = [name.strip() for given in args.names for name in given.split(",") if name.strip()]
     return run_audit(settings, args.lockfiles, names=names, search=args.search,

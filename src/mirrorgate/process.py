@@ -34,7 +34,7 @@ from mirrorgate.serve.listener import ClientBounds, GuardedSite
 from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
 from mirrorgate.upstream.client import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
 from mirrorgate.upstream.filestore import StoreError
-from mirrorgate.upstream.private import PrivateSource, open_private, store_root
+from mirrorgate.upstream.registry import PrivateRegistry, open_registry, store_root
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import MirrorTarget, open_target
@@ -273,7 +273,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                  queue: MirrorQueue, upstreams: Upstreams, rules: Rules,
                  clients: ClientTokens | None) -> int:
     if shape.serves:
-        private: PrivateSource = open_private(settings.private_upstream, upstreams.private)
+        private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
                                     clients=clients, keep_public=shape.runs_worker))

@@ -11,7 +11,7 @@ import pytest
 
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.rules import DEFAULT_RULES, Rules
-from mirrorgate.upstream.private import store_root
+from mirrorgate.upstream.registry import store_root
 from tests.serve.rig import (
     FILE_STORE,
     ProxyStack,

@@ -36,7 +36,7 @@ from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, build_proxy_app
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.upstream.private import HttpPrivate, PrivateSource, StorePrivate
+from mirrorgate.upstream.registry import HttpRegistry, PrivateRegistry, StoreRegistry
 from tests.clock import ManualClock
 from tests.metric_samples import metric_value, registry_samples
 from tests.servers.packages import FixturePackage, FixtureVersion
@@ -107,10 +107,9 @@ class SharedPrivate:
 async def publish_private(proxy: RunningProxy, shared: SharedPrivate,
                           version: FixtureVersion) -> None:
     """Put `version` in `proxy`'s private upstream: its file store, or the shared Verdaccio."""
-    source = proxy.proxy.private
-    if isinstance(source, StorePrivate):
-        await source.store.put(parse_name(version.name), version.version, version.filename,
-                               version.document("http://127.0.0.1:9/"), version.tarball)
+    if proxy.store is not None:
+        await proxy.store.put(parse_name(version.name), version.version, version.filename,
+                              version.document("http://127.0.0.1:9/"), version.tarball)
     else:
         shared.publish(version)
 
@@ -135,6 +134,8 @@ class RunningProxy:
     clock: ManualClock
     wall: WallClock
     session: aiohttp.ClientSession
+    store: FileStore | None = None
+    """The embedded file store, when that is the private upstream."""
     received: list[MirrorJob] = field(default_factory=list)
 
     @property
@@ -219,16 +220,17 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
     upstream = Upstream("public", settings.public_upstream, timeout=settings.upstream_timeout,
                         max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
     upstreams = [upstream]
-    source: PrivateSource
-    if store is not None:
-        source = StorePrivate(FileStore(store))
+    source: PrivateRegistry
+    files = FileStore(store) if store is not None else None
+    if files is not None:
+        source = StoreRegistry(files)
     else:
         private_upstream = Upstream("private", settings.private_upstream,
                                     timeout=settings.upstream_timeout,
                                     max_metadata_bytes=settings.max_metadata_bytes,
                                     token=settings.private_token, metrics=metrics)
         upstreams.append(private_upstream)
-        source = HttpPrivate(private_upstream)
+        source = HttpRegistry(private_upstream)
     for client in upstreams:
         await client.start()
     clients = (ClientTokens(settings.client_tokens_file)
@@ -243,5 +245,5 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     running = RunningProxy(f"http://127.0.0.1:{port}/", proxy, app[SERVER], clock, wall,
-                           aiohttp.ClientSession())
+                           aiohttp.ClientSession(), files)
     return ProxyStack(running, runner, upstreams)

@@ -19,18 +19,19 @@ from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.mirrormark import read_mark
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.worker.target import MirrorTarget, PublishResult, RegistryTarget, StoreTarget
+from mirrorgate.upstream.registry import HttpRegistry, StoreRegistry
+from mirrorgate.worker.target import MirrorTarget, PublishResult
 from tests.serve.rig import FILE_STORE, RunningProxy, SharedPrivate, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package
 
 
 @pytest.fixture
-async def verdaccio_target(private_registry: SharedPrivate) -> AsyncIterator[RegistryTarget]:
+async def verdaccio_target(private_registry: SharedPrivate) -> AsyncIterator[MirrorTarget]:
     client = Upstream("private", private_registry.url, timeout=5, max_metadata_bytes=1 << 25,
                       token=Secret(private_registry.token))
     await client.start()
-    yield RegistryTarget(client)
+    yield MirrorTarget(HttpRegistry(client))
     await client.close()
 
 
@@ -53,7 +54,7 @@ async def pull_and_mirror(proxy: RunningProxy, public: FixtureRegistry, target: 
 
 async def test_a_version_mirrored_into_verdaccio_is_served_with_its_public_time(
         public_registry: FixtureRegistry, private_registry: SharedPrivate,
-        verdaccio_target: RegistryTarget, start_proxy: StartProxy) -> None:
+        verdaccio_target: MirrorTarget, start_proxy: StartProxy) -> None:
     public_registry.add(make_package("@aged/verdaccio", ["1.0.0", "1.1.0"]))
     public_time = public_registry.packument("@aged/verdaccio")["time"]["1.0.0"]
     first = await start_proxy(public_registry.url, private=private_registry.url)
@@ -80,7 +81,7 @@ async def test_a_version_mirrored_into_the_file_store_is_served_with_its_public_
     public_registry.add(make_package("aged-store", ["1.0.0"]))
     public_time = public_registry.packument("aged-store")["time"]["1.0.0"]
     first = await start_proxy(public_registry.url, private=FILE_STORE)  # store-0
-    target = StoreTarget(FileStore(tmp_path / "store-0"))
+    target = MirrorTarget(StoreRegistry(FileStore(tmp_path / "store-0")))
 
     await pull_and_mirror(first, public_registry, target, "aged-store", "1.0.0")
 

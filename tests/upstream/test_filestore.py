@@ -9,7 +9,7 @@ import pytest
 from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.versions import highest
 from mirrorgate.upstream.filestore import FileStore, StoreError
-from mirrorgate.upstream.private import StorePrivate
+from mirrorgate.upstream.registry import StoreRegistry
 
 WIDGET = parse_name("@acme/widget")
 
@@ -58,7 +58,7 @@ async def test_a_version_that_would_walk_out_of_the_store_is_refused(
 async def test_the_store_serves_as_a_private_source(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     await store.put(WIDGET, "1.0.0", "widget-1.0.0.tgz", manifest("1.0.0"), b"tarball")
-    private = StorePrivate(store)
+    private = StoreRegistry(store)
     async with private.tarball(WIDGET, "widget-1.0.0.tgz") as body:
         assert body is not None
         assert body.size == 7

@@ -11,7 +11,8 @@ from structlog.testing import LogCapture
 from mirrorgate.npm.mirrormark import read_mark
 from mirrorgate.npm.names import parse_name
 from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.worker.target import PublishResult, RegistryTarget
+from mirrorgate.upstream.registry import HttpRegistry
+from mirrorgate.worker.target import PublishResult
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import FixtureVersion, make_package, make_version
@@ -124,7 +125,7 @@ async def test_an_already_exists_answer_counts_once_the_stored_integrity_is_read
     verdaccio.publish(package.version("1.3.0"))
     rig = await make_rig(target=verdaccio)
     target = rig.deps.target
-    assert isinstance(target, RegistryTarget)
+    assert isinstance(target.registry, HttpRegistry)
 
     job = job_from(public_registry, "left-pad", "1.3.0")
     result = await target.publish(job, package.version("1.3.0").tarball)

@@ -11,7 +11,8 @@ from mirrorgate.integrity import TarballDigests
 from mirrorgate.mirror import MirrorJob
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.worker.target import PublishResult, RegistryTarget, StoreTarget
+from mirrorgate.upstream.registry import HttpRegistry, StoreRegistry
+from mirrorgate.worker.target import MirrorTarget, PublishResult
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, tarball_path
@@ -69,7 +70,7 @@ async def test_a_target_that_is_down_is_retried_and_published_once_it_is_up(
                           token=Secret(down.token))
         await client.start()
         try:
-            worker = with_target(rig, RegistryTarget(client))
+            worker = with_target(rig, MirrorTarget(HttpRegistry(client)))
             [message] = await rig.queue.receive()
             assert message.deliveries == 2
             assert await worker.handle(message) == "published"
@@ -96,28 +97,20 @@ async def test_a_file_store_that_cannot_be_written_is_retried_until_it_can(
     assert rig.outcomes("published") == 1
 
 
-class FailsOnce:
+class FailsOnce(MirrorTarget):
     """A real file-store target that raises an unexpected error on its first publish: the
     kind of bug the loop must survive."""
 
-    label = "file-store"
-
     def __init__(self, store: FileStore) -> None:
-        self.inner = StoreTarget(store)
+        super().__init__(StoreRegistry(store))
         self.failed = False
-
-    async def holds(self, job: MirrorJob) -> bool:
-        return await self.inner.holds(job)
-
-    async def first_party(self, job: MirrorJob) -> bool:
-        return await self.inner.first_party(job)
 
     async def publish(self, job: MirrorJob, tarball: bytes,
                       digests: TarballDigests | None = None) -> PublishResult:
         if not self.failed:
             self.failed = True
             raise RuntimeError("an unexpected bug")
-        return await self.inner.publish(job, tarball, digests)
+        return await super().publish(job, tarball, digests)
 
 
 async def test_an_unexpected_error_is_logged_with_the_job_and_the_loop_goes_on(

@@ -11,17 +11,11 @@ import asyncio
 import enum
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import structlog
 
-from mirrorgate.commands.parts import PartsError, open_parts
-from mirrorgate.commands.pinned import pinned
-from mirrorgate.commands.report import Outcome as ReportLine
-from mirrorgate.commands.report import Report, usage_error
-from mirrorgate.config import Settings
 from mirrorgate.gate.fill import PackumentSource
 from mirrorgate.integrity import (
     DigestMismatch,
@@ -33,10 +27,9 @@ from mirrorgate.integrity import (
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name, tarball_filename
 from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.upstream.client import FILLS, Upstream, UpstreamError
-from mirrorgate.upstream.filestore import FileStore, StoreError
-from mirrorgate.upstream.private import PrivateSource, store_root
+from mirrorgate.upstream.registry import PrivateRegistry
 
-__all__ = ["FINDINGS", "Finding", "Result", "audit", "run_audit", "search_names"]
+__all__ = ["FINDINGS", "NAMES_AT_ONCE", "Finding", "Result", "audit", "search_names"]
 
 log = structlog.get_logger("mirrorgate.audit")
 
@@ -69,7 +62,7 @@ class Result:
         return f"{self.name}@{self.version}" if self.version else self.name
 
 
-async def audit(names: Iterable[str], *, source: PackumentSource, private: PrivateSource,
+async def audit(names: Iterable[str], *, source: PackumentSource, private: PrivateRegistry,
                 max_tarball_bytes: int,
                 progress: Callable[[str, list[Result]], None] | None = None) -> list[Result]:
     """Every mirrored version of `names` checked; one result per finding, `ok` for a clean
@@ -89,7 +82,7 @@ async def audit(names: Iterable[str], *, source: PackumentSource, private: Priva
     return results
 
 
-async def _audit_name(name: str, source: PackumentSource, private: PrivateSource,
+async def _audit_name(name: str, source: PackumentSource, private: PrivateRegistry,
                       limit: int) -> list[Result]:
     try:
         package = parse_name(name)
@@ -126,7 +119,7 @@ async def _audit_name(name: str, source: PackumentSource, private: PrivateSource
 
 
 async def _check_bytes(name: PackageName, version: str, integrity: str,
-                       private: PrivateSource, limit: int) -> list[Result]:
+                       private: PrivateRegistry, limit: int) -> list[Result]:
     """The stored tarball hashed against the integrity the mark names."""
     label = (name.full, version)
     try:
@@ -149,7 +142,7 @@ async def _check_bytes(name: PackageName, version: str, integrity: str,
     except TooLarge as error:
         return [Result(*label, Finding.FAILED, f"the tarball is larger than "
                        f"MIRRORGATE_MAX_TARBALL_BYTES ({error.limit}); not checked")]
-    except (UpstreamError, StoreError, OSError, aiohttp.ClientError, TimeoutError) as error:
+    except (UpstreamError, OSError, aiohttp.ClientError, TimeoutError) as error:
         return [Result(*label, Finding.FAILED, f"the tarball could not be read: {error}")]
     return []
 
@@ -173,78 +166,6 @@ async def search_names(registry: Upstream) -> AsyncIterator[str]:
         start += len(objects)
 
 
-# --- the command --------------------------------------------------------------------------
-
 FINDINGS = frozenset({Finding.TAMPERED, Finding.MISSING_TARBALL, Finding.REFUSED,
                       Finding.FAILED})
-
-
-def run_audit(settings: Settings, paths: list[Path], *, names: list[str], search: bool,
-              proxy: str | None, as_json: bool) -> int:
-    """`mirrorgate audit [LOCKFILE...] [--names N,...] [--search]`: 0 when every mirrored
-    version checked is sound, 1 with findings, 2 for an argument or setting that cannot be
-    used. Without names, the file store is walked entirely; a registry needs them named."""
-    report = Report("audit", as_json=as_json)
-    return asyncio.run(_run(settings, paths, names, search, proxy, report))
-
-
-async def _run(settings: Settings, paths: list[Path], given: list[str], search: bool,
-               proxy: str | None, report: Report) -> int:
-    entries = pinned(paths, report)
-    if isinstance(entries, int):
-        return entries
-    names = [*given, *(entry.name for entry in entries)]
-    store = settings.private_upstream.startswith("file://")
-    if search and (store or proxy is not None):
-        return usage_error("--search asks a registry's search for every name it holds; the "
-                           "file store is walked without it, and a proxy's search is the "
-                           "public one: name the packages (LOCKFILE or --names) instead")
-    if not names and not search and not store:
-        return usage_error(f"which packages? the private registry "
-                           f"({settings.private_upstream}) is not the file store, so name "
-                           "them: LOCKFILE..., --names a,@s/b, or --search (Verdaccio)")
-    if not names and proxy is not None:
-        return usage_error("through --proxy, name the packages to audit: LOCKFILE... or "
-                           "--names a,@s/b")
-    try:
-        if proxy is not None:
-            from mirrorgate.commands.via_proxy import audit_via_proxy, open_proxy, token_refused
-
-            refused = await token_refused(settings, proxy)
-            if refused is not None:
-                return usage_error(refused)
-            async with open_proxy(settings, proxy) as client:
-                progress = report.progress(len(dict.fromkeys(names)))
-                try:
-                    results = await audit_via_proxy(
-                        names, client, max_tarball_bytes=settings.max_tarball_bytes,
-                        progress=lambda name, _results: progress.step(name))
-                finally:
-                    progress.close()
-        else:
-            async with open_parts(settings, report) as parts:
-                if search:
-                    assert parts.gate.upstreams.private is not None  # not the store: a registry
-                    try:
-                        names = [*names, *[n async for n in search_names(
-                            parts.gate.upstreams.private)]]
-                    except UpstreamError as error:
-                        return usage_error(f"the private registry's search failed: {error}")
-                elif not names:
-                    names = await FileStore(store_root(settings.private_upstream)).names()
-                progress = report.progress(len(dict.fromkeys(names)))
-                try:
-                    results = await audit(names, source=parts.source, private=parts.private,
-                                          max_tarball_bytes=settings.max_tarball_bytes,
-                                          progress=lambda name, _results: progress.step(name))
-                finally:
-                    progress.close()
-    except PartsError as error:
-        return usage_error(str(error))
-    for result in sorted(results, key=lambda r: (r.name, r.version, r.finding)):
-        data = ({"admitted": result.digests[0], "stored": result.digests[1]}
-                if result.digests is not None else {})
-        report.add(ReportLine(result.name, result.version, result.finding.value,
-                              finding=result.finding in FINDINGS, reason=result.detail,
-                              data=data))
-    return report.finish()
+"""Findings that make the command exit 1."""

@@ -19,7 +19,7 @@ from mirrorgate.gate.fill import PackumentSource
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.rules import RulesError, load_rules
-from mirrorgate.upstream.private import PrivateSource
+from mirrorgate.upstream.registry import PrivateRegistry
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.target import MirrorTarget, open_target
 
@@ -40,7 +40,7 @@ class Parts:
         return self.gate.source
 
     @property
-    def private(self) -> PrivateSource:
+    def private(self) -> PrivateRegistry:
         return self.gate.source.private
 
     def target(self) -> MirrorTarget:

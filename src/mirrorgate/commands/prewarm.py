@@ -12,23 +12,18 @@ import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from mirrorgate.commands.parts import PartsError, open_command_queue, open_parts
-from mirrorgate.commands.pinned import pinned
-from mirrorgate.commands.report import Outcome as ReportLine
-from mirrorgate.commands.report import Report, usage_error
-from mirrorgate.config import Settings
 from mirrorgate.gate import PackumentSource, mirror_job
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.upstream.client import UpstreamError
+from mirrorgate.upstream.registry import RegistryError
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
-from mirrorgate.worker.target import MirrorTarget, TargetConflict, TargetError
+from mirrorgate.worker.target import MirrorTarget, TargetConflict
 
 __all__ = ["FINDINGS", "Outcome", "Result", "follow_target", "follow_worker", "merge", "plan",
-           "poll_until_settled", "run_prewarm"]
+           "poll_until_settled"]
 
 
 NAMES_AT_ONCE = 8
@@ -241,7 +236,7 @@ async def follow_target(jobs: Sequence[MirrorJob], target: MirrorTarget, *, with
                     settled.append(replace(pulled, outcome=Outcome.PUBLISHED, detail=""))
             except TargetConflict as conflict:
                 settled.append(replace(pulled, outcome=Outcome.REFUSED, detail=str(conflict)))
-            except TargetError as error:
+            except RegistryError as error:
                 if not error.transient:  # a transient one: asked again at the next poll
                     settled.append(replace(pulled, outcome=Outcome.FAILED, detail=str(error)))
         return settled
@@ -282,82 +277,3 @@ def merge(planned: Planned, followed: list[Result]) -> list[Result]:
     """The plan's results with each enqueued one replaced by how it ended."""
     ended = {result.label: result for result in followed}
     return [ended.get(result.label, result) for result in planned.results]
-
-
-# --- the command --------------------------------------------------------------------------
-
-def run_prewarm(settings: Settings, paths: list[Path], *, proxy: str | None, wait: bool,
-                within: float, as_json: bool) -> int:
-    """`mirrorgate prewarm LOCKFILE...`: 0 when every locked version is (or is on its way to
-    being) in the private registry, 1 with findings, 2 for a lockfile or setting that cannot
-    be used."""
-    report = Report("prewarm", as_json=as_json)
-    return asyncio.run(_run(settings, paths, proxy, wait, within, report))
-
-
-async def _run(settings: Settings, paths: list[Path], proxy: str | None, wait: bool,
-               within: float, report: Report) -> int:
-    entries = pinned(paths, report)
-    if isinstance(entries, int):
-        return entries
-    where: dict[str, str] = {}
-    for entry in entries:
-        where.setdefault(entry.spec, entry.where)
-    locked = [(entry.name, entry.version) for entry in entries]
-    progress = report.progress(len(where))
-    following = wait
-
-    def settled(result: Result) -> None:
-        if not (following and result.outcome is Outcome.ENQUEUED):
-            progress.step(result.label)
-
-    try:
-        if proxy is not None:
-            results = await _through_proxy(settings, proxy, locked, wait, within, settled)
-        else:
-            async with open_parts(settings, report) as parts, \
-                    open_command_queue(settings) as queue:
-                # the memory queue lives in this process: prewarm is its worker
-                following = wait or not queue.crosses_processes
-                planned = await plan(locked, source=parts.source, queue=queue,
-                                     progress=settled)
-                followed: list[Result] = []
-                if not queue.crosses_processes:
-                    followed = await follow_worker(planned.jobs, parts.worker(queue),
-                                                   within=within, progress=settled)
-                elif wait:
-                    followed = await follow_target(planned.jobs, parts.target(),
-                                                   within=within, progress=settled)
-                results = merge(planned, followed)
-    except PartsError as error:
-        return usage_error(str(error))
-    finally:
-        progress.close()
-    for result in sorted(results, key=lambda r: (r.name, r.version)):
-        report.add(ReportLine(result.name, result.version, result.outcome.value,
-                              finding=result.outcome in FINDINGS, reason=result.detail,
-                              where=where.get(result.label, "")))
-    return report.finish()
-
-
-async def _through_proxy(settings: Settings, proxy: str, locked: list[tuple[str, str]],
-                         wait: bool, within: float,
-                         settled: Callable[[Result], None]) -> list[Result]:
-    from mirrorgate.commands.via_proxy import (
-        open_proxy,
-        prewarm_via_proxy,
-        token_refused,
-        wait_via_proxy,
-    )
-
-    refused = await token_refused(settings, proxy)
-    if refused is not None:
-        raise PartsError(refused)  # exit 2, as any setting that cannot be used
-    async with open_proxy(settings, proxy) as client:
-        pulled = await prewarm_via_proxy(locked, client, progress=settled,
-                                         max_tarball_bytes=settings.max_tarball_bytes)
-        if not wait:
-            return pulled
-        ended = {r.label: r for r in await wait_via_proxy(pulled, client, within=within,
-                                                            progress=settled)}
-        return [ended.get(r.label, r) for r in pulled]

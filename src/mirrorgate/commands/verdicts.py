@@ -66,14 +66,14 @@ class GateVerdicts:
         from mirrorgate.gate.firstparty import FirstPartyNames
         from mirrorgate.process import Upstreams
         from mirrorgate.upstream.keys import RegistryKeys
-        from mirrorgate.upstream.private import open_private
+        from mirrorgate.upstream.registry import open_registry
 
         self.rules = rules
         self.metrics = Metrics()
         self.upstreams = Upstreams.from_settings(settings, self.metrics)
         self.keys = RegistryKeys(self.upstreams.public, clock=_monotonic, metrics=self.metrics)
         self.source = PackumentSource(
-            private=open_private(settings.private_upstream, self.upstreams.private),
+            private=open_registry(settings.private_upstream, self.upstreams.private),
             public=self.upstreams.public, rules=rules, metrics=self.metrics,
             now=lambda: datetime.now(UTC), keys=self.keys,
             # in memory: a check never writes the proxy's list of first-party names
@@ -93,11 +93,9 @@ class GateVerdicts:
         return await self.rules.advisories.feed.refresh()
 
     async def verdicts(self, name: PackageName, wanted: Collection[str]) -> Verdicts:
-        from mirrorgate.upstream.filestore import StoreError
-
         try:
             loaded = await self.source.load(name, None)
-        except (UpstreamError, StoreError, OSError) as error:
+        except UpstreamError as error:
             raise VerdictsError(str(error)) from None
         gated = loaded.value.gated
         if gated is None:

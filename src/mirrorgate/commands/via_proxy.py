@@ -83,32 +83,30 @@ async def token_refused(settings: Settings, url: str) -> str | None:
 
 
 class ProxyView:
-    """What a running mirrorgate serves for one name: admitted and denied versions."""
+    """What a running mirrorgate serves for one name: admitted and denied versions, each denied
+    one with its rule and reason as the proxy states them (`policyRestrictions.denials`)."""
 
     def __init__(self, document: Mapping[str, Any] | None, *, all_denied: str | None = None):
         document = document or {}
-        versions = document.get("versions")
-        self.versions: Mapping[str, Any] = versions if isinstance(versions, Mapping) else {}
-        policy = document.get("policyRestrictions")
-        policy = policy if isinstance(policy, Mapping) else {}
-        denied = policy.get("versions")
-        self.denied: Mapping[str, Any] = denied if isinstance(denied, Mapping) else {}
+        self.versions = _mapping(document.get("versions"))
+        policy = _mapping(document.get("policyRestrictions"))
+        self.denied = _mapping(policy.get("versions"))
+        self.denials = _mapping(policy.get("denials"))
         message = policy.get("message")
         self.message = message if isinstance(message, str) else ""
         self.all_denied = all_denied
 
     def reason(self, version: str) -> str:
-        """The rule and reason the proxy's message gives for `version`: it details the first
-        twenty denied versions (`V denied by RULE (REASON)`) and names the rest's rule alone
-        (`also denied: V (RULE), ...`)."""
-        detailed, _, rest = self.message.split(": ", 1)[-1].partition("; also denied: ")
-        for part in detailed.split("; "):
-            if part.startswith(f"{version} denied by "):
-                return part.removeprefix(f"{version} denied by ")
-        for part in rest.split(", "):
-            if part.startswith(f"{version} (") and part.endswith(")"):
-                return part.removeprefix(f"{version} (")[:-1]
+        """`RULE (REASON)` for a denied `version`, read from the fields the proxy sends."""
+        denial = _mapping(self.denials.get(version))
+        rule, reason = denial.get("rule"), denial.get("reason")
+        if isinstance(rule, str) and isinstance(reason, str):
+            return f"{rule} ({reason})"
         return self.message or "denied by the proxy's admission rules"
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 async def read_view(proxy: Upstream, name: PackageName) -> ProxyView | None:

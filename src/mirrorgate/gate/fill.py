@@ -24,9 +24,8 @@ from mirrorgate.npm.names import PackageName
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import KeySet, Rules, state_token
 from mirrorgate.upstream.client import FILLS, JsonAnswer, Upstream, UpstreamError
-from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.keys import RegistryKeys
-from mirrorgate.upstream.private import PrivateSource
+from mirrorgate.upstream.registry import PrivateRegistry
 
 __all__ = ["DEGRADED_FRESH_FOR", "FirstPartyOutageError", "PackumentSource"]
 
@@ -56,7 +55,7 @@ class FirstPartyOutageError(UpstreamError):
 
 
 class PackumentSource:
-    def __init__(self, *, private: PrivateSource, public: Upstream, rules: Rules,
+    def __init__(self, *, private: PrivateRegistry, public: Upstream, rules: Rules,
                  metrics: Metrics, now: Callable[[], datetime],
                  keys: RegistryKeys | None = None,
                  first_party: FirstPartyNames | None = None,
@@ -80,10 +79,6 @@ class PackumentSource:
             log.warning("upstream_failed", upstream="private", package=name.full,
                         kind=error.kind, detail=str(error))
             return None, error
-        except (StoreError, OSError) as error:
-            log.warning("upstream_failed", upstream="private", package=name.full,
-                        kind="store", detail=str(error))
-            return None, UpstreamError("private", "unreachable", str(error))
 
     async def _public_answer(self, name: PackageName,
                              etag: str | None) -> JsonAnswer | UpstreamError:

@@ -70,7 +70,7 @@ from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.upstream.client import Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
-from mirrorgate.upstream.private import HttpPrivate, PrivateSource, StorePrivate
+from mirrorgate.upstream.registry import PrivateRegistry
 
 __all__ = ["SERVER", "Proxy", "ProxyServer", "build_proxy_app"]
 
@@ -86,7 +86,7 @@ class Proxy:
 
     settings: Settings
     public: Upstream
-    private: PrivateSource
+    private: PrivateRegistry
     queue: MirrorQueue
     rules: Rules
     metrics: Metrics
@@ -160,11 +160,8 @@ class ProxyServer:
                                      private_answered=self.packuments.private_answered,
                                      clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
-        private = proxy.private
         self.publishing = PublishRoute(
-            settings=self.settings, rules=proxy.rules, private=private,
-            writer=private.upstream if isinstance(private, HttpPrivate) else None,
-            store=private.store if isinstance(private, StorePrivate) else None,
+            settings=self.settings, rules=proxy.rules, private=proxy.private,
             public=proxy.public, first_party=self.packuments.source.first_party,
             forget=self.packuments.forget, metrics=proxy.metrics)
         self.admission = Admission(self.settings.max_in_flight, proxy.metrics)

@@ -21,7 +21,7 @@ from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.logs import MASK
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.changes import changed_packument
-from mirrorgate.npm.names import PackageName, tarball_filename
+from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.paths import WriteTarget
 from mirrorgate.npm.publish import says_already_exists
@@ -30,9 +30,8 @@ from mirrorgate.rules import Rules
 from mirrorgate.serve.access import CLIENT
 from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
 from mirrorgate.serve.tokens import Client
-from mirrorgate.upstream.client import TARBALLS, BodyStopped, Upstream, UpstreamError
-from mirrorgate.upstream.filestore import FileStore, StoreError
-from mirrorgate.upstream.private import PrivateSource
+from mirrorgate.upstream.client import BodyStopped, Upstream, UpstreamError
+from mirrorgate.upstream.registry import PrivateRegistry, TarballSink
 
 __all__ = ["PERMISSION", "PublishRoute"]
 
@@ -58,30 +57,47 @@ class _Write:
 
 
 class _ClientBody:
-    """The client's body forwarded as it arrives: `head` (already read and scanned), then the
-    rest, each chunk scanned, the last one sent only once `finish` has passed."""
+    """The client's body forwarded as it arrives (`registry.Upload`): `head` (already read and
+    scanned), then the rest, each chunk scanned, the last one sent only once `check` has
+    passed. A failed check raises `BodyStopped`, so the registry never sees the body's end."""
 
     def __init__(self, head: bytes, rest: AsyncIterator[bytes], scan: UploadScan,
-                 finish: Callable[[], None], size: int | None) -> None:
+                 check: Callable[[], Published], size: int | None) -> None:
         self._head = head
         self._rest = rest
         self._scan = scan
-        self._finish = finish
+        self._check = check
         self.size = size
+        self.checked: Published | None = None
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self, tarball: TarballSink | None = None) -> AsyncIterator[bytes]:
         held = self._head
         try:
+            await self._decoded(tarball)
             async for chunk in self._rest:
                 self._scan.feed(chunk)
+                await self._decoded(tarball)
                 yield held
                 held = chunk
-            self._finish()
+            self.checked = self._check()
         except UploadError as error:
             raise BodyStopped(_bad_document(error)) from None
         except Refused as refused:
             raise BodyStopped(refused) from None
         yield held
+
+    async def _decoded(self, tarball: TarballSink | None) -> None:
+        # the tarball decoded so far goes to a registry that stores it itself, else nowhere
+        decoded = self._scan.drain_tarball()
+        if tarball is not None and decoded:
+            await tarball(decoded)
+
+    def published(self) -> tuple[str, dict[str, Any]]:
+        if self.checked is None:
+            raise UploadError("the publish document was not read to its end")
+        version = self.checked.version
+        manifest: dict[str, Any] = self._scan.finish().document["versions"][version]
+        return version, manifest
 
 
 def _versions(document: dict[str, Any] | None) -> frozenset[str]:
@@ -117,17 +133,12 @@ def _upstream_text(answer: bytes) -> str:
 class PublishRoute:
     """The write routes under `/npm/` and `GET ?write=true`, sharing the checks."""
 
-    def __init__(self, *, settings: Settings, rules: Rules, private: PrivateSource,
-                 writer: Upstream | None, store: FileStore | None, public: Upstream,
-                 first_party: FirstPartyNames, forget: Callable[[PackageName], None],
-                 metrics: Metrics) -> None:
-        """`writer` is the private registry's client; `store` the embedded file store when
-        that is the private upstream instead (one of the two is set)."""
+    def __init__(self, *, settings: Settings, rules: Rules, private: PrivateRegistry,
+                 public: Upstream, first_party: FirstPartyNames,
+                 forget: Callable[[PackageName], None], metrics: Metrics) -> None:
         self.settings = settings
         self.rules = rules
         self.private = private
-        self.writer = writer
-        self.store = store
         self.public = public
         self.first_party = first_party
         self.forget = forget
@@ -151,23 +162,19 @@ class PublishRoute:
                           reason="not a publishable name", package=name.full)
         return client
 
-    def _registry(self, name: PackageName) -> Upstream:
-        """The private registry a change goes to; the file store takes publishes only."""
-        if self.writer is None:
+    def _takes_changes(self, name: PackageName) -> None:
+        """Refuse a change (deprecate, unpublish, dist-tag) the private registry cannot take."""
+        if not self.private.takes_changes:
             raise Refused(501, "mirrorgate's private upstream is its embedded file store, which "
                           "takes publishes but no deprecate, unpublish or dist-tag; set "
                           "MIRRORGATE_PRIVATE_UPSTREAM to the organisation's registry for those",
                           reason="file store takes publishes only", package=name.full)
-        return self.writer
 
     async def _private_document(self, name: PackageName) -> dict[str, Any] | None:
         try:
             return await self.private.packument(name)
         except UpstreamError as error:
             raise upstream_failed(error, name) from None
-        except (StoreError, OSError) as error:  # the file store's disk
-            raise Refused(503, f"the file store could not be read for {name.full}: {error}",
-                          reason="store failed", package=name.full) from None
 
     async def _check_owner(self, name: PackageName,
                            private: dict[str, Any] | None) -> frozenset[str]:
@@ -225,7 +232,7 @@ class PublishRoute:
         # unpublish and remove-tarball DELETEs, dist-tag either
         name, route = write.name, write.target.route
         if route != "publish":
-            self._registry(name)
+            self._takes_changes(name)
         declared = self._declared(request) if route == "publish" else None  # before any read
         private = await self._private_document(name)
         public_versions = await self._check_owner(name, private)
@@ -283,8 +290,7 @@ class PublishRoute:
         MIRRORGATE_MAX_PUBLISH_BYTES is enforced on the declared length before reading and on
         the bytes while reading.
         """
-        scan = UploadScan(max_skeleton=self.settings.max_metadata_bytes,
-                          keep_tarball=self.store is not None)
+        scan = UploadScan(max_skeleton=self.settings.max_metadata_bytes, keep_tarball=True)
         chunks = self._body(request)
         head = bytearray()
         async for chunk in chunks:
@@ -292,9 +298,8 @@ class PublishRoute:
             head += chunk
             if scan.attachment_seen:
                 break
-        if self.store is not None:
-            return await self._publish_to_store(self.store, write, taken, chunks, scan)
         if not scan.attachment_seen:
+            self._takes_changes(write.name)
             # the whole body is read and holds no tarball: npm deprecate's edited packument
             # (what `_attachments` it has is dropped: the change is rebuilt from the private
             # side's own packument)
@@ -324,53 +329,16 @@ class PublishRoute:
     async def _publish(self, write: _Write, taken: frozenset[str], pending: _PendingBody,
                        scan: UploadScan) -> web.StreamResponse:
         name = write.name
-        checked: list[Published] = []
-
-        def finish() -> None:
-            checked.append(self._new_version(name, taken, scan))
-
-        body = _ClientBody(pending.head, pending.rest, scan, finish, pending.size)
+        body = _ClientBody(pending.head, pending.rest, scan,
+                           lambda: self._new_version(name, taken, scan), pending.size)
         try:
-            status, answer = await self._registry(name).send_json("PUT", name.url_path(), body,
-                                                                  pool=TARBALLS)
+            answer = await self.private.upload(name, body)
         except UpstreamError as error:
             raise upstream_failed(error, name) from None
-        version = checked[0].version if checked else None
-        self._upstream_refusal(status, answer, write, version)
+        version = body.checked.version if body.checked is not None else None
+        self._upstream_refusal(answer.status, answer.body, write, version)
         self._published(write, version, scan)
-        return self._answer(status, answer)
-
-    async def _publish_to_store(self, store: FileStore, write: _Write, taken: frozenset[str],
-                                rest: AsyncIterator[bytes], scan: UploadScan) -> web.Response:
-        """The embedded file store as the private upstream: the tarball is written into it as
-        it is decoded, and lands (with its manifest) only once every check has passed. The store
-        has no revisions or tags of its own (`latest` is its highest version), so deprecate,
-        unpublish and dist-tag answer 501 there."""
-        name = write.name
-        async with store.incoming(name) as received:
-            await received.write(scan.drain_tarball())  # what the head already decoded
-            async for chunk in rest:
-                self._feed(scan, chunk)
-                await received.write(scan.drain_tarball())
-            if not scan.attachment_seen:
-                self._registry(name)  # a change (npm deprecate): not for the file store
-            try:
-                published = self._new_version(name, taken, scan)
-            except UploadError as error:
-                raise _bad_document(error) from None
-            manifest = scan.finish().document["versions"][published.version]
-            try:
-                stored = await store.commit(name, published.version,
-                                            tarball_filename(name, published.version),
-                                            manifest, received)
-            except StoreError as error:
-                raise Refused(503, f"the file store could not take {name.full}@"
-                              f"{published.version}: {error}", reason="store failed") from None
-        if not stored:
-            raise _exists(name, published.version)
-        self._published(write, published.version, scan)
-        return json_response(201, {"ok": f"{name.full}@{published.version} published",
-                                   "success": True})
+        return self._answer(answer.status, answer.body)
 
     def _published(self, write: _Write, version: str | None, scan: UploadScan) -> None:
         name = write.name
@@ -475,16 +443,15 @@ class PublishRoute:
                        operation: str, version: str | None = None) -> web.Response:
         """Send one change to the private upstream; its refusal is passed on (`Refused`)."""
         try:
-            status, answer = await self._registry(write.name).send_json(method, path, body,
-                                                                        pool=TARBALLS)
+            answer = await self.private.change(method, path, body)
         except UpstreamError as error:
             raise upstream_failed(error, write.name) from None
-        self._upstream_refusal(status, answer, write, version)
+        self._upstream_refusal(answer.status, answer.body, write, version)
         self._changed(write.name)
         self._count(write.client, operation, "changed")
         self.metrics.events.record("published", write.name.full,
                                    f"{operation} by {write.client.name}")
-        return self._answer(status, answer)
+        return self._answer(answer.status, answer.body)
 
     # --- GET ?write=true -------------------------------------------------------------------
 
@@ -501,7 +468,7 @@ class PublishRoute:
     async def _write_packument(self, request: web.Request, name: PackageName,
                                base: str) -> web.Response:
         self._client(request, name)
-        self._registry(name)
+        self._takes_changes(name)
         private = self._stored(name, await self._private_document(name))
         await self._check_owner(name, private)
         private.pop("_attachments", None)  # npm's changes never need them

@@ -25,8 +25,7 @@ from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.serve.refusals import Refused, denied, upstream_failed
 from mirrorgate.serve.relayhash import RelayHasher
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
-from mirrorgate.upstream.filestore import StoreError
-from mirrorgate.upstream.private import PrivateSource
+from mirrorgate.upstream.registry import PrivateRegistry
 
 __all__ = ["OUTCOME", "TarballRoute"]
 
@@ -46,7 +45,7 @@ request metric's status label instead of the status that was already sent."""
 
 
 class TarballRoute:
-    def __init__(self, *, private: PrivateSource, public: Upstream, queue: MirrorQueue,
+    def __init__(self, *, private: PrivateRegistry, public: Upstream, queue: MirrorQueue,
                  metrics: Metrics,
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
                  private_answered: Callable[[PackageName], bool] = lambda _name: False,
@@ -151,8 +150,6 @@ class TarballRoute:
                 return answer, None
         except UpstreamError as error:
             failure = error
-        except (StoreError, OSError) as error:
-            failure = UpstreamError("private", "unreachable", str(error))
         log.warning("upstream_failed", upstream="private", package=name.full,
                     version=record.version, kind=failure.kind, detail=str(failure))
         return None, failure
@@ -241,7 +238,7 @@ class TarballRoute:
                 read = await anext(iterator)
             except StopAsyncIteration:
                 break
-            except (aiohttp.ClientError, TimeoutError, OSError, StoreError) as error:
+            except (aiohttp.ClientError, TimeoutError, OSError) as error:
                 log.warning("tarball_stream_failed", upstream=source, package=name.full,
                             version=version, sent=sent, detail=type(error).__name__)
                 return self._cut(request, response, "aborted"), None

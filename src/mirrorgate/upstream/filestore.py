@@ -96,6 +96,11 @@ class FileStore:
     def _manifest_path(self, name: PackageName, version: str) -> Path:
         return self._package_dir(name) / "versions" / f"{_check_version(version)}.json"
 
+    def check(self, name: PackageName, version: str, filename: str) -> None:
+        """Raise StoreError unless the store can hold `version` under `filename`."""
+        self._manifest_path(name, version)
+        self.tarball_path(name, filename)
+
     def tarball_path(self, name: PackageName, filename: str) -> Path:
         if "/" in filename or "\\" in filename or filename.startswith("."):
             raise StoreError(f"{filename!r} is not a tarball filename")

@@ -47,12 +47,12 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import DEFAULT_RULES, Rules, scripts_blocked
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
+from mirrorgate.upstream.registry import RegistryError
 from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.worker.target import (
     MirrorTarget,
     PublishResult,
     TargetConflict,
-    TargetError,
 )
 
 __all__ = ["JobRunner", "Outcome", "WorkerDeps", "subject"]
@@ -310,7 +310,7 @@ class JobRunner:
             return await call
         except TargetConflict:
             raise
-        except TargetError as error:
+        except RegistryError as error:
             if error.transient:
                 raise Retry(error.reason, str(error)) from None
             raise Retire(error.reason, str(error)) from None
