@@ -16,6 +16,7 @@ import pytest
 from mirrorgate.config import COMMANDS, PROXY, VARIABLES, WORKER, Var
 from mirrorgate.configdoc import REGENERATE, render
 from mirrorgate.metrics import Metrics
+from mirrorgate.rules import rules_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -204,3 +205,9 @@ def test_operations_lists_every_metric_and_every_log_event_in_its_tables() -> No
     assert missing == [], "add a row for each to the Metrics table of docs/operations.md"
     missing = sorted(event for event in logged_events() if f"`{event}`" not in events)
     assert missing == [], "add a row for each to the Log events table of docs/operations.md"
+
+
+def test_the_rules_table_in_the_docs_is_the_one_the_rules_render() -> None:
+    # the order, the names and what each rule denies come from `rules.table.RULES` alone
+    assert rules_table() in PAGES["serving.md"], (
+        "docs/serving.md's rules table is stale: paste `mirrorgate.rules.rules_table()`")

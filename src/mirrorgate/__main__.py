@@ -100,9 +100,10 @@ def _add_mirror_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 def _run_mirror_command(settings: Settings, args: argparse.Namespace) -> int:
     if args.command == "prewarm":
         from mirrorgate.commands.runs import run_prewarm
+        from mirrorgate.process import CommandMirroring
 
         return run_prewarm(settings, args.lockfiles, proxy=args.proxy, wait=args.wait,
-                           within=args.timeout, as_json=args.json)
+                           within=args.timeout, as_json=args.json, mirroring=CommandMirroring)
     from mirrorgate.commands.runs import run_audit
 
     names = [name.strip() for given in args.names for name in given.split(",") if name.strip()]

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = [
     "VARIABLES",
     "ConfigError",
@@ -324,7 +326,7 @@ class Settings:
         return out
 
 
-class ConfigError(Exception):
+class ConfigError(MirrorgateError):
     """Every problem found in the environment (collected, not raised one at a time), each a
     sentence naming the variable, what is wrong with the value and an example of a good one."""
 

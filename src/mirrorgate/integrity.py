@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = [
     "STRONGEST_FIRST",
     "Agreement",
@@ -121,11 +123,11 @@ def strongest(digests: tuple[Digest, ...]) -> Digest | None:
 
 
 
-class Unverifiable(Exception):  # noqa: N818 - an outcome the worker retires, not a bug
+class Unverifiable(MirrorgateError):  # noqa: N818 - an outcome the worker retires, not a bug
     """The job carries no digest this worker can compute (e.g. only md5)."""
 
 
-class TooLarge(Exception):  # noqa: N818 - an outcome the worker retires, not a bug
+class TooLarge(MirrorgateError):  # noqa: N818 - an outcome the worker retires, not a bug
     """The tarball is bigger than the configured cap; `size` is what was seen or declared."""
 
     def __init__(self, size: int, limit: int, declared: bool) -> None:
@@ -136,7 +138,7 @@ class TooLarge(Exception):  # noqa: N818 - an outcome the worker retires, not a 
         self.limit = limit
 
 
-class SizeMismatch(Exception):  # noqa: N818 - tampering or corruption, logged as such
+class SizeMismatch(MirrorgateError):  # noqa: N818 - tampering or corruption, logged as such
     """The bytes are not the size the job declares; `complete` is False when the download was
     stopped as soon as it ran past the declared size (then `actual` is a lower bound)."""
 
@@ -148,7 +150,7 @@ class SizeMismatch(Exception):  # noqa: N818 - tampering or corruption, logged a
         self.complete = complete
 
 
-class DigestMismatch(Exception):  # noqa: N818 - tampering or corruption, logged as such
+class DigestMismatch(MirrorgateError):  # noqa: N818 - tampering or corruption, logged as such
     """The bytes do not hash to the digest the job was admitted with."""
 
     def __init__(self, expected: Digest, actual: Digest) -> None:

@@ -13,6 +13,7 @@ from typing import Any, NewType
 
 import orjson
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.integrity import Digest, parse_integrity
 from mirrorgate.moments import time_text
 
@@ -176,7 +177,7 @@ class MirrorQueue:
 CODEC_VERSION = 1
 
 
-class JobDecodeError(ValueError):
+class JobDecodeError(MirrorgateError, ValueError):
     """A message body that is not a version-1 mirrorgate job; the text names the problem."""
 
 

@@ -11,8 +11,7 @@ import contextlib
 import enum
 import logging
 import signal
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
 import structlog
@@ -21,30 +20,32 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
+from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings, unknown_variables
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.public import CachedPublic, PublicPackuments, ServedPublic
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import MirrorQueue
+from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.rules import Rules, RulesError, load_rules
 from mirrorgate.serve.access import install_access
 from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
 from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
-from mirrorgate.upstream.client import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
+from mirrorgate.upstream.clients import Upstreams
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.registry import PrivateRegistry, open_registry, store_root
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import MirrorTarget, open_target
 
-__all__ = ["Shape", "StartupError", "run"]
+__all__ = ["CommandMirroring", "Shape", "StartupError", "run"]
 
 log = structlog.get_logger("mirrorgate")
 
 
-class StartupError(Exception):
+class StartupError(MirrorgateError):
     """A process that cannot start; the message says what to set or fix."""
 
 
@@ -74,48 +75,27 @@ class Shape(enum.Enum):
         return self is not Shape.PROXY
 
 
-@dataclass
-class Upstreams:
-    """The process's HTTP clients, one per upstream origin, started and closed together."""
+class CommandMirroring:
+    """The worker side of `mirrorgate prewarm` (`commands.prewarm.Mirroring`), built as
+    `mirrorgate serve` builds its worker: the same target, public client, rules and metrics."""
 
-    public: Upstream
-    private: Upstream | None
-    target: Upstream | None
-    all: list[Upstream] = field(default_factory=list)
+    def __init__(self, settings: Settings, gate: GateVerdicts) -> None:
+        self.settings = settings
+        self.gate = gate
+        self.target = open_target(settings.mirror_target, gate.upstreams.target,
+                                  max_tarball_bytes=settings.max_tarball_bytes)
 
-    @classmethod
-    def from_settings(cls, settings: Settings, metrics: Metrics) -> Upstreams:
-        def client(label: str, url: str, token: bool) -> Upstream:
-            return Upstream(label, url, timeout=settings.upstream_timeout,
-                            max_metadata_bytes=settings.max_metadata_bytes,
-                            token=settings.private_token if token else None, metrics=metrics,
-                            pools=PoolSizes(fills=settings.pool_fills,
-                                            tarballs=settings.pool_tarballs,
-                                            worker=settings.pool_worker))
+    async def run(self, queue: MirrorQueue, heard: Callable[[QueueMessage, str], None],
+                  stop: asyncio.Event) -> None:
+        deps = WorkerDeps(settings=self.settings, queue=queue,
+                          public=self.gate.upstreams.public, target=self.target,
+                          metrics=self.gate.metrics,
+                          heartbeat=Heartbeat(self.settings.heartbeat_stale_after),
+                          rules=self.gate.rules, on_outcome=heard)
+        await Worker(deps, idle_pause=0.05).run(stop)
 
-        public = client("public", settings.public_upstream, token=False)
-        private = (client("private", settings.private_upstream, token=True)
-                   if not settings.private_upstream.startswith("file://") else None)
-        # one Upstream per origin: a target that is the private upstream is published to
-        # through the proxy's private client, on that client's worker pool
-        if settings.mirror_target == settings.private_upstream:
-            target = private
-        elif settings.mirror_target.startswith("file://"):
-            target = None
-        else:
-            target = client("target", settings.mirror_target, token=True)
-        clients = list(dict.fromkeys(c for c in (public, private, target) if c is not None))
-        metrics.watch_upstreams(lambda: [(c.label, pool, c.in_flight(pool))
-                                         for c in clients for pool in (FILLS, TARBALLS, WORKER)])
-        return cls(public, private, target, clients)
-
-    async def start(self) -> None:
-        for upstream in self.all:
-            await upstream.start()
-
-    async def close(self) -> None:
-        for upstream in self.all:
-            await upstream.close()
+    async def holds(self, job: MirrorJob) -> bool:
+        return await self.target.holds(job)
 
 
 def _ensure_store(url: str) -> None:

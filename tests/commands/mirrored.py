@@ -15,6 +15,7 @@ import orjson
 from mirrorgate.commands.parts import open_command_queue, open_parts
 from mirrorgate.commands.prewarm import Result, follow_worker, merge, plan
 from mirrorgate.config import Settings, load_settings
+from mirrorgate.process import CommandMirroring
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixtureTree, standard_tree
@@ -41,9 +42,10 @@ def by_label(results: list[Result]) -> dict[str, Result]:
 
 async def prewarm_with_the_worker(settings: Settings,
                                   locked: list[tuple[str, str]]) -> list[Result]:
-    async with open_parts(settings) as parts, open_command_queue(settings) as queue:
+    async with open_parts(settings, mirroring=CommandMirroring) as parts, \
+            open_command_queue(settings) as queue:
         planned = await plan(locked, source=parts.source, queue=queue)
-        followed = await follow_worker(planned.jobs, parts.worker(queue), within=30)
+        followed = await follow_worker(planned.jobs, queue, parts.mirroring(), within=30)
     return merge(planned, followed)
 
 

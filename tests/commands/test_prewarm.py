@@ -15,6 +15,7 @@ import orjson
 from mirrorgate.commands.parts import open_command_queue, open_parts
 from mirrorgate.commands.prewarm import Outcome, follow_target, follow_worker, merge, plan
 from mirrorgate.npm.mirrormark import read_mark
+from mirrorgate.process import CommandMirroring
 from tests.commands.mirrored import by_label, prewarm_with_the_worker, published_tree, settings_for
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.verdaccio import Verdaccio
@@ -57,10 +58,11 @@ async def test_a_denied_version_is_refused_with_its_reason_and_never_enqueued(
                             MIRRORGATE_RULES_FILE=str(rules))
     locked = [("gamma", "3.1.0"), ("zeta", "1.0.1"), ("zeta", "9.9.9"), ("no-such-pkg", "1.0.0")]
 
-    async with open_parts(settings) as parts, open_command_queue(settings) as queue:
+    async with open_parts(settings, mirroring=CommandMirroring) as parts, \
+            open_command_queue(settings) as queue:
         planned = await plan(locked, source=parts.source, queue=queue)
         assert [job.label for job in planned.jobs] == ["zeta@1.0.1"]
-        followed = await follow_worker(planned.jobs, parts.worker(queue), within=30)
+        followed = await follow_worker(planned.jobs, queue, parts.mirroring(), within=30)
     results = by_label(merge(planned, followed))
 
     assert results["gamma@3.1.0"].outcome is Outcome.REFUSED
@@ -99,13 +101,14 @@ async def test_with_a_registry_target_wait_sees_each_version_arrive(
     settings = settings_for(public_registry, tmp_path, MIRRORGATE_PRIVATE_UPSTREAM=verdaccio.url,
                             MIRRORGATE_PRIVATE_TOKEN=verdaccio.token)
     locked = list(tree.resolved.items())
-    async with open_parts(settings) as parts, open_command_queue(settings) as queue:
+    async with open_parts(settings, mirroring=CommandMirroring) as parts, \
+            open_command_queue(settings) as queue:
         planned = await plan(locked, source=parts.source, queue=queue)
         assert len(planned.jobs) == len(locked)
-        nothing_yet = await follow_target(planned.jobs, parts.target(), within=0)
+        nothing_yet = await follow_target(planned.jobs, parts.mirroring(), within=0)
         assert {r.outcome for r in nothing_yet} == {Outcome.PENDING}
-        await follow_worker(planned.jobs, parts.worker(queue), within=30)
-        seen = await follow_target(planned.jobs, parts.target(), within=10, poll=0.2)
+        await follow_worker(planned.jobs, queue, parts.mirroring(), within=30)
+        seen = await follow_target(planned.jobs, parts.mirroring(), within=10, poll=0.2)
     assert {r.label: r.outcome for r in seen} == {
         f"{name}@{version}": Outcome.PUBLISHED for name, version in locked}
     for name, version in locked:

@@ -21,6 +21,7 @@ import orjson
 
 from mirrorgate.advisories.index import AdvisoryIndex, IndexBuilder
 from mirrorgate.advisories.osv import parse_record
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.logs import loggable_url
 
 __all__ = ["MAX_EXPORT_BYTES", "MAX_RECORD_BYTES", "Download", "SourceError", "fetch_url",
@@ -31,7 +32,7 @@ MAX_EXPORT_BYTES = 2 * 1024 * 1024 * 1024
 _CHUNK = 1024 * 1024
 
 
-class SourceError(Exception):
+class SourceError(MirrorgateError):
     """An advisory source that could not be read into an index; the text says why."""
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from mirrorgate.backends._shared import DropHook, ignore_drop
 from mirrorgate.config import PROVIDERS, QueueSettings
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.mirror import MirrorQueue
 
 __all__ = ["PROVIDERS", "QueueUnavailableError", "open_queue"]
 
 
-class QueueUnavailableError(Exception):
+class QueueUnavailableError(MirrorgateError):
     """The selected backend cannot start (no such queue, no credentials, endpoint unreachable);
     the message says what to set or check."""
 

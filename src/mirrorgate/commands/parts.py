@@ -1,32 +1,38 @@
-"""The proxy's parts for `prewarm` and `audit`: its gate, queue, worker and mirror target.
+"""The proxy's parts for `prewarm` and `audit`: its gate, its queue, and the worker side.
 
 The gate is `check`'s (`verdicts.GateVerdicts`: the proxy's own fill, rules and upstream
-clients); this adds what mirroring needs, built from the same settings as `mirrorgate serve`
-builds them. A setting that cannot be honoured is a `PartsError` (exit 2).
+clients); the worker side (a worker run here, the mirror target) is handed in by the
+composition root as a `prewarm.Mirroring`, so no command imports the worker. A setting that
+cannot be honoured is a `PartsError` (exit 2).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.report import Report
 from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.fill import PackumentSource
-from mirrorgate.healthz import Heartbeat
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.rules import RulesError, load_rules
 from mirrorgate.upstream.registry import PrivateRegistry
-from mirrorgate.worker.job import WorkerDeps
-from mirrorgate.worker.target import MirrorTarget, open_target
 
-__all__ = ["Parts", "PartsError", "open_command_queue", "open_parts"]
+if TYPE_CHECKING:  # named in signatures only
+    from mirrorgate.commands.prewarm import Mirroring
+
+__all__ = ["MirroringFactory", "Parts", "PartsError", "open_command_queue", "open_parts"]
+
+MirroringFactory = Callable[[Settings, GateVerdicts], "Mirroring"]
+"""Builds the worker side for a command from its settings and gate (`process.py` has it)."""
 
 
-class PartsError(Exception):
+class PartsError(MirrorgateError):
     """A setting the command cannot honour; the text says which and what to do."""
 
 
@@ -34,6 +40,7 @@ class PartsError(Exception):
 class Parts:
     settings: Settings
     gate: GateVerdicts
+    make_mirroring: MirroringFactory | None = None
 
     @property
     def source(self) -> PackumentSource:
@@ -43,22 +50,16 @@ class Parts:
     def private(self) -> PrivateRegistry:
         return self.gate.source.private
 
-    def target(self) -> MirrorTarget:
-        """Where the worker publishes (`MIRRORGATE_MIRROR_TARGET`)."""
-        return open_target(self.settings.mirror_target, self.gate.upstreams.target,
-                           max_tarball_bytes=self.settings.max_tarball_bytes)
-
-    def worker(self, queue: MirrorQueue) -> WorkerDeps:
-        """A worker's parts, as `mirrorgate serve` gives its in-process worker."""
-        return WorkerDeps(settings=self.settings, queue=queue,
-                          public=self.gate.upstreams.public, target=self.target(),
-                          metrics=self.gate.metrics,
-                          heartbeat=Heartbeat(self.settings.heartbeat_stale_after),
-                          rules=self.gate.rules)
+    def mirroring(self) -> Mirroring:
+        """The worker side, as `mirrorgate serve` builds its own."""
+        if self.make_mirroring is None:
+            raise PartsError("this command was given no worker side to mirror with")
+        return self.make_mirroring(self.settings, self.gate)
 
 
 @contextlib.asynccontextmanager
-async def open_parts(settings: Settings, report: Report | None = None) -> AsyncIterator[Parts]:
+async def open_parts(settings: Settings, report: Report | None = None,
+                     mirroring: MirroringFactory | None = None) -> AsyncIterator[Parts]:
     try:
         rules = load_rules(settings.rules_file)
     except RulesError as error:
@@ -68,7 +69,7 @@ async def open_parts(settings: Settings, report: Report | None = None) -> AsyncI
         if await gate.load_advisories() == "failed" and report is not None:
             report.note("the advisory index could not be loaded; the rules' [advisories] "
                         "unavailable setting decides, as in the proxy")
-        yield Parts(settings, gate)
+        yield Parts(settings, gate, mirroring)
     finally:
         await gate.close()
 

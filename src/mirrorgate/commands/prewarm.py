@@ -12,15 +12,13 @@ import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from mirrorgate.gate import PackumentSource, mirror_job
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.upstream.client import UpstreamError
-from mirrorgate.upstream.registry import RegistryError
-from mirrorgate.worker.job import WorkerDeps
-from mirrorgate.worker.loop import Worker
-from mirrorgate.worker.target import MirrorTarget, TargetConflict
+from mirrorgate.upstream.registry import RegistryError, TargetConflict
 
 __all__ = ["FINDINGS", "Outcome", "Result", "follow_target", "follow_worker", "merge", "plan",
            "poll_until_settled"]
@@ -160,6 +158,21 @@ async def _enqueue(queue: MirrorQueue, job: MirrorJob, result: Result) -> Result
 
 # --- following the jobs -------------------------------------------------------------------
 
+class Mirroring(Protocol):
+    """What prewarm asks of the worker side, handed in by the composition root (`process.py`):
+    a worker run in this process, and the mirror target asked whether it holds a version."""
+
+    async def run(self, queue: MirrorQueue, heard: Callable[[QueueMessage, str], None],
+                  stop: asyncio.Event) -> None:
+        """Run a worker on `queue` until `stop` is set, telling `heard` each outcome."""
+        ...
+
+    async def holds(self, job: MirrorJob) -> bool:
+        """Whether the target holds `job`'s version with its bytes; raises RegistryError (a
+        TargetConflict when it holds other bytes)."""
+        ...
+
+
 _WORKER_OUTCOMES = {
     "published": (Outcome.PUBLISHED, ""),
     "already_present": (Outcome.ALREADY_PRESENT, "published meanwhile"),
@@ -170,12 +183,13 @@ _WORKER_OUTCOMES = {
 }
 
 
-async def follow_worker(jobs: Sequence[MirrorJob], deps: WorkerDeps, *, within: float,
-                        progress: Callable[[Result], None] | None = None) -> list[Result]:
-    """Run the worker in this process on `deps.queue` until each job has its outcome.
+async def follow_worker(jobs: Sequence[MirrorJob], queue: MirrorQueue, mirroring: Mirroring, *,
+                        within: float, progress: Callable[[Result], None] | None = None,
+                        ) -> list[Result]:
+    """Run a worker in this process on `queue` until each job has its outcome.
 
     For the memory queue: no other process can receive what was enqueued, so prewarm is the
-    worker. Outcomes are heard from the worker itself (`WorkerDeps.on_outcome`); a transient
+    worker. Outcomes are heard from the worker itself (`Mirroring.run`); a transient
     failure is retried as the worker always retries (its shelf), and what has no outcome when
     `within` seconds have passed is `pending`.
     """
@@ -198,9 +212,8 @@ async def follow_worker(jobs: Sequence[MirrorJob], deps: WorkerDeps, *, within: 
         if not waiting:
             everything.set()
 
-    worker = Worker(replace(deps, on_outcome=heard), idle_pause=0.05)
     stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
+    running = asyncio.create_task(mirroring.run(queue, heard, stop))
     try:
         done = asyncio.create_task(everything.wait())
         await asyncio.wait({done, running}, timeout=within,
@@ -213,7 +226,7 @@ async def follow_worker(jobs: Sequence[MirrorJob], deps: WorkerDeps, *, within: 
                              f"worker after {within:g} s") for job in waiting.values()]
 
 
-async def follow_target(jobs: Sequence[MirrorJob], target: MirrorTarget, *, within: float,
+async def follow_target(jobs: Sequence[MirrorJob], mirroring: Mirroring, *, within: float,
                         poll: float = 2.0, clock: Callable[[], float] = time.monotonic,
                         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                         progress: Callable[[Result], None] | None = None) -> list[Result]:
@@ -221,7 +234,7 @@ async def follow_target(jobs: Sequence[MirrorJob], target: MirrorTarget, *, with
 
     That worker's outcomes are not visible from here; what is observable is the private
     registry gaining the version with the integrity it was admitted with, asked the way the
-    worker asks before it downloads (`MirrorTarget.holds`: for a registry, the stored tarball
+    worker asks before it downloads (`Mirroring.holds`: for a registry, the stored tarball
     is read back and hashed). One seen is `published`, one held with other bytes `refused` (a
     conflict), and one still absent after `within` seconds `pending`: refused by the worker
     (its `mirror_retired` line says why), or not reached yet.
@@ -232,7 +245,7 @@ async def follow_target(jobs: Sequence[MirrorJob], target: MirrorTarget, *, with
         for pulled in waiting:
             job = by_label[pulled.label]
             try:
-                if await target.holds(job):
+                if await mirroring.holds(job):
                     settled.append(replace(pulled, outcome=Outcome.PUBLISHED, detail=""))
             except TargetConflict as conflict:
                 settled.append(replace(pulled, outcome=Outcome.REFUSED, detail=str(conflict)))

@@ -13,7 +13,12 @@ from pathlib import Path
 
 from mirrorgate.commands import audit as audits
 from mirrorgate.commands import prewarm as prewarms
-from mirrorgate.commands.parts import PartsError, open_command_queue, open_parts
+from mirrorgate.commands.parts import (
+    MirroringFactory,
+    PartsError,
+    open_command_queue,
+    open_parts,
+)
 from mirrorgate.commands.pinned import pinned
 from mirrorgate.commands.report import Outcome as ReportLine
 from mirrorgate.commands.report import Report, usage_error
@@ -33,16 +38,16 @@ __all__ = ["run_audit", "run_prewarm"]
 
 
 def run_prewarm(settings: Settings, paths: list[Path], *, proxy: str | None, wait: bool,
-                within: float, as_json: bool) -> int:
+                within: float, as_json: bool, mirroring: MirroringFactory) -> int:
     """`mirrorgate prewarm LOCKFILE...`: 0 when every locked version is (or is on its way to
     being) in the private registry, 1 with findings, 2 for a lockfile or setting that cannot
     be used."""
     report = Report("prewarm", as_json=as_json)
-    return asyncio.run(_prewarm(settings, paths, proxy, wait, within, report))
+    return asyncio.run(_prewarm(settings, paths, proxy, wait, within, report, mirroring))
 
 
 async def _prewarm(settings: Settings, paths: list[Path], proxy: str | None, wait: bool,
-                   within: float, report: Report) -> int:
+                   within: float, report: Report, mirroring: MirroringFactory) -> int:
     entries = pinned(paths, report)
     if isinstance(entries, int):
         return entries
@@ -61,7 +66,7 @@ async def _prewarm(settings: Settings, paths: list[Path], proxy: str | None, wai
         if proxy is not None:
             results = await _through_proxy(settings, proxy, locked, wait, within, settled)
         else:
-            async with open_parts(settings, report) as parts, \
+            async with open_parts(settings, report, mirroring) as parts, \
                     open_command_queue(settings) as queue:
                 # the memory queue lives in this process: prewarm is its worker
                 following = wait or not queue.crosses_processes
@@ -70,10 +75,11 @@ async def _prewarm(settings: Settings, paths: list[Path], proxy: str | None, wai
                 followed: list[prewarms.Result] = []
                 if not queue.crosses_processes:
                     followed = await prewarms.follow_worker(
-                        planned.jobs, parts.worker(queue), within=within, progress=settled)
+                        planned.jobs, queue, parts.mirroring(), within=within,
+                        progress=settled)
                 elif wait:
                     followed = await prewarms.follow_target(
-                        planned.jobs, parts.target(), within=within, progress=settled)
+                        planned.jobs, parts.mirroring(), within=within, progress=settled)
                 results = prewarms.merge(planned, followed)
     except PartsError as error:
         return usage_error(str(error))

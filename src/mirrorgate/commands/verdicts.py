@@ -7,6 +7,7 @@ operator commands judge exactly as the proxy does.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,17 +18,21 @@ import aiohttp
 import orjson
 
 from mirrorgate.config import Secret, Settings
-from mirrorgate.gate import Denial
+from mirrorgate.errors import MirrorgateError
+from mirrorgate.gate import Denial, FirstPartyNames, PackumentSource
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import Rules
 from mirrorgate.upstream.client import UpstreamError
+from mirrorgate.upstream.clients import Upstreams
+from mirrorgate.upstream.keys import RegistryKeys
+from mirrorgate.upstream.registry import open_registry
 
 __all__ = ["GateVerdicts", "ProxyVerdicts", "VerdictSource", "Verdicts",
            "VerdictsError"]
 
 
-class VerdictsError(Exception):
+class VerdictsError(MirrorgateError):
     """A package that could not be judged: an upstream (or the proxy) failed for it."""
 
 
@@ -55,23 +60,16 @@ class VerdictSource(Protocol):
 class GateVerdicts:
     """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules)`.
 
-    It is the proxy's own fill (`serve.fill.PackumentSource`: both upstreams, the merge,
+    It is the proxy's own fill (`gate.PackumentSource`: both upstreams, the merge,
     ownership, the rules with their advisory index, signatures and takeover history), with the
     settings the proxy reads; nothing is cached or remembered on disk.
     """
 
     def __init__(self, settings: Settings, rules: Rules) -> None:
-        # imported here: `--proxy` mode never builds upstream clients
-        from mirrorgate.gate.fill import PackumentSource
-        from mirrorgate.gate.firstparty import FirstPartyNames
-        from mirrorgate.process import Upstreams
-        from mirrorgate.upstream.keys import RegistryKeys
-        from mirrorgate.upstream.registry import open_registry
-
         self.rules = rules
         self.metrics = Metrics()
         self.upstreams = Upstreams.from_settings(settings, self.metrics)
-        self.keys = RegistryKeys(self.upstreams.public, clock=_monotonic, metrics=self.metrics)
+        self.keys = RegistryKeys(self.upstreams.public, clock=time.monotonic, metrics=self.metrics)
         self.source = PackumentSource(
             private=open_registry(settings.private_upstream, self.upstreams.private),
             public=self.upstreams.public, rules=rules, metrics=self.metrics,
@@ -107,12 +105,6 @@ class GateVerdicts:
     async def close(self) -> None:
         await self.keys.close()
         await self.upstreams.close()
-
-
-def _monotonic() -> float:
-    import time
-
-    return time.monotonic()
 
 
 class ProxyVerdicts:

@@ -62,9 +62,8 @@ async def token_refused(settings: Settings, url: str) -> str | None:
     name's own request then reports that).
 
     Asked once before any name: a refused token would otherwise fail every pinned version
-    alike (seen by hand: `check --proxy` printed 79 "answered 401" lines, each advising
-    npm's `.npmrc`, and exited 1 as if they were findings). It is a setting that cannot be
-    used, so the command stops with exit status 2 naming the variable."""
+    alike, one line each, as if they were findings. It is a setting that cannot be used, so
+    the command stops with exit status 2 naming the variable."""
     async with open_proxy(settings, url) as proxy:
         try:
             await proxy.get_json("-/ping", pool=FILLS)

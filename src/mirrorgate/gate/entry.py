@@ -49,7 +49,7 @@ class Rendered:
 @dataclass(frozen=True, slots=True)
 class PublicAnswer:
     """The public upstream's packument exactly as it sent it (`body`: its bytes, None when it
-    has no such package), kept for the worker's re-gate (`worker.packuments`). Bytes, never
+    has no such package), kept for the worker's re-gate (`gate.public`). Bytes, never
     a parsed document: each reader parses its own copy, so nothing one does reaches another."""
 
     body: bytes | None

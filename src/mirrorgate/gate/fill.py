@@ -63,7 +63,7 @@ class PackumentSource:
         self.private = private
         self.keep_public = keep_public
         """Keep the public answer's bytes in each entry (and count them against the cache's
-        byte bound), for an in-process worker's re-gate (`worker.packuments`)."""
+        byte bound), for an in-process worker's re-gate (`gate.public`)."""
         self.keys = keys
         self.public = public
         self.rules = rules

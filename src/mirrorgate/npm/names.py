@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.npm.versions import is_version_string
 
 __all__ = [
@@ -29,7 +30,7 @@ MAX_NAME_LENGTH = 214
 _PART = re.compile(r"[A-Za-z0-9~-][A-Za-z0-9._~-]*")
 
 
-class InvalidNameError(ValueError):
+class InvalidNameError(MirrorgateError, ValueError):
     """A package name (or a part of a path) that npm would not accept; the text says why."""
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Generic, TypeVar
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.npm.packument import ABBREVIATED
 
 __all__ = [
@@ -115,7 +116,7 @@ def etag_matches(header: str, etag: str) -> bool:
     return False
 
 
-class BadBaseError(ValueError):
+class BadBaseError(MirrorgateError, ValueError):
     """Headers that cannot make a base URL; `label` is the refusal metric's reason."""
 
     def __init__(self, label: str, message: str) -> None:
@@ -183,7 +184,7 @@ class BaseUrls:
     `X-Forwarded-Proto`/`-Host` (first values), else `Forwarded`'s first `proto=`/`host=`, are
     believed only from a peer in `MIRRORGATE_TRUSTED_PROXIES`: from anyone else they would let
     a client choose the host in the tarball URLs served. How many bases one cached packument
-    keeps is bounded beside the cache entry (`serve.rendered`)."""
+    keeps is bounded beside the cache entry (`gate.entry`)."""
 
     def __init__(self, public_url: str | None, trusted: Sequence[Network] = ()) -> None:
         self.fixed = None if public_url is None else public_url.rstrip("/") + "/"

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = ["Origin", "OriginRefusal", "check_on_origin"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -36,7 +38,7 @@ class Origin:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
-class OriginRefusal(ValueError):  # noqa: N818 - a refusal is an outcome, logged, not a bug
+class OriginRefusal(MirrorgateError, ValueError):  # noqa: N818 - a refusal is an outcome, logged, not a bug
     """Why a URL may not be fetched; `kind` is a stable label for logs and metrics."""
 
     def __init__(self, kind: str, detail: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.integrity import Digest, parse_integrity, parse_shasum, same_digest
 from mirrorgate.npm.mirrormark import MARK_FIELD
 from mirrorgate.npm.names import PackageName, tarball_filename
@@ -35,7 +36,7 @@ _ATTACHMENTS = b"_attachments"
 _DATA = b"data"
 
 
-class UploadError(ValueError):
+class UploadError(MirrorgateError, ValueError):
     """A publish document that cannot be accepted; the message says what is wrong."""
 
 

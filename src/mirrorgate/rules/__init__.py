@@ -1,6 +1,7 @@
 """The admission rules: which public versions the proxy admits, and why it denies the others.
 
-One idea per module: `patterns` (the list syntax), `policy` (the compiled rules and `evaluate`),
+One idea per module: `patterns` (the list syntax), `policy` (the compiled rules and a verdict),
+`table` (the rules in order, their checks and `evaluate`), `summary` (the policy as data),
 `advisory` (the advisory rules), `file` (the TOML reader), `signatures` (registry signatures),
 `takeover` (provenance, publisher change), `context` (what packument-wide rules read).
 """
@@ -15,25 +16,24 @@ from mirrorgate.rules.advisory import (
 from mirrorgate.rules.context import Context
 from mirrorgate.rules.file import RulesError, load_rules, parse_rules
 from mirrorgate.rules.patterns import PackagePattern, PatternList, parse_pattern
-from mirrorgate.rules.policy import (
-    ALGORITHMS,
+from mirrorgate.rules.policy import ALGORITHMS, DEFAULT_RULES, Rules, Verdict
+from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, KeySet, SignatureRule, parse_keys
+from mirrorgate.rules.summary import rules_summary
+from mirrorgate.rules.table import (
     ALLOW_LIST,
-    DEFAULT_RULES,
     DENY_LIST,
     DIGEST_FLOOR,
     INSTALL_SCRIPTS,
     INTEGRITY_PRESENCE,
     MINIMUM_AGE,
     RULE_NAMES,
-    Rules,
-    Verdict,
+    RULES,
     deny_listed,
     evaluate,
     needs_history,
-    rules_summary,
+    rules_table,
     scripts_blocked,
 )
-from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, KeySet, SignatureRule, parse_keys
 from mirrorgate.rules.takeover import PROVENANCE_CONTINUITY, PUBLISHER_CHANGE, SignalRule
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "PROVENANCE_CONTINUITY",
     "PUBLISHER_CHANGE",
     "REGISTRY_SIGNATURE",
+    "RULES",
     "RULE_NAMES",
     "AdvisoryRules",
     "Context",
@@ -70,6 +71,7 @@ __all__ = [
     "parse_pattern",
     "parse_rules",
     "rules_summary",
+    "rules_table",
     "scripts_blocked",
     "state_token",
 ]

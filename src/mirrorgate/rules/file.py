@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mirrorgate.advisories import AdvisoryFeed
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.rules.advisory import AdvisoryRules
 from mirrorgate.rules.patterns import (
     PATTERN_EXAMPLES,
@@ -33,7 +34,7 @@ __all__ = ["RulesError", "load_rules", "parse_rules"]
 _ZERO = timedelta(0)
 
 
-class RulesError(Exception):
+class RulesError(MirrorgateError):
     """A rules file that cannot be honoured; one line per problem, each naming its TOML key."""
 
     def __init__(self, problems: list[str], source: str = "<rules>") -> None:

@@ -35,7 +35,7 @@ class PackagePattern:
     `*` after a non-empty prefix: `acme-*`, `@acme/ui-*`), optionally a range.
 
     A name alone covers every version, prereleases included; a range follows npm's semantics
-    (`npm.semver`), so `lodash@<4.17.21` does not cover `4.17.20-beta.1`.
+    (`npm.versions`), so `lodash@<4.17.21` does not cover `4.17.20-beta.1`.
     """
 
     text: str

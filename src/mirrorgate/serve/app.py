@@ -95,7 +95,7 @@ class Proxy:
     """The client tokens in force; None leaves the proxy open (see `access`)."""
     keep_public: bool = False
     """A worker runs in this process and re-gates through this cache: each entry keeps the
-    public answer's bytes too (`worker.packuments`)."""
+    public answer's bytes too (`gate.public`)."""
 
 
 def _utcnow() -> datetime:

@@ -407,7 +407,7 @@ class PublishRoute:
                                            b"", "unpublish")
             # the whole package removed on purpose by a publisher: the one hand-over of a name
             # mirrorgate takes as meant. Otherwise a private 404 for a name remembered
-            # first-party is an outage, never a reason to serve public (`serve.fill`).
+            # first-party is an outage, never a reason to serve public (`gate.fill`).
             self.first_party.forget(name.full)
             log.info("package_unpublished", client=write.client.name, package=name.full)
             return response

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.upstream.client import UpstreamError
@@ -25,7 +26,7 @@ DEFAULT_RETRY_AFTER = "30"
 """Seconds a 503 asks the client to wait when the upstream did not say."""
 
 
-class Refused(Exception):  # noqa: N818 - an outcome carried to the response, not a bug
+class Refused(MirrorgateError):  # noqa: N818 - an outcome carried to the response, not a bug
     """A request answered with a JSON error: the status, the sentence and extra fields."""
 
     def __init__(self, status: int, message: str, *, reason: str | None = None,

@@ -118,10 +118,9 @@ class TarballRoute:
             # Skipped on the packument's word, private may hold the version all the same: the
             # worker mirrors within seconds of a pull, the packument says "public-only" for
             # its whole TTL, and a public outage in that window must not fail an install of
-            # what is already mirrored (seen: `npm install`, public down, `npm ci` -> E502).
-            # Asked only once public has failed, so the skip still saves the round trip on
-            # every healthy pull; the bytes are checked against the admitted digest as public
-            # ones would be.
+            # what is already mirrored. Asked only once public has failed, so the skip still
+            # saves the round trip on every healthy pull; the bytes are checked against the
+            # admitted digest as public ones would be.
             if skipped:
                 copy, _ = await self._from_private(request, name, filename, record, deadline,
                                                   verify=True)

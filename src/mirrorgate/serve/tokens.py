@@ -18,6 +18,8 @@ from pathlib import Path
 
 import structlog
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = [
     "PERMISSIONS",
     "Client",
@@ -42,7 +44,7 @@ _DIGEST = re.compile(r"sha256:([0-9a-fA-F]{64})")
 _MAX_FILE_BYTES = 1024 * 1024
 
 
-class ClientTokensError(ValueError):
+class ClientTokensError(MirrorgateError, ValueError):
     """A tokens file that cannot be used; the message names the file and the line."""
 
 

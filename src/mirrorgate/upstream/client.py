@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 
 from mirrorgate.config import Secret
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
 from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
@@ -78,7 +79,7 @@ class StreamedBody(Protocol):
     def chunks(self) -> AsyncIterator[bytes]: ...
 
 
-class BodyStopped(Exception):  # noqa: N818 - the sender's own verdict, carried out of aiohttp
+class BodyStopped(MirrorgateError):  # noqa: N818 - the sender's own verdict, carried out of aiohttp
     """Raised by a `StreamedBody`'s chunks to abandon the request mid-body: the connection is
     closed without the body's end, so the upstream never sees a complete request.
     `send_json` re-raises `reason` (it is not an upstream failure)."""
@@ -88,7 +89,7 @@ class BodyStopped(Exception):  # noqa: N818 - the sender's own verdict, carried 
         self.reason = reason
 
 
-class UpstreamError(Exception):
+class UpstreamError(MirrorgateError):
     """An upstream call that did not produce a usable answer.
 
     `kind`: unreachable, timeout, status (an unexpected HTTP status), too-large, invalid (not

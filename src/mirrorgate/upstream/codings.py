@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = ["DECODABLE", "IDENTITY", "CodingError", "UnsupportedCodingError", "coding_of", "decode"]
 
 IDENTITY = "identity"
@@ -22,11 +24,11 @@ OUT_STEP = 256 * 1024
 inflate into a large buffer (a compression bomb is then stopped by the reader's own cap)."""
 
 
-class UnsupportedCodingError(ValueError):
+class UnsupportedCodingError(MirrorgateError, ValueError):
     """The answer is in a content coding mirrorgate cannot decode (brotli, zstd, stacked)."""
 
 
-class CodingError(aiohttp.ClientPayloadError):
+class CodingError(MirrorgateError, aiohttp.ClientPayloadError):
     """A coded body that does not decode: a broken transfer, never a different tarball."""
 
 

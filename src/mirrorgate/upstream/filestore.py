@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.npm.mirrormark import read_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.versions import highest, is_version_string
@@ -27,7 +28,7 @@ __all__ = ["FileStore", "Incoming", "StoreError"]
 CHUNK = 256 * 1024
 
 
-class StoreError(Exception):
+class StoreError(MirrorgateError):
     """The store cannot hold what it was given (bad version string, disk failure)."""
 
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.integrity import Digest
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.publish import publish_document, says_already_exists
 from mirrorgate.upstream.client import (
@@ -34,8 +35,19 @@ from mirrorgate.upstream.client import (
 )
 from mirrorgate.upstream.filestore import FileStore, StoreError
 
-__all__ = ["HttpRegistry", "PrivateRegistry", "RegistryError", "StoreRegistry", "TarballBody",
-           "TarballSink", "Upload", "WriteAnswer", "open_registry", "store_root"]
+__all__ = [
+    "HttpRegistry",
+    "PrivateRegistry",
+    "RegistryError",
+    "StoreRegistry",
+    "TarballBody",
+    "TarballSink",
+    "TargetConflict",
+    "Upload",
+    "WriteAnswer",
+    "open_registry",
+    "store_root",
+]
 
 FULL = "application/json"
 
@@ -49,6 +61,18 @@ class RegistryError(MirrorgateError):
         super().__init__(detail)
         self.reason = reason
         self.transient = transient
+
+
+class TargetConflict(RegistryError):  # noqa: N818 - a security outcome, named for what it is
+    """The registry already holds this version with other bytes than the ones admitted (the
+    worker logs it as a security event and retires the job)."""
+
+    def __init__(self, label: str, expected: Digest, stored: Digest | None) -> None:
+        shown = stored.sri() if stored is not None else "(none)"
+        super().__init__("target-conflict", f"{called(label)} already holds this version with "
+                         f"{shown}, not {expected.sri()}", transient=False)
+        self.expected = expected
+        self.stored = stored
 
 
 @dataclass(frozen=True, slots=True)

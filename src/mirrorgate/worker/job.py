@@ -21,6 +21,7 @@ import aiohttp
 import structlog
 
 from mirrorgate.config import Settings
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.entry import PublicAnswer
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
 from mirrorgate.healthz import Heartbeat
@@ -47,12 +48,11 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import DEFAULT_RULES, Rules, scripts_blocked
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
-from mirrorgate.upstream.registry import RegistryError
+from mirrorgate.upstream.registry import RegistryError, TargetConflict
 from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.worker.target import (
     MirrorTarget,
     PublishResult,
-    TargetConflict,
 )
 
 __all__ = ["JobRunner", "Outcome", "WorkerDeps", "subject"]
@@ -115,7 +115,7 @@ class Retry(Exception):  # noqa: N818 - control flow inside one job, never escap
         self.reason = reason
 
 
-class WrongSize(Exception):  # noqa: N818 - tampering, logged as such, never escapes a job
+class WrongSize(MirrorgateError):  # noqa: N818 - tampering, logged as such, never escapes a job
     """Bytes that are not the size the job declares, and what hashing all of them showed:
     `actual` is None when the answer ran past the cap or broke off before its end."""
 

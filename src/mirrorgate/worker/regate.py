@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import Gated, gate
 from mirrorgate.integrity import Digest, same_digest, strongest
 from mirrorgate.logs import loggable_url
@@ -33,7 +34,7 @@ _NAMED_FIELDS = 20
 """At most this many differing manifest fields (or job digests) are named in a refusal."""
 
 
-class JobRefused(Exception):  # noqa: N818 - an outcome the worker retires, not a bug
+class JobRefused(MirrorgateError):  # noqa: N818 - an outcome the worker retires, not a bug
     """The job is not what the public upstream and the rules admit. `reason` is a stable
     label (the metric label); `fields` say what did not match (the job's value and public's)."""
 

@@ -15,7 +15,6 @@ import aiohttp
 
 from mirrorgate.integrity import (
     Agreement,
-    Digest,
     DigestMismatch,
     StreamVerifier,
     TarballDigests,
@@ -30,9 +29,15 @@ from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.publish import NON_LATEST_TAG, choose_dist_tags, version_manifest
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.upstream.client import Upstream, UpstreamError
-from mirrorgate.upstream.registry import PrivateRegistry, RegistryError, called, open_registry
+from mirrorgate.upstream.registry import (
+    PrivateRegistry,
+    RegistryError,
+    TargetConflict,
+    called,
+    open_registry,
+)
 
-__all__ = ["MirrorTarget", "PublishResult", "TargetConflict", "open_target", "publish_digests"]
+__all__ = ["MirrorTarget", "PublishResult", "open_target", "publish_digests"]
 
 READ_BACK_LIMIT = 256 * 1024 * 1024
 """The largest stored tarball read back when no MIRRORGATE_MAX_TARBALL_BYTES is given."""
@@ -43,18 +48,6 @@ _T = TypeVar("_T")
 class PublishResult(enum.StrEnum):
     PUBLISHED = "published"
     ALREADY_PRESENT = "already_present"
-
-
-class TargetConflict(RegistryError):  # noqa: N818 - a security outcome, named for what it is
-    """The target already holds this version with other bytes than the ones admitted (the
-    worker logs it as a security event and retires the job)."""
-
-    def __init__(self, label: str, expected: Digest, stored: Digest | None) -> None:
-        shown = stored.sri() if stored is not None else "(none)"
-        super().__init__("target-conflict", f"{called(label)} already holds this version with "
-                         f"{shown}, not {expected.sri()}", transient=False)
-        self.expected = expected
-        self.stored = stored
 
 
 def _verify_whole(job: MirrorJob, tarball: bytes) -> TarballDigests:

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = ["LockedEntry", "Lockfile", "LockfileError", "SkippedEntry"]
 
 
-class LockfileError(Exception):
+class LockfileError(MirrorgateError):
     """A lockfile that cannot be read as its kind: `path`, `line` (1-based; 0 when the problem
     is the whole file) and what is wrong."""
 

@@ -1,0 +1,326 @@
+"""The admission rules as one table: each rule's name, what it denies, and its check, in order.
+
+`evaluate` walks the table and the first check that denies decides. The order, `RULE_NAMES`
+(metric labels, `check-config`), and the rules table in docs/serving.md all come from `RULES`,
+so they cannot drift apart. Every check is pure (no I/O, no clock of its own) and cheap: the
+serve path runs the table for every public version of a packument when it fills its cache.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from mirrorgate.integrity import Digest, digests_from_dist, strongest
+from mirrorgate.moments import moment, stamp
+from mirrorgate.npm.scripts import install_scripts
+from mirrorgate.rules.advisory import (
+    ADVISORY_MALWARE,
+    ADVISORY_SEVERITY,
+    ADVISORY_UNAVAILABLE,
+    check,
+    fast_lane,
+)
+from mirrorgate.rules.context import Context
+from mirrorgate.rules.patterns import Subject, quoted
+from mirrorgate.rules.policy import ALGORITHMS, Rules, Verdict, plural
+from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, check_signature
+from mirrorgate.rules.takeover import (
+    PROVENANCE_CONTINUITY,
+    PUBLISHER_CHANGE,
+    Finding,
+    History,
+    SignalRule,
+    check_provenance,
+    check_publisher,
+)
+
+# What the package exports is listed once, in rules/__init__.py.
+INTEGRITY_PRESENCE = "integrity-presence"
+DIGEST_FLOOR = "digest-floor"
+DENY_LIST = "deny-list"
+ALLOW_LIST = "allow-list"
+INSTALL_SCRIPTS = "install-scripts"
+MINIMUM_AGE = "minimum-age"
+
+_RANK = {algorithm: rank for rank, algorithm in enumerate(ALGORITHMS)}
+_ZERO = timedelta(0)
+_ADMITTED = Verdict(True, None, None)
+_ADMITTED_WEAK = Verdict(True, None, None, weak=True)
+_PRINTABLE = re.compile(r"[ -~]{1,200}")
+_NO_MOMENT = datetime.min.replace(tzinfo=UTC)  # for a check that reads no time
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One version as every check reads it."""
+
+    name: str
+    version: str
+    manifest: Mapping[str, Any]
+    published: str | None
+    now: datetime
+    """Aware, UTC."""
+    context: Context | None
+    best: Digest | None
+    """The strongest digest this process can compute, or None."""
+
+    @property
+    def subject(self) -> Subject:
+        return Subject(self.name, self.version)
+
+    @property
+    def label(self) -> str:
+        """`name@version` for a reason a terminal will print: the version comes from an
+        upstream packument, so anything odd in it (control characters, escapes, great length)
+        is escaped."""
+        label = f"{self.name}@{self.version}"
+        if _PRINTABLE.fullmatch(label):
+            return label
+        shown = json.dumps(label[:200])[1:-1]
+        return shown + ("..." if len(label) > 200 else "")
+
+
+Check = Callable[[Rules, Judged], Verdict | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A row of the table: the rule names its check may deny with (metric labels and 403
+    bodies), what it denies (the docs' sentence), and the check (None: it admits)."""
+
+    names: tuple[str, ...]
+    denies: str
+    check: Check
+
+
+def _deny(rule: str, reason: str) -> Verdict:
+    return Verdict(False, rule, reason)
+
+
+# --- the checks, in the order they run ------------------------------------------------------
+
+def _integrity_presence(_rules: Rules, judged: Judged) -> Verdict | None:
+    if judged.best is not None:  # always on, whatever the rules file says
+        return None
+    return _deny(INTEGRITY_PRESENCE, f"{judged.label} carries no digest to verify its tarball "
+                 "against (no sha1 to sha512 dist.integrity and no hex dist.shasum), and every "
+                 "version must carry one")
+
+
+def _digest_floor(rules: Rules, judged: Judged) -> Verdict | None:
+    best = judged.best
+    if best is None or _RANK[best.algorithm] >= _RANK[rules.integrity_minimum]:
+        return None
+    wanted = rules.integrity_minimum
+    floor = wanted if wanted == ALGORITHMS[-1] else f"{wanted} or stronger"
+    return _deny(DIGEST_FLOOR, f"{judged.label}'s strongest digest is {best.algorithm}; the "
+                 f"rules require {floor}")
+
+
+def _signature(rules: Rules, judged: Judged) -> Verdict | None:
+    # tampered metadata outranks every policy reason, so it is checked before them
+    keys = judged.context.keys if judged.context is not None else None
+    found = check_signature(rules.signatures, keys, judged.name, judged.version,
+                            judged.manifest, judged.published)
+    return _deny(found.rule, found.reason) if found is not None else None
+
+
+def _deny_list(rules: Rules, judged: Judged) -> Verdict | None:
+    if not rules.deny:
+        return None
+    # A version that is not valid semver cannot be placed relative to a range: a ranged deny
+    # entry denies it (fail closed); a ranged allow or exemption entry does not cover it.
+    subject = judged.subject
+    hit = rules.deny.first_match(subject, unparseable_matches=True)
+    if hit is None:
+        return None
+    entry = quoted(hit.text)
+    if hit.range is not None and subject.parsed() is None:
+        return _deny(DENY_LIST, f"{judged.label} is not a valid semver version, so it cannot "
+                     f"be shown to be outside the deny list entry {entry}")
+    return _deny(DENY_LIST, f"{judged.label} matches the deny list entry {entry}")
+
+
+def _allow_list(rules: Rules, judged: Judged) -> Verdict | None:
+    # a non-empty allow list admits only what it names
+    if not rules.allow or rules.allow.first_match(judged.subject,
+                                                  unparseable_matches=False) is not None:
+        return None
+    return _deny(ALLOW_LIST, f"{judged.label} matches no allow list entry, and only versions "
+                 "on the allow list are admitted")
+
+
+def _advisories(rules: Rules, judged: Judged) -> Verdict | None:
+    if rules.advisories is None:
+        return None
+    found = check(rules.advisories, judged.name, judged.version, judged.label, judged.now)
+    return _deny(*found) if found is not None else None
+
+
+def _scripts_of(manifest: Mapping[str, Any]) -> list[str]:
+    found = install_scripts(manifest)
+    if not found and manifest.get("hasInstallScript") not in (None, False):
+        found = ["hasInstallScript"]
+    return found
+
+
+def _install_scripts(rules: Rules, judged: Judged) -> Verdict | None:
+    if not scripts_blocked(rules, judged.name, judged.version):
+        return None
+    scripts = _scripts_of(judged.manifest)
+    if not scripts:
+        return None
+    return _deny(INSTALL_SCRIPTS, f"{judged.label} has install scripts ({', '.join(scripts)}), "
+                 "which the rules block for packages not listed in install_scripts.allow")
+
+
+def _span(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 120:
+        return plural(seconds, "second")
+    if seconds < 2 * 3600:
+        return plural(seconds // 60, "minute")
+    if seconds < 2 * 86400:
+        return plural(seconds // 3600, "hour")
+    return plural(seconds // 86400, "day")
+
+
+def _minimum_age(rules: Rules, judged: Judged) -> Verdict | None:
+    if rules.minimum_age <= _ZERO or rules.age_exempt.first_match(
+            judged.subject, unparseable_matches=False) is not None:
+        return None
+    # a version that fixes an advisory skips the age rule when the fast lane is on
+    if rules.advisories is not None and fast_lane(rules.advisories, judged.name,
+                                                  judged.version):
+        return None
+    when = moment(judged.published)
+    if when is None:  # missing or unparseable: "no time entry", denied unless allowed
+        if rules.missing_time_allowed:
+            return None
+        return _deny(MINIMUM_AGE, f"{judged.label} has no publish time in the packument, so "
+                     f"its age is unknown; the minimum release age is {rules.minimum_age_text}")
+    age = judged.now - when
+    if age >= rules.minimum_age:
+        return None
+    relative = f"{_span(age)} ago" if age >= _ZERO else f"{_span(-age)} in the future"
+    return _deny(MINIMUM_AGE, f"published {stamp(when)}, {relative}; the minimum release age "
+                 f"is {rules.minimum_age_text}")
+
+
+Signal = Callable[[SignalRule, str, str, History, datetime], Finding | None]
+
+
+def _takeover(signal: Signal, setting: Callable[[Rules], SignalRule]) -> Check:
+    def checked(rules: Rules, judged: Judged) -> Verdict | None:
+        history = judged.context.history if judged.context is not None else None
+        if history is None:
+            return None
+        fired = signal(setting(rules), judged.name, judged.version, history, judged.now)
+        if fired is None:
+            return None
+        return Verdict(False, fired.rule, fired.reason, until=fired.until)
+
+    return checked
+
+
+RULES: tuple[Rule, ...] = (
+    Rule((INTEGRITY_PRESENCE,), "its `dist` has no digest mirrorgate can verify: no sha1, "
+         "sha256, sha384 or sha512 entry in `dist.integrity` and no hex `dist.shasum`. Always "
+         "on; no setting turns it off.", _integrity_presence),
+    Rule((DIGEST_FLOOR,), "its strongest digest is weaker than `integrity.minimum`. With the "
+         "default `sha1`, a version that carries only sha1 is admitted but flagged **weak**.",
+         _digest_floor),
+    Rule((REGISTRY_SIGNATURE,), "`[signatures]` is on and its `dist.signatures` does not "
+         "verify against the public registry's keys (tampered metadata), or, with `missing = "
+         "\"deny\"`, it has no signature or the keys are unavailable. See "
+         "[Account-takeover signals](#account-takeover-signals-and-registry-signatures).",
+         _signature),
+    Rule((DENY_LIST,), "it matches an entry of `deny.packages`.", _deny_list),
+    Rule((ALLOW_LIST,), "`allow.packages` is not empty and it matches none of its entries.",
+         _allow_list),
+    Rule((ADVISORY_UNAVAILABLE, ADVISORY_MALWARE, ADVISORY_SEVERITY), "the `[advisories]` "
+         "table: see [Advisories](#advisories).", _advisories),
+    Rule((INSTALL_SCRIPTS,), "`[install_scripts]` is present, the version has a `preinstall`, "
+         "`install` or `postinstall` script or `hasInstallScript: true`, and it matches no "
+         "entry of `install_scripts.allow`. The manifest is what the publisher chose to show, "
+         "and yarn 1 runs the `package.json` inside the tarball, and npm runs the scripts of "
+         "dependencies bundled in the tarball, so where the rule applies the tarball's own "
+         "`package.json` and `binding.gyp` (node-gyp's implicit install), at its root and in "
+         "each bundled `node_modules/<name>/`, are read too as the bytes stream: a download "
+         "whose contents run code at install is cut before its last chunk "
+         "(`tarball_scripts_refused`, `security: true`, counted under this rule) and the next "
+         "request for that version is a 403 naming the rule and the scripts, and the worker "
+         "retires such a job (`install-scripts`) instead of publishing it.", _install_scripts),
+    Rule((MINIMUM_AGE,), "it was published less than `age.minimum` ago (from the packument's "
+         "`time[version]`), or it has no usable publish time and `age.missing_time` is "
+         "`deny`. Entries of `age.exempt` skip this rule, and so does a version that fixes an "
+         "advisory (`advisories.fast_lane`).", _minimum_age),
+    Rule((PROVENANCE_CONTINUITY,), "it has no provenance attestation while one of the "
+         "previous `provenance.window` versions had one.",
+         _takeover(check_provenance, lambda rules: rules.provenance)),
+    Rule((PUBLISHER_CHANGE,), "it was published by an account that published none of the "
+         "previous `publisher.window` versions.",
+         _takeover(check_publisher, lambda rules: rules.publisher)),
+)
+
+RULE_NAMES: tuple[str, ...] = tuple(name for rule in RULES for name in rule.names)
+"""Stable names (metric labels, 403 bodies), in the order `evaluate` applies them."""
+
+
+def evaluate(
+    rules: Rules,
+    name: str,
+    version: str,
+    manifest: Mapping[str, Any],
+    published: str | None,
+    now: datetime,
+    *,
+    context: Context | None = None,
+) -> Verdict:
+    """Whether the public version `name@version` is admitted, and if not by which rule and why.
+
+    `manifest` is the packument's `versions[version]`, `published` its `time[version]` (or None)
+    and `now` the moment to measure release age against. `context` carries what the
+    packument-wide rules read (history, registry keys); without it they see no history and no
+    keys. Pure: no I/O, no clock, no logging.
+    """
+    dist = manifest.get("dist") if isinstance(manifest, Mapping) else None
+    best = strongest(digests_from_dist(dist)) if isinstance(dist, Mapping) else None
+    judged = Judged(name, version, manifest if isinstance(manifest, Mapping) else {},
+                    published, now if now.tzinfo is not None else now.replace(tzinfo=UTC),
+                    context, best)
+    for rule in RULES:
+        verdict = rule.check(rules, judged)
+        if verdict is not None:
+            return verdict
+    # sha1-only versions are admitted but flagged weak, unless a stronger floor is set
+    return _ADMITTED_WEAK if best is not None and best.algorithm == "sha1" else _ADMITTED
+
+
+def scripts_blocked(rules: Rules, name: str, version: str) -> bool:
+    """Whether the install-scripts rule holds `name@version` to running nothing at install: the
+    tarball's own files are then checked too (`npm.tarscripts`), not only the manifest."""
+    return rules.block_install_scripts and rules.install_scripts_allow.first_match(
+        Subject(name, version), unparseable_matches=False) is None
+
+
+def deny_listed(rules: Rules, name: str, version: str) -> Verdict | None:
+    """The deny list alone, for first-party versions: the organisation's own builds are not
+    held to the public admission rules, but an operator's deny entry withdraws any version."""
+    return _deny_list(rules, Judged(name, version, {}, None, _NO_MOMENT, None, None))
+
+
+def needs_history(rules: Rules) -> bool:
+    """Whether `evaluate` under these rules reads the packument's history."""
+    return rules.provenance.on or rules.publisher.on
+
+
+def rules_table() -> str:
+    """The rules table of docs/serving.md, as markdown."""
+    rows = [f"| {', '.join(f'`{n}`' for n in rule.names)} | {rule.denies} |" for rule in RULES]
+    return "\n".join(["| rule | denies a version when |", "| --- | --- |", *rows])
