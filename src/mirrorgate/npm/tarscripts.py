@@ -14,13 +14,22 @@ import orjson
 
 from mirrorgate.npm.scripts import install_scripts
 
-__all__ = ["MAX_MANIFEST_BYTES", "MAX_UNPACKED_BYTES", "ScriptScan", "declared_scripts",
-           "scripts_in"]
+__all__ = ["BOMB_FROM", "BOMB_RATIO", "MAX_ENTRIES", "MAX_MANIFEST_BYTES", "MAX_UNPACKED_BYTES",
+           "ScriptScan", "declared_scripts", "scripts_in"]
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 """A root package.json larger than this cannot be read here, so the version is refused."""
-MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
-"""Inflating further than this (a compression bomb) stops the scan, and the version is refused."""
+MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+"""Inflating further than this stops the scan, and the version is refused. Real tarballs stay
+well under it (the largest unpack to a few hundred MB); inflating it costs about 0.3 s of CPU."""
+BOMB_RATIO = 100
+BOMB_FROM = 64 * 1024 * 1024
+"""Past `BOMB_FROM` unpacked bytes, more than `BOMB_RATIO` unpacked bytes per compressed byte
+is a compression bomb (a megabyte of zeros that inflates to a gigabyte): the scan stops and
+the version is refused. JavaScript compresses 3 to 10 times, binaries 2 to 3."""
+MAX_ENTRIES = 200_000
+"""Tar entries read at most (each costs a few microseconds): more is refused. The packages
+with the most files hold a few tens of thousands."""
 _BLOCK = 512
 _STEP = 256 * 1024
 _FILE_TYPES = (b"0", b"\0", b"7")
@@ -109,6 +118,8 @@ class ScriptScan:
         self._next_path: str | None = None
         self._folder = ""  # the package directory of the package.json being captured
         self._unpacked = 0
+        self._compressed = 0
+        self._entries = 0
         self.scripts: dict[str, list[str]] = {}  # package directory ("" the root) -> scripts
         self.gyp: set[str] = set()
         self.gypfile_off: set[str] = set()
@@ -117,6 +128,7 @@ class ScriptScan:
     def feed(self, chunk: bytes) -> None:
         if self.problem is not None or not chunk:
             return
+        self._compressed += len(chunk)
         if self._raw:
             self._tar(chunk)
             return
@@ -174,6 +186,10 @@ class ScriptScan:
         if self._unpacked > MAX_UNPACKED_BYTES:
             self.problem = f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes"
             return
+        if self._unpacked > BOMB_FROM and self._unpacked > BOMB_RATIO * self._compressed:
+            self.problem = (f"it is a compression bomb: {self._compressed} bytes inflate to "
+                            f"more than {self._unpacked} (over {BOMB_RATIO} times as many)")
+            return
         view = memoryview(data)
         while view and self.problem is None:
             if self._skip:
@@ -197,6 +213,10 @@ class ScriptScan:
     def _header(self, header: bytes) -> None:
         # node-tar skips a zero block or one whose checksum fails, 512 bytes only, and goes on
         if header == b"\0" * _BLOCK or not _checksum_ok(header):
+            return
+        self._entries += 1
+        if self._entries > MAX_ENTRIES:
+            self.problem = f"it holds more than {MAX_ENTRIES} entries"
             return
         size = _octal(header[124:136])
         if size is None:

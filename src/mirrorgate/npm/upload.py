@@ -20,7 +20,7 @@ from mirrorgate.errors import MirrorgateError
 from mirrorgate.integrity import Digest, parse_integrity, parse_shasum, same_digest
 from mirrorgate.npm.mirrormark import MARK_FIELD
 from mirrorgate.npm.names import PackageName, tarball_filename
-from mirrorgate.npm.versions import is_version_string, parse_version
+from mirrorgate.npm.versions import is_version_string, parse_version, unstorable
 
 __all__ = ["Published", "ScannedUpload", "UploadError", "UploadScan", "checked_publish"]
 
@@ -308,6 +308,8 @@ def checked_publish(name: PackageName, scanned: ScannedUpload) -> Published:
     if manifest.get("version") != version or not _plain_version(version):
         raise UploadError(f"{version[:100]!r} is not a semver version, or not the one its "
                           "manifest declares")
+    if (why := unstorable(version)) is not None:
+        raise UploadError(f"{why}; publish {version.partition('+')[0]} instead")
     # npm names it `@scope/name-1.0.0.tgz`; registries store it under the last segment
     if filename not in (f"{name.full}-{version}.tgz", tarball_filename(name, version)):
         raise UploadError(f"the attachment is named {filename[:100]!r}; for {name.full}@"

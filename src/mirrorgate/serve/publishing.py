@@ -26,6 +26,7 @@ from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.paths import WriteTarget
 from mirrorgate.npm.publish import says_already_exists
 from mirrorgate.npm.upload import Published, UploadError, UploadScan, checked_publish
+from mirrorgate.npm.versions import same_version
 from mirrorgate.rules import Rules
 from mirrorgate.serve.access import CLIENT
 from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
@@ -322,7 +323,8 @@ class PublishRoute:
     def _new_version(name: PackageName, taken: frozenset[str], scan: UploadScan) -> Published:
         """The checked publish, refused (409) when its version exists already."""
         published = checked_publish(name, scan.finish())
-        if published.version in taken:
+        # semver equality, not string equality: `1.1.0+shadow` is public's `1.1.0`
+        if any(same_version(published.version, version) for version in taken):
             raise _exists(name, published.version)
         return published
 
