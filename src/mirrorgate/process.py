@@ -344,6 +344,8 @@ def run(settings: Settings, shape: Shape) -> int:
                     suggestion=unknown.suggestion, reason=unknown.warning())
     for secret in settings.secrets():  # a secret that reaches a log line is scrubbed from it
         register_secret(secret.reveal())
+    for warning in settings.warnings():
+        log.warning("config_warning", reason=warning)
     try:
         return asyncio.run(_run(settings, shape))
     except StartupError as error:

@@ -33,7 +33,7 @@ from mirrorgate.gate import (
     RenderKey,
     TooManyVersionsError,
 )
-from mirrorgate.gate.entry import build_rendered
+from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
@@ -48,7 +48,7 @@ from mirrorgate.npm.negotiation import (
     vary,
     wants_abbreviated,
 )
-from mirrorgate.npm.packument import FULL
+from mirrorgate.npm.packument import FULL, on_base
 from mirrorgate.npm.paths import (
     POST_ROUTES,
     RegistryPath,
@@ -172,6 +172,9 @@ class ProxyServer:
         self._vary = vary(fixed_base=self._bases.fixed is not None,
                           trusted_proxies=self._bases.trusts_proxies,
                           authenticated=proxy.clients is not None)
+        self._kept_bases: dict[str, None] = {}
+        self._rendering_once = asyncio.Semaphore(1)
+        self._unknown_bases_seen = 0
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(3).hex()
 
@@ -249,9 +252,9 @@ class ProxyServer:
 
     def _send(self, request: web.Request, rendered: Rendered) -> web.Response:
         wanted = request.headers.get("If-None-Match")
-        if wanted is not None and etag_matches(wanted, rendered.etag):
+        if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
             return web.Response(status=304, headers=rendered.not_modified_headers)
-        if self._gzip(request.headers.get("Accept-Encoding") or ""):
+        if rendered.gzipped and self._gzip(request.headers.get("Accept-Encoding") or ""):
             return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
         return web.Response(body=rendered.body, headers=rendered.headers)
 
@@ -399,9 +402,45 @@ class ProxyServer:
                           reason=gated.policy_message, package=name.full)
         key = self._key(request)
         rendered = slot.value.renderings.get(key)
-        if rendered is None:
+        if rendered is None and self._known_base(key[1]):
             rendered = await self._render(slot, gated, key)
+        elif rendered is None:
+            gzipped = self._gzip(request.headers.get("Accept-Encoding") or "")
+            rendered = await self._render_once(slot, gated, key, gzipped)
         return self._send(request, rendered)
+
+    def _known_base(self, base: str) -> bool:
+        """Whether renderings for `base` are kept: MIRRORGATE_PUBLIC_URL's, or one of the first
+        `MAX_BASES` the process was asked for. A deployment is reached by a few names; a
+        client inventing `Host` values must not spend the CPU of a rendering per value, nor
+        push out the renderings other clients' warm hits are answered from."""
+        if base in self._kept_bases:
+            return True
+        if len(self._kept_bases) < MAX_BASES:
+            self._kept_bases[base] = None
+            return True
+        return False
+
+    async def _render_once(self, slot: Cached[PackumentEntry], gated: Gated,
+                           key: RenderKey, gzipped: bool) -> Rendered:
+        """A rendering for a base whose renderings are not kept: the entry's bytes on the
+        placeholder (made once per form) with the base put in, uncompressed, one at a time
+        under the request's admission slot, then dropped."""
+        if not self._unknown_bases_seen:
+            log.warning("unknown_base_rendered", base=key[1][:200], kept=list(self._kept_bases),
+                        hint="set MIRRORGATE_PUBLIC_URL to the URL clients use")
+        self._unknown_bases_seen += 1
+        self.metrics.unkept_renderings.inc()
+        abbreviated, base = key
+        entry = slot.value
+        async with self._rendering_once:
+            unplaced = entry.unplaced.get(abbreviated)
+            if unplaced is None:
+                unplaced = await in_thread_if_large(gated.size, gated.render, abbreviated, None)
+                entry.unplaced[abbreviated] = unplaced
+                self.packuments.cache.grow(slot, len(unplaced))
+            return await in_thread_if_large(len(unplaced), _placed, unplaced, abbreviated, base,
+                                            self._vary, gzipped)
 
     async def _render(self, slot: Cached[PackumentEntry], gated: Gated, key: RenderKey) -> Rendered:
         """Render once per key, however many requests ask at the same time."""
@@ -462,6 +501,12 @@ class ProxyServer:
                  reason=body["reason"])
         self._count("unknown", 404)
         return json_response(404, body)
+
+
+def _placed(unplaced: bytes, abbreviated: bool, base: str, vary: str,
+            gzipped: bool) -> Rendered:
+    return rendered_body(on_base(unplaced, base), abbreviated, vary, kept=False,
+                         gzipped=gzipped)
 
 
 SERVER = web.AppKey("mirrorgate_proxy_server", ProxyServer)
