@@ -34,12 +34,10 @@ from mirrorgate.serve.tokens import Client
 from mirrorgate.upstream.client import BodyStopped, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry, TarballSink
 
-__all__ = ["PERMISSION", "PublishRoute"]
+__all__ = ["PublishRoute"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
-PERMISSION = "publish"
-"""The tokens-file word that lets a client write."""
 CHUNK = 64 * 1024
 _SMALL_BODY = 4096
 """Bytes a dist-tag body may hold (a JSON string naming a version)."""
@@ -152,15 +150,22 @@ class PublishRoute:
         if client is None:
             raise Refused(403, "publishing through mirrorgate needs client tokens: the operator "
                           "sets MIRRORGATE_CLIENT_TOKENS_FILE and gives the publishing client's "
-                          "line the `publish` permission", reason="no client tokens")
-        if PERMISSION not in client.permissions:
+                          "line a `publish:NAMES` grant", reason="no client tokens")
+        if not client.publish:
             raise Refused(403, f"the client {client.name} may not publish: its line in the "
-                          "tokens file has no `publish` permission (ask the operator)",
+                          "tokens file grants no `publish:NAMES` (ask the operator)",
                           reason="not a publisher", package=name.full)
         if not self.rules.publishable.covers_name(name.full):
             raise Refused(403, f"{name.full} may not be published through mirrorgate: "
                           "[publish] names in the rules file does not cover it",
                           reason="not a publishable name", package=name.full)
+        if not client.may_write(name.full):
+            # a team's token writes the team's names only: one leaked CI token must not reach
+            # every package `[publish] names` covers
+            raise Refused(403, f"the client {client.name} may not write {name.full}: its line "
+                          f"in the tokens file grants publish:{','.join(client.publish.texts())}"
+                          " (ask the operator to add the name)", reason="not its name",
+                          package=name.full)
         return client
 
     def _takes_changes(self, name: PackageName) -> None:
