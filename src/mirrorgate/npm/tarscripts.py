@@ -8,6 +8,7 @@ yarn 1 runs a `postinstall` only the tarball's `package.json` has, npm a bundled
 
 from __future__ import annotations
 
+import posixpath
 import zlib
 
 import orjson
@@ -36,6 +37,27 @@ _FILE_TYPES = (b"0", b"\0", b"7")
 _PAX_TYPES = (b"x", b"X")  # node-tar reads the old Solaris `X` as a pax header too
 _LONGNAME_TYPES = (b"L", b"N")  # GNU's long name, and its old form
 _LINK_TYPES = (b"1", b"2")
+_ESCAPES_KEPT = 20
+
+
+def _escapes(path: str) -> bool:
+    """Whether an entry's path (as the tar names it, `package/` first) leaves the package's
+    folder: absolute, or with a `..` in it."""
+    if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
+        return True
+    return any(part == ".." for part in path.replace("\\", "/").split("/"))
+
+
+def _link_escapes(path: str, target: bytes) -> bool:
+    """Whether a link entry points outside the package's folder: a symbolic link's target is
+    read beside the link, a hard link's (as tar records it) from the archive's root."""
+    text = target.decode("utf-8", "replace").replace("\\", "/")
+    if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
+        return True
+    inside = path.partition("/")[2]  # past `package/`
+    folder = inside.rsplit("/", 1)[0] if "/" in inside else ""
+    placed = posixpath.normpath(posixpath.join(folder, text))
+    return placed == ".." or placed.startswith("../")
 
 
 def _placed(parts: list[str]) -> tuple[str, str] | None:
@@ -123,6 +145,11 @@ class ScriptScan:
         self.scripts: dict[str, list[str]] = {}  # package directory ("" the root) -> scripts
         self.gyp: set[str] = set()
         self.gypfile_off: set[str] = set()
+        self.manifest: dict[str, object] | None = None
+        """The root package.json, parsed (the last one in the tar wins, as on disk)."""
+        self.escapes: list[str] = []
+        """Entries that would land outside `package/`: a `..` or absolute path, or a link to
+        one (a publish carrying any is refused)."""
         self.problem: str | None = None
 
     def feed(self, chunk: bytes) -> None:
@@ -237,6 +264,10 @@ class ScriptScan:
         self._next_path = None
         if kind == b"K":
             return
+        if len(self.escapes) < _ESCAPES_KEPT and (_escapes(path) or (
+                kind in _LINK_TYPES
+                and _link_escapes(path, header[157:257].split(b"\0", 1)[0]))):
+            self.escapes.append(path[:200])
         found = _package_file(path)
         if found is None or found[1] not in ("package.json", "binding.gyp"):
             return
@@ -288,6 +319,8 @@ class ScriptScan:
                 document = None
             if isinstance(document, dict) and document.get("gypfile") is False:
                 self.gypfile_off.add(self._folder)
+            if not self._folder:
+                self.manifest = document if isinstance(document, dict) else None
 
 
 def scripts_in(tarball: bytes) -> str | None:

@@ -25,6 +25,7 @@ from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.paths import WriteTarget
 from mirrorgate.npm.publish import says_already_exists
+from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.upload import Published, UploadError, UploadScan, checked_publish
 from mirrorgate.npm.versions import same_version
 from mirrorgate.rules import Rules
@@ -58,16 +59,19 @@ class _Write:
 class _ClientBody:
     """The client's body forwarded as it arrives (`registry.Upload`): `head` (already read and
     scanned), then the rest, each chunk scanned, the last one sent only once `check` has
-    passed. A failed check raises `BodyStopped`, so the registry never sees the body's end."""
+    passed. A failed check raises `BodyStopped`, so the registry never sees the body's end.
+    The tarball the scan decodes is read as it comes (`contents`: its own package.json, where
+    its entries land), off the event loop, for `check` to hold against the document."""
 
     def __init__(self, head: bytes, rest: AsyncIterator[bytes], scan: UploadScan,
-                 check: Callable[[], Published], size: int | None) -> None:
+                 check: Callable[[ScriptScan], Published], size: int | None) -> None:
         self._head = head
         self._rest = rest
         self._scan = scan
         self._check = check
         self.size = size
         self.checked: Published | None = None
+        self.contents = ScriptScan()
 
     async def chunks(self, tarball: TarballSink | None = None) -> AsyncIterator[bytes]:
         held = self._head
@@ -78,7 +82,7 @@ class _ClientBody:
                 await self._decoded(tarball)
                 yield held
                 held = chunk
-            self.checked = self._check()
+            self.checked = self._check(self.contents)
         except UploadError as error:
             raise BodyStopped(_bad_document(error)) from None
         except Refused as refused:
@@ -88,6 +92,8 @@ class _ClientBody:
     async def _decoded(self, tarball: TarballSink | None) -> None:
         # the tarball decoded so far goes to a registry that stores it itself, else nowhere
         decoded = self._scan.drain_tarball()
+        if decoded:
+            await asyncio.to_thread(self.contents.feed, decoded)  # inflating: never on the loop
         if tarball is not None and decoded:
             await tarball(decoded)
 
@@ -325,9 +331,11 @@ class PublishRoute:
             raise _bad_document(error) from None
 
     @staticmethod
-    def _new_version(name: PackageName, taken: frozenset[str], scan: UploadScan) -> Published:
-        """The checked publish, refused (409) when its version exists already."""
-        published = checked_publish(name, scan.finish())
+    def _new_version(name: PackageName, taken: frozenset[str], scan: UploadScan,
+                     contents: ScriptScan) -> Published:
+        """The checked publish (its document, then its tarball against it), refused (409)
+        when its version exists already."""
+        published = checked_publish(name, scan.finish(), contents)
         # semver equality, not string equality: `1.1.0+shadow` is public's `1.1.0`
         if any(same_version(published.version, version) for version in taken):
             raise _exists(name, published.version)
@@ -337,7 +345,8 @@ class PublishRoute:
                        scan: UploadScan) -> web.StreamResponse:
         name = write.name
         body = _ClientBody(pending.head, pending.rest, scan,
-                           lambda: self._new_version(name, taken, scan), pending.size)
+                           lambda contents: self._new_version(name, taken, scan, contents),
+                           pending.size)
         try:
             answer = await self.private.upload(name, body)
         except UpstreamError as error:
