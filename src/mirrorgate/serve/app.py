@@ -64,7 +64,7 @@ from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.publishing import PublishRoute
 from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
-from mirrorgate.serve.search import search
+from mirrorgate.serve.search import Search
 from mirrorgate.serve.tarballs import OUTCOME, TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.ui import add_ui_routes
@@ -160,6 +160,8 @@ class ProxyServer:
                                      private_answered=self.packuments.private_answered,
                                      clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
+        self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
+                             ttl=self.settings.cache_ttl, clock=clock)
         self.publishing = PublishRoute(
             settings=self.settings, rules=proxy.rules, private=proxy.private,
             public=proxy.public, first_party=self.packuments.source.first_party,
@@ -342,8 +344,7 @@ class ProxyServer:
             async with self.admission.slot(target.route), \
                     asyncio.timeout(limit) as deadline:
                 if name is None:  # the search route, the only one without a package name
-                    return json_response(200, await search(
-                        self.proxy.public, request.query, self._gated_or_none))
+                    return json_response(200, await self.search(request.query))
                 if target.route == "packument":
                     if request.query.get("write") == "true":  # npm, before a change
                         return await self.publishing.write_packument(
@@ -384,6 +385,12 @@ class ProxyServer:
 
     async def _gated_or_none(self, name: PackageName) -> Gated | None:
         return (await self._entry(name)).value.gated
+
+    def _cached_or_false(self, name: PackageName) -> Gated | bool | None:
+        """The fresh cached packument of `name` (None: no upstream has it), False when none
+        is cached; never fills."""
+        slot = self.packuments.fresh(name)
+        return False if slot is None else slot.value.gated
 
     async def _packument(self, request: web.Request, name: PackageName) -> web.Response:
         slot = await self._entry(name)
@@ -539,7 +546,8 @@ def build_proxy_app(
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
-                  packument=server._gated_or_none, over_tls=server.over_tls)
+                  packument=server._gated_or_none, over_tls=server.over_tls,
+                  base=server._base)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

@@ -24,7 +24,7 @@ from mirrorgate.npm.changes import changed_packument
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.paths import WriteTarget
-from mirrorgate.npm.publish import says_already_exists
+from mirrorgate.npm.publish import reason_given, says_already_exists
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.upload import Published, UploadError, UploadScan, checked_publish
 from mirrorgate.npm.versions import same_version
@@ -120,19 +120,6 @@ def _exists(name: PackageName, version: str) -> Refused:
 def _bad_document(error: UploadError) -> Refused:
     return Refused(400, f"mirrorgate refused the publish document: {error}",
                    reason="bad publish document")
-
-
-def _upstream_text(answer: bytes) -> str:
-    """The reason a registry gave, from its JSON `error` (or `message`), else its text."""
-    try:
-        document = orjson.loads(answer)
-    except orjson.JSONDecodeError:
-        document = None
-    if isinstance(document, dict):
-        for key in ("error", "message", "reason"):
-            if isinstance(document.get(key), str):
-                return str(document[key])[:500]
-    return answer[:500].decode("utf-8", "replace").strip() or "no reason given"
 
 
 class PublishRoute:
@@ -503,7 +490,7 @@ class PublishRoute:
                           version: str | None) -> None:
         if 200 <= status < 300:
             return
-        said = _upstream_text(answer)
+        said = reason_given(answer, 500)
         # The registry's words go to the client: a gateway that quotes the request's headers
         # back would hand mirrorgate's own credential to whoever may publish. The log scrubber
         # never sees this text, so the secrets are masked here.
