@@ -387,13 +387,19 @@ def test_an_exempt_package_skips_the_age_rule() -> None:
     assert verdict(AGE, "@acme/fresh", "1.0.0", published=None) == ADMITTED
 
 
-def test_without_an_age_table_no_minimum_age_applies() -> None:
+def test_without_an_age_table_the_default_cooldown_of_one_day_applies() -> None:
+    # a worm's version is pulled within hours: the cooldown held in every 2025-26 compromise
+    young = verdict(DEFAULT_RULES, published="2026-12-01T14:40:00Z")  # 20 minutes old
+    assert denied_by(young) == "minimum-age"
+    assert "the minimum release age is 1 day (mirrorgate's default cooldown)" in reason_of(young)
+    assert verdict(DEFAULT_RULES, published="2026-11-30T14:59:59Z") == ADMITTED
+    # a version without a publish time is not shown to be young: the default admits it
     assert verdict(DEFAULT_RULES, published=None) == ADMITTED
-    assert verdict(DEFAULT_RULES, published="2026-12-01T14:59:59Z") == ADMITTED
 
 
 def test_a_zero_minimum_age_turns_the_rule_off() -> None:
     assert verdict('[age]\nminimum = "0d"', published=None) == ADMITTED
+    assert verdict('[age]\nminimum = "0"', published="2026-12-01T14:59:59Z") == ADMITTED
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from mirrorgate.rules import (
     parse_rules,
     rules_summary,
 )
+from mirrorgate.rules.summary import DEFAULT_AGE_WHY, POLICY_TABLES
 
 SERVING_DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
 
@@ -103,7 +104,8 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         ],
         "integrity": {"presence": "always on", "minimum": "sha1",
                       "sha1_only": "admitted, flagged weak"},
-        "age": {"minimum": "off", "minimum_seconds": 0, "missing_time": "deny", "exempt": []},
+        "age": {"minimum": "1 day", "minimum_seconds": 86400, "missing_time": "allow",
+                "exempt": [], "default": DEFAULT_AGE_WHY},
         "deny": {"packages": []},
         "allow": {"packages": [], "mode": "everything not denied"},
         "install_scripts": {"block": False, "allow": []},
@@ -112,6 +114,9 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "provenance": {"mode": "off", "window": 5, "quarantine": "7 days", "allow": []},
         "publisher": {"mode": "off", "window": 20, "quarantine": "7 days", "allow": []},
         "private": {"names": [], "merge_public": [], "first_party": FIRST_PARTY},
+        "mode": "enforce",
+        "modes": {table: "enforce" for table in POLICY_TABLES},
+        "exceptions": [],
         "publish": {"names": [], "who": PUBLISHERS},
     }
 
@@ -135,6 +140,9 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
            for table in ("signatures", "provenance", "publisher")},
         "private": {"names": ["@acme/*", "acme-*"], "merge_public": [],
                     "first_party": FIRST_PARTY},
+        "mode": "enforce",
+        "modes": {table: "enforce" for table in POLICY_TABLES},
+        "exceptions": [],
         "publish": {"names": [], "who": PUBLISHERS},
     }
 
@@ -232,7 +240,7 @@ def test_an_unknown_table_is_an_error_suggesting_the_right_one() -> None:
 
 def test_an_unknown_key_is_an_error_suggesting_the_right_one() -> None:
     assert only_problem("[deny]\npackage = ['left-pad']") == (
-        "deny.package: unknown key (did you mean packages?); [deny] takes packages"
+        "deny.package: unknown key (did you mean packages?); [deny] takes packages, mode"
     )
 
 
@@ -310,10 +318,11 @@ def test_a_minimum_age_beyond_ten_years_is_an_error_not_an_overflow(setting: str
     assert "is longer than 3650 days" in only_problem(f"[age]\n{setting}")
 
 
-def test_an_age_table_needs_a_minimum() -> None:
-    assert only_problem('[age]\nexempt = ["@acme/*"]').startswith(
-        'age.minimum: is required in [age]; write minimum = "3d"'
-    )
+def test_an_age_table_without_a_minimum_keeps_the_default_cooldown() -> None:
+    rules = parse_rules('[age]\nexempt = ["@acme/*"]')
+    assert rules.age_is_default
+    assert rules.minimum_age == timedelta(days=1)
+    assert rules.age_exempt.texts() == ["@acme/*"]
 
 
 def test_both_minimum_and_minimum_days_is_an_error() -> None:

@@ -39,7 +39,6 @@ from mirrorgate.npm.packument import (
 )
 from mirrorgate.npm.versions import Key, is_version_string, parse_version
 from mirrorgate.rules import (
-    MINIMUM_AGE,
     Context,
     KeySet,
     Rules,
@@ -72,6 +71,7 @@ class _Judging:
     denied: dict[str, Denial] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     refused: list[UrlRefusal] = field(default_factory=list)
+    reported: dict[str, int] = field(default_factory=dict)
     skipped: int = 0
     regate_at: datetime | None = None
 
@@ -83,25 +83,18 @@ class _Judging:
         if moment_ is not None and (self.regate_at is None or moment_ < self.regate_at):
             self.regate_at = moment_
 
-    def denial_of(self, verdict: Verdict, published: object) -> Denial | None:
-        """The verdict as a denial (None when admitted), noting when it ends by itself."""
+    def denial_of(self, verdict: Verdict) -> Denial | None:
+        """The verdict as a denial (None when admitted), noting when it changes by itself
+        and what report-mode rules would have denied."""
+        self.regate_by(verdict.until)
+        for rule, _reason in verdict.reported:
+            self.reported[rule] = self.reported.get(rule, 0) + 1
         if verdict.admitted:
             return None
-        self.regate_by(_flips_at(self.rules, verdict, published))
         return Denial(verdict.rule or "unknown", verdict.reason or "denied")
 
     def scans(self, tarball: str | None, version: str) -> bool:
         return tarball is not None and scripts_blocked(self.rules, self.name.full, version)
-
-
-def _flips_at(rules: Rules, verdict: Verdict, published: object) -> datetime | None:
-    """When a denial ends by itself: a version the age rule denies comes of age, a quarantine
-    runs out. The same reading of the publish time the age rule used (`moments.moment`)."""
-    flips = verdict.until  # a quarantine's end
-    if verdict.rule == MINIMUM_AGE and (when := moment(published)) is not None:
-        aged = when + rules.minimum_age
-        flips = aged if flips is None else min(flips, aged)
-    return flips
 
 
 def _origin_denial(judging: _Judging, version: str, url: object,
@@ -141,11 +134,11 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
         dist = manifest.get("dist")
         url = dist.get("tarball") if isinstance(dist, Mapping) else None
         denial = _origin_denial(judging, version, url, origin)
-        weak = False
+        verdict = None
         if denial is None:
             verdict = evaluate(judging.rules, judging.name.full, version, manifest,
                                times.get(version), judging.now, context=judging.context)
-            denial, weak = judging.denial_of(verdict, times.get(version)), verdict.weak
+            denial = judging.denial_of(verdict)
         tarball = url if denial is None and isinstance(url, str) else None
         digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()
         kept[version] = (tarball, digests)
@@ -157,9 +150,19 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
             judging.deny(version, denial)
         full, abbreviated = serialise(judging.name, version, manifest)
         judging.records[version] = VersionRecord(
-            version, False, full, abbreviated, denial, weak, tarball, digests,
-            scan_scripts=judging.scans(tarball, version))
+            version, False, full, abbreviated, denial, verdict is not None and verdict.weak,
+            tarball, digests, scan_scripts=judging.scans(tarball, version),
+            **_asides(verdict))
     return kept
+
+
+def _asides(verdict: Verdict | None) -> dict[str, Any]:
+    """What a record keeps of an admitted verdict besides "admitted": the report-mode rules
+    that would have denied it, the exceptions that let it through."""
+    if verdict is None or not (verdict.reported or verdict.excepted):
+        return {}
+    return {"reported": tuple(Denial(rule, reason) for rule, reason in verdict.reported),
+            "excepted": verdict.excepted}
 
 
 def _shadowing(private_versions: Mapping[str, Any]) -> set[Key]:
@@ -176,7 +179,7 @@ def _private_verdict(judging: _Judging, version: str,
     first-party one by the deny list alone (None when nothing denies it)."""
     mark = mirrored_mark(manifest)
     if mark is None:
-        return deny_listed(judging.rules, judging.name.full, version), False, None
+        return deny_listed(judging.rules, judging.name.full, version, judging.now), False, None
     # the same context as public versions: the registry's keys for its signatures (kept in
     # what the worker published), the public history for the takeover signals
     return (evaluate(judging.rules, judging.name.full, version, without_mark(manifest),
@@ -189,8 +192,8 @@ def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
     for version, manifest in private_versions.items():
         if not _readable(judging, version, manifest):
             continue
-        judged, mirrored, published = _private_verdict(judging, version, manifest)
-        denial = judging.denial_of(judged, published) if judged is not None else None
+        judged, mirrored, _published = _private_verdict(judging, version, manifest)
+        denial = judging.denial_of(judged) if judged is not None else None
         if denial is not None:
             judging.deny(version, denial)
         # Public's copy of a mirrored version is the fallback when the private tarball
@@ -203,7 +206,7 @@ def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
             version, True, full, abbreviated, denial,
             judged.weak if judged is not None else False, tarball, digests,
             # public's bytes stand in when the private copy fails: read like any public relay
-            scan_scripts=judging.scans(tarball, version))
+            scan_scripts=judging.scans(tarball, version), **_asides(judged))
 
 
 def _mirrored_time(manifest: object) -> str | None:
@@ -300,6 +303,7 @@ def gate(
         versions=records,
         policy_message=policy_message(name, judging.denied) if judging.denied else None,
         denials=judging.counts,
+        reported=judging.reported,
         refused_urls=tuple(judging.refused),
         skipped=judging.skipped,
         regate_at=judging.regate_at,

@@ -85,6 +85,10 @@ class VersionRecord:
     scan_scripts: bool = False
     """The install-scripts rule applies: the tarball's own package.json is read as it streams,
     since the manifest the rule judged is not necessarily the one inside (`npm.tarscripts`)."""
+    reported: tuple[Denial, ...] = ()
+    """What rules in report mode would have denied (the version is served all the same)."""
+    excepted: tuple[str, ...] = ()
+    """The exceptions that admitted it past a rule, each described."""
 
     @property
     def admitted(self) -> bool:
@@ -117,6 +121,8 @@ class Gated:
     policy_message: str | None = None
     """npm's `policyRestrictions.message` (`policy_message`); None when nothing is denied."""
     denials: dict[str, int] = field(default_factory=dict)
+    reported: dict[str, int] = field(default_factory=dict)
+    """Versions a report-mode rule would have denied, by rule."""
     refused_urls: tuple[UrlRefusal, ...] = ()
     skipped: int = 0
     regate_at: datetime | None = None

@@ -11,12 +11,13 @@ import difflib
 import re
 import tomllib
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.moments import moment
 from mirrorgate.rules.advisory import AdvisoryRules
 from mirrorgate.rules.patterns import (
     PATTERN_EXAMPLES,
@@ -25,8 +26,18 @@ from mirrorgate.rules.patterns import (
     parse_pattern,
     quoted,
 )
-from mirrorgate.rules.policy import ALGORITHMS, DEFAULT_RULES, MAX_MINIMUM_AGE, Rules, plural
+from mirrorgate.rules.policy import (
+    ALGORITHMS,
+    DEFAULT_RULES,
+    ENFORCE,
+    MAX_MINIMUM_AGE,
+    RULE_MODES,
+    RuleException,
+    Rules,
+    plural,
+)
 from mirrorgate.rules.signatures import SignatureRule
+from mirrorgate.rules.table import POLICY_RULES
 from mirrorgate.rules.takeover import MODES, SignalRule
 
 __all__ = ["RulesError", "load_rules", "parse_rules"]
@@ -45,19 +56,22 @@ class RulesError(MirrorgateError):
 
 
 _SCHEMA: dict[str, tuple[str, ...]] = {
-    "integrity": ("minimum",),
-    "age": ("minimum", "minimum_days", "missing_time", "exempt"),
-    "deny": ("packages",),
-    "allow": ("packages",),
-    "install_scripts": ("block", "allow"),
+    "integrity": ("minimum", "mode"),
+    "age": ("minimum", "minimum_days", "missing_time", "exempt", "mode"),
+    "deny": ("packages", "mode"),
+    "allow": ("packages", "mode"),
+    "install_scripts": ("block", "allow", "mode"),
     "advisories": ("source", "refresh", "malware", "severity", "unavailable", "max_age",
-                   "ignore", "fast_lane"),
-    "signatures": ("verify", "missing"),
-    "provenance": ("continuity", "window", "quarantine", "allow"),
-    "publisher": ("change", "window", "quarantine", "allow"),
+                   "ignore", "fast_lane", "mode"),
+    "signatures": ("verify", "missing", "mode"),
+    "provenance": ("continuity", "window", "quarantine", "allow", "mode"),
+    "publisher": ("change", "window", "quarantine", "allow", "mode"),
     "private": ("names", "merge_public"),
     "publish": ("names",),
 }
+_TOP_LEVEL = ("mode", "exception")
+"""Keys outside the tables: the file's `mode`, and its `[[exception]]` entries."""
+_EXCEPTION_KEYS = ("package", "until", "reason", "by", "rules")
 _ADVISORY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _SEVERITY_CHOICES = ("low", "medium", "high", "critical", "none")
 _DURATION = re.compile(r"([0-9]{1,9})\s*([mhdw])")
@@ -109,6 +123,8 @@ class _Reader:
         known = tuple(_SCHEMA)
         listing = ", ".join(f"[{name}]" for name in known)
         for key, value in self.document.items():
+            if key in _TOP_LEVEL:
+                continue
             if key not in _SCHEMA:
                 if isinstance(value, dict):
                     self.problem(f"[{key}]", f"unknown table{_suggest(key, known, '[{}]')}; "
@@ -177,6 +193,8 @@ class _Reader:
         if not isinstance(value, str):
             self.problem(key, f"should be a string, got {_toml_type(value)}; {example}")
             return None
+        if value.strip() == "0":  # off, said explicitly
+            return _ZERO, "off"
         match = _DURATION.fullmatch(value.strip())
         if match is None:
             self.problem(key, f"{quoted(value)} is not a duration; {example}")
@@ -269,12 +287,11 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
             parsed = read.duration("age.minimum", age["minimum"])
         elif "minimum_days" in age:
             parsed = read.days("age.minimum_days", age["minimum_days"])
-        else:
-            read.problem("age.minimum", 'is required in [age]; write minimum = "3d" '
-                         "(or leave [age] out to impose no minimum release age)")
         if parsed is not None:
             values["minimum_age"], text_form = parsed
             values["minimum_age_text"] = text_form if parsed[0] > _ZERO else "off"
+            values["age_is_default"] = False
+            values["missing_time_allowed"] = False  # an age asked for: an unknown one is denied
         if "missing_time" in age:
             choice = read.string("age.missing_time", age["missing_time"], ("deny", "allow"))
             values["missing_time_allowed"] = choice == "allow"
@@ -318,9 +335,76 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
     if "names" in tables.get("publish", {}):
         values["publishable"] = read.names("publish.names", tables["publish"]["names"])
 
+    if "mode" in read.document:
+        values["mode"] = read.string("mode", read.document["mode"], RULE_MODES) or ENFORCE
+    values["table_modes"] = {table: mode for table, settings in tables.items()
+                             if "mode" in settings and (mode := read.string(
+                                 f"{table}.mode", settings["mode"], RULE_MODES)) is not None}
+    values["exceptions"] = _exceptions(read, read.document.get("exception", []))
+
     if read.problems:
         raise RulesError(read.problems, source)
     return Rules(source=source, **values)
+
+
+def _exceptions(read: _Reader, entries: object) -> tuple[RuleException, ...]:
+    """The `[[exception]]` entries: each names a package, an end, a reason and who asked;
+    the rules it lifts default to every policy rule."""
+    example = ('[[exception]]\npackage = "left-pad@1.3.1"\nuntil = 2027-01-31\n'
+               'reason = "the fix for CVE-2026-1234"\nby = "alice"')
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        read.problem("exception", f"should be [[exception]] tables, like\n{example}")
+        return ()
+    found: list[RuleException] = []
+    for index, entry in enumerate(entries):
+        where = f"exception[{index}]"
+        for key in entry:
+            if key not in _EXCEPTION_KEYS:
+                read.problem(f"{where}.{key}", f"unknown key{_suggest(key, _EXCEPTION_KEYS)}; "
+                             f"[[exception]] takes {', '.join(_EXCEPTION_KEYS)}")
+        missing = [key for key in ("package", "until", "reason", "by") if key not in entry]
+        for key in missing:
+            read.problem(f"{where}.{key}", "is required: an exception says which package, "
+                         "until when, why and who asked for it")
+        if missing:
+            continue
+        package = read.patterns(f"{where}.package", [entry["package"]])
+        until = _moment(read, f"{where}.until", entry["until"])
+        reason, by = entry["reason"], entry["by"]
+        for key, text in (("reason", reason), ("by", by)):
+            if not isinstance(text, str) or not text.strip():
+                read.problem(f"{where}.{key}", f"should be a non-empty string, got "
+                             f"{_toml_type(text)}")
+        lifted: frozenset[str] | None = None
+        if "rules" in entry:
+            named = entry["rules"]
+            if not isinstance(named, list) or not named or any(
+                    not isinstance(rule, str) or rule not in POLICY_RULES for rule in named):
+                read.problem(f"{where}.rules", "should be a list of the rules it lifts, from "
+                             f"{', '.join(sorted(POLICY_RULES))}")
+            else:
+                lifted = frozenset(named)
+        if (until is not None and package.patterns and isinstance(reason, str) and reason
+                and isinstance(by, str) and by):
+            found.append(RuleException(package, until, reason.strip(), by.strip(), lifted))
+    return tuple(found)
+
+
+def _moment(read: _Reader, key: str, value: object) -> datetime | None:
+    """An RFC 3339 time or a date (midnight UTC) as TOML writes them, or a string of one."""
+    if isinstance(value, str):
+        when = moment(value)
+        if when is None:
+            read.problem(key, f"{quoted(value)} is not a time; write a date (2027-01-31) or "
+                         "an RFC 3339 time (2027-01-31T12:00:00Z)")
+        return when
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=UTC)
+    read.problem(key, f"should be a date or a time, got {_toml_type(value)}; e.g. "
+                 "until = 2027-01-31")
+    return None
 
 
 def _advisories(read: _Reader, table: dict[str, Any], rules_source: str) -> AdvisoryRules | None:

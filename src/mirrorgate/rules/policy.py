@@ -1,4 +1,4 @@
-"""The compiled policy: the settings every rule reads, a verdict, and the policy as data.
+"""The compiled policy: the settings every rule reads, its modes and exceptions, a verdict.
 
 `Rules` is what the rules file compiles to (`rules.file`); the checks that read it, in order,
 are `rules.table`'s.
@@ -6,17 +6,50 @@ are `rules.table`'s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from mirrorgate.moments import stamp
 from mirrorgate.rules.advisory import AdvisoryRules
-from mirrorgate.rules.patterns import PatternList
+from mirrorgate.rules.patterns import PatternList, Subject
 from mirrorgate.rules.signatures import SignatureRule
 from mirrorgate.rules.takeover import SignalRule
 
 ALGORITHMS: tuple[str, ...] = ("sha1", "sha256", "sha384", "sha512")  # weakest first
 MAX_MINIMUM_AGE = timedelta(days=3650)
+DEFAULT_MINIMUM_AGE = timedelta(days=1)
+"""The cooldown where the rules say nothing about age. It held in every large npm compromise
+of 2025-26 (malicious versions were found and pulled within hours); pnpm 11 ships the same."""
+ENFORCE = "enforce"
+REPORT = "report"
+RULE_MODES = (ENFORCE, REPORT)
 _ZERO = timedelta(0)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleException:
+    """An `[[exception]]` entry: versions `package` covers are admitted past the named rules
+    (`rules`, None: every policy rule) until `until`, because `by` said `reason`."""
+
+    package: PatternList
+    """One pattern: a name, a scope or a prefix, optionally with a range."""
+    until: datetime
+    reason: str
+    by: str
+    rules: frozenset[str] | None = None
+
+    @property
+    def text(self) -> str:
+        return self.package.texts()[0]
+
+    def lifts(self, rule: str, subject: Subject, now: datetime) -> bool:
+        return (now < self.until and (self.rules is None or rule in self.rules)
+                and self.package.first_match(subject, unparseable_matches=False) is not None)
+
+    def describe(self) -> str:
+        return f"the exception for {self.text} until {stamp(self.until)} (by {self.by}: " \
+               f"{self.reason})"
 
 
 @dataclass(frozen=True)
@@ -25,9 +58,13 @@ class Rules:
     policy without a file: integrity presence, sha1-only admitted but flagged weak."""
 
     integrity_minimum: str = "sha1"
-    minimum_age: timedelta = _ZERO
-    minimum_age_text: str = "off"
-    missing_time_allowed: bool = False
+    minimum_age: timedelta = DEFAULT_MINIMUM_AGE
+    minimum_age_text: str = "1 day"
+    age_is_default: bool = True
+    """No `[age]` minimum was written: the default cooldown (`DEFAULT_MINIMUM_AGE`) applies."""
+    missing_time_allowed: bool = True
+    """A version without a publish time: admitted under the default cooldown (some registries
+    record none), denied when `[age]` sets a minimum, unless `missing_time = "allow"`."""
     age_exempt: PatternList = field(default_factory=PatternList)
     deny: PatternList = field(default_factory=PatternList)
     allow: PatternList = field(default_factory=PatternList)
@@ -41,11 +78,36 @@ class Rules:
     merge_public: PatternList = field(default_factory=PatternList)
     publishable: PatternList = field(default_factory=PatternList)
     """`[publish].names`: what clients may publish through the proxy (none by default)."""
+    mode: str = ENFORCE
+    """The file's `mode`: what a rule whose table says no `mode` of its own does."""
+    table_modes: Mapping[str, str] = field(default_factory=dict)
+    exceptions: tuple[RuleException, ...] = ()
     source: str = field(default="<defaults>", compare=False)
+    generation: int = field(default=0, compare=False)
+    """Which rules in force these are, counted from the process's first (`rules.live`): a
+    packument gated with an older generation is gated again before it is served."""
 
     def private_alone(self, name: str) -> bool:
         """`[private].names` covers `name` and `merge_public` does not: never asked of public."""
         return self.owned.covers_name(name) and not self.merge_public.covers_name(name)
+
+    def mode_of(self, table: str) -> str:
+        """`enforce` or `report` for the rules of `table` (its own `mode`, else the file's)."""
+        return self.table_modes.get(table, self.mode)
+
+    def exception_for(self, rule: str, subject: Subject, now: datetime) -> RuleException | None:
+        """The first unexpired exception that lifts `rule` for `subject`, or None."""
+        for exception in self.exceptions:
+            if exception.lifts(rule, subject, now):
+                return exception
+        return None
+
+    def warnings(self, now: datetime) -> list[str]:
+        """What an operator should know about these rules (each a sentence): start-up logs
+        them, `check-config` prints them. None stops the process."""
+        return [f"{self.source}: {exception.describe()} ended at {stamp(exception.until)} and "
+                "lifts nothing; remove it or give it a later `until`"
+                for exception in self.exceptions if exception.until <= now]
 
 
 DEFAULT_RULES = Rules()
@@ -53,14 +115,19 @@ DEFAULT_RULES = Rules()
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The outcome for one version: admitted, or denied by `rule` for `reason`."""
+    """The outcome for one version: admitted, or denied by `rule` for `reason`; `reported`,
+    the (rule, reason) of each report-mode rule that would have denied it; `excepted`, the
+    exceptions that admitted it past a rule."""
 
     admitted: bool
     rule: str | None
     reason: str | None
     weak: bool = False
     until: datetime | None = None
-    """For a timed denial (a quarantine): when it ends, so the packument is re-gated then."""
+    """When this verdict changes by itself (a version comes of age, a quarantine or an
+    exception ends): the packument is gated again then."""
+    reported: tuple[tuple[str, str], ...] = ()
+    excepted: tuple[str, ...] = ()
 
 
 def plural(count: int, unit: str) -> str:

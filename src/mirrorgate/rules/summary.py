@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from mirrorgate.moments import stamp
 from mirrorgate.rules.advisory import AdvisoryRules
 from mirrorgate.rules.policy import Rules
-from mirrorgate.rules.table import RULE_NAMES
+from mirrorgate.rules.table import RULE_NAMES, RULES
 
-__all__ = ["rules_summary"]
+__all__ = ["DEFAULT_AGE_WHY", "POLICY_TABLES", "rules_summary"]
+
+DEFAULT_AGE_WHY = ("the default cooldown: no [age] minimum is set; a version younger than a day "
+                   "is held back, as pnpm 11 does, because every large npm compromise of "
+                   "2025-26 was found and pulled within hours; minimum = \"0\" turns it off")
+POLICY_TABLES = tuple(dict.fromkeys(rule.table for rule in RULES if rule.table is not None))
 
 
 def rules_summary(rules: Rules) -> dict[str, Any]:
@@ -27,6 +33,7 @@ def rules_summary(rules: Rules) -> dict[str, Any]:
             "minimum_seconds": int(rules.minimum_age.total_seconds()),
             "missing_time": "allow" if rules.missing_time_allowed else "deny",
             "exempt": rules.age_exempt.texts(),
+            **({"default": DEFAULT_AGE_WHY} if rules.age_is_default else {}),
         },
         "deny": {"packages": rules.deny.texts()},
         "allow": {
@@ -49,6 +56,11 @@ def rules_summary(rules: Rules) -> dict[str, Any]:
                            "[private].names covers: served from the private upstream alone, "
                            "public versions never merged, unless merge_public names it",
         },
+        "mode": rules.mode,
+        "modes": {table: rules.mode_of(table) for table in POLICY_TABLES},
+        "exceptions": [{"package": e.text, "until": stamp(e.until), "reason": e.reason,
+                        "by": e.by, "rules": sorted(e.rules) if e.rules else "every policy rule"}
+                       for e in rules.exceptions],
         "publish": {
             "names": rules.publishable.texts(),
             "who": "clients whose line in the tokens file grants publish:NAMES, for those "

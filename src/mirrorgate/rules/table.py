@@ -27,7 +27,7 @@ from mirrorgate.rules.advisory import (
 )
 from mirrorgate.rules.context import Context
 from mirrorgate.rules.patterns import Subject, quoted
-from mirrorgate.rules.policy import ALGORITHMS, Rules, Verdict, plural
+from mirrorgate.rules.policy import ALGORITHMS, REPORT, Rules, Verdict, plural
 from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, check_signature
 from mirrorgate.rules.takeover import (
     PROVENANCE_CONTINUITY,
@@ -52,7 +52,6 @@ _ZERO = timedelta(0)
 _ADMITTED = Verdict(True, None, None)
 _ADMITTED_WEAK = Verdict(True, None, None, weak=True)
 _PRINTABLE = re.compile(r"[ -~]{1,200}")
-_NO_MOMENT = datetime.min.replace(tzinfo=UTC)  # for a check that reads no time
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +90,14 @@ Check = Callable[[Rules, Judged], Verdict | None]
 @dataclass(frozen=True, slots=True)
 class Rule:
     """A row of the table: the rule names its check may deny with (metric labels and 403
-    bodies), what it denies (the docs' sentence), and the check (None: it admits)."""
+    bodies), what it denies (the docs' sentence), the check (None: it admits), and the rules
+    file's table it is set in: a policy rule, which `mode = "report"` and an exception can
+    reach. None for what is not policy (a version without a digest is never served)."""
 
     names: tuple[str, ...]
     denies: str
     check: Check
+    table: str | None = None
 
 
 def _deny(rule: str, reason: str) -> Verdict:
@@ -208,8 +210,10 @@ def _minimum_age(rules: Rules, judged: Judged) -> Verdict | None:
     if age >= rules.minimum_age:
         return None
     relative = f"{_span(age)} ago" if age >= _ZERO else f"{_span(-age)} in the future"
-    return _deny(MINIMUM_AGE, f"published {stamp(when)}, {relative}; the minimum release age "
-                 f"is {rules.minimum_age_text}")
+    default = " (mirrorgate's default cooldown)" if rules.age_is_default else ""
+    return Verdict(False, MINIMUM_AGE, f"published {stamp(when)}, {relative}; the minimum "
+                   f"release age is {rules.minimum_age_text}{default}",
+                   until=when + rules.minimum_age)  # it comes of age then
 
 
 Signal = Callable[[SignalRule, str, str, History, datetime], Finding | None]
@@ -234,17 +238,17 @@ RULES: tuple[Rule, ...] = (
          "on; no setting turns it off.", _integrity_presence),
     Rule((DIGEST_FLOOR,), "its strongest digest is weaker than `integrity.minimum`. With the "
          "default `sha1`, a version that carries only sha1 is admitted but flagged **weak**.",
-         _digest_floor),
+         _digest_floor, "integrity"),
     Rule((REGISTRY_SIGNATURE,), "`[signatures]` is on and its `dist.signatures` does not "
          "verify against the public registry's keys (tampered metadata), or, with `missing = "
          "\"deny\"`, it has no signature or the keys are unavailable. See "
          "[Account-takeover signals](#account-takeover-signals-and-registry-signatures).",
-         _signature),
-    Rule((DENY_LIST,), "it matches an entry of `deny.packages`.", _deny_list),
+         _signature, "signatures"),
+    Rule((DENY_LIST,), "it matches an entry of `deny.packages`.", _deny_list, "deny"),
     Rule((ALLOW_LIST,), "`allow.packages` is not empty and it matches none of its entries.",
-         _allow_list),
+         _allow_list, "allow"),
     Rule((ADVISORY_UNAVAILABLE, ADVISORY_MALWARE, ADVISORY_SEVERITY), "the `[advisories]` "
-         "table: see [Advisories](#advisories).", _advisories),
+         "table: see [Advisories](#advisories).", _advisories, "advisories"),
     Rule((INSTALL_SCRIPTS,), "`[install_scripts]` is present, the version has a `preinstall`, "
          "`install` or `postinstall` script or `hasInstallScript: true`, and it matches no "
          "entry of `install_scripts.allow`. The manifest is what the publisher chose to show, "
@@ -260,21 +264,29 @@ RULES: tuple[Rule, ...] = (
          "nothing is not read again; contents that cannot be read are refused, among them a "
          "compression bomb (past 64 MiB unpacked, more than 100 bytes per compressed byte; "
          "past 512 MiB or 200,000 entries in any case: at most about a second of CPU).",
-         _install_scripts),
+         _install_scripts, "install_scripts"),
     Rule((MINIMUM_AGE,), "it was published less than `age.minimum` ago (from the packument's "
-         "`time[version]`), or it has no usable publish time and `age.missing_time` is "
-         "`deny`. Entries of `age.exempt` skip this rule, and so does a version that fixes an "
-         "advisory (`advisories.fast_lane`).", _minimum_age),
+         "`time[version]`; **one day** where the rules say nothing about age, `minimum = "
+         "\"0\"` turns it off), or it has no usable publish time and `age.missing_time` is "
+         "`deny` (the default once `[age]` sets a minimum). Entries of `age.exempt` skip this "
+         "rule, and so does a version that fixes an advisory (`advisories.fast_lane`).",
+         _minimum_age, "age"),
     Rule((PROVENANCE_CONTINUITY,), "it has no provenance attestation while one of the "
          "previous `provenance.window` versions had one.",
-         _takeover(check_provenance, lambda rules: rules.provenance)),
+         _takeover(check_provenance, lambda rules: rules.provenance), "provenance"),
     Rule((PUBLISHER_CHANGE,), "it was published by an account that published none of the "
          "previous `publisher.window` versions.",
-         _takeover(check_publisher, lambda rules: rules.publisher)),
+         _takeover(check_publisher, lambda rules: rules.publisher), "publisher"),
 )
 
+_DENY_ROW = next(rule for rule in RULES if DENY_LIST in rule.names)
 RULE_NAMES: tuple[str, ...] = tuple(name for rule in RULES for name in rule.names)
 """Stable names (metric labels, 403 bodies), in the order `evaluate` applies them."""
+POLICY_RULES: frozenset[str] = frozenset(
+    name for rule in RULES if rule.table is not None for name in rule.names)
+"""The rules a report mode and an exception can reach."""
+TABLE_OF: dict[str, str] = {name: rule.table for rule in RULES if rule.table is not None
+                            for name in rule.names}
 
 
 def evaluate(
@@ -299,12 +311,42 @@ def evaluate(
     judged = Judged(name, version, manifest if isinstance(manifest, Mapping) else {},
                     published, now if now.tzinfo is not None else now.replace(tzinfo=UTC),
                     context, best)
-    for rule in RULES:
-        verdict = rule.check(rules, judged)
-        if verdict is not None:
-            return verdict
     # sha1-only versions are admitted but flagged weak, unless a stronger floor is set
-    return _ADMITTED_WEAK if best is not None and best.algorithm == "sha1" else _ADMITTED
+    return _settle(rules, judged, RULES, weak=best is not None and best.algorithm == "sha1")
+
+
+def _settle(rules: Rules, judged: Judged, table: tuple[Rule, ...], *, weak: bool) -> Verdict:
+    """The first denial of `table`'s rules that is in force: a policy rule's denial an
+    exception lifts, or whose table is in report mode, is kept as such and the next rule
+    runs; a version nothing denies is admitted with them."""
+    reported: list[tuple[str, str]] = []
+    excepted: list[str] = []
+    changes: datetime | None = None
+    for rule in table:
+        verdict = rule.check(rules, judged)
+        if verdict is None:
+            continue
+        if rule.table is None or verdict.rule is None:
+            return verdict  # not policy: neither report mode nor an exception reaches it
+        exception = rules.exception_for(verdict.rule, judged.subject, judged.now)
+        if exception is not None:
+            excepted.append(f"{verdict.rule} lifted by {exception.describe()}")
+            changes = _earlier(changes, exception.until)  # denied again when it ends
+        elif rules.mode_of(rule.table) == REPORT:
+            reported.append((verdict.rule, verdict.reason or "denied"))
+            changes = _earlier(changes, verdict.until)
+        else:
+            return verdict
+    if not reported and not excepted and changes is None:
+        return _ADMITTED_WEAK if weak else _ADMITTED
+    return Verdict(True, None, None, weak=weak, until=changes, reported=tuple(reported),
+                   excepted=tuple(excepted))
+
+
+def _earlier(moment_: datetime | None, other: datetime | None) -> datetime | None:
+    if other is None:
+        return moment_
+    return other if moment_ is None or other < moment_ else moment_
 
 
 def scripts_blocked(rules: Rules, name: str, version: str) -> bool:
@@ -314,10 +356,15 @@ def scripts_blocked(rules: Rules, name: str, version: str) -> bool:
         Subject(name, version), unparseable_matches=False) is None
 
 
-def deny_listed(rules: Rules, name: str, version: str) -> Verdict | None:
+def deny_listed(rules: Rules, name: str, version: str, now: datetime) -> Verdict | None:
     """The deny list alone, for first-party versions: the organisation's own builds are not
-    held to the public admission rules, but an operator's deny entry withdraws any version."""
-    return _deny_list(rules, Judged(name, version, {}, None, _NO_MOMENT, None, None))
+    held to the public admission rules, but an operator's deny entry withdraws any version
+    (in its mode, and past an exception, as for a public version). None when nothing
+    denies it or would."""
+    judged = Judged(name, version, {}, None, now if now.tzinfo is not None
+                    else now.replace(tzinfo=UTC), None, None)
+    verdict = _settle(rules, judged, (_DENY_ROW,), weak=False)
+    return verdict if verdict is not _ADMITTED else None
 
 
 def needs_history(rules: Rules) -> bool:
