@@ -164,7 +164,9 @@ def _check_config(settings: Settings) -> int:
     # (the same environment may carry a newer release's variables during a rollout).
     for unknown in unknown_variables():
         print(f"mirrorgate: warning: {unknown.warning()}", file=sys.stderr)
-    for warning in settings.warnings():
+    from datetime import UTC, datetime
+
+    for warning in [*settings.warnings(), *rules.warnings(datetime.now(UTC))]:
         print(f"mirrorgate: warning: {warning}", file=sys.stderr)
     report = {"settings": settings.summary(), "rules": rules_summary(rules)}
     if rules.advisories is not None:

@@ -111,8 +111,10 @@ class Metrics:
             "fresh packument says the private upstream does not have the version", registry=r)
         self.cache = Counter("mirrorgate_cache", "packument cache lookups by result",
                              ["result"], registry=r)
-        self.rule_denials = Counter("mirrorgate_rule_denials", "versions denied, by rule",
-                                    ["rule"], registry=r)
+        self.rule_denials = Counter("mirrorgate_rule_denials", "versions denied, by rule and "
+                                    "mode (`report`: a report-mode rule's would-be denial, the "
+                                    "version served)",
+                                    ["rule", "mode"], registry=r)
         self.refusals = Counter("mirrorgate_refusals",
                                 "inputs refused for safety (bad names, off-origin URLs...)",
                                 ["reason"], registry=r)
@@ -125,6 +127,9 @@ class Metrics:
             "mirrorgate_unkept_renderings", "packument renderings built for one request and "
             "not kept: a base URL (Host) that is neither MIRRORGATE_PUBLIC_URL nor one of the "
             "first few the process was asked for", registry=self.registry)
+        self.rules_reload_failures = Counter(
+            "mirrorgate_rules_reload_failures", "rewrites of the rules file that could not be "
+            "used; the last good rules stayed in force", registry=r)
         self.shed = Counter("mirrorgate_shed", "requests refused with 503 because "
                             "MIRRORGATE_MAX_IN_FLIGHT was reached, by route", ["route"],
                             registry=r)

@@ -28,7 +28,7 @@ from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
-from mirrorgate.rules import Rules, RulesError, load_rules
+from mirrorgate.rules import LiveRules, Rules, RulesError
 from mirrorgate.serve.access import install_access
 from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
@@ -202,9 +202,12 @@ async def _run(settings: Settings, shape: Shape) -> int:
         metrics.watch_heartbeat(heartbeat.age)
 
     try:  # the worker re-gates every job with the same rules the proxy gates with
-        rules = load_rules(settings.rules_file)
+        rules = LiveRules.load(settings.rules_file,
+                               on_reload_failed=metrics.rules_reload_failures.inc)
     except RulesError as error:
         raise StartupError(f"MIRRORGATE_RULES_FILE: {error}") from None
+    for warning in rules.current.warnings(datetime.now(UTC)):
+        log.warning("rules_warning", reason=warning)
     if shape.serves:
         _ensure_store(settings.private_upstream)
     if shape.runs_worker:
@@ -233,24 +236,50 @@ async def _run(settings: Settings, shape: Shape) -> int:
         await upstreams.close()
 
 
-def _watch_advisories(rules: Rules | None, metrics: Metrics) -> AdvisoryFeed | None:
-    """The rules' advisory feed with its outcomes and state counted, or None without one."""
-    if rules is None or rules.advisories is None:
-        return None
-    feed = rules.advisories.feed
-    feed.on_outcome = lambda outcome: metrics.advisory_loads.labels(outcome).inc()
+class _Feeds:
+    """The advisory feed of the rules in force, run and counted; when a reloaded rules file
+    changes its `[advisories]` settings, the old feed stops and the new one starts."""
 
-    def state() -> tuple[int, float | None]:
+    def __init__(self, rules: LiveRules, metrics: Metrics, stop: asyncio.Event) -> None:
+        self.rules = rules
+        self.metrics = metrics
+        self.stop = stop
+        self.feed: AdvisoryFeed | None = None
+        self.task: asyncio.Task[None] | None = None
+        if rules.current.advisories is not None:
+            metrics.watch_advisories(self._state)
+
+    def _state(self) -> tuple[int, float | None]:
+        feed = self.feed
+        if feed is None:
+            return 0, None
         index, age = feed.index, feed.age(datetime.now(UTC))
         return (index.records if index is not None else 0,
                 age.total_seconds() if age is not None else None)
 
-    metrics.watch_advisories(state)
-    return feed
+    def follow(self, rules: Rules) -> None:
+        """Run `rules`' feed, unless it is the one running already."""
+        feed = rules.advisories.feed if rules.advisories is not None else None
+        if feed is self.feed:
+            return
+        if self.task is not None:
+            self.task.cancel()
+        self.feed, self.task = feed, None
+        if feed is not None:
+            feed.on_outcome = lambda outcome: self.metrics.advisory_loads.labels(outcome).inc()
+            # loading never blocks serving: the first load runs beside the listener, and
+            # until it lands the rules' `unavailable` setting decides
+            self.task = asyncio.create_task(feed.run(self.stop), name="advisory-feed")
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
 
 
 async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Health,
-                 queue: MirrorQueue, upstreams: Upstreams, rules: Rules,
+                 queue: MirrorQueue, upstreams: Upstreams, rules: LiveRules,
                  clients: ClientTokens | None) -> int:
     if shape.serves:
         private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
@@ -277,12 +306,11 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
 
     worker_task: asyncio.Task[None] | None = None
     worker_stop = asyncio.Event()
-    feed = _watch_advisories(rules, metrics)
+    feeds = _Feeds(rules, metrics, worker_stop)
     async with _listening(app, host, port, settings, metrics) as runner:
-        # loading never blocks serving: the first load runs beside the listener, and until it
-        # lands the rules' `unavailable` setting decides (readiness does not wait for it)
-        feed_task = (asyncio.create_task(feed.run(worker_stop), name="advisory-feed")
-                     if feed is not None else None)
+        feeds.follow(rules.current)
+        watcher = asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
+                                      name="rules-watcher")
         if shape.runs_worker:
             assert health.heartbeat is not None
             target: MirrorTarget = open_target(
@@ -319,10 +347,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         if worker_task is not None and not worker_task.done():
             shutdowns.append(_await_worker(worker_task, settings.drain_timeout))
         await asyncio.gather(*shutdowns)
-    if feed_task is not None:
-        feed_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await feed_task
+    await feeds.close()
+    await watcher  # it ends with worker_stop
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)
     log.info("stopped", command=shape.command, shape=shape.value)

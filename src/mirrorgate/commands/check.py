@@ -77,6 +77,16 @@ def _judge(entry: LockedEntry, verdicts: Verdicts) -> Outcome:
         return Outcome(entry.name, entry.version, "missing", finding=True,
                        reason="no registry has this version",
                        detail=instead(entry, verdicts.admitted), where=where, data=data)
+    would = verdicts.would_deny.get(entry.version)
+    if would is not None:
+        # report mode: installable today, and what enforcing the rule would change
+        return Outcome(entry.name, entry.version, "would-deny",
+                       reason=f"{would.rule} (report mode): {would.reason}", where=where,
+                       data={**data, "rule": would.rule})
+    excepted = verdicts.excepted.get(entry.version)
+    if excepted is not None:
+        return Outcome(entry.name, entry.version, "admitted", reason=excepted, where=where,
+                       data=data)
     return Outcome(entry.name, entry.version, "admitted", where=where, data=data)
 
 

@@ -46,6 +46,10 @@ class Verdicts:
     known: bool
     admitted: tuple[str, ...] = ()
     denied: dict[str, Denial] = field(default_factory=dict)
+    would_deny: dict[str, Denial] = field(default_factory=dict)
+    """Admitted versions a report-mode rule would deny (the first such rule's word)."""
+    excepted: dict[str, str] = field(default_factory=dict)
+    """Admitted versions an exception let through, with the exception described."""
 
 
 class VerdictSource(Protocol):
@@ -100,7 +104,11 @@ class GateVerdicts:
             return Verdicts(name.full, known=False)
         denied = {version: record.denial
                   for version, record in gated.versions.items() if record.denial is not None}
-        return Verdicts(name.full, True, tuple(gated.survivors), denied)
+        would = {version: record.reported[0]
+                 for version, record in gated.versions.items() if record.reported}
+        excepted = {version: "; ".join(record.excepted)
+                    for version, record in gated.versions.items() if record.excepted}
+        return Verdicts(name.full, True, tuple(gated.survivors), denied, would, excepted)
 
     async def close(self) -> None:
         await self.keys.close()

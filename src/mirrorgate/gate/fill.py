@@ -22,7 +22,7 @@ from mirrorgate.gate.records import Gated
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules import KeySet, Rules, state_token
+from mirrorgate.rules import ENFORCE, REPORT, KeySet, LiveRules, Rules, live, state_token
 from mirrorgate.upstream.client import FILLS, JsonAnswer, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -37,6 +37,17 @@ DENIED_LOGGED = 50
 """Denied versions named in a `versions_denied` line; the line always carries the count."""
 REFUSALS_LOGGED = 5
 """Refused tarball URLs logged one by one per fill; more are logged as a count."""
+
+
+def _fresh_for(gated: Gated | None, now: datetime, *, degraded: bool) -> float | None:
+    """How long an entry may be served before it is filled again, below the cache's TTL: a
+    degraded answer briefly, and never past the moment a verdict changes by itself (a version
+    comes of age, a quarantine or an exception ends), so that change reaches clients then."""
+    fresh_for = DEGRADED_FRESH_FOR if degraded else None
+    if gated is not None and gated.regate_at is not None:
+        until = max(0.0, (gated.regate_at - now).total_seconds())
+        fresh_for = until if fresh_for is None else min(fresh_for, until)
+    return fresh_for
 
 
 class FirstPartyOutageError(UpstreamError):
@@ -55,7 +66,7 @@ class FirstPartyOutageError(UpstreamError):
 
 
 class PackumentSource:
-    def __init__(self, *, private: PrivateRegistry, public: Upstream, rules: Rules,
+    def __init__(self, *, private: PrivateRegistry, public: Upstream, rules: Rules | LiveRules,
                  metrics: Metrics, now: Callable[[], datetime],
                  keys: RegistryKeys | None = None,
                  first_party: FirstPartyNames | None = None,
@@ -66,10 +77,15 @@ class PackumentSource:
         byte bound), for an in-process worker's re-gate (`gate.public`)."""
         self.keys = keys
         self.public = public
-        self.rules = rules
+        self._rules = live(rules)
         self.metrics = metrics
         self.now = now
         self.first_party = first_party if first_party is not None else FirstPartyNames(None)
+
+    @property
+    def rules(self) -> Rules:
+        """The rules in force now (they change when the rules file does: `rules.live`)."""
+        return self._rules.current
 
     async def _private_document(self, name: PackageName) -> tuple[dict[str, Any] | None,
                                                                    UpstreamError | None]:
@@ -108,6 +124,7 @@ class PackumentSource:
         # a 304 keeps the old gating only while nothing it depended on has moved: no age denial
         # has come of age, and the advisory index is the same one, equally available
         revalidate = (old is not None and old.gated is not None
+                      and old.gated.rules_generation == self.rules.generation
                       and (old.gated.regate_at is None or now < old.gated.regate_at)
                       and old.gated.advisories == state_token(self.rules.advisories, now))
         etag = previous.validator if revalidate and previous is not None else None
@@ -125,7 +142,8 @@ class PackumentSource:
         # included; otherwise the public packument is fetched again in full and rebuilt
         if isinstance(public, JsonAnswer) and public.status == 304:
             if previous is not None and old is not None and old.fingerprint == private_print:
-                return Loaded(old, previous.size, public.etag)
+                return Loaded(old, previous.size, public.etag,
+                              fresh_for=_fresh_for(old.gated, now, degraded=False))
             public = await self._public_answer(name, None)
         public_error = public if isinstance(public, UpstreamError) else None
         answer = public if isinstance(public, JsonAnswer) else None
@@ -160,8 +178,8 @@ class PackumentSource:
                                public=kept)
         return Loaded(entry, gated.size + 256 + (kept.size if kept is not None else 0),
                       answer.etag if answer is not None else None,
-                      fresh_for=DEGRADED_FRESH_FOR
-                      if failure is not None or before_index or unverified else None)
+                      fresh_for=_fresh_for(gated, now, degraded=failure is not None
+                                           or before_index or unverified))
 
     async def _keys(self) -> KeySet | None:
         """The registry's keys when the rules verify signatures (fetched concurrently with the
@@ -198,7 +216,8 @@ class PackumentSource:
             return Loaded(PackumentEntry(None, None), 256)
         self.first_party.remember(name.full)
         self._report(gated)
-        return Loaded(PackumentEntry(gated, fingerprint(private)), gated.size + 256, None)
+        return Loaded(PackumentEntry(gated, fingerprint(private)), gated.size + 256, None,
+                      fresh_for=_fresh_for(gated, now, degraded=False))
 
     def _outage(self, name: PackageName, error: UpstreamError) -> FirstPartyOutageError:
         self.metrics.refusals.labels("first_party_private_failed").inc()
@@ -214,7 +233,8 @@ class PackumentSource:
 
     def _report(self, gated: Gated) -> None:
         for rule, count in gated.denials.items():
-            self.metrics.rule_denials.labels(rule).inc(count)
+            self.metrics.rule_denials.labels(rule, ENFORCE).inc(count)
+        self._report_would_deny(gated)
         denied = gated.denied
         if denied:
             # The one trace of a version a client was never shown: pnpm, yarn and bun only
@@ -239,6 +259,25 @@ class PackumentSource:
                         "strings, or manifests that are not objects")
         log.info("packument_filled", package=gated.name.full,
                  versions=len(gated.versions), denied=sum(gated.denials.values()))
+
+    def _report_would_deny(self, gated: Gated) -> None:
+        """What rules in report mode would have denied: served all the same, and said so (a
+        line per version, the first few; the metric with `mode="report"`; the status page)."""
+        if not gated.reported:
+            return
+        for rule, count in gated.reported.items():
+            self.metrics.rule_denials.labels(rule, REPORT).inc(count)
+        shown = [record for record in gated.versions.values() if record.reported]
+        for record in shown[:DENIED_LOGGED]:
+            for would in record.reported:
+                log.info("version_would_deny", package=gated.name.full,
+                         version=record.version, rule=would.rule, reason=would.reason)
+            self.metrics.events.record("would-deny", f"{gated.name.full}@{record.version}",
+                                       f"{record.reported[0].rule}: "
+                                       f"{record.reported[0].reason}")
+        if len(shown) > DENIED_LOGGED:
+            log.info("versions_would_deny", package=gated.name.full, count=len(shown),
+                     rules=sorted(gated.reported))
 
     def _remember_denials(self, gated: Gated) -> None:
         """One status-page event per rule per fill, with one version's reason as the example

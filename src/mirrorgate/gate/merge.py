@@ -310,4 +310,5 @@ def gate(
         size=size,
         advisories=advisories,
         first_party=first_party,
+        rules_generation=rules.generation,
     )

@@ -14,6 +14,7 @@ from mirrorgate.gate.entry import PackumentEntry
 from mirrorgate.gate.fill import PackumentSource
 from mirrorgate.gate.records import Gated
 from mirrorgate.npm.names import PackageName
+from mirrorgate.upstream.client import UpstreamError
 
 __all__ = ["Packuments"]
 
@@ -28,14 +29,31 @@ class Packuments:
         self.clock = clock
 
     def fresh(self, name: PackageName) -> Cached[PackumentEntry] | None:
-        """The entry within its TTL, or None: never fills, never waits (the warm path)."""
-        return self.cache.fresh(name.full)
+        """The entry within its TTL and gated with the rules in force, or None: never fills,
+        never waits (the warm path)."""
+        slot = self.cache.fresh(name.full)
+        if slot is not None and not self._current(slot):
+            return None
+        return slot
 
     async def entry(self, name: PackageName) -> Cached[PackumentEntry]:
-        """The entry, filled now when it is missing or past its TTL (stale-if-error applies).
-        Raises UpstreamError or TooManyVersionsError when nothing usable can be had."""
-        return await self.cache.get(name.full, lambda previous: self.source.load(name,
+        """The entry, filled now when it is missing or past its TTL (stale-if-error applies),
+        or gated with rules no longer in force. Raises UpstreamError or TooManyVersionsError
+        when nothing usable can be had."""
+        if (slot := self.cache.fresh(name.full)) is not None and not self._current(slot):
+            return await self.refresh(name)  # gated again now, whatever its TTL says
+        slot = await self.cache.get(name.full, lambda previous: self.source.load(name,
                                                                                  previous))
+        if not self._current(slot):
+            # a stale copy stands in for a fill that failed, but no answer after a rules
+            # change is built from the rules it replaced
+            raise UpstreamError("public", "unreachable", "the rules changed and the upstreams "
+                                "could not be asked to gate this package again")
+        return slot
+
+    def _current(self, slot: Cached[PackumentEntry]) -> bool:
+        gated = slot.value.gated
+        return gated is None or gated.rules_generation == self.source.rules.generation
 
     async def refresh(self, name: PackageName) -> Cached[PackumentEntry]:
         """The entry filled now, fresh or not (revalidated; no stale answer)."""

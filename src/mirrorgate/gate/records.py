@@ -133,6 +133,8 @@ class Gated:
     """The advisory index generation and availability this gating saw (`state_token`)."""
     first_party: bool = False
     """The organisation owns the name; public versions are merged only for `merge_public`."""
+    rules_generation: int = 0
+    """The generation of the rules it was gated with (`Rules.generation`)."""
 
     @property
     def survivors(self) -> list[str]:

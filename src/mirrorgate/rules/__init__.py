@@ -15,8 +15,17 @@ from mirrorgate.rules.advisory import (
 )
 from mirrorgate.rules.context import Context
 from mirrorgate.rules.file import RulesError, load_rules, parse_rules
+from mirrorgate.rules.live import LiveRules, live
 from mirrorgate.rules.patterns import PackagePattern, PatternList, parse_pattern
-from mirrorgate.rules.policy import ALGORITHMS, DEFAULT_RULES, Rules, Verdict
+from mirrorgate.rules.policy import (
+    ALGORITHMS,
+    DEFAULT_RULES,
+    ENFORCE,
+    REPORT,
+    RuleException,
+    Rules,
+    Verdict,
+)
 from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, KeySet, SignatureRule, parse_keys
 from mirrorgate.rules.summary import rules_summary
 from mirrorgate.rules.table import (
@@ -45,19 +54,23 @@ __all__ = [
     "DEFAULT_RULES",
     "DENY_LIST",
     "DIGEST_FLOOR",
+    "ENFORCE",
     "INSTALL_SCRIPTS",
     "INTEGRITY_PRESENCE",
     "MINIMUM_AGE",
     "PROVENANCE_CONTINUITY",
     "PUBLISHER_CHANGE",
     "REGISTRY_SIGNATURE",
+    "REPORT",
     "RULES",
     "RULE_NAMES",
     "AdvisoryRules",
     "Context",
     "KeySet",
+    "LiveRules",
     "PackagePattern",
     "PatternList",
+    "RuleException",
     "Rules",
     "RulesError",
     "SignalRule",
@@ -65,6 +78,7 @@ __all__ = [
     "Verdict",
     "deny_listed",
     "evaluate",
+    "live",
     "load_rules",
     "needs_history",
     "parse_keys",

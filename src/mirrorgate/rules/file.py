@@ -40,7 +40,7 @@ from mirrorgate.rules.signatures import SignatureRule
 from mirrorgate.rules.table import POLICY_RULES
 from mirrorgate.rules.takeover import MODES, SignalRule
 
-__all__ = ["RulesError", "load_rules", "parse_rules"]
+__all__ = ["RulesError", "load_rules", "parse_rules", "rules_text"]
 
 _ZERO = timedelta(0)
 
@@ -467,16 +467,19 @@ def load_rules(path: Path | None) -> Rules:
     """
     if path is None:
         return DEFAULT_RULES
-    source = str(path)
+    return parse_rules(rules_text(path), str(path))
+
+
+def rules_text(path: Path) -> str:
+    """The rules file's text; raises RulesError saying why it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise RulesError(["is not UTF-8 text; a rules file is TOML"], source) from None
+        raise RulesError(["is not UTF-8 text; a rules file is TOML"], str(path)) from None
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise RulesError(
             [f"cannot read the rules file ({reason}); point MIRRORGATE_RULES_FILE at a "
              "readable TOML file"],
-            source,
+            str(path),
         ) from None
-    return parse_rules(text, source)

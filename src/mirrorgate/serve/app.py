@@ -58,7 +58,7 @@ from mirrorgate.npm.paths import (
     parse_write_target,
 )
 from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules import Rules
+from mirrorgate.rules import LiveRules, Rules
 from mirrorgate.serve.access import install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.overload import Admission
@@ -88,7 +88,8 @@ class Proxy:
     public: Upstream
     private: PrivateRegistry
     queue: MirrorQueue
-    rules: Rules
+    rules: Rules | LiveRules
+    """The rules in force: re-read from the rules file as it changes (`rules.live`)."""
     metrics: Metrics
     health: Health
     clients: ClientTokens | None = None

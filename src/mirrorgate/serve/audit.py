@@ -15,7 +15,7 @@ from aiohttp import web
 from mirrorgate.advisories import PackageAdvisory
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.versions import parse_version
-from mirrorgate.rules import Rules
+from mirrorgate.rules import LiveRules, Rules, live
 from mirrorgate.rules.advisory import counted
 from mirrorgate.serve.refusals import Refused, json_response
 
@@ -69,9 +69,13 @@ async def _read_body(request: web.Request) -> dict[str, list[str]]:
 class AuditRoute:
     """The bulk advisory endpoint and the quick endpoint's refusal."""
 
-    def __init__(self, rules: Rules, metrics: Metrics) -> None:
-        self.rules = rules
+    def __init__(self, rules: Rules | LiveRules, metrics: Metrics) -> None:
+        self._rules = live(rules)
         self.metrics = metrics
+
+    @property
+    def rules(self) -> Rules:
+        return self._rules.current
 
     async def quick(self, request: web.Request) -> web.Response:
         """501, saying to use bulk: npm tries this older endpoint only when bulk fails."""

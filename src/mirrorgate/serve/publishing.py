@@ -28,7 +28,7 @@ from mirrorgate.npm.publish import reason_given, says_already_exists
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.upload import Published, UploadError, UploadScan, checked_publish
 from mirrorgate.npm.versions import same_version
-from mirrorgate.rules import Rules
+from mirrorgate.rules import LiveRules, Rules, live
 from mirrorgate.serve.access import CLIENT
 from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
 from mirrorgate.serve.tokens import Client
@@ -125,16 +125,20 @@ def _bad_document(error: UploadError) -> Refused:
 class PublishRoute:
     """The write routes under `/npm/` and `GET ?write=true`, sharing the checks."""
 
-    def __init__(self, *, settings: Settings, rules: Rules, private: PrivateRegistry,
+    def __init__(self, *, settings: Settings, rules: Rules | LiveRules, private: PrivateRegistry,
                  public: Upstream, first_party: FirstPartyNames,
                  forget: Callable[[PackageName], None], metrics: Metrics) -> None:
         self.settings = settings
-        self.rules = rules
+        self._rules = live(rules)
         self.private = private
         self.public = public
         self.first_party = first_party
         self.forget = forget
         self.metrics = metrics
+
+    @property
+    def rules(self) -> Rules:
+        return self._rules.current
 
     # --- who and what ----------------------------------------------------------------------
 

@@ -281,7 +281,7 @@ class TarballRoute:
             # Manifest confusion: the manifest the install-scripts rule admitted shows no
             # scripts, the tarball's own package.json (which yarn 1 runs) has some. Cut like
             # tampered bytes: the held chunk never leaves, so no client can install it.
-            self.metrics.rule_denials.labels("install-scripts").inc()
+            self.metrics.rule_denials.labels("install-scripts", "enforce").inc()
             self.metrics.events.record("denied", f"{name.full}@{version}",
                                        f"the download was cut: {reason}")
             log.warning("tarball_scripts_refused", security=True, upstream=source,

@@ -45,7 +45,7 @@ from mirrorgate.npm.origins import OriginRefusal, check_on_origin
 from mirrorgate.npm.tarscripts import scripts_in
 from mirrorgate.npm.versions import is_version_string, unstorable
 from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules import DEFAULT_RULES, Rules, scripts_blocked
+from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules, live, scripts_blocked
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import RegistryError, TargetConflict
@@ -94,7 +94,8 @@ class WorkerDeps:
     target: MirrorTarget
     metrics: Metrics
     heartbeat: Heartbeat
-    rules: Rules = DEFAULT_RULES
+    rules: Rules | LiveRules = DEFAULT_RULES
+    """The rules in force (re-read as the rules file changes, `rules.live`)."""
     now: Callable[[], datetime] = _utcnow
     on_outcome: Callable[[QueueMessage, str], None] | None = None
     packuments: PublicPackuments | None = None
@@ -144,6 +145,11 @@ class JobRunner:
         self._packuments = (deps.packuments if deps.packuments is not None
                             else CachedPublic(deps.public, deps.settings))
         self._versions: dict[tuple[str, str], _VersionLock] = {}
+        self._in_force = live(deps.rules)
+
+    @property
+    def _rules(self) -> Rules:
+        return self._in_force.current
 
     async def decide(self, message: QueueMessage) -> tuple[Outcome, str]:
         """Carry one message's job to its outcome, and say why when it is to be retried.
@@ -237,13 +243,13 @@ class JobRunner:
             strongest_of(job.artifact.digests)
         except Unverifiable as error:
             raise Retire("unverifiable", str(error)) from None
-        check_digest_floor(job, self.deps.rules)
+        check_digest_floor(job, self._rules)
         # The queue is not trusted: anyone with send rights can write a job. The job is
         # re-gated against the public packument with today's rules, and from there on what is
         # verified and published is public's description of the version, never the job's.
         # dependency confusion: never publish a public version into the organisation's name
         # ([private].names, or a name the target holds unmarked versions of)
-        if self.deps.rules.private_alone(job.name) or await self._target_call(
+        if self._rules.private_alone(job.name) or await self._target_call(
                 self.deps.target.first_party(job)):
             raise Retire("first-party", f"{job.name} is first-party: a public version is "
                           f"never published into it")
@@ -258,7 +264,7 @@ class JobRunner:
             log.info("mirror_already_present", target=target.label, fetched=False)
             return PublishResult.ALREADY_PRESENT
         tarball, verified = await self._fetch(url, verifier)
-        if scripts_blocked(self.deps.rules, job.name, job.version):
+        if scripts_blocked(self._rules, job.name, job.version):
             # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
             # client runs the package.json inside these bytes; a private copy is never
             # re-read, so this is the last look before it would be served from there
@@ -299,14 +305,14 @@ class JobRunner:
 
     async def _judge(self, job: MirrorJob, name: PackageName,
                      answer: PublicAnswer) -> MirrorJob:
-        signatures = self.deps.rules.signatures
+        signatures = self._rules.signatures
         keys = await self._keys.current() if signatures.verify else None
         if signatures.verify and keys is None and signatures.missing == "deny":
             # Refusing now would retire a job only a passing outage stands in the way of.
             raise Retry("public-failed", "the public registry's signing keys are unavailable")
         document = await in_thread_if_large(answer.size, answer.document)  # a parse of its own
         return await regate(job, name, document, answer.size, public=self.deps.public,
-                            rules=self.deps.rules, now=self.deps.now(), keys=keys)
+                            rules=self._rules, now=self.deps.now(), keys=keys)
 
     async def _target_call(self, call: Awaitable[_T]) -> _T:
         try:

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
-from mirrorgate.rules import Rules
+from mirrorgate.rules import LiveRules, Rules, live
 from mirrorgate.serve.ui.overview import overview
 from mirrorgate.serve.ui.package import LoadPackument, package_view, search
 from mirrorgate.serve.ui.page import HEADERS, esc, page
@@ -30,17 +30,20 @@ OPEN_PATHS = frozenset({LOGIN_PATH, STYLE_PATH})
 _PACKAGE = "/ui/package/"
 
 
-def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules, health: Health,
+def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | LiveRules,
+                  health: Health,
                   packument: LoadPackument, over_tls: Callable[[web.Request], bool],
                   base: Callable[[web.Request], str]) -> None:
     """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
     box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
     started = datetime.now(UTC)
+    in_force = live(rules)
     style = files("mirrorgate.serve.ui").joinpath("style.css").read_bytes()
 
     async def show_overview(_request: web.Request) -> web.Response:
-        return overview(metrics=metrics, rules=rules, started=started,
-                        heartbeat=health.heartbeat is not None)
+        return overview(metrics=metrics, rules=in_force.current, started=started,
+                        heartbeat=health.heartbeat is not None, now=datetime.now(UTC),
+                        state=in_force)
 
     async def show_package(request: web.Request) -> web.Response:
         # the raw path: the name is decoded once, by parse_name, exactly as under /npm/

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from mirrorgate.events import CAPACITY, Event, Recent
 from mirrorgate.metrics import Metrics
-from mirrorgate.rules import Rules, rules_summary
+from mirrorgate.rules import ENFORCE, REPORT, LiveRules, Rules, rules_summary
 from mirrorgate.serve.ui.page import esc, page, table
 
 __all__ = ["Samples", "overview", "process_version", "samples"]
@@ -46,10 +46,11 @@ def _one(found: Samples, name: str) -> float | None:
     return sum(value for _labels, value in values) if values else None
 
 
-def _by(found: Samples, name: str, label: str) -> dict[str, float]:
+def _by(found: Samples, name: str, label: str, **only: str) -> dict[str, float]:
     totals: dict[str, float] = defaultdict(float)
     for labels, value in found.get(name, []):
-        totals[labels.get(label, "")] += value
+        if all(labels.get(key) == wanted for key, wanted in only.items()):
+            totals[labels.get(label, "")] += value
     return dict(totals)
 
 
@@ -108,7 +109,32 @@ def _rules(rules: Rules) -> str:
     return table(["rule", "setting", "value"], rows, empty="no rules", cls="rules")
 
 
-def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: bool) -> web.Response:
+def _exceptions(rules: Rules, now: datetime) -> str:
+    rows = []
+    for exception in rules.exceptions:
+        left = exception.until - now
+        shown = (f"{left.days} d {left.seconds // 3600} h" if left.days else
+                 f"{left.seconds // 3600} h {left.seconds % 3600 // 60} min"
+                 if left.total_seconds() > 0 else "ended: lifts nothing")
+        rows.append([esc(exception.text), esc(_when(exception.until)),
+                     f'<span data-key="exception-left">{esc(shown)}</span>',
+                     esc(", ".join(sorted(exception.rules)) if exception.rules
+                         else "every policy rule"),
+                     esc(exception.by), esc(exception.reason)])
+    return table(["package", "until", "left", "lifts", "by", "reason"], rows,
+                 empty="no exceptions in the rules file")
+
+
+def _reload(state: LiveRules | None) -> str:
+    if state is None or state.problem is None:
+        return ""
+    return (f'<p class="error" role="alert">The rules file was changed and cannot be used: '
+            f'{esc(state.problem)}. The last good rules (digest {esc(state.digest[:12])}) '
+            "stay in force until it is fixed.</p>")
+
+
+def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: bool,
+             now: datetime, state: LiveRules | None = None) -> web.Response:
     found = samples(metrics)
     recent: Recent = metrics.events
     jobs = _by(found, "mirrorgate_jobs_total", "outcome")
@@ -130,8 +156,12 @@ def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: bo
                 ("n/a" if heartbeat else "no worker in this process"),
                 "heartbeat-age", "stale after MIRRORGATE_HEARTBEAT_STALE_AFTER"),
         _figure("versions denied", _number(sum(_by(found, "mirrorgate_rule_denials_total",
-                                                   "rule").values())),
+                                                   "rule", mode=ENFORCE).values())),
                 "versions-denied", "since start, counted once per packument fill"),
+        _figure("versions a report-mode rule would deny",
+                _number(sum(_by(found, "mirrorgate_rule_denials_total", "rule",
+                                mode=REPORT).values())),
+                "versions-would-deny", "served all the same; since start, once per fill"),
         _figure("tampered", _number(_one(found, "mirrorgate_tampered_total")), "tampered",
                 "since start"),
         *_advisories(found),
@@ -158,13 +188,17 @@ Totals are this process's, since it started, read from the same counters as
 <section><h2>Recent denials</h2>
 {_events(recent.latest("denied"), empty="nothing denied since start")}
 </section>
+<section><h2>Recent would-be denials (report mode)</h2>
+{_events(recent.latest("would-deny"), empty="no report-mode rule would have denied anything")}
+</section>
 <section><h2>Recent tamper events</h2>
 {_events(recent.latest("tampered"), empty="no tampered tarball since start")}
 </section>
 <section><h2>Recent publishes</h2>
 {_events(recent.latest("published"), empty="nothing published through mirrorgate since start")}
 </section>
-<section><h2>Rules in force</h2>{_rules(rules)}</section>
+<section><h2>Exceptions</h2>{_exceptions(rules, now)}</section>
+<section><h2>Rules in force</h2>{_reload(state)}{_rules(rules)}</section>
 <p class="note">Recent events are kept in memory only, at most {CAPACITY} of each kind; a
 restart empties them. The counters above are the durable record: scrape /metrics.</p>
 """

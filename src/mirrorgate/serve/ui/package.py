@@ -35,6 +35,12 @@ def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str
         instead = nearest(record.version, survivors)
         use = f"; nearest admitted: {instead}" if instead else "; no admitted version to use"
         return ("denied", f"denied ({record.denial.rule})", record.denial.reason + use)
+    if record.reported:
+        would = record.reported[0]
+        return ("would-deny", f"would deny ({would.rule})",
+                f"{would.reason}; served all the same: the rule is in report mode")
+    if record.excepted:
+        return "excepted", "admitted by exception", "; ".join(record.excepted)
     if record.private:
         # the same recognition the gate uses (`ownership`): a mark whose digest the stored
         # `dist` carries is a copy the worker made; anything else is the organisation's own

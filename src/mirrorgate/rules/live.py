@@ -1,0 +1,129 @@
+"""The rules in force, and the rules file read again when it changes: policy without a restart.
+
+Every component reads `LiveRules.current` when it judges, never a copy taken at start-up. The
+file is looked at every `POLL_SECONDS` (its identity, following links, so Kubernetes' ConfigMap
+swap of the `..data` symlink is seen like an edit in place) and read again when it changed; new
+rules replace the old only when they compile, with the next `generation`, so a packument gated
+with the old ones is gated again before it is served. A rewrite that does not compile keeps the
+last good rules, and says so until a good file is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from mirrorgate.rules.file import RulesError, parse_rules, rules_text
+from mirrorgate.rules.policy import DEFAULT_RULES, Rules
+
+__all__ = ["POLL_SECONDS", "LiveRules", "live"]
+
+log = structlog.get_logger("mirrorgate.rules")
+
+POLL_SECONDS = 1.0
+"""How often the file's identity is looked at: a change is in force within two seconds."""
+
+_Identity = tuple[int, int, int, int]
+
+
+def _identity(path: Path) -> _Identity | None:
+    try:
+        found = os.stat(path)  # follows links: a swapped symlink is a new file
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class LiveRules:
+    """`current`: the rules in force; `digest`: the sha256 of the text they came from;
+    `problem`: why the file as it is now is not in force (None when it is)."""
+
+    def __init__(self, rules: Rules, path: Path | None = None, text: str = "", *,
+                 on_reload_failed: Callable[[], None] = lambda: None) -> None:
+        self.current = rules
+        self.path = path
+        self.digest = _digest(text)
+        self.problem: str | None = None
+        self._on_reload_failed = on_reload_failed
+        self._identity = _identity(path) if path is not None else None
+
+    @classmethod
+    def load(cls, path: Path | None, *,
+             on_reload_failed: Callable[[], None] = lambda: None) -> LiveRules:
+        """The rules at `path` (None: the defaults, never re-read); raises RulesError.
+        `on_reload_failed` hears each rewrite that cannot be used (a metric)."""
+        if path is None:
+            return cls(DEFAULT_RULES)
+        text = rules_text(path)
+        return cls(parse_rules(text, str(path)), path, text, on_reload_failed=on_reload_failed)
+
+    @property
+    def generation(self) -> int:
+        return self.current.generation
+
+    def changed(self) -> bool:
+        """Whether the file differs from the one last read (never, without a file)."""
+        return self.path is not None and _identity(self.path) != self._identity
+
+    def reload(self) -> bool:
+        """Read the file again; True when new rules are now in force. A file that cannot be
+        read or compiled leaves the rules as they are (`problem` says why)."""
+        if self.path is None:
+            return False
+        self._identity = _identity(self.path)
+        try:
+            text = rules_text(self.path)
+            if _digest(text) == self.digest:  # touched, not changed
+                self.problem = None
+                return False
+            fresh = parse_rules(text, str(self.path))
+        except RulesError as error:
+            if self.problem != "; ".join(error.problems):
+                self._on_reload_failed()
+                log.error("rules_reload_failed", path=str(self.path), problems=error.problems,
+                          kept=self.digest)
+            self.problem = "; ".join(error.problems)
+            return False
+        self.current = _carried(self.current, fresh)
+        self.digest = _digest(text)
+        self.problem = None
+        log.info("rules_reloaded", path=str(self.path), digest=self.digest,
+                 generation=self.current.generation)
+        return True
+
+    async def watch(self, stop: asyncio.Event,
+                    on_reload: Callable[[Rules], None] | None = None) -> None:
+        """Re-read the file whenever it changes, until `stop` is set; `on_reload` hears the
+        new rules (the process restarts the advisory feed when theirs is new)."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), POLL_SECONDS)
+            if not stop.is_set() and self.changed() and self.reload() and on_reload:
+                on_reload(self.current)
+
+
+def _carried(old: Rules, new: Rules) -> Rules:
+    """`new` as the next generation, keeping the advisory feed (and the index it loaded) when
+    the `[advisories]` settings did not change."""
+    carried = dataclasses.replace(new, generation=old.generation + 1)
+    if old.advisories is not None and new.advisories is not None \
+            and old.advisories == new.advisories:  # the feed itself is not compared
+        carried = dataclasses.replace(carried, advisories=dataclasses.replace(
+            new.advisories, feed=old.advisories.feed))
+    return carried
+
+
+def live(rules: Rules | LiveRules) -> LiveRules:
+    """`rules` as a `LiveRules` (fixed rules never change)."""
+    return rules if isinstance(rules, LiveRules) else LiveRules(rules)
