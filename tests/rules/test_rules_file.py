@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from mirrorgate.rules import (
     parse_rules,
     rules_summary,
 )
+from mirrorgate.rules.patterns import Subject
 from mirrorgate.rules.summary import DEFAULT_AGE_WHY, POLICY_TABLES
 
 SERVING_DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
@@ -374,3 +375,41 @@ def test_every_problem_in_a_file_is_reported_at_once() -> None:
         "deny.packages[0]",
         "deny.packages[1]",
     ]
+
+
+# --- modes and exceptions ---------------------------------------------------------------------
+
+
+def test_an_exception_without_an_end_a_reason_or_who_asked_is_an_error() -> None:
+    assert problems('[[exception]]\npackage = "left-pad"\n') == [
+        "exception[0].until: is required: an exception says which package, until when, why "
+        "and who asked for it",
+        "exception[0].reason: is required: an exception says which package, until when, why "
+        "and who asked for it",
+        "exception[0].by: is required: an exception says which package, until when, why and "
+        "who asked for it",
+    ]
+
+
+def test_an_exception_names_only_policy_rules() -> None:
+    assert only_problem('[[exception]]\npackage = "left-pad"\nuntil = 2030-01-01\n'
+                        'reason = "r"\nby = "b"\nrules = ["integrity-presence"]\n').startswith(
+        "exception[0].rules: should be a list of the rules it lifts, from ")
+
+
+def test_an_exception_that_has_ended_is_a_warning_and_lifts_nothing() -> None:
+    rules = parse_rules('[deny]\npackages = ["left-pad"]\n\n[[exception]]\npackage = '
+                        '"left-pad"\nuntil = 2020-01-01\nreason = "r"\nby = "alice"\n')
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+
+    [warning] = rules.warnings(now)
+    assert "ended at 2020-01-01T00:00:00Z and lifts nothing" in warning
+    assert rules.exception_for("deny-list", Subject("left-pad", "1.0.0"), now) is None
+
+
+def test_a_mode_is_enforce_or_report_for_the_file_or_a_table() -> None:
+    rules = parse_rules('mode = "report"\n\n[deny]\nmode = "enforce"\npackages = ["x"]\n')
+    assert rules.mode_of("deny") == "enforce"
+    assert rules.mode_of("age") == "report"
+    assert only_problem('mode = "dry-run"\n') == (
+        'mode: "dry-run" is not one of "enforce" or "report"')
