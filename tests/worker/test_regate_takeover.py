@@ -26,7 +26,9 @@ async def test_a_job_for_a_version_from_a_new_publisher_is_refused_by_the_worker
         logs: LogCapture) -> None:
     public_registry.add(make_package("taken", takeover("taken", "1.0.3",
                                                        age=timedelta(hours=1))))
-    rig = await make_rig(rules=parse_rules('[publisher]\nchange = "quarantine"\n'))
+    # an hour old: the one-day default cooldown is off, so the publisher rule is what denies
+    rig = await make_rig(rules=parse_rules('[age]\nminimum = "0"\n\n'
+                                           '[publisher]\nchange = "quarantine"\n'))
     await rig.queue.enqueue(job_from(public_registry, "taken", "1.0.3"))
 
     line = await assert_refused(rig, logs, tmp_path / "store", "denied", "taken")
