@@ -313,6 +313,14 @@ class Settings:
                          "not: tarball URLs are built from each request's Host header, so "
                          "renderings are kept only for the first few hosts seen; set "
                          "MIRRORGATE_PUBLIC_URL to the URL clients use")
+        if not self.private_upstream.startswith("file://") and not _writable(self.data_dir):
+            found.append(f"MIRRORGATE_DATA_DIR ({self.data_dir}) cannot be written: the names "
+                         "learned first-party and the versions seen withdrawn from the public "
+                         "registry are remembered by this process only, lost at a restart and "
+                         "never shared with another replica, so a private outage after a "
+                         "restart can hand a first-party name to a public impostor; declare "
+                         "the organisation's names in the rules' [private].names, and mount a "
+                         "writable volume at MIRRORGATE_DATA_DIR (as deploy/kubernetes does)")
         return found
 
     def summary(self) -> dict[str, Any]:
@@ -533,6 +541,16 @@ def _job_key(read: _Reader, name: str) -> Secret | None:
                      f"{JOB_KEY_MIN}, e.g. the output of `openssl rand -base64 48`")
         return None
     return key
+
+
+def _writable(directory: Path) -> bool:
+    """Whether files can be created in `directory`, or in the nearest existing directory above
+    it (where it would be created): a read-only root filesystem, or a directory of another
+    user's, says no. Nothing is written to find out."""
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            return candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+    return False
 
 
 def _data_dir(read: _Reader) -> Path:

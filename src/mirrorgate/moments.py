@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-__all__ = ["MAX_TIME_TEXT", "moment", "stamp", "time_text"]
+__all__ = ["MAX_TIME_TEXT", "iso_now", "moment", "stamp", "time_text"]
 
 MAX_TIME_TEXT = 64
 """Longer than any ISO 8601 time: text this long is not one, and is not parsed."""
@@ -31,6 +31,11 @@ def moment(text: object) -> datetime | None:
 def time_text(value: object) -> str | None:
     """`value` when `moment` can read it (kept as written), else None."""
     return value if isinstance(value, str) and moment(value) is not None else None
+
+
+def iso_now(now: datetime) -> str:
+    """`now` as a registry writes a time: `2026-12-01T20:29:49.123Z`."""
+    return now.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def stamp(when: datetime) -> str:

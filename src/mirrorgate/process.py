@@ -23,6 +23,7 @@ from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.gate import WithdrawnVersions
 from mirrorgate.gate.public import CachedPublic, PublicPackuments, ServedPublic
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
@@ -289,12 +290,14 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         # the worker beside the proxy re-gates through the proxy's packument service
         packuments: PublicPackuments | None = (ServedPublic(app[SERVER].packuments)
                                                if shape.runs_worker else None)
+        withdrawals: WithdrawnVersions | None = app[SERVER].packuments.source.withdrawals
         host, port = settings.listen
     else:
         app = web.Application()
         add_health_routes(app, health, metrics)
         install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open)
         packuments = CachedPublic(upstreams.public, settings)
+        withdrawals = None
         host, port = settings.worker_listen
 
     stop = asyncio.Event()
@@ -319,7 +322,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
             worker = Worker(WorkerDeps(settings=settings, queue=queue, public=upstreams.public,
                                        target=target, metrics=metrics,
                                        heartbeat=health.heartbeat, rules=rules,
-                                       packuments=packuments))
+                                       packuments=packuments, withdrawals=withdrawals))
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         log.info("started", command=shape.command, shape=shape.value, listen=f"{host}:{port}",

@@ -206,9 +206,12 @@ async def test_a_poisoned_private_copy_in_the_serve_cache_never_becomes_the_publ
     served = await proxy.get("npm/poisoned")
     assert served.status == 200
     listed = served.json()["versions"]
-    # what the cache holds for clients: the private copies win, 99.0.0 included
+    # what the cache holds for clients: the private copy wins; a "mirrored" 99.0.0 public
+    # does not list is held withdrawn (public-withdrawn), and still in the cache's records
     assert listed["1.0.0"]["scripts"] == INJECTED
-    assert "99.0.0" in listed
+    assert "99.0.0" not in listed
+    assert served.json()["policyRestrictions"]["denials"]["99.0.0"]["rule"] == (
+        "public-withdrawn")
     worker = in_process_worker(proxy, tmp_path / "store")
     private_manifest: dict[str, Any] = without_mark(
         private_copies.packument("poisoned")["versions"]["1.0.0"])
@@ -225,14 +228,18 @@ async def test_a_poisoned_private_copy_in_the_serve_cache_never_becomes_the_publ
     assert await handled(worker, only_private) == "retired"
 
     refused = events(logs, "mirror_job_refused")
-    assert [line["reason"] for line in refused] == ["manifest-mismatch", "public-missing"]
+    assert [line["reason"] for line in refused] == ["manifest-mismatch"]
+    # the proxy saw 99.0.0 withdrawn (mirrored, not on public): retired before public is asked
+    [withdrawn] = [line for line in events(logs, "mirror_retired")
+                   if line["reason"] == "public-withdrawn"]
+    assert "poisoned@99.0.0 was withdrawn" in withdrawn["detail"]
     assert "scripts" in refused[0]["fields"]
     assert await FileStore(tmp_path / "store").packument(parse_name("poisoned")) is None
     assert not any("/-/" in seen.path for seen in public_registry.requests
                    if seen.headers.get("User-Agent") == "mirrorgate (worker)")
-    # it read public's packument from the cache, and confirmed each refusal with a
+    # it read public's packument from the cache, and confirmed the refusal with a
     # conditional request (public unchanged: the cached verdict stood)
     asked = [seen for seen in public_registry.requests if seen.path == "/poisoned"]
-    assert len(asked) == 3
+    assert len(asked) == 2
     assert "If-None-Match" not in asked[0].headers
     assert all("If-None-Match" in seen.headers for seen in asked[1:])

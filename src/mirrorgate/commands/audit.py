@@ -2,7 +2,9 @@
 
 A mirrored version (one carrying the worker's mark, `npm.ownership`) is `tampered` when its
 stored bytes are not those the mark says were verified, `missing_tarball` without them, and
-`refused` when the proxy's gate denies it today; first-party versions are not its business.
+`refused` when the proxy's gate denies it today, `withdrawn` when the public registry no longer
+lists it (a takedown: the gate denies it, `public-withdrawn`); first-party versions are not
+its business.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import aiohttp
 import structlog
 
 from mirrorgate.gate.fill import PackumentSource
+from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.integrity import (
     DigestMismatch,
     StreamVerifier,
@@ -29,7 +32,8 @@ from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.upstream.client import FILLS, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry
 
-__all__ = ["FINDINGS", "NAMES_AT_ONCE", "Finding", "Result", "audit", "search_names"]
+__all__ = ["FINDINGS", "NAMES_AT_ONCE", "Finding", "Result", "audit", "denial_finding",
+           "search_names"]
 
 log = structlog.get_logger("mirrorgate.audit")
 
@@ -44,6 +48,8 @@ class Finding(enum.StrEnum):
     TAMPERED = "tampered"
     MISSING_TARBALL = "missing_tarball"
     REFUSED = "refused"
+    WITHDRAWN = "withdrawn"
+    """Mirrored, and the public registry no longer has it: the proxy no longer serves it."""
     FAILED = "failed"
     """Nothing could be checked (a registry that did not answer, a name that is not one)."""
 
@@ -111,11 +117,16 @@ async def _audit_name(name: str, source: PackumentSource, private: PrivateRegist
             continue  # first-party: not something mirrorgate mirrored
         found: list[Result] = []
         if record.denial is not None:
-            found.append(Result(name, version, Finding.REFUSED,
+            found.append(Result(name, version, denial_finding(record.denial.rule),
                                 f"{record.denial.rule}: {record.denial.reason}"))
         found.extend(await _check_bytes(package, version, mark.integrity, private, limit))
         results.extend(found or [Result(name, version, Finding.OK)])
     return results
+
+
+def denial_finding(rule: str) -> Finding:
+    """A denied mirrored version's finding: a takedown is told apart from a rule's denial."""
+    return Finding.WITHDRAWN if rule == PUBLIC_WITHDRAWN else Finding.REFUSED
 
 
 async def _check_bytes(name: PackageName, version: str, integrity: str,
@@ -167,5 +178,5 @@ async def search_names(registry: Upstream) -> AsyncIterator[str]:
 
 
 FINDINGS = frozenset({Finding.TAMPERED, Finding.MISSING_TARBALL, Finding.REFUSED,
-                      Finding.FAILED})
+                      Finding.WITHDRAWN, Finding.FAILED})
 """Findings that make the command exit 1."""

@@ -95,6 +95,11 @@ class ProxyView:
         self.message = message if isinstance(message, str) else ""
         self.all_denied = all_denied
 
+    def rule(self, version: str) -> str | None:
+        """The rule that denied `version`, as the proxy names it (None: not named)."""
+        rule = _mapping(self.denials.get(version)).get("rule")
+        return rule if isinstance(rule, str) else None
+
     def reason(self, version: str) -> str:
         """`RULE (REASON)` for a denied `version`, read from the fields the proxy sends."""
         denial = _mapping(self.denials.get(version))
@@ -264,7 +269,9 @@ async def audit_via_proxy(names: Iterable[str], proxy: Upstream, *, max_tarball_
         out: list[audits.Result] = []
         for version, manifest in view.denied.items():
             if _marked(manifest):
-                out.append(Result(name, version, Finding.REFUSED, view.reason(version)))
+                rule = view.rule(version)
+                finding = audits.denial_finding(rule) if rule is not None else Finding.REFUSED
+                out.append(Result(name, version, finding, view.reason(version)))
         for version, manifest in view.versions.items():
             mark = mirrored_mark(manifest) if isinstance(manifest, Mapping) else None
             if mark is None:

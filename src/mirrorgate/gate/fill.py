@@ -19,8 +19,10 @@ from mirrorgate.gate.entry import PackumentEntry, PublicAnswer, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.gate.merge import gate
 from mirrorgate.gate.records import Gated
+from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.packument import versions_of
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import ENFORCE, REPORT, KeySet, LiveRules, Rules, live, state_token
 from mirrorgate.upstream.client import FILLS, JsonAnswer, Upstream, UpstreamError
@@ -70,6 +72,7 @@ class PackumentSource:
                  metrics: Metrics, now: Callable[[], datetime],
                  keys: RegistryKeys | None = None,
                  first_party: FirstPartyNames | None = None,
+                 withdrawals: WithdrawnVersions | None = None,
                  keep_public: bool = False) -> None:
         self.private = private
         self.keep_public = keep_public
@@ -81,6 +84,7 @@ class PackumentSource:
         self.metrics = metrics
         self.now = now
         self.first_party = first_party if first_party is not None else FirstPartyNames(None)
+        self.withdrawals = withdrawals if withdrawals is not None else WithdrawnVersions(None)
 
     @property
     def rules(self) -> Rules:
@@ -169,6 +173,8 @@ class PackumentSource:
             self.first_party.remember(full)
         elif private_error is None:
             self.first_party.forget(full)
+        if private is not None:
+            self._note_withdrawals(gated, versions_of(private))
         self._report(gated)
         # gated before the advisory index's first load, or without the keys signatures need:
         # held briefly, like a degraded answer, so either applies within seconds of landing
@@ -228,8 +234,19 @@ class PackumentSource:
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
               public: Mapping[str, Any] | None, now: datetime,
               keys: KeySet | None) -> Gated:
+        withdrawn = (self.withdrawals.of(name.full, versions_of(private))
+                     if private is not None else None)
         return gate(name, private, public, rules=self.rules, now=now,
-                    origin=self.public.origin, keys=keys)
+                    origin=self.public.origin, keys=keys, withdrawn=withdrawn)
+
+    def _note_withdrawals(self, gated: Gated, private_versions: Mapping[str, Any]) -> None:
+        """Remember what this fill found withdrawn (and forget what public lists again with
+        the mirror's bytes); a withdrawal seen for the first time is a security event."""
+        for version in self.withdrawals.record(gated.name.full, private_versions,
+                                               gated.withdrawals):
+            log.critical("public_withdrawn", security=True, package=gated.name.full,
+                         version=version, first_seen=gated.withdrawals[version],
+                         consequence="the mirrored copy is no longer served")
 
     def _report(self, gated: Gated) -> None:
         for rule, count in gated.denials.items():

@@ -24,8 +24,8 @@ from mirrorgate.gate.records import (
     VersionRecord,
     policy_message,
 )
-from mirrorgate.integrity import Digest, digests_from_dist
-from mirrorgate.moments import moment
+from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity
+from mirrorgate.moments import iso_now, moment
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
@@ -50,10 +50,16 @@ from mirrorgate.rules import (
     state_token,
 )
 
-__all__ = ["TARBALL_ORIGIN", "gate"]
+__all__ = ["PUBLIC_WITHDRAWN", "TARBALL_ORIGIN", "Withdrawn", "gate"]
 
 TARBALL_ORIGIN = "tarball-origin"
 """The rule name for a version whose tarball URL is off the public upstream's origin."""
+PUBLIC_WITHDRAWN = "public-withdrawn"
+"""The rule name for a mirrored version the public registry no longer lists (a takedown)."""
+
+Withdrawn = Mapping[str, str]
+"""Mirrored versions of one package the public registry withdrew: version -> the moment the
+withdrawal was first seen (ISO 8601)."""
 
 PublicGate = tuple[str | None, tuple[Digest, ...]]
 """What the gate kept of a public version: its tarball URL when admitted, and its digests."""
@@ -72,6 +78,7 @@ class _Judging:
     counts: dict[str, int] = field(default_factory=dict)
     refused: list[UrlRefusal] = field(default_factory=list)
     reported: dict[str, int] = field(default_factory=dict)
+    withdrawals: dict[str, str] = field(default_factory=dict)
     skipped: int = 0
     regate_at: datetime | None = None
 
@@ -187,13 +194,49 @@ def _private_verdict(judging: _Judging, version: str,
             mark.published)
 
 
+def _withdrawn(judging: _Judging, version: str, manifest: Mapping[str, Any],
+               public: Mapping[str, Any] | None, remembered: Withdrawn) -> Denial | None:
+    """A mirrored version the public registry withdrew: public answered for the name and no
+    longer lists it (a placeholder such as `0.0.1-security`, or npm's unpublished tombstone,
+    lists none of the mirrored ones), or it did before and has not answered since. Listed
+    again with the bytes the mirror holds, it is served again; with other bytes it stays
+    withdrawn."""
+    if public is None and version not in remembered:
+        return None  # silence (public failing, a 404, a first-party name) is no withdrawal
+    if public is not None:
+        listed = versions_of(public).get(version)
+        mark = mirrored_mark(manifest)
+        if (isinstance(listed, Mapping) and mark is not None
+                and _same_bytes(listed, mark.integrity)):
+            return None  # listed (again) with the bytes the mirror holds
+        if isinstance(listed, Mapping) and version not in remembered:
+            return None  # other bytes under a version public lists: the rules judge that
+    seen = remembered.get(version) or iso_now(judging.now)
+    judging.withdrawals[version] = seen
+    return Denial(PUBLIC_WITHDRAWN, f"{judging.name.full}@{version} was withdrawn from the "
+                  f"public registry (first seen {seen}); the mirror no longer serves its copy",
+                  since=seen)
+
+
+def _same_bytes(listed: Mapping[str, Any], integrity: str) -> bool:
+    dist = listed.get("dist")
+    return isinstance(dist, Mapping) and any(
+        digest in digests_from_dist(dist) for digest in parse_integrity(integrity))
+
+
 def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
-                  public_kept: Mapping[str, PublicGate]) -> None:
+                  public_kept: Mapping[str, PublicGate], public: Mapping[str, Any] | None,
+                  remembered: Withdrawn) -> None:
     for version, manifest in private_versions.items():
         if not _readable(judging, version, manifest):
             continue
         judged, mirrored, _published = _private_verdict(judging, version, manifest)
-        denial = judging.denial_of(judged) if judged is not None else None
+        # A takedown outranks every rule's word on a copy, an exception's and report mode's
+        # included: the registry that published the version has withdrawn it. It is checked
+        # whatever the rules say, so that the memory of it is complete.
+        withdrawn = (_withdrawn(judging, version, manifest, public, remembered) if mirrored
+                     else None)
+        denial = withdrawn or (judging.denial_of(judged) if judged is not None else None)
         if denial is not None:
             judging.deny(version, denial)
         # Public's copy of a mirrored version is the fallback when the private tarball
@@ -206,7 +249,8 @@ def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
             version, True, full, abbreviated, denial,
             judged.weak if judged is not None else False, tarball, digests,
             # public's bytes stand in when the private copy fails: read like any public relay
-            scan_scripts=judging.scans(tarball, version), **_asides(judged))
+            scan_scripts=judging.scans(tarball, version),
+            **(_asides(judged) if withdrawn is None else {}))
 
 
 def _mirrored_time(manifest: object) -> str | None:
@@ -264,9 +308,13 @@ def gate(
     now: datetime,
     origin: Origin,
     keys: KeySet | None = None,
+    withdrawn: Withdrawn | None = None,
 ) -> Gated:
     """Merge the private and public packuments (either may be None) and gate the versions.
-    `keys` are the public registry's signing keys, for the signature rule (None: unavailable).
+    `keys` are the public registry's signing keys, for the signature rule (None: unavailable);
+    `withdrawn`, the mirrored versions of this package the public registry was seen to
+    withdraw before (`public` None means it did not answer, or has no such package: neither
+    withdraws anything).
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
@@ -288,7 +336,7 @@ def gate(
         # revalidation cannot keep it once the keys are back
         judging.regate_by(now)
     public_kept = _gate_public(judging, public, private_versions, origin)
-    _gate_private(judging, private_versions, public_kept)
+    _gate_private(judging, private_versions, public_kept, public, withdrawn or {})
 
     records = judging.records
     survivors = [v for v, record in records.items() if record.denial is None]
@@ -311,4 +359,5 @@ def gate(
         advisories=advisories,
         first_party=first_party,
         rules_generation=rules.generation,
+        withdrawals=judging.withdrawals,
     )

@@ -50,9 +50,14 @@ class Denial:
 
     rule: str
     reason: str
+    since: str | None = None
+    """When it began, where the rule knows (a withdrawal: when it was first seen, ISO 8601)."""
 
     def data(self) -> dict[str, str]:
-        return {"rule": self.rule, "reason": self.reason}
+        found = {"rule": self.rule, "reason": self.reason}
+        if self.since is not None:
+            found["since"] = self.since
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,9 @@ class Gated:
     """The organisation owns the name; public versions are merged only for `merge_public`."""
     rules_generation: int = 0
     """The generation of the rules it was gated with (`Rules.generation`)."""
+    withdrawals: dict[str, str] = field(default_factory=dict)
+    """Mirrored versions the public registry withdrew, and when that was first seen: the fill
+    remembers them, so that a public outage or a restart does not bring one back."""
 
     @property
     def survivors(self) -> list[str]:

@@ -35,6 +35,8 @@ from mirrorgate.gate import (
 )
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
+from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
+from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
@@ -149,6 +151,7 @@ class ProxyServer:
                 private=proxy.private, public=proxy.public, rules=proxy.rules,
                 metrics=proxy.metrics, now=now, keys=self.keys,
                 first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE),
+                withdrawals=WithdrawnVersions(self.settings.data_dir / WITHDRAWALS_FILE),
                 keep_public=proxy.keep_public),
             PackumentCache(ttl=self.settings.cache_ttl,
                            max_entries=self.settings.cache_max_entries,

@@ -23,7 +23,10 @@ import structlog
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.entry import PublicAnswer
+from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
+from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
+from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import (
     Digest,
@@ -101,6 +104,10 @@ class WorkerDeps:
     packuments: PublicPackuments | None = None
     """Where the re-gate reads public packuments: the serve path's cache in `mirrorgate
     serve`; None builds the worker's own (`packuments.CachedPublic`)."""
+    withdrawals: WithdrawnVersions | None = None
+    """The takedowns the serve path has seen (`gate.withdrawals`): the proxy's own memory in
+    `mirrorgate serve`; None reads the file in MIRRORGATE_DATA_DIR (a sidecar sharing the
+    proxy's volume sees what the proxy saw)."""
 
 
 class Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it
@@ -144,6 +151,8 @@ class JobRunner:
         self._keys = keys  # the registry's keys, for the signature rule
         self._packuments = (deps.packuments if deps.packuments is not None
                             else CachedPublic(deps.public, deps.settings))
+        self._withdrawals = (deps.withdrawals if deps.withdrawals is not None
+                             else WithdrawnVersions(deps.settings.data_dir / WITHDRAWALS_FILE))
         self._versions: dict[tuple[str, str], _VersionLock] = {}
         self._in_force = live(deps.rules)
 
@@ -253,6 +262,11 @@ class JobRunner:
                 self.deps.target.first_party(job)):
             raise Retire("first-party", f"{job.name} is first-party: a public version is "
                           f"never published into it")
+        seen = self._withdrawals.seen(job.name, job.version)
+        if seen is not None:
+            # asked before public: a takedown holds while public is down, as on the serve path
+            raise Retire(PUBLIC_WITHDRAWN, f"{job.name}@{job.version} was withdrawn from the "
+                         f"public registry (first seen {seen})", first_seen=seen)
         job = await self._regate(job, name)
         url = job.artifact.tarball_url
         # public's digests: the gate denies a version without one this worker can compute

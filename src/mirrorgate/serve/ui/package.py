@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from mirrorgate.gate import Gated, VersionRecord
+from mirrorgate.gate import PUBLIC_WITHDRAWN, Gated, VersionRecord
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.npm.versions import nearest, newest_first
@@ -30,7 +30,11 @@ def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str
     denied (the rule, the reason, the nearest admitted version to use instead), mirrored
     (private, carrying the worker's mark), first-party (private, not a copy) or admitted
     (served from public, not mirrored yet). A denial comes first: the rules reach mirrored and
-    first-party versions too."""
+    first-party versions too; a takedown is shown as such, with the moment it was seen."""
+    if record.denial is not None and record.denial.rule == PUBLIC_WITHDRAWN:
+        seen = record.denial.since
+        return ("denied", f"withdrawn (seen {seen})" if seen else "withdrawn",
+                record.denial.reason)
     if record.denial is not None:
         instead = nearest(record.version, survivors)
         use = f"; nearest admitted: {instead}" if instead else "; no admitted version to use"
