@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +127,21 @@ def test_a_bound_of_zero_is_refused_naming_the_variable(name: str) -> None:
 def test_a_timeout_that_is_not_a_number_is_refused() -> None:
     [problem] = problems(MIRRORGATE_WRITE_STALL_TIMEOUT="soon")
     assert problem.startswith("MIRRORGATE_WRITE_STALL_TIMEOUT: 'soon' is not a number")
+
+
+def test_a_memory_that_cannot_persist_is_a_warning_naming_private_names(
+        tmp_path: Path) -> None:
+    # a read-only root filesystem: the first-party memory would be this process's alone, and
+    # a private outage after the next restart could hand a first-party name to an impostor
+    (tmp_path / "ro").write_text("a file where a directory would have to be made")
+    registry = {"MIRRORGATE_PRIVATE_UPSTREAM": "http://127.0.0.1:4873/"}
+
+    blocked = str(tmp_path / "ro" / "data")
+    [warning] = load_settings({**BASE, **registry, "MIRRORGATE_DATA_DIR": blocked},
+                              npm_registry=no_npm).warnings()
+    assert "MIRRORGATE_DATA_DIR" in warning and "[private].names" in warning
+    assert load_settings({**BASE, **registry, "MIRRORGATE_DATA_DIR": str(tmp_path / "rw")},
+                         npm_registry=no_npm).warnings() == []
+    # the embedded store needs the directory anyway (start-up refuses an unwritable one)
+    assert load_settings({**BASE, "MIRRORGATE_DATA_DIR": blocked},
+                         npm_registry=no_npm).warnings() == []

@@ -114,9 +114,11 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_MIRROR_TARGET", None, "where the worker publishes (default: the private "
         "upstream)",
         read_by=(WORKER,), see="worker.md"),
-    Var("MIRRORGATE_DATA_DIR", None, "data directory of the embedded file store (default: "
+    Var("MIRRORGATE_DATA_DIR", None, "where mirrorgate remembers the names it learned are "
+        "first-party and the versions it saw the public registry withdraw, and the embedded "
+        "file store's home; keep it on a volume that outlives the process (default: "
         "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)",
-        see="serving.md#dependency-confusion"),
+        see="withdrawals.md#what-mirrorgate-remembers"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: only the "
         "integrity-presence rule)",
         see="serving.md#admission-rules"),

@@ -17,6 +17,10 @@ registers, `rules.load_rules`, and the argparse parser of `mirrorgate.__main__`.
   a client tokens file gets a line for that placeholder, so it parses),
   an empty directory for an emptyDir. npm is not in the image, so no registry is guessed from
   it: the manifest must name the public upstream.
+- Memory: a proxy whose private upstream is a registry keeps what it learned (first-party
+  names, withdrawals) under MIRRORGATE_DATA_DIR, and that must be on a volume that outlives
+  the pod (a claim, or a StatefulSet's claim template): an emptyDir dies with the pod and the
+  root filesystem is read-only (where `Settings.warnings` says so at start-up).
 - Grace: the pod must outlive the longest stop a container can take: its preStop sleep, the
   drain timeout, and `STOP_ALLOWANCE` for what follows the drain in `process.py` (a stuck
   worker gets 5 s more, then the queue flushes its send buffer and its pending acks).
@@ -51,6 +55,7 @@ __all__ = [
     "env_name_problems",
     "grace_problems",
     "health_paths",
+    "memory_problems",
     "probe_problems",
     "schema_problems",
     "settings_problems",
@@ -223,6 +228,37 @@ def settings_problems(manifest: Manifest, scratch: Path) -> list[str]:
                     problems.append(f"{container.where}: the embedded file store at {store} "
                                     "is on the read-only root filesystem; set "
                                     "MIRRORGATE_DATA_DIR to a writable volume's mount path")
+    return problems
+
+
+def memory_problems(manifest: Manifest, scratch: Path) -> list[str]:
+    """Every proxy container over a registry keeps its data directory on a volume that
+    persists."""
+    problems = []
+    scratch = scratch.resolve()
+    for workload in workloads(manifest):
+        for container in workload.containers:
+            parsed = parse_command(container)
+            if isinstance(parsed, str) or parsed.command != "serve":
+                continue
+            settings, _found = container_settings(
+                container, scratch / workload.name / container.name)
+            if settings is None or settings.private_upstream.startswith("file://"):
+                continue
+            # the path as the pod sees it (the settings hold its stand-in under scratch)
+            data_dir = container.env().get("MIRRORGATE_DATA_DIR", "$HOME/.local/share")
+            mount = _mount_for(container, data_dir)
+            volume = (workload.volume(str(mount.get("name"))) if mount is not None
+                      else None)
+            if volume is None or "persistentVolumeClaim" not in volume:
+                kind = ("the read-only root filesystem" if volume is None
+                        else "a volume that dies with the pod")
+                problems.append(
+                    f"{container.where}: MIRRORGATE_DATA_DIR ({data_dir}) is on "
+                    f"{kind}, so the first-party names and withdrawals it remembers are lost "
+                    "at every restart; mount a persistent volume there (a StatefulSet's "
+                    "volumeClaimTemplates) and declare the organisation's names in the "
+                    "rules' [private].names")
     return problems
 
 

@@ -1,6 +1,7 @@
 """The Kubernetes manifests under deploy/kubernetes/, loaded for the deploy checks.
 
-A manifest file is a list of documents. The checks walk its Deployments' pod templates one
+A manifest file is a list of documents. The checks walk its workloads' (Deployments' and
+StatefulSets') pod templates one
 container at a time and look up the ConfigMaps, ServiceAccounts, Services and
 PodDisruptionBudgets beside them in the same file (each file is a complete shape). Every
 check takes a `Manifest`, so a test can hand it a mutated deep copy of a real one and see the
@@ -130,7 +131,7 @@ class Container:
 
 @dataclass(frozen=True)
 class Workload:
-    """A Deployment and its pod template."""
+    """A Deployment or StatefulSet and its pod template."""
 
     manifest: Manifest
     deployment: Document
@@ -140,8 +141,12 @@ class Workload:
         return str(self.deployment.get("metadata", {}).get("name", "?"))
 
     @property
+    def kind(self) -> str:
+        return str(self.deployment.get("kind", "?"))
+
+    @property
     def where(self) -> str:
-        return f"{self.manifest.name} Deployment/{self.name}"
+        return f"{self.manifest.name} {self.kind}/{self.name}"
 
     @property
     def pod(self) -> Document:
@@ -158,10 +163,16 @@ class Workload:
         return [Container(self, spec) for spec in self.pod.get("containers", [])]
 
     def volume(self, name: str) -> Document | None:
+        """The pod's volume `name`; a StatefulSet's claim template reads as the claim each pod
+        gets (`persistentVolumeClaim`)."""
         for volume in self.pod.get("volumes", []):
             if volume.get("name") == name:
                 found: Document = volume
                 return found
+        for template in self.deployment["spec"].get("volumeClaimTemplates", []):
+            if template.get("metadata", {}).get("name") == name:
+                return {"name": name, "persistentVolumeClaim": {"claimName": name},
+                        "claimTemplate": template}
         return None
 
     def resolve_port(self, port: int | str) -> int | None:
@@ -176,9 +187,13 @@ class Workload:
         return bool(selector) and all(self.labels.get(k) == v for k, v in selector.items())
 
 
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+
+
 def workloads(manifest: Manifest) -> Iterator[Workload]:
-    for deployment in manifest.of_kind("Deployment"):
-        yield Workload(manifest, deployment)
+    for kind in WORKLOAD_KINDS:
+        for deployment in manifest.of_kind(kind):
+            yield Workload(manifest, deployment)
 
 
 def parse_command(container: Container) -> argparse.Namespace | str:

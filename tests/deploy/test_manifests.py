@@ -17,11 +17,12 @@ from tests.deploy.drift import (
     command_problems,
     env_name_problems,
     grace_problems,
+    memory_problems,
     probe_problems,
     schema_problems,
     settings_problems,
 )
-from tests.deploy.kube import MANIFEST_DIR, Manifest, all_manifests, load_manifest
+from tests.deploy.kube import MANIFEST_DIR, Manifest, all_manifests, load_manifest, workloads
 from tests.deploy.posture import (
     disruption_problems,
     identity_problems,
@@ -39,8 +40,7 @@ every_manifest = pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda m: m.
 
 
 def pod(manifest: Manifest) -> dict[str, Any]:
-    spec: dict[str, Any] = manifest.of_kind("Deployment")[0]["spec"]["template"]["spec"]
-    return spec
+    return next(workloads(manifest)).pod
 
 
 def container(manifest: Manifest, name: str | None = None) -> dict[str, Any]:
@@ -103,6 +103,43 @@ def test_every_variable_a_manifest_sets_is_one_mirrorgate_or_its_sdks_read(
 def test_every_container_environment_passes_the_real_settings_loader(
         manifest: Manifest, tmp_path: Path) -> None:
     assert settings_problems(manifest, tmp_path) == []
+
+
+@every_manifest
+def test_what_the_proxy_learns_persists_through_a_restart_of_its_pod(
+        manifest: Manifest, tmp_path: Path) -> None:
+    # first-party names and withdrawals must hold when an upstream is silent after a restart
+    assert memory_problems(manifest, tmp_path) == []
+
+
+@every_manifest
+def test_the_worker_beside_the_proxy_reads_the_same_memory(manifest: Manifest) -> None:
+    # a sidecar worker retires a job for a withdrawn version only if it sees the withdrawal
+    [workload] = workloads(manifest)
+    mounts = {c.name: {(m["name"], m["mountPath"]) for m in c.mounts()}
+              for c in workload.containers}
+    assert all(("data", "/var/lib/mirrorgate") in found for found in mounts.values())
+    assert all(c.env().get("MIRRORGATE_DATA_DIR") == "/var/lib/mirrorgate"
+               for c in workload.containers)
+
+
+def test_a_data_directory_on_an_empty_dir_is_reported(tmp_path: Path) -> None:
+    def ephemeral(m: Manifest) -> None:
+        next(workloads(m)).deployment["spec"].pop("volumeClaimTemplates")
+        pod(m)["volumes"].append({"name": "data", "emptyDir": {}})
+
+    [problem] = memory_problems(SINGLE.mutated(ephemeral), tmp_path)
+    assert "a volume that dies with the pod" in problem
+    assert "[private].names" in problem
+
+
+def test_a_data_directory_on_the_root_filesystem_is_reported(tmp_path: Path) -> None:
+    def unmounted(m: Manifest) -> None:
+        spec = container(m)
+        spec["volumeMounts"] = [v for v in spec["volumeMounts"] if v["name"] != "data"]
+
+    [problem] = memory_problems(SINGLE.mutated(unmounted), tmp_path)
+    assert "is on the read-only root filesystem" in problem
 
 
 @every_manifest
@@ -255,7 +292,7 @@ def test_a_file_store_on_the_read_only_root_filesystem_is_reported(tmp_path: Pat
     def embedded(m: Manifest) -> None:
         spec = container(m)
         spec["env"] = [e for e in spec["env"] if e["name"] != "MIRRORGATE_PRIVATE_UPSTREAM"]
-        set_env(spec, "MIRRORGATE_DATA_DIR", "/var/lib/mirrorgate")
+        set_env(spec, "MIRRORGATE_DATA_DIR", "/srv/mirrorgate")  # under no mount
 
     [problem] = settings_problems(SINGLE.mutated(embedded), tmp_path)
     assert "read-only root filesystem" in problem
@@ -265,9 +302,9 @@ def test_a_file_store_on_a_writable_volume_passes(tmp_path: Path) -> None:
     def embedded(m: Manifest) -> None:
         spec = container(m)
         spec["env"] = [e for e in spec["env"] if e["name"] != "MIRRORGATE_PRIVATE_UPSTREAM"]
-        set_env(spec, "MIRRORGATE_DATA_DIR", "/var/lib/mirrorgate")
-        spec["volumeMounts"].append({"name": "data", "mountPath": "/var/lib/mirrorgate"})
-        pod(m)["volumes"].append({"name": "data", "emptyDir": {}})
+        set_env(spec, "MIRRORGATE_DATA_DIR", "/srv/mirrorgate")
+        spec["volumeMounts"].append({"name": "store", "mountPath": "/srv/mirrorgate"})
+        pod(m)["volumes"].append({"name": "store", "emptyDir": {}})
 
     assert settings_problems(SINGLE.mutated(embedded), tmp_path) == []
 

@@ -55,12 +55,16 @@ def test_dot_segments_are_refused_before_anything_is_sent_on(
 
 
 def test_a_search_for_250_results_fills_at_most_20_packuments_and_is_kept(
-    guarded: GuardedFactory, guard: SecretGuard, verdaccio: Verdaccio,
+    guarded: GuardedFactory, guard: SecretGuard, verdaccio: Verdaccio, tmp_path: Path,
 ) -> None:
-    # Verdaccio stands in for the public registry: it answers /-/v1/search
+    # Verdaccio stands in for the public registry: it answers /-/v1/search. Its versions are
+    # published now, so the default one-day cooldown is turned off: a search must show them
     for index in range(30):
         verdaccio.publish(make_package(f"searchme-{index:02d}", ["1.0.0"]).version("1.0.0"))
-    proxy = guarded("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": verdaccio.url})
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[age]\nminimum = "0"\n', encoding="utf-8")
+    proxy = guarded("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": verdaccio.url,
+                              "MIRRORGATE_RULES_FILE": str(rules)})
 
     first = http_request("GET", proxy.registry_url + "-/v1/search?text=searchme&size=250")
     fills = proxy.metric("mirrorgate_cache_total", result="miss")

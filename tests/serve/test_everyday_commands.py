@@ -62,7 +62,9 @@ async def test_npm_search_shows_what_the_public_upstream_finds_less_what_the_rul
     private_registry.publish_package(make_package("findme-open", ["1.0.0"]))
     private_registry.publish_package(make_package("findme-denied", ["1.0.0"]))
     private_registry.publish_package(make_package("findme-tagged", ["1.0.0", "2.0.0"]))
-    rules = parse_rules('[deny]\npackages = ["findme-denied", "findme-tagged@2.0.0"]\n',
+    # Verdaccio dates each version at its publish, just now: the default cooldown is off
+    rules = parse_rules('[age]\nminimum = "0"\n\n'
+                        '[deny]\npackages = ["findme-denied", "findme-tagged@2.0.0"]\n',
                         "rules.toml")
     proxy = await start_proxy(private_registry.url, private=FILE_STORE, rules=rules)
 

@@ -85,7 +85,10 @@ async def test_without_the_registrys_keys_unsigned_policy_applies_until_they_arr
 
 
 
-QUARANTINE = parse_rules('[provenance]\ncontinuity = "quarantine"\nquarantine = "7d"\n'
+# the takeover versions are hours old: the default one-day cooldown is off, so that the
+# signals are what holds them
+QUARANTINE = parse_rules('[age]\nminimum = "0"\n'
+                         '[provenance]\ncontinuity = "quarantine"\nquarantine = "7d"\n'
                          '[publisher]\nchange = "quarantine"\n', "rules.toml")
 
 
@@ -113,7 +116,8 @@ async def test_an_allow_entry_releases_a_quarantined_version(
 ) -> None:
     public_registry.add(make_package("vouched", takeover("vouched", "1.0.3",
                                                          age=timedelta(hours=1))))
-    rules = parse_rules('[provenance]\ncontinuity = "quarantine"\nallow = ["vouched@1.0.3"]\n'
+    rules = parse_rules('[age]\nminimum = "0"\n'
+                        '[provenance]\ncontinuity = "quarantine"\nallow = ["vouched@1.0.3"]\n'
                         '[publisher]\nchange = "quarantine"\nallow = ["vouched@1.0.3"]\n')
     proxy = await start_proxy(public_registry.url, rules=rules)
 

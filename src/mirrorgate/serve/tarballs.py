@@ -121,6 +121,16 @@ class TarballRoute:
         try:
             return await self._public(request, name, record, private_error, deadline,
                                       gated.time.get(version))
+        except Refused as missing:
+            # public has no such tarball (a package removed there, a withdrawn tarball): the
+            # same holds as for an outage, a copy mirrored since the packument was filled is
+            # served (verified), and the 404 stands only when private lacks it too
+            if skipped and missing.status == 404:
+                copy, _ = await self._from_private(request, name, filename, record, deadline,
+                                                  verify=True)
+                if copy is not None:
+                    return copy
+            raise
         except UpstreamError as error:
             # Skipped on the packument's word, private may hold the version all the same: the
             # worker mirrors within seconds of a pull, the packument says "public-only" for
