@@ -139,7 +139,8 @@ def test_a_memory_that_cannot_persist_is_a_warning_naming_private_names(
     blocked = str(tmp_path / "ro" / "data")
     [warning] = load_settings({**BASE, **registry, "MIRRORGATE_DATA_DIR": blocked},
                               npm_registry=no_npm).warnings()
-    assert "MIRRORGATE_DATA_DIR" in warning and "[private].names" in warning
+    assert "MIRRORGATE_DATA_DIR" in warning
+    assert "[private].names" in warning
     assert load_settings({**BASE, **registry, "MIRRORGATE_DATA_DIR": str(tmp_path / "rw")},
                          npm_registry=no_npm).warnings() == []
     # the embedded store needs the directory anyway (start-up refuses an unwritable one)

@@ -209,6 +209,26 @@ async def test_a_tarball_the_public_upstream_lost_is_a_404(
 
 
 
+async def test_a_copy_mirrored_since_the_fill_is_served_when_public_lost_the_tarball(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # the packument, filled before the worker mirrored the version, calls it public-only;
+    # public then answers 404 for the tarball (the package removed there): the mirror's copy
+    # is what an install gets, verified against the admitted digest, never a 404
+    version = make_version("moved-on", "1.0.0")
+    public_registry.add(make_package("moved-on", [version]))
+    with FixtureRegistry() as private:
+        proxy = await start_proxy(public_registry.url, private=private.url)
+        assert (await proxy.get("npm/moved-on")).status == 200
+        private.add(make_package("moved-on", [version.marked()]))
+        public_registry.fault("/moved-on/-/moved-on-1.0.0.tgz", Fault(status=404))
+
+        answer = await proxy.get("npm/moved-on/-/moved-on-1.0.0.tgz")
+
+    assert answer.status == 200
+    assert answer.body == version.tarball
+
+
 async def test_a_version_pulled_again_within_the_window_is_enqueued_once(
     public_registry: FixtureRegistry, start_proxy: StartProxy,
 ) -> None:

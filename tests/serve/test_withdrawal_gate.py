@@ -51,7 +51,8 @@ def test_a_mirrored_version_public_no_longer_lists_is_withdrawn_everywhere_it_sh
 
     assert gated.survivors == ["1.0.0"]
     denial = gated.versions["1.0.1"].denial
-    assert denial is not None and denial.rule == PUBLIC_WITHDRAWN
+    assert denial is not None
+    assert denial.rule == PUBLIC_WITHDRAWN
     assert denial.since == "2026-12-01T12:00:00.000Z"
     assert "withdrawn from the public registry (first seen 2026-12-01T12:00:00.000Z)" in (
         denial.reason)
@@ -69,7 +70,8 @@ def test_npms_placeholder_withdraws_every_mirrored_version() -> None:
     gated = judged(doc(PLACEHOLDER, dist_tags={"latest": "0.0.1-security"}))
 
     assert sorted(gated.withdrawals) == ["1.0.0", "1.0.1"]
-    assert "1.0.0" not in gated.survivors and "1.0.1" not in gated.survivors
+    assert "1.0.0" not in gated.survivors
+    assert "1.0.1" not in gated.survivors
 
 
 def test_npms_unpublished_tombstone_withdraws_every_mirrored_version() -> None:
@@ -93,7 +95,8 @@ def test_a_remembered_withdrawal_holds_while_public_is_silent() -> None:
 
     assert gated.survivors == ["1.0.0"]
     denial = gated.versions["1.0.1"].denial
-    assert denial is not None and denial.since == "2026-11-30T08:00:00.000Z"
+    assert denial is not None
+    assert denial.since == "2026-11-30T08:00:00.000Z"
 
 
 def test_listed_again_with_the_bytes_the_mirror_holds_it_is_served_again() -> None:
@@ -135,7 +138,7 @@ def test_no_exception_or_report_mode_brings_a_withdrawn_version_back() -> None:
 def test_withdrawals_survive_a_restart_and_a_relisting_is_forgotten(tmp_path: Path) -> None:
     path = tmp_path / "data" / "withdrawn-versions"
     memory = WithdrawnVersions(path)
-    versions = {"1.0.0": {}, "1.0.1": {}}
+    versions: dict[str, object] = {"1.0.0": {}, "1.0.1": {}}
 
     assert memory.record("takedown-pkg", versions, {"1.0.1": "2026-12-01T12:00:00.000Z"}) == [
         "1.0.1"]
