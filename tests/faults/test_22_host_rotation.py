@@ -99,9 +99,11 @@ def test_invented_hosts_leave_another_clients_warm_hits_as_they_were(
           f"{per_host * 1000:.0f} ms of CPU each")
     assert sent > ROTATORS
     assert answered == sent  # the invented hosts are still answered
-    # its renderings are never pushed out, so its hits stay hits: the p50 barely moves
-    assert rotating < quiet + 0.001, (quiet, rotating)
+    # its renderings are never pushed out, so its hits stay hits: none of its requests is
+    # among the unkept renderings, and its p50 moves by the CPU the rotators take (about a
+    # millisecond; on the old path, which evicted its renderings, 3.8 to 17 ms)
+    unkept = proxy.metric("mirrorgate_unkept_renderings_total")
+    assert sent - 4 <= unkept <= sent  # the first bases seen are kept, this client's first
+    assert rotating < quiet + 0.002, (quiet, rotating)
     assert per_host < 0.150  # one pass over the bytes and a fast gzip, not a rendering
-    # the first bases the process saw are kept (this client's among them), none after
-    assert proxy.metric("mirrorgate_unkept_renderings_total") >= sent - 4
     assert proxy.events("unknown_base_rendered")  # the hint to set MIRRORGATE_PUBLIC_URL

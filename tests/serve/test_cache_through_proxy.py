@@ -131,6 +131,9 @@ async def test_the_private_answer_is_cached_and_a_change_there_rebuilds_the_pack
     public_registry.add(make_package("private-change", ["1.0.0", "2.0.0"]))
     proxy = await start_proxy(public_registry.url, private=private, cache_ttl=60.0)
     first = (await proxy.get("npm/private-change")).json()
+    # 1.5.0 is released and mirrored (a mirrored version public does not list would be a
+    # withdrawal, docs/withdrawals.md); the private copy is the one served
+    public_registry.add(make_package("private-change", ["1.0.0", "1.5.0", "2.0.0"]))
     await publish_private(proxy, private_registry,
                           make_version("private-change", "1.5.0", description="ours").marked())
     within = (await proxy.get("npm/private-change")).json()
