@@ -178,6 +178,18 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_WRITE_STALL_TIMEOUT", "30", "seconds a response may stay blocked on a "
         "client that stopped reading before the connection is cut",
         see="serving.md#overload-and-slow-clients"),
+    Var("MIRRORGATE_SEND_MIN_RATE", "500", "bytes a second a client must take a tarball at, "
+        "measured over each 5 s once the grace has passed, or the connection is cut (Apache's "
+        "MinRate, for responses; 0 turns it off)",
+        see="serving.md#overload-and-slow-clients"),
+    Var("MIRRORGATE_SEND_MIN_RATE_GRACE", "20", "seconds from a tarball response's first byte "
+        "before MIRRORGATE_SEND_MIN_RATE applies",
+        see="serving.md#overload-and-slow-clients"),
+    Var("MIRRORGATE_SPOOL_MAX_BYTES", None, "bytes of tarballs being read that the spools may "
+        "hold at once, the small ones in memory (32 MiB at most), the rest in files under "
+        "MIRRORGATE_DATA_DIR/spool; a tarball that does not fit streams per request (default: "
+        "a quarter of the free space there, at most 1 GiB)",
+        see="serving.md#one-download-per-tarball"),
     Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired",
         read_by=(WORKER,), see="worker.md#retries"),
     Var("MIRRORGATE_WORKER_CONCURRENCY", "1", "mirror jobs in flight at once",
@@ -292,6 +304,9 @@ class Settings:
     head_timeout: float
     keepalive_timeout: float
     write_stall_timeout: float
+    send_min_rate: int
+    send_min_rate_grace: float
+    spool_max_bytes: int
     heartbeat_stale_after: float
     drain_timeout: float
     log_level: str
@@ -545,6 +560,27 @@ def _job_key(read: _Reader, name: str) -> Secret | None:
     return key
 
 
+SPOOL_AT_MOST = 1024 * MIB
+
+
+def default_spool_max_bytes(directory: Path) -> int:
+    """A quarter of the free space where the spool files go, at most `SPOOL_AT_MOST`: spooled
+    tarballs must never fill the data volume the memory of first-party names lives on."""
+    for candidate in (directory, *directory.parents):
+        try:
+            stats = os.statvfs(candidate)
+        except OSError:
+            continue
+        return min(SPOOL_AT_MOST, stats.f_bavail * stats.f_frsize // 4)
+    return 0
+
+
+def _spool_max_bytes(read: _Reader, data_dir: Path) -> int:
+    if read.raw("MIRRORGATE_SPOOL_MAX_BYTES") is None:
+        return default_spool_max_bytes(data_dir / "spool")
+    return read.integer("MIRRORGATE_SPOOL_MAX_BYTES", 0, None, str(256 * MIB))
+
+
 def _writable(directory: Path) -> bool:
     """Whether files can be created in `directory`, or in the nearest existing directory above
     it (where it would be created): a read-only root filesystem, or a directory of another
@@ -654,6 +690,9 @@ def load_settings(
         head_timeout=read.seconds("MIRRORGATE_HEAD_TIMEOUT", 0.1, "10"),
         keepalive_timeout=read.seconds("MIRRORGATE_KEEPALIVE_TIMEOUT", 0.1, "75"),
         write_stall_timeout=read.seconds("MIRRORGATE_WRITE_STALL_TIMEOUT", 0.1, "30"),
+        send_min_rate=read.integer("MIRRORGATE_SEND_MIN_RATE", 0, None, "500"),
+        send_min_rate_grace=read.seconds("MIRRORGATE_SEND_MIN_RATE_GRACE", 0, "20"),
+        spool_max_bytes=_spool_max_bytes(read, data_dir),
         heartbeat_stale_after=read.seconds("MIRRORGATE_HEARTBEAT_STALE_AFTER", 1, "120"),
         drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
         log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),

@@ -47,6 +47,8 @@ class SlowLoad:
     readers: int
     half_heads: int
     deadline: float = 60.0
+    paths: list[str] | None = None
+    """Reader i reads paths[i % len(paths)] instead of `tarball_path`: many tarballs."""
     reader_endings: list[Ending] = field(default_factory=list)
     head_endings: list[Ending] = field(default_factory=list)
     _thread: threading.Thread | None = None
@@ -64,9 +66,10 @@ class SlowLoad:
 
     async def _run(self) -> None:
         async with asyncio.TaskGroup() as group:
-            for _ in range(self.readers):
+            for index in range(self.readers):
+                path = self.paths[index % len(self.paths)] if self.paths else self.tarball_path
                 group.create_task(self._one(
-                    f"GET {self.tarball_path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode(),
+                    f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode(),
                     self.reader_endings))
             for _ in range(self.half_heads):
                 group.create_task(self._one(

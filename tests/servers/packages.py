@@ -571,3 +571,16 @@ def standard_tree() -> FixtureTree:
         resolved={"alpha": "1.2.0", "@fixture/beta": "2.1.3", "gamma": "3.1.0",
                   "delta": "0.4.2", "epsilon": "1.2.0", "zeta": "1.0.1"},
     )
+
+
+def wide_tree(count: int, *, prefix: str = "wide") -> FixtureTree:
+    """`count` packages a project depends on directly, each with three versions and a
+    dependency on the next one (`wide-000` -> `wide-001` ...), tarballs of realistic sizes
+    (`realistic_size`): a lockfile like a small service's (106 packages: a typical one)."""
+    names = [f"{prefix}-{index:03d}" for index in range(count)]
+    packages = [
+        make_package(name, ["1.0.0", "1.1.0", "1.2.0"],
+                     {names[index + 1]: "^1.0.0"} if index + 1 < count else None)
+        for index, name in enumerate(names)]
+    return FixtureTree(packages=packages, dependencies={name: "^1.0.0" for name in names},
+                       resolved=dict.fromkeys(names, "1.2.0"))

@@ -63,11 +63,14 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import LiveRules, Rules
 from mirrorgate.serve.access import install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
+from mirrorgate.serve.listener import ClientBounds, SendFloor
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.publishing import PublishRoute
 from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
+from mirrorgate.serve.relay import OUTCOME, Relay
 from mirrorgate.serve.search import Search
-from mirrorgate.serve.tarballs import OUTCOME, TarballRoute
+from mirrorgate.serve.spool import SPOOL_DIR, Spools
+from mirrorgate.serve.tarballs import TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.upstream.client import Upstream, UpstreamError
@@ -158,9 +161,12 @@ class ProxyServer:
                            max_bytes=self.settings.cache_max_bytes,
                            clock=clock, on_result=self._count_cache),
             clock)
+        self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
+                                  self.settings.spool_max_bytes),
+                           proxy.metrics, self._send_floor)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
-                                     packument=self._gated_or_none,
+                                     relay=self.relay, packument=self._gated_or_none,
                                      private_answered=self.packuments.private_answered,
                                      clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
@@ -171,6 +177,12 @@ class ProxyServer:
             public=proxy.public, first_party=self.packuments.source.first_party,
             forget=self.packuments.forget, metrics=proxy.metrics)
         self.admission = Admission(self.settings.max_in_flight, proxy.metrics)
+        self._floor = ClientBounds(
+            head_timeout=self.settings.head_timeout,
+            write_stall_timeout=self.settings.write_stall_timeout,
+            on_cut=lambda reason: proxy.metrics.slow_clients.labels(reason).inc(),
+            min_rate=self.settings.send_min_rate,
+            min_rate_grace=self.settings.send_min_rate_grace)
         self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._gzip: Memo[str, bool] = Memo(accepts_gzip)
@@ -345,7 +357,7 @@ class ProxyServer:
         # upstream work first takes an admission slot (`overload`: 503 past
         # MIRRORGATE_MAX_IN_FLIGHT), then runs within MIRRORGATE_REQUEST_TIMEOUT (504 JSON)
         try:
-            async with self.admission.slot(target.route), \
+            async with self.admission.slot(target.route) as slot, \
                     asyncio.timeout(limit) as deadline:
                 if name is None:  # the search route, the only one without a package name
                     return json_response(200, await self.search(request.query))
@@ -358,12 +370,18 @@ class ProxyServer:
                     return await self._version(request, name, target.detail)
                 if target.route == "dist-tags":
                     return await self._dist_tags(name)
-                return await self.tarballs(request, name, target.detail, deadline)
+                return await self.tarballs(request, name, target.detail, deadline, slot)
         except TimeoutError:
             log.warning("request_timed_out", route=target.route,
                         package=name.full if name is not None else None, timeout=limit)
             raise Refused(504, f"mirrorgate could not answer within {limit:g} s "
                           "(MIRRORGATE_REQUEST_TIMEOUT)") from None
+
+    def _send_floor(self, request: web.Request) -> SendFloor:
+        """The minimum rate a tarball response is held to (MIRRORGATE_SEND_MIN_RATE)."""
+        transport = request.transport
+        return SendFloor(transport if isinstance(transport, asyncio.Transport) else None,
+                         self._floor)
 
     async def _keys(self) -> web.Response:
         """The public registry's signing keys, as it serves them: npm checks the
@@ -557,6 +575,7 @@ def build_proxy_app(
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:
         yield
         await server.tarballs.drain()
+        await server.relay.close()
         await server.keys.close()
 
     app.cleanup_ctx.append(drain_enqueues)

@@ -2,7 +2,9 @@
 
 aiohttp times out an idle keep-alive connection, but neither a request head that never ends
 nor a response blocked on a client that stopped reading: either holds a connection, a handler
-and, for a tarball, an upstream connection for as long as the client likes.
+and, for a tarball, an upstream connection for as long as the client likes. A client that
+reads, but a byte a second, is neither: `SendFloor` is the minimum rate a tarball response
+must keep (Apache's `MinRate`, for responses).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-__all__ = ["ClientBounds", "GuardedSite"]
+__all__ = ["ClientBounds", "GuardedSite", "SendFloor", "reset"]
 
 log = structlog.get_logger("mirrorgate.listener")
 
@@ -37,7 +39,76 @@ class ClientBounds:
     unless writing resumes within this. The handler's pending write then fails as a client
     disconnect, so a tarball stream ends and gives its upstream connection back."""
     on_cut: Callable[[str], None]
-    """Called with `head_timeout` or `write_stall` each time a connection is cut."""
+    """Called with `head_timeout`, `write_stall` or `min_rate` each time a connection is cut."""
+    min_rate: int = 0
+    """Bytes a second a long response must be taken at, measured over each `RATE_WINDOW`
+    after `min_rate_grace` (0: no floor)."""
+    min_rate_grace: float = 20.0
+
+
+RATE_WINDOW = 5.0
+"""Seconds over which a response's rate is measured. A window, not the average since the
+start: the socket buffers take a few hundred KiB at once, which would pay for hours at a low
+average."""
+
+
+def reset(transport: asyncio.Transport) -> None:
+    """Drop the connection with a reset: a closed socket keeps delivering its unsent megabytes
+    (the kernel's send buffer) to a client that is not reading, for as long as it likes;
+    SO_LINGER 0 makes the close send RST and drop them now."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+class SendFloor:
+    """The minimum transfer rate of one response, whose chunks go through `write`: once past
+    the grace, a window at whose end a write is still waiting on the client, and in which the
+    client took fewer than `min_rate * RATE_WINDOW` bytes, resets the connection (the pending
+    write then fails as a client disconnect). A response waiting on its upstream instead (no
+    write pending) is never cut for it. `stop()` when the response ends."""
+
+    def __init__(self, transport: asyncio.Transport | None, bounds: ClientBounds) -> None:
+        self._transport = transport
+        self._bounds = bounds
+        self._sent = 0
+        self._at_window = 0
+        self._writing = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.cut = False
+        if transport is not None and bounds.min_rate > 0:
+            self._timer = asyncio.get_running_loop().call_later(
+                bounds.min_rate_grace, self._window)
+
+    async def write(self, response: web.StreamResponse, chunk: bytes) -> None:
+        self._writing = True
+        try:
+            await response.write(chunk)
+        finally:
+            self._writing = False
+        self._sent += len(chunk)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _window(self) -> None:
+        self._timer = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        taken, self._at_window = self._sent - self._at_window, self._sent
+        if self._writing and taken < self._bounds.min_rate * RATE_WINDOW:
+            self.cut = True
+            log.info("http_send_too_slow", min_rate=self._bounds.min_rate,
+                     window=RATE_WINDOW, taken=taken)
+            self._bounds.on_cut("min_rate")
+            reset(transport)
+            return
+        self._timer = asyncio.get_running_loop().call_later(RATE_WINDOW, self._window)
 
 
 class _Guard(asyncio.Protocol):
@@ -125,14 +196,7 @@ class _Guard(asyncio.Protocol):
             return
         log.info("http_write_stalled", timeout=self._bounds.write_stall_timeout)
         self._bounds.on_cut("write_stall")
-        # A reset, not a close: a closed socket keeps delivering its unsent megabytes (the
-        # kernel's send buffer) to a client that is not reading, for as long as it likes.
-        # SO_LINGER 0 makes the close send RST and drop them now.
-        sock = self._transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        self._transport.abort()
+        reset(self._transport)  # a reset, not a close (`reset`)
 
 
 class GuardedSite(web.BaseSite):

@@ -1,0 +1,391 @@
+"""Relaying a tarball's bytes to clients: through a shared spool, or streamed straight through.
+
+`TarballRoute` decides which bytes a request may have (the gate, private or public); this
+module moves them. A GET whose upstream body has a declared size is spooled (`spool`): the
+first request starts one download that fills the spool at the upstream's pace, hashed and
+scanned on the way (`relayhash`), and every request for the same bytes reads from it at its
+own. The download holds the admission slot and the upstream connection; a reader holds
+neither. A HEAD, a body of unknown size, or one the spool bound cannot take is streamed as one
+request's own download, holding both until its client has read it.
+
+Either way the last chunk leaves only once the whole body matched the admitted digest (and,
+where the install-scripts rule applies, runs nothing at install), and a body that does not is
+cut for every reader: even a client that checks no integrity gets a truncated answer it
+cannot install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Protocol, TypeVar
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from mirrorgate.integrity import DigestMismatch, StreamVerifier, Verified
+from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.tarscripts import ScriptScan
+from mirrorgate.serve.listener import SendFloor
+from mirrorgate.serve.overload import Slot
+from mirrorgate.serve.relayhash import RelayHasher
+from mirrorgate.serve.spool import Spool, SpoolOutcome, Spools
+
+__all__ = ["CHUNK", "OCTETS", "OUTCOME", "Body", "Relay"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+OCTETS = "application/octet-stream"
+CHUNK = 64 * 1024
+"""Bytes a spool reader sends per write."""
+MEMORY = 10_000
+"""Versions remembered in each memo (scripts found, scanned clean); the oldest go first."""
+OUTCOME = web.ResponseKey("mirrorgate_outcome", str)
+"""Set on a response whose transfer did not complete (`aborted`, `client_gone`, `tampered`,
+`denied`): the request metric's status label instead of the status that was already sent."""
+
+
+class Body(Protocol):
+    """An upstream tarball answer being read (`client.Download`, `registry.TarballBody`)."""
+
+    @property
+    def size(self) -> int | None: ...
+
+    @property
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+
+Opener = Callable[[], AbstractAsyncContextManager[Body | None]]
+"""Opens the upstream body: None when the upstream has no such tarball (a 404)."""
+
+
+class Relay:
+    """The relays of one process: its spools, the downloads being opened, and what reading
+    tarballs taught it (a version whose bytes run scripts; bytes already read clean)."""
+
+    def __init__(self, spools: Spools, metrics: Metrics,
+                 floor: Callable[[web.Request], SendFloor]) -> None:
+        self.spools = spools
+        self.metrics = metrics
+        self.floor = floor
+        self._opening: dict[Hashable, asyncio.Future[Spool | None]] = {}
+        self._fills: set[asyncio.Task[None]] = set()
+        # versions whose tarball was found to run code at install (`npm.tarscripts`): the next
+        # request is a 403 saying why, not another download cut without a word to the client
+        self.scripts_found: OrderedDict[str, str] = OrderedDict()
+        # (version, the digest its bytes were verified against) whose tarball was read and
+        # runs nothing at install: the same bytes are not inflated again (a bomb's CPU is
+        # spent once per version, not once per download)
+        self._scanned_clean: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    async def relay(self, request: web.Request, opener: Opener, *, key: Hashable, source: str,
+                    name: PackageName, version: str, verifier: StreamVerifier | None,
+                    scan: bool, slot: Slot, deadline: asyncio.Timeout,
+                    ) -> tuple[web.StreamResponse, Verified | None] | None:
+        """The bytes `opener` opens, relayed to this request: None when the upstream has no
+        such tarball (nothing sent). `key` names the bytes (the same key, the same spool);
+        `verifier` checks them against the admitted digest; `scan`, whether the install-scripts
+        rule reads them. Returns the response and, when the body was verified and reached
+        the client whole, what matched. Raises what `opener` raises (`UpstreamError`)."""
+        label = f"{name.full}@{version}"
+        if request.method != "HEAD":
+            spool = self.spools.find(key)
+            opening = self._opening.get(key) if spool is None else None
+            if opening is not None:
+                # another request is opening these bytes right now: its spool, or its miss
+                spool = await asyncio.shield(opening)
+            if spool is not None:
+                slot.release()  # this request does no upstream work
+                return await self._read(request, spool, deadline, label, source)
+        opened: asyncio.Future[Spool | None] = asyncio.get_running_loop().create_future()
+        if request.method != "HEAD":
+            self._opening[key] = opened
+        try:
+            async with AsyncExitStack() as stack:
+                body = await stack.enter_async_context(opener())
+                if body is None:
+                    return None
+                spool = (self.spools.make(key, body.size)
+                         if request.method != "HEAD" and body.size is not None else None)
+                opened.set_result(spool)
+                if spool is None:
+                    reader = self._reader(verifier, scan, name, version)
+                    return await self._stream(request, body.size, body.chunks, deadline,
+                                              reader, source=source, name=name,
+                                              version=version)
+                # the download outlives this request's interest in it: it owns the upstream
+                # answer and the slot from here on, and gives both back when the body is read
+                owned = stack.pop_all()
+            task = asyncio.get_running_loop().create_task(self._fill(
+                spool, body.chunks, owned, slot.hand_over(),
+                self._reader(verifier, scan, name, version), source=source, name=name,
+                version=version))
+            self._fills.add(task)
+            task.add_done_callback(self._fills.discard)
+        finally:
+            if not opened.done():
+                opened.set_result(None)
+            if self._opening.get(key) is opened:
+                del self._opening[key]
+        return await self._read(request, spool, deadline, label, source)
+
+    def _reader(self, verifier: StreamVerifier | None, scan: bool, name: PackageName,
+                version: str) -> RelayHasher | None:
+        """Hashing and scanning beside the loop when a second CPU is there, so neither sha512
+        nor inflating a tarball (a compression bomb's gigabyte) runs on the relay's core. The
+        scan is skipped for bytes read clean before: they are verified against the same
+        digest, so bytes that differ are cut anyway."""
+        clean = (verifier is not None and
+                 (f"{name.full}@{version}", verifier.expected.sri()) in self._scanned_clean)
+        reading = ScriptScan() if scan and not clean else None
+        if verifier is None and reading is None:
+            return None
+        return RelayHasher(verifier, reading)
+
+    # -- the shared download ---------------------------------------------------------------
+
+    async def _fill(self, spool: Spool, chunks: AsyncIterator[bytes], owned: AsyncExitStack,
+                    release: Callable[[], None], reader: RelayHasher | None, *, source: str,
+                    name: PackageName, version: str) -> None:
+        """Read the upstream body into `spool`, then give the upstream answer and the slot
+        back. Never raises: every ending is the spool's outcome."""
+        try:
+            async with owned:
+                outcome = await self._download(spool, chunks, reader, source=source,
+                                               name=name, version=version)
+        except Exception as error:  # a bug, or the upstream answer failing to close
+            log.error("tarball_spool_failed", package=name.full, version=version,
+                      detail=f"{type(error).__name__}: {error}")
+            outcome = "aborted"
+        except asyncio.CancelledError:
+            outcome = "aborted"
+            raise
+        finally:
+            release()
+            if reader is not None:
+                reader.close()
+            if spool.outcome is SpoolOutcome.FILLING:
+                if outcome == "complete":
+                    spool.complete()
+                else:
+                    spool.fail(outcome)
+            self.spools.settled(spool)
+
+    async def _download(self, spool: Spool, chunks: AsyncIterator[bytes],
+                        reader: RelayHasher | None, *, source: str, name: PackageName,
+                        version: str) -> str:
+        try:
+            async for chunk in chunks:
+                if reader is not None:
+                    await reader.feed(chunk)
+                try:
+                    spool.append(chunk, hold_last=reader is not None)
+                except OSError as error:  # the spool's file: a full or read-only disk
+                    self.spools.unusable(error)
+                    return "aborted"
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            log.warning("tarball_stream_failed", upstream=source, package=name.full,
+                        version=version, sent=spool.filled, detail=type(error).__name__)
+            return "aborted"
+        if spool.filled != spool.size:
+            log.warning("tarball_stream_failed", upstream=source, package=name.full,
+                        version=version, sent=spool.filled,
+                        detail=f"the body ended at {spool.filled} of {spool.size} bytes")
+            return "aborted"
+        verdict, verified = await self._verdict(reader, source=source, name=name,
+                                                version=version, sent=spool.safe,
+                                                withheld=spool.filled - spool.safe)
+        if verdict is not None:
+            return verdict
+        spool.verified = verified
+        return "complete"
+
+    async def _verdict(self, reader: RelayHasher | None, *, source: str, name: PackageName,
+                       version: str, sent: int, withheld: int,
+                       ) -> tuple[str | None, Verified | None]:
+        """Every byte read: (None, what matched) when the bytes may leave whole, else (why
+        they may not: `tampered`, `denied`; None), counted, logged and remembered once per
+        download."""
+        if reader is None:
+            return None, None
+        label = f"{name.full}@{version}"
+        try:
+            verified = await reader.finish()
+        except DigestMismatch as mismatch:
+            self.metrics.tampered.inc()
+            self.metrics.events.tampered(label, f"the {source} tarball did not match the "
+                                         "admitted digest; the client's download was cut")
+            log.critical("tarball_digest_mismatch", security=True, upstream=source,
+                         package=name.full, version=version,
+                         expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
+                         algorithm=mismatch.expected.algorithm, sent=sent, withheld=withheld)
+            return "tampered", None
+        scan = reader.scan
+        if scan is not None and (reason := scan.finish()) is not None:
+            # Manifest confusion: the manifest the install-scripts rule admitted shows no
+            # scripts, the tarball's own package.json (which yarn 1 runs) has some. Cut like
+            # tampered bytes: the held chunk never leaves, so no client can install it.
+            self.metrics.rule_denials.labels("install-scripts", "enforce").inc()
+            self.metrics.events.record("denied", label, f"the download was cut: {reason}")
+            log.warning("tarball_scripts_refused", security=True, upstream=source,
+                        package=name.full, version=version, rule="install-scripts",
+                        reason=reason, sent=sent)
+            remember(self.scripts_found, label, reason)
+            return "denied", None
+        if scan is not None and verified is not None:
+            remember(self._scanned_clean, (label, verified.digest.sri()), None)
+        return None, verified
+
+    async def _read(self, request: web.Request, spool: Spool, deadline: asyncio.Timeout,
+                    label: str, source: str) -> tuple[web.StreamResponse, Verified | None]:
+        """One reader of a spool, from its first byte to its last, at the client's pace."""
+        self.spools.join(spool)
+        response = web.StreamResponse(headers={"Content-Type": OCTETS})
+        response.content_length = spool.size
+        floor = self.floor(request)
+        try:
+            await response.prepare(request)
+            # the request timeout stops at the first byte; the download's own bounds the rest
+            deadline.reschedule(None)
+            sent = 0
+            while True:
+                try:
+                    chunk = spool.read(sent, CHUNK)
+                except OSError as error:  # the spool's file could not be read back
+                    log.warning("tarball_spool_unreadable", package=label.rpartition("@")[0],
+                                detail=error.strerror or type(error).__name__, sent=sent)
+                    return _cut(request, response, "aborted"), None
+                if chunk:
+                    if not await _write(response, floor, chunk, label, sent):
+                        return response, None
+                    sent += len(chunk)
+                    continue
+                if spool.outcome is SpoolOutcome.FAILED:
+                    return _cut(request, response, spool.failure), None
+                if spool.outcome is SpoolOutcome.COMPLETE and sent == spool.filled:
+                    break
+                await spool.changed()
+            await response.write_eof()
+        finally:
+            floor.stop()
+            self.spools.leave(spool)
+        package, _, version = label.rpartition("@")
+        log.info("tarball_served", upstream=source, package=package, version=version,
+                 bytes=sent, head=False, spooled=True)
+        return response, spool.verified
+
+    # -- one request's own download ----------------------------------------------------------
+
+    async def _stream(self, request: web.Request, size: int | None,
+                      chunks: AsyncIterator[bytes], deadline: asyncio.Timeout,
+                      reader: RelayHasher | None, *, source: str, name: PackageName,
+                      version: str) -> tuple[web.StreamResponse, Verified | None]:
+        """Relay `chunks` as they arrive (constant memory), the last chunk held back until the
+        verdict. An upstream that breaks mid-body, or bytes that are refused, close the
+        connection (`_cut`); a client that stops reading is cut by the listener's bounds,
+        and the write here then fails as a disconnect."""
+        response = web.StreamResponse(headers={"Content-Type": OCTETS})
+        if size is not None:
+            response.content_length = size
+        await response.prepare(request)
+        deadline.reschedule(None)
+        label = f"{name.full}@{version}"
+        if request.method == "HEAD":
+            log.info("tarball_served", upstream=source, package=name.full, version=version,
+                     bytes=0, head=True)
+            return response, None
+        floor = self.floor(request)
+        try:
+            sent = 0
+            held: bytes | None = None
+            async for read in _guarded(chunks, source, name, version):
+                if read is None:
+                    return _cut(request, response, "aborted"), None
+                chunk: bytes | None = read
+                if reader is not None:
+                    await reader.feed(read)
+                    # Holding one chunk back means the digest (and the scan) is known before
+                    # the final bytes leave; it costs no copy and delays only the last 64 KiB.
+                    chunk, held = held, read
+                if chunk is None:
+                    continue
+                if not await _write(response, floor, chunk, label, sent):
+                    return response, None
+                sent += len(chunk)
+            verdict, verified = await self._verdict(reader, source=source, name=name,
+                                                    version=version, sent=sent,
+                                                    withheld=len(held or b""))
+            if verdict is not None:
+                return _cut(request, response, verdict), None
+            if held is not None:
+                if not await _write(response, floor, held, label, sent):
+                    return response, None
+                sent += len(held)
+            await response.write_eof()
+        finally:
+            floor.stop()
+            if reader is not None:
+                reader.close()
+        log.info("tarball_served", upstream=source, package=name.full, version=version,
+                 bytes=sent, head=False)
+        return response, verified
+
+    async def close(self) -> None:
+        """At application cleanup, once the drain is over: stop the downloads still running
+        (their readers were cut at the drain timeout), then drop every spool."""
+        for task in list(self._fills):
+            task.cancel()
+        if self._fills:
+            await asyncio.gather(*list(self._fills), return_exceptions=True)
+        self.spools.close()
+
+
+async def _guarded(chunks: AsyncIterator[bytes], source: str, name: PackageName,
+                   version: str) -> AsyncIterator[bytes | None]:
+    """The chunks, then None in place of an upstream failure (logged)."""
+    sent = 0
+    try:
+        async for chunk in chunks:
+            sent += len(chunk)
+            yield chunk
+    except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        log.warning("tarball_stream_failed", upstream=source, package=name.full,
+                    version=version, sent=sent, detail=type(error).__name__)
+        yield None
+
+
+async def _write(response: web.StreamResponse, floor: SendFloor, chunk: bytes, label: str,
+                 sent: int) -> bool:
+    """Send one chunk; False (logged, outcome set) when the client has gone."""
+    try:
+        await floor.write(response, chunk)
+    except (ConnectionError, aiohttp.ClientConnectionResetError):
+        package, _, version = label.rpartition("@")
+        log.info("tarball_client_gone", package=package, version=version, sent=sent,
+                 min_rate=floor.cut)
+        response[OUTCOME] = "client_gone"
+        return False
+    return True
+
+
+def _cut(request: web.Request, response: web.StreamResponse,
+         outcome: str) -> web.StreamResponse:
+    """Close the connection mid-body: the client sees a failed transfer, never a short 200."""
+    if request.transport is not None:
+        request.transport.close()
+    response[OUTCOME] = outcome
+    return response
+
+
+def remember(memory: OrderedDict[_K, _V], key: _K, value: _V) -> None:
+    memory[key] = value
+    memory.move_to_end(key)
+    while len(memory) > MEMORY:
+        memory.popitem(last=False)
+
