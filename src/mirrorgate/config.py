@@ -186,7 +186,7 @@ VARIABLES: tuple[Var, ...] = (
         "before MIRRORGATE_SEND_MIN_RATE applies",
         see="serving.md#overload-and-slow-clients"),
     Var("MIRRORGATE_SPOOL_MAX_BYTES", None, "bytes of tarballs being read that the spools may "
-        "hold at once, the small ones in memory (32 MiB at most), the rest in files under "
+        "hold at once, those up to 4 MiB in memory (64 MiB at most), the rest in files under "
         "MIRRORGATE_DATA_DIR/spool; a tarball that does not fit streams per request (default: "
         "a quarter of the free space there, at most 1 GiB)",
         see="serving.md#one-download-per-tarball"),

@@ -18,15 +18,15 @@ last reader, for the requests of a fleet that arrive just after.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import enum
 import os
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -39,9 +39,9 @@ log = structlog.get_logger("mirrorgate.serve")
 
 SPOOL_DIR = "spool"
 """The spool files' directory, under MIRRORGATE_DATA_DIR."""
-SMALL = 1024 * 1024
-"""A download of at most this many bytes is spooled in memory (most tarballs are)."""
-MEMORY_BYTES = 32 * 1024 * 1024
+SMALL = 4 * 1024 * 1024
+"""A download of at most this many bytes is spooled in memory (nearly every tarball is)."""
+MEMORY_BYTES = 64 * 1024 * 1024
 """Bytes of spools held in memory at once, at most; past it, small ones go to a file too."""
 LINGER = 30.0
 """Seconds a finished, verified spool is kept after its last reader leaves."""
@@ -49,6 +49,9 @@ MAX_SPOOLS = 4096
 """Spools at once, at most (a lingering one goes first to make room)."""
 MAX_FILES = 256
 """Spools in files at once, at most: each holds a file descriptor."""
+WINDOW = 256 * 1024
+"""Bytes of a spool in a file also held in memory, its newest: what a reader keeping up with
+the download reads (256 of them: 64 MiB at most)."""
 
 
 class SpoolOutcome(enum.Enum):
@@ -78,11 +81,17 @@ class Spool:
         self.verified: Verified | None = None
         """What the bytes matched, once complete (None: not verified, a private copy)."""
         self.in_memory = in_memory
-        self._memory = bytearray() if in_memory else None
+        # the chunks held in memory, as they arrived (a reader sends them without a copy),
+        # and where each starts: all of them for an in-memory spool, the last `WINDOW` bytes
+        # for one in a file (a reader that keeps up never reads the file back; older chunks
+        # are written to it as they leave the window)
+        self._chunks: list[bytes] = []
+        self._starts: list[int] = []
+        self._held = 0
         self._directory = directory
         self._file: int | None = None
         self._closed = False
-        self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
 
     @property
     def done(self) -> bool:
@@ -98,14 +107,19 @@ class Spool:
 
     def append(self, chunk: bytes, *, hold_last: bool) -> None:
         """Add the next chunk. With `hold_last`, readers may send everything before it only:
-        the verdict on the whole body comes before its last bytes leave."""
-        if self._closed:  # dropped at shutdown while the download ran
+        the verdict on the whole body comes before its last bytes leave. Raises OSError when
+        the spool's file cannot be written."""
+        if self._closed or not chunk:  # dropped at shutdown while the download ran
             return
         start = self.filled
-        if self._memory is not None:
-            self._memory += chunk
-        else:
-            self._write(chunk, start)
+        self._chunks.append(chunk)
+        self._starts.append(start)
+        self._held += len(chunk)
+        if not self.in_memory:
+            while self._held - len(self._chunks[0]) >= WINDOW:
+                self._write(self._chunks[0], self._starts[0])
+                self._held -= len(self._chunks[0])
+                del self._chunks[0], self._starts[0]
         self.filled += len(chunk)
         self.safe = start if hold_last else self.filled
         self._wake()
@@ -120,37 +134,48 @@ class Spool:
         self._wake()
 
     def read(self, offset: int, most: int) -> bytes:
-        """Up to `most` readable bytes from `offset`."""
+        """Up to `most` readable bytes from `offset` (a chunk as it arrived, where the reader
+        is at one's start and may have it all). Raises OSError when the file cannot be read."""
         end = min(self.readable, offset + most)
         if end <= offset or self._closed:
             return b""
-        if self._memory is not None:
-            return bytes(self._memory[offset:end])
+        if self._starts and offset >= self._starts[0]:
+            index = bisect.bisect_right(self._starts, offset) - 1
+            chunk, start = self._chunks[index], self._starts[index]
+            if offset == start and len(chunk) <= end - offset:
+                return chunk
+            return chunk[offset - start:end - start]
         assert self._file is not None
-        # from the page cache, just written: a short read on the loop, like a socket's
-        return os.pread(self._file, end - offset, offset)
+        # from the page cache, written a moment ago: a short read on the loop, like a socket's
+        return os.pread(self._file, min(end, self._starts[0] if self._starts else end) - offset,
+                        offset)
 
-    def changed(self) -> Coroutine[Any, Any, bool]:
-        """Wait until more bytes are readable, or the spool is done. The event is taken when
-        this is called, not when it is first awaited: a change in between is not missed."""
-        return self._changed.wait()
+    def changed(self) -> asyncio.Future[None]:
+        """Wait until more bytes are readable, or the spool is done. The wait begins when this
+        is called, not when it is first awaited: a change in between is not missed."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
 
     def close(self) -> None:
         self._closed = True
-        self._memory = None
+        self._chunks, self._starts = [], []
         if self._file is not None:
             with contextlib.suppress(OSError):
                 os.close(self._file)
             self._file = None
+        self._wake()
 
     def _wake(self) -> None:
-        # every waiter wakes and re-reads; the next wait blocks on a fresh event
-        self._changed.set()
-        self._changed = asyncio.Event()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _write(self, chunk: bytes, offset: int) -> None:
         if self._file is None:
-            self._directory.mkdir(parents=True, exist_ok=True)
+            if not self._directory.is_dir():
+                self._directory.mkdir(parents=True, exist_ok=True)
             # an unnamed file (O_TMPFILE where the filesystem has it): nothing to clean up
             # after a crash, and no name another process could open
             handle = tempfile.TemporaryFile(dir=self._directory, prefix="spool-")  # noqa: SIM115
