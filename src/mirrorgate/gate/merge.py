@@ -88,7 +88,7 @@ class _Judging:
         if verdict.admitted:
             return None
         self.regate_by(_flips_at(self.rules, verdict, published))
-        return Denial(verdict.rule or "unknown", verdict.reason or "denied")
+        return Denial(verdict.rule or "unknown", verdict.reason or "denied", verdict.until)
 
     def scans(self, tarball: str | None, version: str) -> bool:
         return tarball is not None and scripts_blocked(self.rules, self.name.full, version)

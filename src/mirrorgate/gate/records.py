@@ -50,6 +50,8 @@ class Denial:
 
     rule: str
     reason: str
+    until: datetime | None = field(default=None, compare=False)
+    """When a timed denial ends by itself (a takeover signal's quarantine), else None."""
 
     def data(self) -> dict[str, str]:
         return {"rule": self.rule, "reason": self.reason}

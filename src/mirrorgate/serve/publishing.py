@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 
 from mirrorgate.config import Settings
+from mirrorgate.events import Alert
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.logs import MASK
 from mirrorgate.metrics import Metrics
@@ -25,7 +26,13 @@ from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.paths import WriteTarget
 from mirrorgate.npm.publish import says_already_exists
-from mirrorgate.npm.upload import Published, UploadError, UploadScan, checked_publish
+from mirrorgate.npm.upload import (
+    FORGED_MARK,
+    Published,
+    UploadError,
+    UploadScan,
+    checked_publish,
+)
 from mirrorgate.rules import Rules
 from mirrorgate.serve.access import CLIENT
 from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
@@ -318,10 +325,23 @@ class PublishRoute:
         except UploadError as error:
             raise _bad_document(error) from None
 
-    @staticmethod
-    def _new_version(name: PackageName, taken: frozenset[str], scan: UploadScan) -> Published:
+    def _new_version(self, write: _Write, taken: frozenset[str],
+                     scan: UploadScan) -> Published:
         """The checked publish, refused (409) when its version exists already."""
-        published = checked_publish(name, scan.finish())
+        name = write.name
+        try:
+            published = checked_publish(name, scan.finish())
+        except UploadError as error:
+            if error.reason == FORGED_MARK:
+                # a build claiming to be a mirrored public copy: it would turn the
+                # organisation's name into one public versions merge into
+                label = f"{name.full}@{error.version}"
+                self.metrics.events.alert(Alert(
+                    "forged-mark", label, f"the client {write.client.name} tried to publish "
+                    f"{label} carrying the mirror mark mirrorgate writes on versions it "
+                    "mirrored from public; the publish was refused", name.full, error.version,
+                    {"client": write.client.name}))
+            raise
         if published.version in taken:
             raise _exists(name, published.version)
         return published
@@ -330,7 +350,7 @@ class PublishRoute:
                        scan: UploadScan) -> web.StreamResponse:
         name = write.name
         body = _ClientBody(pending.head, pending.rest, scan,
-                           lambda: self._new_version(name, taken, scan), pending.size)
+                           lambda: self._new_version(write, taken, scan), pending.size)
         try:
             answer = await self.private.upload(name, body)
         except UpstreamError as error:

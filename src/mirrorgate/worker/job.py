@@ -20,8 +20,12 @@ from typing import Any, TypeVar
 import aiohttp
 import structlog
 
+from mirrorgate import tracing
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.events import Alert
+from mirrorgate.gate import Denial
+from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
 from mirrorgate.gate.entry import PublicAnswer
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
 from mirrorgate.healthz import Heartbeat
@@ -156,6 +160,13 @@ class JobRunner:
             if message.refusal != "undecodable":  # a signature the keys do not vouch for
                 log.critical("mirror_job_refused", security=True, reason=message.refusal,
                              detail=problem)
+                # keyed by the reason: a flood of unsigned messages is one notification
+                self._alert(Alert(
+                    "forged-job", f"a queue message ({message.refusal})",
+                    f"the worker refused a queue message that no job key vouches for "
+                    f"({message.refusal}): someone without the key can send to the queue",
+                    data={"reason": message.refusal, "detail": problem,
+                          "message_id": message.message_id}, key=message.refusal))
             return self._retired(message.refusal, problem)
         limit = self.deps.settings.max_deliveries
         if message.deliveries is not None and message.deliveries > limit:
@@ -169,6 +180,7 @@ class JobRunner:
             # what anyone who can write to the queue could send: a security event, named
             log.critical("mirror_job_refused", security=True, reason=refused.reason,
                          detail=str(refused), **refused.fields)
+            self._alert(_refused_alert(job, refused, message.message_id))
             return self._retired(refused.reason, str(refused))
         except Retire as retire:
             return self._retired(retire.reason, str(retire), **retire.fields)
@@ -180,23 +192,35 @@ class JobRunner:
                          expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
                          algorithm=mismatch.expected.algorithm,
                          url=loggable_url(job.artifact.tarball_url))
-            return self._tampered(message)
+            return self._tampered(message, f"the {mismatch.expected.algorithm} digest",
+                                  expected=mismatch.expected.sri(),
+                                  actual=mismatch.actual.sri())
         except WrongSize as wrong:
             log.critical("mirror_size_mismatch", security=True, expected=wrong.expected.sri(),
                          actual=wrong.actual.sri() if wrong.actual is not None else None,
                          algorithm=wrong.expected.algorithm, expected_size=wrong.expected_size,
                          actual_size=wrong.actual_size, complete=wrong.complete,
                          url=loggable_url(job.artifact.tarball_url))
-            return self._tampered(message)
+            return self._tampered(message, "the declared size", expected=wrong.expected.sri(),
+                                  actual=wrong.actual.sri() if wrong.actual else None,
+                                  expected_size=wrong.expected_size,
+                                  actual_size=wrong.actual_size)
         except SizeMismatch as mismatch:  # a target that checked the bytes itself
             log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
                          actual_size=mismatch.actual, complete=mismatch.complete,
                          url=loggable_url(job.artifact.tarball_url))
-            return self._tampered(message)
+            return self._tampered(message, "the declared size", expected_size=mismatch.expected,
+                                  actual_size=mismatch.actual)
         except TargetConflict as conflict:
             log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
                          expected=conflict.expected.sri(),
                          stored=conflict.stored.sri() if conflict.stored else None)
+            self._alert(Alert(
+                "tampered", job.label, f"the mirror target ({self.deps.target.label}) holds "
+                f"{job.label} with bytes other than the admitted ones; nothing was published",
+                job.name, job.version, {"where": "target", "expected": conflict.expected.sri(),
+                                        "stored": conflict.stored.sri() if conflict.stored
+                                        else None}))
             return self._retired("target-conflict", str(conflict))
         return Outcome(result.value), ""
 
@@ -244,7 +268,8 @@ class JobRunner:
                 self.deps.target.first_party(job)):
             raise Retire("first-party", f"{job.name} is first-party: a public version is "
                           f"never published into it")
-        job = await self._regate(job, name)
+        with tracing.span("mirrorgate.regate"):
+            job = await self._regate(job, name)
         url = job.artifact.tarball_url
         # public's digests: the gate denies a version without one this worker can compute
         verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
@@ -254,7 +279,10 @@ class JobRunner:
         if await self._target_call(target.holds(job)):
             log.info("mirror_already_present", target=target.label, fetched=False)
             return PublishResult.ALREADY_PRESENT
-        tarball, verified = await self._fetch(url, verifier)
+        with tracing.span("mirrorgate.fetch", {"mirrorgate.algorithm":
+                                               verifier.expected.algorithm}) as fetched:
+            tarball, verified = await self._fetch(url, verifier)
+            fetched.set("mirrorgate.bytes", verified.size)
         if scripts_blocked(self.deps.rules, job.name, job.version):
             # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
             # client runs the package.json inside these bytes; a private copy is never
@@ -264,7 +292,9 @@ class JobRunner:
                 raise Retire("install-scripts", f"{job.name}@{job.version}: {refused}")
         digests: TarballDigests = await in_thread_if_large(
             len(tarball), dist_digests, tarball, verified, job.artifact.digests)
-        result = await self._target_call(target.publish(job, tarball, digests))
+        with tracing.span("mirrorgate.publish", {"mirrorgate.target": target.label}) as put:
+            result = await self._target_call(target.publish(job, tarball, digests))
+            put.set("mirrorgate.result", result.value)
         event = ("mirror_published" if result is PublishResult.PUBLISHED
                  else "mirror_already_present")
         log.info(event, target=target.label, fetched=True, size=verified.size,
@@ -380,11 +410,39 @@ class JobRunner:
         self.deps.metrics.retired.labels(reason).inc()
         return Outcome.RETIRED, reason
 
-    def _tampered(self, message: QueueMessage) -> tuple[Outcome, str]:
+    def _tampered(self, message: QueueMessage, what: str,
+                  **data: Any) -> tuple[Outcome, str]:
         self.deps.metrics.tampered.inc()
         self.deps.metrics.events.tampered(subject(message), "the downloaded bytes did not "
                                           "match the admitted digest or size; not published")
+        job = message.job
+        assert job is not None
+        self._alert(Alert(
+            "tampered", job.label, f"the public upstream's tarball for {job.label} did not "
+            f"match {what} it was admitted with; the worker published nothing",
+            job.name, job.version, {"where": "worker", "url": loggable_url(
+                job.artifact.tarball_url), **data}))
         return Outcome.TAMPERED, "tampered"
+
+    def _alert(self, alert: Alert) -> None:
+        self.deps.metrics.events.alert(alert)
+
+
+def _refused_alert(job: MirrorJob, refused: JobRefused, message_id: str) -> Alert:
+    """A denied version's own alert (malware, a takeover signal) when the rules name one,
+    else a forged or stale job."""
+    rule = refused.fields.get("rule")
+    if refused.reason == "denied" and isinstance(rule, str) and rule in ALERTING_RULES:
+        alert = denial_alert(job.name, job.version, Denial(rule, str(refused)), "worker")
+        if alert is not None:
+            return alert
+    return Alert("forged-job", job.label,
+                 f"the worker refused a queue job for {job.label} that is not what the public "
+                 f"registry publishes and the rules admit ({refused.reason}): {refused}",
+                 job.name, job.version,
+                 {"reason": refused.reason, "message_id": message_id, **{
+                     key: value for key, value in refused.fields.items()
+                     if isinstance(value, str | int | list | None)}})
 
 
 def subject(message: QueueMessage) -> str:
