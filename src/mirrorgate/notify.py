@@ -36,7 +36,7 @@ from mirrorgate.events import Alert
 from mirrorgate.logs import scrub
 from mirrorgate.metrics import Metrics
 
-__all__ = ["SIGNATURE_HEADER", "Notifier", "envelope", "signature", "verify"]
+__all__ = ["OUTCOMES", "SIGNATURE_HEADER", "Notifier", "envelope", "signature", "verify"]
 
 log = structlog.get_logger("mirrorgate.notify")
 
@@ -63,6 +63,8 @@ TYPE_PREFIX = "dev.mirrorgate."
 TEXT_LIMIT = 1000
 
 _DELIVERED, _REFUSED, _AGAIN = "delivered", "refused", "again"
+OUTCOMES = ("delivered", "failed", "dropped", "deduplicated")
+"""`mirrorgate_notifications_total{outcome}`."""
 
 
 def signature(secret: Secret, body: bytes) -> str:
@@ -152,8 +154,8 @@ class Notifier:
         self._sending = False
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
-        self._outcomes = {outcome: metrics.notifications.labels(outcome) for outcome in
-                          ("delivered", "failed", "dropped", "deduplicated")}
+        self._outcomes = {outcome: metrics.notifications.labels(outcome)
+                          for outcome in OUTCOMES}
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
