@@ -26,7 +26,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from tests.servers.availability import serving
 from tests.servers.threaded import ThreadedApp
 
-__all__ = ["OtlpReceiver", "ReceivedSpan", "otlp_receiver"]
+__all__ = ["OtlpReceiver", "ReceivedSpan", "otlp_receiver", "render"]
 
 KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer",
          5: "consumer"}
@@ -117,6 +117,32 @@ class OtlpReceiver(ThreadedApp):
             self.content_types.append(request.headers.get("Content-Type", ""))
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")
+
+
+def render(spans: list[ReceivedSpan], shown: tuple[str, ...] = (
+        "mirrorgate.route", "mirrorgate.package", "mirrorgate.version", "mirrorgate.cache",
+        "mirrorgate.outcome", "mirrorgate.upstream", "http.response.status_code",
+        "messaging.system", "mirrorgate.result")) -> str:
+    """The spans as indented trees, one line each (service, kind, name, a few attributes):
+    for a failing assertion, and for the trace shown in docs/operations.md."""
+    ids = {span.span_id for span in spans}
+    children: dict[str, list[ReceivedSpan]] = {}
+    for span in spans:
+        parent = span.parent_span_id if span.parent_span_id in ids else ""
+        children.setdefault(parent, []).append(span)
+    lines: list[str] = []
+
+    def walk(parent: str, depth: int) -> None:
+        for span in children.get(parent, []):
+            details = " ".join(f"{key}={span.attributes[key]}" for key in shown
+                               if key in span.attributes)
+            lines.append(f"{'  ' * depth}{span.name} [{span.service}, {span.kind}"
+                         f"{', ' + span.status if span.status == 'error' else ''}] {details}"
+                         .rstrip())
+            walk(span.span_id, depth + 1)
+
+    walk("", 0)
+    return "\n".join(lines)
 
 
 @pytest.fixture
