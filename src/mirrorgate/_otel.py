@@ -61,7 +61,7 @@ class _Span:
         self._span = span
 
     def set(self, key: str, value: Value) -> None:
-        if value is not None:
+        if value is not None and self._span.is_recording():
             self._span.set_attribute(key, _value(value))
 
     def fail(self, reason: str) -> None:
@@ -73,6 +73,14 @@ class _Span:
 
 def _attributes(items: Mapping[str, Value]) -> dict[str, str | int | float | bool]:
     return {key: _value(value) for key, value in items.items() if value is not None}
+
+
+def _described(span: trace.Span, attributes: Mapping[str, Value]) -> trace.Span:
+    # after the sampler's verdict: a span it drops costs no scrubbing (the ratio samplers
+    # read no attribute)
+    if attributes and span.is_recording():
+        span.set_attributes(_attributes(attributes))
+    return span
 
 
 class OtelTracer:
@@ -99,25 +107,24 @@ class OtelTracer:
 
     def span(self, name: str, kind: Kind, attributes: Mapping[str, Value],
              current: bool) -> AbstractContextManager[Span]:
-        started = self._tracer.start_span(name, kind=_KINDS[kind],
-                                          attributes=_attributes(attributes))
-        return self._held(started, current)
+        started = self._tracer.start_span(name, kind=_KINDS[kind])
+        return self._held(_described(started, attributes), current)
 
     def serve(self, name: str, headers: Mapping[str, str],
               attributes: Mapping[str, Value]) -> AbstractContextManager[Span]:
-        parent = _PROPAGATOR.extract(carrier=headers)
-        started = self._tracer.start_span(name, context=parent, kind=SpanKind.SERVER,
-                                          attributes=_attributes(attributes))
-        return self._held(started, True)
+        # most clients send no trace context: skip the propagator's parse for them
+        parent = (_PROPAGATOR.extract(carrier=headers) if "traceparent" in headers
+                  else context_api.Context())
+        started = self._tracer.start_span(name, context=parent, kind=SpanKind.SERVER)
+        return self._held(_described(started, attributes), True)
 
     def consume(self, name: str, parent: str | None,
                 attributes: Mapping[str, Value]) -> AbstractContextManager[Span]:
         # an empty context, not the current one: a job without a trace starts its own
         context = (_PROPAGATOR.extract(carrier={"traceparent": parent}) if parent
                    else context_api.Context())
-        started = self._tracer.start_span(name, context=context, kind=SpanKind.CONSUMER,
-                                          attributes=_attributes(attributes))
-        return self._held(started, True)
+        started = self._tracer.start_span(name, context=context, kind=SpanKind.CONSUMER)
+        return self._held(_described(started, attributes), True)
 
     def annotate(self, attributes: Mapping[str, Value]) -> None:
         current = trace.get_current_span()

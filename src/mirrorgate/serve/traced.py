@@ -39,9 +39,10 @@ def request_spans(describe: Describe, outcome: web.ResponseKey[str]) -> Middlewa
             target.route if isinstance(target, RegistryPath) else "unknown")
         name = target.name if isinstance(target, RegistryPath) else None
         version = _version(target) if name is not None else None
+        # few attributes: each is encoded again for every span the exporter sends, and the
+        # path adds nothing to the route, package and version
         with tracing.serve(f"{request.method} {route}", request.headers, {
             "http.request.method": request.method,
-            "url.path": request.raw_path.split("?", 1)[0][:200],
             "mirrorgate.route": route,
             "mirrorgate.package": name.full if name is not None else None,
             "mirrorgate.version": version,
