@@ -44,6 +44,7 @@ from mirrorgate.integrity import (
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
+from mirrorgate.moments import moment
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.origins import OriginRefusal, check_on_origin
 from mirrorgate.npm.tarscripts import scripts_in
@@ -433,7 +434,8 @@ def _refused_alert(job: MirrorJob, refused: JobRefused, message_id: str) -> Aler
     else a forged or stale job."""
     rule = refused.fields.get("rule")
     if refused.reason == "denied" and isinstance(rule, str) and rule in ALERTING_RULES:
-        alert = denial_alert(job.name, job.version, Denial(rule, str(refused)), "worker")
+        denial = Denial(rule, str(refused), moment(refused.fields.get("until")))
+        alert = denial_alert(job.name, job.version, denial, "worker")
         if alert is not None:
             return alert
     return Alert("forged-job", job.label,
