@@ -224,3 +224,13 @@ def test_the_service_is_mirrorgate_unless_the_environment_names_it(
     assert _otel.resource("worker").attributes["mirrorgate.shape"] == "worker"
     monkeypatch.setenv("OTEL_SERVICE_NAME", "gate-eu")
     assert _otel.resource("worker").attributes["service.name"] == "gate-eu"
+
+
+def test_traces_asked_for_without_the_otel_extra_are_a_problem_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tracing, "_installed", lambda: False)
+    found = tracing.plan({"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT})
+    assert not found.on
+    assert found.problem is not None
+    assert "pip install 'mirrorgate[otel]'" in found.problem

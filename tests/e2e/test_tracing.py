@@ -7,7 +7,9 @@ real `npm install` goes through the proxy. The tarball request's trace runs thro
 across SQS (moto) or Pub/Sub (the emulator), through the worker (the job, its re-gate, fetch and
 publish): one trace id, two services. A job written by an older proxy, without `traceparent`,
 is still mirrored, in a trace of its own. Log lines written inside a span carry its ids, and no
-span carries the private registry's token.
+span carries the private registry's token. In one process (`mirrorgate serve`, the memory
+queue) the trace crosses to the worker the same way; traces asked for over gRPC are refused
+with a reason, and the proxy serves without them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
 from tests.servers.otlp import OtlpReceiver, ReceivedSpan, render
-from tests.servers.packages import make_package
-from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.servers.packages import make_package, tarball_path
+from tests.servers.processes import MirrorgateProcess, http_request, wait_for
 from tests.servers.verdaccio import Verdaccio
 
 PROXY, WORKER = "mirrorgate-proxy", "mirrorgate-worker"
@@ -147,3 +149,43 @@ async def test_a_job_from_an_older_proxy_without_a_trace_context_is_mirrored_in_
     job = one(trace, "mirrorgate.job", WORKER)
     assert job.parent_span_id == ""  # a root: nothing to continue from
     assert job.attributes["mirrorgate.package"] == "older-job"
+
+
+def test_in_one_process_the_memory_queue_carries_the_trace_to_the_worker_too(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    public_registry.add(make_package("single-traced", ["1.0.0"]))
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 **otlp_receiver.environment("mirrorgate")})
+
+    reply = http_request("GET", proxy.registry_url.rstrip("/")
+                         + tarball_path("single-traced", "1.0.0"))
+
+    assert reply.status == 200
+    wait_for(lambda: proxy.metric("mirrorgate_jobs_total", outcome="published") == 1,
+             timeout=20, message="the in-process worker to publish")
+    trace = published_trace(otlp_receiver)
+    request = one(trace, "GET tarball", "mirrorgate")
+    enqueue = one(trace, "mirrorgate.enqueue", "mirrorgate")
+    job = one(trace, "mirrorgate.job", "mirrorgate")
+    assert (request.parent_span_id, enqueue.parent_span_id, job.parent_span_id) == (
+        "", request.span_id, enqueue.span_id)
+    assert enqueue.attributes["messaging.system"] == "memory"
+    assert request.resource["mirrorgate.shape"] == "single"
+
+
+def test_traces_asked_for_over_grpc_are_refused_with_a_reason_and_serving_goes_on(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    public_registry.add(make_package("untraced", ["1.0.0"]))
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 **otlp_receiver.environment(),
+                                 "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+
+    assert proxy.get("npm/untraced").status == 200
+    [line] = proxy.events("tracing_unavailable")
+    assert "not gRPC" in line["reason"]
+    assert proxy.events("started")[0]["tracing"] is False
+    assert otlp_receiver.requests == 0
