@@ -24,8 +24,6 @@ from mirrorgate import tracing
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
-from mirrorgate.gate import Denial
-from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
 from mirrorgate.gate.entry import PublicAnswer
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
 from mirrorgate.healthz import Heartbeat
@@ -44,7 +42,6 @@ from mirrorgate.integrity import (
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
-from mirrorgate.moments import moment
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.origins import OriginRefusal, check_on_origin
 from mirrorgate.npm.tarscripts import scripts_in
@@ -54,6 +51,7 @@ from mirrorgate.rules import DEFAULT_RULES, Rules, scripts_blocked
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import RegistryError, TargetConflict
+from mirrorgate.worker import alerts
 from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.worker.target import (
     MirrorTarget,
@@ -161,13 +159,7 @@ class JobRunner:
             if message.refusal != "undecodable":  # a signature the keys do not vouch for
                 log.critical("mirror_job_refused", security=True, reason=message.refusal,
                              detail=problem)
-                # keyed by the reason: a flood of unsigned messages is one notification
-                self._alert(Alert(
-                    "forged-job", f"a queue message ({message.refusal})",
-                    f"the worker refused a queue message that no job key vouches for "
-                    f"({message.refusal}): someone without the key can send to the queue",
-                    data={"reason": message.refusal, "detail": problem,
-                          "message_id": message.message_id}, key=message.refusal))
+                self._alert(alerts.unvouched(message))
             return self._retired(message.refusal, problem)
         limit = self.deps.settings.max_deliveries
         if message.deliveries is not None and message.deliveries > limit:
@@ -181,15 +173,11 @@ class JobRunner:
             # what anyone who can write to the queue could send: a security event, named
             log.critical("mirror_job_refused", security=True, reason=refused.reason,
                          detail=str(refused), **refused.fields)
-            self._alert(_refused_alert(job, refused, message.message_id))
+            self._alert(alerts.refused(job, refused, message.message_id))
             return self._retired(refused.reason, str(refused))
         except Retire as retire:
-            if retire.reason == "install-scripts":  # manifest confusion, caught before publish
-                self._alert(Alert(
-                    "install-scripts", job.label, f"the tarball of {job.label} runs code at "
-                    f"install that its manifest did not show; the worker published nothing: "
-                    f"{retire}", job.name, job.version,
-                    {"where": "worker", "rule": "install-scripts", "reason": str(retire)}))
+            if retire.reason == "install-scripts":
+                self._alert(alerts.hiding_scripts(job, str(retire)))
             return self._retired(retire.reason, str(retire), **retire.fields)
         except Retry as retry:
             log.warning("mirror_retry", reason=retry.reason, detail=str(retry))
@@ -222,12 +210,8 @@ class JobRunner:
             log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
                          expected=conflict.expected.sri(),
                          stored=conflict.stored.sri() if conflict.stored else None)
-            self._alert(Alert(
-                "tampered", job.label, f"the mirror target ({self.deps.target.label}) holds "
-                f"{job.label} with bytes other than the admitted ones; nothing was published",
-                job.name, job.version, {"where": "target", "expected": conflict.expected.sri(),
-                                        "stored": conflict.stored.sri() if conflict.stored
-                                        else None}))
+            self._alert(alerts.conflicting(job, self.deps.target.label, conflict.expected.sri(),
+                                           conflict.stored.sri() if conflict.stored else None))
             return self._retired("target-conflict", str(conflict))
         return Outcome(result.value), ""
 
@@ -422,35 +406,12 @@ class JobRunner:
         self.deps.metrics.tampered.inc()
         self.deps.metrics.events.tampered(subject(message), "the downloaded bytes did not "
                                           "match the admitted digest or size; not published")
-        job = message.job
-        assert job is not None
-        self._alert(Alert(
-            "tampered", job.label, f"the public upstream's tarball for {job.label} did not "
-            f"match {what} it was admitted with; the worker published nothing",
-            job.name, job.version, {"where": "worker", "url": loggable_url(
-                job.artifact.tarball_url), **data}))
+        assert message.job is not None
+        self._alert(alerts.tampered(message.job, what, **data))
         return Outcome.TAMPERED, "tampered"
 
     def _alert(self, alert: Alert) -> None:
         self.deps.metrics.events.alert(alert)
-
-
-def _refused_alert(job: MirrorJob, refused: JobRefused, message_id: str) -> Alert:
-    """A denied version's own alert (malware, a takeover signal) when the rules name one,
-    else a forged or stale job."""
-    rule = refused.fields.get("rule")
-    if refused.reason == "denied" and isinstance(rule, str) and rule in ALERTING_RULES:
-        denial = Denial(rule, str(refused), moment(refused.fields.get("until")))
-        alert = denial_alert(job.name, job.version, denial, "worker")
-        if alert is not None:
-            return alert
-    return Alert("forged-job", job.label,
-                 f"the worker refused a queue job for {job.label} that is not what the public "
-                 f"registry publishes and the rules admit ({refused.reason}): {refused}",
-                 job.name, job.version,
-                 {"reason": refused.reason, "message_id": message_id, **{
-                     key: value for key, value in refused.fields.items()
-                     if isinstance(value, str | int | list | None)}})
 
 
 def subject(message: QueueMessage) -> str:
