@@ -92,7 +92,8 @@ def _slack_safe(text: str) -> str:
 
 def envelope(alert: Alert, *, source: str, process: str, host: str, at: datetime,
              ident: str) -> dict[str, Any]:
-    """The CloudEvents 1.0 structured event for `alert`, secrets scrubbed from its data."""
+    """The CloudEvents 1.0 structured event for `alert`, every registered secret scrubbed
+    from what it says."""
     data: dict[str, Any] = {"kind": alert.kind, "package": alert.package,
                             "version": alert.version, "process": process, "host": host,
                             **alert.data}
@@ -102,9 +103,10 @@ def envelope(alert: Alert, *, source: str, process: str, host: str, at: datetime
         "source": source,
         "type": TYPE_PREFIX + alert.kind,
         "time": at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "subject": alert.subject,
+        "subject": scrub(alert.subject),
         "datacontenttype": "application/json",
-        "text": _slack_safe(f"mirrorgate {alert.kind}: {alert.text} ({process} on {host})"),
+        "text": _slack_safe(scrub(f"mirrorgate {alert.kind}: {alert.text} "
+                                  f"({process} on {host})")),
         "data": scrub(data),
     }
 
