@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
-from urllib.parse import urlsplit
+
+from mirrorgate.logs import loggable_url
 
 __all__ = [
     "Attributes",
@@ -207,13 +208,6 @@ def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _shown_url(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port is not None else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
 def _headers(text: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names: list[str] = []
     values: list[str] = []
@@ -251,7 +245,7 @@ def plan(environ: Mapping[str, str] | None = None) -> Plan:
         return Plan(False)
     exporter = exporter or "otlp"
     names, values = _headers(_first(env, HEADERS))
-    shown = _shown_url(endpoint or DEFAULT_ENDPOINT) if exporter == "otlp" else None
+    shown = loggable_url(endpoint or DEFAULT_ENDPOINT) if exporter == "otlp" else None
     sampler = env.get("OTEL_TRACES_SAMPLER", "").strip() or "parentbased_always_on"
     argument = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
     found = Plan(True, exporter, shown, env.get("OTEL_SERVICE_NAME", "").strip() or None,
@@ -262,8 +256,9 @@ def plan(environ: Mapping[str, str] | None = None) -> Plan:
                    "(OTLP over HTTP) or console; set OTEL_TRACES_EXPORTER=otlp")
     elif exporter == "otlp" and (_first(env, PROTOCOLS) or "http/protobuf") != "http/protobuf":
         problem = (f"OTEL_EXPORTER_OTLP_PROTOCOL={_first(env, PROTOCOLS)}: mirrorgate speaks "
-                   "OTLP over HTTP (http/protobuf, on port 4318), not gRPC; point "
-                   "OTEL_EXPORTER_OTLP_ENDPOINT at the collector's HTTP receiver")
+                   "OTLP over HTTP with protobuf (http/protobuf, on port 4318), not gRPC or "
+                   "http/json; point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's HTTP "
+                   "receiver")
     elif not _installed():
         problem = ("the OTEL_* variables ask for traces but OpenTelemetry is not installed: "
                    "install mirrorgate with its otel extra (pip install 'mirrorgate[otel]')")
