@@ -166,6 +166,8 @@ def _check_config(settings: Settings) -> int:
     # (the same environment may carry a newer release's variables during a rollout).
     for unknown in unknown_variables():
         print(f"mirrorgate: warning: {unknown.warning()}", file=sys.stderr)
+    for warning in settings.warnings():
+        print(f"mirrorgate: warning: {warning}", file=sys.stderr)
     from mirrorgate.tracing import plan
 
     # the OTEL_* variables are the SDK's own, read here as the process would read them

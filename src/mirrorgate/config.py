@@ -340,6 +340,18 @@ class Settings:
                 found.append(Secret(path))
         return tuple(found)
 
+    def warnings(self) -> list[str]:
+        """What these settings allow that an operator should know is risky: each a sentence
+        naming the setting to change. Printed by check-config, logged at start-up
+        (`config_warning`); none stops the process."""
+        found: list[str] = []
+        if self.client_tokens_file is not None and self.public_url is None:
+            found.append("MIRRORGATE_CLIENT_TOKENS_FILE is set but MIRRORGATE_PUBLIC_URL is "
+                         "not: tarball URLs are built from each request's Host header, so "
+                         "renderings are kept only for the first few hosts seen; set "
+                         "MIRRORGATE_PUBLIC_URL to the URL clients use")
+        return found
+
     def summary(self) -> dict[str, Any]:
         """The resolved settings as plain values, secrets redacted, for check-config."""
         out: dict[str, Any] = {}

@@ -121,6 +121,10 @@ class Metrics:
             "that could not be used (the previous set stays in force)", registry=r)
         self.slow_clients = Counter("mirrorgate_slow_clients", "connections cut for a slow "
                                     "client: head_timeout, write_stall", ["reason"], registry=r)
+        self.unkept_renderings = Counter(
+            "mirrorgate_unkept_renderings", "packument renderings built for one request and "
+            "not kept: a base URL (Host) that is neither MIRRORGATE_PUBLIC_URL nor one of the "
+            "first few the process was asked for", registry=self.registry)
         self.shed = Counter("mirrorgate_shed", "requests refused with 503 because "
                             "MIRRORGATE_MAX_IN_FLIGHT was reached, by route", ["route"],
                             registry=r)

@@ -386,6 +386,8 @@ def run(settings: Settings, shape: Shape) -> int:
     for unknown in unknown_variables():
         log.warning("config_variable_unknown", variable=unknown.name,
                     suggestion=unknown.suggestion, reason=unknown.warning())
+    for warning in settings.warnings():
+        log.warning("config_warning", reason=warning)
     if problem is not None:
         log.warning("tracing_unavailable", reason=problem)
     elif tracing.enabled():

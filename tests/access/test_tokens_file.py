@@ -31,22 +31,30 @@ def digest(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
-def test_a_file_lists_clients_with_comments_and_an_optional_publish_permission() -> None:
+def test_a_file_lists_clients_with_comments_and_an_optional_publish_grant() -> None:
     text = (f"# CI and people\n\nci {digest(ALICE)}   # the build farm\n"
-            f"release-bot {digest(BOB)} publish\n")
+            f"release-bot {digest(BOB)} publish:@team-a/*,team-a-*\n")
 
     clients = parse_clients(text, "tokens")
 
-    assert [(c.name, c.permissions) for c in clients] == [
-        ("ci", frozenset()), ("release-bot", frozenset({"publish"}))]
+    assert [(c.name, c.publish.texts()) for c in clients] == [
+        ("ci", []), ("release-bot", ["@team-a/*", "team-a-*"])]
     assert clients[0].digest == hashlib.sha256(ALICE.encode()).digest()
+    assert clients[1].may_write("@team-a/widget")
+    assert clients[1].may_write("team-a-cli")
+    assert not clients[1].may_write("@team-b/widget")
+    assert not clients[0].may_write("@team-a/widget")
 
 
 @pytest.mark.parametrize(("line", "expected"), [
     (f"ci {digest(ALICE)} admin", "line 2: unknown permission 'admin'"),
     ("ci sha256:abc", "line 2: the second column must be `sha256:`"),
     (f"ci {ALICE}", "line 2: the second column must be `sha256:`"),
-    ("ci", "line 2: expected `NAME sha256:HEX [publish]`"),
+    ("ci", "line 2: expected `NAME sha256:HEX [publish:NAMES]`"),
+    # a bare grant reached every name [publish] covers: one leaked token rewrote every team's
+    (f"ci {digest(ALICE)} publish", "line 2: `publish` must name the packages"),
+    (f"ci {digest(ALICE)} publish:", "line 2: `publish` must name the packages"),
+    (f"ci {digest(ALICE)} publish:@team-a/widget@^1", "line 2: '@team-a/widget@^1' names"),
     (f"c/i {digest(ALICE)}", "line 2: the name 'c/i' must be"),
     (f"one {digest(ALICE)}", "line 2: this digest is already another client's"),
     (f"ops {digest(BOB)}", "line 2: the client 'ops' is listed twice"),

@@ -4,8 +4,8 @@ With `MIRRORGATE_NOTIFY_URL` and `MIRRORGATE_NOTIFY_SECRET` set, a public tarbal
 not match (the real npm client fails, the proxy cuts the transfer) and a version denied as
 malware by the advisory rules each reach the receiver as a CloudEvent whose signature the
 receiver verifies, within seconds; `check-config` shows the webhook by its host alone and the
-secret redacted. The receiver down, then answering 500, is row 20 of the faults table
-(`tests/faults/test_20_webhook_down.py`).
+secret redacted. The receiver down, then answering 500, is row 26 of the faults table
+(`tests/faults/test_26_webhook_down.py`).
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def test_tampered_bytes_and_a_malware_denial_reach_the_receiver_signed(
 
     assert failed.returncode != 0
     assert denied.status == 403
-    wait_for(lambda: len(webhook.delivered()) == 2, timeout=10,
-             message="both notifications at the receiver")
+    wait_for(lambda: proxy.metric("mirrorgate_notifications_total", outcome="delivered") == 2,
+             timeout=10, message="both notifications at the receiver")
     [tampered] = webhook.of_type("dev.mirrorgate.tampered")
     [malware] = webhook.of_type("dev.mirrorgate.malware")
     for received in (tampered, malware):

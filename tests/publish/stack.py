@@ -52,7 +52,7 @@ def start_stack(guarded: GuardedFactory, guard: SecretGuard, public: FixtureRegi
     """mirrorgate with two clients: `release-bot` may publish, `ci` may only read. Without
     `verdaccio` the private upstream is mirrorgate's embedded file store."""
     publisher, reader = new_token(), new_token()
-    secrets.write(f"{token_line('release-bot', publisher)} publish\n"
+    secrets.write(f"{token_line('release-bot', publisher)} publish:@acme/*,acme-*\n"
                   f"{token_line('ci', reader)}\n")
     rules = tmp_path / "rules.toml"
     rules.write_text(RULES, encoding="utf-8")

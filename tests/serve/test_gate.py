@@ -161,3 +161,17 @@ async def test_a_publish_time_without_a_zone_comes_of_age_through_a_revalidation
     assert sorted(grown["versions"]) == ["1.0.0", "1.1.0"]
     sent = [seen.headers.get("If-None-Match") for seen in public_registry.requests]
     assert sent == [None, None]  # gated again, never revalidated into the old verdict
+
+
+def test_a_private_version_shadows_the_public_version_semver_ranks_equal_to_it() -> None:
+    # `1.1.0+shadow` published straight into the private registry is public's `1.1.0` to npm
+    # (it may install either): for a merged name the private copy wins, as on an exact match
+    rules = parse_rules('[private]\nnames = ["acme-shared"]\nmerge_public = ["acme-shared"]\n')
+    private = document("acme-shared", ["1.1.0+shadow"])
+    public = document("acme-shared", ["1.0.0", "1.1.0"])
+
+    gated = gate(parse_name("acme-shared"), private, public, rules=rules, now=NOW,
+                 origin=ORIGIN)
+
+    assert sorted(gated.versions) == ["1.0.0", "1.1.0+shadow"]
+    assert gated.versions["1.1.0+shadow"].private

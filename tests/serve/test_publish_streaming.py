@@ -94,7 +94,8 @@ def document(tarball: bytes | None = None) -> bytes:
 async def start(start_proxy: StartProxy, public: FixtureRegistry, tmp_path: Path,
                 private: RecordingRegistry) -> str:
     tokens = tmp_path / "tokens"
-    tokens.write_text(f"{token_line('release-bot', PUBLISHER)} publish\n", encoding="utf-8")
+    tokens.write_text(f"{token_line('release-bot', PUBLISHER)} publish:@acme/*\n",
+                      encoding="utf-8")
     await private.start()
     proxy = await start_proxy(public.url, private=private.url, rules=RULES,
                               client_tokens_file=tokens)
@@ -175,7 +176,8 @@ async def test_a_private_refusal_echoing_mirrorgates_token_never_reaches_the_cli
     private = EchoingRegistry()
     secret = "private-registry-credential-" + "x" * 16
     tokens = tmp_path / "tokens"
-    tokens.write_text(f"{token_line('release-bot', PUBLISHER)} publish\n", encoding="utf-8")
+    tokens.write_text(f"{token_line('release-bot', PUBLISHER)} publish:@acme/*\n",
+                      encoding="utf-8")
     try:
         await private.start()
         proxy = await start_proxy(public_registry.url, private=private.url, rules=RULES,

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from mirrorgate.integrity import Digest, DigestMismatch, StreamVerifier, digest_of
+from mirrorgate.integrity import Digest, DigestMismatch, StreamVerifier, Verified, digest_of
 from mirrorgate.serve import relayhash
 from mirrorgate.serve.relayhash import BEHIND_AT_MOST, OFF_LOOP_ABOVE, RelayHasher
 
@@ -63,15 +63,22 @@ def held_hash(spare_cpu: list[int], monkeypatch: pytest.MonkeyPatch) -> threadin
     return gate
 
 
+async def verified(hasher: RelayHasher) -> Verified:
+    """What `finish` says of a hasher built with a verifier."""
+    result = await hasher.finish()
+    assert result is not None
+    return result
+
+
 async def test_a_large_download_is_hashed_in_order_off_the_loop_and_matches(
         spare_cpu: list[int]) -> None:
     hasher = hasher_for(BYTES)
     for chunk in chunks(BYTES):
         await hasher.feed(chunk)
-    verified = await hasher.finish()
+    result = await verified(hasher)
 
-    assert verified.size == len(BYTES)
-    assert verified.digest == digest_of("sha512", BYTES)
+    assert result.size == len(BYTES)
+    assert result.digest == digest_of("sha512", BYTES)
     assert sum(spare_cpu) == len(BYTES)  # every byte off the loop, each chunk once
 
 
@@ -113,7 +120,7 @@ async def test_a_hash_that_falls_behind_holds_the_relay_to_a_bounded_backlog(
     for chunk in chunks(BYTES):
         await hasher.feed(chunk)
         worst = max(worst, hasher.behind)
-    assert (await hasher.finish()).size == len(BYTES)
+    assert (await verified(hasher)).size == len(BYTES)
 
     assert worst <= BEHIND_AT_MOST + CHUNK
     assert worst > BEHIND_AT_MOST // 2  # it did fall behind: the bound was what held it
@@ -125,7 +132,7 @@ async def test_a_small_download_is_hashed_on_the_loop(spare_cpu: list[int]) -> N
     for chunk in chunks(small):
         await hasher.feed(chunk)
 
-    assert (await hasher.finish()).digest == digest_of("sha512", small)
+    assert (await verified(hasher)).digest == digest_of("sha512", small)
     assert spare_cpu == []
 
 
@@ -136,7 +143,7 @@ async def test_with_one_cpu_everything_is_hashed_on_the_loop(
     for chunk in chunks(BYTES):
         await hasher.feed(chunk)
 
-    assert (await hasher.finish()).size == len(BYTES)
+    assert (await verified(hasher)).size == len(BYTES)
     assert spare_cpu == []
 
 
@@ -187,4 +194,4 @@ async def test_a_cancelled_wait_for_the_hash_leaves_the_lane_working(
     again = hasher_for(BYTES)
     for chunk in chunks(BYTES):
         await again.feed(chunk)
-    assert (await again.finish()).size == len(BYTES)
+    assert (await verified(again)).size == len(BYTES)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,28 @@ async def fetch(proxy: RunningProxy, path: str, *, method: str = "GET",
 
 def text(reply: Reply) -> str:
     return reply.body.decode()
+
+
+def session_cookie(reply: Reply) -> str:
+    """The Set-Cookie line of the session (the form's own cookie is cleared beside it)."""
+    assert isinstance(reply.headers, CIMultiDict)  # `fetch` keeps every header line
+    lines: list[str] = [value for value in reply.headers.getall("Set-Cookie", [])
+                        if value.startswith(f"{COOKIE}=")]
+    [line] = lines
+    return line
+
+
+async def post_login(proxy: RunningProxy, token: str,
+                     headers: dict[str, str] | None = None) -> Reply:
+    """Sign in as a browser does: the form first (its token in a hidden field and a cookie),
+    then the post with both."""
+    form = await fetch(proxy, "ui/login", headers=headers)
+    hidden = re.search(r'name="form" value="([^"]+)"', text(form))
+    assert hidden is not None
+    cookie = form.headers["Set-Cookie"].split(";")[0]
+    return await fetch(proxy, "ui/login", method="POST", data={"token": token,
+                                                               "form": hidden.group(1)},
+                       headers={**(headers or {}), "Cookie": cookie})
 
 
 @pytest.fixture
@@ -197,10 +220,10 @@ async def test_a_bearer_token_opens_the_page_without_a_cookie(guarded: RunningPr
 async def test_login_sets_an_httponly_strict_cookie_that_is_not_the_token(
     guarded: RunningProxy,
 ) -> None:
-    reply = await fetch(guarded, "ui/login", method="POST", data={"token": TOKEN})
+    reply = await post_login(guarded, TOKEN)
 
     assert reply.status == 303
-    cookie = reply.headers["Set-Cookie"]
+    cookie = session_cookie(reply)
     assert cookie.startswith(f"{COOKIE}=ops.")
     assert "HttpOnly" in cookie
     assert "SameSite=Strict" in cookie
@@ -225,17 +248,17 @@ async def test_a_forged_or_expired_cookie_is_sent_back_to_the_form(
 async def test_a_wrong_token_at_the_form_is_refused_and_not_echoed(
     guarded: RunningProxy,
 ) -> None:
-    reply = await fetch(guarded, "ui/login", method="POST", data={"token": TOKEN + "x"})
+    reply = await post_login(guarded, TOKEN + "x")
 
     assert reply.status == 401
-    assert "Set-Cookie" not in reply.headers
+    assert f"{COOKIE}=" not in reply.headers.get("Set-Cookie", "")  # no session
     assert TOKEN not in text(reply)
     assert guarded.metric("mirrorgate_refusals_total", reason="bad_client_token") == 1
 
 
 async def test_the_cookie_does_not_open_npm_routes(guarded: RunningProxy) -> None:
-    login = await fetch(guarded, "ui/login", method="POST", data={"token": TOKEN})
-    value = login.headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
+    login = await post_login(guarded, TOKEN)
+    value = session_cookie(login).split(";")[0].split("=", 1)[1]
 
     reply = await fetch(guarded, "npm/uipage-guarded", headers={"Cookie": f"{COOKIE}={value}"})
 
@@ -275,10 +298,9 @@ async def test_the_advisory_data_s_age_is_shown_from_its_gauges_when_a_source_is
 # --- the cookie behind a TLS-terminating proxy ----------------------------------------------
 
 async def _login_cookie(proxy: RunningProxy, headers: dict[str, str] | None = None) -> str:
-    reply = await fetch(proxy, "ui/login", method="POST", data={"token": TOKEN},
-                        headers=headers or {})
+    reply = await post_login(proxy, TOKEN, headers)
     assert reply.status == 303
-    return reply.headers["Set-Cookie"]
+    return session_cookie(reply)
 
 
 def _tokens(tmp_path: Path) -> Path:
@@ -315,3 +337,23 @@ async def test_an_untrusted_peer_cannot_claim_https_to_shape_the_cookie(
 ) -> None:
     # forwarded headers count only from MIRRORGATE_TRUSTED_PROXIES; plain http stays plain
     assert "Secure" not in await _login_cookie(guarded, {"X-Forwarded-Proto": "https"})
+
+
+async def test_another_sites_page_cannot_sign_the_browser_in(guarded: RunningProxy) -> None:
+    # login CSRF: a page elsewhere posts the attacker's own token to /ui/login, and the
+    # person's browser is then signed in as the attacker (what they look at, the attacker sees)
+    no_form = await fetch(guarded, "ui/login", method="POST", data={"token": TOKEN},
+                          headers={"Origin": "https://evil.example"})
+    form = await fetch(guarded, "ui/login")
+    hidden = re.search(r'name="form" value="([^"]+)"', text(form))
+    assert hidden is not None
+    cross = await fetch(guarded, "ui/login", method="POST",
+                        data={"token": TOKEN, "form": hidden.group(1)},
+                        headers={"Origin": "https://evil.example",
+                                 "Cookie": form.headers["Set-Cookie"].split(";")[0]})
+
+    for refused in (no_form, cross):
+        assert refused.status == 403
+        assert f"{COOKIE}=" not in refused.headers.get("Set-Cookie", "")
+        assert "did not come from mirrorgate" in text(refused)
+    assert guarded.metric("mirrorgate_refusals_total", reason="cross_site_login") == 2

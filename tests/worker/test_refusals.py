@@ -296,3 +296,19 @@ async def test_a_tarball_whose_own_package_json_runs_a_script_the_manifest_hid_i
     [line] = events(logs, "mirror_retired")
     assert line["reason"] == "install-scripts"
     assert "postinstall" in line["detail"]
+
+
+async def test_a_job_for_a_version_with_build_metadata_is_retired_before_anything_is_sent(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio) -> None:
+    # the attack: a queue writer (or an older proxy) asks for `bmeta@1.0.0+b`; Verdaccio 6.8
+    # exits when it is sent a tarball named for it, and takes every first-party install along
+    public_registry.add(make_package("bmeta", [make_version("bmeta", "1.0.0+b")]))
+    rig = await make_rig(target=verdaccio)
+    await rig.queue.enqueue(job_from(public_registry, "bmeta", "1.0.0+b"))
+
+    assert await rig.handle_next() == "retired"
+
+    assert rig.retired("unstorable-version") == 1
+    assert rig.tarball_gets() == []  # not even downloaded
+    assert verdaccio.request("GET", "-/ping").status == 200
+    assert verdaccio.packument("bmeta") is None

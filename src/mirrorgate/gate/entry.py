@@ -67,7 +67,8 @@ class PublicAnswer:
 
 
 class PackumentEntry:
-    __slots__ = ("fingerprint", "gated", "pending", "private_answered", "public", "renderings")
+    __slots__ = ("fingerprint", "gated", "pending", "private_answered", "public", "renderings",
+                 "unplaced")
 
     def __init__(self, gated: Gated | None, fingerprint: bytes | None, *,
                  private_answered: bool = False, public: PublicAnswer | None = None) -> None:
@@ -80,6 +81,10 @@ class PackumentEntry:
         """What the public upstream answered this fill, when an in-process worker re-gates
         through this cache (None otherwise, or when public was not asked or failed)."""
         self.renderings: dict[RenderKey, Rendered] = {}
+        self.unplaced: dict[bool, bytes] = {}
+        """Per form, the bytes with tarball URLs still on the placeholder: made once a base
+        whose renderings are not kept asks, so that each such base costs one pass over the
+        bytes (`npm.packument.on_base`) rather than a rendering."""
         self.pending: dict[RenderKey, asyncio.Task[Rendered]] = {}
 
     def keep(self, key: RenderKey, rendered: Rendered) -> int:
@@ -100,7 +105,21 @@ class PackumentEntry:
 
 
 def build_rendered(gated: Gated, abbreviated: bool, base: str, vary: str = VARY) -> Rendered:
-    body = gated.render(abbreviated, base)
+    return rendered_body(gated.render(abbreviated, base), abbreviated, vary)
+
+
+def rendered_body(body: bytes, abbreviated: bool, vary: str = VARY, *,
+                  kept: bool = True, gzipped: bool = True) -> Rendered:
+    """The answer for a packument's bytes: both codings and an ETag; or, for a rendering made
+    for one request and not `kept`, no ETag (nothing is revalidated against it) and only the
+    coding asked for, a gzip at the fastest level (its bytes are sent once)."""
+    if not kept:
+        headers = {"Content-Type": ABBREVIATED if abbreviated else FULL, "Vary": vary}
+        return Rendered(body=body,
+                        gzipped=gzip.compress(body, compresslevel=1, mtime=0) if gzipped else b"",
+                        etag="", headers=headers,
+                        gzip_headers={**headers, "Content-Encoding": "gzip"},
+                        not_modified_headers=headers)
     # weak, over the plain bytes: both codings are the same representation and share it
     etag = 'W/"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
     headers = {"Content-Type": ABBREVIATED if abbreviated else FULL, "ETag": etag,

@@ -10,6 +10,7 @@ from mirrorgate.gate.records import VersionRecord
 from mirrorgate.mirror import MirrorArtifact, MirrorJob
 from mirrorgate.moments import time_text
 from mirrorgate.npm.names import PackageName, tarball_filename
+from mirrorgate.npm.versions import unstorable
 
 __all__ = ["mirror_job"]
 
@@ -19,7 +20,10 @@ def mirror_job(name: PackageName, record: VersionRecord, url: str, size: int | N
     """The job for an admitted public version: name, version, every digest of its `dist`,
     the upstream tarball URL and file name, the size when known, the manifest without
     `readme`, the public publish time (kept only when it is one). Raises ValueError for a
-    version without a digest (which the gate never admits)."""
+    version without a digest (which the gate never admits) and for one no registry can
+    store (`versions.unstorable`: such a version is served from public, never mirrored)."""
+    if (why := unstorable(record.version)) is not None:
+        raise ValueError(why)
     return MirrorJob(
         name=name.full,
         version=record.version,

@@ -37,7 +37,7 @@ from mirrorgate.npm.packument import (
     times_of,
     versions_of,
 )
-from mirrorgate.npm.versions import is_version_string
+from mirrorgate.npm.versions import Key, is_version_string, parse_version
 from mirrorgate.rules import (
     MINIMUM_AGE,
     Context,
@@ -132,6 +132,7 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
     what was kept of each, for a mirrored private copy to fall back on."""
     times = times_of(public)
     kept: dict[str, PublicGate] = {}
+    shadows = _shadowing(private_versions)
     for version, manifest in versions_of(public).items():
         if not _readable(judging, version, manifest):
             continue
@@ -148,7 +149,9 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
         tarball = url if denial is None and isinstance(url, str) else None
         digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()
         kept[version] = (tarball, digests)
-        if isinstance(private_versions.get(version), Mapping):
+        if isinstance(private_versions.get(version), Mapping) or (
+                shadows and (parsed := parse_version(version)) is not None
+                and parsed.key in shadows):
             continue  # on a version present in both, the private copy wins
         if denial is not None:
             judging.deny(version, denial)
@@ -157,6 +160,13 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
             version, False, full, abbreviated, denial, weak, tarball, digests,
             scan_scripts=judging.scans(tarball, version))
     return kept
+
+
+def _shadowing(private_versions: Mapping[str, Any]) -> set[Key]:
+    """The semver keys of the private versions: a public version equal to one of them (as
+    semver ranks it: `1.1.0` and `1.1.0+shadow` are one version) is the private copy's."""
+    return {parsed.key for version in private_versions
+            if (parsed := parse_version(version)) is not None}
 
 
 def _private_verdict(judging: _Judging, version: str,

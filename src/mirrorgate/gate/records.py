@@ -144,9 +144,10 @@ class Gated:
             return wanted
         return self.dist_tags.get(wanted)
 
-    def render(self, abbreviated: bool, base: str) -> bytes:
-        """The packument's bytes in one form, tarball URLs on `base`; denied versions go to
-        npm's `policyRestrictions`, each with its rule and reason as data."""
+    def render(self, abbreviated: bool, base: str | None) -> bytes:
+        """The packument's bytes in one form, tarball URLs on `base` (None: on the placeholder,
+        `npm.packument.on_base`); denied versions go to npm's `policyRestrictions`, each with
+        its rule and reason as data."""
         def form(record: VersionRecord) -> bytes:
             return record.abbreviated if abbreviated else record.full
 

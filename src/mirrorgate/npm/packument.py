@@ -162,9 +162,10 @@ fields instead of parsing the sentence; npm ignores it)."""
 
 def render(name: PackageName, head: Mapping[str, Any], dist_tags: Mapping[str, str],
            time: Mapping[str, str], versions: Mapping[str, bytes], abbreviated: bool,
-           base: str, restricted: Restricted | None = None) -> bytes:
+           base: str | None, restricted: Restricted | None = None) -> bytes:
     """The packument's bytes in one form, from serialised versions of that form, tarball URLs
-    on `base` (the proxy's base URL, ending in `/`)."""
+    on `base` (the proxy's base URL, ending in `/`), or still on the placeholder when `base`
+    is None (`on_base` then puts any base in with one pass over the bytes)."""
     survivors = {v: orjson.Fragment(serialised) for v, serialised in versions.items()}
     document: dict[str, Any]
     if abbreviated:
@@ -185,4 +186,5 @@ def render(name: PackageName, head: Mapping[str, Any], dist_tags: Mapping[str, s
             "versions": {v: orjson.Fragment(serialised) for v, serialised in withheld.items()},
             "denials": denials,
         }
-    return on_base(orjson.dumps(document), base)
+    serialised = orjson.dumps(document)
+    return serialised if base is None else on_base(serialised, base)

@@ -49,6 +49,10 @@ def _decode_segment(segment: str, what: str) -> str:
     if any(ord(c) < 0x21 or ord(c) == 0x7F or c in "/\\%" for c in decoded):
         raise InvalidNameError(f"the {what} holds a slash, a backslash, a percent sign, a "
                                "space or a control character")
+    if decoded in (".", ".."):
+        # an HTTP client resolves a dot segment before it sends the path on: `dist-tags/..`
+        # would reach `-/package/<name>/` on the private registry, another resource
+        raise InvalidNameError(f"the {what} {decoded!r} is a dot segment, not a {what}")
     return decoded
 
 

@@ -7,6 +7,7 @@ The worker mirrors a version by publishing it the way the npm client does, so an
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "PublishBody",
     "choose_dist_tags",
     "publish_document",
+    "reason_given",
     "says_already_exists",
     "version_manifest",
 ]
@@ -43,6 +45,31 @@ _ALREADY_EXISTS = (
     "pre-existing version",     # npm: "cannot modify pre-existing version"
     "does not allow updating",  # Nexus: "Repository does not allow updating assets"
 )
+
+
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def reason_given(body: bytes, limit: int = 300) -> str:
+    """The reason a registry gave for refusing a write, as one line of text: its JSON `error`
+    (or `message`, `reason`), else the title of an HTML error page (a gateway's 502 page),
+    else its text with any markup dropped. Never HTML: it goes into a JSON `error` a client
+    prints."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        document = None
+    text = None
+    if isinstance(document, dict):
+        text = next((document[key] for key in ("error", "message", "reason")
+                     if isinstance(document.get(key), str)), None)
+    if text is None:
+        title = _TITLE.search(body[:64 * 1024])
+        raw = title.group(1) if title is not None else body[:4096]
+        text = _TAG.sub(" ", raw.decode("utf-8", "replace"))
+    line = " ".join(text.split())
+    return (line[:limit - 3] + "..." if len(line) > limit else line) or "no reason given"
 
 
 def says_already_exists(status: int, body: bytes) -> bool:

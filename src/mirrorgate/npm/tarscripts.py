@@ -8,25 +8,56 @@ yarn 1 runs a `postinstall` only the tarball's `package.json` has, npm a bundled
 
 from __future__ import annotations
 
+import posixpath
 import zlib
 
 import orjson
 
 from mirrorgate.npm.scripts import install_scripts
 
-__all__ = ["MAX_MANIFEST_BYTES", "MAX_UNPACKED_BYTES", "ScriptScan", "declared_scripts",
-           "scripts_in"]
+__all__ = ["BOMB_FROM", "BOMB_RATIO", "MAX_ENTRIES", "MAX_MANIFEST_BYTES", "MAX_UNPACKED_BYTES",
+           "ScriptScan", "declared_scripts", "scripts_in"]
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 """A root package.json larger than this cannot be read here, so the version is refused."""
-MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
-"""Inflating further than this (a compression bomb) stops the scan, and the version is refused."""
+MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+"""Inflating further than this stops the scan, and the version is refused. Real tarballs stay
+well under it (the largest unpack to a few hundred MB); inflating it costs about 0.3 s of CPU."""
+BOMB_RATIO = 100
+BOMB_FROM = 64 * 1024 * 1024
+"""Past `BOMB_FROM` unpacked bytes, more than `BOMB_RATIO` unpacked bytes per compressed byte
+is a compression bomb (a megabyte of zeros that inflates to a gigabyte): the scan stops and
+the version is refused. JavaScript compresses 3 to 10 times, binaries 2 to 3."""
+MAX_ENTRIES = 200_000
+"""Tar entries read at most (each costs a few microseconds): more is refused. The packages
+with the most files hold a few tens of thousands."""
 _BLOCK = 512
 _STEP = 256 * 1024
 _FILE_TYPES = (b"0", b"\0", b"7")
 _PAX_TYPES = (b"x", b"X")  # node-tar reads the old Solaris `X` as a pax header too
 _LONGNAME_TYPES = (b"L", b"N")  # GNU's long name, and its old form
 _LINK_TYPES = (b"1", b"2")
+_ESCAPES_KEPT = 20
+
+
+def _escapes(path: str) -> bool:
+    """Whether an entry's path (as the tar names it, `package/` first) leaves the package's
+    folder: absolute, or with a `..` in it."""
+    if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
+        return True
+    return any(part == ".." for part in path.replace("\\", "/").split("/"))
+
+
+def _link_escapes(path: str, target: bytes) -> bool:
+    """Whether a link entry points outside the package's folder: a symbolic link's target is
+    read beside the link, a hard link's (as tar records it) from the archive's root."""
+    text = target.decode("utf-8", "replace").replace("\\", "/")
+    if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
+        return True
+    inside = path.partition("/")[2]  # past `package/`
+    folder = inside.rsplit("/", 1)[0] if "/" in inside else ""
+    placed = posixpath.normpath(posixpath.join(folder, text))
+    return placed == ".." or placed.startswith("../")
 
 
 def _placed(parts: list[str]) -> tuple[str, str] | None:
@@ -109,14 +140,22 @@ class ScriptScan:
         self._next_path: str | None = None
         self._folder = ""  # the package directory of the package.json being captured
         self._unpacked = 0
+        self._compressed = 0
+        self._entries = 0
         self.scripts: dict[str, list[str]] = {}  # package directory ("" the root) -> scripts
         self.gyp: set[str] = set()
         self.gypfile_off: set[str] = set()
+        self.manifest: dict[str, object] | None = None
+        """The root package.json, parsed (the last one in the tar wins, as on disk)."""
+        self.escapes: list[str] = []
+        """Entries that would land outside `package/`: a `..` or absolute path, or a link to
+        one (a publish carrying any is refused)."""
         self.problem: str | None = None
 
     def feed(self, chunk: bytes) -> None:
         if self.problem is not None or not chunk:
             return
+        self._compressed += len(chunk)
         if self._raw:
             self._tar(chunk)
             return
@@ -174,6 +213,10 @@ class ScriptScan:
         if self._unpacked > MAX_UNPACKED_BYTES:
             self.problem = f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes"
             return
+        if self._unpacked > BOMB_FROM and self._unpacked > BOMB_RATIO * self._compressed:
+            self.problem = (f"it is a compression bomb: {self._compressed} bytes inflate to "
+                            f"more than {self._unpacked} (over {BOMB_RATIO} times as many)")
+            return
         view = memoryview(data)
         while view and self.problem is None:
             if self._skip:
@@ -198,6 +241,10 @@ class ScriptScan:
         # node-tar skips a zero block or one whose checksum fails, 512 bytes only, and goes on
         if header == b"\0" * _BLOCK or not _checksum_ok(header):
             return
+        self._entries += 1
+        if self._entries > MAX_ENTRIES:
+            self.problem = f"it holds more than {MAX_ENTRIES} entries"
+            return
         size = _octal(header[124:136])
         if size is None:
             self.problem = "a tar header has an unreadable size"
@@ -217,6 +264,10 @@ class ScriptScan:
         self._next_path = None
         if kind == b"K":
             return
+        if len(self.escapes) < _ESCAPES_KEPT and (_escapes(path) or (
+                kind in _LINK_TYPES
+                and _link_escapes(path, header[157:257].split(b"\0", 1)[0]))):
+            self.escapes.append(path[:200])
         found = _package_file(path)
         if found is None or found[1] not in ("package.json", "binding.gyp"):
             return
@@ -268,6 +319,8 @@ class ScriptScan:
                 document = None
             if isinstance(document, dict) and document.get("gypfile") is False:
                 self.gypfile_off.add(self._folder)
+            if not self._folder:
+                self.manifest = document if isinstance(document, dict) else None
 
 
 def scripts_in(tarball: bytes) -> str | None:

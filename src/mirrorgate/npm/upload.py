@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,9 @@ from mirrorgate.errors import MirrorgateError
 from mirrorgate.integrity import Digest, parse_integrity, parse_shasum, same_digest
 from mirrorgate.npm.mirrormark import MARK_FIELD
 from mirrorgate.npm.names import PackageName, tarball_filename
-from mirrorgate.npm.versions import is_version_string, parse_version
+from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
+from mirrorgate.npm.tarscripts import ScriptScan
+from mirrorgate.npm.versions import is_version_string, parse_version, unstorable
 
 __all__ = ["FORGED_MARK", "Published", "ScannedUpload", "UploadError", "UploadScan",
            "checked_publish"]
@@ -285,9 +288,11 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def checked_publish(name: PackageName, scanned: ScannedUpload) -> Published:
+def checked_publish(name: PackageName, scanned: ScannedUpload,
+                    contents: ScriptScan | None = None) -> Published:
     """The version `scanned` publishes, once the document names `name`, holds one version and
-    one tarball, and that tarball's bytes are the ones its `dist` declares; raises UploadError
+    one tarball, that tarball's bytes are the ones its `dist` declares and (with `contents`,
+    the tarball read) its own package.json says what the document says; raises UploadError
     saying what is wrong otherwise."""
     document = scanned.document
     attachments = document.get("_attachments")
@@ -321,6 +326,8 @@ def checked_publish(name: PackageName, scanned: ScannedUpload) -> Published:
     if manifest.get("version") != version or not _plain_version(version):
         raise UploadError(f"{version[:100]!r} is not a semver version, or not the one its "
                           "manifest declares")
+    if (why := unstorable(version)) is not None:
+        raise UploadError(f"{why}; publish {version.partition('+')[0]} instead")
     # npm names it `@scope/name-1.0.0.tgz`; registries store it under the last segment
     if filename not in (f"{name.full}-{version}.tgz", tarball_filename(name, version)):
         raise UploadError(f"the attachment is named {filename[:100]!r}; for {name.full}@"
@@ -330,12 +337,77 @@ def checked_publish(name: PackageName, scanned: ScannedUpload) -> Published:
         raise UploadError(f"the attachment declares {str(length)[:30]} bytes but holds "
                           f"{scanned.attachment_bytes}")
     _check_digests(name, version, manifest.get("dist"), scanned)
+    if contents is not None:
+        _check_contents(name, version, manifest, contents)
     tags = document.get("dist-tags", {})
     if not isinstance(tags, dict) or any(not isinstance(tag, str) or value != version
                                          for tag, value in tags.items()):
         raise UploadError(f"the document's dist-tags may only name {version}, the version it "
                           "publishes")
     return Published(version, filename, tags)
+
+
+_DEPENDENCY_FIELDS = ("dependencies", "optionalDependencies", "peerDependencies")
+
+
+def _check_contents(name: PackageName, version: str, manifest: dict[str, Any],
+                    contents: ScriptScan) -> None:
+    """Manifest confusion on the publish path: the registry serves the document's manifest,
+    a client runs the tarball's own package.json. They must name the same package and
+    version, run the same install scripts and depend on the same packages, and no entry may
+    land outside `package/`."""
+    contents.finish()
+    where = f"{name.full}@{version}"
+    if contents.problem is not None:
+        raise UploadError(f"the tarball of {where} cannot be read: {contents.problem}")
+    if contents.escapes:
+        raise UploadError(f"the tarball of {where} has entries that land outside package/ "
+                          f"({', '.join(map(repr, contents.escapes[:5]))}); npm pack never "
+                          "writes one")
+    inner = contents.manifest
+    if inner is None:
+        raise UploadError(f"the tarball of {where} holds no package/package.json")
+    said = f"{str(inner.get('name'))[:100]}@{str(inner.get('version'))[:100]}"
+    if inner.get("name") != name.full or inner.get("version") != version:
+        raise UploadError(f"the tarball's package.json is {said}, not {where}, which the "
+                          "document publishes")
+    gyp = "" in contents.gyp - contents.gypfile_off
+    for key in INSTALL_SCRIPT_KEYS:
+        theirs, ours = _script(inner, key), _script(manifest, key)
+        # npm declares node-gyp's implicit install for a binding.gyp without an install script
+        if key == "install" and theirs is None and gyp and ours == "node-gyp rebuild":
+            continue
+        if theirs != ours:
+            raise UploadError(f"the tarball's package.json runs {key} {theirs!r:.100} at "
+                              f"install, and the document declares {ours!r:.100}: what the "
+                              "registry shows must be what a client runs")
+    for field in _DEPENDENCY_FIELDS:
+        theirs_deps, ours_deps = _mapping(inner.get(field)), _mapping(manifest.get(field))
+        if field == "dependencies":
+            # npm publishes optionalDependencies inside dependencies too
+            if ours_deps not in (theirs_deps, {**_mapping(inner.get("optionalDependencies")),
+                                               **theirs_deps}):
+                raise UploadError(_dependencies_differ(where, field, theirs_deps, ours_deps))
+        elif theirs_deps != ours_deps:
+            raise UploadError(_dependencies_differ(where, field, theirs_deps, ours_deps))
+
+
+def _script(manifest: Mapping[str, Any], key: str) -> str | None:
+    scripts = manifest.get("scripts")
+    value = scripts.get(key) if isinstance(scripts, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _dependencies_differ(where: str, field: str, theirs: Mapping[str, Any],
+                         ours: Mapping[str, Any]) -> str:
+    differ = sorted(set(theirs) ^ set(ours) | {k for k in theirs if theirs.get(k) != ours.get(k)})
+    shown = ", ".join(name[:60] for name in differ[:5])
+    return (f"the tarball's package.json and the document of {where} differ in {field} "
+            f"({shown}): what the registry shows must be what a client installs")
 
 
 def _check_digests(name: PackageName, version: str, dist: object,

@@ -21,7 +21,7 @@ import nodesemver
 
 __all__ = ["INVALID_RANGE", "Key", "SemverRange", "Version", "highest", "is_prerelease",
            "is_version_string", "nearest", "newer", "newest_first", "order_key", "parse_range",
-           "parse_version", "same_version"]
+           "parse_version", "same_version", "unstorable"]
 
 INVALID_RANGE = "is not a valid semver range"
 MAX_LENGTH = 256
@@ -39,6 +39,21 @@ def is_version_string(text: str) -> bool:
     """Every module that receives a version (a packument key, a URL, a job, a file name) asks
     this, so the gate never admits what the worker or the file store would refuse."""
     return _VERSION_STRING.fullmatch(text) is not None and ".." not in text
+
+
+def unstorable(version: str) -> str | None:
+    """Why a registry cannot be given `version` to store, or None when it can.
+
+    Build metadata (`1.0.0+b`) is the one such thing: npm's registry strips it at publish,
+    semver ranks `1.0.0+b` equal to `1.0.0` (so it could only ever shadow or be shadowed),
+    and Verdaccio 6.8 exits on a tarball named for it. Such a version is served as public
+    has it, and never mirrored or published through mirrorgate."""
+    base, plus, build = version.partition("+")
+    if not plus:
+        return None
+    return (f"{version} carries build metadata (+{build[:40]}), which npm's registry strips "
+            f"at publish and a private registry cannot store (it is the same version as "
+            f"{base[:60]})")
 
 
 # --- one key for both readings ----------------------------------------------------------------

@@ -51,7 +51,8 @@ def rules_summary(rules: Rules) -> dict[str, Any]:
         },
         "publish": {
             "names": rules.publishable.texts(),
-            "who": "clients whose line in the tokens file has the `publish` permission",
+            "who": "clients whose line in the tokens file grants publish:NAMES, for those "
+                   "names only",
         },
     }
 

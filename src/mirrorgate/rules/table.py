@@ -255,7 +255,12 @@ RULES: tuple[Rule, ...] = (
          "whose contents run code at install is cut before its last chunk "
          "(`tarball_scripts_refused`, `security: true`, counted under this rule) and the next "
          "request for that version is a 403 naming the rule and the scripts, and the worker "
-         "retires such a job (`install-scripts`) instead of publishing it.", _install_scripts),
+         "retires such a job (`install-scripts`) instead of publishing it. The tarball is read on "
+         "a thread beside the event loop, and a version whose bytes were read once and run "
+         "nothing is not read again; contents that cannot be read are refused, among them a "
+         "compression bomb (past 64 MiB unpacked, more than 100 bytes per compressed byte; "
+         "past 512 MiB or 200,000 entries in any case: at most about a second of CPU).",
+         _install_scripts),
     Rule((MINIMUM_AGE,), "it was published less than `age.minimum` ago (from the packument's "
          "`time[version]`), or it has no usable publish time and `age.missing_time` is "
          "`deny`. Entries of `age.exempt` skip this rule, and so does a version that fixes an "

@@ -34,7 +34,7 @@ from mirrorgate.gate import (
     RenderKey,
     TooManyVersionsError,
 )
-from mirrorgate.gate.entry import build_rendered
+from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
@@ -49,7 +49,7 @@ from mirrorgate.npm.negotiation import (
     vary,
     wants_abbreviated,
 )
-from mirrorgate.npm.packument import FULL
+from mirrorgate.npm.packument import FULL, on_base
 from mirrorgate.npm.paths import (
     POST_ROUTES,
     RegistryPath,
@@ -65,7 +65,7 @@ from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.publishing import PublishRoute
 from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
-from mirrorgate.serve.search import search
+from mirrorgate.serve.search import Search
 from mirrorgate.serve.tarballs import OUTCOME, TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
@@ -164,6 +164,8 @@ class ProxyServer:
                                      private_answered=self.packuments.private_answered,
                                      clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
+        self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
+                             ttl=self.settings.cache_ttl, clock=clock)
         self.publishing = PublishRoute(
             settings=self.settings, rules=proxy.rules, private=proxy.private,
             public=proxy.public, first_party=self.packuments.source.first_party,
@@ -176,6 +178,9 @@ class ProxyServer:
         self._vary = vary(fixed_base=self._bases.fixed is not None,
                           trusted_proxies=self._bases.trusts_proxies,
                           authenticated=proxy.clients is not None)
+        self._kept_bases: dict[str, None] = {}
+        self._rendering_once = asyncio.Semaphore(1)
+        self._unknown_bases_seen = 0
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(3).hex()
 
@@ -263,9 +268,9 @@ class ProxyServer:
 
     def _send(self, request: web.Request, rendered: Rendered) -> web.Response:
         wanted = request.headers.get("If-None-Match")
-        if wanted is not None and etag_matches(wanted, rendered.etag):
+        if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
             return web.Response(status=304, headers=rendered.not_modified_headers)
-        if self._gzip(request.headers.get("Accept-Encoding") or ""):
+        if rendered.gzipped and self._gzip(request.headers.get("Accept-Encoding") or ""):
             return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
         return web.Response(body=rendered.body, headers=rendered.headers)
 
@@ -353,8 +358,7 @@ class ProxyServer:
             async with self.admission.slot(target.route), \
                     asyncio.timeout(limit) as deadline:
                 if name is None:  # the search route, the only one without a package name
-                    return json_response(200, await search(
-                        self.proxy.public, request.query, self._gated_or_none))
+                    return json_response(200, await self.search(request.query))
                 if target.route == "packument":
                     if request.query.get("write") == "true":  # npm, before a change
                         return await self.publishing.write_packument(
@@ -396,6 +400,12 @@ class ProxyServer:
     async def _gated_or_none(self, name: PackageName) -> Gated | None:
         return (await self._entry(name)).value.gated
 
+    def _cached_or_false(self, name: PackageName) -> Gated | bool | None:
+        """The fresh cached packument of `name` (None: no upstream has it), False when none
+        is cached; never fills."""
+        slot = self.packuments.fresh(name)
+        return False if slot is None else slot.value.gated
+
     async def _packument(self, request: web.Request, name: PackageName) -> web.Response:
         slot = await self._entry(name)
         gated = slot.value.gated
@@ -413,9 +423,45 @@ class ProxyServer:
                           reason=gated.policy_message, package=name.full)
         key = self._key(request)
         rendered = slot.value.renderings.get(key)
-        if rendered is None:
+        if rendered is None and self._known_base(key[1]):
             rendered = await self._render(slot, gated, key)
+        elif rendered is None:
+            gzipped = self._gzip(request.headers.get("Accept-Encoding") or "")
+            rendered = await self._render_once(slot, gated, key, gzipped)
         return self._send(request, rendered)
+
+    def _known_base(self, base: str) -> bool:
+        """Whether renderings for `base` are kept: MIRRORGATE_PUBLIC_URL's, or one of the first
+        `MAX_BASES` the process was asked for. A deployment is reached by a few names; a
+        client inventing `Host` values must not spend the CPU of a rendering per value, nor
+        push out the renderings other clients' warm hits are answered from."""
+        if base in self._kept_bases:
+            return True
+        if len(self._kept_bases) < MAX_BASES:
+            self._kept_bases[base] = None
+            return True
+        return False
+
+    async def _render_once(self, slot: Cached[PackumentEntry], gated: Gated,
+                           key: RenderKey, gzipped: bool) -> Rendered:
+        """A rendering for a base whose renderings are not kept: the entry's bytes on the
+        placeholder (made once per form) with the base put in, uncompressed, one at a time
+        under the request's admission slot, then dropped."""
+        if not self._unknown_bases_seen:
+            log.warning("unknown_base_rendered", base=key[1][:200], kept=list(self._kept_bases),
+                        hint="set MIRRORGATE_PUBLIC_URL to the URL clients use")
+        self._unknown_bases_seen += 1
+        self.metrics.unkept_renderings.inc()
+        abbreviated, base = key
+        entry = slot.value
+        async with self._rendering_once:
+            unplaced = entry.unplaced.get(abbreviated)
+            if unplaced is None:
+                unplaced = await in_thread_if_large(gated.size, gated.render, abbreviated, None)
+                entry.unplaced[abbreviated] = unplaced
+                self.packuments.cache.grow(slot, len(unplaced))
+            return await in_thread_if_large(len(unplaced), _placed, unplaced, abbreviated, base,
+                                            self._vary, gzipped)
 
     async def _render(self, slot: Cached[PackumentEntry], gated: Gated, key: RenderKey) -> Rendered:
         """Render once per key, however many requests ask at the same time."""
@@ -478,6 +524,12 @@ class ProxyServer:
         return json_response(404, body)
 
 
+def _placed(unplaced: bytes, abbreviated: bool, base: str, vary: str,
+            gzipped: bool) -> Rendered:
+    return rendered_body(on_base(unplaced, base), abbreviated, vary, kept=False,
+                         gzipped=gzipped)
+
+
 SERVER = web.AppKey("mirrorgate_proxy_server", ProxyServer)
 
 
@@ -510,7 +562,8 @@ def build_proxy_app(
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
-                  packument=server._gated_or_none, over_tls=server.over_tls)
+                  packument=server._gated_or_none, over_tls=server.over_tls,
+                  base=server._base)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

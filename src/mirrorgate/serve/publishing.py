@@ -25,7 +25,8 @@ from mirrorgate.npm.changes import changed_packument
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.paths import WriteTarget
-from mirrorgate.npm.publish import says_already_exists
+from mirrorgate.npm.publish import reason_given, says_already_exists
+from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.upload import (
     FORGED_MARK,
     Published,
@@ -33,6 +34,7 @@ from mirrorgate.npm.upload import (
     UploadScan,
     checked_publish,
 )
+from mirrorgate.npm.versions import same_version
 from mirrorgate.rules import Rules
 from mirrorgate.serve.access import CLIENT
 from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
@@ -40,12 +42,10 @@ from mirrorgate.serve.tokens import Client
 from mirrorgate.upstream.client import BodyStopped, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry, TarballSink
 
-__all__ = ["PERMISSION", "PublishRoute"]
+__all__ = ["PublishRoute"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
-PERMISSION = "publish"
-"""The tokens-file word that lets a client write."""
 CHUNK = 64 * 1024
 _SMALL_BODY = 4096
 """Bytes a dist-tag body may hold (a JSON string naming a version)."""
@@ -66,16 +66,19 @@ class _Write:
 class _ClientBody:
     """The client's body forwarded as it arrives (`registry.Upload`): `head` (already read and
     scanned), then the rest, each chunk scanned, the last one sent only once `check` has
-    passed. A failed check raises `BodyStopped`, so the registry never sees the body's end."""
+    passed. A failed check raises `BodyStopped`, so the registry never sees the body's end.
+    The tarball the scan decodes is read as it comes (`contents`: its own package.json, where
+    its entries land), off the event loop, for `check` to hold against the document."""
 
     def __init__(self, head: bytes, rest: AsyncIterator[bytes], scan: UploadScan,
-                 check: Callable[[], Published], size: int | None) -> None:
+                 check: Callable[[ScriptScan], Published], size: int | None) -> None:
         self._head = head
         self._rest = rest
         self._scan = scan
         self._check = check
         self.size = size
         self.checked: Published | None = None
+        self.contents = ScriptScan()
 
     async def chunks(self, tarball: TarballSink | None = None) -> AsyncIterator[bytes]:
         held = self._head
@@ -86,7 +89,7 @@ class _ClientBody:
                 await self._decoded(tarball)
                 yield held
                 held = chunk
-            self.checked = self._check()
+            self.checked = self._check(self.contents)
         except UploadError as error:
             raise BodyStopped(_bad_document(error)) from None
         except Refused as refused:
@@ -96,6 +99,8 @@ class _ClientBody:
     async def _decoded(self, tarball: TarballSink | None) -> None:
         # the tarball decoded so far goes to a registry that stores it itself, else nowhere
         decoded = self._scan.drain_tarball()
+        if decoded:
+            await asyncio.to_thread(self.contents.feed, decoded)  # inflating: never on the loop
         if tarball is not None and decoded:
             await tarball(decoded)
 
@@ -124,19 +129,6 @@ def _bad_document(error: UploadError) -> Refused:
                    reason="bad publish document")
 
 
-def _upstream_text(answer: bytes) -> str:
-    """The reason a registry gave, from its JSON `error` (or `message`), else its text."""
-    try:
-        document = orjson.loads(answer)
-    except orjson.JSONDecodeError:
-        document = None
-    if isinstance(document, dict):
-        for key in ("error", "message", "reason"):
-            if isinstance(document.get(key), str):
-                return str(document[key])[:500]
-    return answer[:500].decode("utf-8", "replace").strip() or "no reason given"
-
-
 class PublishRoute:
     """The write routes under `/npm/` and `GET ?write=true`, sharing the checks."""
 
@@ -158,15 +150,22 @@ class PublishRoute:
         if client is None:
             raise Refused(403, "publishing through mirrorgate needs client tokens: the operator "
                           "sets MIRRORGATE_CLIENT_TOKENS_FILE and gives the publishing client's "
-                          "line the `publish` permission", reason="no client tokens")
-        if PERMISSION not in client.permissions:
+                          "line a `publish:NAMES` grant", reason="no client tokens")
+        if not client.publish:
             raise Refused(403, f"the client {client.name} may not publish: its line in the "
-                          "tokens file has no `publish` permission (ask the operator)",
+                          "tokens file grants no `publish:NAMES` (ask the operator)",
                           reason="not a publisher", package=name.full)
         if not self.rules.publishable.covers_name(name.full):
             raise Refused(403, f"{name.full} may not be published through mirrorgate: "
                           "[publish] names in the rules file does not cover it",
                           reason="not a publishable name", package=name.full)
+        if not client.may_write(name.full):
+            # a team's token writes the team's names only: one leaked CI token must not reach
+            # every package `[publish] names` covers
+            raise Refused(403, f"the client {client.name} may not write {name.full}: its line "
+                          f"in the tokens file grants publish:{','.join(client.publish.texts())}"
+                          " (ask the operator to add the name)", reason="not its name",
+                          package=name.full)
         return client
 
     def _takes_changes(self, name: PackageName) -> None:
@@ -325,12 +324,13 @@ class PublishRoute:
         except UploadError as error:
             raise _bad_document(error) from None
 
-    def _new_version(self, write: _Write, taken: frozenset[str],
-                     scan: UploadScan) -> Published:
-        """The checked publish, refused (409) when its version exists already."""
+    def _new_version(self, write: _Write, taken: frozenset[str], scan: UploadScan,
+                     contents: ScriptScan) -> Published:
+        """The checked publish (its document, then its tarball against it), refused (409)
+        when its version exists already."""
         name = write.name
         try:
-            published = checked_publish(name, scan.finish())
+            published = checked_publish(name, scan.finish(), contents)
         except UploadError as error:
             if error.reason == FORGED_MARK:
                 # a build claiming to be a mirrored public copy: it would turn the
@@ -342,7 +342,8 @@ class PublishRoute:
                     "mirrored from public; the publish was refused", name.full, error.version,
                     {"client": write.client.name}))
             raise
-        if published.version in taken:
+        # semver equality, not string equality: `1.1.0+shadow` is public's `1.1.0`
+        if any(same_version(published.version, version) for version in taken):
             raise _exists(name, published.version)
         return published
 
@@ -350,7 +351,8 @@ class PublishRoute:
                        scan: UploadScan) -> web.StreamResponse:
         name = write.name
         body = _ClientBody(pending.head, pending.rest, scan,
-                           lambda: self._new_version(write, taken, scan), pending.size)
+                           lambda contents: self._new_version(write, taken, scan, contents),
+                           pending.size)
         try:
             answer = await self.private.upload(name, body)
         except UpstreamError as error:
@@ -507,7 +509,7 @@ class PublishRoute:
                           version: str | None) -> None:
         if 200 <= status < 300:
             return
-        said = _upstream_text(answer)
+        said = reason_given(answer, 500)
         # The registry's words go to the client: a gateway that quotes the request's headers
         # back would hand mirrorgate's own credential to whoever may publish. The log scrubber
         # never sees this text, so the secrets are masked here.

@@ -1,8 +1,11 @@
-"""Hashing a relayed public tarball beside the relay: off the event loop, in order, bounded.
+"""Reading a relayed tarball beside the relay: hashed, and scanned for install scripts, off the
+event loop, in order, bounded.
 
 sha512 costs more CPU per byte than relaying the byte does, so on the event loop it would
-halve a CPU-bound relay. `RelayHasher` hands each chunk to a hashing thread (hashlib releases
-the GIL while it hashes) that runs on another core; bench/tarball_relay.py measures it and
+halve a CPU-bound relay; inflating a tarball to read its `package.json` files costs far more
+(a compression bomb: a megabyte that inflates to a gigabyte), so on the event loop it would
+stall every other client. `RelayHasher` hands each chunk to a thread (hashlib and zlib release
+the GIL while they work) that runs on another core; bench/tarball_relay.py measures it and
 docs/untrusted-queue.md keeps the figures.
 """
 
@@ -16,6 +19,7 @@ import queue
 import threading
 
 from mirrorgate.integrity import StreamVerifier, Verified
+from mirrorgate.npm.tarscripts import ScriptScan
 
 __all__ = ["BEHIND_AT_MOST", "OFF_LOOP_ABOVE", "RelayHasher"]
 
@@ -47,6 +51,11 @@ def _cpus() -> int:
 def _update(verifier: StreamVerifier, chunk: bytes) -> None:
     """One chunk into the hash, on a lane's thread (a seam the tests watch)."""
     verifier.update(chunk)
+
+
+def _scan(scan: ScriptScan, chunk: bytes) -> None:
+    """One chunk into the install-scripts scan, on a lane's thread (a seam the tests watch)."""
+    scan.feed(chunk)
 
 
 class _Waiter:
@@ -107,21 +116,25 @@ def _next_lane() -> _Lane:
 
 
 class RelayHasher:
-    """Feed it a download's chunks in order; `finish()` waits for the hash and says whether
-    the bytes are the admitted ones (`StreamVerifier.finish`).
+    """Feed it a download's chunks in order; `finish()` waits for them to be read and says
+    whether the bytes are the admitted ones (`StreamVerifier.finish`; None without a
+    verifier), after which `scan` (when given) holds its verdict.
 
-    Only `finish()` knows the digest, so a caller holds the last chunk back until it
-    returns. `close()` drops what is not hashed yet (a relay that stopped early). Each chunk
-    is one hand-over to the lane's thread, no copy and no future: the relay is woken only
-    when it waits for the hash (at the end, or `BEHIND_AT_MOST` behind). With one CPU
-    (`_spare_cpu`) every chunk is hashed on the loop as it comes.
+    Only `finish()` knows the digest and the scan's verdict, so a caller holds the last chunk
+    back until it returns. `close()` drops what is not read yet (a relay that stopped early).
+    Each chunk is one hand-over to the lane's thread, no copy and no future: the relay is
+    woken only when it waits (at the end, or `BEHIND_AT_MOST` behind). A small download is
+    only hashed, at its end on the loop; a scan always goes to the lane, since what inflating
+    costs is not what the compressed bytes weigh. With one CPU (`_spare_cpu`) every chunk is
+    read on the loop as it comes.
     """
 
     __slots__ = ("_closed", "_error", "_fed", "_hashed", "_lane", "_offload", "_small",
-                 "verifier")
+                 "scan", "verifier")
 
-    def __init__(self, verifier: StreamVerifier) -> None:
+    def __init__(self, verifier: StreamVerifier | None, scan: ScriptScan | None = None) -> None:
         self.verifier = verifier
+        self.scan = scan
         self._offload = _spare_cpu()
         self._lane: _Lane | None = None
         self._small: list[bytes] = []  # the first chunks, until the download outgrows small
@@ -136,11 +149,11 @@ class RelayHasher:
         self._raise()
         self._fed += len(chunk)
         if not self._offload:
-            self.verifier.update(chunk)
+            self._read(chunk)
             return
         if self._lane is None:
             self._small.append(chunk)
-            if self._fed <= OFF_LOOP_ABOVE:
+            if self._fed <= OFF_LOOP_ABOVE and self.scan is None:
                 return
             self._lane = _next_lane()
             for held in self._small:
@@ -152,17 +165,17 @@ class RelayHasher:
             await self._caught_up()
         self._raise()
 
-    async def finish(self) -> Verified:
-        """Wait for every chunk fed to be hashed, then check the digest (and the size)."""
+    async def finish(self) -> Verified | None:
+        """Wait for every chunk fed to be read, then check the digest (and the size)."""
         self._raise()
         if self._lane is None:
             for chunk in self._small:
-                self.verifier.update(chunk)
+                self._read(chunk)
             self._small = []
         elif self.behind:
             await self._caught_up()
             self._raise()
-        return self.verifier.finish()
+        return self.verifier.finish() if self.verifier is not None else None
 
     @property
     def behind(self) -> int:
@@ -180,11 +193,17 @@ class RelayHasher:
         self._lane.queue.put((self, waiter))
         await waiter.future
 
+    def _read(self, chunk: bytes) -> None:
+        if self.verifier is not None:
+            _update(self.verifier, chunk)
+        if self.scan is not None:
+            _scan(self.scan, chunk)
+
     def _hash(self, chunk: bytes) -> None:
         """On the lane's thread."""
         if self._error is None and not self._closed:
             try:
-                _update(self.verifier, chunk)
+                self._read(chunk)
             except Exception as error:  # raised to the relay by its next feed or finish
                 self._error = error
         self._hashed += len(chunk)

@@ -1,13 +1,18 @@
 """`npm search` through mirrorgate: the public upstream's `/-/v1/search`, filtered by the rules.
 
 The proxy holds no index of its own: the public upstream answers the query, and each result is
-checked against the packument mirrorgate serves for that name (from the packument cache, so a
-repeated search costs no upstream call within the TTL).
+checked against the packument mirrorgate serves for that name. One query costs at most
+`FILLS_PER_QUERY` packument fills (a result whose packument is neither cached nor among them
+is left out, never shown unchecked), and its answer is kept for the packument cache's TTL, so a
+client asking for 250 results, again and again, cannot turn one search into hundreds of
+public requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -17,17 +22,24 @@ from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.serve.refusals import Refused
 from mirrorgate.upstream.client import Upstream, UpstreamError
 
-__all__ = ["MAX_SIZE", "search"]
+__all__ = ["FILLS_PER_QUERY", "MAX_SIZE", "Search"]
 
 # only npm's search parameters are forwarded, `size` capped as the public registry caps it
 PARAMETERS = ("text", "size", "from", "quality", "popularity", "maintenance")
 MAX_SIZE = 250
 LOOKUPS = 8
 """Packuments looked up at once while filtering one page of results."""
+FILLS_PER_QUERY = 20
+"""Packuments one query may fill (ask the upstreams for); npm asks for 20 results a page."""
+ANSWERS_KEPT = 256
+"""Search answers kept (for the packument cache's TTL), the least recently asked dropped."""
 NO_SEARCH = (404, 405, 501)
 """Upstream statuses meaning it has no search: a 501 saying so (other failures: 502-504)."""
 
 GatedOf = Callable[[PackageName], Awaitable[Gated | None]]
+CachedOf = Callable[[PackageName], Gated | bool | None]
+"""The packument's fresh cache entry (a `Gated`, or None for a name no upstream has), or False
+when there is none: looked up without filling."""
 
 
 def _query(given: Mapping[str, str]) -> str:
@@ -47,7 +59,20 @@ def _no_search(public: Upstream, status: int) -> Refused:
                    reason="search unavailable", upstream="public")
 
 
-async def _admitted(result: Any, gated_of: GatedOf,
+class _Budget:
+    """The fills one query may still cost."""
+
+    def __init__(self, fills: int) -> None:
+        self.fills = fills
+
+    def take(self) -> bool:
+        if self.fills <= 0:
+            return False
+        self.fills -= 1
+        return True
+
+
+async def _admitted(result: Any, gated_of: GatedOf, cached_of: CachedOf, budget: _Budget,
                     lookups: asyncio.Semaphore) -> dict[str, Any] | None:
     """The result as mirrorgate would serve it, or None when nothing of it is admitted.
 
@@ -59,8 +84,14 @@ async def _admitted(result: Any, gated_of: GatedOf,
         return None
     try:
         name = parse_name(package["name"])
-        async with lookups:
-            gated = await gated_of(name)
+        cached = cached_of(name)
+        if cached is False and not budget.take():
+            return None  # this query has asked the upstreams enough: left out, not unchecked
+        if cached is False:
+            async with lookups:
+                gated = await gated_of(name)
+        else:
+            gated = cached if isinstance(cached, Gated) else None
     except (InvalidNameError, Refused):
         return None
     if gated is None or not gated.survivors:
@@ -93,25 +124,53 @@ def _own_words(name: PackageName, gated: Gated, version: str | None) -> dict[str
     return package
 
 
-async def search(public: Upstream, query: Mapping[str, str],
-                 gated_of: GatedOf) -> dict[str, Any]:
-    """The upstream's answer to `query` with every result the rules do not admit removed."""
-    try:
-        answer = await public.get_json("-/v1/search?" + _query(query))
-    except UpstreamError as error:
-        if error.kind == "status" and error.status in NO_SEARCH:
-            raise _no_search(public, error.status or 0) from None
-        raise Refused(error.client_status, f"the public upstream's search failed: {error}",
-                      reason="search failed", upstream="public", kind=error.kind) from None
-    if answer.status in NO_SEARCH or answer.document is None:
-        raise _no_search(public, answer.status)
-    objects = answer.document.get("objects")
-    results = objects if isinstance(objects, list) else []
-    lookups = asyncio.Semaphore(LOOKUPS)
-    checked = await asyncio.gather(*(_admitted(r, gated_of, lookups) for r in results))
-    kept = [result for result in checked if result is not None]
-    total = answer.document.get("total")
-    # `total` counts matches beyond this page too; those removed here are taken off it
-    shown = total - (len(results) - len(kept)) if isinstance(total, int) else len(kept)
-    return {"objects": kept, "total": max(shown, len(kept)),
-            "time": answer.document.get("time")}
+class Search:
+    """The search route: the upstream's answer to a query, filtered, kept for `ttl` seconds."""
+
+    def __init__(self, public: Upstream, gated_of: GatedOf, cached_of: CachedOf, *,
+                 ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.public = public
+        self.gated_of = gated_of
+        self.cached_of = cached_of
+        self.ttl = ttl
+        self.clock = clock
+        self._answers: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+
+    async def __call__(self, query: Mapping[str, str]) -> dict[str, Any]:
+        asked = _query(query)
+        kept = self._answers.get(asked)
+        if kept is not None and self.clock() < kept[0]:
+            self._answers.move_to_end(asked)
+            return kept[1]
+        answer = await self._search(asked)
+        self._answers[asked] = (self.clock() + self.ttl, answer)
+        self._answers.move_to_end(asked)
+        while len(self._answers) > ANSWERS_KEPT:
+            self._answers.popitem(last=False)
+        return answer
+
+    async def _search(self, asked: str) -> dict[str, Any]:
+        """The upstream's answer to `asked` with every result the rules do not admit (or that
+        this query may not check) removed."""
+        public = self.public
+        try:
+            answer = await public.get_json("-/v1/search?" + asked)
+        except UpstreamError as error:
+            if error.kind == "status" and error.status in NO_SEARCH:
+                raise _no_search(public, error.status or 0) from None
+            raise Refused(error.client_status, f"the public upstream's search failed: {error}",
+                          reason="search failed", upstream="public", kind=error.kind) from None
+        if answer.status in NO_SEARCH or answer.document is None:
+            raise _no_search(public, answer.status)
+        objects = answer.document.get("objects")
+        results = objects if isinstance(objects, list) else []
+        lookups = asyncio.Semaphore(LOOKUPS)
+        budget = _Budget(FILLS_PER_QUERY)
+        checked = await asyncio.gather(*(_admitted(r, self.gated_of, self.cached_of, budget,
+                                                   lookups) for r in results))
+        kept = [result for result in checked if result is not None]
+        total = answer.document.get("total")
+        # `total` counts matches beyond this page too; those removed here are taken off it
+        shown = total - (len(results) - len(kept)) if isinstance(total, int) else len(kept)
+        return {"objects": kept, "total": max(shown, len(kept)),
+                "time": answer.document.get("time")}

@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import aiohttp
 import structlog
@@ -21,7 +22,7 @@ from mirrorgate import tracing
 from mirrorgate.events import Alert
 from mirrorgate.gate import Gated, VersionRecord, mirror_job
 from mirrorgate.gate.alerts import denial_alert
-from mirrorgate.integrity import DigestMismatch, StreamVerifier, Unverifiable, Verified
+from mirrorgate.integrity import DigestMismatch, StreamVerifier, Unverifiable, Verified, strongest
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
@@ -35,6 +36,8 @@ __all__ = ["OUTCOME", "TarballRoute"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 OCTETS = "application/octet-stream"
 # A version is enqueued at most once per window: parallel CI jobs and npm's own retry after an
 # integrity failure pull the same tarball several times in a row, and one job mirrors it. A pull
@@ -66,6 +69,10 @@ class TarballRoute:
         # versions whose tarball was found to run code at install (`npm.tarscripts`): the next
         # request is a 403 saying why, not another download cut without a word to the client
         self._scripts_found: OrderedDict[str, str] = OrderedDict()
+        # (version, the digest its bytes were verified against) whose tarball was read and
+        # runs nothing at install: the same bytes are not inflated again (a bomb's CPU is
+        # spent once per version, not once per download)
+        self._scanned_clean: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     async def __call__(self, request: web.Request, name: PackageName, filename: str,
                        deadline: asyncio.Timeout) -> web.StreamResponse:
@@ -152,7 +159,7 @@ class TarballRoute:
                 answer, _ = await self._stream(
                     request, body.size, body.chunks, deadline, source="private", name=name,
                     version=record.version, verifier=_verifier(record) if verify else None,
-                    scan=ScriptScan() if record.scan_scripts else None)
+                    scan=self._scan_for(name, record))
                 return answer, None
         except UpstreamError as error:
             failure = error
@@ -182,8 +189,7 @@ class TarballRoute:
                 answer, verified = await self._stream(
                     request, response.size, response.chunks,
                     deadline, source="public", name=name, version=version,
-                    verifier=_verifier(record),
-                    scan=ScriptScan() if record.scan_scripts else None)
+                    verifier=_verifier(record), scan=self._scan_for(name, record))
                 # Only a public GET read to its end, matched and reached the client whole is
                 # mirrored: a client that hangs up early causes no job (the worker would
                 # download up to the size cap for nothing); HEAD never enqueues, nor does a
@@ -220,21 +226,23 @@ class TarballRoute:
             log.info("tarball_served", upstream=source, package=name.full, version=version,
                      bytes=0, head=True)
             return response, None
-        # hashed beside the loop when a second CPU is there, so the relay's own core does not
-        # pay for sha512 (`relayhash`)
-        hasher = RelayHasher(verifier) if verifier is not None else None
+        # hashed and scanned beside the loop when a second CPU is there, so neither sha512 nor
+        # inflating a tarball (a compression bomb's gigabyte) runs on the relay's own core
+        reader = RelayHasher(verifier, scan) if verifier is not None or scan is not None \
+            else None
         try:
-            return await self._relay(request, response, chunks, hasher, source=source,
-                                     name=name, version=version, scan=scan)
+            return await self._relay(request, response, chunks, reader, source=source,
+                                     name=name, version=version)
         finally:
-            if hasher is not None:
-                hasher.close()
+            if reader is not None:
+                reader.close()
 
     async def _relay(self, request: web.Request, response: web.StreamResponse,
-                     chunks: AsyncIterator[bytes], hasher: RelayHasher | None, *, source: str,
-                     name: PackageName, version: str, scan: ScriptScan | None = None,
+                     chunks: AsyncIterator[bytes], reader: RelayHasher | None, *, source: str,
+                     name: PackageName, version: str,
                      ) -> tuple[web.StreamResponse, Verified | None]:
-        """The body of `_stream`: copy, hash (holding the last chunk back), finish or cut."""
+        """The body of `_stream`: copy, hash and scan (holding the last chunk back), finish or
+        cut."""
         sent = 0
         verified: Verified | None = None
         iterator = aiter(chunks)
@@ -249,11 +257,8 @@ class TarballRoute:
                             version=version, sent=sent, detail=type(error).__name__)
                 return self._cut(request, response, "aborted"), None
             chunk: bytes | None = read
-            if scan is not None:
-                scan.feed(read)  # inflated on the loop, only where the scripts rule applies
-            if hasher is not None:
-                await hasher.feed(read)
-            if hasher is not None or scan is not None:
+            if reader is not None:
+                await reader.feed(read)
                 # Holding one chunk back means the digest (and the scan) is known before the
                 # final bytes leave; it costs no copy and delays only the last 64 KiB.
                 chunk, held = held, read  # send the previous chunk, hold this one
@@ -262,9 +267,9 @@ class TarballRoute:
             if not await self._write(response, chunk, name, version, sent):
                 return response, None
             sent += len(chunk)
-        if hasher is not None:
+        if reader is not None:
             try:
-                verified = await hasher.finish()  # every byte hashed, the last still held
+                verified = await reader.finish()  # every byte read, the last still held
             except DigestMismatch as mismatch:
                 # The held chunk is dropped and the connection closed: even a client that
                 # checks no integrity gets a truncated answer it cannot install.
@@ -286,6 +291,7 @@ class TarballRoute:
                      mismatch.expected.algorithm, "expected": mismatch.expected.sri(),
                      "actual": mismatch.actual.sri()}))
                 return self._cut(request, response, "tampered"), None
+        scan = reader.scan if reader is not None else None
         if scan is not None and (reason := scan.finish()) is not None:
             # Manifest confusion: the manifest the install-scripts rule admitted shows no
             # scripts, the tarball's own package.json (which yarn 1 runs) has some. Cut like
@@ -302,10 +308,11 @@ class TarballRoute:
                 f"did not show ({reason}); the download was cut", name.full, version,
                 {"where": "proxy", "upstream": source, "rule": "install-scripts",
                  "reason": reason}))
-            self._scripts_found[f"{name.full}@{version}"] = reason
-            while len(self._scripts_found) > ENQUEUE_MEMORY:
-                self._scripts_found.popitem(last=False)
+            self._remember(self._scripts_found, f"{name.full}@{version}", reason)
             return self._cut(request, response, "denied"), None
+        if scan is not None and verified is not None:
+            self._remember(self._scanned_clean, (f"{name.full}@{version}", verified.digest.sri()),
+                           None)
         if held is not None:
             if not await self._write(response, held, name, version, sent):
                 return response, None
@@ -314,6 +321,25 @@ class TarballRoute:
         log.info("tarball_served", upstream=source, package=name.full, version=version,
                  bytes=sent, head=False)
         return response, verified
+
+    def _scan_for(self, name: PackageName, record: VersionRecord) -> ScriptScan | None:
+        """A fresh install-scripts scan where the rule applies, unless these admitted bytes
+        were read already and run nothing (`_scanned_clean`): the download is verified against
+        the same digest, so bytes that differ are cut anyway."""
+        if not record.scan_scripts:
+            return None
+        best = strongest(record.digests)
+        if best is not None and (f"{name.full}@{record.version}",
+                                 best.sri()) in self._scanned_clean:
+            return None
+        return ScriptScan()
+
+    @staticmethod
+    def _remember(memory: OrderedDict[_K, _V], key: _K, value: _V) -> None:
+        memory[key] = value
+        memory.move_to_end(key)
+        while len(memory) > ENQUEUE_MEMORY:
+            memory.popitem(last=False)
 
     @staticmethod
     async def _write(response: web.StreamResponse, chunk: bytes, name: PackageName,
@@ -341,10 +367,7 @@ class TarballRoute:
         last = self._enqueued.get(label)
         if last is not None and now - last < ENQUEUE_WINDOW:
             return False
-        self._enqueued[label] = now
-        self._enqueued.move_to_end(label)
-        while len(self._enqueued) > ENQUEUE_MEMORY:
-            self._enqueued.popitem(last=False)
+        self._remember(self._enqueued, label, now)
         return True
 
     def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,

@@ -1,6 +1,6 @@
 """Who may use the proxy: the client tokens file, parsed, matched and re-read when it changes.
 
-`MIRRORGATE_CLIENT_TOKENS_FILE` holds one client per line, `NAME sha256:HEX [PERMISSION...]`.
+`MIRRORGATE_CLIENT_TOKENS_FILE` holds one client per line, `NAME sha256:HEX [publish:NAMES]`.
 Only digests are stored, so the file (a Kubernetes Secret) never holds a usable token.
 """
 
@@ -13,15 +13,16 @@ import os
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.rules.patterns import PatternList, parse_pattern
 
 __all__ = [
-    "PERMISSIONS",
+    "PUBLISH",
     "Client",
     "ClientTokens",
     "ClientTokensError",
@@ -33,8 +34,11 @@ __all__ = [
 
 log = structlog.get_logger("mirrorgate.clients")
 
-PERMISSIONS = frozenset({"publish"})
-"""Words the optional third column may hold (`publish`: may write, see `serve.publishing`)."""
+PUBLISH = "publish"
+"""The optional third column, `publish:@team/*,team-*`: the package names (patterns, as
+`[publish] names` takes them) this client may publish, deprecate, tag and unpublish
+(`serve.publishing`). A grant always names its packages: a bare `publish`, which reached every
+name `[publish] names` covers, let one leaked CI token rewrite every team's packages."""
 
 POLL_SECONDS = 2.0
 """How often the file's identity is checked: a rotated Secret is in force within 10 s."""
@@ -50,11 +54,15 @@ class ClientTokensError(MirrorgateError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """One client: its name (in logs and `npm whoami`), its token's digest, its permissions."""
+    """One client: its name (in logs and `npm whoami`), its token's digest, and the names it
+    may write (none: a reader)."""
 
     name: str
     digest: bytes
-    permissions: frozenset[str] = frozenset()
+    publish: PatternList = field(default_factory=PatternList)
+
+    def may_write(self, package: str) -> bool:
+        return self.publish.covers_name(package)
 
 
 def name_problem(name: str) -> str | None:
@@ -78,10 +86,10 @@ def parse_clients(text: str, source: str) -> tuple[Client, ...]:
         where = f"{source} line {number}"
         words = line.split()
         if len(words) < 2:
-            raise ClientTokensError(f"{where}: expected `NAME sha256:HEX [publish]`, e.g. "
-                                    "`ci-builds sha256:<64 hex digits>` (`mirrorgate token new "
-                                    "NAME` prints one)")
-        name, digest_text, *permissions = words
+            raise ClientTokensError(f"{where}: expected `NAME sha256:HEX [publish:NAMES]`, "
+                                    "e.g. `ci-builds sha256:<64 hex digits>` (`mirrorgate token "
+                                    "new NAME` prints one)")
+        name, digest_text, *grants = words
         problem = name_problem(name)
         if problem is not None:
             raise ClientTokensError(f"{where}: {problem}")
@@ -90,10 +98,7 @@ def parse_clients(text: str, source: str) -> tuple[Client, ...]:
             # the text is not echoed: someone may have pasted the token itself here
             raise ClientTokensError(f"{where}: the second column must be `sha256:` and 64 hex "
                                     "digits (the digest of the token, never the token itself)")
-        unknown = sorted(set(permissions) - PERMISSIONS)
-        if unknown:
-            raise ClientTokensError(f"{where}: unknown permission {unknown[0][:40]!r}; the third "
-                                    f"column may only hold {', '.join(sorted(PERMISSIONS))}")
+        publish = _grant(where, grants)
         digest = bytes.fromhex(match.group(1))
         if name in names:
             raise ClientTokensError(f"{where}: the client {name!r} is listed twice")
@@ -102,8 +107,38 @@ def parse_clients(text: str, source: str) -> tuple[Client, ...]:
                                     "every client a token of its own")
         names.add(name)
         digests.add(digest)
-        clients.append(Client(name, digest, frozenset(permissions)))
+        clients.append(Client(name, digest, publish))
     return tuple(clients)
+
+
+def _grant(where: str, words: list[str]) -> PatternList:
+    """The names a line's third column grants (`publish:@team/*,team-*`); raises
+    ClientTokensError saying what to write instead."""
+    if not words:
+        return PatternList()
+    example = "publish:@team-a/*,team-a-*"
+    if len(words) > 1:
+        raise ClientTokensError(f"{where}: one grant after the digest, e.g. `{example}`")
+    kind, colon, listed = words[0].partition(":")
+    if kind != PUBLISH:
+        raise ClientTokensError(f"{where}: unknown permission {kind[:40]!r}; the third column "
+                                f"may only hold `{example}`")
+    if not colon or not listed.strip(","):
+        raise ClientTokensError(f"{where}: `publish` must name the packages this client may "
+                                f"write, e.g. `{example}` (patterns as [publish] names takes "
+                                "them): one token with a bare `publish` could rewrite every "
+                                "team's packages")
+    patterns = []
+    for text in filter(None, listed.split(",")):
+        try:
+            pattern = parse_pattern(text)
+        except ValueError as error:
+            raise ClientTokensError(f"{where}: {text[:80]!r} {error}") from None
+        if pattern.range is not None:
+            raise ClientTokensError(f"{where}: {text[:80]!r} names versions; a grant names "
+                                    "whole packages, like \"@team-a/*\" or \"team-a-*\"")
+        patterns.append(pattern)
+    return PatternList.of(tuple(patterns))
 
 
 def new_token() -> str:

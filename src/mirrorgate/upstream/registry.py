@@ -21,7 +21,7 @@ import orjson
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.integrity import Digest
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.publish import publish_document, says_already_exists
+from mirrorgate.npm.publish import publish_document, reason_given, says_already_exists
 from mirrorgate.upstream.client import (
     ABBREVIATED,
     FILLS,
@@ -213,7 +213,7 @@ class HttpRegistry:
             return True
         if says_already_exists(status, answer):
             return False
-        said = " ".join(answer[:300].decode("utf-8", errors="replace").split())[:200]
+        said = reason_given(answer, 200)
         what = called(self.label)
         if status >= 500 or status in (408, 429):
             raise RegistryError("target-failed", f"{what} answered {status}: {said}",

@@ -45,7 +45,7 @@ from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.origins import OriginRefusal, check_on_origin
 from mirrorgate.npm.tarscripts import scripts_in
-from mirrorgate.npm.versions import is_version_string
+from mirrorgate.npm.versions import is_version_string, unstorable
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import DEFAULT_RULES, Rules, scripts_blocked
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
@@ -240,6 +240,9 @@ class JobRunner:
             raise Retire("invalid-name", f"{job.name!r}: {error}") from None
         if not is_version_string(job.version):
             raise Retire("invalid-version", f"{job.version!r} is not a version string")
+        if (why := unstorable(job.version)) is not None:
+            # refused before anything is sent: the target could not store it (or dies of it)
+            raise Retire("unstorable-version", why)
         try:
             check_on_origin(job.artifact.tarball_url, self.deps.public.origin)
         except OriginRefusal as refusal:

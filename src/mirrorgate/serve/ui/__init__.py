@@ -31,8 +31,8 @@ _PACKAGE = "/ui/package/"
 
 
 def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules, health: Health,
-                  packument: LoadPackument,
-                  over_tls: Callable[[web.Request], bool]) -> None:
+                  packument: LoadPackument, over_tls: Callable[[web.Request], bool],
+                  base: Callable[[web.Request], str]) -> None:
     """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
     box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
     started = datetime.now(UTC)
@@ -65,7 +65,7 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules, healt
     app.router.add_get(PREFIX, show_overview)
     app.router.add_get(STYLE_PATH, stylesheet)
     app.router.add_get(LOGIN_PATH, login_form)
-    app.router.add_post(LOGIN_PATH, login_submit(metrics, over_tls))
+    app.router.add_post(LOGIN_PATH, login_submit(metrics, over_tls, base))
     app.router.add_get("/ui/package", search_box)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it
     app.router.add_get(_PACKAGE + r"{name:[\s\S]+}", show_package)

@@ -26,6 +26,9 @@ __all__ = ["COOKIE", "LIFETIME_SECONDS", "LOGIN_PATH", "SESSIONS", "Sessions", "
 log = structlog.get_logger("mirrorgate.ui")
 
 COOKIE = "mirrorgate_ui"
+FORM_COOKIE = "mirrorgate_ui_form"
+"""The sign-in form's own token, also in a hidden field: a post without both is not from the
+form mirrorgate served (SameSite=Strict keeps another site's page from sending the cookie)."""
 LOGIN_PATH = "/ui/login"
 LIFETIME_SECONDS = 12 * 3600
 """A signed cookie is honoured this long (a working day); then the form asks again."""
@@ -76,6 +79,8 @@ def see_other(location: str) -> web.Response:
 
 
 def _form(message: str = "", status: int = 200) -> web.Response:
+    """The sign-in form with a fresh form token, in its hidden field and its cookie."""
+    form_token = secrets.token_urlsafe(24)
     error = f'<p class="error" role="alert">{esc(message)}</p>' if message else ""
     body = (
         "<h1>Sign in</h1>"
@@ -83,11 +88,15 @@ def _form(message: str = "", status: int = 200) -> web.Response:
         "<code>_authToken</code>.</p>"
         f"{error}"
         f'<form class="login" method="post" action="{LOGIN_PATH}">'
+        f'<input type="hidden" name="form" value="{form_token}">'
         '<label for="token">Client token</label>'
         '<input id="token" name="token" type="password" autocomplete="current-password" '
         'required>'
         '<button type="submit">Sign in</button></form>')
-    return page("Sign in", body, status=status, nav=False)
+    response = page("Sign in", body, status=status, nav=False)
+    response.set_cookie(FORM_COOKIE, form_token, max_age=3600, path=LOGIN_PATH, httponly=True,
+                        samesite="Strict")
+    return response
 
 
 async def login_form(request: web.Request) -> web.Response:
@@ -96,13 +105,39 @@ async def login_form(request: web.Request) -> web.Response:
     return _form()
 
 
+def _from_our_form(request: web.Request, form_token: object,
+                   base: Callable[[web.Request], str]) -> bool:
+    """Whether the post came from the form mirrorgate served (login CSRF: another site's page
+    posting its own token here would sign the person's browser in as someone else): the
+    hidden field matches the form's cookie, which no other site's page can make the browser
+    send, and an `Origin` a browser named is mirrorgate's own."""
+    cookie = request.cookies.get(FORM_COOKIE)
+    if not isinstance(form_token, str) or not cookie or not hmac.compare_digest(
+            form_token.encode(), cookie.encode()):
+        return False
+    origin = request.headers.get("Origin")
+    if origin is None or origin == "null":  # the page's no-referrer policy makes it `null`
+        return True
+    try:
+        return origin == base(request).rstrip("/")
+    except ValueError:  # headers that make no base URL
+        return False
+
+
 def login_submit(metrics: Metrics, over_tls: Callable[[web.Request], bool],
+                 base: Callable[[web.Request], str],
                  ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def submit(request: web.Request) -> web.Response:
         sessions = request.app.get(SESSIONS)
         if sessions is None:
             return see_other("/ui/")
         form = await request.post()
+        if not _from_our_form(request, form.get("form"), base):
+            metrics.refusals.labels("cross_site_login").inc()
+            log.warning("ui_login_refused", peer=request.remote, reason="not our form")
+            return _form("this sign-in did not come from mirrorgate's own sign-in page (another "
+                         "site's page, or a form left open too long); sign in again here",
+                         status=403)
         token = form.get("token")
         client = (sessions.tokens.match(token.strip())
                   if isinstance(token, str) and token.strip() else None)
@@ -117,6 +152,7 @@ def login_submit(metrics: Metrics, over_tls: Callable[[web.Request], bool],
         # HttpOnly, SameSite=Strict (no other site can make a browser send it), and Secure
         # whenever the browser is on https, including behind a TLS-terminating proxy: else a
         # later plain-http request to the same host would carry the session in the clear
+        response.del_cookie(FORM_COOKIE, path=LOGIN_PATH)  # used: a form token signs in once
         response.set_cookie(COOKIE, sessions.issue(client), max_age=LIFETIME_SECONDS,
                             path="/ui", httponly=True, samesite="Strict",
                             secure=over_tls(request))
