@@ -60,6 +60,10 @@ class _Span:
     def __init__(self, span: trace.Span) -> None:
         self._span = span
 
+    @property
+    def recording(self) -> bool:
+        return self._span.is_recording()
+
     def set(self, key: str, value: Value) -> None:
         if value is not None and self._span.is_recording():
             self._span.set_attribute(key, _value(value))

@@ -43,7 +43,12 @@ Value = str | int | float | bool | None
 
 
 class Span(Protocol):
-    """What the code holding a span may do with it: never more than attributes and a verdict."""
+    """What the code holding a span may do with it: never more than attributes and a verdict.
+    `recording` is false for a span the sampler dropped (and when tracing is off): work done
+    only to describe the span can be skipped."""
+
+    @property
+    def recording(self) -> bool: ...
 
     def set(self, key: str, value: Value) -> None: ...
 
@@ -78,6 +83,10 @@ class Tracer(Protocol):
 
 class _NoSpan:
     __slots__ = ()
+
+    @property
+    def recording(self) -> bool:
+        return False
 
     def set(self, key: str, value: Value) -> None:
         return None

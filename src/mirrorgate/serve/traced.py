@@ -32,24 +32,26 @@ def request_spans(describe: Describe, outcome: web.ResponseKey[str]) -> Middlewa
 
     @web.middleware
     async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not request.path.startswith(PREFIX):
+        if not request.raw_path.startswith(PREFIX):
             return await handler(request)
-        target = describe(request)
-        route = "write" if request.method in WRITES else (
-            target.route if isinstance(target, RegistryPath) else "unknown")
-        name = target.name if isinstance(target, RegistryPath) else None
-        version = _version(target) if name is not None else None
-        # few attributes: each is encoded again for every span the exporter sends, and the
-        # path adds nothing to the route, package and version
-        with tracing.serve(f"{request.method} {route}", request.headers, {
-            "http.request.method": request.method,
-            "mirrorgate.route": route,
-            "mirrorgate.package": name.full if name is not None else None,
-            "mirrorgate.version": version,
-        }) as span:
+        method = request.method
+        with tracing.serve(f"{method} /npm/", request.headers) as span:
             response = await handler(request)
-            span.set("http.response.status_code", response.status)
-            span.set("mirrorgate.outcome", response.get(outcome, str(response.status)))
+            # described once answered, and only when the sampler keeps it: a span it drops
+            # costs a warm hit no parsing and no attribute
+            if span.recording:
+                target = describe(request)
+                route = "write" if method in WRITES else (
+                    target.route if isinstance(target, RegistryPath) else "unknown")
+                name = target.name if isinstance(target, RegistryPath) else None
+                span.rename(f"{method} {route}")
+                # few attributes: each is encoded again for every span the exporter sends
+                span.set("http.request.method", method)
+                span.set("mirrorgate.route", route)
+                span.set("mirrorgate.package", name.full if name is not None else None)
+                span.set("mirrorgate.version", _version(target))
+                span.set("http.response.status_code", response.status)
+                span.set("mirrorgate.outcome", response.get(outcome, str(response.status)))
             if response.status >= 500:
                 span.fail(f"answered {response.status}")
             return response
