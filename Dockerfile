@@ -1,5 +1,6 @@
 # mirrorgate's container image: one image for `mirrorgate serve`, `serve --no-worker` and
-# `worker`, with the sqs and pubsub extras installed so one build serves every queue backend.
+# `worker`, with the sqs and pubsub extras installed so one build serves every queue backend,
+# and the otel extra, so traces need only the OTEL_* variables (off without them).
 #
 # Two stages. The first builds mirrorgate's wheel and installs it, with its extras, into a venv
 # at /opt/mirrorgate; the second copies only that venv onto the same slim base, so no compiler,
@@ -24,12 +25,12 @@ COPY src ./src
 
 # The venv gets no pip or setuptools of its own: the base image's pip installs into it
 # (--python), so the shipped venv holds mirrorgate and its dependencies only. The wheel is
-# installed by its exact path, never by name from an index, with both queue extras.
+# installed by its exact path, never by name from an index, with both queue extras and otel.
 RUN python -m venv --without-pip /opt/mirrorgate \
  && python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && wheel="$(ls /wheels/mirrorgate-*.whl)" \
  && python -m pip --python /opt/mirrorgate/bin/python install --no-cache-dir \
-        "${wheel}[sqs,pubsub]" \
+        "${wheel}[sqs,pubsub,otel]" \
  && /opt/mirrorgate/bin/mirrorgate --help > /dev/null
 
 

@@ -18,6 +18,8 @@ pytest_plugins = [
     "tests.servers.fixtures",
     "tests.servers.sqs_server",
     "tests.servers.pubsub_server",
+    "tests.servers.otlp",
+    "tests.servers.webhook",
 ]
 
 

@@ -20,6 +20,7 @@ from prometheus_client.samples import Sample
 from mirrorgate.advisories.feed import LOAD_OUTCOMES
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import QueueStats
+from mirrorgate.notify import OUTCOMES as NOTIFICATION_OUTCOMES
 from mirrorgate.npm.paths import Route
 from mirrorgate.serve.audit import AUDIT_OUTCOMES
 from mirrorgate.worker.job import Outcome
@@ -37,6 +38,7 @@ _VOCABULARIES: dict[tuple[str | None, str], frozenset[str]] = {
     ("mirrorgate_jobs", "outcome"): frozenset(outcome.value for outcome in Outcome),
     ("mirrorgate_advisory_loads", "outcome"): frozenset(LOAD_OUTCOMES),
     ("mirrorgate_audit_requests", "outcome"): frozenset(AUDIT_OUTCOMES),
+    ("mirrorgate_notifications", "outcome"): frozenset(NOTIFICATION_OUTCOMES),
     (None, "route"): frozenset(get_args(Route)),
 }
 

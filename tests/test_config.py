@@ -146,3 +146,50 @@ def test_a_memory_that_cannot_persist_is_a_warning_naming_private_names(
     # the embedded store needs the directory anyway (start-up refuses an unwritable one)
     assert load_settings({**BASE, "MIRRORGATE_DATA_DIR": blocked},
                          npm_registry=no_npm).warnings() == []
+
+
+SLACK = "https://hooks.slack.com/services/T0AAA/B0BBB/abcdefghijklmnopqrstuvwx"
+NOTIFY_SECRET = "n0tify-" + "q" * 40
+
+
+def test_the_webhook_and_its_secret_are_read_and_shown_with_only_the_host() -> None:
+    settings = load_settings({**BASE, "MIRRORGATE_NOTIFY_URL": SLACK,
+                              "MIRRORGATE_NOTIFY_SECRET": NOTIFY_SECRET}, npm_registry=no_npm)
+    summary = settings.summary()
+
+    assert settings.notify.url is not None
+    assert settings.notify.url.reveal() == SLACK
+    assert summary["notify.url"] == "https://hooks.slack.com/**redacted**"
+    assert summary["notify.secret"] == "**redacted**"
+    shown = str(summary) + repr(settings)
+    assert "abcdefghijklmnop" not in shown
+    assert NOTIFY_SECRET not in shown
+    # both are scrubbed from log lines, the URL's path (its token) on its own too
+    revealed = {secret.reveal() for secret in settings.secrets()}
+    assert {SLACK, NOTIFY_SECRET, "/services/T0AAA/B0BBB/abcdefghijklmnopqrstuvwx"} <= revealed
+
+
+def test_without_a_webhook_nothing_is_notified() -> None:
+    settings = load_settings(BASE, npm_registry=no_npm)
+    assert settings.notify.url is None
+    assert settings.summary()["notify.url"] is None
+
+
+@pytest.mark.parametrize("url", ["ftp://hooks.example.com/x", "hooks.example.com/x",
+                                 "https://user:pw@hooks.example.com/x", "http://h:port/x"])
+def test_a_webhook_that_is_not_an_http_url_is_refused_without_echoing_it(url: str) -> None:
+    [problem] = problems(MIRRORGATE_NOTIFY_URL=url)
+    assert problem.startswith("MIRRORGATE_NOTIFY_URL:")
+    assert url not in problem
+
+
+def test_a_short_notify_secret_is_refused_by_its_length_only() -> None:
+    short = "short-" + "s" * 6
+    [problem] = problems(MIRRORGATE_NOTIFY_URL=SLACK, MIRRORGATE_NOTIFY_SECRET=short)
+    assert "12 characters; use at least 32" in problem
+    assert short not in problem
+
+
+def test_a_notify_secret_without_a_webhook_is_refused() -> None:
+    [problem] = problems(MIRRORGATE_NOTIFY_SECRET=NOTIFY_SECRET)
+    assert "without MIRRORGATE_NOTIFY_URL" in problem

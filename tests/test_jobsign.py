@@ -6,6 +6,7 @@ The attack each case stops: a producer with send rights on the queue but without
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,16 @@ def test_a_changed_body_under_a_real_signature_is_refused() -> None:
     changed = sealed.replace(b"left-pad-1.3.0.tgz", b"evil-pad-1.3.0.tgz")
 
     assert refusal(JobCodec(KEY), changed) == "bad-signature"
+
+
+def test_the_signature_covers_the_trace_context_a_job_carries() -> None:
+    traced = encode_job(dataclasses.replace(
+        JOB, traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
+    sealed = JobCodec(KEY).seal(traced)
+    rewritten = sealed.replace(b"00f067aa0ba902b7", b"1111111111111111")
+
+    assert JobCodec(KEY).open(sealed).traceparent is not None
+    assert refusal(JobCodec(KEY), rewritten) == "bad-signature"
 
 
 @pytest.mark.parametrize("line", [

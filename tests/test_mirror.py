@@ -3,6 +3,7 @@ the strict versioned codec."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import orjson
@@ -15,7 +16,13 @@ from mirrorgate.integrity import (
     parse_shasum,
     strongest,
 )
-from mirrorgate.mirror import JobDecodeError, MirrorArtifact, decode_job, encode_job
+from mirrorgate.mirror import (
+    JobDecodeError,
+    MirrorArtifact,
+    decode_job,
+    encode_job,
+    traceparent_text,
+)
 from mirrorgate.moments import time_text
 from tests.builders import make_artifact, make_job
 from tests.sri import sri
@@ -98,6 +105,42 @@ def test_a_publish_time_without_a_zone_is_kept_and_read_as_utc_like_every_other_
     # the age rule reads `time[version]` the same way (tests/rules/test_evaluate.py)
     assert time_text("2024-02-23T18:01:12") == "2024-02-23T18:01:12"
     assert decode_job(_body(published="2024-02-23T18:01:12")).published == "2024-02-23T18:01:12"
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_the_trace_context_travels_in_the_job_and_is_not_part_of_what_the_job_is() -> None:
+    job = dataclasses.replace(make_job(), traceparent=TRACEPARENT)
+
+    assert orjson.loads(encode_job(job))["traceparent"] == TRACEPARENT
+    assert decode_job(encode_job(job)).traceparent == TRACEPARENT
+    assert job == make_job()  # the same bytes to mirror, whatever trace asked for them
+
+
+def test_a_job_without_a_trace_encodes_exactly_as_an_older_proxy_wrote_it() -> None:
+    assert "traceparent" not in orjson.loads(encode_job(make_job()))
+    assert decode_job(encode_job(make_job())).traceparent is None
+
+
+@pytest.mark.parametrize("value", [
+    "not a trace", "00-" + "0" * 32 + "-00f067aa0ba902b7-01",
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-" + "0" * 16 + "-01",
+    "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    TRACEPARENT.upper(), TRACEPARENT + "-extra", 7, None, ["x"], TRACEPARENT + "0" * 300,
+])
+def test_a_trace_context_that_cannot_be_read_starts_a_new_trace_and_never_retires_the_job(
+    value: object,
+) -> None:
+    job = decode_job(_body(traceparent=value))
+
+    assert job.traceparent is None
+    assert job == make_job()
+
+
+def test_a_later_trace_context_version_is_read_by_its_first_fields() -> None:
+    later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes-next"
+    assert traceparent_text(later) == later
 
 
 def _body(**changes: object) -> bytes:

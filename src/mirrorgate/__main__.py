@@ -32,6 +32,8 @@ def _variables_help() -> str:
         lines.append(f"  {var.name}\n      {var.help}{default}")
     lines.append("  AWS_REGION, AWS_ENDPOINT_URL_SQS, PUBSUB_EMULATOR_HOST\n"
                  "      read by the cloud SDKs for the sqs and pubsub backends")
+    lines.append("  OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...\n"
+                 "      OpenTelemetry's own: traces over OTLP/HTTP when set (the otel extra)")
     return "\n".join(lines)
 
 
@@ -168,7 +170,11 @@ def _check_config(settings: Settings) -> int:
 
     for warning in [*settings.warnings(), *rules.warnings(datetime.now(UTC))]:
         print(f"mirrorgate: warning: {warning}", file=sys.stderr)
-    report = {"settings": settings.summary(), "rules": rules_summary(rules)}
+    from mirrorgate.tracing import plan
+
+    # the OTEL_* variables are the SDK's own, read here as the process would read them
+    report = {"settings": settings.summary(), "rules": rules_summary(rules),
+              "tracing": plan().summary()}
     if rules.advisories is not None:
         report["rules"]["advisories"]["readable"] = _probe_advisories(rules.advisories.source)
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

@@ -23,8 +23,10 @@ from mirrorgate.errors import MirrorgateError
 __all__ = [
     "VARIABLES",
     "ConfigError",
+    "NotifySettings",
     "QueueSettings",
     "Secret",
+    "SecretUrl",
     "Settings",
     "load_settings",
     "npm_configured_registry",
@@ -200,6 +202,15 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_DRAIN_TIMEOUT", "30", "seconds in-flight work may take to finish after "
         "SIGTERM",
         see="operations.md#health"),
+    Var("MIRRORGATE_NOTIFY_URL", None, "webhook the security events are POSTed to as "
+        "CloudEvents JSON with a one-line `text` (a Slack or Teams incoming webhook, an "
+        "incident tool); kept secret, since such URLs carry their own token", secret=True,
+        see="operations.md#notifications"),
+    Var("MIRRORGATE_NOTIFY_SECRET", None, "secret (32+ characters) the notifications are "
+        "signed with: HMAC-SHA256 of the body in X-Mirrorgate-Signature", secret=True,
+        see="operations.md#notifications"),
+    Var("MIRRORGATE_NOTIFY_SECRET_FILE", None, "file holding that secret (a mounted Secret)",
+        see="operations.md#notifications"),
     Var("MIRRORGATE_LOG_LEVEL", "info", "debug, info, warning or error",
         see="operations.md#log-events"),
     Var("MIRRORGATE_LOG_FORMAT", "auto", "json, console or auto (console on a TTY)",
@@ -259,6 +270,25 @@ class Secret:
         return hash(self._value)
 
 
+class SecretUrl(Secret):
+    """A URL whose path is a credential (an incoming webhook's): shown as its origin only."""
+
+    __slots__ = ()
+
+    def shown(self) -> str:
+        parts = urlsplit(self.reveal())
+        port = f":{parts.port}" if parts.port is not None else ""
+        return f"{parts.scheme}://{parts.hostname}{port}/**redacted**"
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """Where security notifications go (`notify`); `url` None: nowhere."""
+
+    url: SecretUrl | None = None
+    secret: Secret | None = None
+
+
 @dataclass(frozen=True)
 class QueueSettings:
     provider: str
@@ -313,12 +343,19 @@ class Settings:
     log_format: str
     proxy_token: Secret | None = None
     """The client token `--proxy` commands send; the proxy itself never reads it."""
+    notify: NotifySettings = NotifySettings()
 
     def secrets(self) -> tuple[Secret, ...]:
-        """Every secret these settings hold, for the log scrubber (`logs.register_secret`)."""
+        """Every secret these settings hold, for the log scrubber (`logs.register_secret`);
+        a webhook URL's path too, since an error could quote it without its host."""
         held = (self.private_token, self.queue.job_key, self.queue.job_key_previous,
-                self.proxy_token)
-        return tuple(secret for secret in held if secret is not None)
+                self.proxy_token, self.notify.url, self.notify.secret)
+        found = [secret for secret in held if secret is not None]
+        if self.notify.url is not None:
+            path = urlsplit(self.notify.url.reveal()).path
+            if len(path) >= WEBHOOK_TOKEN_PATH:
+                found.append(Secret(path))
+        return tuple(found)
 
     def warnings(self) -> list[str]:
         """What these settings allow that an operator should know is risky: each a sentence
@@ -345,11 +382,14 @@ class Settings:
         out: dict[str, Any] = {}
         for item in fields(self):
             value = getattr(self, item.name)
-            if isinstance(value, QueueSettings):
+            if isinstance(value, QueueSettings | NotifySettings):
                 for sub in fields(value):
                     inner = getattr(value, sub.name)
-                    out[f"queue.{sub.name}"] = ("**redacted**" if isinstance(inner, Secret)
-                                                else inner)
+                    if isinstance(inner, SecretUrl):
+                        inner = inner.shown()
+                    elif isinstance(inner, Secret):
+                        inner = "**redacted**"
+                    out[f"{item.name}.{sub.name}"] = inner
                 continue
             if isinstance(value, Secret):
                 value = "**redacted**"
@@ -591,6 +631,43 @@ def _writable(directory: Path) -> bool:
     return False
 
 
+NOTIFY_SECRET_MIN = 32
+WEBHOOK_TOKEN_PATH = 20
+"""A webhook path this long is taken for a token (Slack's and Teams' are 60 characters and
+more) and masked on its own too; a short one (`/mirrorgate`) would blank ordinary words."""
+
+
+def _notify(read: _Reader) -> NotifySettings:
+    name = "MIRRORGATE_NOTIFY_URL"
+    value = read.raw(name)
+    url: SecretUrl | None = None
+    if value is not None:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError:
+            parts = urlsplit("")
+        # the value is never echoed: a webhook URL is a credential
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            read.problem(name, "is not an http:// or https:// URL; set the webhook's URL, "
+                         f"e.g. {name}=https://hooks.example.com/services/T0/B0/XXXX")
+        elif parts.username or parts.password:
+            read.problem(name, "credentials in the URL are refused; a webhook carries its "
+                         "token in its path, and MIRRORGATE_NOTIFY_SECRET signs the body")
+        else:
+            url = SecretUrl(value)
+    secret = _secret(read, "MIRRORGATE_NOTIFY_SECRET", "secret")
+    if secret is not None and len(secret.reveal()) < NOTIFY_SECRET_MIN:
+        read.problem("MIRRORGATE_NOTIFY_SECRET", f"the secret is {len(secret.reveal())} "
+                     f"characters; use at least {NOTIFY_SECRET_MIN}, e.g. the output of "
+                     "`openssl rand -base64 48`")
+        secret = None
+    if secret is not None and url is None and value is None:
+        read.problem("MIRRORGATE_NOTIFY_SECRET", "is set without MIRRORGATE_NOTIFY_URL; set "
+                     "the webhook to sign for, or drop the secret")
+    return NotifySettings(url, secret)
+
+
 def _data_dir(read: _Reader) -> Path:
     explicit = read.raw("MIRRORGATE_DATA_DIR")
     if explicit:
@@ -697,6 +774,7 @@ def load_settings(
         drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
         log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),
         log_format=read.choice("MIRRORGATE_LOG_FORMAT", ("auto", "json", "console")),
+        notify=_notify(read),
     )
     if settings.pool_worker < settings.worker_concurrency:
         read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "

@@ -3,17 +3,22 @@
 Denials, tamper verdicts, upstream failures and job outcomes are recorded by one-line calls
 where they happen. Nothing is persisted (a restart empties the ring) and at most `CAPACITY` are
 kept; totals live in the Prometheus counters, this only answers "what, lately, and why".
+
+The security events a person must act on also go out as an `Alert`, through the same object
+every component already holds (`metrics.events.alert(...)`): the composition root points it
+at the notifier (`notify`) when `MIRRORGATE_NOTIFY_URL` is set; otherwise an alert goes nowhere.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-__all__ = ["CAPACITY", "WINDOW_SECONDS", "Event", "Recent"]
+__all__ = ["ALERT_KINDS", "CAPACITY", "WINDOW_SECONDS", "Alert", "Event", "Recent"]
 
 CAPACITY = 200
 """Events the ring keeps per kind; older ones are dropped."""
@@ -32,8 +37,44 @@ class Event:
     detail: str
 
 
+ALERT_KINDS = ("tampered", "malware", "quarantine", "takeover", "forged-job", "forged-mark",
+               "install-scripts", "withdrawn")
+"""What a security team is told about (the CloudEvents type is `dev.mirrorgate.<kind>`):
+bytes that did not match the admitted digest; a version denied as malware; a takeover signal
+that quarantined or denied a version; a queue message that is not a job the proxy wrote (unsigned,
+forged, stale); a client publish carrying the mirror mark; a tarball whose own package.json runs
+code the manifest hid; a mirrored version withdrawn from the public registry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """One security event for people: `text` is the one line a chat shows, `data` the fields a
+    program reads. Repeats are recognised by (`kind`, `key`), `subject` unless given (a flood
+    of unsigned messages is one alert, not one per message)."""
+
+    kind: str
+    subject: str
+    text: str
+    package: str | None = None
+    version: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ALERT_KINDS:
+            raise ValueError(f"unknown alert kind {self.kind!r}; one of {ALERT_KINDS}")
+
+    @property
+    def repeat_key(self) -> tuple[str, str]:
+        return self.kind, self.key if self.key is not None else self.subject
+
+
 def _wall() -> datetime:
     return datetime.now(UTC)
+
+
+def _nowhere(_alert: Alert) -> None:
+    return None
 
 
 class Recent:
@@ -48,6 +89,28 @@ class Recent:
         self._rings: dict[str, deque[Event]] = {}
         self._last_failure: dict[str, Event] = {}
         self._minutes: deque[tuple[int, dict[str, int]]] = deque()
+        self._alerts: Callable[[Alert], None] = _nowhere
+
+    def send_alerts_to(self, sink: Callable[[Alert], None]) -> None:
+        """Where `alert` hands security events from now on (the notifier's `post`, which never
+        waits and never raises)."""
+        self._alerts = sink
+
+    def alert(self, alert: Alert) -> None:
+        """A security event for people (see `ALERT_KINDS`); the ring is not touched, the
+        caller records what the status page shows as before."""
+        self._alerts(alert)
+
+    def withdrawn(self, package: str, version: str, reason: str, **data: Any) -> None:
+        """A mirrored version the public registry withdrew (unpublished, or replaced by a
+        security placeholder): the call the fill makes when it first sees one. The mirror
+        refuses it from then on; its copy is still in the private registry, for a person to
+        delete (docs/withdrawals.md)."""
+        self.record("denied", f"{package}@{version}", f"public-withdrawn: {reason}")
+        self.alert(Alert("withdrawn", f"{package}@{version}",
+                         f"{package}@{version} was withdrawn from the public registry; the "
+                         f"mirror no longer serves its copy, which is still in the private "
+                         f"registry: {reason}", package, version, {"reason": reason, **data}))
 
     def record(self, kind: str, subject: str, detail: str) -> None:
         event = Event(self._now(), kind, subject, detail[:500])

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
-__all__ = ["MASK", "configure_logging", "loggable_url", "register_secret"]
+__all__ = ["MASK", "configure_logging", "loggable_url", "register_secret", "scrub"]
 
 _SECRET_VALUES: set[str] = set()
 _SECRET_KEYS = frozenset({"authorization", "token", "password", "secret", "_authtoken",
@@ -28,6 +28,12 @@ def register_secret(value: str) -> None:
     masked: they would blank out ordinary words and are not worth having as tokens anyway)."""
     if len(value) >= 6:
         _SECRET_VALUES.add(value)
+
+
+def scrub(value: Any) -> Any:
+    """`value` with every registered secret masked, and credential-named keys of a mapping
+    replaced: for what leaves the process other than a log line (a span, a notification)."""
+    return _scrub(value)
 
 
 def _scrub(value: Any) -> Any:
@@ -69,13 +75,17 @@ def redact(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Mutable
     return event
 
 
-def configure_logging(level: str = "info", fmt: str = "auto") -> None:
+def configure_logging(level: str = "info", fmt: str = "auto",
+                      extra: Sequence[Any] = ()) -> None:
+    """`extra`: processors run after the bound context is merged (`tracing.log_processors`:
+    the trace and span ids of a line written inside a span)."""
     console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: Any = (structlog.dev.ConsoleRenderer() if console
                      else structlog.processors.JSONRenderer())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            *extra,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,

@@ -151,6 +151,13 @@ class Metrics:
             "refused, upstream_refused", ["client", "operation", "outcome"], registry=r)
         self.tampered = Counter("mirrorgate_tampered", "tarballs whose bytes did not match "
                                 "the admitted digest", registry=r)
+        self.notifications = Counter(
+            "mirrorgate_notifications", "security notifications by outcome: delivered, failed "
+            "(refused, or every attempt failed), dropped (the queue was full, or unsent at "
+            "exit), deduplicated (a repeat within the window)", ["outcome"], registry=r)
+        self.notification_retries = Counter(
+            "mirrorgate_notification_retries", "notification deliveries attempted again after "
+            "a failure (5xx, 408, 429, no answer)", registry=r)
         # not Prometheus: the status page's bounded ring of recent events, kept beside the
         # counters because every place that counts a denial or a failure already holds these
         self.events = Recent()

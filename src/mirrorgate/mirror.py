@@ -7,6 +7,7 @@ re-fetched one) before it publishes them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NewType
@@ -29,6 +30,7 @@ __all__ = [
     "Seconds",
     "decode_job",
     "encode_job",
+    "traceparent_text",
 ]
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,10 @@ class MirrorJob:
     """The public `time[version]` the version was admitted with (ISO 8601), or None when the
     public packument gave none: the mirror keeps it, so a copy is not mistaken for a new
     release by an age gate (npm --before, yarn's npmMinimalAgeGate, the minimum-age rule)."""
+    traceparent: str | None = field(default=None, compare=False)
+    """The W3C trace context of the enqueue (`tracing`), so the worker's span joins the
+    request's trace; None when tracing is off or the job came from an older proxy. Not part of
+    what the job is: two jobs for the same bytes are equal whatever trace they came from."""
 
     def __post_init__(self) -> None:
         if "readme" in self.manifest:
@@ -201,6 +207,8 @@ def encode_job(job: MirrorJob) -> bytes:
             },
             "manifest": job.manifest,
             "published": job.published,
+            # only when set: a job enqueued without tracing is byte for byte what it was
+            **({"traceparent": job.traceparent} if job.traceparent is not None else {}),
         }
     )
     return bytes(memoryview(encoded))
@@ -258,6 +266,7 @@ def decode_job(body: bytes | str) -> MirrorJob:
         artifact=MirrorArtifact(tarball, filename, size, tuple(digests)),
         manifest=manifest,
         published=_published(data),
+        traceparent=traceparent_text(data.get("traceparent")),
     )
 
 
@@ -270,3 +279,27 @@ def _published(data: Mapping[str, Any]) -> str | None:
         raise JobDecodeError(f"field published should be an ISO 8601 time, or null: "
                              f"{value!r}"[:200])
     return str(value)
+
+
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?")
+_TRACEPARENT_MAX = 256
+
+
+def traceparent_text(value: object) -> str | None:
+    """`traceparent`, added to v1 later: the value when it is a W3C trace context header
+    (`00-<trace id>-<span id>-<flags>`), else None.
+
+    Lenient where the rest of the codec is strict, as the W3C spec asks of a receiver: a trace
+    context that cannot be read starts a new trace, it never retires a job whose every other
+    field is good. A future version's longer form is read by its first four fields."""
+    if not isinstance(value, str) or len(value) > _TRACEPARENT_MAX:
+        return None
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None:
+        return None
+    version, trace_id, span_id, rest = match.groups()
+    if version == "ff" or (version == "00" and rest is not None):
+        return None
+    if trace_id == "0" * 32 or span_id == "0" * 16:
+        return None
+    return value

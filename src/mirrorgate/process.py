@@ -11,6 +11,7 @@ import contextlib
 import enum
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
@@ -18,6 +19,7 @@ import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from mirrorgate import tracing
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.verdicts import GateVerdicts
@@ -29,6 +31,7 @@ from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
+from mirrorgate.notify import Notifier
 from mirrorgate.rules import LiveRules, Rules, RulesError
 from mirrorgate.serve.access import install_access
 from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
@@ -74,6 +77,11 @@ class Shape(enum.Enum):
     @property
     def runs_worker(self) -> bool:
         return self is not Shape.PROXY
+
+    @property
+    def label(self) -> str:
+        """The command line that runs this shape, as a person reads it in a notification."""
+        return "serve --no-worker" if self is Shape.PROXY else self.command
 
 
 class CommandMirroring:
@@ -229,12 +237,26 @@ async def _run(settings: Settings, shape: Shape) -> int:
     metrics.watch_queue(queue.stats, queue.provider)
 
     upstreams = Upstreams.from_settings(settings, metrics)
+    notifier = _notifier(settings, shape, metrics)
     await upstreams.start()
     try:
-        return await _serve(settings, shape, metrics, health, queue, upstreams, rules, clients)
+        if notifier is not None:
+            await notifier.start()
+            metrics.events.send_alerts_to(notifier.post)
+        return await _serve(settings, shape, metrics, health, queue, upstreams, rules, clients,
+                            notifier)
     finally:
         await queue.close()
         await upstreams.close()
+        if notifier is not None:  # last: the drain above may still raise alerts
+            await notifier.close()
+
+
+def _notifier(settings: Settings, shape: Shape, metrics: Metrics) -> Notifier | None:
+    if settings.notify.url is None:
+        return None
+    source = settings.public_url or f"urn:mirrorgate:{socket.gethostname()}"
+    return Notifier(settings.notify, metrics, source=source, process=shape.label)
 
 
 class _Feeds:
@@ -281,7 +303,7 @@ class _Feeds:
 
 async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Health,
                  queue: MirrorQueue, upstreams: Upstreams, rules: LiveRules,
-                 clients: ClientTokens | None) -> int:
+                 clients: ClientTokens | None, notifier: Notifier | None) -> int:
     if shape.serves:
         private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
@@ -329,7 +351,9 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                  queue=queue.provider,
                  worker=shape.runs_worker, public_upstream=settings.public_upstream,
                  private_upstream=settings.private_upstream,
-                 mirror_target=settings.mirror_target if shape.runs_worker else None)
+                 mirror_target=settings.mirror_target if shape.runs_worker else None,
+                 tracing=tracing.enabled(),
+                 notify=notifier.shown if notifier is not None else None)
         stopped = asyncio.create_task(stop.wait())
         waits: set[asyncio.Future[object]] = {stopped}  # type: ignore[arg-type]
         if worker_task is not None:
@@ -366,15 +390,38 @@ async def _await_worker(task: asyncio.Task[None], drain_timeout: float) -> None:
         log.error("worker_stop_overran", timeout=drain_timeout)
 
 
+def _start_tracing(shape: Shape) -> tuple[tracing.Plan, str | None]:
+    """The SDK, when the OTEL_* variables ask for traces (`tracing.plan`); the problem, when
+    they ask for what cannot be done. Imported here only: off, no OpenTelemetry module loads."""
+    traces = tracing.plan()
+    for value in traces.secrets:  # a collector's API key, in OTEL_EXPORTER_OTLP_HEADERS
+        register_secret(value)
+    if not traces.on:
+        return traces, traces.problem
+    try:
+        from mirrorgate import _otel
+
+        tracing.install(_otel.start(traces.exporter or "otlp", shape=shape.value))
+    except Exception as error:  # a bad OTEL_* value the SDK refuses: serve without traces
+        return traces, f"the OpenTelemetry SDK did not start: {type(error).__name__}: {error}"
+    return traces, None
+
+
 def run(settings: Settings, shape: Shape) -> int:
-    configure_logging(settings.log_level, settings.log_format)
+    for secret in settings.secrets():  # a secret that reaches a log line is scrubbed from it
+        register_secret(secret.reveal())
+    traces, problem = _start_tracing(shape)
+    configure_logging(settings.log_level, settings.log_format, extra=tracing.log_processors())
     for unknown in unknown_variables():
         log.warning("config_variable_unknown", variable=unknown.name,
                     suggestion=unknown.suggestion, reason=unknown.warning())
-    for secret in settings.secrets():  # a secret that reaches a log line is scrubbed from it
-        register_secret(secret.reveal())
     for warning in settings.warnings():
         log.warning("config_warning", reason=warning)
+    if problem is not None:
+        log.warning("tracing_unavailable", reason=problem)
+    elif tracing.enabled():
+        log.info("tracing_started", exporter=traces.exporter, endpoint=traces.endpoint,
+                 service_name=traces.service_name, sampler=traces.sampler)
     try:
         return asyncio.run(_run(settings, shape))
     except StartupError as error:
@@ -383,3 +430,5 @@ def run(settings: Settings, shape: Shape) -> int:
     except StoreError as error:
         log.error("startup_refused", reason=str(error))
         return 2
+    finally:
+        tracing.stop()  # the last spans out, bounded

@@ -24,8 +24,9 @@ from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package
-from tests.servers.processes import http_request
+from tests.servers.processes import http_request, wait_for
 from tests.servers.verdaccio import Verdaccio, escape_name
+from tests.servers.webhook import SECRET, WebhookReceiver
 
 WIDGET = make_package("@acme/widget", ["1.0.0"]).version("1.0.0")
 
@@ -306,14 +307,15 @@ def test_an_upstream_refusal_is_passed_on_with_its_status_and_reason(
         assert stack.publishes("upstream_refused", client="release-bot") == 1
 
 
-def test_a_publish_carrying_mirrorgates_own_mark_is_refused(
+def test_a_publish_carrying_mirrorgates_own_mark_is_refused_and_a_security_team_told(
     guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
-    verdaccio: Verdaccio, secret_dir: SecretDir, tmp_path: Path,
+    verdaccio: Verdaccio, secret_dir: SecretDir, tmp_path: Path, webhook: WebhookReceiver,
 ) -> None:
     # the attack: a first-party build published with a forged `_mirrorgate` mark (its own
     # digest, so the mark checks out) counts as a mirrored public copy, the name stops being
     # first-party, and an impostor's public `acme-lib@9.9.9` is then merged into it
-    stack = start_stack(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path)
+    stack = start_stack(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path,
+                        MIRRORGATE_NOTIFY_URL=webhook.hook_url, MIRRORGATE_NOTIFY_SECRET=SECRET)
     build = make_package("acme-lib", ["1.0.0"]).version("1.0.0")
     manifest = build.document("http://127.0.0.1:9/npm/")
     manifest["_mirrorgate"] = {"v": 1, "source": "public", "published": "2020-01-01T00:00:00Z",
@@ -333,3 +335,8 @@ def test_a_publish_carrying_mirrorgates_own_mark_is_refused(
     assert not stored_after_refusal
     assert honest.status == 201
     assert list(json.loads(served.body)["versions"]) == ["1.0.0"]  # first-party: no impostor
+    [told] = wait_for(lambda: webhook.of_type("dev.mirrorgate.forged-mark"), timeout=10,
+                      message="the forged-mark notification")
+    assert told.signature_valid
+    assert told.event["subject"] == "acme-lib@1.0.0"
+    assert told.event["data"]["client"] == "release-bot"

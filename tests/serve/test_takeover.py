@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from datetime import timedelta
 
+from mirrorgate.events import Alert
 from mirrorgate.rules import parse_rules
 from tests.rules.signing import (
     SigningKey,
@@ -152,3 +153,22 @@ def test_the_signing_helper_detects_a_changed_integrity() -> None:
     signatures = copy.deepcopy(version.dist("")["signatures"])
     assert verify_served(keys_document(key), "x", "1.0.0", version.integrity, signatures)
     assert not verify_served(keys_document(key), "x", "1.0.1", version.integrity, signatures)
+
+
+async def test_a_quarantine_raises_one_alert_per_version_for_the_security_team(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    public_registry.add(make_package("held-alert", takeover("held-alert", "1.0.3",
+                                                            age=timedelta(days=6))))
+    proxy = await start_proxy(public_registry.url, rules=QUARANTINE)
+    raised: list[Alert] = []
+    proxy.metrics.events.send_alerts_to(raised.append)
+
+    assert (await proxy.get("npm/held-alert")).status == 200
+
+    [alert] = raised  # two signals fired; the first rule's verdict is the version's
+    assert (alert.kind, alert.subject) == ("quarantine", "held-alert@1.0.3")
+    assert alert.data["where"] == "packument"
+    assert alert.data["rule"] == "provenance-continuity"
+    assert alert.data["until"] is not None
+    assert alert.text.startswith("held-alert@1.0.3 is quarantined until ")

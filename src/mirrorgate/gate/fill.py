@@ -14,6 +14,8 @@ from typing import Any
 
 import structlog
 
+from mirrorgate import tracing
+from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
 from mirrorgate.gate.cache import Cached, Loaded
 from mirrorgate.gate.entry import PackumentEntry, PublicAnswer, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
@@ -39,6 +41,9 @@ DENIED_LOGGED = 50
 """Denied versions named in a `versions_denied` line; the line always carries the count."""
 REFUSALS_LOGGED = 5
 """Refused tarball URLs logged one by one per fill; more are logged as a count."""
+ALERTS_PER_FILL = 10
+"""Versions of one packument alerted on per fill (a malware record can cover every version of
+a typosquat); `versions_denied` lists them all."""
 
 
 def _fresh_for(gated: Gated | None, now: datetime, *, degraded: bool) -> float | None:
@@ -114,6 +119,12 @@ class PackumentSource:
         """The entry for `name`, or the previous one when a revalidation says it still holds.
         Raises UpstreamError when nothing is installable because an upstream failed, and
         TooManyVersionsError for a packument too large to gate."""
+        with tracing.span("mirrorgate.fill", {"mirrorgate.package": name.full,
+                                              "mirrorgate.revalidation": previous is not None}):
+            return await self._load(name, previous)
+
+    async def _load(self, name: PackageName,
+                    previous: Cached[PackumentEntry] | None) -> Loaded[PackumentEntry]:
         now = self.now()
         full = name.full
         # A name `[private].names` covers, or one remembered as first-party (`firstparty`),
@@ -166,7 +177,11 @@ class PackumentSource:
         size = answer.size if answer is not None else 0
         # in a thread above offload.THREAD_ABOVE bytes: a 10 MB packument does not stall the
         # event loop for every other client
-        gated = await in_thread_if_large(size, self._gate, name, private, public_doc, now, keys)
+        with tracing.span("mirrorgate.gate", {"mirrorgate.package": full}) as judged:
+            gated = await in_thread_if_large(size, self._gate, name, private, public_doc, now,
+                                             keys)
+            judged.set("mirrorgate.versions", len(gated.versions))
+            judged.set("mirrorgate.denied", sum(gated.denials.values()))
         if failure is not None and not gated.survivors:
             raise failure  # nothing installable and an upstream failed: 502, 503 or 504
         if gated.first_party:
@@ -247,6 +262,11 @@ class PackumentSource:
             log.critical("public_withdrawn", security=True, package=gated.name.full,
                          version=version, first_seen=gated.withdrawals[version],
                          consequence="the mirrored copy is no longer served")
+            record = gated.versions.get(version)
+            reason = (record.denial.reason if record is not None and record.denial is not None
+                      else "the public registry no longer lists it")
+            self.metrics.events.withdrawn(gated.name.full, version, reason,
+                                          first_seen=gated.withdrawals[version])
 
     def _report(self, gated: Gated) -> None:
         for rule, count in gated.denials.items():
@@ -261,6 +281,7 @@ class PackumentSource:
             log.info("versions_denied", package=gated.name.full,
                      versions=denied[:DENIED_LOGGED], count=len(denied), rules=rules)
         self._remember_denials(gated)
+        self._alert(gated)
         for refusal in gated.refused_urls[:REFUSALS_LOGGED]:
             log.warning("tarball_url_refused", package=gated.name.full,
                         version=refusal.version, kind=refusal.kind, reason=refusal.detail)
@@ -295,6 +316,23 @@ class PackumentSource:
         if len(shown) > DENIED_LOGGED:
             log.info("versions_would_deny", package=gated.name.full, count=len(shown),
                      rules=sorted(gated.reported))
+
+    def _alert(self, gated: Gated) -> None:
+        """The denials a security team hears of (malware, takeover signals), from the end of the
+        packument's list (usually the newest); repeats within the notifier's window are
+        counted there, not sent again."""
+        if not any(rule in ALERTING_RULES for rule in gated.denials):
+            return
+        raised = 0
+        for record in reversed(gated.versions.values()):
+            if record.denial is None or record.denial.rule not in ALERTING_RULES:
+                continue
+            alert = denial_alert(gated.name.full, record.version, record.denial, "packument")
+            if alert is not None:
+                self.metrics.events.alert(alert)
+                raised += 1
+                if raised >= ALERTS_PER_FILL:
+                    return
 
     def _remember_denials(self, gated: Gated) -> None:
         """One status-page event per rule per fill, with one version's reason as the example

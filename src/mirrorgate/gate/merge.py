@@ -98,7 +98,8 @@ class _Judging:
             self.reported[rule] = self.reported.get(rule, 0) + 1
         if verdict.admitted:
             return None
-        return Denial(verdict.rule or "unknown", verdict.reason or "denied")
+        return Denial(verdict.rule or "unknown", verdict.reason or "denied",
+                      until=verdict.until)
 
     def scans(self, tarball: str | None, version: str) -> bool:
         return tarball is not None and scripts_blocked(self.rules, self.name.full, version)

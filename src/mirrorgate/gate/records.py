@@ -50,6 +50,8 @@ class Denial:
 
     rule: str
     reason: str
+    until: datetime | None = field(default=None, compare=False)
+    """When a timed denial ends by itself (a takeover signal's quarantine), else None."""
     since: str | None = None
     """When it began, where the rule knows (a withdrawal: when it was first seen, ISO 8601)."""
 

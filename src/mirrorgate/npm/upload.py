@@ -25,7 +25,8 @@ from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.versions import is_version_string, parse_version, unstorable
 
-__all__ = ["Published", "ScannedUpload", "UploadError", "UploadScan", "checked_publish"]
+__all__ = ["FORGED_MARK", "Published", "ScannedUpload", "UploadError", "UploadScan",
+           "checked_publish"]
 
 _STRUCTURE = re.compile(rb'["{}\[\]:,]')
 _STRING_END = re.compile(rb'["\\]')
@@ -40,7 +41,18 @@ _DATA = b"data"
 
 
 class UploadError(MirrorgateError, ValueError):
-    """A publish document that cannot be accepted; the message says what is wrong."""
+    """A publish document that cannot be accepted; the message says what is wrong. `reason`
+    names the refusals a security team hears of (`FORGED_MARK`), with the `version` asked for."""
+
+    def __init__(self, message: str, *, reason: str | None = None,
+                 version: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.version = version
+
+
+FORGED_MARK = "forged-mark"
+"""A client's publish carrying the mirror mark: refused, and a security event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +321,8 @@ def checked_publish(name: PackageName, scanned: ScannedUpload,
         # would stop counting as first-party, and the name would then take public versions
         # (an impostor's) merged in. Only the worker writes it, straight to the registry.
         raise UploadError(f"the manifest carries {MARK_FIELD}, the mark mirrorgate writes on "
-                          "versions it mirrored from public; remove it from package.json")
+                          "versions it mirrored from public; remove it from package.json",
+                          reason=FORGED_MARK, version=version[:100])
     if manifest.get("version") != version or not _plain_version(version):
         raise UploadError(f"{version[:100]!r} is not a semver version, or not the one its "
                           "manifest declares")

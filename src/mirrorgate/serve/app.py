@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import Counter
 
+from mirrorgate import tracing
 from mirrorgate.config import Settings
 from mirrorgate.gate import (
     Cached,
@@ -72,6 +73,7 @@ from mirrorgate.serve.search import Search
 from mirrorgate.serve.spool import SPOOL_DIR, Spools
 from mirrorgate.serve.tarballs import TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
+from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.upstream.client import Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
@@ -148,6 +150,8 @@ class ProxyServer:
         self.metrics = proxy.metrics
         self._counters: dict[tuple[str, int | str], Counter] = {}
         self._cache_results: dict[str, Counter] = {}
+        # chosen once: with tracing off a cache lookup costs exactly what it did
+        count_cache = self._count_cache_traced if tracing.enabled() else self._count_cache
         self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
         self.packuments = Packuments(
             PackumentSource(
@@ -159,7 +163,7 @@ class ProxyServer:
             PackumentCache(ttl=self.settings.cache_ttl,
                            max_entries=self.settings.cache_max_entries,
                            max_bytes=self.settings.cache_max_bytes,
-                           clock=clock, on_result=self._count_cache),
+                           clock=clock, on_result=count_cache),
             clock)
         self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
                                   self.settings.spool_max_bytes),
@@ -211,6 +215,16 @@ class ProxyServer:
         if counter is None:
             counter = self._cache_results[result] = self.metrics.cache.labels(result)
         counter.inc()
+
+    def _count_cache_traced(self, result: str) -> None:
+        self._count_cache(result)
+        tracing.annotate({"mirrorgate.cache": result})
+
+    def describe(self, request: web.Request) -> RegistryPath | InvalidNameError:
+        """The request's route and package as `npm` reads them (the same memo), for its span."""
+        raw = request.raw_path
+        query = raw.find("?")
+        return self._targets(raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):])
 
     def _key(self, request: web.Request) -> RenderKey:
         """(abbreviated, base URL) for a request; raises BadBaseError for hostile headers."""
@@ -562,6 +576,8 @@ def build_proxy_app(
     server = ProxyServer(proxy, clock=clock, now=now)
     app = web.Application()
     app[SERVER] = server
+    if tracing.enabled():  # outermost, so a refused token's 401 is traced too
+        app.middlewares.append(request_spans(server.describe, OUTCOME))
     add_health_routes(app, proxy.health, proxy.metrics)
     install_access(app, proxy.clients, metrics=proxy.metrics,
                    metrics_open=proxy.settings.metrics_open)

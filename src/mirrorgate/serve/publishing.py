@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 
 from mirrorgate.config import Settings
+from mirrorgate.events import Alert
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.logs import MASK
 from mirrorgate.metrics import Metrics
@@ -26,7 +27,13 @@ from mirrorgate.npm.ownership import first_party_versions
 from mirrorgate.npm.paths import WriteTarget
 from mirrorgate.npm.publish import reason_given, says_already_exists
 from mirrorgate.npm.tarscripts import ScriptScan
-from mirrorgate.npm.upload import Published, UploadError, UploadScan, checked_publish
+from mirrorgate.npm.upload import (
+    FORGED_MARK,
+    Published,
+    UploadError,
+    UploadScan,
+    checked_publish,
+)
 from mirrorgate.npm.versions import same_version
 from mirrorgate.rules import LiveRules, Rules, live
 from mirrorgate.serve.access import CLIENT
@@ -321,12 +328,24 @@ class PublishRoute:
         except UploadError as error:
             raise _bad_document(error) from None
 
-    @staticmethod
-    def _new_version(name: PackageName, taken: frozenset[str], scan: UploadScan,
+    def _new_version(self, write: _Write, taken: frozenset[str], scan: UploadScan,
                      contents: ScriptScan) -> Published:
         """The checked publish (its document, then its tarball against it), refused (409)
         when its version exists already."""
-        published = checked_publish(name, scan.finish(), contents)
+        name = write.name
+        try:
+            published = checked_publish(name, scan.finish(), contents)
+        except UploadError as error:
+            if error.reason == FORGED_MARK:
+                # a build claiming to be a mirrored public copy: it would turn the
+                # organisation's name into one public versions merge into
+                label = f"{name.full}@{error.version}"
+                self.metrics.events.alert(Alert(
+                    "forged-mark", label, f"the client {write.client.name} tried to publish "
+                    f"{label} carrying the mirror mark mirrorgate writes on versions it "
+                    "mirrored from public; the publish was refused", name.full, error.version,
+                    {"client": write.client.name}))
+            raise
         # semver equality, not string equality: `1.1.0+shadow` is public's `1.1.0`
         if any(same_version(published.version, version) for version in taken):
             raise _exists(name, published.version)
@@ -336,7 +355,7 @@ class PublishRoute:
                        scan: UploadScan) -> web.StreamResponse:
         name = write.name
         body = _ClientBody(pending.head, pending.rest, scan,
-                           lambda contents: self._new_version(name, taken, scan, contents),
+                           lambda contents: self._new_version(write, taken, scan, contents),
                            pending.size)
         try:
             answer = await self.private.upload(name, body)

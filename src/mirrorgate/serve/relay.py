@@ -26,6 +26,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from mirrorgate.events import Alert
 from mirrorgate.integrity import DigestMismatch, StreamVerifier, Verified
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
@@ -225,6 +226,14 @@ class Relay:
                          package=name.full, version=version,
                          expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
                          algorithm=mismatch.expected.algorithm, sent=sent, withheld=withheld)
+            self.metrics.events.alert(Alert(
+                "tampered", label,
+                f"the {source} upstream's tarball for {label} did not match the "
+                f"{mismatch.expected.algorithm} digest it was admitted with; the client's "
+                "download was cut and nothing was mirrored", name.full, version,
+                {"where": "proxy", "upstream": source, "algorithm":
+                 mismatch.expected.algorithm, "expected": mismatch.expected.sri(),
+                 "actual": mismatch.actual.sri()}))
             return "tampered", None
         scan = reader.scan
         if scan is not None and (reason := scan.finish()) is not None:
@@ -236,6 +245,12 @@ class Relay:
             log.warning("tarball_scripts_refused", security=True, upstream=source,
                         package=name.full, version=version, rule="install-scripts",
                         reason=reason, sent=sent)
+            self.metrics.events.alert(Alert(
+                "install-scripts", label,
+                f"the tarball of {label} runs code at install that its manifest did not show "
+                f"({reason}); the download was cut", name.full, version,
+                {"where": "proxy", "upstream": source, "rule": "install-scripts",
+                 "reason": reason}))
             remember(self.scripts_found, label, reason)
             return "denied", None
         if scan is not None and verified is not None:

@@ -8,6 +8,7 @@ a client whole, enqueued for the worker to mirror.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,9 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from mirrorgate import tracing
 from mirrorgate.gate import Gated, VersionRecord, mirror_job
+from mirrorgate.gate.alerts import denial_alert
 from mirrorgate.integrity import StreamVerifier, Unverifiable
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
@@ -75,6 +78,9 @@ class TarballRoute:
                      rule=record.denial.rule, reason=record.denial.reason)
             self.metrics.events.denied(f"{name.full}@{version}", record.denial.rule,
                                        record.denial.reason)
+            alert = denial_alert(name.full, version, record.denial, "tarball")
+            if alert is not None:
+                self.metrics.events.alert(alert)
             raise denied(name, record)
         found = (self.relay.scripts_found.get(f"{name.full}@{version}") if record.scan_scripts
                  else None)
@@ -214,23 +220,36 @@ class TarballRoute:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, job: MirrorJob) -> None:
+        # a task of the request, so its span is the request's child even after the answer
+        with tracing.span("mirrorgate.enqueue", {
+                "mirrorgate.package": job.name, "mirrorgate.version": job.version,
+                "messaging.system": self.queue.provider,
+                "messaging.operation.type": "send"}, kind="producer") as span:
+            parent = tracing.traceparent()
+            if parent is not None:  # what the worker's span continues from
+                job = dataclasses.replace(job, traceparent=parent)
+            taken = await self._enqueue_now(job)
+            span.set("mirrorgate.taken", taken)
+
+    async def _enqueue_now(self, job: MirrorJob) -> bool:
         try:
             taken = await self.queue.enqueue(job)
         except Exception as error:  # the queue promised not to raise; a bug is logged
             log.error("enqueue_failed", package=job.name, version=job.version,
                       reason=f"{type(error).__name__}: {error}")
             self._enqueued.pop(job.label, None)
-            return
+            return False
         if not taken:
             # The queue was full: it counts the drop and reports it at its own cadence
             # (mirror_queue_dropped: the first, then every 1,000th), so a burst is not one line
             # per request; nor is it counted as enqueued. The next pull of this version may
             # enqueue it again.
             self._enqueued.pop(job.label, None)
-            return
+            return False
         self.metrics.enqueued.inc()
         log.info("job_enqueued", package=job.name, version=job.version,
                  queue=self.queue.provider)
+        return True
 
     async def drain(self) -> None:
         """Wait for the enqueues still running (at application cleanup)."""

@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import aiohttp
 import orjson
 
+from mirrorgate import tracing
 from mirrorgate.config import Secret
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
 from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
@@ -234,6 +236,16 @@ class Upstream:
             headers["Authorization"] = f"Bearer {self._token.reveal()}"
         return headers
 
+    def _span(self, method: str, url: str, pool: Pool) -> AbstractContextManager[tracing.Span]:
+        """A client span for one call, never current: a caller streaming a tarball does other
+        work (the enqueue) that belongs to the request, not to this call."""
+        if not tracing.enabled():
+            return tracing.span(method)
+        return tracing.span(method, {
+            "http.request.method": method, "url.full": loggable_url(url),
+            "server.address": self.origin.host, "mirrorgate.upstream": self.label,
+            "mirrorgate.pool": pool}, kind="client", current=False)
+
     def _observe(self, kind: str, started: float) -> None:
         if self._metrics is not None:
             self._metrics.upstream_seconds.labels(self.label, kind).observe(
@@ -283,6 +295,18 @@ class Upstream:
                        accept: str = "application/json", pool: Pool = FILLS) -> JsonAnswer:
         """GET a JSON object at `path` under the base URL: 200, 304 (with `etag`) or 404."""
         url = self.url(path)
+        with self._span("GET", url, pool) as span:
+            try:
+                answer = await self._get_json(url, etag, accept, pool)
+            except UpstreamError as error:
+                span.set("error.type", error.kind)
+                span.set("http.response.status_code", error.status)
+                raise
+            span.set("http.response.status_code", answer.status)
+            return answer
+
+    async def _get_json(self, url: str, etag: str | None, accept: str,
+                        pool: Pool) -> JsonAnswer:
         headers = {"Accept": accept, "Accept-Encoding": "gzip"}
         if etag:
             headers["If-None-Match"] = etag
@@ -333,6 +357,20 @@ class Upstream:
         UpstreamError otherwise. It asks for `identity`; a body the upstream encodes anyway is
         decoded here (`codings`), and one in a coding that cannot be is refused as `invalid`.
         """
+        with self._span(method, url, pool) as span:
+            try:
+                async with self._stream(url, method, accept_missing, pool) as download:
+                    span.set("http.response.status_code",
+                             download.status if download is not None else 404)
+                    yield download
+            except UpstreamError as error:
+                span.set("error.type", error.kind)
+                span.set("http.response.status_code", error.status)
+                raise
+
+    @asynccontextmanager
+    async def _stream(self, url: str, method: str, accept_missing: bool,
+                      pool: Pool) -> AsyncIterator[Download | None]:
         try:
             check_on_origin(url, self.origin)
         except OriginRefusal as refusal:
@@ -395,12 +433,13 @@ class Upstream:
                 headers["Content-Length"] = str(body.size)
         started = time.monotonic()
         try:
-            with self._holding(pool) as session:
+            with self._holding(pool) as session, self._span(method, url, pool) as span:
                 async with session.request(
                     method, url, data=data, allow_redirects=False,
                     headers=self._headers(url, headers),
                 ) as response:
                     answer = await response.content.read(64 * 1024)
+                    span.set("http.response.status_code", response.status)
                     return response.status, answer
         except Exception as error:
             # aiohttp wraps what the body raised (ClientConnectionError, __cause__ = ours)

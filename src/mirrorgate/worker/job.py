@@ -20,8 +20,10 @@ from typing import Any, TypeVar
 import aiohttp
 import structlog
 
+from mirrorgate import tracing
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.events import Alert
 from mirrorgate.gate.entry import PublicAnswer
 from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
@@ -52,6 +54,7 @@ from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules, live, scripts_bloc
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import RegistryError, TargetConflict
+from mirrorgate.worker import alerts
 from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
 from mirrorgate.worker.target import (
     MirrorTarget,
@@ -171,6 +174,7 @@ class JobRunner:
             if message.refusal != "undecodable":  # a signature the keys do not vouch for
                 log.critical("mirror_job_refused", security=True, reason=message.refusal,
                              detail=problem)
+                self._alert(alerts.unvouched(message))
             return self._retired(message.refusal, problem)
         limit = self.deps.settings.max_deliveries
         if message.deliveries is not None and message.deliveries > limit:
@@ -184,8 +188,11 @@ class JobRunner:
             # what anyone who can write to the queue could send: a security event, named
             log.critical("mirror_job_refused", security=True, reason=refused.reason,
                          detail=str(refused), **refused.fields)
+            self._alert(alerts.refused(job, refused, message.message_id))
             return self._retired(refused.reason, str(refused))
         except Retire as retire:
+            if retire.reason == "install-scripts":
+                self._alert(alerts.hiding_scripts(job, str(retire)))
             return self._retired(retire.reason, str(retire), **retire.fields)
         except Retry as retry:
             log.warning("mirror_retry", reason=retry.reason, detail=str(retry))
@@ -195,23 +202,31 @@ class JobRunner:
                          expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
                          algorithm=mismatch.expected.algorithm,
                          url=loggable_url(job.artifact.tarball_url))
-            return self._tampered(message)
+            return self._tampered(message, f"the {mismatch.expected.algorithm} digest",
+                                  expected=mismatch.expected.sri(),
+                                  actual=mismatch.actual.sri())
         except WrongSize as wrong:
             log.critical("mirror_size_mismatch", security=True, expected=wrong.expected.sri(),
                          actual=wrong.actual.sri() if wrong.actual is not None else None,
                          algorithm=wrong.expected.algorithm, expected_size=wrong.expected_size,
                          actual_size=wrong.actual_size, complete=wrong.complete,
                          url=loggable_url(job.artifact.tarball_url))
-            return self._tampered(message)
+            return self._tampered(message, "the declared size", expected=wrong.expected.sri(),
+                                  actual=wrong.actual.sri() if wrong.actual else None,
+                                  expected_size=wrong.expected_size,
+                                  actual_size=wrong.actual_size)
         except SizeMismatch as mismatch:  # a target that checked the bytes itself
             log.critical("mirror_size_mismatch", security=True, expected_size=mismatch.expected,
                          actual_size=mismatch.actual, complete=mismatch.complete,
                          url=loggable_url(job.artifact.tarball_url))
-            return self._tampered(message)
+            return self._tampered(message, "the declared size", expected_size=mismatch.expected,
+                                  actual_size=mismatch.actual)
         except TargetConflict as conflict:
             log.critical("mirror_target_conflict", security=True, target=self.deps.target.label,
                          expected=conflict.expected.sri(),
                          stored=conflict.stored.sri() if conflict.stored else None)
+            self._alert(alerts.conflicting(job, self.deps.target.label, conflict.expected.sri(),
+                                           conflict.stored.sri() if conflict.stored else None))
             return self._retired("target-conflict", str(conflict))
         return Outcome(result.value), ""
 
@@ -267,7 +282,8 @@ class JobRunner:
             # asked before public: a takedown holds while public is down, as on the serve path
             raise Retire(PUBLIC_WITHDRAWN, f"{job.name}@{job.version} was withdrawn from the "
                          f"public registry (first seen {seen})", first_seen=seen)
-        job = await self._regate(job, name)
+        with tracing.span("mirrorgate.regate"):
+            job = await self._regate(job, name)
         url = job.artifact.tarball_url
         # public's digests: the gate denies a version without one this worker can compute
         verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
@@ -277,7 +293,10 @@ class JobRunner:
         if await self._target_call(target.holds(job)):
             log.info("mirror_already_present", target=target.label, fetched=False)
             return PublishResult.ALREADY_PRESENT
-        tarball, verified = await self._fetch(url, verifier)
+        with tracing.span("mirrorgate.fetch", {"mirrorgate.algorithm":
+                                               verifier.expected.algorithm}) as fetched:
+            tarball, verified = await self._fetch(url, verifier)
+            fetched.set("mirrorgate.bytes", verified.size)
         if scripts_blocked(self._rules, job.name, job.version):
             # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
             # client runs the package.json inside these bytes; a private copy is never
@@ -287,7 +306,9 @@ class JobRunner:
                 raise Retire("install-scripts", f"{job.name}@{job.version}: {refused}")
         digests: TarballDigests = await in_thread_if_large(
             len(tarball), dist_digests, tarball, verified, job.artifact.digests)
-        result = await self._target_call(target.publish(job, tarball, digests))
+        with tracing.span("mirrorgate.publish", {"mirrorgate.target": target.label}) as put:
+            result = await self._target_call(target.publish(job, tarball, digests))
+            put.set("mirrorgate.result", result.value)
         event = ("mirror_published" if result is PublishResult.PUBLISHED
                  else "mirror_already_present")
         log.info(event, target=target.label, fetched=True, size=verified.size,
@@ -403,11 +424,17 @@ class JobRunner:
         self.deps.metrics.retired.labels(reason).inc()
         return Outcome.RETIRED, reason
 
-    def _tampered(self, message: QueueMessage) -> tuple[Outcome, str]:
+    def _tampered(self, message: QueueMessage, what: str,
+                  **data: Any) -> tuple[Outcome, str]:
         self.deps.metrics.tampered.inc()
         self.deps.metrics.events.tampered(subject(message), "the downloaded bytes did not "
                                           "match the admitted digest or size; not published")
+        assert message.job is not None
+        self._alert(alerts.tampered(message.job, what, **data))
         return Outcome.TAMPERED, "tampered"
+
+    def _alert(self, alert: Alert) -> None:
+        self.deps.metrics.events.alert(alert)
 
 
 def subject(message: QueueMessage) -> str:

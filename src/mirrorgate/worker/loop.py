@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from mirrorgate import tracing
 from mirrorgate.mirror import QueueMessage, Seconds
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.worker.job import JobRunner, Outcome, WorkerDeps, subject
@@ -240,13 +241,27 @@ class Worker:
             return await self._handle_held(message)
 
     async def _handle_held(self, message: QueueMessage) -> str:
-        # Every log line a job causes carries its package, version and message id.
-        with structlog.contextvars.bound_contextvars(**_context(message)):
+        # Every log line a job causes carries its package, version and message id, and, with
+        # tracing on, the ids of the job's span: a child of the enqueue that wrote the job.
+        job = message.job
+        with structlog.contextvars.bound_contextvars(**_context(message)), tracing.consume(
+                "mirrorgate.job", job.traceparent if job is not None else None, {
+                    "mirrorgate.package": job.name if job is not None else None,
+                    "mirrorgate.version": job.version if job is not None else None,
+                    "messaging.system": self.queue.provider,
+                    "messaging.operation.type": "process",
+                    "messaging.message.id": message.message_id or None,
+                    "mirrorgate.deliveries": message.deliveries}) as span:
             try:
                 outcome, why = await self._jobs.decide(message)
             except Exception:  # one message never ends the loop: log it, retry it later
                 log.exception("mirror_job_crashed")
                 outcome, why = Outcome.RETRIED, "crashed"
+            span.set("mirrorgate.outcome", outcome.value)
+            if why:
+                span.set("mirrorgate.reason", why)
+            if outcome in (Outcome.TAMPERED, Outcome.RETIRED, Outcome.RETRIED):
+                span.fail(why or outcome.value)
             if outcome is Outcome.RETRIED:  # retry is "do not ack"
                 await self._release(message, why)
             else:

@@ -16,7 +16,7 @@ from mirrorgate.gate import Gated, gate
 from mirrorgate.integrity import Digest, same_digest, strongest
 from mirrorgate.logs import loggable_url
 from mirrorgate.mirror import MirrorArtifact, MirrorJob
-from mirrorgate.moments import time_text
+from mirrorgate.moments import stamp, time_text
 from mirrorgate.npm.names import PackageName, tarball_filename
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import ALGORITHMS, DIGEST_FLOOR, KeySet, Rules
@@ -74,8 +74,9 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
         raise JobRefused("public-missing", f"the public packument of {name.full} does not list "
                          f"{job.version}")
     if record.denial is not None:
+        timed = {"until": stamp(record.denial.until)} if record.denial.until else {}
         raise JobRefused("denied", f"the rules deny it: {record.denial.reason}",
-                         rule=record.denial.rule)
+                         rule=record.denial.rule, **timed)
     url = record.upstream_tarball
     if url is None or url != job.artifact.tarball_url:
         raise JobRefused("tarball-mismatch", "the job's tarball URL is not the version's "
