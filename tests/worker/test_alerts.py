@@ -103,7 +103,9 @@ async def test_a_job_a_takeover_signal_quarantines_raises_a_quarantine_alert(
         make_rig: RigFactory, public_registry: FixtureRegistry) -> None:
     public_registry.add(make_package("taken", takeover("taken", "1.0.3",
                                                        age=timedelta(hours=1))))
-    rig = await make_rig(rules=parse_rules('[publisher]\nchange = "quarantine"\n'))
+    # the version is hours old: the one-day default cooldown is off, so the signal decides
+    rig = await make_rig(rules=parse_rules('[age]\nminimum = "0"\n\n'
+                                           '[publisher]\nchange = "quarantine"\n'))
     raised = alerts(rig)
     await rig.queue.enqueue(job_from(public_registry, "taken", "1.0.3"))
 
