@@ -55,6 +55,19 @@ def mirror_both(npm: NpmClient, proxy: MirrorgateProcess, verdaccio: Verdaccio) 
              message="the worker to mirror both versions into Verdaccio")
 
 
+def withdrawn_after_mirroring(mirrorgate: MirrorgateFactory, public: FixtureRegistry,
+                              verdaccio: Verdaccio, npm: NpmClient,
+                              data: Path) -> MirrorgateProcess:
+    """Both versions installed and mirrored, then 1.0.1 withdrawn and seen by the proxy."""
+    public.add(make_package("takedown-pkg", [V100, V101]), make_package("steady-pkg", [STEADY]))
+    proxy = start(mirrorgate, public, verdaccio, data)
+    mirror_both(npm, proxy, verdaccio)
+    public.add(make_package("takedown-pkg", [V100]))
+    wait_for(lambda: withdrawn_seen(proxy, "1.0.1") is not None, timeout=10,
+             message="the withdrawal to be seen")
+    return proxy
+
+
 def ci(npm: NpmClient, proxy: MirrorgateProcess) -> subprocess.CompletedProcess[str]:
     npm.clear_cache()
     return npm.ci(registry=proxy.registry_url)
@@ -147,13 +160,8 @@ def test_a_version_listed_again_with_the_same_bytes_installs_again(
     public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
     mirrorgate: MirrorgateFactory, tmp_path: Path,
 ) -> None:
-    public_registry.add(make_package("takedown-pkg", [V100, V101]),
-                        make_package("steady-pkg", [STEADY]))
-    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path / "data")
-    mirror_both(npm_client, proxy, verdaccio)
-    public_registry.add(make_package("takedown-pkg", [V100]))
-    wait_for(lambda: withdrawn_seen(proxy, "1.0.1") is not None, timeout=10,
-             message="the withdrawal to be seen")
+    proxy = withdrawn_after_mirroring(mirrorgate, public_registry, verdaccio, npm_client,
+                                      tmp_path / "data")
 
     # a takedown by mistake, undone: the registry lists the very bytes the mirror holds
     public_registry.add(make_package("takedown-pkg", [V100, V101]))
@@ -184,13 +192,8 @@ def test_check_audit_and_the_status_page_name_the_withdrawal(
     public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
     mirrorgate: MirrorgateFactory, tmp_path: Path,
 ) -> None:
-    public_registry.add(make_package("takedown-pkg", [V100, V101]),
-                        make_package("steady-pkg", [STEADY]))
-    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path / "data")
-    mirror_both(npm_client, proxy, verdaccio)
-    public_registry.add(make_package("takedown-pkg", [V100]))
-    wait_for(lambda: withdrawn_seen(proxy, "1.0.1") is not None, timeout=10,
-             message="the withdrawal to be seen")
+    proxy = withdrawn_after_mirroring(mirrorgate, public_registry, verdaccio, npm_client,
+                                      tmp_path / "data")
     seen = withdrawn_seen(proxy, "1.0.1")
     env = {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
            "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
