@@ -1,0 +1,158 @@
+"""Where a sampled process spent its CPU: py-spy's raw stacks folded into sides and activities.
+
+py-spy (`record --format raw`, idle frames left out) writes one line per distinct stack, root
+first, with its sample count. Each stack is given a *side* (the serve path, the worker, or
+neither: the loop and HTTP machinery between requests) from the frames it passes through, and
+an *activity* from its innermost frame that a rule names (time inside a C call such as
+`orjson.loads` or a sha512 update is charged to the Python frame that made it). Work handed to a
+thread is placed by the function handed over (`_THREADED`), since its stack starts at the
+thread, not at whoever handed it over.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Profile", "read_profile"]
+
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+
+ACTIVITIES: tuple[tuple[str, str, str], ...] = (
+    # (file part, function or "" for any, activity), tried on each frame from the innermost
+    ("mirrorgate/upstream/client.py", "_json_values", "count a public packument's values"),
+    ("mirrorgate/upstream/client.py", "get_json", "parse a public packument (orjson.loads)"),
+    ("mirrorgate/upstream/client.py", "_read_capped", "read a packument body (aiohttp)"),
+    ("mirrorgate/gate/entry.py", "document", "parse public's bytes again (worker re-gate)"),
+    ("mirrorgate/gate/entry.py", "fingerprint", "fingerprint a private answer"),
+    ("gzip.py", "", "gzip a rendering"),
+    ("mirrorgate/gate/entry.py", "build_rendered", "render: etag (blake2b)"),
+    ("mirrorgate/npm/packument.py", "render", "render a packument (orjson.dumps)"),
+    ("mirrorgate/npm/packument.py", "on_base", "render: base URL swap"),
+    ("mirrorgate/npm/packument.py", "serialise", "serialise each version (orjson.dumps)"),
+    ("mirrorgate/npm/packument.py", "_compact", "serialise each version (orjson.dumps)"),
+    ("mirrorgate/gate/records.py", "manifest", "parse a version record again (job, regate)"),
+    ("mirrorgate/gate/records.py", "", "gated packument bookkeeping"),
+    ("mirrorgate/rules/", "", "rules: evaluate each version"),
+    ("mirrorgate/integrity.py", "digests_from_dist", "digests of each version's dist"),
+    ("mirrorgate/npm/versions.py", "", "version strings (grammar, order)"),
+    ("mirrorgate/npm/origins.py", "", "origin lock on each tarball URL"),
+    ("mirrorgate/npm/mirrormark.py", "", "mirror marks"),
+    ("mirrorgate/npm/ownership.py", "", "mirror marks"),
+    ("mirrorgate/gate/merge.py", "", "gate: per-version loop itself"),
+    ("mirrorgate/serve/relayhash.py", "", "hash relayed tarballs (sha512)"),
+    ("hashlib", "", "hash tarballs (sha512/sha1)"),
+    ("mirrorgate/integrity.py", "", "hash tarballs (sha512/sha1)"),
+    ("mirrorgate/worker/regate.py", "", "worker re-gate: compare job and record"),
+    ("mirrorgate/npm/publish.py", "", "publish document"),
+    ("base64.py", "", "publish document (base64)"),
+    ("mirrorgate/upstream/filestore.py", "", "file store (read, write, fsync)"),
+    ("mirrorgate/npm/tarscripts.py", "", "read a tarball's package.json"),
+    ("structlog", "", "logging"),
+    ("mirrorgate/logs.py", "", "logging"),
+    ("prometheus_client", "", "metrics"),
+    ("mirrorgate/metrics.py", "", "metrics"),
+    ("aiohttp/", "", "aiohttp (HTTP server and client)"),
+    ("multidict", "", "aiohttp (HTTP server and client)"),
+    ("yarl", "", "aiohttp (HTTP server and client)"),
+    ("asyncio/", "", "asyncio (event loop, tasks, threads)"),
+    ("uvloop", "", "asyncio (event loop, tasks, threads)"),
+    ("concurrent/futures", "", "asyncio (event loop, tasks, threads)"),
+    ("threading.py", "", "asyncio (event loop, tasks, threads)"),
+)
+_THREADED = {
+    # what a thread was handed -> the side it works for
+    ("mirrorgate/gate/fill.py", "_gate"): "serve",
+    ("mirrorgate/serve/app.py", ""): "serve",
+    ("mirrorgate/gate/entry.py", "build_rendered"): "serve",
+    ("mirrorgate/serve/relayhash.py", ""): "serve",
+    ("mirrorgate/worker/regate.py", "_gate"): "worker",
+    ("mirrorgate/gate/entry.py", "document"): "worker",
+    ("mirrorgate/integrity.py", "dist_digests"): "worker",
+    ("mirrorgate/worker/", ""): "worker",
+    ("mirrorgate/upstream/filestore.py", "_write"): "worker",
+    ("mirrorgate/upstream/filestore.py", "_read_packument"): "serve or worker",
+}
+
+
+def _parse(frame: str) -> tuple[str, str]:
+    match = _FRAME.match(frame)
+    if match is None:
+        return frame, ""
+    return match["function"], match["file"]
+
+
+def _matches(rule_file: str, rule_function: str, function: str, file: str) -> bool:
+    return rule_file in file and (not rule_function or function == rule_function)
+
+
+def _activity(frames: list[tuple[str, str]]) -> str:
+    for function, file in reversed(frames):
+        for rule_file, rule_function, activity in ACTIVITIES:
+            if _matches(rule_file, rule_function, function, file):
+                return activity
+    return "other"
+
+
+def _side(frames: list[tuple[str, str]]) -> str:
+    files = [file for _function, file in frames]
+    if any("mirrorgate/worker/" in file for file in files):
+        return "worker"
+    threaded = not any("asyncio/base_events.py" in file or "uvloop" in file for file in files)
+    if threaded:
+        for function, file in frames:
+            for (rule_file, rule_function), side in _THREADED.items():
+                if _matches(rule_file, rule_function, function, file):
+                    return side
+    if any("mirrorgate/serve/" in file or "mirrorgate/gate/" in file for file in files):
+        return "serve"
+    return "loop and HTTP between handlers"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sample counts by (side, activity)."""
+
+    samples: Counter[tuple[str, str]]
+
+    @property
+    def total(self) -> int:
+        return sum(self.samples.values())
+
+    def by_side(self) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for (side, _activity), count in self.samples.items():
+            found[side] += count
+        return found
+
+    def by_activity(self) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for (_side, activity), count in self.samples.items():
+            found[activity] += count
+        return found
+
+    def lines(self, top: int = 25) -> Iterable[str]:
+        total = max(1, self.total)
+        yield f"{self.total} samples (CPU only: idle frames left out)"
+        yield "by side:"
+        for side, count in self.by_side().most_common():
+            yield f"  {count / total:6.1%}  {side}"
+        yield "by activity (side split in brackets):"
+        for activity, count in self.by_activity().most_common(top):
+            sides = ", ".join(f"{side} {n / total:.1%}" for (side, act), n
+                              in sorted(self.samples.items()) if act == activity)
+            yield f"  {count / total:6.1%}  {activity}  [{sides}]"
+
+
+def read_profile(path: Path) -> Profile:
+    samples: Counter[tuple[str, str]] = Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [_parse(frame) for frame in stack.split(";")[1:]]  # [0] is the thread
+        samples[(_side(frames), _activity(frames))] += int(count)
+    return Profile(samples)
