@@ -121,7 +121,8 @@ class Blackhole(ThreadedApp):
 
 class Bench:
     def __init__(self, tree: ScaleTree, public: ScaleRegistry, npm: NpmClient, workdir: Path,
-                 loop: str) -> None:
+                 loop: str, settings: Mapping[str, str]) -> None:
+        self.settings = settings
         self.tree = tree
         self.public = public
         self.npm = npm
@@ -131,7 +132,7 @@ class Bench:
     def mirrorgate(self, directory: Path,
                    extra: Mapping[str, str] | None = None) -> MirrorgateProcess:
         env = {"MIRRORGATE_PUBLIC_UPSTREAM": self.public.url, "MIRRORGATE_LOG_LEVEL": "warning",
-               **loop_environment(self.loop, self.workdir), **(extra or {})}
+               **loop_environment(self.loop, self.workdir), **self.settings, **(extra or {})}
         return MirrorgateProcess("serve", env, workdir=directory).start(timeout=60)
 
     @staticmethod
@@ -210,6 +211,9 @@ def _spy(pid: int, output: Path) -> subprocess.Popen[bytes]:
     output.parent.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(
         [spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--threads",
+         # only the thread holding the GIL, without pausing the process: otherwise threads
+         # waiting for the GIL, on a queue or in fsync are sampled as busy
+         "--nonblocking", "--gil",
          "--output", str(output)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # attached before the install starts
@@ -328,6 +332,9 @@ def main() -> int:
     parser.add_argument("--no-replay", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy one more cold run into DIR")
     parser.add_argument("--loop", choices=LOOPS, default="asyncio")
+    parser.add_argument("--set", action="append", default=[], metavar="VARIABLE=VALUE",
+                        help="a setting for every mirrorgate started (e.g. "
+                        "MIRRORGATE_CACHE_MAX_BYTES=134217728); repeatable")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
         "XDG_CACHE_HOME", Path.home() / ".cache")) / "mirrorgate-bench",
                         help="where the generated tree is kept between runs")
@@ -341,8 +348,10 @@ def main() -> int:
             tree.ensure_lockfile(npm, public.url)
             print(_describe(tree))
             print(f"prepared in {time.perf_counter() - started:.0f} s; mirrorgate on "
-                  f"{options.loop}; {os.cpu_count()} CPUs", flush=True)
-            bench = Bench(tree, public, npm, workdir, options.loop)
+                  f"{options.loop}{''.join(f', {item}' for item in options.set)}; "
+                  f"{os.cpu_count()} CPUs", flush=True)
+            settings = dict(item.split("=", 1) for item in options.set)
+            bench = Bench(tree, public, npm, workdir, options.loop, settings)
             runs: list[Run] = []
             phases: list[tuple[str, Callable[[Run, Path], None]]] = [("cold", bench.cold)]
             if not options.no_replay:
@@ -360,13 +369,17 @@ def main() -> int:
                 print(_line(index, run, tree.versions_installed), flush=True)
             if options.loop == "uvloop" and not all(run.uvloop for run in runs):
                 raise RuntimeError("mirrorgate did not load uvloop")
-            report(runs, tree)
+            if runs:
+                report(runs, tree)
             if options.profile is not None:
                 output = options.profile / f"cold-scale-{options.loop}.pyspy.txt"
                 run = Run()
                 with bench.directory("profiled") as directory:
                     bench.cold(run, directory, profile=output)
-                print(f"\nprofile of one cold run (install and mirroring), {output}:")
+                assert run.total is not None
+                print(f"\nprofile of one cold run (install and mirroring), {output}: CPU "
+                      f"{run.total.cpu:.1f} s, of which the event loop's thread "
+                      f"{run.total.main:.1f} s")
                 print("\n".join(read_profile(output).lines()))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

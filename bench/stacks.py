@@ -22,47 +22,56 @@ __all__ = ["Profile", "read_profile"]
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 ACTIVITIES: tuple[tuple[str, str, str], ...] = (
-    # (file part, function or "" for any, activity), tried on each frame from the innermost
+    # (file part, function or "" for any, activity), tried on each frame from the innermost;
+    # a frame no rule names (urllib, base64, json...) is charged to the one that called it
     ("mirrorgate/upstream/client.py", "_json_values", "count a public packument's values"),
     ("mirrorgate/upstream/client.py", "get_json", "parse a public packument (orjson.loads)"),
     ("mirrorgate/upstream/client.py", "_read_capped", "read a packument body (aiohttp)"),
-    ("mirrorgate/gate/entry.py", "document", "parse public's bytes again (worker re-gate)"),
+    ("aiohttp/compression_utils.py", "", "gunzip a packument body"),
+    ("mirrorgate/gate/entry.py", "document", "worker: parse public's bytes again"),
     ("mirrorgate/gate/entry.py", "fingerprint", "fingerprint a private answer"),
-    ("gzip.py", "", "gzip a rendering"),
+    ("gzip.py", "", "render: gzip"),
     ("mirrorgate/gate/entry.py", "build_rendered", "render: etag (blake2b)"),
-    ("mirrorgate/npm/packument.py", "render", "render a packument (orjson.dumps)"),
+    ("mirrorgate/npm/packument.py", "render", "render: orjson.dumps of the document"),
     ("mirrorgate/npm/packument.py", "on_base", "render: base URL swap"),
-    ("mirrorgate/npm/packument.py", "serialise", "serialise each version (orjson.dumps)"),
-    ("mirrorgate/npm/packument.py", "_compact", "serialise each version (orjson.dumps)"),
-    ("mirrorgate/gate/records.py", "manifest", "parse a version record again (job, regate)"),
+    ("mirrorgate/npm/packument.py", "serialise", "gate: serialise each version (orjson)"),
+    ("mirrorgate/npm/packument.py", "_compact", "gate: serialise each version (orjson)"),
+    ("mirrorgate/gate/records.py", "manifest", "parse a version record again (job, re-gate)"),
     ("mirrorgate/gate/records.py", "", "gated packument bookkeeping"),
-    ("mirrorgate/rules/", "", "rules: evaluate each version"),
-    ("mirrorgate/integrity.py", "digests_from_dist", "digests of each version's dist"),
-    ("mirrorgate/npm/versions.py", "", "version strings (grammar, order)"),
-    ("mirrorgate/npm/origins.py", "", "origin lock on each tarball URL"),
-    ("mirrorgate/npm/mirrormark.py", "", "mirror marks"),
-    ("mirrorgate/npm/ownership.py", "", "mirror marks"),
-    ("mirrorgate/gate/merge.py", "", "gate: per-version loop itself"),
-    ("mirrorgate/serve/relayhash.py", "", "hash relayed tarballs (sha512)"),
-    ("hashlib", "", "hash tarballs (sha512/sha1)"),
-    ("mirrorgate/integrity.py", "", "hash tarballs (sha512/sha1)"),
-    ("mirrorgate/worker/regate.py", "", "worker re-gate: compare job and record"),
-    ("mirrorgate/npm/publish.py", "", "publish document"),
-    ("base64.py", "", "publish document (base64)"),
+    ("mirrorgate/rules/", "", "gate: rules.evaluate"),
+    ("mirrorgate/integrity.py", "update", "hash tarballs (sha512, sha1)"),
+    ("mirrorgate/integrity.py", "finish", "hash tarballs (sha512, sha1)"),
+    ("mirrorgate/integrity.py", "dist_digests", "hash tarballs (sha512, sha1)"),
+    ("mirrorgate/integrity.py", "digest_of", "hash tarballs (sha512, sha1)"),
+    ("mirrorgate/serve/relayhash.py", "", "hash tarballs (sha512, sha1)"),
+    ("mirrorgate/integrity.py", "", "gate: digests of each dist"),
+    ("mirrorgate/npm/versions.py", "", "gate: version strings"),
+    ("mirrorgate/npm/origins.py", "", "gate: origin lock (urlsplit)"),
+    ("mirrorgate/npm/mirrormark.py", "", "gate: mirror marks"),
+    ("mirrorgate/npm/ownership.py", "", "gate: mirror marks"),
+    ("mirrorgate/npm/scripts.py", "", "gate: install scripts"),
+    ("mirrorgate/gate/merge.py", "", "gate: the per-version loop itself"),
+    ("mirrorgate/worker/regate.py", "", "worker: compare job and record"),
+    ("mirrorgate/npm/publish.py", "", "worker: publish document (base64)"),
     ("mirrorgate/upstream/filestore.py", "", "file store (read, write, fsync)"),
     ("mirrorgate/npm/tarscripts.py", "", "read a tarball's package.json"),
     ("structlog", "", "logging"),
     ("mirrorgate/logs.py", "", "logging"),
     ("prometheus_client", "", "metrics"),
     ("mirrorgate/metrics.py", "", "metrics"),
+    ("asyncio/selector_events.py", "write", "socket writes"),
+    ("asyncio/selector_events.py", "_write_to_self", "thread hand-offs (wake-ups, submit)"),
+    ("concurrent/futures", "", "thread hand-offs (wake-ups, submit)"),
+    ("asyncio/threads.py", "", "thread hand-offs (wake-ups, submit)"),
     ("aiohttp/", "", "aiohttp (HTTP server and client)"),
     ("multidict", "", "aiohttp (HTTP server and client)"),
     ("yarl", "", "aiohttp (HTTP server and client)"),
-    ("asyncio/", "", "asyncio (event loop, tasks, threads)"),
-    ("uvloop", "", "asyncio (event loop, tasks, threads)"),
-    ("concurrent/futures", "", "asyncio (event loop, tasks, threads)"),
-    ("threading.py", "", "asyncio (event loop, tasks, threads)"),
+    ("asyncio/", "", "asyncio (event loop, tasks)"),
+    ("uvloop", "", "asyncio (event loop, tasks)"),
 )
+WAITS = ("_worker (concurrent/futures/thread.py:81)", "_Lane._run (mirrorgate/serve/relayhash.py",
+         "EpollSelector.select (selectors.py")
+"""Innermost frames of a thread waiting for work: not CPU, whatever a sampler took them for."""
 _THREADED = {
     # what a thread was handed -> the side it works for
     ("mirrorgate/gate/fill.py", "_gate"): "serve",
@@ -86,7 +95,8 @@ def _parse(frame: str) -> tuple[str, str]:
 
 
 def _matches(rule_file: str, rule_function: str, function: str, file: str) -> bool:
-    return rule_file in file and (not rule_function or function == rule_function)
+    # py-spy names a method `Class.method` and a comprehension `function.<locals>.<listcomp>`
+    return rule_file in file and (not rule_function or rule_function in function.split("."))
 
 
 def _activity(frames: list[tuple[str, str]]) -> str:
@@ -152,6 +162,8 @@ def read_profile(path: Path) -> Profile:
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
+            continue
+        if stack.rsplit(";", 1)[-1].startswith(WAITS):
             continue
         frames = [_parse(frame) for frame in stack.split(";")[1:]]  # [0] is the thread
         samples[(_side(frames), _activity(frames))] += int(count)
