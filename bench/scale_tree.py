@@ -44,7 +44,7 @@ from tests.servers.packages import build_tarball, iso, tarball_filename
 
 __all__ = ["Counters", "ScaleRegistry", "ScaleTree"]
 
-GENERATOR = 1
+GENERATOR = 2
 """Bumped whenever the generator changes what it builds, so an old cache is not reused."""
 BASE = "http://scale-registry.invalid"
 """Stands for the registry's base URL in the packuments on disk."""
@@ -221,8 +221,13 @@ def _fake_digests(name: str, version: str) -> tuple[str, str]:
     return integrity, hashlib.sha1(seed, usedforsecurity=False).hexdigest()
 
 
-def _padding(count: int, prefix: str) -> dict[str, str]:
-    return {f"@scale-dev/{prefix}-{i:03d}": f"^{i % 9}.{i % 13}.{i % 5}" for i in range(count)}
+def _dev_dependencies(count: int) -> dict[str, str]:
+    return {f"@scale-dev/tool-{i:03d}": f"^{i % 9}.{i % 13}.{i % 5}" for i in range(count)}
+
+
+def _contributors(count: int) -> list[dict[str, str]]:
+    return [{"name": f"Contributor {i}", "email": f"contributor{i}@example.com",
+             "url": f"https://example.com/~contributor{i}"} for i in range(count)]
 
 
 def _tarball(name: str, version: str, dependencies: dict[str, str], payload: int) -> bytes:
@@ -259,9 +264,12 @@ def _document(package: _Package, tarballs: dict[str, bytes]) -> bytes:
         "_npmVersion": "10.2.4",
         "_hasShrinkwrap": False,
     }
+    # the rest of the size: a fifth in devDependencies, which the abbreviated form keeps, the
+    # rest in contributors, which it drops; abbreviated versions come out at about 40% of full
     probe = len(orjson.dumps(common)) + 520  # `dist`, `_id`, `gitHead`... come on top
-    common["devDependencies"] = _padding(max(0, (package.shape.manifest_bytes - probe) // 34),
-                                         "tool")
+    spare = max(0, package.shape.manifest_bytes - probe)
+    common["devDependencies"] = _dev_dependencies(spare // 5 // 34)
+    common["contributors"] = _contributors(spare * 4 // 5 // 95)
     versions: dict[str, Any] = {}
     times: dict[str, str] = {}
     count = len(package.versions)
