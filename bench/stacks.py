@@ -72,18 +72,31 @@ ACTIVITIES: tuple[tuple[str, str, str], ...] = (
 WAITS = ("_worker (concurrent/futures/thread.py:81)", "_Lane._run (mirrorgate/serve/relayhash.py",
          "EpollSelector.select (selectors.py")
 """Innermost frames of a thread waiting for work: not CPU, whatever a sampler took them for."""
+FILL = "fill"
+SERVE = "handlers"
+WORKER = "worker"
+LOOP = "loop"
+PRIVATE = "private reads"
+SIDES = {
+    FILL: "packument fills: fetch, parse, gate (for a client, or for the worker's re-gate of an "
+          "entry expired or evicted)",
+    SERVE: "the serve path's request handlers (tarball relay, enqueue, packument answers)",
+    WORKER: "the worker's jobs (re-gate, download, verify, publish)",
+    LOOP: "the event loop and HTTP machinery outside any handler",
+    PRIVATE: "reads of the file store (for a fill or the worker)",
+}
 _THREADED = {
     # what a thread was handed -> the side it works for
-    ("mirrorgate/gate/fill.py", "_gate"): "serve",
-    ("mirrorgate/serve/app.py", ""): "serve",
-    ("mirrorgate/gate/entry.py", "build_rendered"): "serve",
-    ("mirrorgate/serve/relayhash.py", ""): "serve",
-    ("mirrorgate/worker/regate.py", "_gate"): "worker",
-    ("mirrorgate/gate/entry.py", "document"): "worker",
-    ("mirrorgate/integrity.py", "dist_digests"): "worker",
-    ("mirrorgate/worker/", ""): "worker",
-    ("mirrorgate/upstream/filestore.py", "_write"): "worker",
-    ("mirrorgate/upstream/filestore.py", "_read_packument"): "serve or worker",
+    ("mirrorgate/gate/fill.py", "_gate"): FILL,
+    ("mirrorgate/serve/app.py", ""): SERVE,
+    ("mirrorgate/gate/entry.py", "build_rendered"): SERVE,
+    ("mirrorgate/serve/relayhash.py", ""): SERVE,
+    ("mirrorgate/worker/regate.py", "_gate"): WORKER,
+    ("mirrorgate/gate/entry.py", "document"): WORKER,
+    ("mirrorgate/integrity.py", "dist_digests"): WORKER,
+    ("mirrorgate/worker/", ""): WORKER,
+    ("mirrorgate/upstream/filestore.py", "_write"): WORKER,
+    ("mirrorgate/upstream/filestore.py", "_read_packument"): PRIVATE,
 }
 
 
@@ -108,18 +121,23 @@ def _activity(frames: list[tuple[str, str]]) -> str:
 
 
 def _side(frames: list[tuple[str, str]]) -> str:
+    """Who the work was for. A fill runs in the cache's own task, whoever asked for it (a
+    client's request, or the worker's re-gate finding an entry expired or evicted)."""
     files = [file for _function, file in frames]
     if any("mirrorgate/worker/" in file for file in files):
-        return "worker"
+        return WORKER
     threaded = not any("asyncio/base_events.py" in file or "uvloop" in file for file in files)
     if threaded:
         for function, file in frames:
             for (rule_file, rule_function), side in _THREADED.items():
                 if _matches(rule_file, rule_function, function, file):
                     return side
+    if any("mirrorgate/gate/cache.py" in file or "mirrorgate/gate/fill.py" in file
+           for file in files):
+        return FILL
     if any("mirrorgate/serve/" in file or "mirrorgate/gate/" in file for file in files):
-        return "serve"
-    return "loop and HTTP between handlers"
+        return SERVE
+    return LOOP
 
 
 @dataclass(frozen=True)
@@ -149,7 +167,7 @@ class Profile:
         yield f"{self.total} samples (CPU only: idle frames left out)"
         yield "by side:"
         for side, count in self.by_side().most_common():
-            yield f"  {count / total:6.1%}  {side}"
+            yield f"  {count / total:6.1%}  {side}: {SIDES.get(side, side)}"
         yield "by activity (side split in brackets):"
         for activity, count in self.by_activity().most_common(top):
             sides = ", ".join(f"{side} {n / total:.1%}" for (side, act), n
