@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: the repository root on the path, as for -m
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -52,7 +53,7 @@ from tests.servers.npm import NpmClient
 from tests.servers.processes import MirrorgateProcess
 from tests.servers.threaded import ThreadedApp
 
-from bench.loops import LOOPS, loop_environment, uses_uvloop
+from bench.loops import GC_STATS, LOOPS, child_environment, gc_stats, uses_uvloop
 from bench.procstat import MIB, Usage, usage
 from bench.scale_tree import Counters, ScaleRegistry, ScaleTree
 from bench.stacks import read_profile
@@ -83,6 +84,8 @@ class Run:
     parked: Usage | None = None
     parked_wall: float | None = None
     uvloop: bool = False
+    gc: dict[str, Any] | None = None
+    """The cold run's garbage collections and their seconds, by generation (`--gc-stats`)."""
 
 
 def timed_ci(npm: NpmClient, registry: str) -> float:
@@ -121,8 +124,9 @@ class Blackhole(ThreadedApp):
 
 class Bench:
     def __init__(self, tree: ScaleTree, public: ScaleRegistry, npm: NpmClient, workdir: Path,
-                 loop: str, settings: Mapping[str, str]) -> None:
+                 loop: str, settings: Mapping[str, str], startup: list[str]) -> None:
         self.settings = settings
+        self.startup = startup
         self.tree = tree
         self.public = public
         self.npm = npm
@@ -132,7 +136,9 @@ class Bench:
     def mirrorgate(self, directory: Path,
                    extra: Mapping[str, str] | None = None) -> MirrorgateProcess:
         env = {"MIRRORGATE_PUBLIC_UPSTREAM": self.public.url, "MIRRORGATE_LOG_LEVEL": "warning",
-               **loop_environment(self.loop, self.workdir), **self.settings, **(extra or {})}
+               "BENCH_GC_STATS": str(directory / "gc.json"),
+               **child_environment(self.workdir, loop=self.loop, startup=self.startup),
+               **self.settings, **(extra or {})}
         return MirrorgateProcess("serve", env, workdir=directory).start(timeout=60)
 
     @staticmethod
@@ -172,6 +178,7 @@ class Bench:
             if spy is not None and spy.poll() is None:
                 spy.kill()
             proxy.terminate()
+        run.gc = gc_stats(directory / "gc.json")
 
     def replay(self, run: Run, directory: Path) -> None:
         self.public.stop()
@@ -240,6 +247,10 @@ def _line(index: int, run: Run, versions: int) -> str:
         text += (f" | replay {run.replay:6.1f} s, CPU {run.replay_usage.cpu:.1f} s "
                  f"({run.replay_usage.cpu * 1000 / versions:.1f} ms/version), peak RSS "
                  f"{run.replay_usage.peak_rss / MIB:.0f} MiB")
+    if run.gc is not None:
+        counts, seconds = run.gc["collections"], run.gc["seconds"]
+        shown = ", ".join(f"{n:,} in {t:.1f} s" for n, t in zip(counts, seconds, strict=True))
+        text += f" | GC {sum(seconds):.1f} s (generations 0, 1, 2: {shown})"
     if run.parked is not None:
         text += (f" | parked worker: serve CPU {run.parked.cpu:.1f} s "
                  f"({run.parked.cpu * 1000 / versions:.1f} ms/version), peak RSS "
@@ -332,6 +343,11 @@ def main() -> int:
     parser.add_argument("--no-replay", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy one more cold run into DIR")
     parser.add_argument("--loop", choices=LOOPS, default="asyncio")
+    parser.add_argument("--startup", action="append", default=[], metavar="CODE",
+                        help="a line of Python every mirrorgate runs first (e.g. \"import gc; "
+                        "gc.set_threshold(50_000, 20, 100)\"); repeatable")
+    parser.add_argument("--gc-stats", action="store_true",
+                        help="count mirrorgate's garbage collections and their seconds")
     parser.add_argument("--set", action="append", default=[], metavar="VARIABLE=VALUE",
                         help="a setting for every mirrorgate started (e.g. "
                         "MIRRORGATE_CACHE_MAX_BYTES=134217728); repeatable")
@@ -348,10 +364,12 @@ def main() -> int:
             tree.ensure_lockfile(npm, public.url)
             print(_describe(tree))
             print(f"prepared in {time.perf_counter() - started:.0f} s; mirrorgate on "
-                  f"{options.loop}{''.join(f', {item}' for item in options.set)}; "
+                  f"{options.loop}{''.join(f', {item}' for item in options.set)}"
+                  f"{''.join(f'; first {code!r}' for code in options.startup)}; "
                   f"{os.cpu_count()} CPUs", flush=True)
             settings = dict(item.split("=", 1) for item in options.set)
-            bench = Bench(tree, public, npm, workdir, options.loop, settings)
+            startup = [*options.startup, *([GC_STATS] if options.gc_stats else [])]
+            bench = Bench(tree, public, npm, workdir, options.loop, settings, startup)
             runs: list[Run] = []
             phases: list[tuple[str, Callable[[Run, Path], None]]] = [("cold", bench.cold)]
             if not options.no_replay:

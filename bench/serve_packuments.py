@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.loops import LOOPS, loop_environment, uses_uvloop
+from bench.loops import LOOPS, child_environment, uses_uvloop
 
 ACCEPTS = {
     # npm 11 (the npm on these machines) asks for the full document when it installs;
@@ -363,7 +363,7 @@ def main() -> int:
                "MIRRORGATE_LOG_FORMAT": "json", "MIRRORGATE_LOG_LEVEL": "warning"}
         if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        env.update(loop_environment(args.loop, workdir))
+        env.update(child_environment(workdir, loop=args.loop))
         processes.append(_start([*mirrorgate_argv(), "serve"], env, workdir))
         mirrorgate = Target("mirrorgate", f"http://127.0.0.1:{port}/npm/")
         _wait_until_up(mirrorgate.base + "-/ping")
@@ -386,7 +386,7 @@ def main() -> int:
         bare_port = free_port()
         processes.append(_start([sys.executable, "-m", "bench.serve_packuments", "--bare",
                                  str(bare_port), str(answers)],
-                                {**os.environ, **loop_environment(args.bare_loop, workdir)},
+                                {**os.environ, **child_environment(workdir, loop=args.bare_loop)},
                                 root))
         bare = Target("bare aiohttp", f"http://127.0.0.1:{bare_port}/")
         _wait_until_up(bare.base + packages["express"].name)
