@@ -27,6 +27,9 @@ round trip per package per TTL, answered 304).
 
 Targets (express-sized packument): mirrorgate >= 20x Verdaccio's requests/s and >= 50% of the
 bare handler's.
+
+`--loop uvloop` runs mirrorgate on uvloop and `--bare-loop uvloop` the bare handler
+(`bench.loops`, no change to either program); both default to asyncio's own loop.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.loops import LOOPS, child_environment, uses_uvloop
 
 ACCEPTS = {
     # npm 11 (the npm on these machines) asks for the full document when it installs;
@@ -318,6 +323,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-verdaccio", action="store_true",
                         help="measure mirrorgate and the bare handler only")
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio",
+                        help="the event loop mirrorgate runs on (`bench.loops`)")
+    parser.add_argument("--bare-loop", choices=LOOPS, default="asyncio",
+                        help="the event loop the bare aiohttp handler runs on")
     parser.add_argument("--form", choices=sorted(ACCEPTS), default="full",
                         help="the packument form asked for: full (npm 11's install, the "
                         "default) or abbreviated (npm 10 and older)")
@@ -354,6 +363,7 @@ def main() -> int:
                "MIRRORGATE_LOG_FORMAT": "json", "MIRRORGATE_LOG_LEVEL": "warning"}
         if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        env.update(child_environment(workdir, loop=args.loop))
         processes.append(_start([*mirrorgate_argv(), "serve"], env, workdir))
         mirrorgate = Target("mirrorgate", f"http://127.0.0.1:{port}/npm/")
         _wait_until_up(mirrorgate.base + "-/ping")
@@ -375,7 +385,9 @@ def main() -> int:
         answers.write_text(json.dumps(recorded))
         bare_port = free_port()
         processes.append(_start([sys.executable, "-m", "bench.serve_packuments", "--bare",
-                                 str(bare_port), str(answers)], dict(os.environ), root))
+                                 str(bare_port), str(answers)],
+                                {**os.environ, **child_environment(workdir, loop=args.bare_loop)},
+                                root))
         bare = Target("bare aiohttp", f"http://127.0.0.1:{bare_port}/")
         _wait_until_up(bare.base + packages["express"].name)
         for key, package in packages.items():
@@ -397,6 +409,12 @@ def main() -> int:
                 _get(verdaccio.url + package.name, form)
             targets.append(Target("verdaccio", verdaccio.url))
 
+        loops = {"mirrorgate": (processes[0].pid, args.loop),
+                 "the bare handler": (processes[1].pid, args.bare_loop)}
+        for label, (pid, loop) in loops.items():
+            if uses_uvloop(pid) != (loop == "uvloop"):
+                raise SystemExit(f"{label} is not running on {loop}")
+        print(f"event loops: mirrorgate {args.loop}, bare handler {args.bare_loop}")
         print(f"{CONNECTIONS} connections, Accept: {ACCEPTS[form]}, Accept-Encoding: "
               f"{ACCEPT_ENCODING}; mirrorgate and "
               f"bare: median of {ROUNDS} alternating {MEASURE_SECONDS:g} s rounds; Verdaccio: "

@@ -145,3 +145,18 @@ def test_a_stored_dist_agrees_only_on_the_jobs_strongest_algorithm() -> None:
     assert agreement(weaker, job)[0] is Agreement.UNKNOWN
     assert agreement({}, job)[0] is Agreement.UNKNOWN
     assert agreement(None, job)[0] is Agreement.UNKNOWN
+
+
+@pytest.mark.parametrize("value", ["", "=", "A", "AA", "A=", "AA==", "AAA=", "AAAA", "AA=A",
+                                   "AA===", "AA==AA==", "-_-_", "AA AA", "AAAA\n", "é", "AA=\t"])
+def test_a_digest_value_decodes_as_strict_base64_does(value: str) -> None:
+    # the gate's own decoding of every digest, against the standard library's
+    try:
+        expected: bytes | None = base64.b64decode(value, validate=True)
+    except ValueError:
+        expected = None
+    try:
+        found: bytes | None = Digest("sha512", value).raw()
+    except ValueError:
+        found = None
+    assert found == expected

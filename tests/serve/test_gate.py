@@ -84,6 +84,27 @@ def test_the_policy_message_names_every_denied_version_on_one_line() -> None:
     assert gated.denials == {"integrity-presence": 30}
 
 
+def test_one_version_gated_alone_is_judged_as_in_the_whole_packument() -> None:
+    rules = parse_rules('[deny]\npackages = ["mixed@1.1.0"]\n[age]\nminimum = "3d"\n')
+    mixed = make_package("mixed", [
+        make_version("mixed", "1.0.0"), make_version("mixed", "1.1.0"),
+        fresh_version("mixed", "1.2.0"), make_version("mixed", "1.3.0", digests="none"),
+        make_version("mixed", "1.4.0")])
+    public = orjson.loads(orjson.dumps(mixed.packument(UPSTREAM)))
+    now = datetime.now(UTC)
+    whole = gate(parse_name("mixed"), None, public, rules=rules, now=now, origin=ORIGIN)
+    assert sorted(whole.denied) == ["1.1.0", "1.2.0", "1.3.0"]  # deny list, age, no digest
+
+    for version in ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0"]:
+        alone = gate(parse_name("mixed"), None, public, rules=rules, now=now, origin=ORIGIN,
+                     only=version)
+        assert list(alone.versions) == [version]
+        assert alone.versions[version] == whole.versions[version]
+        assert alone.time.get(version) == whole.time.get(version)
+    assert gate(parse_name("mixed"), None, public, rules=rules, now=now, origin=ORIGIN,
+                only="9.9.9").versions == {}
+
+
 def test_more_versions_than_the_bound_are_refused_before_any_gating() -> None:
     public = {"name": "huge", "versions": {f"0.0.{i}": {} for i in range(MAX_VERSIONS + 1)}}
 

@@ -8,7 +8,7 @@ can run it in a thread and tests can call it directly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -127,28 +127,37 @@ def _readable(judging: _Judging, version: str, manifest: object) -> bool:
     return False
 
 
+def _chosen(versions: Mapping[str, Any], only: str | None) -> Iterable[tuple[str, Any]]:
+    """The versions to judge: all of them, or the one named (when listed)."""
+    if only is None:
+        return versions.items()
+    return [(only, versions[only])] if only in versions else []
+
+
 def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
-                 private_versions: Mapping[str, Any], origin: Origin) -> dict[str, PublicGate]:
+                 private_versions: Mapping[str, Any], origin: Origin,
+                 only: str | None) -> dict[str, PublicGate]:
     """Judge every public version; record those the private side does not shadow. Returns
     what was kept of each, for a mirrored private copy to fall back on."""
     times = times_of(public)
     kept: dict[str, PublicGate] = {}
     shadows = _shadowing(private_versions)
-    for version, manifest in versions_of(public).items():
+    for version, manifest in _chosen(versions_of(public), only):
         if not _readable(judging, version, manifest):
             continue
         if MARK_FIELD in manifest:
             manifest = without_mark(manifest)  # only the worker marks what it mirrored
         dist = manifest.get("dist")
         url = dist.get("tarball") if isinstance(dist, Mapping) else None
+        digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()
         denial = _origin_denial(judging, version, url, origin)
         verdict = None
         if denial is None:
             verdict = evaluate(judging.rules, judging.name.full, version, manifest,
-                               times.get(version), judging.now, context=judging.context)
+                               times.get(version), judging.now, context=judging.context,
+                               digests=digests)
             denial = judging.denial_of(verdict)
         tarball = url if denial is None and isinstance(url, str) else None
-        digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()
         kept[version] = (tarball, digests)
         if isinstance(private_versions.get(version), Mapping) or (
                 shadows and (parsed := parse_version(version)) is not None
@@ -227,8 +236,8 @@ def _same_bytes(listed: Mapping[str, Any], integrity: str) -> bool:
 
 def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
                   public_kept: Mapping[str, PublicGate], public: Mapping[str, Any] | None,
-                  remembered: Withdrawn) -> None:
-    for version, manifest in private_versions.items():
+                  remembered: Withdrawn, only: str | None) -> None:
+    for version, manifest in _chosen(private_versions, only):
         if not _readable(judging, version, manifest):
             continue
         judged, mirrored, _published = _private_verdict(judging, version, manifest)
@@ -310,12 +319,16 @@ def gate(
     origin: Origin,
     keys: KeySet | None = None,
     withdrawn: Withdrawn | None = None,
+    only: str | None = None,
 ) -> Gated:
     """Merge the private and public packuments (either may be None) and gate the versions.
     `keys` are the public registry's signing keys, for the signature rule (None: unavailable);
     `withdrawn`, the mirrored versions of this package the public registry was seen to
     withdraw before (`public` None means it did not answer, or has no such package: neither
-    withdraws anything).
+    withdraws anything). `only` judges that one version alone (the worker's re-gate reads one
+    record): ownership, the size bound and the history the rules read still come from the
+    whole documents, but no other version is judged or serialised, so the tags, times and
+    size describe it alone.
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
@@ -336,8 +349,8 @@ def gate(
         # gated without the keys it should have had: gated again at its next fill (now), so a
         # revalidation cannot keep it once the keys are back
         judging.regate_by(now)
-    public_kept = _gate_public(judging, public, private_versions, origin)
-    _gate_private(judging, private_versions, public_kept, public, withdrawn or {})
+    public_kept = _gate_public(judging, public, private_versions, origin, only)
+    _gate_private(judging, private_versions, public_kept, public, withdrawn or {}, only)
 
     records = judging.records
     survivors = [v for v, record in records.items() if record.denial is None]

@@ -298,16 +298,21 @@ def evaluate(
     now: datetime,
     *,
     context: Context | None = None,
+    digests: tuple[Digest, ...] | None = None,
 ) -> Verdict:
     """Whether the public version `name@version` is admitted, and if not by which rule and why.
 
     `manifest` is the packument's `versions[version]`, `published` its `time[version]` (or None)
     and `now` the moment to measure release age against. `context` carries what the
     packument-wide rules read (history, registry keys); without it they see no history and no
-    keys. Pure: no I/O, no clock, no logging.
+    keys. `digests` are `digests_from_dist` of its `dist` when the caller has them already (the
+    gate keeps them too), so they are not read twice. Pure: no I/O, no clock, no logging.
     """
     dist = manifest.get("dist") if isinstance(manifest, Mapping) else None
-    best = strongest(digests_from_dist(dist)) if isinstance(dist, Mapping) else None
+    if not isinstance(dist, Mapping):
+        best = None
+    else:
+        best = strongest(digests if digests is not None else digests_from_dist(dist))
     judged = Judged(name, version, manifest if isinstance(manifest, Mapping) else {},
                     published, now if now.tzinfo is not None else now.replace(tzinfo=UTC),
                     context, best)

@@ -15,6 +15,7 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import structlog
 from aiohttp import web
@@ -126,8 +127,8 @@ class _Guard(asyncio.Protocol):
     # -- the protocol aiohttp sees through ------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport, whatever the loop: uvloop's is not an asyncio.Transport subclass
+        self._transport = cast(asyncio.Transport, transport)
         self._inner.connection_made(transport)
         self._arm_head()
 

@@ -68,7 +68,8 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
     """
     if document is None:
         raise JobRefused("public-missing", f"the public upstream has no package {name.full}")
-    gated = await in_thread_if_large(size, _gate, name, document, rules, now, public, keys)
+    gated = await in_thread_if_large(size, _gate, name, document, job.version, rules, now,
+                                     public, keys)
     record = gated.versions.get(job.version)
     if record is None:
         raise JobRefused("public-missing", f"the public packument of {name.full} does not list "
@@ -98,11 +99,13 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
                      published=time_text(gated.time.get(record.version)))
 
 
-def _gate(name: PackageName, document: Mapping[str, Any], rules: Rules, now: datetime,
-          public: Upstream, keys: KeySet | None) -> Gated:
+def _gate(name: PackageName, document: Mapping[str, Any], version: str, rules: Rules,
+          now: datetime, public: Upstream, keys: KeySet | None) -> Gated:
     # Only the public side: what matters here is public's verdict on a public version. The
-    # private side's say (ownership) flows in through the same gate and rules.
-    return gate(name, None, document, rules=rules, now=now, origin=public.origin, keys=keys)
+    # private side's say (ownership) flows in through the same gate and rules. Only the job's
+    # version is judged: the one record read here, not thousands of a large packument's.
+    return gate(name, None, document, rules=rules, now=now, origin=public.origin, keys=keys,
+                only=version)
 
 
 def _check_digests(carried: tuple[Digest, ...], published: tuple[Digest, ...]) -> None:
