@@ -192,6 +192,11 @@ VARIABLES: tuple[Var, ...] = (
         "MIRRORGATE_DATA_DIR/spool; a tarball that does not fit streams per request (default: "
         "a quarter of the free space there, at most 1 GiB)",
         see="serving.md#one-download-per-tarball"),
+    Var("MIRRORGATE_HANDOFF_MAX_BYTES", str(64 * MIB), "bytes of public tarballs the proxy "
+        "verified that it keeps in memory, for at most 10 minutes, for the worker beside it "
+        "(`mirrorgate serve` with its worker) to mirror without downloading them again; the "
+        "worker hashes them against its job all the same (0: the worker downloads every one)",
+        see="serving.md#one-download-per-version"),
     Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired",
         read_by=(WORKER,), see="worker.md#retries"),
     Var("MIRRORGATE_WORKER_CONCURRENCY", "1", "mirror jobs in flight at once",
@@ -337,6 +342,7 @@ class Settings:
     send_min_rate: int
     send_min_rate_grace: float
     spool_max_bytes: int
+    handoff_max_bytes: int
     heartbeat_stale_after: float
     drain_timeout: float
     log_level: str
@@ -770,6 +776,8 @@ def load_settings(
         send_min_rate=read.integer("MIRRORGATE_SEND_MIN_RATE", 0, None, "500"),
         send_min_rate_grace=read.seconds("MIRRORGATE_SEND_MIN_RATE_GRACE", 0, "20"),
         spool_max_bytes=_spool_max_bytes(read, data_dir),
+        handoff_max_bytes=read.integer("MIRRORGATE_HANDOFF_MAX_BYTES", 0, None,
+                                       str(64 * MIB)),
         heartbeat_stale_after=read.seconds("MIRRORGATE_HEARTBEAT_STALE_AFTER", 1, "120"),
         drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
         log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),

@@ -106,6 +106,10 @@ class Metrics:
             "mirrorgate_upstream_decoded", "tarball answers an upstream content-coded although "
             "identity was asked for, decoded to the stored bytes", ["upstream", "coding"],
             registry=r)
+        self.handoffs = Counter(
+            "mirrorgate_handoffs", "public tarballs verified by the proxy and handed to the "
+            "worker beside it, by outcome: offered, not_offered (no spool, no room), taken, "
+            "missed (the worker downloaded them)", ["outcome"], registry=r)
         self.private_skipped = Counter(
             "mirrorgate_private_skipped", "tarball requests sent straight to public because a "
             "fresh packument says the private upstream does not have the version", registry=r)

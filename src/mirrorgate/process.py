@@ -27,6 +27,7 @@ from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
 from mirrorgate.gate.public import CachedPublic, PublicPackuments, ServedPublic
+from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
@@ -304,11 +305,15 @@ class _Feeds:
 async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Health,
                  queue: MirrorQueue, upstreams: Upstreams, rules: LiveRules,
                  clients: ClientTokens | None, notifier: Notifier | None) -> int:
+    # the proxy hands the tarballs it verified to the worker beside it: one download a version
+    handoff = (Handoff(settings.handoff_max_bytes)
+               if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
     if shape.serves:
         private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
-                                    clients=clients, keep_public=shape.runs_worker))
+                                    clients=clients, keep_public=shape.runs_worker,
+                                    handoff=handoff))
         # the worker beside the proxy re-gates through the proxy's packument service
         packuments: PublicPackuments | None = (ServedPublic(app[SERVER].packuments)
                                                if shape.runs_worker else None)
@@ -344,7 +349,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
             worker = Worker(WorkerDeps(settings=settings, queue=queue, public=upstreams.public,
                                        target=target, metrics=metrics,
                                        heartbeat=health.heartbeat, rules=rules,
-                                       packuments=packuments, withdrawals=withdrawals))
+                                       packuments=packuments, withdrawals=withdrawals,
+                                       handoff=handoff))
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         log.info("started", command=shape.command, shape=shape.value, listen=f"{host}:{port}",

@@ -27,6 +27,7 @@ from yarl import URL
 
 from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.config import Settings, load_settings
+from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
@@ -212,10 +213,12 @@ class ProxyStack:
 
 
 async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
-                     queue: MirrorQueue | None, keep_public: bool = False) -> ProxyStack:
+                     queue: MirrorQueue | None, keep_public: bool = False,
+                     handoff: Handoff | None = None) -> ProxyStack:
     """Start a proxy on a free loopback port: its private source is the file store at `store`
     when given, else an HTTP upstream at `settings.private_upstream`. `keep_public`: as
-    `mirrorgate serve` with its worker (`Proxy.keep_public`)."""
+    `mirrorgate serve` with its worker (`Proxy.keep_public`), and `handoff` its tarballs
+    handed over."""
     metrics = Metrics()
     upstream = Upstream("public", settings.public_upstream, timeout=settings.upstream_timeout,
                         max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
@@ -237,7 +240,8 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
                if settings.client_tokens_file is not None else None)
     proxy = Proxy(settings=settings, public=upstream, private=source,
                   queue=queue or in_memory_double(), rules=rules, metrics=metrics,
-                  health=Health(ready=True), clients=clients, keep_public=keep_public)
+                  health=Health(ready=True), clients=clients, keep_public=keep_public,
+                  handoff=handoff)
     clock, wall = ManualClock(), WallClock()
     app = build_proxy_app(proxy, clock=clock, now=wall)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)

@@ -38,6 +38,7 @@ from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
 from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
 from mirrorgate.gate.withdrawals import WithdrawnVersions
+from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
@@ -104,6 +105,9 @@ class Proxy:
     keep_public: bool = False
     """A worker runs in this process and re-gates through this cache: each entry keeps the
     public answer's bytes too (`gate.public`)."""
+    handoff: Handoff | None = None
+    """A worker runs in this process: the public tarballs relayed and verified are handed to
+    it with their jobs, so it need not download them again (`handoff`)."""
 
 
 def _utcnow() -> datetime:
@@ -172,7 +176,7 @@ class ProxyServer:
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      relay=self.relay, packument=self._gated_or_none,
                                      private_answered=self.packuments.private_answered,
-                                     clock=clock)
+                                     handoff=proxy.handoff, clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)

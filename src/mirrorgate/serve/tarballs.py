@@ -19,7 +19,8 @@ from aiohttp import web
 from mirrorgate import tracing
 from mirrorgate.gate import Gated, VersionRecord, mirror_job
 from mirrorgate.gate.alerts import denial_alert
-from mirrorgate.integrity import StreamVerifier, Unverifiable
+from mirrorgate.handoff import Handoff
+from mirrorgate.integrity import StreamVerifier, Unverifiable, Verified
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
@@ -45,6 +46,7 @@ class TarballRoute:
                  metrics: Metrics, relay: Relay,
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
                  private_answered: Callable[[PackageName], bool] = lambda _name: False,
+                 handoff: Handoff | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.private = private
         self.public = public
@@ -53,6 +55,7 @@ class TarballRoute:
         self.relay = relay
         self.packument = packument
         self.private_answered = private_answered
+        self.handoff = handoff
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
@@ -172,10 +175,11 @@ class TarballRoute:
             raise Refused(404, f"{name.full}@{version} is listed by the private upstream, "
                           "which did not serve its tarball", reason="not found")
         verifier = _verifier(record)
+        key = ("public", url, _checked(verifier))
         try:
             relayed = await self.relay.relay(
                 request, lambda: self.public.stream(url, method=request.method, pool=TARBALLS),
-                key=("public", url, _checked(verifier)), source="public", name=name,
+                key=key, source="public", name=name,
                 version=version, verifier=verifier, scan=record.scan_scripts, slot=slot,
                 deadline=deadline)
         except UpstreamError as error:
@@ -190,9 +194,30 @@ class TarballRoute:
         # a client that hangs up early causes no job (the worker would download up to the
         # size cap for nothing); HEAD never enqueues, nor does a version the private upstream
         # lists. Many readers of one spool enqueue once (`_first_in_window`).
-        if verified is not None and request.method == "GET" and not record.private:
-            self._enqueue(name, record, url, verified.size, published)
+        if (verified is not None and request.method == "GET" and not record.private
+                and self._enqueue(name, record, url, verified.size, published)):
+            self._hand_over(key, url, verified)
         return answer
+
+    def _hand_over(self, key: tuple[str, str, str | None], url: str,
+                   verified: Verified) -> None:
+        """The worker beside the proxy gets the bytes just verified with the job, from the
+        spool they were relayed through (a tarball that streamed unspooled is downloaded by
+        the worker as before)."""
+        if self.handoff is None:
+            return
+        spool = self.relay.spools.find(key)
+        if spool is None or spool.verified != verified or not self.handoff.room_for(spool.size):
+            self.metrics.handoffs.labels("not_offered").inc()
+            return
+        try:
+            body = spool.contents()
+        except OSError:  # the spool file cannot be read back: the worker downloads
+            body = None
+        if body is None or not self.handoff.offer(url, body, verified.digest):
+            self.metrics.handoffs.labels("not_offered").inc()
+            return
+        self.metrics.handoffs.labels("offered").inc()
 
     def _first_in_window(self, label: str) -> bool:
         now = self.clock()
@@ -203,21 +228,23 @@ class TarballRoute:
         return True
 
     def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
-                 published: str | None) -> None:
+                 published: str | None) -> bool:
         """Enqueue the version's job (`mirror_job`, with the size relayed) in a background task:
-        the response never waits on the queue and never fails because of it."""
+        the response never waits on the queue and never fails because of it. False when no
+        job is sent (one was sent in the window, or none can be made)."""
         if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
-            return
+            return False
         try:
             job = mirror_job(name, record, url, size, published)
         except ValueError as error:
             log.warning("job_not_enqueued", package=name.full, version=record.version,
                         reason=str(error))
-            return
+            return False
         task = asyncio.get_running_loop().create_task(self._send(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return True
 
     async def _send(self, job: MirrorJob) -> None:
         # a task of the request, so its span is the request's child even after the answer
@@ -238,6 +265,7 @@ class TarballRoute:
             log.error("enqueue_failed", package=job.name, version=job.version,
                       reason=f"{type(error).__name__}: {error}")
             self._enqueued.pop(job.label, None)
+            self._withdraw_handoff(job)
             return False
         if not taken:
             # The queue was full: it counts the drop and reports it at its own cadence
@@ -245,11 +273,17 @@ class TarballRoute:
             # per request; nor is it counted as enqueued. The next pull of this version may
             # enqueue it again.
             self._enqueued.pop(job.label, None)
+            self._withdraw_handoff(job)
             return False
         self.metrics.enqueued.inc()
         log.info("job_enqueued", package=job.name, version=job.version,
                  queue=self.queue.provider)
         return True
+
+    def _withdraw_handoff(self, job: MirrorJob) -> None:
+        # no job will take these bytes: their room goes to the next offer
+        if self.handoff is not None:
+            self.handoff.discard(job.artifact.tarball_url)
 
     async def drain(self) -> None:
         """Wait for the enqueues still running (at application cleanup)."""

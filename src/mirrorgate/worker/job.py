@@ -29,6 +29,7 @@ from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
 from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
 from mirrorgate.gate.withdrawals import WithdrawnVersions
+from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import (
     Digest,
@@ -111,6 +112,10 @@ class WorkerDeps:
     """The takedowns the serve path has seen (`gate.withdrawals`): the proxy's own memory in
     `mirrorgate serve`; None reads the file in MIRRORGATE_DATA_DIR (a sidecar sharing the
     proxy's volume sees what the proxy saw)."""
+    handoff: Handoff | None = None
+    """The tarballs the proxy beside this worker verified as it relayed them (`handoff`):
+    taken instead of a second download, hashed against the job's digest all the same. None
+    (a sidecar worker) downloads every tarball."""
 
 
 class Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it
@@ -295,7 +300,12 @@ class JobRunner:
             return PublishResult.ALREADY_PRESENT
         with tracing.span("mirrorgate.fetch", {"mirrorgate.algorithm":
                                                verifier.expected.algorithm}) as fetched:
-            tarball, verified = await self._fetch(url, verifier)
+            handed = self._handed(job)
+            fetched.set("mirrorgate.handoff", handed is not None)
+            if handed is not None:
+                tarball, verified = await self._check(handed, verifier, job)
+            else:
+                tarball, verified = await self._fetch(url, verifier)
             fetched.set("mirrorgate.bytes", verified.size)
         if scripts_blocked(self._rules, job.name, job.version):
             # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
@@ -358,6 +368,37 @@ class JobRunner:
             if error.transient:
                 raise Retry(error.reason, str(error)) from None
             raise Retire(error.reason, str(error)) from None
+
+    def _handed(self, job: MirrorJob) -> bytes | None:
+        """The bytes the proxy beside this worker relayed for the job's version, if it holds
+        them (matched against one of the re-gated job's digests)."""
+        handoff = self.deps.handoff
+        if handoff is None:
+            return None
+        body = handoff.take(job.artifact.tarball_url, job.artifact.digests)
+        self.deps.metrics.handoffs.labels("taken" if body is not None else "missed").inc()
+        return body
+
+    async def _check(self, body: bytes, verifier: StreamVerifier,
+                     job: MirrorJob) -> tuple[bytes, Verified]:
+        """Handed-over bytes, hashed against the job's digest exactly as a download is: the
+        proxy's own check is not taken on trust (a bug there must not publish other bytes)."""
+        def verify() -> Verified:
+            verifier.declared_length(len(body))
+            verifier.update(body)
+            return verifier.finish()
+
+        try:
+            verified = await in_thread_if_large(len(body), verify)
+        except SizeMismatch as mismatch:
+            actual = Digest(verifier.expected.algorithm, base64.b64encode(
+                hashlib.new(verifier.expected.algorithm, body).digest()).decode("ascii"))
+            raise WrongSize(mismatch, verifier.expected, actual, len(body),
+                            complete=True) from None
+        except TooLarge as error:
+            raise Retire("oversized", str(error), url=loggable_url(job.artifact.tarball_url),
+                         size=error.size) from None
+        return body, verified
 
     async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
         """The tarball from the public origin only (checked before anything is sent), never

@@ -1,0 +1,215 @@
+"""One download per version: the worker beside the proxy takes the bytes the proxy verified.
+
+In `mirrorgate serve` with its worker, a public tarball a client pulls is downloaded, hashed
+and spooled by the relay; the worker used to download it again to mirror it (twice the egress
+of a cold install). The proxy now hands the verified bytes over with the job (`handoff`), and
+the worker hashes them against its own job's digest before it publishes, so the handoff saves a
+download and never a check. The attacks: bytes that changed between the proxy's check and the
+worker's (a bug, or another job's bytes under the same URL) are never published, and a job
+whose re-gated digest is not the one the bytes were checked against downloads afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from mirrorgate.backends.memory import in_memory_double
+from mirrorgate.gate.public import ServedPublic
+from mirrorgate.handoff import Handoff
+from mirrorgate.healthz import Heartbeat
+from mirrorgate.integrity import Digest, parse_integrity
+from mirrorgate.mirror import MirrorJob
+from mirrorgate.npm.names import parse_name
+from mirrorgate.rules import DEFAULT_RULES
+from mirrorgate.upstream.filestore import FileStore
+from mirrorgate.worker.job import WorkerDeps
+from mirrorgate.worker.loop import Worker
+from mirrorgate.worker.target import open_target
+from tests.clock import ManualClock
+from tests.serve.rig import ProxyStack, RunningProxy, make_settings, open_proxy
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.packages import make_package, make_version, tarball_path
+from tests.servers.processes import http_request, wait_for
+
+MIB = 1024 * 1024
+
+
+def tarball_gets(public: FixtureRegistry, name: str, version: str) -> list[str]:
+    """The User-Agent of every request for the version's tarball (the pool it came from)."""
+    path = tarball_path(name, version)
+    return [seen.headers.get("User-Agent", "") for seen in public.requests if seen.path == path]
+
+
+# --- the handoff itself ---------------------------------------------------------------
+
+SHA = Digest("sha512", "A" * 86 + "==")
+OTHER = Digest("sha512", "B" * 86 + "==")
+
+
+def test_an_offer_past_the_bound_is_refused_and_the_oldest_are_kept() -> None:
+    """The worker takes jobs oldest first: when full, the newest offer is the one refused."""
+    handoff = Handoff(3 * MIB)
+    assert handoff.offer("u1", b"x" * MIB, SHA)
+    assert handoff.offer("u2", b"x" * (2 * MIB), SHA)
+    assert not handoff.offer("u3", b"x", SHA)
+    assert handoff.held_bytes == 3 * MIB
+    assert handoff.take("u1", (SHA,)) == b"x" * MIB
+    assert handoff.offer("u3", b"x", SHA)  # taking gave the room back
+    assert handoff.held_bytes == 2 * MIB + 1
+
+
+def test_bytes_no_job_takes_are_gone_after_ten_minutes() -> None:
+    """A job the queue lost costs a later download, never memory for good."""
+    clock = ManualClock()
+    handoff = Handoff(MIB, clock=clock)
+    handoff.offer("lost", b"x" * 1000, SHA)
+    clock.advance(599)
+    assert handoff.room_for(MIB - 1000) and not handoff.room_for(MIB - 999)
+    clock.advance(2)
+    assert handoff.room_for(MIB) and len(handoff) == 0
+    assert handoff.take("lost", (SHA,)) is None
+
+
+def test_bytes_checked_against_another_digest_are_not_handed_to_the_job() -> None:
+    """Public's metadata changed between the pull and the job: the job's (re-gated) digest
+    is not the one the proxy matched, so the worker downloads what public describes now."""
+    handoff = Handoff(MIB)
+    handoff.offer("changed", b"old bytes", SHA)
+    assert handoff.take("changed", (OTHER,)) is None
+    assert len(handoff) == 0 and handoff.held_bytes == 0
+
+
+def test_a_job_the_queue_did_not_take_gives_its_bytes_back() -> None:
+    handoff = Handoff(MIB)
+    handoff.offer("dropped", b"x" * 10, SHA)
+    handoff.discard("dropped")
+    assert handoff.held_bytes == 0 and handoff.take("dropped", (SHA,)) is None
+
+
+# --- the worker beside the proxy, wired as `mirrorgate serve` wires it ------------------
+
+StartServing = Callable[[], Awaitable[tuple[RunningProxy, Worker]]]
+
+
+@pytest.fixture
+async def start_serving(public_registry: FixtureRegistry,
+                        tmp_path: Path) -> AsyncIterator[StartServing]:
+    """A proxy and the worker beside it sharing one handoff, the file store as the mirror."""
+    stacks: list[ProxyStack] = []
+
+    async def start() -> tuple[RunningProxy, Worker]:
+        settings = make_settings(public_registry.url, f"file://{tmp_path / 'store'}",
+                                 tmp_path / "data")
+        handoff = Handoff(settings.handoff_max_bytes)
+        stacks.append(await open_proxy(settings, store=tmp_path / "store",
+                                       rules=DEFAULT_RULES, queue=None, keep_public=True,
+                                       handoff=handoff))
+        proxy = stacks[-1].running
+        worker = Worker(WorkerDeps(
+            settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
+            target=open_target(f"file://{tmp_path / 'store'}", None,
+                               max_tarball_bytes=settings.max_tarball_bytes),
+            metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
+            rules=proxy.proxy.rules, packuments=ServedPublic(proxy.server.packuments),
+            handoff=handoff), idle_pause=0.01)
+        return proxy, worker
+
+    yield start
+    for stack in stacks:
+        await stack.close()
+
+
+async def handled(worker: Worker, job: MirrorJob) -> str:
+    await worker.deps.queue.enqueue(job)
+    (message,) = await worker.deps.queue.receive()
+    return await worker.handle(message)
+
+
+async def test_a_pulled_tarball_is_mirrored_without_a_second_public_download(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path) -> None:
+    public_registry.add(make_package("pulled-once", [make_version(
+        "pulled-once", "1.0.0", size=900_000)]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path("pulled-once", "1.0.0").lstrip("/"))
+    assert reply.status == 200
+    (job,) = await proxy.jobs()
+
+    assert await handled(worker, job) == "published"
+
+    assert tarball_gets(public_registry, "pulled-once", "1.0.0") == ["mirrorgate (tarballs)"]
+    assert proxy.metric("mirrorgate_handoffs_total", outcome="taken") == 1
+    stored = await FileStore(tmp_path / "store").packument(parse_name("pulled-once"))
+    assert stored is not None
+    assert stored["versions"]["1.0.0"]["dist"]["integrity"] == (
+        public_registry.packument("pulled-once")["versions"]["1.0.0"]["dist"]["integrity"])
+
+
+async def test_bytes_changed_after_the_proxy_checked_them_are_never_published(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path) -> None:
+    """The attack: whatever sits between the relay's check and the publish (a bug in the
+    hold, another version's bytes under the URL) cannot get other bytes mirrored: the worker
+    hashes what it was handed against its job and refuses them as tampered."""
+    public_registry.add(make_package("swapped", [make_version("swapped", "1.0.0",
+                                                              size=50_000)]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path("swapped", "1.0.0").lstrip("/"))
+    assert reply.status == 200
+    (job,) = await proxy.jobs()
+    handoff = worker.deps.handoff
+    assert handoff is not None
+    digest = parse_integrity(job.manifest["dist"]["integrity"])[0]
+    handoff.offer(job.artifact.tarball_url, reply.body[:-1] + b"!", digest)
+
+    assert await handled(worker, job) == "tampered"
+
+    assert await FileStore(tmp_path / "store").packument(parse_name("swapped")) is None
+    assert proxy.metric("mirrorgate_tampered_total") == 1
+
+
+async def test_a_job_the_proxy_holds_no_bytes_for_downloads_them(
+        start_serving: StartServing, public_registry: FixtureRegistry) -> None:
+    """A job from before a restart, or one the handoff had no room for: downloaded as ever."""
+    public_registry.add(make_package("not-held", ["1.0.0"]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path("not-held", "1.0.0").lstrip("/"))
+    assert reply.status == 200
+    (job,) = await proxy.jobs()
+    assert worker.deps.handoff is not None
+    worker.deps.handoff.discard(job.artifact.tarball_url)
+
+    assert await handled(worker, dataclasses.replace(job)) == "published"
+
+    assert tarball_gets(public_registry, "not-held", "1.0.0") == [
+        "mirrorgate (tarballs)", "mirrorgate (worker)"]
+    assert proxy.metric("mirrorgate_handoffs_total", outcome="missed") == 1
+
+
+# --- the real command ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("handoff_bytes", "downloads"), [(None, 1), ("0", 2)])
+def test_mirrorgate_serve_downloads_each_pulled_tarball_once(
+        mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+        handoff_bytes: str | None, downloads: int) -> None:
+    """`mirrorgate serve` on its defaults: a pull and its mirror cost public one download of
+    each tarball (MIRRORGATE_HANDOFF_MAX_BYTES=0 turns the handoff off: two)."""
+    public_registry.add(make_package("one-download", [
+        make_version("one-download", version, size=200_000) for version in ("1.0.0", "1.1.0")]))
+    env = {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url}
+    if handoff_bytes is not None:
+        env["MIRRORGATE_HANDOFF_MAX_BYTES"] = handoff_bytes
+    proxy = mirrorgate("serve", env)
+
+    for version in ("1.0.0", "1.1.0"):
+        reply = http_request("GET", proxy.registry_url
+                             + tarball_path("one-download", version)[1:])
+        assert reply.status == 200
+
+    wait_for(lambda: len(proxy.events("mirror_published")) == 2, timeout=30,
+             message="the in-process worker to mirror both pulls")
+    for version in ("1.0.0", "1.1.0"):
+        assert len(tarball_gets(public_registry, "one-download", version)) == downloads
