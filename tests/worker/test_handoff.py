@@ -69,9 +69,11 @@ def test_bytes_no_job_takes_are_gone_after_ten_minutes() -> None:
     handoff = Handoff(MIB, clock=clock)
     handoff.offer("lost", b"x" * 1000, SHA)
     clock.advance(599)
-    assert handoff.room_for(MIB - 1000) and not handoff.room_for(MIB - 999)
+    assert handoff.room_for(MIB - 1000)
+    assert not handoff.room_for(MIB - 999)
     clock.advance(2)
-    assert handoff.room_for(MIB) and len(handoff) == 0
+    assert handoff.room_for(MIB)
+    assert len(handoff) == 0
     assert handoff.take("lost", (SHA,)) is None
 
 
@@ -81,14 +83,16 @@ def test_bytes_checked_against_another_digest_are_not_handed_to_the_job() -> Non
     handoff = Handoff(MIB)
     handoff.offer("changed", b"old bytes", SHA)
     assert handoff.take("changed", (OTHER,)) is None
-    assert len(handoff) == 0 and handoff.held_bytes == 0
+    assert len(handoff) == 0
+    assert handoff.held_bytes == 0
 
 
 def test_a_job_the_queue_did_not_take_gives_its_bytes_back() -> None:
     handoff = Handoff(MIB)
     handoff.offer("dropped", b"x" * 10, SHA)
     handoff.discard("dropped")
-    assert handoff.held_bytes == 0 and handoff.take("dropped", (SHA,)) is None
+    assert handoff.held_bytes == 0
+    assert handoff.take("dropped", (SHA,)) is None
 
 
 # --- the worker beside the proxy, wired as `mirrorgate serve` wires it ------------------
