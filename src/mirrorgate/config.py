@@ -8,6 +8,7 @@ drift from the list the code reads.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import ipaddress
 import os
 import shutil
@@ -218,6 +219,9 @@ VARIABLES: tuple[Var, ...] = (
         see="operations.md#notifications"),
     Var("MIRRORGATE_LOG_LEVEL", "info", "debug, info, warning or error",
         see="operations.md#log-events"),
+    Var("MIRRORGATE_EVENT_LOOP", "auto", "the event loop: uvloop, asyncio (the standard "
+        "library's) or auto (uvloop when it is installed)",
+        see="serving.md#the-runtime"),
     Var("MIRRORGATE_LOG_FORMAT", "auto", "json, console or auto (console on a TTY)",
         see="operations.md#log-events"),
 )
@@ -347,6 +351,7 @@ class Settings:
     drain_timeout: float
     log_level: str
     log_format: str
+    event_loop: str = "auto"
     proxy_token: Secret | None = None
     """The client token `--proxy` commands send; the proxy itself never reads it."""
     notify: NotifySettings = NotifySettings()
@@ -530,6 +535,14 @@ class _Reader:
                          f"e.g. {name}={allowed[0]}")
             return _BY_NAME[name].default or allowed[0]
         return value
+
+
+def _event_loop(read: _Reader) -> str:
+    choice = read.choice("MIRRORGATE_EVENT_LOOP", ("auto", "uvloop", "asyncio"))
+    if choice == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        read.problem("MIRRORGATE_EVENT_LOOP", "uvloop is not installed; install it (pip "
+                     "install uvloop) or set MIRRORGATE_EVENT_LOOP=auto")
+    return choice
 
 
 def _queue(read: _Reader) -> QueueSettings:
@@ -782,6 +795,7 @@ def load_settings(
         drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
         log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),
         log_format=read.choice("MIRRORGATE_LOG_FORMAT", ("auto", "json", "console")),
+        event_loop=_event_loop(read),
         notify=_notify(read),
     )
     if settings.pool_worker < settings.worker_concurrency:

@@ -19,7 +19,7 @@ import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from mirrorgate import tracing
+from mirrorgate import runtime, tracing
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.verdicts import GateVerdicts
@@ -353,6 +353,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                                        handoff=handoff))
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
+        runtime.freeze_startup()
         log.info("started", command=shape.command, shape=shape.value, listen=f"{host}:{port}",
                  queue=queue.provider,
                  worker=shape.runs_worker, public_upstream=settings.public_upstream,
@@ -428,8 +429,13 @@ def run(settings: Settings, shape: Shape) -> int:
     elif tracing.enabled():
         log.info("tracing_started", exporter=traces.exporter, endpoint=traces.endpoint,
                  service_name=traces.service_name, sampler=traces.sampler)
+    factory, loop_name = runtime.loop_factory(settings.event_loop)
+    runtime.tune_allocator()  # before the first thread (a fill's parse) makes an arena
+    runtime.tune_collector()
+    log.info("runtime", event_loop=loop_name, gc_threshold=list(runtime.THRESHOLDS))
     try:
-        return asyncio.run(_run(settings, shape))
+        with asyncio.Runner(loop_factory=factory) as loop:
+            return loop.run(_run(settings, shape))
     except StartupError as error:
         log.error("startup_refused", reason=str(error))
         return 2

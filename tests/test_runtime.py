@@ -1,0 +1,82 @@
+"""The runtime under mirrorgate: uvloop where it is installed, asyncio's loop where it is not
+(or where it is asked for), a collector tuned for a cache of many small objects."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+from mirrorgate import runtime
+from mirrorgate.config import ConfigError, load_settings
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.packages import make_package, tarball_path
+from tests.servers.processes import http_request, wait_for
+
+
+def loaded_uvloop(pid: int) -> bool:
+    return "uvloop/loop" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_auto_is_uvloop_when_it_is_installed() -> None:
+    factory, name = runtime.loop_factory("auto")
+    assert name == "uvloop"
+    assert factory is not None
+
+
+def test_asyncio_is_the_standard_loop() -> None:
+    assert runtime.loop_factory("asyncio") == (None, "asyncio")
+
+
+def test_auto_falls_back_to_asyncio_where_uvloop_cannot_be_imported(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime.importlib.util, "find_spec", lambda _name: None)
+    assert runtime.loop_factory("auto") == (None, "asyncio")
+
+
+def test_asking_for_uvloop_where_it_is_missing_says_what_to_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import mirrorgate.config as config
+
+    monkeypatch.setattr(config.importlib.util, "find_spec", lambda _name: None)
+    with pytest.raises(ConfigError, match=r"MIRRORGATE_EVENT_LOOP.*pip install uvloop"):
+        load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
+                       "MIRRORGATE_EVENT_LOOP": "uvloop"})
+
+
+def test_an_unknown_loop_is_refused_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"'tokio' is not one of auto, uvloop, asyncio"):
+        load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
+                       "MIRRORGATE_EVENT_LOOP": "tokio"})
+
+
+def test_the_collector_runs_rarely_and_the_allocator_keeps_two_arenas() -> None:
+    before = gc.get_threshold()
+    try:
+        runtime.tune_collector()
+        assert gc.get_threshold() == runtime.THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
+    assert runtime.tune_allocator()  # glibc here: mallopt took it
+
+
+@pytest.mark.parametrize(("choice", "on_uvloop"), [(None, True), ("asyncio", False)])
+def test_mirrorgate_serve_relays_and_mirrors_on_either_loop(
+        mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+        choice: str | None, on_uvloop: bool) -> None:
+    public_registry.add(make_package("either-loop", ["1.0.0"]))
+    env = {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url}
+    if choice is not None:
+        env["MIRRORGATE_EVENT_LOOP"] = choice
+    proxy = mirrorgate("serve", env)
+
+    reply = http_request("GET", proxy.registry_url + tarball_path("either-loop", "1.0.0")[1:])
+
+    assert reply.status == 200
+    wait_for(lambda: proxy.events("mirror_published"), timeout=30,
+             message="the in-process worker to mirror the pull")
+    assert loaded_uvloop(proxy.pid) is on_uvloop
+    [line] = proxy.events("runtime")
+    assert line["event_loop"] == ("uvloop" if on_uvloop else "asyncio")
