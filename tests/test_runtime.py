@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -32,15 +33,13 @@ def test_asyncio_is_the_standard_loop() -> None:
 
 def test_auto_falls_back_to_asyncio_where_uvloop_cannot_be_imported(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime.importlib.util, "find_spec", lambda _name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda _name: None)
     assert runtime.loop_factory("auto") == (None, "asyncio")
 
 
 def test_asking_for_uvloop_where_it_is_missing_says_what_to_do(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import mirrorgate.config as config
-
-    monkeypatch.setattr(config.importlib.util, "find_spec", lambda _name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda _name: None)
     with pytest.raises(ConfigError, match=r"MIRRORGATE_EVENT_LOOP.*pip install uvloop"):
         load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
                        "MIRRORGATE_EVENT_LOOP": "uvloop"})

@@ -193,10 +193,12 @@ VARIABLES: tuple[Var, ...] = (
         "MIRRORGATE_DATA_DIR/spool; a tarball that does not fit streams per request (default: "
         "a quarter of the free space there, at most 1 GiB)",
         see="serving.md#one-download-per-tarball"),
-    Var("MIRRORGATE_HANDOFF_MAX_BYTES", str(64 * MIB), "bytes of public tarballs the proxy "
-        "verified that it keeps in memory, for at most 10 minutes, for the worker beside it "
-        "(`mirrorgate serve` with its worker) to mirror without downloading them again; the "
-        "worker hashes them against its job all the same (0: the worker downloads every one)",
+    Var("MIRRORGATE_HANDOFF_MAX_BYTES", None, "bytes of public tarballs the proxy verified "
+        "that it keeps, in unnamed files under MIRRORGATE_DATA_DIR/handoff for at most 10 "
+        "minutes, for the worker beside it (`mirrorgate serve` with its worker) to mirror "
+        "without downloading them again; the worker hashes them against its job all the same "
+        "(0: the worker downloads every one; default: a quarter of the free space there, at "
+        "most 1 GiB)",
         see="serving.md#one-download-per-version"),
     Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired",
         read_by=(WORKER,), see="worker.md#retries"),
@@ -620,6 +622,7 @@ def _job_key(read: _Reader, name: str) -> Secret | None:
 
 
 SPOOL_AT_MOST = 1024 * MIB
+"""The most the spool, and the handoff, take of the data volume by default."""
 
 
 def default_spool_max_bytes(directory: Path) -> int:
@@ -632,6 +635,12 @@ def default_spool_max_bytes(directory: Path) -> int:
             continue
         return min(SPOOL_AT_MOST, stats.f_bavail * stats.f_frsize // 4)
     return 0
+
+
+def _handoff_max_bytes(read: _Reader, data_dir: Path) -> int:
+    if read.raw("MIRRORGATE_HANDOFF_MAX_BYTES") is None:
+        return default_spool_max_bytes(data_dir / "handoff")
+    return read.integer("MIRRORGATE_HANDOFF_MAX_BYTES", 0, None, str(256 * MIB))
 
 
 def _spool_max_bytes(read: _Reader, data_dir: Path) -> int:
@@ -789,8 +798,7 @@ def load_settings(
         send_min_rate=read.integer("MIRRORGATE_SEND_MIN_RATE", 0, None, "500"),
         send_min_rate_grace=read.seconds("MIRRORGATE_SEND_MIN_RATE_GRACE", 0, "20"),
         spool_max_bytes=_spool_max_bytes(read, data_dir),
-        handoff_max_bytes=read.integer("MIRRORGATE_HANDOFF_MAX_BYTES", 0, None,
-                                       str(64 * MIB)),
+        handoff_max_bytes=_handoff_max_bytes(read, data_dir),
         heartbeat_stale_after=read.seconds("MIRRORGATE_HEARTBEAT_STALE_AFTER", 1, "120"),
         drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
         log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),

@@ -8,30 +8,61 @@ of downloading, still hashing them against its own job's digest before it publis
 handoff saves a download, never a check. A sidecar worker has no handoff and downloads as
 before. docs/serving.md ("One download per version") tells the story.
 
-Bounded by bytes (`max_bytes`) and by age (`MAX_AGE`): a job the queue lost, or a worker far
-behind, costs a download later, never memory. When it is full, the newest offer is refused
-(the queue's own policy): the worker takes jobs oldest first, so the oldest bytes are the ones
-it needs next.
+On disk, not in memory: during a cold install the worker runs a minute behind the clients, and
+what waits for it is the install's whole tarball volume. The bytes are appended to unnamed
+files (`SEGMENT_BYTES` each) under the data directory, read back from the page cache when
+taken; a file is closed, and its space given back, once every tarball in it was taken or has
+expired. Nothing is left behind by a crash, and no other process can open them.
+
+Bounded by bytes (`max_bytes`, those still waiting) and by age (`MAX_AGE`): a job the queue
+lost, or a worker far behind, costs a download later, never the disk. When it is full the
+newest offer is refused (the queue's own policy): the worker takes jobs oldest first, so the
+oldest bytes are the ones it needs next.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
 
 from mirrorgate.integrity import Digest, same_digest
 
-__all__ = ["MAX_AGE", "Handoff"]
+__all__ = ["HANDOFF_DIR", "MAX_AGE", "MAX_SEGMENTS", "SEGMENT_BYTES", "Handoff"]
 
+log = structlog.get_logger("mirrorgate")
+
+HANDOFF_DIR = "handoff"
+"""The files' directory, under MIRRORGATE_DATA_DIR."""
 MAX_AGE = 600.0
 """Seconds an offered tarball waits for its job, at most."""
+SEGMENT_BYTES = 64 * 1024 * 1024
+"""Bytes appended to one file before the next is begun."""
+MAX_SEGMENTS = 64
+"""Files at once, at most (each a descriptor; a file lives while one tarball in it waits)."""
+
+
+class _Segment:
+    __slots__ = ("fd", "live", "size")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.size = 0
+        self.live = 0  # tarballs in it still waiting
 
 
 @dataclass(frozen=True, slots=True)
 class _Held:
-    body: bytes
+    segment: _Segment
+    offset: int
+    length: int
     digest: Digest
     """What the relay matched the bytes against."""
     at: float
@@ -40,44 +71,58 @@ class _Held:
 class Handoff:
     """Verified tarballs by their public URL, waiting for the worker's job."""
 
-    def __init__(self, max_bytes: int, *, max_age: float = MAX_AGE,
+    def __init__(self, directory: Path, max_bytes: int, *, max_age: float = MAX_AGE,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self.directory = directory
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.clock = clock
         self._held: OrderedDict[str, _Held] = OrderedDict()  # oldest first
         self._bytes = 0
+        self._segments: list[_Segment] = []
+        self._broken = False
 
     @property
     def held_bytes(self) -> int:
         return self._bytes
 
+    @property
+    def files(self) -> int:
+        return len(self._segments)
+
     def __len__(self) -> int:
         return len(self._held)
 
     def room_for(self, size: int) -> bool:
-        """Whether an offer of `size` bytes would be kept (asked before the bytes are joined)."""
+        """Whether an offer of `size` bytes would be kept (asked before the bytes are read)."""
         self._expire()
-        return self._bytes + size <= self.max_bytes
+        return not self._broken and self._bytes + size <= self.max_bytes
 
     def offer(self, url: str, body: bytes, digest: Digest) -> bool:
         """Keep `body`, which matched `digest`, for the job of `url`; False when it does not
-        fit (the worker downloads it)."""
-        self._expire()
-        old = self._held.pop(url, None)
-        if old is not None:
-            self._bytes -= len(old.body)
-        if self._bytes + len(body) > self.max_bytes:
+        fit, or cannot be written (the worker downloads it)."""
+        self.discard(url)
+        if not self.room_for(len(body)):
             return False
-        self._held[url] = _Held(body, digest, self.clock())
+        segment = self._current(len(body))
+        if segment is None:
+            return False
+        try:
+            _write_all(segment.fd, body, segment.size)
+        except OSError as error:
+            self._unusable(error)
+            return False
+        self._held[url] = _Held(segment, segment.size, len(body), digest, self.clock())
+        segment.size += len(body)
+        segment.live += 1
         self._bytes += len(body)
         return True
 
     def discard(self, url: str) -> None:
-        """The job of `url` was not sent after all: its bytes go."""
+        """The job of `url` will not come (the queue did not take it): its bytes go."""
         held = self._held.pop(url, None)
         if held is not None:
-            self._bytes -= len(held.body)
+            self._release(held)
 
     def take(self, url: str, digests: tuple[Digest, ...]) -> bytes | None:
         """The bytes offered for `url`, when they were matched against one of `digests` (the
@@ -86,12 +131,63 @@ class Handoff:
         held = self._held.pop(url, None)
         if held is None:
             return None
-        self._bytes -= len(held.body)
-        # bytes admitted under another digest (public's metadata changed since the pull) are
-        # not this job's: the worker downloads what public describes now
-        if not any(same_digest(held.digest, digest) for digest in digests):
+        try:
+            # bytes admitted under another digest (public's metadata changed since the pull)
+            # are not this job's: the worker downloads what public describes now
+            if not any(same_digest(held.digest, digest) for digest in digests):
+                return None
+            body = os.pread(held.segment.fd, held.length, held.offset)
+        except OSError as error:
+            self._unusable(error)
             return None
-        return held.body
+        finally:
+            self._release(held)
+        # a short read is a file changed under it; the worker's hash would refuse it anyway
+        return body if len(body) == held.length else None
+
+    def close(self) -> None:
+        self._held.clear()
+        for segment in self._segments:
+            with contextlib.suppress(OSError):
+                os.close(segment.fd)
+        self._segments.clear()
+        self._bytes = 0
+
+    def _current(self, size: int) -> _Segment | None:
+        if self._segments and self._segments[-1].size + size <= SEGMENT_BYTES:
+            return self._segments[-1]
+        if self._segments and self._segments[-1].size == 0:
+            return self._segments[-1]  # a tarball larger than a segment has one to itself
+        if self._segments and self._segments[-1].live == 0:
+            self._close(self._segments[-1])  # full, and nothing in it waits
+        if len(self._segments) >= MAX_SEGMENTS:
+            return None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # unnamed (O_TMPFILE where the filesystem has it): nothing to clean up after a
+            # crash, and no name another process could open
+            with tempfile.TemporaryFile(dir=self.directory, prefix="handoff-") as handle:
+                fd = os.dup(handle.fileno())
+        except OSError as error:
+            self._unusable(error)
+            return None
+        self._segments.append(_Segment(fd))
+        return self._segments[-1]
+
+    def _release(self, held: _Held) -> None:
+        self._bytes -= held.length
+        segment = held.segment
+        segment.live -= 1
+        if segment.live == 0 and (segment is not self._segments[-1]
+                                  or segment.size >= SEGMENT_BYTES):
+            self._close(segment)
+
+    def _close(self, segment: _Segment) -> None:
+        # every tarball in it is gone: the file goes, and its space with it (the newest one
+        # stays open while it has room: a worker keeping up opens no file per tarball)
+        self._segments.remove(segment)
+        with contextlib.suppress(OSError):
+            os.close(segment.fd)
 
     def _expire(self) -> None:
         now = self.clock()
@@ -100,4 +196,18 @@ class Handoff:
             if now - oldest.at < self.max_age:
                 return
             del self._held[url]
-            self._bytes -= len(oldest.body)
+            self._release(oldest)
+
+    def _unusable(self, error: OSError) -> None:
+        if not self._broken:
+            log.warning("handoff_unwritable", path=str(self.directory),
+                        detail=error.strerror or type(error).__name__,
+                        consequence="the worker downloads every tarball it mirrors")
+        self._broken = True
+
+
+def _write_all(fd: int, body: bytes, offset: int) -> None:
+    view = memoryview(body)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written

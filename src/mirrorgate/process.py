@@ -27,7 +27,7 @@ from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
 from mirrorgate.gate.public import CachedPublic, PublicPackuments, ServedPublic
-from mirrorgate.handoff import Handoff
+from mirrorgate.handoff import HANDOFF_DIR, Handoff
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
@@ -306,7 +306,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                  queue: MirrorQueue, upstreams: Upstreams, rules: LiveRules,
                  clients: ClientTokens | None, notifier: Notifier | None) -> int:
     # the proxy hands the tarballs it verified to the worker beside it: one download a version
-    handoff = (Handoff(settings.handoff_max_bytes)
+    handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes)
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
     if shape.serves:
         private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
@@ -382,6 +382,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
             shutdowns.append(_await_worker(worker_task, settings.drain_timeout))
         await asyncio.gather(*shutdowns)
     await feeds.close()
+    if handoff is not None:
+        handoff.close()
     await watcher  # it ends with worker_stop
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)

@@ -12,11 +12,13 @@ whose re-gated digest is not the one the bytes were checked against downloads af
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
+from mirrorgate import handoff as handoff_module
 from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.gate.public import ServedPublic
 from mirrorgate.handoff import Handoff
@@ -51,9 +53,9 @@ SHA = Digest("sha512", "A" * 86 + "==")
 OTHER = Digest("sha512", "B" * 86 + "==")
 
 
-def test_an_offer_past_the_bound_is_refused_and_the_oldest_are_kept() -> None:
+def test_an_offer_past_the_bound_is_refused_and_the_oldest_are_kept(tmp_path: Path) -> None:
     """The worker takes jobs oldest first: when full, the newest offer is the one refused."""
-    handoff = Handoff(3 * MIB)
+    handoff = Handoff(tmp_path, 3 * MIB)
     assert handoff.offer("u1", b"x" * MIB, SHA)
     assert handoff.offer("u2", b"x" * (2 * MIB), SHA)
     assert not handoff.offer("u3", b"x", SHA)
@@ -63,10 +65,10 @@ def test_an_offer_past_the_bound_is_refused_and_the_oldest_are_kept() -> None:
     assert handoff.held_bytes == 2 * MIB + 1
 
 
-def test_bytes_no_job_takes_are_gone_after_ten_minutes() -> None:
+def test_bytes_no_job_takes_are_gone_after_ten_minutes(tmp_path: Path) -> None:
     """A job the queue lost costs a later download, never memory for good."""
     clock = ManualClock()
-    handoff = Handoff(MIB, clock=clock)
+    handoff = Handoff(tmp_path, MIB, clock=clock)
     handoff.offer("lost", b"x" * 1000, SHA)
     clock.advance(599)
     assert handoff.room_for(MIB - 1000)
@@ -77,22 +79,51 @@ def test_bytes_no_job_takes_are_gone_after_ten_minutes() -> None:
     assert handoff.take("lost", (SHA,)) is None
 
 
-def test_bytes_checked_against_another_digest_are_not_handed_to_the_job() -> None:
+def test_bytes_checked_against_another_digest_are_not_handed_to_the_job(
+        tmp_path: Path) -> None:
     """Public's metadata changed between the pull and the job: the job's (re-gated) digest
     is not the one the proxy matched, so the worker downloads what public describes now."""
-    handoff = Handoff(MIB)
+    handoff = Handoff(tmp_path, MIB)
     handoff.offer("changed", b"old bytes", SHA)
     assert handoff.take("changed", (OTHER,)) is None
     assert len(handoff) == 0
     assert handoff.held_bytes == 0
 
 
-def test_a_job_the_queue_did_not_take_gives_its_bytes_back() -> None:
-    handoff = Handoff(MIB)
+def test_a_job_the_queue_did_not_take_gives_its_bytes_back(tmp_path: Path) -> None:
+    handoff = Handoff(tmp_path, MIB)
     handoff.offer("dropped", b"x" * 10, SHA)
     handoff.discard("dropped")
     assert handoff.held_bytes == 0
     assert handoff.take("dropped", (SHA,)) is None
+
+
+def test_the_bytes_wait_in_unnamed_files_that_close_once_every_tarball_in_them_is_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On disk, so a worker a minute behind a cold install costs no memory; unnamed, so a
+    crash leaves nothing to clean up and no other process can open them."""
+    monkeypatch.setattr(handoff_module, "SEGMENT_BYTES", 100)
+    handoff = Handoff(tmp_path, MIB)
+    for index in range(5):  # 60 bytes each: one file apiece
+        assert handoff.offer(f"u{index}", bytes([index]) * 60, SHA)
+    assert handoff.files == 5
+    assert os.listdir(tmp_path) == []
+    assert handoff.take("u0", (SHA,)) == bytes([0]) * 60
+    assert handoff.take("u2", (SHA,)) == bytes([2]) * 60
+    assert handoff.files == 3  # each file went with its last tarball
+    handoff.discard("u1")
+    handoff.discard("u3")
+    assert handoff.take("u4", (SHA,)) == bytes([4]) * 60
+    assert handoff.files == 1  # the newest, which has room for more
+    assert handoff.held_bytes == 0
+
+
+def test_an_unwritable_directory_means_downloads_not_a_failure(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    handoff = Handoff(blocked / "handoff", MIB)
+    assert not handoff.offer("u", b"x", SHA)
+    assert handoff.take("u", (SHA,)) is None
 
 
 # --- the worker beside the proxy, wired as `mirrorgate serve` wires it ------------------
@@ -109,7 +140,7 @@ async def start_serving(public_registry: FixtureRegistry,
     async def start() -> tuple[RunningProxy, Worker]:
         settings = make_settings(public_registry.url, f"file://{tmp_path / 'store'}",
                                  tmp_path / "data")
-        handoff = Handoff(settings.handoff_max_bytes)
+        handoff = Handoff(tmp_path / "handoff", settings.handoff_max_bytes)
         stacks.append(await open_proxy(settings, store=tmp_path / "store",
                                        rules=DEFAULT_RULES, queue=None, keep_public=True,
                                        handoff=handoff))
