@@ -26,7 +26,7 @@ from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
-from mirrorgate.gate.public import CachedPublic, PublicPackuments, ServedPublic
+from mirrorgate.gate.public import FALLBACK_BYTES, CachedPublic, PublicPackuments, ServedPublic
 from mirrorgate.handoff import HANDOFF_DIR, Handoff
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
@@ -312,11 +312,12 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
-                                    clients=clients, keep_public=shape.runs_worker,
-                                    handoff=handoff))
-        # the worker beside the proxy re-gates through the proxy's packument service
-        packuments: PublicPackuments | None = (ServedPublic(app[SERVER].packuments)
-                                               if shape.runs_worker else None)
+                                    clients=clients, handoff=handoff))
+        # the worker beside the proxy judges a job by the proxy's own verdict on the version
+        packuments: PublicPackuments | None = (
+            ServedPublic(app[SERVER].packuments, CachedPublic(upstreams.public, settings,
+                                                              max_bytes=FALLBACK_BYTES))
+            if shape.runs_worker else None)
         withdrawals: WithdrawnVersions | None = app[SERVER].packuments.source.withdrawals
         host, port = settings.listen
     else:

@@ -61,7 +61,7 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
 
     async def start(public: str, *, private: str | None = None, rules: Rules = DEFAULT_RULES,
                     queue: MirrorQueue | None = None, data_dir: Path | None = None,
-                    keep_public: bool = False, **overrides: Any) -> RunningProxy:
+                    **overrides: Any) -> RunningProxy:
         index = len(stacks)
         store: Path | None = None
         token: str | None = None
@@ -74,8 +74,7 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
             store = store_root(private)  # an existing store (another proxy's, say)
         settings = make_settings(public, private, data_dir or tmp_path / f"data-{index}",
                                  token=token, **overrides)
-        stacks.append(await open_proxy(settings, store=store, rules=rules, queue=queue,
-                                       keep_public=keep_public))
+        stacks.append(await open_proxy(settings, store=store, rules=rules, queue=queue))
         return stacks[-1].running
 
     yield start

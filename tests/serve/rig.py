@@ -183,8 +183,7 @@ class RunningProxy:
 class StartProxy(Protocol):
     async def __call__(self, public: str, *, private: str | None = None,
                        rules: Rules = DEFAULT_RULES, queue: MirrorQueue | None = None,
-                       data_dir: Path | None = None, keep_public: bool = False,
-                       **settings: Any) -> RunningProxy: ...
+                       data_dir: Path | None = None, **settings: Any) -> RunningProxy: ...
 
 
 def make_settings(public: str, private: str, data_dir: Path, *, token: str | None = None,
@@ -213,12 +212,11 @@ class ProxyStack:
 
 
 async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
-                     queue: MirrorQueue | None, keep_public: bool = False,
+                     queue: MirrorQueue | None,
                      handoff: Handoff | None = None) -> ProxyStack:
     """Start a proxy on a free loopback port: its private source is the file store at `store`
-    when given, else an HTTP upstream at `settings.private_upstream`. `keep_public`: as
-    `mirrorgate serve` with its worker (`Proxy.keep_public`), and `handoff` its tarballs
-    handed over."""
+    when given, else an HTTP upstream at `settings.private_upstream`. `handoff`: as
+    `mirrorgate serve` with its worker, which takes the tarballs handed over."""
     metrics = Metrics()
     upstream = Upstream("public", settings.public_upstream, timeout=settings.upstream_timeout,
                         max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
@@ -240,8 +238,7 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
                if settings.client_tokens_file is not None else None)
     proxy = Proxy(settings=settings, public=upstream, private=source,
                   queue=queue or in_memory_double(), rules=rules, metrics=metrics,
-                  health=Health(ready=True), clients=clients, keep_public=keep_public,
-                  handoff=handoff)
+                  health=Health(ready=True), clients=clients, handoff=handoff)
     clock, wall = ManualClock(), WallClock()
     app = build_proxy_app(proxy, clock=clock, now=wall)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)

@@ -20,7 +20,7 @@ import pytest
 
 from mirrorgate import handoff as handoff_module
 from mirrorgate.backends.memory import in_memory_double
-from mirrorgate.gate.public import ServedPublic
+from mirrorgate.gate.public import CachedPublic, ServedPublic
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import Digest, parse_integrity
@@ -142,15 +142,15 @@ async def start_serving(public_registry: FixtureRegistry,
                                  tmp_path / "data")
         handoff = Handoff(tmp_path / "handoff", settings.handoff_max_bytes)
         stacks.append(await open_proxy(settings, store=tmp_path / "store",
-                                       rules=DEFAULT_RULES, queue=None, keep_public=True,
-                                       handoff=handoff))
+                                       rules=DEFAULT_RULES, queue=None, handoff=handoff))
         proxy = stacks[-1].running
         worker = Worker(WorkerDeps(
             settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
             target=open_target(f"file://{tmp_path / 'store'}", None,
                                max_tarball_bytes=settings.max_tarball_bytes),
             metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
-            rules=proxy.proxy.rules, packuments=ServedPublic(proxy.server.packuments),
+            rules=proxy.proxy.rules, packuments=ServedPublic(
+                proxy.server.packuments, CachedPublic(proxy.proxy.public, settings)),
             handoff=handoff), idle_pause=0.01)
         return proxy, worker
 

@@ -137,14 +137,13 @@ StartServing = Callable[[str], Awaitable[RunningProxy]]
 async def start_serving(public_registry: FixtureRegistry,
                         tmp_path: Path) -> AsyncIterator[StartServing]:
     """`await start_serving(private_url)`: a proxy as `mirrorgate serve` builds it with its
-    worker (`keep_public`), its private upstream at `private_url` (or a file store)."""
+    worker, its private upstream at `private_url` (or a file store)."""
     stacks: list[ProxyStack] = []
 
     async def start(private: str) -> RunningProxy:
         store = Path(private.removeprefix("file://")) if private.startswith("file://") else None
         settings = make_settings(public_registry.url, private, tmp_path / "data")
-        stacks.append(await open_proxy(settings, store=store, rules=DEFAULT_RULES, queue=None,
-                                       keep_public=True))
+        stacks.append(await open_proxy(settings, store=store, rules=DEFAULT_RULES, queue=None))
         return stacks[-1].running
 
     yield start
@@ -160,7 +159,9 @@ def in_process_worker(proxy: RunningProxy, store: Path) -> Worker:
         settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
         target=open_target(f"file://{store}", None, max_tarball_bytes=settings.max_tarball_bytes),
         metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
-        rules=proxy.proxy.rules, packuments=ServedPublic(proxy.server.packuments)), idle_pause=0.01)
+        rules=proxy.proxy.rules, packuments=ServedPublic(
+            proxy.server.packuments, CachedPublic(proxy.proxy.public, settings))),
+        idle_pause=0.01)
 
 
 async def handled(worker: Worker, job: MirrorJob) -> str:
@@ -237,9 +238,36 @@ async def test_a_poisoned_private_copy_in_the_serve_cache_never_becomes_the_publ
     assert await FileStore(tmp_path / "store").packument(parse_name("poisoned")) is None
     assert not any("/-/" in seen.path for seen in public_registry.requests
                    if seen.headers.get("User-Agent") == "mirrorgate (worker)")
-    # it read public's packument from the cache, and confirmed the refusal with a
-    # conditional request (public unchanged: the cached verdict stood)
+    # the proxy's fill; then, the proxy's record of 1.0.0 being the private copy's (never the
+    # worker's word), public's own answer read by the worker, and the refusal confirmed with a
+    # conditional request (public unchanged: the verdict stood)
     asked = [seen for seen in public_registry.requests if seen.path == "/poisoned"]
-    assert len(asked) == 2
+    assert len(asked) == 3
     assert "If-None-Match" not in asked[0].headers
-    assert all("If-None-Match" in seen.headers for seen in asked[1:])
+    assert "If-None-Match" not in asked[1].headers
+    assert "If-None-Match" in asked[2].headers
+
+
+async def test_a_forged_job_is_refused_whatever_the_proxys_verdict_on_its_version(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path,
+        logs: LogCapture) -> None:
+    """The worker beside the proxy judges a job by the proxy's record of the version, no
+    parse: a job naming an admitted version but carrying another manifest or digest (anyone
+    with send rights can write one) is refused all the same, from public's own answer."""
+    public_registry.add(make_package("admitted", ["1.0.0"]))
+    proxy = await start_serving(f"file://{tmp_path / 'private'}")
+    reply = await proxy.get("npm/" + tarball_path("admitted", "1.0.0").lstrip("/"))
+    assert reply.status == 200
+    (real,) = await proxy.jobs()
+    worker = in_process_worker(proxy, tmp_path / "store")
+    scripted = dataclasses.replace(real, manifest={**real.manifest, "scripts": INJECTED})
+    other = job_from(public_registry, "admitted", "1.0.0")
+    elsewhere = dataclasses.replace(real, artifact=dataclasses.replace(
+        other.artifact, tarball_url=other.artifact.tarball_url.replace("admitted-1.0.0",
+                                                                       "admitted-9.9.9")))
+
+    assert await handled(worker, scripted) == "retired"
+    assert await handled(worker, elsewhere) == "retired"
+    assert [line["reason"] for line in events(logs, "mirror_job_refused")] == [
+        "manifest-mismatch", "tarball-mismatch"]
+    assert await handled(worker, real) == "published"

@@ -1,7 +1,8 @@
 """What the packument cache holds per package, and what the warm path sends from it.
 
 `PackumentEntry` is one cache value: the gated packument, a fingerprint of the private answer,
-public's own bytes when an in-process worker re-gates through the cache, and the renderings.
+and the renderings. `PublicAnswer` is what `mirrorgate worker`'s own cache holds instead: public's
+packument as it was sent.
 `Rendered` is one of those: the plain and gzip'd bytes, the ETag and the 200 and 304 header
 sets, built once per (form, base URL) so a request only picks one.
 """
@@ -49,7 +50,7 @@ class Rendered:
 @dataclass(frozen=True, slots=True)
 class PublicAnswer:
     """The public upstream's packument exactly as it sent it (`body`: its bytes, None when it
-    has no such package), kept for the worker's re-gate (`gate.public`). Bytes, never
+    has no such package), kept for the worker's re-gate (`gate.public.CachedPublic`). Bytes, never
     a parsed document: each reader parses its own copy, so nothing one does reaches another."""
 
     body: bytes | None
@@ -67,19 +68,15 @@ class PublicAnswer:
 
 
 class PackumentEntry:
-    __slots__ = ("fingerprint", "gated", "pending", "private_answered", "public", "renderings",
-                 "unplaced")
+    __slots__ = ("fingerprint", "gated", "pending", "private_answered", "renderings", "unplaced")
 
     def __init__(self, gated: Gated | None, fingerprint: bytes | None, *,
-                 private_answered: bool = False, public: PublicAnswer | None = None) -> None:
+                 private_answered: bool = False) -> None:
         self.gated = gated
         self.fingerprint = fingerprint
         self.private_answered = private_answered
         """The private upstream answered this fill (a packument or a 404), so a version the
         gated packument calls public-only is known not to be private."""
-        self.public = public
-        """What the public upstream answered this fill, when an in-process worker re-gates
-        through this cache (None otherwise, or when public was not asked or failed)."""
         self.renderings: dict[RenderKey, Rendered] = {}
         self.unplaced: dict[bool, bytes] = {}
         """Per form, the bytes with tarball URLs still on the placeholder: made once a base

@@ -17,7 +17,7 @@ import structlog
 from mirrorgate import tracing
 from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
 from mirrorgate.gate.cache import Cached, Loaded
-from mirrorgate.gate.entry import PackumentEntry, PublicAnswer, fingerprint
+from mirrorgate.gate.entry import PackumentEntry, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.gate.merge import gate
 from mirrorgate.gate.records import Gated
@@ -77,12 +77,8 @@ class PackumentSource:
                  metrics: Metrics, now: Callable[[], datetime],
                  keys: RegistryKeys | None = None,
                  first_party: FirstPartyNames | None = None,
-                 withdrawals: WithdrawnVersions | None = None,
-                 keep_public: bool = False) -> None:
+                 withdrawals: WithdrawnVersions | None = None) -> None:
         self.private = private
-        self.keep_public = keep_public
-        """Keep the public answer's bytes in each entry (and count them against the cache's
-        byte bound), for an in-process worker's re-gate (`gate.public`)."""
         self.keys = keys
         self.public = public
         self._rules = live(rules)
@@ -164,16 +160,13 @@ class PackumentSource:
         answer = public if isinstance(public, JsonAnswer) else None
         public_doc = answer.document if answer is not None and answer.status == 200 else None
         failure = public_error or private_error
-        kept = None
-        if self.keep_public and answer is not None:  # public's 200 or 404, as it sent it
-            kept = PublicAnswer(answer.body if public_doc is not None else None)
         if private is None and public_doc is None:
             if failure is not None:
                 raise failure
             # both say there is no such package: an entry with no packument (a 404), cached
             # like any other
             self.first_party.forget(full)
-            return Loaded(PackumentEntry(None, None, public=kept), 256)
+            return Loaded(PackumentEntry(None, None), 256)
         size = answer.size if answer is not None else 0
         # in a thread above offload.THREAD_ABOVE bytes: a 10 MB packument does not stall the
         # event loop for every other client
@@ -195,9 +188,8 @@ class PackumentSource:
         # held briefly, like a degraded answer, so either applies within seconds of landing
         before_index = gated.advisories is not None and gated.advisories[0] == 0
         unverified = self.rules.signatures.verify and keys is None
-        entry = PackumentEntry(gated, private_print, private_answered=private_error is None,
-                               public=kept)
-        return Loaded(entry, gated.size + 256 + (kept.size if kept is not None else 0),
+        entry = PackumentEntry(gated, private_print, private_answered=private_error is None)
+        return Loaded(entry, gated.size + 256,
                       answer.etag if answer is not None else None,
                       fresh_for=_fresh_for(gated, now, degraded=failure is not None
                                            or before_index or unverified))

@@ -1,26 +1,49 @@
 """Where the worker reads the public packument it re-gates a job against: through a cache.
 
 A reader answers `name` with the public upstream's packument as it sent it (`PublicAnswer`), so
-a job right after a pull costs no second public request. Only public's own bytes are shared,
-never the merged, gated or rendered packument.
+a job right after a pull costs no second public request; each reader parses its own copy.
+
+The worker beside the proxy first asks for the proxy's own verdict on the job's version
+(`verdict`): the record the serve path gated from public's answer with the rules in force, the
+one that admitted the pull. Judging the job by it costs no parse and no second gate of a large
+packument (at scale, a third of a cold install's CPU went to the worker parsing and gating
+again what the fill had just judged). Only a record of public's own is used, never a private
+copy's: a version the private registry also holds is judged from public's answer, as before.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from mirrorgate.config import Settings
 from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry, PublicAnswer
+from mirrorgate.gate.records import VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.upstream.client import FILLS, Upstream, UpstreamError
 
 if TYPE_CHECKING:  # named in a signature only
     from mirrorgate.gate.packuments import Packuments
 
-__all__ = ["CachedPublic", "PublicPackuments", "ServedPublic"]
+__all__ = ["FALLBACK_BYTES", "CachedPublic", "PublicPackuments", "PublicVerdict",
+           "ServedPublic"]
+
+FALLBACK_BYTES = 32 * 1024 * 1024
+"""The byte budget of the public answers the worker beside the proxy keeps for the jobs the
+proxy's verdicts cannot judge (a version the private registry also holds, one published since
+the fill); `mirrorgate worker` alone keeps MIRRORGATE_CACHE_MAX_BYTES of them."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublicVerdict:
+    """The serve path's record of a public version, gated with the rules in force and within
+    its entry's freshness, and the version's publish time."""
+
+    record: VersionRecord
+    published: str | None
 
 
 class PublicPackuments(Protocol):
@@ -33,6 +56,10 @@ class PublicPackuments(Protocol):
         """An answer revalidated with the upstream now (the same object when unchanged): a
         cached copy may predate the version a job names (published since), so the worker
         confirms a refusal with this before it retires the job."""
+
+    async def verdict(self, name: PackageName, version: str) -> PublicVerdict | None:
+        """The proxy's own verdict on public's `version`, when this process serves and it is
+        current; None: judge the job from `read`'s answer."""
 
 
 def _usable(fresh_until: float, answer: PublicAnswer | None, clock: Callable[[], float],
@@ -49,22 +76,30 @@ def _usable(fresh_until: float, answer: PublicAnswer | None, clock: Callable[[],
 
 
 class ServedPublic:
-    """An in-process worker's reader: the packument service's own entries, the same entry (and
-    the same single-flight fill) a client's request gets. The source keeps public's answer in
-    each entry for it (`PackumentSource.keep_public`)."""
+    """An in-process worker's reader: the packument service's own verdicts (the same entry,
+    and the same single-flight fill, a client's request gets), and public's answers from a
+    small cache of its own (`answers`) for the jobs those cannot judge."""
 
-    def __init__(self, packuments: Packuments) -> None:
+    def __init__(self, packuments: Packuments, answers: PublicPackuments) -> None:
         self.packuments = packuments
+        self.answers = answers
 
     async def read(self, name: PackageName) -> PublicAnswer:
-        return self._answer(await self.packuments.entry(name))
+        return await self.answers.read(name)
 
     async def refresh(self, name: PackageName) -> PublicAnswer:
-        return self._answer(await self.packuments.refresh(name))
+        return await self.answers.refresh(name)
 
-    def _answer(self, slot: Cached[PackumentEntry]) -> PublicAnswer:
-        return _usable(slot.fresh_until, slot.value.public, self.packuments.clock,
-                       self.packuments.source.public.label)
+    async def verdict(self, name: PackageName, version: str) -> PublicVerdict | None:
+        slot: Cached[PackumentEntry] = await self.packuments.entry(name)
+        gated = slot.value.gated
+        # a stale entry (served while a fill fails) never admits a job, as `_usable` says
+        if gated is None or self.packuments.clock() >= slot.fresh_until:
+            return None
+        record = gated.versions.get(version)
+        if record is None or record.private:
+            return None  # not listed when filled, or the private copy's record: public's say
+        return PublicVerdict(record, gated.time.get(version))
 
 
 class CachedPublic:
@@ -72,13 +107,14 @@ class CachedPublic:
     path's settings (MIRRORGATE_CACHE_TTL, _MAX_ENTRIES, _MAX_BYTES; single flight; ETag
     revalidation), read on the public client's `FILLS` pool like a serve-path fill."""
 
-    def __init__(self, public: Upstream, settings: Settings, *,
+    def __init__(self, public: Upstream, settings: Settings, *, max_bytes: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.public = public
         self.clock = clock
         self.cache: PackumentCache[PublicAnswer] = PackumentCache(
             ttl=settings.cache_ttl, max_entries=settings.cache_max_entries,
-            max_bytes=settings.cache_max_bytes, clock=clock)
+            max_bytes=settings.cache_max_bytes if max_bytes is None else max_bytes,
+            clock=clock)
 
     async def read(self, name: PackageName) -> PublicAnswer:
         slot = await self.cache.get(name.full, lambda previous: self._load(name, previous))
@@ -87,6 +123,9 @@ class CachedPublic:
     async def refresh(self, name: PackageName) -> PublicAnswer:
         slot = await self.cache.refresh(name.full, lambda previous: self._load(name, previous))
         return _usable(slot.fresh_until, slot.value, self.clock, self.public.label)
+
+    async def verdict(self, name: PackageName, version: str) -> PublicVerdict | None:
+        return None  # no proxy in this process: every job is judged from public's answer
 
     async def _load(self, name: PackageName,
                     previous: Cached[PublicAnswer] | None) -> Loaded[PublicAnswer]:

@@ -102,9 +102,6 @@ class Proxy:
     health: Health
     clients: ClientTokens | None = None
     """The client tokens in force; None leaves the proxy open (see `access`)."""
-    keep_public: bool = False
-    """A worker runs in this process and re-gates through this cache: each entry keeps the
-    public answer's bytes too (`gate.public`)."""
     handoff: Handoff | None = None
     """A worker runs in this process: the public tarballs relayed and verified are handed to
     it with their jobs, so it need not download them again (`handoff`)."""
@@ -162,8 +159,7 @@ class ProxyServer:
                 private=proxy.private, public=proxy.public, rules=proxy.rules,
                 metrics=proxy.metrics, now=now, keys=self.keys,
                 first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE),
-                withdrawals=WithdrawnVersions(self.settings.data_dir / WITHDRAWALS_FILE),
-                keep_public=proxy.keep_public),
+                withdrawals=WithdrawnVersions(self.settings.data_dir / WITHDRAWALS_FILE)),
             PackumentCache(ttl=self.settings.cache_ttl,
                            max_entries=self.settings.cache_max_entries,
                            max_bytes=self.settings.cache_max_bytes,

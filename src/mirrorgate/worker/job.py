@@ -56,7 +56,7 @@ from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import RegistryError, TargetConflict
 from mirrorgate.worker import alerts
-from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate
+from mirrorgate.worker.regate import JobRefused, check_digest_floor, regate, regate_record
 from mirrorgate.worker.target import (
     MirrorTarget,
     PublishResult,
@@ -327,6 +327,15 @@ class JobRunner:
 
     async def _regate(self, job: MirrorJob, name: PackageName) -> MirrorJob:
         """The job as the public packument describes it now (`regate`); raises JobRefused."""
+        if not self._rules.signatures.verify:
+            # Beside the proxy: its own current verdict on public's version, no parse and no
+            # second gate. With signatures verified, the worker asks for the keys itself
+            # (`_judge`): an entry may have been gated while they were unavailable.
+            verdict = await self._public(
+                lambda named: self._packuments.verdict(named, job.version), name)
+            if verdict is not None:
+                with contextlib.suppress(JobRefused):  # a refusal is confirmed below
+                    return regate_record(job, name, verdict.record, verdict.published)
         answer = await self._public(self._packuments.read, name)  # cached, as the proxy reads
         try:
             return await self._judge(job, name, answer)
@@ -339,8 +348,7 @@ class JobRunner:
             return await self._judge(job, name, fresh)
 
     @staticmethod
-    async def _public(read: Callable[[PackageName], Awaitable[PublicAnswer]],
-                      name: PackageName) -> PublicAnswer:
+    async def _public(read: Callable[[PackageName], Awaitable[_T]], name: PackageName) -> _T:
         try:
             return await read(name)
         except UpstreamError as error:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.gate import Gated, gate
+from mirrorgate.gate import Gated, VersionRecord, gate
 from mirrorgate.integrity import Digest, same_digest, strongest
 from mirrorgate.logs import loggable_url
 from mirrorgate.mirror import MirrorArtifact, MirrorJob
@@ -22,7 +22,7 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import ALGORITHMS, DIGEST_FLOOR, KeySet, Rules
 from mirrorgate.upstream.client import Upstream
 
-__all__ = ["JobRefused", "check_digest_floor", "regate"]
+__all__ = ["JobRefused", "check_digest_floor", "regate", "regate_record"]
 
 _IGNORED = frozenset({"readme", "deprecated"})
 """Manifest fields not compared with public's: a job never carries `readme`, and npm's
@@ -70,7 +70,16 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
         raise JobRefused("public-missing", f"the public upstream has no package {name.full}")
     gated = await in_thread_if_large(size, _gate, name, document, job.version, rules, now,
                                      public, keys)
-    record = gated.versions.get(job.version)
+    return regate_record(job, name, gated.versions.get(job.version),
+                         gated.time.get(job.version))
+
+
+def regate_record(job: MirrorJob, name: PackageName, record: VersionRecord | None,
+                  published: str | None) -> MirrorJob:
+    """The job to carry out, judged by the gate's `record` of public's `name@version` (None:
+    public does not list it) and its publish time: what `regate` does once it has gated
+    public's packument, and what the worker beside the proxy does with the proxy's own
+    verdict (`gate.public.PublicVerdict`). Raises `JobRefused`."""
     if record is None:
         raise JobRefused("public-missing", f"the public packument of {name.full} does not list "
                          f"{job.version}")
@@ -96,7 +105,7 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
                               record.digests)
     # the publish time, too, is public's own (for the mirror mark), never the job's
     return MirrorJob(name.full, record.version, artifact, manifest,
-                     published=time_text(gated.time.get(record.version)))
+                     published=time_text(published))
 
 
 def _gate(name: PackageName, document: Mapping[str, Any], version: str, rules: Rules,
