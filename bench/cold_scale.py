@@ -124,7 +124,7 @@ class Blackhole(ThreadedApp):
 
 class Bench:
     def __init__(self, tree: ScaleTree, public: ScaleRegistry, npm: NpmClient, workdir: Path,
-                 loop: str, settings: Mapping[str, str], startup: list[str]) -> None:
+                 loop: str | None, settings: Mapping[str, str], startup: list[str]) -> None:
         self.settings = settings
         self.startup = startup
         self.tree = tree
@@ -137,7 +137,10 @@ class Bench:
                    extra: Mapping[str, str] | None = None) -> MirrorgateProcess:
         env = {"MIRRORGATE_PUBLIC_UPSTREAM": self.public.url, "MIRRORGATE_LOG_LEVEL": "warning",
                "BENCH_GC_STATS": str(directory / "gc.json"),
-               **child_environment(self.workdir, loop=self.loop, startup=self.startup),
+               # a tree with `runtime.py` picks its loop by this; an older one by the shim
+               **({"MIRRORGATE_EVENT_LOOP": self.loop} if self.loop is not None else {}),
+               **child_environment(self.workdir, loop=self.loop or "asyncio",
+                                   startup=self.startup),
                **self.settings, **(extra or {})}
         return MirrorgateProcess("serve", env, workdir=directory).start(timeout=60)
 
@@ -242,7 +245,7 @@ def _line(index: int, run: Run, versions: int) -> str:
             f"CPU {run.install.cpu:5.1f} s during the install + {worker:5.1f} s after = "
             f"{run.total.cpu:5.1f} s ({run.total.cpu * 1000 / versions:.1f} ms/version; loop "
             f"thread {run.total.main:.1f} s, others {run.total.threads:.1f} s) | peak RSS "
-            f"{run.total.peak_rss / MIB:.0f} MiB")
+            f"{run.total.peak_rss / MIB:.0f} MiB | {'uvloop' if run.uvloop else 'asyncio'}")
     if run.replay is not None and run.replay_usage is not None:
         text += (f" | replay {run.replay:6.1f} s, CPU {run.replay_usage.cpu:.1f} s "
                  f"({run.replay_usage.cpu * 1000 / versions:.1f} ms/version), peak RSS "
@@ -342,7 +345,9 @@ def main() -> int:
                         help="add a run with the worker parked, for the serve path alone")
     parser.add_argument("--no-replay", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy one more cold run into DIR")
-    parser.add_argument("--loop", choices=LOOPS, default="asyncio")
+    parser.add_argument("--loop", choices=LOOPS, default=None,
+                        help="the event loop mirrorgate runs on (default: its own choice, "
+                        "MIRRORGATE_EVENT_LOOP=auto on a tree that has it)")
     parser.add_argument("--startup", action="append", default=[], metavar="CODE",
                         help="a line of Python every mirrorgate runs first (e.g. \"import gc; "
                         "gc.set_threshold(50_000, 20, 100)\"); repeatable")
@@ -355,6 +360,11 @@ def main() -> int:
         "XDG_CACHE_HOME", Path.home() / ".cache")) / "mirrorgate-bench",
                         help="where the generated tree is kept between runs")
     options = parser.parse_args()
+    # the children run in directories of their own: a relative PYTHONPATH (`src`) would
+    # silently import whatever mirrorgate the virtualenv has installed instead of this tree
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        str(Path(entry).resolve()) for entry in os.environ.get("PYTHONPATH", "").split(
+            os.pathsep) if entry)
     started = time.perf_counter()
     tree = ScaleTree.build(options.cache, options.packages, options.seed)
     workdir = Path(tempfile.mkdtemp(prefix="bench-cold-scale-"))
@@ -364,7 +374,8 @@ def main() -> int:
             tree.ensure_lockfile(npm, public.url)
             print(_describe(tree))
             print(f"prepared in {time.perf_counter() - started:.0f} s; mirrorgate on "
-                  f"{options.loop}{''.join(f', {item}' for item in options.set)}"
+                  f"{options.loop or 'its default loop'}"
+                  f"{''.join(f', {item}' for item in options.set)}"
                   f"{''.join(f'; first {code!r}' for code in options.startup)}; "
                   f"{os.cpu_count()} CPUs", flush=True)
             settings = dict(item.split("=", 1) for item in options.set)
@@ -390,7 +401,7 @@ def main() -> int:
             if runs:
                 report(runs, tree)
             if options.profile is not None:
-                output = options.profile / f"cold-scale-{options.loop}.pyspy.txt"
+                output = options.profile / f"cold-scale-{options.loop or 'default'}.pyspy.txt"
                 run = Run()
                 with bench.directory("profiled") as directory:
                     bench.cold(run, directory, profile=output)
