@@ -312,7 +312,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
-                                    clients=clients, handoff=handoff))
+                                    clients=clients, worker_beside=shape.runs_worker,
+                                    handoff=handoff))
         # the worker beside the proxy judges a job by the proxy's own verdict on the version
         packuments: PublicPackuments | None = (
             ServedPublic(app[SERVER].packuments, CachedPublic(upstreams.public, settings,

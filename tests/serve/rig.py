@@ -32,7 +32,7 @@ from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import parse_name
-from mirrorgate.rules import DEFAULT_RULES, Rules
+from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
 from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, build_proxy_app
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.upstream.client import Upstream
@@ -211,12 +211,13 @@ class ProxyStack:
             await upstream.close()
 
 
-async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
-                     queue: MirrorQueue | None,
+async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | LiveRules,
+                     queue: MirrorQueue | None, worker_beside: bool = False,
                      handoff: Handoff | None = None) -> ProxyStack:
     """Start a proxy on a free loopback port: its private source is the file store at `store`
-    when given, else an HTTP upstream at `settings.private_upstream`. `handoff`: as
-    `mirrorgate serve` with its worker, which takes the tarballs handed over."""
+    when given, else an HTTP upstream at `settings.private_upstream`. `worker_beside` and
+    `handoff`: as `mirrorgate serve` with its worker, which judges jobs by the proxy's records
+    and takes the tarballs handed over."""
     metrics = Metrics()
     upstream = Upstream("public", settings.public_upstream, timeout=settings.upstream_timeout,
                         max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
@@ -238,7 +239,8 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
                if settings.client_tokens_file is not None else None)
     proxy = Proxy(settings=settings, public=upstream, private=source,
                   queue=queue or in_memory_double(), rules=rules, metrics=metrics,
-                  health=Health(ready=True), clients=clients, handoff=handoff)
+                  health=Health(ready=True), clients=clients,
+                  worker_beside=worker_beside, handoff=handoff)
     clock, wall = ManualClock(), WallClock()
     app = build_proxy_app(proxy, clock=clock, now=wall)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)

@@ -15,6 +15,7 @@ import dataclasses
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import Digest, parse_integrity
 from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.names import parse_name
-from mirrorgate.rules import DEFAULT_RULES
+from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
@@ -128,7 +129,7 @@ def test_an_unwritable_directory_means_downloads_not_a_failure(tmp_path: Path) -
 
 # --- the worker beside the proxy, wired as `mirrorgate serve` wires it ------------------
 
-StartServing = Callable[[], Awaitable[tuple[RunningProxy, Worker]]]
+StartServing = Callable[..., Awaitable[tuple[RunningProxy, Worker]]]
 
 
 @pytest.fixture
@@ -137,12 +138,13 @@ async def start_serving(public_registry: FixtureRegistry,
     """A proxy and the worker beside it sharing one handoff, the file store as the mirror."""
     stacks: list[ProxyStack] = []
 
-    async def start() -> tuple[RunningProxy, Worker]:
+    async def start(rules: Rules | LiveRules = DEFAULT_RULES,
+                    **overrides: Any) -> tuple[RunningProxy, Worker]:
         settings = make_settings(public_registry.url, f"file://{tmp_path / 'store'}",
-                                 tmp_path / "data")
+                                 tmp_path / "data", **overrides)
         handoff = Handoff(tmp_path / "handoff", settings.handoff_max_bytes)
-        stacks.append(await open_proxy(settings, store=tmp_path / "store",
-                                       rules=DEFAULT_RULES, queue=None, handoff=handoff))
+        stacks.append(await open_proxy(settings, store=tmp_path / "store", rules=rules,
+                                       queue=None, worker_beside=True, handoff=handoff))
         proxy = stacks[-1].running
         worker = Worker(WorkerDeps(
             settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
@@ -222,6 +224,50 @@ async def test_a_job_the_proxy_holds_no_bytes_for_downloads_them(
     assert tarball_gets(public_registry, "not-held", "1.0.0") == [
         "mirrorgate (tarballs)", "mirrorgate (worker)"]
     assert proxy.metric("mirrorgate_handoffs_total", outcome="missed") == 1
+
+
+def packument_gets(public: FixtureRegistry, name: str) -> list[str]:
+    return [seen.headers.get("User-Agent", "") for seen in public.requests
+            if seen.path == f"/{name}"]
+
+
+async def test_a_job_whose_entry_was_evicted_is_judged_without_filling_it_again(
+        start_serving: StartServing, public_registry: FixtureRegistry) -> None:
+    """A cold install of thousands of names evicts entries before the worker, a few seconds
+    behind, reaches their jobs: the record of each enqueued version is kept for its job."""
+    public_registry.add(make_package("evicted", ["1.0.0"]), make_package("evictor", ["1.0.0"]))
+    proxy, worker = await start_serving(cache_max_entries=1)  # room for one entry at a time
+    for name in ("evicted", "evictor"):
+        reply = await proxy.get("npm/" + tarball_path(name, "1.0.0").lstrip("/"))
+        assert reply.status == 200
+    assert proxy.server.packuments.cache.peek("evicted") is None
+    jobs = {job.name: job for job in await proxy.jobs()}
+
+    assert await handled(worker, jobs["evicted"]) == "published"
+
+    assert packument_gets(public_registry, "evicted") == ["mirrorgate (fills)"]
+
+
+async def test_a_kept_record_never_outlives_a_rules_change(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path) -> None:
+    """The attack a pin could open: a version denied since its pull (a rule added for it)
+    mirrored on the word of the record kept from before. The record is gated with the rules
+    of its time; under others it is set aside and the version judged again."""
+    public_registry.add(make_package("ruled-out", ["1.0.0"]), make_package("filler", ["1.0.0"]))
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text('[age]\nminimum = "0"\n')
+    rules = LiveRules.load(rules_file)
+    proxy, worker = await start_serving(rules=rules, cache_max_entries=1)
+    for name in ("ruled-out", "filler"):
+        reply = await proxy.get("npm/" + tarball_path(name, "1.0.0").lstrip("/"))
+        assert reply.status == 200
+    jobs = {job.name: job for job in await proxy.jobs()}
+    rules_file.write_text('[age]\nminimum = "0"\n\n[deny]\npackages = ["ruled-out"]\n')
+    assert rules.reload()
+
+    assert await handled(worker, jobs["ruled-out"]) == "retired"
+
+    assert await FileStore(tmp_path / "store").packument(parse_name("ruled-out")) is None
 
 
 # --- the real command ------------------------------------------------------------------

@@ -143,7 +143,8 @@ async def start_serving(public_registry: FixtureRegistry,
     async def start(private: str) -> RunningProxy:
         store = Path(private.removeprefix("file://")) if private.startswith("file://") else None
         settings = make_settings(public_registry.url, private, tmp_path / "data")
-        stacks.append(await open_proxy(settings, store=store, rules=DEFAULT_RULES, queue=None))
+        stacks.append(await open_proxy(settings, store=store, rules=DEFAULT_RULES, queue=None,
+                                       worker_beside=True))
         return stacks[-1].running
 
     yield start

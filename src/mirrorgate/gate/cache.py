@@ -109,6 +109,11 @@ class PackumentCache(Generic[V]):
             return slot
         return None
 
+    def peek(self, key: str) -> Cached[V] | None:
+        """The entry for `key`, fresh or not, without counting a lookup or touching its place
+        in the eviction order (a look from inside the process, not a client's read)."""
+        return self._slots.get(key)
+
     async def get(self, key: str, load: Loader[V]) -> Cached[V]:
         """The entry for `key`: fresh from the cache, or filled (once for all concurrent
         callers) by `load`, or, when a revalidation fails or is slow, the stale entry.

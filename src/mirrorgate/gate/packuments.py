@@ -7,26 +7,77 @@ person always see the same verdicts, and a cold name costs one fill however many
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mirrorgate.gate.cache import Cached, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry
 from mirrorgate.gate.fill import PackumentSource
-from mirrorgate.gate.records import Gated
+from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.upstream.client import UpstreamError
 
-__all__ = ["Packuments"]
+__all__ = ["PINS", "Packuments", "Pinned"]
+
+PINS = 4096
+"""Versions whose records are pinned for the worker beside the proxy, at most (oldest go)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """A version's record as its entry held it when its job was enqueued, good until the entry
+    would have gone stale, under the rules generation it was gated with."""
+
+    record: VersionRecord
+    published: str | None
+    fresh_until: float
+    generation: int
 
 
 class Packuments:
     """`cache` of `PackumentEntry`, filled by `source.load` on a miss or past the TTL."""
 
     def __init__(self, source: PackumentSource, cache: PackumentCache[PackumentEntry],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], *, pins: int = 0) -> None:
         self.source = source
         self.cache = cache
         self.clock = clock
+        # The worker beside the proxy judges a job by the entry's record of its version, a few
+        # seconds after the pull; on a cold install of thousands of names the byte budget has
+        # often evicted that entry by then, and judging it meant filling the packument again
+        # (a third of a cold install's fills). The record itself is kept for the job instead:
+        # a few KB a version, for no longer than the entry would have been served.
+        self._pins: OrderedDict[tuple[str, str], Pinned] | None = (
+            OrderedDict() if pins > 0 else None)
+        self._max_pins = pins
+
+    def pin(self, name: PackageName, version: str) -> None:
+        """Keep the cached record of `name@version` for the job just enqueued for it."""
+        slot = self.cache.peek(name.full)
+        if self._pins is None or slot is None or slot.value.gated is None:
+            return
+        gated = slot.value.gated
+        record = gated.versions.get(version)
+        if record is None:
+            return
+        key = (name.full, version)
+        self._pins[key] = Pinned(record, gated.time.get(version), slot.fresh_until,
+                                 gated.rules_generation)
+        self._pins.move_to_end(key)
+        while len(self._pins) > self._max_pins:
+            self._pins.popitem(last=False)
+
+    def pinned(self, name: PackageName, version: str) -> Pinned | None:
+        """The pinned record of `name@version` while it is good (fresh, and gated with the
+        rules in force), taken out; None otherwise."""
+        if self._pins is None:
+            return None
+        pinned = self._pins.pop((name.full, version), None)
+        if (pinned is None or self.clock() >= pinned.fresh_until
+                or pinned.generation != self.source.rules.generation):
+            return None
+        return pinned
 
     def fresh(self, name: PackageName) -> Cached[PackumentEntry] | None:
         """The entry within its TTL and gated with the rules in force, or None: never fills,

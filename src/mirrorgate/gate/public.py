@@ -91,6 +91,14 @@ class ServedPublic:
         return await self.answers.refresh(name)
 
     async def verdict(self, name: PackageName, version: str) -> PublicVerdict | None:
+        pinned = self.packuments.pinned(name, version)
+        cached = self.packuments.cache.peek(name.full)
+        if pinned is not None and (cached is None
+                                   or self.packuments.clock() >= cached.fresh_until):
+            # evicted since the pull: the record kept for this job (`Packuments.pin`) is the
+            # verdict the entry would still give, no fill needed
+            return (PublicVerdict(pinned.record, pinned.published)
+                    if not pinned.record.private else None)
         slot: Cached[PackumentEntry] = await self.packuments.entry(name)
         gated = slot.value.gated
         # a stale entry (served while a fill fails) never admits a job, as `_usable` says

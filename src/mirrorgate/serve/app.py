@@ -36,6 +36,7 @@ from mirrorgate.gate import (
 )
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
+from mirrorgate.gate.packuments import PINS
 from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
@@ -102,6 +103,9 @@ class Proxy:
     health: Health
     clients: ClientTokens | None = None
     """The client tokens in force; None leaves the proxy open (see `access`)."""
+    worker_beside: bool = False
+    """A worker runs in this process and judges its jobs by this cache's records: the record
+    of each version enqueued is kept for its job (`Packuments.pin`)."""
     handoff: Handoff | None = None
     """A worker runs in this process: the public tarballs relayed and verified are handed to
     it with their jobs, so it need not download them again (`handoff`)."""
@@ -164,7 +168,7 @@ class ProxyServer:
                            max_entries=self.settings.cache_max_entries,
                            max_bytes=self.settings.cache_max_bytes,
                            clock=clock, on_result=count_cache),
-            clock)
+            clock, pins=PINS if proxy.worker_beside else 0)
         self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
                                   self.settings.spool_max_bytes),
                            proxy.metrics, self._send_floor)
@@ -172,7 +176,10 @@ class ProxyServer:
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      relay=self.relay, packument=self._gated_or_none,
                                      private_answered=self.packuments.private_answered,
-                                     handoff=proxy.handoff, clock=clock)
+                                     handoff=proxy.handoff,
+                                     on_enqueued=(self.packuments.pin if proxy.worker_beside
+                                                  else None),
+                                     clock=clock)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)

@@ -47,6 +47,7 @@ class TarballRoute:
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
                  private_answered: Callable[[PackageName], bool] = lambda _name: False,
                  handoff: Handoff | None = None,
+                 on_enqueued: Callable[[PackageName, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.private = private
         self.public = public
@@ -56,6 +57,7 @@ class TarballRoute:
         self.packument = packument
         self.private_answered = private_answered
         self.handoff = handoff
+        self.on_enqueued = on_enqueued
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
@@ -244,6 +246,8 @@ class TarballRoute:
         task = asyncio.get_running_loop().create_task(self._send(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self.on_enqueued is not None:
+            self.on_enqueued(name, record.version)
         return True
 
     async def _send(self, job: MirrorJob) -> None:
