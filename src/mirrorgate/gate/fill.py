@@ -25,7 +25,7 @@ from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.packument import versions_of
-from mirrorgate.offload import in_thread_if_large
+from mirrorgate.offload import Budget, in_thread_if_large
 from mirrorgate.rules import ENFORCE, REPORT, KeySet, LiveRules, Rules, live, state_token
 from mirrorgate.upstream.client import FILLS, JsonAnswer, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
@@ -37,6 +37,8 @@ log = structlog.get_logger("mirrorgate.serve")
 
 DEGRADED_FRESH_FOR = 5.0
 """Seconds a packument built while one upstream was failing is served before it is retried."""
+FILL_BYTES = 32 * 1024 * 1024
+"""Bytes of public packuments parsed and gated at once, at most (`offload.Budget`)."""
 DENIED_LOGGED = 50
 """Denied versions named in a `versions_denied` line; the line always carries the count."""
 REFUSALS_LOGGED = 5
@@ -79,6 +81,7 @@ class PackumentSource:
                  first_party: FirstPartyNames | None = None,
                  withdrawals: WithdrawnVersions | None = None) -> None:
         self.private = private
+        self.in_flight = Budget(FILL_BYTES)
         self.keys = keys
         self.public = public
         self._rules = live(rules)
@@ -104,7 +107,8 @@ class PackumentSource:
     async def _public_answer(self, name: PackageName,
                              etag: str | None) -> JsonAnswer | UpstreamError:
         try:
-            return await self.public.get_json(name.url_path(), etag=etag, pool=FILLS)
+            return await self.public.get_json(name.url_path(), etag=etag, pool=FILLS,
+                                              parse=False)
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         kind=error.kind, detail=str(error))
@@ -158,23 +162,38 @@ class PackumentSource:
             public = await self._public_answer(name, None)
         public_error = public if isinstance(public, UpstreamError) else None
         answer = public if isinstance(public, JsonAnswer) else None
-        public_doc = answer.document if answer is not None and answer.status == 200 else None
-        failure = public_error or private_error
-        if private is None and public_doc is None:
-            if failure is not None:
-                raise failure
-            # both say there is no such package: an entry with no packument (a 404), cached
-            # like any other
-            self.first_party.forget(full)
-            return Loaded(PackumentEntry(None, None), 256)
-        size = answer.size if answer is not None else 0
-        # in a thread above offload.THREAD_ABOVE bytes: a 10 MB packument does not stall the
-        # event loop for every other client
-        with tracing.span("mirrorgate.gate", {"mirrorgate.package": full}) as judged:
-            gated = await in_thread_if_large(size, self._gate, name, private, public_doc, now,
-                                             keys)
-            judged.set("mirrorgate.versions", len(gated.versions))
-            judged.set("mirrorgate.denied", sum(gated.denials.values()))
+        # The parse and the gate hold their bytes against the fills' budget: a parsed packument
+        # is four times its bytes and its gated versions another one and a half, so at most
+        # `FILL_BYTES` of packuments are worked on at once (a larger one alone); the others
+        # wait with their bytes alone, unparsed.
+        async with self.in_flight.hold(answer.size if answer is not None else 0):
+            if answer is not None and answer.status == 200:
+                try:
+                    answer = await self.public.parsed(answer)  # in a thread when large
+                except UpstreamError as error:
+                    log.warning("upstream_failed", upstream="public", package=full,
+                                kind=error.kind, detail=str(error))
+                    answer, public_error = None, error
+            public_doc = (answer.document if answer is not None and answer.status == 200
+                          else None)
+            failure = public_error or private_error
+            if private is None and public_doc is None:
+                if failure is not None:
+                    raise failure
+                # both say there is no such package: an entry with no packument (a 404),
+                # cached like any other
+                self.first_party.forget(full)
+                return Loaded(PackumentEntry(None, None), 256)
+            size = answer.size if answer is not None else 0
+            # in a thread above offload.THREAD_ABOVE bytes: a 10 MB packument does not stall
+            # the event loop for every other client
+            with tracing.span("mirrorgate.gate", {"mirrorgate.package": full}) as judged:
+                gated = await in_thread_if_large(size, self._gate, name, private, public_doc,
+                                                 now, keys)
+                judged.set("mirrorgate.versions", len(gated.versions))
+                judged.set("mirrorgate.denied", sum(gated.denials.values()))
+            etag = answer.etag if answer is not None else None
+            del public_doc, answer  # the parse goes with the budget it was held against
         if failure is not None and not gated.survivors:
             raise failure  # nothing installable and an upstream failed: 502, 503 or 504
         if gated.first_party:
@@ -189,8 +208,7 @@ class PackumentSource:
         before_index = gated.advisories is not None and gated.advisories[0] == 0
         unverified = self.rules.signatures.verify and keys is None
         entry = PackumentEntry(gated, private_print, private_answered=private_error is None)
-        return Loaded(entry, gated.size + 256,
-                      answer.etag if answer is not None else None,
+        return Loaded(entry, gated.size + 256, etag,
                       fresh_for=_fresh_for(gated, now, degraded=failure is not None
                                            or before_index or unverified))
 

@@ -23,6 +23,7 @@ from mirrorgate.errors import MirrorgateError
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
+from mirrorgate.offload import in_thread_if_large
 from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
 
 __all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "BodyStopped", "Download", "JsonAnswer",
@@ -292,12 +293,15 @@ class Upstream:
         return b"".join(parts)
 
     async def get_json(self, path: str, *, etag: str | None = None,
-                       accept: str = "application/json", pool: Pool = FILLS) -> JsonAnswer:
-        """GET a JSON object at `path` under the base URL: 200, 304 (with `etag`) or 404."""
+                       accept: str = "application/json", pool: Pool = FILLS,
+                       parse: bool = True) -> JsonAnswer:
+        """GET a JSON object at `path` under the base URL: 200, 304 (with `etag`) or 404.
+        With `parse` False a 200 comes with its bytes only (bounded, values counted) and
+        `parsed` makes its document: the caller chooses when, and in which thread."""
         url = self.url(path)
         with self._span("GET", url, pool) as span:
             try:
-                answer = await self._get_json(url, etag, accept, pool)
+                answer = await self._get_json(url, etag, accept, pool, parse)
             except UpstreamError as error:
                 span.set("error.type", error.kind)
                 span.set("http.response.status_code", error.status)
@@ -306,7 +310,7 @@ class Upstream:
             return answer
 
     async def _get_json(self, url: str, etag: str | None, accept: str,
-                        pool: Pool) -> JsonAnswer:
+                        pool: Pool, parse: bool) -> JsonAnswer:
         headers = {"Accept": accept, "Accept-Encoding": "gzip"}
         if etag:
             headers["If-None-Match"] = etag
@@ -336,15 +340,36 @@ class Upstream:
                 self.label, "too-large", f"the document holds up to {values} JSON values; the "
                 f"limit is {self._max_values} (one per {BYTES_PER_VALUE} bytes of "
                 f"MIRRORGATE_MAX_METADATA_BYTES, at least {MIN_VALUES})"))
+        answer = JsonAnswer(200, None, answer_etag, len(body), body)
+        return self._parsed_now(answer) if parse else answer
+
+    async def parsed(self, answer: JsonAnswer) -> JsonAnswer:
+        """`answer` (from `get_json(parse=False)`) with its document, parsed in a thread when
+        it is large (`offload`), without its bytes; raises UpstreamError (`invalid`)."""
+        if answer.status != 200 or answer.document is not None:
+            return answer
+        found = await in_thread_if_large(answer.size, self._document, answer.body)
+        if isinstance(found, UpstreamError):
+            raise self._failure(found)
+        return JsonAnswer(200, found, answer.etag, answer.size)
+
+    def _parsed_now(self, answer: JsonAnswer) -> JsonAnswer:
+        found = self._document(answer.body)
+        if isinstance(found, UpstreamError):
+            raise self._failure(found)
+        return JsonAnswer(200, found, answer.etag, answer.size, answer.body)
+
+    def _document(self, body: bytes) -> dict[str, Any] | UpstreamError:
+        """The JSON object in `body`, or what is wrong with it (no metric here: this may run in
+        a thread; the caller counts it on the loop)."""
         try:
             document = orjson.loads(body)  # orjson's nesting limit (1,024) bounds the depth
         except orjson.JSONDecodeError as error:
-            raise self._failure(UpstreamError(self.label, "invalid", f"the document is not "
-                                              f"usable JSON ({str(error)[:120]})")) from None
+            return UpstreamError(self.label, "invalid", f"the document is not usable JSON "
+                                 f"({str(error)[:120]})")
         if not isinstance(document, dict):
-            raise self._failure(UpstreamError(self.label, "invalid",
-                                              "the document is not a JSON object"))
-        return JsonAnswer(200, document, answer_etag, len(body), body)
+            return UpstreamError(self.label, "invalid", "the document is not a JSON object")
+        return document
 
     @asynccontextmanager
     async def stream(self, url: str, *, method: str = "GET", accept_missing: bool = True,
