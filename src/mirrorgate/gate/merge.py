@@ -17,6 +17,7 @@ import orjson
 
 from mirrorgate.gate.records import (
     MAX_VERSIONS,
+    RECORD_BYTES,
     Denial,
     Gated,
     TooManyVersionsError,
@@ -356,7 +357,7 @@ def gate(
     survivors = [v for v, record in records.items() if record.denial is None]
     head = merge_head(private, public, first_party)
     size = len(orjson.dumps(head)) + sum(
-        len(r.full) + len(r.abbreviated) + 64 for r in records.values())
+        len(r.full) + len(r.abbreviated) + RECORD_BYTES for r in records.values())
     return Gated(
         name=name,
         head=head,
