@@ -208,6 +208,25 @@ async def test_bytes_changed_after_the_proxy_checked_them_are_never_published(
     assert proxy.metric("mirrorgate_tampered_total") == 1
 
 
+async def test_bytes_for_a_version_already_mirrored_are_given_back_at_once(
+        start_serving: StartServing, public_registry: FixtureRegistry) -> None:
+    """A second pull after the window (its job finds the version held): its bytes do not sit
+    in the handoff for ten minutes."""
+    public_registry.add(make_package("twice", ["1.0.0"]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path("twice", "1.0.0").lstrip("/"))
+    (job,) = await proxy.jobs()
+    assert await handled(worker, job) == "published"
+    handoff = worker.deps.handoff
+    assert handoff is not None
+    handoff.offer(job.artifact.tarball_url, reply.body,
+                  parse_integrity(job.manifest["dist"]["integrity"])[0])
+
+    assert await handled(worker, job) == "already_present"
+
+    assert handoff.held_bytes == 0
+
+
 async def test_a_job_the_proxy_holds_no_bytes_for_downloads_them(
         start_serving: StartServing, public_registry: FixtureRegistry) -> None:
     """A job from before a restart, or one the handoff had no room for: downloaded as ever."""

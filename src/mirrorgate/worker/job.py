@@ -296,6 +296,8 @@ class JobRunner:
         target = self.deps.target
         # the cheap question first: a version already held costs a metadata read, no download
         if await self._target_call(target.holds(job)):
+            if self.deps.handoff is not None:  # bytes the proxy handed over, not needed
+                self.deps.handoff.discard(url)
             log.info("mirror_already_present", target=target.label, fetched=False)
             return PublishResult.ALREADY_PRESENT
         with tracing.span("mirrorgate.fetch", {"mirrorgate.algorithm":
