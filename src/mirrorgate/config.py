@@ -199,7 +199,7 @@ VARIABLES: tuple[Var, ...] = (
         "without downloading them again; the worker hashes them against its job all the same "
         "(0: the worker downloads every one; default: a quarter of the free space there, at "
         "most 1 GiB)",
-        see="serving.md#one-download-per-version"),
+        read_by=(PROXY,), see="serving.md#one-download-per-version"),
     Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired",
         read_by=(WORKER,), see="worker.md#retries"),
     Var("MIRRORGATE_WORKER_CONCURRENCY", "1", "mirror jobs in flight at once",
