@@ -36,6 +36,7 @@ from mirrorgate.gate import (
 )
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
+from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.healthz import Health, add_health_routes
@@ -168,11 +169,16 @@ class ProxyServer:
         self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
                                   self.settings.spool_max_bytes),
                            proxy.metrics, self._send_floor)
+        self.release = ReleaseJudge(
+            rules=proxy.rules, public=proxy.public, metrics=proxy.metrics,
+            packument=self._gated_or_none, now=now, data_dir=self.settings.data_dir,
+            previous_max_bytes=self.settings.release_previous_max_bytes,
+            timeout=self.settings.release_timeout)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      relay=self.relay, packument=self._gated_or_none,
                                      private_answered=self.packuments.private_answered,
-                                     clock=clock)
+                                     clock=clock, release=self.release)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)

@@ -1,0 +1,379 @@
+"""The release signals' I/O: the previous version's bytes, the new dependencies' first publish,
+the names the organisation installs, and each version's verdict, remembered.
+
+`ReleaseCheck` rides on the relay of a version's first public pull: the relay feeds its reading
+(`npm.contents`, on the hashing lane, beside the loop) while this fetches the previous version's
+tarball (bounded, verified, read in a thread) and, once the last byte is in, the checks of
+`rules.release` run and the verdict is remembered, so a second pull costs nothing and a warm
+packument never pays. docs/serving.md#release-signals tells why it runs there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from mirrorgate.events import Alert
+from mirrorgate.gate.memory import DurableMap
+from mirrorgate.gate.records import Gated, VersionRecord
+from mirrorgate.integrity import (
+    DigestMismatch,
+    SizeMismatch,
+    StreamVerifier,
+    TooLarge,
+    Unverifiable,
+)
+from mirrorgate.metrics import Metrics
+from mirrorgate.moments import moment
+from mirrorgate.npm.contents import ContentReading, Contents, contents_of, manifest_runs
+from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.tarscripts import ScriptScan
+from mirrorgate.npm.versions import parse_version
+from mirrorgate.rules import LiveRules, Rules
+from mirrorgate.rules.release import (
+    Fired,
+    Release,
+    ReleaseVerdict,
+    check_dependencies,
+    check_install,
+    check_obfuscation,
+    check_typosquat,
+    judge,
+)
+from mirrorgate.rules.typosquat import NameIndex, popular_names
+from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
+
+__all__ = ["INSTALLED_FILE", "MAX_DEPENDENCIES_ASKED", "OFTEN", "ReleaseCheck", "ReleaseJudge"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+INSTALLED_FILE = "installed-names"
+OFTEN = 3
+"""Pulls of a name that make it one the organisation "installs often" (typosquat's own list)."""
+MAX_DEPENDENCIES_ASKED = 20
+"""New dependencies of one release whose first publish is looked up at most; more are said."""
+_MEMORY = 10_000
+_NAMES_KEPT = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What one analysis found, kept per version: the verdict is made again from it under the
+    rules in force at each pull (an allow entry added later releases it without a new read)."""
+
+    fired: tuple[Fired, ...]
+    published: datetime | None
+    compared_with: str | None
+
+
+def _previous(gated: Gated, version: str) -> VersionRecord | None:
+    """The version before `version`: the highest lower one (a prerelease only for a
+    prerelease), whose bytes mirrorgate can read."""
+    this = parse_version(version)
+    if this is None:
+        return None
+    best: tuple[Any, VersionRecord] | None = None
+    for text, record in gated.versions.items():
+        other = parse_version(text)
+        if other is None or other.key >= this.key or text == version:
+            continue
+        if other.is_prerelease and not this.is_prerelease:
+            continue
+        if record.upstream_tarball is None or not record.digests:
+            continue
+        if best is None or other.key > best[0]:
+            best = (other.key, record)
+    return best[1] if best is not None else None
+
+
+def _first_published(gated: Gated) -> datetime | None:
+    created = moment(gated.time.get("created"))
+    times = [when for key, value in gated.time.items() if key not in ("created", "modified")
+             and (when := moment(value)) is not None]
+    candidates = [*times, *([created] if created is not None else [])]
+    return min(candidates) if candidates else None
+
+
+def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key in ("dependencies", "optionalDependencies"):
+        listed = manifest.get(key)
+        if isinstance(listed, Mapping):
+            found.update((str(k), str(v)) for k, v in list(listed.items())[:1000])
+    return found
+
+
+class ReleaseJudge:
+    """The release signals of one process: what they remember, and the I/O they need."""
+
+    def __init__(self, *, rules: Rules | LiveRules, public: Upstream, metrics: Metrics,
+                 packument: Callable[[PackageName], Awaitable[Gated | None]],
+                 now: Callable[[], datetime], data_dir: Path | None,
+                 previous_max_bytes: int, timeout: float) -> None:
+        self._rules = rules
+        self.public = public
+        self.metrics = metrics
+        self.packument = packument
+        self.now = now
+        self.previous_max_bytes = previous_max_bytes
+        self.timeout = timeout
+        self._facts: OrderedDict[str, _Facts] = OrderedDict()
+        self._installed = DurableMap(data_dir / INSTALLED_FILE if data_dir else None,
+                                     what="installed_names", limit=_NAMES_KEPT)
+        self._counts: dict[str, int] = {}
+
+    @property
+    def rules(self) -> Rules:
+        rules = self._rules
+        return rules.current if isinstance(rules, LiveRules) else rules
+
+    def applies(self, record: VersionRecord) -> bool:
+        """Whether a pull of this version is read by the signals: they are on, and it is a
+        public version not yet mirrored (a mirrored copy passed them, or predates them)."""
+        return (self.rules.release.on and not record.private
+                and record.upstream_tarball is not None)
+
+    def remembered(self, name: str, version: str) -> ReleaseVerdict | None:
+        """The verdict for a version read before, under the rules in force now."""
+        facts = self._facts.get(f"{name}@{version}")
+        if facts is None:
+            return None
+        return judge(self.rules, name, version, facts.published, list(facts.fired),
+                     self.now(), facts.compared_with)
+
+    def installed(self, name: str) -> None:
+        """A tarball of `name` was served: its count towards "installed often" (persisted at
+        1, 2, 4, 8... pulls, so a busy name costs a few writes, not one per pull)."""
+        count = self._counts.get(name)
+        if count is None:
+            stored = self._installed.get(name)
+            count = int(stored) if stored is not None and stored.isdigit() else 0
+        count += 1
+        self._counts[name] = count
+        if count & (count - 1) == 0:
+            self._installed.set(name, str(count))
+
+    def _history(self) -> tuple[frozenset[str], NameIndex]:
+        names = set(self._installed)
+        often = [name for name in names
+                 if max(self._counts.get(name, 0), int(self._installed.get(name) or 0)) >= OFTEN]
+        return frozenset(names | set(self._counts)), NameIndex(often)
+
+    def check(self, name: PackageName, gated: Gated, record: VersionRecord) -> ReleaseCheck:
+        return ReleaseCheck(self, name, gated, record)
+
+    async def read_previous(self, name: PackageName, record: VersionRecord) -> Contents | str:
+        """The previous version's contents, or why they cannot be had (a sentence)."""
+        url = record.upstream_tarball
+        assert url is not None  # `_previous` picks only versions with a public URL
+        try:
+            verifier = StreamVerifier(record.digests, expected_size=None,
+                                      limit=self.previous_max_bytes)
+        except Unverifiable:
+            return f"{record.version} carries no digest to verify its bytes against"
+        chunks: list[bytes] = []
+        try:
+            async with asyncio.timeout(self.timeout), self.public.stream(
+                    url, pool=TARBALLS) as body:
+                if body is None:
+                    return f"the public registry has no tarball for {record.version}"
+                verifier.declared_length(body.size)
+                async for chunk in body.chunks:
+                    verifier.update(chunk)
+                    chunks.append(chunk)
+            verifier.finish()
+        except (TooLarge, SizeMismatch, DigestMismatch) as error:
+            return f"{record.version}'s tarball was not read: {error}"
+        except UpstreamError as error:
+            return f"{record.version}'s tarball could not be fetched: {error}"
+        except TimeoutError:
+            return f"{record.version}'s tarball was not fetched within {self.timeout:g} s"
+        contents = await asyncio.to_thread(contents_of, b"".join(chunks))
+        if contents.problem is not None:
+            return f"{record.version}'s tarball cannot be read: {contents.problem}"
+        return contents
+
+    async def first_published(self, names: list[str]) -> tuple[dict[str, datetime | None],
+                                                               list[str]]:
+        """Each public name's first publish (None: the public registry lacks it), and the
+        names that could not be looked up. First-party names are not asked."""
+        found: dict[str, datetime | None] = {}
+        failed: list[str] = []
+        rules = self.rules
+        for text in names[:MAX_DEPENDENCIES_ASKED]:
+            if rules.private_alone(text):
+                continue
+            try:
+                parsed = parse_name(text)
+            except InvalidNameError:
+                found[text] = None  # npm cannot install it from the public registry either
+                continue
+            try:
+                async with asyncio.timeout(self.timeout):
+                    gated = await self.packument(parsed)
+            except Exception as error:  # an upstream failure, whatever the fill raised
+                failed.append(f"{text} ({type(error).__name__})")
+                continue
+            if gated is None:
+                found[text] = None
+            elif not gated.first_party:
+                found[text] = _first_published(gated)
+        failed += [f"{text} (past the first {MAX_DEPENDENCIES_ASKED})"
+                   for text in names[MAX_DEPENDENCIES_ASKED:]]
+        return found, failed
+
+    def remember(self, label: str, facts: _Facts) -> None:
+        self._facts[label] = facts
+        self._facts.move_to_end(label)
+        while len(self._facts) > _MEMORY:
+            self._facts.popitem(last=False)
+
+
+class ReleaseCheck:
+    """One version's first pull, read by the release signals. The relay feeds `scan` and calls
+    `begin()` when its download starts, `verdict()` once every byte is read (the last chunk
+    held back meanwhile), and `close()` in any case."""
+
+    def __init__(self, judge_: ReleaseJudge, name: PackageName, gated: Gated,
+                 record: VersionRecord) -> None:
+        self.judge = judge_
+        self.name = name
+        self.gated = gated
+        self.record = record
+        self.reading = ContentReading()
+        self.previous = _previous(gated, record.version)
+        self._task: asyncio.Task[Contents | str] | None = None
+
+    @property
+    def scan(self) -> ScriptScan:
+        return self.reading.scan
+
+    @property
+    def label(self) -> str:
+        return f"{self.name.full}@{self.record.version}"
+
+    def begin(self) -> None:
+        """Start fetching the previous version's bytes, beside the download of these."""
+        if self.previous is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self.judge.read_previous(self.name, self.previous))
+
+    def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def verdict(self) -> str | None:
+        """Every byte read: None when the bytes may leave, else the reason they may not (the
+        denial is remembered, logged, counted and on the status page)."""
+        judge_ = self.judge
+        version = self.record.version
+        now = judge_.now()
+        published = moment(self.gated.time.get(version))
+        manifest = self.record.manifest()
+        contents = self.reading.contents()
+        unchecked: list[str] = []
+        fired: list[Fired] = []
+        compared: str | None = None
+        if contents.problem is not None:
+            unchecked.append(f"its tarball cannot be read: {contents.problem}")
+        elif self.previous is not None:
+            self.begin()
+            assert self._task is not None
+            before = await self._task
+            previous_manifest = self.previous.manifest()
+            if isinstance(before, str):
+                unchecked.append(before)
+            else:
+                compared = self.previous.version
+                new = Release(version, contents, manifest_runs(manifest),
+                              _dependencies(manifest), published)
+                old = Release(self.previous.version, before, manifest_runs(previous_manifest),
+                              _dependencies(previous_manifest))
+                fired += [found for found in (check_install(new, old),
+                                              check_obfuscation(new, old)) if found]
+                added = sorted(set(new.dependencies) - set(old.dependencies))
+                if added:
+                    first, failed = await judge_.first_published(added)
+                    unchecked += [f"the dependency {text} could not be looked up"
+                                  for text in failed]
+                    rules = judge_.rules.release
+                    found = check_dependencies(new, old, first, rules.young, rules.young_text,
+                                               now)
+                    if found is not None:
+                        fired.append(found)
+            if contents.unread:
+                log.info("release_read_partly", package=self.name.full, version=version,
+                         unread=list(contents.unread))
+        rules = judge_.rules.release
+        installed, often = judge_._history()
+        popular = await asyncio.to_thread(popular_names)  # read once, on first use
+        squat = check_typosquat(self.name.full, _first_published(self.gated), installed,
+                                often, popular, rules.young, rules.young_text, now)
+        if squat is not None:
+            fired.append(squat)
+        verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared)
+        return self._settle(verdict, fired, unchecked, published, compared)
+
+    def _settle(self, verdict: ReleaseVerdict, fired: list[Fired], unchecked: list[str],
+                published: datetime | None, compared: str | None) -> str | None:
+        judge_ = self.judge
+        metrics = judge_.metrics
+        version = self.record.version
+        for found in fired:
+            outcome = ("denied" if verdict.rule == found.signal
+                       else "reported" if any(r == found.signal for r, _ in verdict.reported)
+                       else "excepted" if any(e.startswith(found.signal)
+                                              for e in verdict.excepted)
+                       else "allowed")
+            metrics.release_signals.labels(found.signal, outcome).inc()
+        if unchecked and not verdict.denied:
+            # the analysis could not finish: never a silent pass. `unavailable = "deny"`
+            # refuses it (not remembered: the next pull tries again), else it is served,
+            # logged and counted as unchecked
+            metrics.release_checks.labels("unchecked").inc()
+            deny = judge_.rules.release.unavailable == "deny"
+            reason = (f"the release signals could not check it: {'; '.join(unchecked)}")
+            log.warning("release_unchecked", package=self.name.full, version=version,
+                        reason=reason, refused=deny)
+            metrics.events.record("release_unchecked", self.label, reason)
+            if deny:
+                metrics.rule_denials.labels("release-unchecked", "enforce").inc()
+                return reason + " (release.unavailable is \"deny\")"
+            if not fired:
+                return None
+        judge_.remember(self.label, _Facts(tuple(fired), published, compared))
+        for rule, reason in verdict.reported:
+            metrics.rule_denials.labels(rule, "report").inc()
+            log.warning("release_signal_reported", package=self.name.full, version=version,
+                        rule=rule, reason=reason, compared_with=compared)
+        if not verdict.in_force(judge_.now()):
+            outcome = "first-version" if self.previous is None else (
+                "flagged" if fired else "clean")
+            metrics.release_checks.labels(outcome).inc()
+            log.info("release_checked", package=self.name.full, version=version,
+                     outcome=outcome, compared_with=compared,
+                     signals=[found.signal for found in fired])
+            return None
+        assert verdict.rule is not None
+        assert verdict.reason is not None
+        metrics.release_checks.labels("refused").inc()
+        metrics.rule_denials.labels(verdict.rule, "enforce").inc()
+        metrics.events.denied(self.label, verdict.rule, verdict.reason)
+        details = [detail for found in fired if found.signal == verdict.rule
+                   for detail in found.details]
+        log.warning("release_signal_refused", security=True, package=self.name.full,
+                    version=version, rule=verdict.rule, reason=verdict.reason,
+                    compared_with=compared, evidence=details[:20])
+        metrics.events.alert(Alert(
+                "release-signal", self.label, f"{self.label} was refused by the "
+                f"{verdict.rule} release signal: {verdict.reason}", self.name.full, version,
+                {"where": "proxy", "rule": verdict.rule, "compared_with": compared or "",
+                 "evidence": "; ".join(details[:20])}))
+        return verdict.reason
