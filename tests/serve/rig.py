@@ -31,7 +31,7 @@ from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import parse_name
-from mirrorgate.rules import DEFAULT_RULES, Rules
+from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
 from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, build_proxy_app
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.upstream.client import Upstream
@@ -181,7 +181,7 @@ class RunningProxy:
 
 class StartProxy(Protocol):
     async def __call__(self, public: str, *, private: str | None = None,
-                       rules: Rules = DEFAULT_RULES, queue: MirrorQueue | None = None,
+                       rules: Rules | LiveRules = DEFAULT_RULES, queue: MirrorQueue | None = None,
                        data_dir: Path | None = None, keep_public: bool = False,
                        **settings: Any) -> RunningProxy: ...
 
@@ -211,7 +211,7 @@ class ProxyStack:
             await upstream.close()
 
 
-async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules,
+async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | LiveRules,
                      queue: MirrorQueue | None, keep_public: bool = False) -> ProxyStack:
     """Start a proxy on a free loopback port: its private source is the file store at `store`
     when given, else an HTTP upstream at `settings.private_upstream`. `keep_public`: as

@@ -9,9 +9,12 @@ analysis that cannot finish is said, never a silent pass.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from structlog.testing import capture_logs
 
-from mirrorgate.rules import parse_rules
+from mirrorgate.rules import LiveRules, parse_rules
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.serve.test_manifest_confusion import read_cut
 from tests.servers.fixture_registry import Fault, FixtureRegistry
@@ -39,7 +42,7 @@ def newest(package: FixturePackage) -> str:
     return package.sorted_versions()[-1]
 
 
-async def refused_then_403(proxy: RunningProxy, package: FixturePackage) -> dict[str, object]:
+async def refused_then_403(proxy: RunningProxy, package: FixturePackage) -> dict[str, Any]:
     """The first pull is cut before its end; the second is a 403 whose body is returned."""
     path = "npm" + tarball_path(package.name, newest(package))
     tarball = package.versions[newest(package)].tarball
@@ -47,7 +50,7 @@ async def refused_then_403(proxy: RunningProxy, package: FixturePackage) -> dict
     assert len(received) < len(tarball), "the refused bytes reached the client whole"
     again = await proxy.get(path)
     assert again.status == 403, again.body
-    body: dict[str, object] = again.json()
+    body: dict[str, Any] = again.json()
     return body
 
 
@@ -81,7 +84,7 @@ async def test_an_obfuscated_blob_injected_into_the_entry_file_is_quarantined(
     body = await refused_then_403(proxy, package)
 
     assert body["rule"] == "obfuscated-code"
-    evidence = [str(item) for item in body["evidence"]]  # type: ignore[attr-defined]
+    evidence = [str(item) for item in body["evidence"]]
     assert any(item.startswith("index.js: obfuscator-style `_0x` identifiers") for item in
                evidence)
     assert any("hex or unicode escapes" in item for item in evidence)
@@ -100,7 +103,7 @@ async def test_a_new_dependency_published_the_day_before_is_quarantined(
     body = await refused_then_403(proxy, package)
 
     assert body["rule"] == "new-dependency-young"
-    [evidence] = body["evidence"]  # type: ignore[misc]
+    [evidence] = body["evidence"]
     assert evidence.startswith(f"`{AXIOS_DEPENDENCY}` was first published ")
     assert "less than 30 days ago" in evidence
     # the dependency itself is a first version: nothing to compare it with, so it is served
@@ -161,17 +164,25 @@ async def test_report_mode_serves_the_version_and_says_what_would_have_fired(
 
 
 async def test_an_allow_entry_releases_a_refused_version_without_reading_it_again(
-        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: object) -> None:
+        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
     package = chalk_shape()
     public_registry.add(package)
-    proxy = await start_proxy(public_registry.url, rules=RULES)
+    path = tmp_path / "rules.toml"
+    path.write_text('[age]\nminimum = "0"\n\n[release]\n', encoding="utf-8")
+    rules = LiveRules.load(path)
+    proxy = await start_proxy(public_registry.url, rules=rules)
     await refused_then_403(proxy, package)
 
-    proxy.server.release._rules = parse_rules(  # the rules file edited: an allow entry
-        '[age]\nminimum = "0"\n\n[release]\nallow = ["colour-kit@5.6.1"]\n', "rules.toml")
+    path.write_text('[age]\nminimum = "0"\n\n[release]\nallow = ["colour-kit@5.6.1"]\n',
+                    encoding="utf-8")
+    assert rules.reload()
+    public_registry.clear_requests()
     served = await proxy.get("npm" + tarball_path(package.name, "5.6.1"))
 
     assert served.status == 200
+    assert "5.6.1" in (await proxy.get("npm/colour-kit")).json()["versions"]
+    fetched = [seen.path for seen in public_registry.requests]
+    assert "/colour-kit/-/colour-kit-5.6.0.tgz" not in fetched  # judged again, not read again
 
 
 async def test_a_previous_version_that_cannot_be_fetched_leaves_the_version_unchecked(
@@ -216,3 +227,20 @@ async def test_a_typosquat_of_a_widely_used_name_published_this_week_is_quaranti
 
     assert body["rule"] == "typosquat"
     assert "one edit away from `lodash` (a widely used package)" in str(body["reason"])
+
+
+async def test_a_refused_version_leaves_the_packument_so_a_range_resolves_to_the_one_before(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    package = chalk_shape()
+    public_registry.add(package)
+    proxy = await start_proxy(public_registry.url, rules=RULES)
+    assert "5.6.1" in (await proxy.get("npm/colour-kit")).json()["versions"]  # not read yet
+
+    await refused_then_403(proxy, package)
+    document = (await proxy.get("npm/colour-kit")).json()
+
+    assert sorted(document["versions"]) == ["5.6.0"]
+    assert document["dist-tags"]["latest"] == "5.6.0"
+    denial = document["policyRestrictions"]["denials"]["5.6.1"]
+    assert denial["rule"] == "obfuscated-code"
+    assert "quarantined until" in denial["reason"]

@@ -25,8 +25,17 @@ from tests.servers.packages import (
     make_version,
 )
 
-__all__ = ["AXIOS_DEPENDENCY", "axios_shape", "chalk_shape", "entry_file", "minified_bundle",
-           "follow_redirects", "obfuscated_blob", "previous_of", "shai_hulud_shape"]
+__all__ = [
+    "AXIOS_DEPENDENCY",
+    "axios_shape",
+    "chalk_shape",
+    "entry_file",
+    "follow_redirects",
+    "minified_bundle",
+    "obfuscated_blob",
+    "previous_of",
+    "shai_hulud_shape",
+]
 
 AXIOS_DEPENDENCY = "plain-crypto-js"
 
@@ -37,7 +46,7 @@ def _fresh(age: timedelta = timedelta(minutes=5)) -> datetime:
 
 def entry_file(name: str) -> bytes:
     """A hand-written entry file, as a small utility package ships it (short lines)."""
-    lines = [f"'use strict';", f"// {name}: a fixture utility", ""]
+    lines = ["'use strict';", f"// {name}: a fixture utility", ""]
     for index in range(60):
         lines += [f"function helper{index}(value) {{",
                   f"  return typeof value === 'string' ? value.trim() + '{index}' : value;",

@@ -128,7 +128,8 @@ def _readable(judging: _Judging, version: str, manifest: object) -> bool:
 
 
 def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
-                 private_versions: Mapping[str, Any], origin: Origin) -> dict[str, PublicGate]:
+                 private_versions: Mapping[str, Any], origin: Origin,
+                 refused: Mapping[str, Denial]) -> dict[str, PublicGate]:
     """Judge every public version; record those the private side does not shadow. Returns
     what was kept of each, for a mirrored private copy to fall back on."""
     times = times_of(public)
@@ -147,6 +148,11 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
             verdict = evaluate(judging.rules, judging.name.full, version, manifest,
                                times.get(version), judging.now, context=judging.context)
             denial = judging.denial_of(verdict)
+        if denial is None and version in refused:
+            # a release signal read this version's bytes at a pull and refused it: out of
+            # the packument too, so a range resolves to the version before it
+            denial = refused[version]
+            judging.regate_by(denial.until)
         tarball = url if denial is None and isinstance(url, str) else None
         digests = digests_from_dist(dist) if isinstance(dist, Mapping) else ()
         kept[version] = (tarball, digests)
@@ -310,12 +316,14 @@ def gate(
     origin: Origin,
     keys: KeySet | None = None,
     withdrawn: Withdrawn | None = None,
+    refused: Mapping[str, Denial] | None = None,
 ) -> Gated:
     """Merge the private and public packuments (either may be None) and gate the versions.
     `keys` are the public registry's signing keys, for the signature rule (None: unavailable);
     `withdrawn`, the mirrored versions of this package the public registry was seen to
     withdraw before (`public` None means it did not answer, or has no such package: neither
-    withdraws anything).
+    withdraws anything); `refused`, the public versions a release signal refused at a pull
+    (`gate.release`), denied as they say.
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
@@ -336,7 +344,7 @@ def gate(
         # gated without the keys it should have had: gated again at its next fill (now), so a
         # revalidation cannot keep it once the keys are back
         judging.regate_by(now)
-    public_kept = _gate_public(judging, public, private_versions, origin)
+    public_kept = _gate_public(judging, public, private_versions, origin, refused or {})
     _gate_private(judging, private_versions, public_kept, public, withdrawn or {})
 
     records = judging.records

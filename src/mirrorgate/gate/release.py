@@ -22,7 +22,7 @@ import structlog
 
 from mirrorgate.events import Alert
 from mirrorgate.gate.memory import DurableMap
-from mirrorgate.gate.records import Gated, VersionRecord
+from mirrorgate.gate.records import Denial, Gated, VersionRecord
 from mirrorgate.integrity import (
     DigestMismatch,
     SizeMismatch,
@@ -116,8 +116,11 @@ class ReleaseJudge:
     def __init__(self, *, rules: Rules | LiveRules, public: Upstream, metrics: Metrics,
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
                  now: Callable[[], datetime], data_dir: Path | None,
-                 previous_max_bytes: int, timeout: float) -> None:
+                 previous_max_bytes: int, timeout: float,
+                 forget: Callable[[PackageName], None] = lambda _name: None) -> None:
         self._rules = rules
+        self.forget = forget
+        """Drops a name's cached packument: a refusal then reaches it at once."""
         self.public = public
         self.metrics = metrics
         self.packument = packument
@@ -125,6 +128,7 @@ class ReleaseJudge:
         self.previous_max_bytes = previous_max_bytes
         self.timeout = timeout
         self._facts: OrderedDict[str, _Facts] = OrderedDict()
+        self._flagged: dict[str, set[str]] = {}  # name -> versions a signal fired for
         self._installed = DurableMap(data_dir / INSTALLED_FILE if data_dir else None,
                                      what="installed_names", limit=_NAMES_KEPT)
         self._counts: dict[str, int] = {}
@@ -147,6 +151,18 @@ class ReleaseJudge:
             return None
         return judge(self.rules, name, version, facts.published, list(facts.fired),
                      self.now(), facts.compared_with)
+
+    def refused_versions(self, name: str) -> dict[str, Denial]:
+        """The versions of `name` a release signal refuses now, as the gate denies them."""
+        found: dict[str, Denial] = {}
+        now = self.now()
+        for version in sorted(self._flagged.get(name, ())):
+            verdict = self.remembered(name, version)
+            if verdict is not None and verdict.in_force(now):
+                assert verdict.rule is not None
+                found[version] = Denial(verdict.rule, verdict.reason or "refused",
+                                        until=verdict.until)
+        return found
 
     def installed(self, name: str) -> None:
         """A tarball of `name` was served: its count towards "installed often" (persisted at
@@ -229,11 +245,16 @@ class ReleaseJudge:
                    for text in names[MAX_DEPENDENCIES_ASKED:]]
         return found, failed
 
-    def remember(self, label: str, facts: _Facts) -> None:
+    def remember(self, name: str, version: str, facts: _Facts) -> None:
+        label = f"{name}@{version}"
         self._facts[label] = facts
         self._facts.move_to_end(label)
+        if facts.fired:
+            self._flagged.setdefault(name, set()).add(version)
         while len(self._facts) > _MEMORY:
-            self._facts.popitem(last=False)
+            old, _ = self._facts.popitem(last=False)
+            gone, _, at = old.rpartition("@")
+            self._flagged.get(gone, set()).discard(at)
 
 
 class ReleaseCheck:
@@ -348,7 +369,7 @@ class ReleaseCheck:
                 return reason + " (release.unavailable is \"deny\")"
             if not fired:
                 return None
-        judge_.remember(self.label, _Facts(tuple(fired), published, compared))
+        judge_.remember(self.name.full, version, _Facts(tuple(fired), published, compared))
         for rule, reason in verdict.reported:
             metrics.rule_denials.labels(rule, "report").inc()
             log.warning("release_signal_reported", package=self.name.full, version=version,
@@ -366,6 +387,7 @@ class ReleaseCheck:
         metrics.release_checks.labels("refused").inc()
         metrics.rule_denials.labels(verdict.rule, "enforce").inc()
         metrics.events.denied(self.label, verdict.rule, verdict.reason)
+        judge_.forget(self.name)  # the packument is gated again, without this version
         details = [detail for found in fired if found.signal == verdict.rule
                    for detail in found.details]
         log.warning("release_signal_refused", security=True, package=self.name.full,

@@ -154,13 +154,19 @@ class ProxyServer:
         # chosen once: with tracing off a cache lookup costs exactly what it did
         count_cache = self._count_cache_traced if tracing.enabled() else self._count_cache
         self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
+        self.release = ReleaseJudge(
+            rules=proxy.rules, public=proxy.public, metrics=proxy.metrics,
+            packument=self._gated_or_none, now=now, data_dir=self.settings.data_dir,
+            previous_max_bytes=self.settings.release_previous_max_bytes,
+            timeout=self.settings.release_timeout,
+            forget=lambda name: self.packuments.forget(name))
         self.packuments = Packuments(
             PackumentSource(
                 private=proxy.private, public=proxy.public, rules=proxy.rules,
                 metrics=proxy.metrics, now=now, keys=self.keys,
                 first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE),
                 withdrawals=WithdrawnVersions(self.settings.data_dir / WITHDRAWALS_FILE),
-                keep_public=proxy.keep_public),
+                keep_public=proxy.keep_public, refused=self.release.refused_versions),
             PackumentCache(ttl=self.settings.cache_ttl,
                            max_entries=self.settings.cache_max_entries,
                            max_bytes=self.settings.cache_max_bytes,
@@ -169,11 +175,6 @@ class ProxyServer:
         self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
                                   self.settings.spool_max_bytes),
                            proxy.metrics, self._send_floor)
-        self.release = ReleaseJudge(
-            rules=proxy.rules, public=proxy.public, metrics=proxy.metrics,
-            packument=self._gated_or_none, now=now, data_dir=self.settings.data_dir,
-            previous_max_bytes=self.settings.release_previous_max_bytes,
-            timeout=self.settings.release_timeout)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      relay=self.relay, packument=self._gated_or_none,

@@ -24,6 +24,7 @@ from mirrorgate.integrity import StreamVerifier, Unverifiable
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, denied, upstream_failed
 from mirrorgate.serve.relay import OUTCOME, Relay, remember
@@ -76,6 +77,9 @@ class TarballRoute:
         if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
+        if self.release is not None and not record.private and (
+                record.denial is None or record.denial.rule in RELEASE_SIGNALS):
+            self._refuse_remembered(name, version)  # the evidence, not only the reason
         if record.denial is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=record.denial.rule, reason=record.denial.reason)
@@ -95,8 +99,6 @@ class TarballRoute:
                           package=name.full, version=version,
                           status_text=f"Forbidden: mirrorgate denied {name.full}@{version} "
                                       "(install-scripts rule)")
-        if self.release is not None and not record.private:
-            self._refuse_remembered(name, version)
         private_error: UpstreamError | None = None
         skipped = not record.private and self.private_answered(name)
         if skipped:
