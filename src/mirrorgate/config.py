@@ -196,7 +196,7 @@ VARIABLES: tuple[Var, ...] = (
         "previous version's tarball the release signals fetch at most to compare a first pull "
         "with; a larger one leaves the version unchecked (release.unavailable decides)",
         read_by=(PROXY,), see="serving.md#release-signals"),
-    Var("MIRRORGATE_RELEASE_TIMEOUT", "30", "seconds the release signals may take to fetch "
+    Var("MIRRORGATE_RELEASE_TIMEOUT", "20", "seconds the release signals may take to fetch "
         "the previous version's tarball, and to look up each new dependency; past it the "
         "version is unchecked (release.unavailable decides)",
         read_by=(PROXY,), see="serving.md#release-signals"),
@@ -782,7 +782,7 @@ def load_settings(
         spool_max_bytes=_spool_max_bytes(read, data_dir),
         release_previous_max_bytes=read.integer("MIRRORGATE_RELEASE_PREVIOUS_MAX_BYTES", 1024,
                                                 None, str(64 * MIB)),
-        release_timeout=read.seconds("MIRRORGATE_RELEASE_TIMEOUT", 0.1, "30"),
+        release_timeout=read.seconds("MIRRORGATE_RELEASE_TIMEOUT", 0.1, "20"),
         heartbeat_stale_after=read.seconds("MIRRORGATE_HEARTBEAT_STALE_AFTER", 1, "120"),
         drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
         log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),

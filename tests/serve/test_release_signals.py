@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from mirrorgate.rules import LiveRules, parse_rules
+from mirrorgate.serve import relay
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.serve.test_manifest_confusion import read_cut
 from tests.servers.fixture_registry import Fault, FixtureRegistry
@@ -43,14 +45,15 @@ def newest(package: FixturePackage) -> str:
 
 
 async def refused_then_403(proxy: RunningProxy, package: FixturePackage) -> dict[str, Any]:
-    """The first pull is cut before its end; the second is a 403 whose body is returned."""
+    """The first pull is a 403 (withheld until the verdict), and so is the second, read from
+    what the first remembered; the body is returned."""
     path = "npm" + tarball_path(package.name, newest(package))
-    tarball = package.versions[newest(package)].tarball
-    received = await read_cut(proxy, path)
-    assert len(received) < len(tarball), "the refused bytes reached the client whole"
+    first = await proxy.get(path)
+    assert first.status == 403, first.body
     again = await proxy.get(path)
     assert again.status == 403, again.body
     body: dict[str, Any] = again.json()
+    assert first.json() == body
     return body
 
 
@@ -209,13 +212,31 @@ async def test_unavailable_deny_refuses_a_version_whose_previous_cannot_be_read(
     rules = parse_rules('[age]\nminimum = "0"\n\n[release]\nunavailable = "deny"\n', "r.toml")
     proxy = await start_proxy(public_registry.url, rules=rules)
 
-    received = await read_cut(proxy, "npm" + tarball_path(package.name, "1.4.3"))
+    path = "npm" + tarball_path(package.name, "1.4.3")
+    first = await proxy.get(path)
 
-    assert len(received) < len(package.versions["1.4.3"].tarball)
-    public_registry.clear_faults()  # the analysis is tried again at the next pull
-    again = await read_cut(proxy, "npm" + tarball_path(package.name, "1.4.3"))
-    assert len(again) < len(package.versions["1.4.3"].tarball)
-    assert (await proxy.get("npm" + tarball_path(package.name, "1.4.3"))).status == 403
+    assert first.status == 403
+    assert first.json()["rule"] == "release-unchecked"
+    assert "1.4.2's tarball could not be fetched" in first.json()["reason"]
+    public_registry.clear_faults()  # not remembered: the analysis runs again at the next pull
+    again = await proxy.get(path)
+    assert again.json()["rule"] == "new-install-script"
+
+
+async def test_a_tarball_too_large_to_withhold_is_cut_before_its_end_and_then_refused(
+        public_registry: FixtureRegistry, start_proxy: StartProxy,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay, "HOLD_AT_MOST", 1024)  # every fixture tarball is larger
+    package = shai_hulud_shape()
+    public_registry.add(package)
+    proxy = await start_proxy(public_registry.url, rules=RULES)
+    path = "npm" + tarball_path(package.name, "1.4.3")
+
+    received = await read_cut(proxy, path)
+
+    assert len(received) < len(package.versions["1.4.3"].tarball)  # streamed, then cut
+    again = await proxy.get(path)
+    assert (again.status, again.json()["rule"]) == (403, "new-install-script")
 
 
 async def test_a_typosquat_of_a_widely_used_name_published_this_week_is_quarantined(

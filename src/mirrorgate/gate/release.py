@@ -223,24 +223,26 @@ class ReleaseJudge:
         found: dict[str, datetime | None] = {}
         failed: list[str] = []
         rules = self.rules
-        for text in names[:MAX_DEPENDENCIES_ASKED]:
-            if rules.private_alone(text):
-                continue
+        asked = [text for text in names[:MAX_DEPENDENCIES_ASKED] if not rules.private_alone(text)]
+
+        async def one(text: str) -> None:
             try:
                 parsed = parse_name(text)
             except InvalidNameError:
                 found[text] = None  # npm cannot install it from the public registry either
-                continue
+                return
             try:
                 async with asyncio.timeout(self.timeout):
                     gated = await self.packument(parsed)
             except Exception as error:  # an upstream failure, whatever the fill raised
                 failed.append(f"{text} ({type(error).__name__})")
-                continue
+                return
             if gated is None:
                 found[text] = None
             elif not gated.first_party:
                 found[text] = _first_published(gated)
+
+        await asyncio.gather(*(one(text) for text in asked))  # cached, single-flight fills
         failed += [f"{text} (past the first {MAX_DEPENDENCIES_ASKED})"
                    for text in names[MAX_DEPENDENCIES_ASKED:]]
         return found, failed
@@ -271,6 +273,8 @@ class ReleaseCheck:
         self.reading = ContentReading()
         self.previous = _previous(gated, record.version)
         self._task: asyncio.Task[Contents | str] | None = None
+        self.refused: str | None = None
+        """Why `verdict()` refused the bytes, once it has."""
 
     @property
     def scan(self) -> ScriptScan:
@@ -340,7 +344,8 @@ class ReleaseCheck:
         if squat is not None:
             fired.append(squat)
         verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared)
-        return self._settle(verdict, fired, unchecked, published, compared)
+        self.refused = self._settle(verdict, fired, unchecked, published, compared)
+        return self.refused
 
     def _settle(self, verdict: ReleaseVerdict, fired: list[Fired], unchecked: list[str],
                 published: datetime | None, compared: str | None) -> str | None:

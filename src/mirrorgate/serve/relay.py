@@ -37,7 +37,8 @@ from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.relayhash import RelayHasher
 from mirrorgate.serve.spool import Spool, SpoolOutcome, Spools
 
-__all__ = ["CHUNK", "OCTETS", "OUTCOME", "Body", "Relay"]
+__all__ = ["CHUNK", "HOLD_AT_MOST", "OCTETS", "OUTCOME", "Body", "ContentsCheck", "Relay",
+           "Withheld"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -48,6 +49,10 @@ CHUNK = 64 * 1024
 """Bytes a spool reader sends per write."""
 MEMORY = 10_000
 """Versions remembered in each memo (scripts found, scanned clean); the oldest go first."""
+HOLD_AT_MOST = 16 * 1024 * 1024
+"""A first pull the release signals read, of a tarball up to this size, is withheld until
+their verdict: the client then gets a 403 with the evidence rather than a cut it reads as a
+network error. Larger ones stream as they arrive and are cut if refused."""
 OUTCOME = web.ResponseKey("mirrorgate_outcome", str)
 """Set on a response whose transfer did not complete (`aborted`, `client_gone`, `tampered`,
 `denied`): the request metric's status label instead of the status that was already sent."""
@@ -67,9 +72,20 @@ Opener = Callable[[], AbstractAsyncContextManager[Body | None]]
 """Opens the upstream body: None when the upstream has no such tarball (a 404)."""
 
 
+class Withheld(Exception):  # noqa: N818 - an outcome carried to the route, not a bug
+    """A withheld download its contents check refused: nothing was sent; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class ContentsCheck(Protocol):
     """A reader of the bytes' contents that may refuse them once the last one is in (the
-    release signals, `gate.release.ReleaseCheck`): fed through `scan` on the hashing lane."""
+    release signals, `gate.release.ReleaseCheck`): fed through `scan` on the hashing lane;
+    `refused` holds the reason once `verdict()` refused."""
+
+    refused: str | None
 
     @property
     def scan(self) -> ScriptScan: ...
@@ -159,6 +175,7 @@ class Relay:
                 # the download outlives this request's interest in it: it owns the upstream
                 # answer and the slot from here on, and gives both back when the body is read
                 owned = stack.pop_all()
+                spool.withheld = release is not None and spool.size <= HOLD_AT_MOST
             task = asyncio.get_running_loop().create_task(self._fill(
                 spool, body.chunks, owned, slot.hand_over(),
                 self._reader(verifier, scan, name, version, release), source=source, name=name,
@@ -247,6 +264,8 @@ class Relay:
                                                 version=version, sent=spool.safe,
                                                 withheld=spool.filled - spool.safe)
         if verdict is not None:
+            if reader is not None and reader.release is not None:
+                spool.refusal = reader.release.refused
             return verdict
         spool.verified = verified
         return "complete"
@@ -316,6 +335,17 @@ class Relay:
                     label: str, source: str) -> tuple[web.StreamResponse, Verified | None]:
         """One reader of a spool, from its first byte to its last, at the client's pace."""
         self.spools.join(spool)
+        if spool.withheld:
+            # nothing leaves before the verdict, not even the status line (`HOLD_AT_MOST`)
+            try:
+                while not spool.done:
+                    await spool.changed()
+            except BaseException:
+                self.spools.leave(spool)
+                raise
+            if spool.failure == "denied" and spool.refusal is not None:
+                self.spools.leave(spool)
+                raise Withheld(spool.refusal)
         response = web.StreamResponse(headers={"Content-Type": OCTETS})
         response.content_length = spool.size
         floor = self.floor(request)

@@ -27,7 +27,7 @@ from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_fil
 from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, denied, upstream_failed
-from mirrorgate.serve.relay import OUTCOME, Relay, remember
+from mirrorgate.serve.relay import OUTCOME, Relay, Withheld, remember
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry
 
@@ -217,6 +217,14 @@ class TarballRoute:
                 key=("public", url, _checked(verifier)), source="public", name=name,
                 version=version, verifier=verifier, scan=record.scan_scripts, slot=slot,
                 deadline=deadline, release=release)
+        except Withheld as withheld:
+            # refused before a byte was sent: the 403 with the evidence, at the first pull
+            self._refuse_remembered(name, version)
+            label = f"{name.full}@{version}"
+            raise Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
+                          reason=withheld.reason, rule="release-unchecked", package=name.full,
+                          version=version, status_text=f"Forbidden: mirrorgate denied {label} "
+                          "(release signals)") from None
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         version=version, kind=error.kind, detail=str(error))
