@@ -42,7 +42,7 @@ def distance(a: str, b: str, limit: int = 2) -> int:
         if min(row) > limit:
             return limit + 1
         previous2, previous = previous, row
-    return previous[-1]
+    return min(previous[-1], limit + 1)
 
 
 def _deletions(word: str) -> set[str]:
