@@ -11,6 +11,7 @@ from mirrorgate.npm.contents import Contents, contents_of
 from mirrorgate.npm.jsmarks import marks_of
 from mirrorgate.rules import RulesError, parse_rules
 from mirrorgate.rules.release import (
+    Dependency,
     Release,
     check_dependencies,
     check_install,
@@ -138,11 +139,20 @@ def test_axios_a_new_dependency_first_published_the_day_before_fires() -> None:
     old = release("1.14.0", {}, dependencies={"follow-redirects": "^1.15.0"})
     new = release("1.14.1", {}, dependencies={"follow-redirects": "^1.15.0",
                                               "plain-crypto-js": "^4.2.1"})
-    first = {"plain-crypto-js": NOW - timedelta(days=1)}
+    first = {"plain-crypto-js": Dependency(NOW - timedelta(days=1), frozenset({"attacker"}))}
     found = check_dependencies(new, old, first, DAYS_30, "30 days", NOW)
     assert found is not None
     assert found.details == ("`plain-crypto-js` was first published 2026-11-30T12:00:00Z, "
                              "less than 30 days ago",)
+
+
+def test_a_young_dependency_published_by_the_releases_own_publisher_does_not_fire() -> None:
+    # esbuild's and typescript's platform packages: new, and the project's own
+    old = release("6.0.3", {})
+    new = Release("7.0.2", Contents(), (), {"@typescript/typescript-linux-x64": "7.0.2"},
+                  NOW, frozenset({"typescript-bot"}))
+    first = {"@typescript/typescript-linux-x64": Dependency(NOW, frozenset({"typescript-bot"}))}
+    assert check_dependencies(new, old, first, DAYS_30, "30 days", NOW) is None
 
 
 def test_a_new_dependency_missing_from_the_public_registry_fires() -> None:
@@ -156,7 +166,7 @@ def test_a_new_dependency_missing_from_the_public_registry_fires() -> None:
 def test_an_old_new_dependency_or_one_kept_from_before_does_not_fire() -> None:
     old = release("1.0.0", {}, dependencies={"young-but-kept": "1"})
     new = release("1.0.1", {}, dependencies={"young-but-kept": "1", "lodash": "4"})
-    first = {"young-but-kept": NOW, "lodash": NOW - timedelta(days=4000)}
+    first = {"young-but-kept": Dependency(NOW), "lodash": Dependency(NOW - timedelta(days=4000))}
     assert check_dependencies(new, old, first, DAYS_30, "30 days", NOW) is None
 
 

@@ -121,7 +121,10 @@ def axios_shape(name: str = "http-kit") -> tuple[FixturePackage, FixturePackage]
                            files={"index.js": b"module.exports = {};\n",
                                   "setup.js": b"console.log('fixture dropper ran');\n"},
                            published=_fresh(timedelta(days=1)),
-                           scripts={"postinstall": "node setup.js"})
+                           scripts={"postinstall": "node setup.js"},
+                           # published from an account of its own, not the package's
+                           maintainers=[{"name": "crypto-dev", "email": "dev@example.com"}],
+                           _npmUser={"name": "crypto-dev", "email": "dev@example.com"})
     return make_package(name, [before, after]), make_package(AXIOS_DEPENDENCY, [dropper])
 
 

@@ -35,9 +35,10 @@ from mirrorgate.moments import moment
 from mirrorgate.npm.contents import ContentReading, Contents, contents_of, manifest_runs
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.tarscripts import ScriptScan
-from mirrorgate.npm.versions import parse_version
+from mirrorgate.npm.versions import version_before
 from mirrorgate.rules import LiveRules, Rules
 from mirrorgate.rules.release import (
+    Dependency,
     Fired,
     Release,
     ReleaseVerdict,
@@ -47,6 +48,7 @@ from mirrorgate.rules.release import (
     check_typosquat,
     judge,
 )
+from mirrorgate.rules.takeover import publishers_of
 from mirrorgate.rules.typosquat import NameIndex, popular_names
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 
@@ -60,6 +62,7 @@ OFTEN = 3
 MAX_DEPENDENCIES_ASKED = 20
 """New dependencies of one release whose first publish is looked up at most; more are said."""
 _MEMORY = 10_000
+_PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
 _NAMES_KEPT = 50_000
 
 
@@ -74,23 +77,12 @@ class _Facts:
 
 
 def _previous(gated: Gated, version: str) -> VersionRecord | None:
-    """The version before `version`: the highest lower one (a prerelease only for a
-    prerelease), whose bytes mirrorgate can read."""
-    this = parse_version(version)
-    if this is None:
-        return None
-    best: tuple[Any, VersionRecord] | None = None
-    for text, record in gated.versions.items():
-        other = parse_version(text)
-        if other is None or other.key >= this.key or text == version:
-            continue
-        if other.is_prerelease and not this.is_prerelease:
-            continue
-        if record.upstream_tarball is None or not record.digests:
-            continue
-        if best is None or other.key > best[0]:
-            best = (other.key, record)
-    return best[1] if best is not None else None
+    """The version before `version` (`version_before`) among those whose bytes mirrorgate
+    can read from public, verified."""
+    readable = [text for text, record in gated.versions.items()
+                if record.upstream_tarball is not None and record.digests]
+    before = version_before(readable, version)
+    return gated.versions[before] if before is not None else None
 
 
 def _first_published(gated: Gated) -> datetime | None:
@@ -99,6 +91,14 @@ def _first_published(gated: Gated) -> datetime | None:
              and (when := moment(value)) is not None]
     candidates = [*times, *([created] if created is not None else [])]
     return min(candidates) if candidates else None
+
+
+def _publishers(gated: Gated) -> frozenset[str]:
+    """Who publishes a package: its maintainers and the publishers of its newest versions."""
+    found = set(publishers_of({"maintainers": gated.head.get("maintainers")}))
+    for version in list(gated.versions)[-_PUBLISHERS_READ:]:
+        found |= publishers_of(gated.versions[version].manifest())
+    return frozenset(found)
 
 
 def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
@@ -216,11 +216,11 @@ class ReleaseJudge:
             return f"{record.version}'s tarball cannot be read: {contents.problem}"
         return contents
 
-    async def first_published(self, names: list[str]) -> tuple[dict[str, datetime | None],
+    async def first_published(self, names: list[str]) -> tuple[dict[str, Dependency | None],
                                                                list[str]]:
-        """Each public name's first publish (None: the public registry lacks it), and the
-        names that could not be looked up. First-party names are not asked."""
-        found: dict[str, datetime | None] = {}
+        """What the public registry says of each name (None: it lacks it), and the names
+        that could not be looked up. First-party names are not asked."""
+        found: dict[str, Dependency | None] = {}
         failed: list[str] = []
         rules = self.rules
         asked = [text for text in names[:MAX_DEPENDENCIES_ASKED] if not rules.private_alone(text)]
@@ -240,7 +240,7 @@ class ReleaseJudge:
             if gated is None:
                 found[text] = None
             elif not gated.first_party:
-                found[text] = _first_published(gated)
+                found[text] = Dependency(_first_published(gated), _publishers(gated))
 
         await asyncio.gather(*(one(text) for text in asked))  # cached, single-flight fills
         failed += [f"{text} (past the first {MAX_DEPENDENCIES_ASKED})"
@@ -318,7 +318,7 @@ class ReleaseCheck:
             else:
                 compared = self.previous.version
                 new = Release(version, contents, manifest_runs(manifest),
-                              _dependencies(manifest), published)
+                              _dependencies(manifest), published, publishers_of(manifest))
                 old = Release(self.previous.version, before, manifest_runs(previous_manifest),
                               _dependencies(previous_manifest))
                 fired += [found for found in (check_install(new, old),

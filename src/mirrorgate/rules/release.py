@@ -28,8 +28,9 @@ from mirrorgate.rules.releasetable import (
 )
 from mirrorgate.rules.typosquat import NameIndex
 
-__all__ = ["Fired", "Release", "ReleaseVerdict", "check_dependencies", "check_install",
-           "check_obfuscation", "check_typosquat", "judge"]
+__all__ = ["Dependency", "Fired", "FirstPublished", "Release", "ReleaseVerdict",
+           "check_dependencies", "check_install", "check_obfuscation", "check_typosquat",
+           "judge"]
 
 _STRENGTH = {"deny": 3, "quarantine": 2, "report": 1, "off": 0}
 _SHOWN = 5
@@ -45,6 +46,8 @@ class Release:
     runs: tuple[str, ...] = ()
     dependencies: Mapping[str, str] = field(default_factory=dict)
     published: datetime | None = None
+    publishers: frozenset[str] = frozenset()
+    """The accounts that published it (`_npmUser`, else its `maintainers`)."""
 
     @property
     def hooks(self) -> frozenset[str]:
@@ -88,10 +91,13 @@ def _new_marks(path: str, marks: FileMarks, before: FileMarks | None) -> list[st
     for mark in marks.marks:
         if mark.kind in had:
             continue
-        # a new minified file is an ordinary build; a long line appearing in a file that had
-        # none is how a blob is injected into a hand-written one
-        if mark.kind in STRONG or (mark.kind == LONG_LINE and before is not None):
+        # a long line alone is any minifier's or code generator's output (webpack's schema
+        # checks, a new dist build): it is evidence beside a strong mark, never a firing
+        if mark.kind in STRONG:
             found.append(f"{path}: {mark.text()}")
+    if found:
+        found += [f"{path}: {mark.text()}" for mark in marks.marks
+                  if mark.kind == LONG_LINE and mark.kind not in had]
     return found
 
 
@@ -111,23 +117,36 @@ def check_obfuscation(new: Release, previous: Release) -> Fired | None:
                  f"{previous.version} did not: {_listed(details)}", tuple(details))
 
 
-FirstPublished = Mapping[str, datetime | None]
-"""A dependency's first publish on the public registry; None: the public registry has no
-such package."""
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """A dependency as the public registry knows it: its first publish, and the accounts that
+    publish it (its maintainers, its versions' publishers)."""
+
+    first: datetime | None
+    publishers: frozenset[str] = frozenset()
+
+
+FirstPublished = Mapping[str, Dependency | None]
+"""What the public registry says of each dependency; None: it has no such package."""
 
 
 def check_dependencies(new: Release, previous: Release, first: FirstPublished,
                        young: timedelta, young_text: str, now: datetime) -> Fired | None:
     """Stops the axios shape: a runtime dependency added since the previous version whose own
-    first publish is younger than `young`, or that the public registry does not have."""
+    first publish is younger than `young`, or that the public registry does not have. A young
+    dependency published by an account that publishes this package too is the project's own
+    new package (esbuild's, typescript's platform binaries), not an outsider's."""
     details: list[str] = []
     for dependency in sorted(set(new.dependencies) - set(previous.dependencies)):
         if dependency not in first:
             continue  # not asked (a first-party name): no public age to measure
-        when = first[dependency]
-        if when is None:
+        known = first[dependency]
+        when = known.first if known is not None else None
+        if known is None:
             details.append(f"`{dependency}` is not on the public registry")
-        elif now - when < young:
+        elif known.publishers & new.publishers:
+            continue
+        elif when is not None and now - when < young:
             details.append(f"`{dependency}` was first published {stamp(when)}, less than "
                            f"{young_text} ago")
     if not details:
