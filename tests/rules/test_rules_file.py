@@ -146,7 +146,7 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
         "install_scripts": {"block": True, "allow": ["esbuild", "@prisma/engines"]},
         "advisories": None,
         **{table: rules_summary(DEFAULT_RULES)[table]
-           for table in ("signatures", "provenance", "publisher")},
+           for table in ("signatures", "provenance", "publisher", "release")},
         "private": {"names": ["@acme/*", "acme-*"], "merge_public": [],
                     "first_party": FIRST_PARTY},
         "mode": "enforce",
