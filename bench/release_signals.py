@@ -8,7 +8,7 @@ registry is the one mirrorgate would use: `MIRRORGATE_PUBLIC_UPSTREAM`, else npm
 first). For each: the packument, the `latest` version and the one before it
 (`npm.versions.version_before`), both tarballs (verified against their `dist.integrity`), the
 same reading the relay does (`npm.contents`), and the four checks of `rules.release`, with
-"young" measured at the release's own publication (a dependency added then was young then).
+"young" measured now, as a first pull of that release today would.
 Goal: at most 1% of the releases flagged; the figure and each flagged release, explained,
 go in docs/serving.md ("Release signals").
 """
@@ -151,7 +151,10 @@ async def one(reader: Reader, name: str, popular: NameIndex) -> dict[str, Any]:
     new_contents, old_contents = await asyncio.gather(reader.contents(new_manifest),
                                                       reader.contents(old_manifest))
     published = moment((document.get("time") or {}).get(latest))
-    at = published or datetime.now().astimezone()
+    # "young" as mirrorgate measures it at a first pull today: a release pulled for the first
+    # time now (the registry this machine reaches rewrote old packages' times to when it
+    # copied them, so an age measured at the release's own publication can come out negative)
+    at = datetime.now().astimezone()
     new = Release(latest, new_contents, manifest_runs(new_manifest),
                   _dependencies(new_manifest), published, publishers_of(new_manifest))
     old = Release(before, old_contents, manifest_runs(old_manifest),

@@ -125,7 +125,9 @@ def axios_shape(name: str = "http-kit") -> tuple[FixturePackage, FixturePackage]
                            # published from an account of its own, not the package's
                            maintainers=[{"name": "crypto-dev", "email": "dev@example.com"}],
                            _npmUser={"name": "crypto-dev", "email": "dev@example.com"})
-    return make_package(name, [before, after]), make_package(AXIOS_DEPENDENCY, [dropper])
+    dependency = make_package(AXIOS_DEPENDENCY, [dropper])
+    dependency.fields["maintainers"] = [{"name": "crypto-dev", "email": "dev@example.com"}]
+    return make_package(name, [before, after]), dependency
 
 
 def follow_redirects() -> FixturePackage:

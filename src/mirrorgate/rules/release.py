@@ -85,8 +85,7 @@ def check_install(new: Release, previous: Release) -> Fired | None:
                  f"{before}", details)
 
 
-def _new_marks(path: str, marks: FileMarks, before: FileMarks | None) -> list[str]:
-    had = before.kinds if before is not None else frozenset()
+def _new_marks(path: str, marks: FileMarks, had: frozenset[str]) -> list[str]:
     found = []
     for mark in marks.marks:
         if mark.kind in had:
@@ -103,11 +102,15 @@ def _new_marks(path: str, marks: FileMarks, before: FileMarks | None) -> list[st
 
 def check_obfuscation(new: Release, previous: Release) -> Fired | None:
     """Stops the chalk/debug shape: a JavaScript file that carries marks of obfuscation or
-    packing the same file of the previous version did not (or a new file with them)."""
+    packing the same file of the previous version did not, or a new file carrying a kind of
+    mark no file of the previous version had (bundlers rename their chunks every release, so a
+    new file is compared with the whole previous version)."""
+    anywhere = frozenset().union(*(marks.kinds for marks in previous.contents.code.values()))
     details: list[str] = []
     for path, marks in sorted(new.contents.code.items()):
         before = previous.contents.code.get(path)
-        found = _new_marks(path, marks, before)
+        had = before.kinds if before is not None else anywhere
+        found = _new_marks(path, marks, had)
         if found:
             where = ("not in " if before is None else "not in the same file of ")
             details += [f"{item} ({where}{previous.version})" for item in found]
