@@ -150,6 +150,10 @@ async def one(reader: Reader, name: str, popular: NameIndex) -> dict[str, Any]:
     new_manifest, old_manifest = versions[latest], versions[before]
     new_contents, old_contents = await asyncio.gather(reader.contents(new_manifest),
                                                       reader.contents(old_manifest))
+    problems = [f"{which}: {c.problem}" for which, c in (("it", new_contents),
+                                                          (before, old_contents)) if c.problem]
+    if problems:  # mirrorgate's outcome too: unchecked (release.unavailable decides)
+        return {"name": name, "version": latest, "previous": before, "unchecked": problems}
     published = moment((document.get("time") or {}).get(latest))
     # "young" as mirrorgate measures it at a first pull today: a release pulled for the first
     # time now (the registry this machine reaches rewrote old packages' times to when it
@@ -168,7 +172,6 @@ async def one(reader: Reader, name: str, popular: NameIndex) -> dict[str, Any]:
                         "30 days", at)]
     return {"name": name, "version": latest, "previous": before,
             "published": published.isoformat() if published else None,
-            "problems": [c.problem for c in (new_contents, old_contents) if c.problem],
             "unread": list(new_contents.unread),
             "fired": [{"signal": f.signal, "evidence": f.evidence} for f in fired if f],
             "seconds": round(time.monotonic() - started, 2)}
@@ -187,12 +190,13 @@ async def run(count: int, concurrency: int) -> list[dict[str, Any]]:
             async with gate:
                 try:
                     result = await one(reader, name, popular)
-                except Exception as error:  # a bench: report it and go on
-                    result = {"name": name, "error": f"{type(error).__name__}: {error}"[:300]}
+                except Exception as error:  # a bench: report it and go on (mirrorgate would
+                    # leave such a release unchecked: its previous version could not be read)
+                    result = {"name": name, "unchecked": [f"{type(error).__name__}: {error}"[:300]]}
                 results.append(result)
                 fired = result.get("fired") or []
-                mark = "FLAG" if fired else ("skip" if "skipped" in result or "error" in result
-                                             else "ok")
+                mark = ("FLAG" if fired else "skip" if "skipped" in result
+                        else "unch" if "unchecked" in result else "ok")
                 print(f"[{len(results):4}] {mark:4} {name}@{result.get('version', '?')}"
                       f"{' ' + '; '.join(f['signal'] for f in fired) if fired else ''}",
                       file=sys.stderr, flush=True)
@@ -204,11 +208,14 @@ async def run(count: int, concurrency: int) -> list[dict[str, Any]]:
 def summary(results: list[dict[str, Any]]) -> str:
     checked = [r for r in results if "fired" in r]
     flagged = [r for r in checked if r["fired"]]
-    share = len(flagged) / max(1, len(checked))
-    lines = [f"{len(results)} packages, {len(checked)} releases read against their "
-             f"predecessor, {len(flagged)} flagged ({share:.1%}; goal <= {GOAL:.0%}); "
-             f"{sum(1 for r in results if 'skipped' in r)} skipped, "
-             f"{sum(1 for r in results if 'error' in r)} errors"]
+    unchecked = [r for r in results if "unchecked" in r]
+    read = len(checked) + len(unchecked)
+    share = len(flagged) / max(1, read)
+    partly = [r for r in checked if r["unread"]]
+    lines = [f"{len(results)} packages: {read} releases with a predecessor, {len(checked)} "
+             f"read against it, {len(flagged)} flagged ({share:.1%} of {read}; goal <= "
+             f"{GOAL:.0%}), {len(unchecked)} unchecked, {len(partly)} read in part (a file "
+             f"past its first 2 MiB); {sum(1 for r in results if 'skipped' in r)} skipped"]
     by_signal: dict[str, int] = {}
     for result in flagged:
         for fired in result["fired"]:
@@ -218,9 +225,12 @@ def summary(results: list[dict[str, Any]]) -> str:
         for fired in result["fired"]:
             lines.append(f"- {result['name']}@{result['version']} (vs {result['previous']}): "
                          f"{fired['signal']}: {fired['evidence'][:400]}")
+    for result in unchecked:
+        lines.append(f"? {result['name']}@{result.get('version', '?')}: unchecked: "
+                     f"{'; '.join(result['unchecked'])}")
     for result in results:
-        if "error" in result:
-            lines.append(f"! {result['name']}: {result['error']}")
+        if "skipped" in result:
+            lines.append(f". {result['name']}: {result['skipped']}")
     return "\n".join(lines)
 
 

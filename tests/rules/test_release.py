@@ -277,3 +277,10 @@ def test_a_bad_action_is_refused_naming_its_key() -> None:
 def test_contents_that_cannot_be_read_say_why() -> None:
     assert contents_of(b"\x1f\x8b not gzip").problem is not None
     assert Contents().problem is None
+
+
+def test_a_renamed_chunk_carrying_marks_the_previous_version_had_does_not_fire() -> None:
+    # bundlers hash chunk names: the same code moves to a new file every release
+    code = entry_file("x") + obfuscated_blob("x")
+    assert check_obfuscation(release("2.0.1", {"dist/chunk-B2.js": code}),
+                             release("2.0.0", {"dist/chunk-A1.js": code})) is None
