@@ -4,7 +4,8 @@ Run by hand from the repository root: `.venv/bin/python -m bench.release_relay`.
 `bench.tarball_relay`'s (the proxy in this process on CPU 0, the fixture upstream and the load
 generator in child processes on CPU 1, rounds of both modes back to back in an order that turns,
 the median of per-round ratios). The tarballs are JavaScript (hand-written modules and minified
-bundles, 200 KB to 4 MB unpacked, compressed as npm does), each package with the version before
+bundles of varied names, strings and numbers, 200 KB to 4 MB unpacked, which gzip shrinks
+3 to 5 times as it does real code), each package with the version before
 it, so a first pull with the signals on reads the new tarball's code as it streams, fetches and
 reads the previous version's, and withholds the bytes until the verdict. Every pull of a round
 is a first pull (the verdicts are forgotten between pulls), the worst case: in use a version is
@@ -28,7 +29,7 @@ from pathlib import Path
 from unittest import mock
 
 from aiohttp import web
-from tests.servers.incidents import entry_file, minified_bundle
+from tests.servers.incidents import entry_file
 from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
@@ -51,17 +52,31 @@ RULES = parse_rules("[release]\n", "bench.toml")
 """Every signal on; the fixture versions are years old, so the default cooldown admits them."""
 
 
+def _module(rng: random.Random, size: int, minified: bool) -> bytes:
+    """About `size` bytes of JavaScript that compresses as real code does (3 to 5 times):
+    functions over varied names, strings and numbers; one long line when `minified`."""
+    words = ["value", "options", "result", "buffer", "node", "index", "state", "config",
+             "handler", "request", "element", "context", "stream", "token", "cache"]
+    parts: list[str] = []
+    total = 0
+    while total < size:
+        name = f"{rng.choice(words)}{rng.getrandbits(24):x}"
+        text = (f"function {name}({rng.choice(words)},{rng.choice(words)}){{if(typeof "
+                f"{rng.choice(words)}===\"{rng.choice(words)}\")return {rng.getrandbits(20)};"
+                f"return \"{rng.getrandbits(64):016x}\"+{rng.choice(words)}.{rng.choice(words)}"
+                f"({rng.getrandbits(12)})}}")
+        parts.append(text if minified else text.replace("{", "{\n  ").replace(";", ";\n  "))
+        total += len(text)
+    return ("" if minified else "\n").join(parts).encode() + b"\n"
+
+
 def _code(rng: random.Random, name: str, size: int) -> dict[str, bytes]:
-    """About `size` bytes of JavaScript: modules and a minified bundle, as packages ship."""
+    """About `size` bytes of JavaScript: modules and minified bundles, as packages ship."""
     files: dict[str, bytes] = {"index.js": entry_file(name)}
     left = size - len(files["index.js"])
     index = 0
     while left > 0:
-        if rng.random() < 0.3:
-            data = minified_bundle(min(left, rng.randint(50_000, 600_000)))
-        else:
-            data = b"\n".join(entry_file(f"{name}-{index}-{part}")
-                              for part in range(rng.randint(1, 20)))
+        data = _module(rng, min(left, rng.randint(20_000, 600_000)), rng.random() < 0.3)
         files[f"lib/part{index}.js"] = data
         left -= len(data)
         index += 1
@@ -158,9 +173,9 @@ def paired(results: dict[str, list[Round]], cpu: bool = False) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tarballs", type=int, default=16)
-    parser.add_argument("--passes", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tarballs", type=int, default=24)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--links", default="25", help="comma-separated MB/s a connection to "
                         "the upstream is paced at, one scenario each, then loopback")

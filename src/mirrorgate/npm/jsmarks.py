@@ -48,12 +48,17 @@ BASE64_CHARS = 4096
 breaks the run, are not counted)."""
 
 _JS = (".js", ".cjs", ".mjs")
-_LONG = re.compile(rb"[^\n]{%d,}" % LONG_LINE_CHARS)
+# anchored at line starts: unanchored, a line just short of the bound is rescanned from each
+# of its characters (quadratic in its length)
+_LONG = re.compile(rb"^[^\n]{%d,}" % LONG_LINE_CHARS, re.MULTILINE)
 _ESCAPE = re.compile(rb"\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}")
 _HEX_ID = re.compile(rb"\b_0x[0-9a-f]{4,6}\b")
 _EVAL = re.compile(
-    rb"\b(?:eval|Function)\s*\(\s*(?:[\w$.]+\s*\(\s*)?"
+    rb"(?:eval|Function)\s*\(\s*(?:[\w$.]+\s*\(\s*)?"
     rb"(?:atob|unescape|decodeURIComponent|String\.fromCharCode|Buffer\.from)\s*\(")
+_EVAL_WORDS = (b"eval", b"Function")
+_EVAL_LOOKS = 10_000
+"""Occurrences of `eval`/`Function` looked at per file at most (each one regex match)."""
 _BASE64 = re.compile(rb"[\"'`]([A-Za-z0-9+/]{%d,}={0,2})[\"'`]" % BASE64_CHARS)
 
 
@@ -88,6 +93,27 @@ class FileMarks:
         return frozenset(mark.kind for mark in self.marks)
 
 
+def _eval_decoded(data: bytes) -> re.Match[bytes] | None:
+    """The first `eval(`/`Function(` over a decoding call. Found from the words themselves
+    (`bytes.find` runs at memory speed; a regex starting with an alternation tries every
+    position), each matched where it stands."""
+    first: re.Match[bytes] | None = None
+    for word in _EVAL_WORDS:
+        at = data.find(word)
+        looks = 0
+        while at >= 0 and looks < _EVAL_LOOKS:
+            looks += 1
+            before = data[at - 1:at]
+            if not (before.isalnum() or before in (b"_", b"$")):
+                found = _EVAL.match(data, at)
+                if found is not None:
+                    if first is None or found.start() < first.start():
+                        first = found
+                    break
+            at = data.find(word, at + len(word))
+    return first
+
+
 def _line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
@@ -109,13 +135,13 @@ def marks_of(data: bytes, size: int) -> FileMarks:
             at = first.start() if first is not None else 0
             found.append(Mark(ESCAPES, at, _line(data, at),
                               f"{len(escapes):,} escapes, {share:.0%} of the bytes"))
-    hex_ids = _HEX_ID.findall(data)
+    hex_ids = _HEX_ID.findall(data) if data.count(b"_0x") >= HEX_IDENTIFIERS_AT_LEAST else []
     if len(hex_ids) >= HEX_IDENTIFIERS_AT_LEAST:
         first = _HEX_ID.search(data)
         at = first.start() if first is not None else 0
         found.append(Mark(HEX_IDENTIFIERS, at, _line(data, at),
                           f"{len(hex_ids):,} of them"))
-    decoded = _EVAL.search(data)
+    decoded = _eval_decoded(data)
     if decoded is not None:
         shown = decoded.group(0).decode("ascii", "replace")[:60]
         found.append(Mark(EVAL_DECODED, decoded.start(), _line(data, decoded.start()),
