@@ -41,7 +41,7 @@ from mirrorgate.healthz import Health
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import parse_rules
-from mirrorgate.serve.app import Proxy, build_proxy_app
+from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.upstream.registry import StoreRegistry
@@ -107,7 +107,11 @@ async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, 
     proxy = Proxy(settings=settings, public=public,
                   private=StoreRegistry(FileStore(data / "store")), queue=queue,
                   rules=RULES, metrics=metrics, health=Health(ready=True))
-    runner = web.AppRunner(build_proxy_app(proxy), access_log=None)
+    app = build_proxy_app(proxy)
+    # a finished download's spool lingers 30 s for the next reader; here every pull must be
+    # a first pull (a download of its own), in both modes
+    app[SERVER].relay.spools.linger = 0
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()

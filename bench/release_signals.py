@@ -90,7 +90,8 @@ class Reader:
             document: dict[str, Any] = await answer.json(content_type=None)
             return document
 
-    async def contents(self, manifest: Mapping[str, Any]) -> Contents:
+    async def contents(self, manifest: Mapping[str, Any],
+                       reuse: Contents | None = None) -> Contents:
         dist = manifest.get("dist") or {}
         url = dist.get("tarball")
         if not isinstance(url, str) or urlsplit(url)[:2] != self.origin:
@@ -104,7 +105,8 @@ class Reader:
                 verifier.update(chunk)
                 chunks.append(chunk)
         verifier.finish()
-        return await asyncio.to_thread(contents_of, b"".join(chunks))
+        return await asyncio.to_thread(contents_of, b"".join(chunks),
+                                       reuse.code if reuse is not None else None)
 
 
 def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
@@ -148,8 +150,8 @@ async def one(reader: Reader, name: str, popular: NameIndex) -> dict[str, Any]:
     if before is None:
         return {"name": name, "version": latest, "skipped": "a first version"}
     new_manifest, old_manifest = versions[latest], versions[before]
-    new_contents, old_contents = await asyncio.gather(reader.contents(new_manifest),
-                                                      reader.contents(old_manifest))
+    new_contents = await reader.contents(new_manifest)
+    old_contents = await reader.contents(old_manifest, new_contents)  # as the relay reads it
     problems = [f"{which}: {c.problem}" for which, c in (("it", new_contents),
                                                           (before, old_contents)) if c.problem]
     if problems:  # mirrorgate's outcome too: unchecked (release.unavailable decides)

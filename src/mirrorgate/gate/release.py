@@ -185,8 +185,8 @@ class ReleaseJudge:
     def check(self, name: PackageName, gated: Gated, record: VersionRecord) -> ReleaseCheck:
         return ReleaseCheck(self, name, gated, record)
 
-    async def read_previous(self, name: PackageName, record: VersionRecord) -> Contents | str:
-        """The previous version's contents, or why they cannot be had (a sentence)."""
+    async def fetch_previous(self, name: PackageName, record: VersionRecord) -> bytes | str:
+        """The previous version's tarball, verified, or why it cannot be had (a sentence)."""
         url = record.upstream_tarball
         assert url is not None  # `_previous` picks only versions with a public URL
         try:
@@ -211,7 +211,15 @@ class ReleaseJudge:
             return f"{record.version}'s tarball could not be fetched: {error}"
         except TimeoutError:
             return f"{record.version}'s tarball was not fetched within {self.timeout:g} s"
-        contents = await asyncio.to_thread(contents_of, b"".join(chunks))
+        return b"".join(chunks)
+
+    async def read_previous(self, record: VersionRecord, fetched: bytes | str,
+                            new: Contents) -> Contents | str:
+        """The previous version's contents (its files unchanged in `new` not measured again),
+        or why they cannot be had."""
+        if isinstance(fetched, str):
+            return fetched
+        contents = await asyncio.to_thread(contents_of, fetched, new.code)
         if contents.problem is not None:
             return f"{record.version}'s tarball cannot be read: {contents.problem}"
         return contents
@@ -272,7 +280,7 @@ class ReleaseCheck:
         self.record = record
         self.reading = ContentReading()
         self.previous = _previous(gated, record.version)
-        self._task: asyncio.Task[Contents | str] | None = None
+        self._task: asyncio.Task[bytes | str] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
 
@@ -288,7 +296,7 @@ class ReleaseCheck:
         """Start fetching the previous version's bytes, beside the download of these."""
         if self.previous is not None and self._task is None:
             self._task = asyncio.get_running_loop().create_task(
-                self.judge.read_previous(self.name, self.previous))
+                self.judge.fetch_previous(self.name, self.previous))
 
     def close(self) -> None:
         if self._task is not None and not self._task.done():
@@ -311,7 +319,7 @@ class ReleaseCheck:
         elif self.previous is not None:
             self.begin()
             assert self._task is not None
-            before = await self._task
+            before = await judge_.read_previous(self.previous, await self._task, contents)
             previous_manifest = self.previous.manifest()
             if isinstance(before, str):
                 unchecked.append(before)

@@ -8,11 +8,13 @@ linear time.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
 __all__ = ["BASE64_BLOB", "ESCAPES", "EVAL_DECODED", "HEX_IDENTIFIERS", "LONG_LINE",
-           "MARK_TEXT", "READ_PER_FILE", "STRONG", "FileMarks", "Mark", "is_code", "marks_of"]
+           "MARK_TEXT", "READ_PER_FILE", "STRONG", "FileMarks", "Mark", "digest_of", "is_code",
+           "marks_of"]
 
 READ_PER_FILE = 2 * 1024 * 1024
 """Bytes of one file measured at most: the head of a larger file (the rest is not read)."""
@@ -82,11 +84,13 @@ class Mark:
 
 @dataclass(frozen=True, slots=True)
 class FileMarks:
-    """What one file carries: its marks by kind, its size, and whether it was read whole."""
+    """What one file carries: its marks by kind, its size, whether it was read whole, and a
+    digest of the bytes read (the same bytes carry the same marks: they are not read twice)."""
 
     size: int
     marks: tuple[Mark, ...] = ()
     whole: bool = True
+    digest: bytes = b""
 
     @property
     def kinds(self) -> frozenset[str]:
@@ -118,10 +122,17 @@ def _line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-def marks_of(data: bytes, size: int) -> FileMarks:
+def digest_of(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
     """The marks in `data`, the first bytes of a file of `size` bytes."""
     found: list[Mark] = []
-    long = _LONG.search(data)
+    # the longest line, measured at memory speed: a file of short lines (most hand-written
+    # code) can hold neither a long line nor a base64 run, so neither regex runs over it
+    longest = max(map(len, data.split(b"\n")), default=0)
+    long = _LONG.search(data) if longest >= LONG_LINE_CHARS else None
     if long is not None:
         end = data.find(b"\n", long.start())
         length = (len(data) if end < 0 else end) - long.start()
@@ -146,8 +157,9 @@ def marks_of(data: bytes, size: int) -> FileMarks:
         shown = decoded.group(0).decode("ascii", "replace")[:60]
         found.append(Mark(EVAL_DECODED, decoded.start(), _line(data, decoded.start()),
                           f"`{shown}`"))
-    blob = _BASE64.search(data)
+    blob = _BASE64.search(data) if longest >= BASE64_CHARS else None
     if blob is not None:
         found.append(Mark(BASE64_BLOB, blob.start(), _line(data, blob.start()),
                           f"{len(blob.group(1)):,} characters"))
-    return FileMarks(size, tuple(found), whole=len(data) >= size)
+    return FileMarks(size, tuple(found), whole=len(data) >= size,
+                     digest=digest if digest is not None else digest_of(data))
