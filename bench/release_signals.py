@@ -75,6 +75,8 @@ class Reader:
         self.base = base
         self.origin = urlsplit(base)[:2]
         self._packuments: dict[str, asyncio.Task[dict[str, Any] | None]] = {}
+        self.cpu: list[tuple[int, float]] = []
+        """(compressed bytes, CPU seconds) of each tarball read: what a first pull costs."""
 
     async def packument(self, name: str) -> dict[str, Any] | None:
         if name not in self._packuments:
@@ -105,8 +107,15 @@ class Reader:
                 verifier.update(chunk)
                 chunks.append(chunk)
         verifier.finish()
-        return await asyncio.to_thread(contents_of, b"".join(chunks),
-                                       reuse.code if reuse is not None else None)
+        body = b"".join(chunks)
+
+        def timed() -> Contents:
+            started = time.thread_time()
+            read = contents_of(body, reuse.code if reuse is not None else None)
+            self.cpu.append((len(body), time.thread_time() - started))
+            return read
+
+        return await asyncio.to_thread(timed)
 
 
 def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
@@ -204,10 +213,16 @@ async def run(count: int, concurrency: int) -> list[dict[str, Any]]:
                       file=sys.stderr, flush=True)
 
         await asyncio.gather(*(guarded(name) for name in names(count)))
+    size = sum(b for b, _ in reader.cpu)
+    seconds = sum(s for _, s in reader.cpu)
+    results.append({"name": "", "cpu": {"tarballs": len(reader.cpu), "bytes": size,
+                                         "seconds": round(seconds, 2)}})
     return results
 
 
 def summary(results: list[dict[str, Any]]) -> str:
+    [cost] = [r["cpu"] for r in results if "cpu" in r]
+    results = [r for r in results if "cpu" not in r]
     checked = [r for r in results if "fired" in r]
     flagged = [r for r in checked if r["fired"]]
     unchecked = [r for r in results if "unchecked" in r]
@@ -223,6 +238,10 @@ def summary(results: list[dict[str, Any]]) -> str:
         for fired in result["fired"]:
             by_signal[fired["signal"]] = by_signal.get(fired["signal"], 0) + 1
     lines.append(f"by signal: {json.dumps(by_signal)}")
+    lines.append(f"reading cost: {cost['tarballs']} tarballs, {cost['bytes'] / 1e6:.0f} MB "
+                 f"compressed, {cost['seconds']:.1f} s of CPU: "
+                 f"{cost['seconds'] * 1e3 / max(1, cost['bytes'] / 1e6):.0f} ms per MB (the "
+                 "new version read whole, the previous one reusing its unchanged files)")
     for result in flagged:
         for fired in result["fired"]:
             lines.append(f"- {result['name']}@{result['version']} (vs {result['previous']}): "
