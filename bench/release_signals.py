@@ -179,7 +179,7 @@ async def one(reader: Reader, name: str, popular: NameIndex) -> dict[str, Any]:
     fired: list[Fired | None] = [
         check_install(new, old), check_obfuscation(new, old),
         check_dependencies(new, old, first, YOUNG, "30 days", at),
-        check_typosquat(name, _first(document), frozenset(), NameIndex(()), popular, YOUNG,
+        check_typosquat(name, _first(document), False, NameIndex(()), popular, YOUNG,
                         "30 days", at)]
     return {"name": name, "version": latest, "previous": before,
             "published": published.isoformat() if published else None,

@@ -174,7 +174,7 @@ def test_an_old_new_dependency_or_one_kept_from_before_does_not_fire() -> None:
 
 
 def test_a_young_name_one_edit_from_a_widely_used_package_fires() -> None:
-    found = check_typosquat("lodahs", NOW - timedelta(days=2), frozenset(), NameIndex(()),
+    found = check_typosquat("lodahs", NOW - timedelta(days=2), False, NameIndex(()),
                             popular_names(), DAYS_30, "30 days", NOW)
     assert found is not None
     assert "one edit away from `lodash` (a widely used package)" in found.evidence
@@ -182,7 +182,7 @@ def test_a_young_name_one_edit_from_a_widely_used_package_fires() -> None:
 
 def test_a_young_name_one_edit_from_a_name_the_organisation_installs_often_fires() -> None:
     often = NameIndex(["acme-logger-core"])
-    found = check_typosquat("acme-loger-core", NOW, frozenset(), often, NameIndex(()),
+    found = check_typosquat("acme-loger-core", NOW, False, often, NameIndex(()),
                             DAYS_30, "30 days", NOW)
     assert found is not None
     assert "(a name this organisation installs often)" in found.evidence
@@ -190,11 +190,11 @@ def test_a_young_name_one_edit_from_a_name_the_organisation_installs_often_fires
 
 def test_a_name_installed_before_an_old_name_or_a_popular_one_does_not_fire() -> None:
     popular = popular_names()
-    assert check_typosquat("lodahs", NOW, frozenset({"lodahs"}), NameIndex(()), popular,
+    assert check_typosquat("lodahs", NOW, True, NameIndex(()), popular,
                            DAYS_30, "30 days", NOW) is None
-    assert check_typosquat("lodahs", NOW - timedelta(days=400), frozenset(), NameIndex(()),
+    assert check_typosquat("lodahs", NOW - timedelta(days=400), False, NameIndex(()),
                            popular, DAYS_30, "30 days", NOW) is None
-    assert check_typosquat("lodash", NOW, frozenset(), NameIndex(()), popular, DAYS_30,
+    assert check_typosquat("lodash", NOW, False, NameIndex(()), popular, DAYS_30,
                            "30 days", NOW) is None
 
 

@@ -202,6 +202,9 @@ async def test_a_previous_version_that_cannot_be_fetched_leaves_the_version_unch
     [line] = [entry for entry in logs if entry["event"] == "release_unchecked"]
     assert "1.4.2's tarball could not be fetched" in line["reason"]
     assert proxy.metric("mirrorgate_release_checks_total", outcome="unchecked") == 1
+    page = (await proxy.get("ui/")).body.decode()
+    assert "could not check" in page
+    assert "worm-host@1.4.3" in page
 
 
 async def test_unavailable_deny_refuses_a_version_whose_previous_cannot_be_read(

@@ -35,7 +35,7 @@ from mirrorgate.moments import moment
 from mirrorgate.npm.contents import ContentReading, Contents, contents_of, manifest_runs
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.tarscripts import ScriptScan
-from mirrorgate.npm.versions import version_before
+from mirrorgate.npm.versions import newest_first, version_before
 from mirrorgate.rules import LiveRules, Rules
 from mirrorgate.rules.release import (
     Dependency,
@@ -96,7 +96,7 @@ def _first_published(gated: Gated) -> datetime | None:
 def _publishers(gated: Gated) -> frozenset[str]:
     """Who publishes a package: its maintainers and the publishers of its newest versions."""
     found = set(publishers_of({"maintainers": gated.head.get("maintainers")}))
-    for version in list(gated.versions)[-_PUBLISHERS_READ:]:
+    for version in newest_first(gated.versions)[:_PUBLISHERS_READ]:
         found |= publishers_of(gated.versions[version].manifest())
     return frozenset(found)
 
@@ -132,6 +132,7 @@ class ReleaseJudge:
         self._installed = DurableMap(data_dir / INSTALLED_FILE if data_dir else None,
                                      what="installed_names", limit=_NAMES_KEPT)
         self._counts: dict[str, int] = {}
+        self._often: NameIndex | None = None
 
     @property
     def rules(self) -> Rules:
@@ -169,18 +170,28 @@ class ReleaseJudge:
         1, 2, 4, 8... pulls, so a busy name costs a few writes, not one per pull)."""
         count = self._counts.get(name)
         if count is None:
-            stored = self._installed.get(name)
-            count = int(stored) if stored is not None and stored.isdigit() else 0
+            count = self._stored(name)
         count += 1
         self._counts[name] = count
         if count & (count - 1) == 0:
             self._installed.set(name, str(count))
+        if count == OFTEN:
+            self._often = None  # rebuilt at the next typosquat check
 
-    def _history(self) -> tuple[frozenset[str], NameIndex]:
-        names = set(self._installed)
-        often = [name for name in names
-                 if max(self._counts.get(name, 0), int(self._installed.get(name) or 0)) >= OFTEN]
-        return frozenset(names | set(self._counts)), NameIndex(often)
+    def _stored(self, name: str) -> int:
+        stored = self._installed.get(name)
+        return int(stored) if stored is not None and stored.isdigit() else 0
+
+    def installed_before(self, name: str) -> bool:
+        return name in self._counts or name in self._installed
+
+    def often(self) -> NameIndex:
+        """The names the organisation installs often, indexed (rebuilt when one is added)."""
+        if self._often is None:
+            names = {name for name in self._installed if self._stored(name) >= OFTEN}
+            names |= {name for name, count in self._counts.items() if count >= OFTEN}
+            self._often = NameIndex(names)
+        return self._often
 
     def check(self, name: PackageName, gated: Gated, record: VersionRecord) -> ReleaseCheck:
         return ReleaseCheck(self, name, gated, record)
@@ -345,10 +356,10 @@ class ReleaseCheck:
                 log.info("release_read_partly", package=self.name.full, version=version,
                          unread=list(contents.unread))
         rules = judge_.rules.release
-        installed, often = judge_._history()
         popular = await asyncio.to_thread(popular_names)  # read once, on first use
-        squat = check_typosquat(self.name.full, _first_published(self.gated), installed,
-                                often, popular, rules.young, rules.young_text, now)
+        squat = check_typosquat(self.name.full, _first_published(self.gated),
+                                judge_.installed_before(self.name.full), judge_.often(),
+                                popular, rules.young, rules.young_text, now)
         if squat is not None:
             fired.append(squat)
         verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared)
@@ -379,12 +390,14 @@ class ReleaseCheck:
             metrics.events.record("release_unchecked", self.label, reason)
             if deny:
                 metrics.rule_denials.labels("release-unchecked", "enforce").inc()
+                metrics.events.denied(self.label, "release-unchecked", reason)
                 return reason + " (release.unavailable is \"deny\")"
             if not fired:
                 return None
         judge_.remember(self.name.full, version, _Facts(tuple(fired), published, compared))
         for rule, reason in verdict.reported:
             metrics.rule_denials.labels(rule, "report").inc()
+            metrics.events.record("would-deny", self.label, f"{rule}: {reason}")
             log.warning("release_signal_reported", package=self.name.full, version=version,
                         rule=rule, reason=reason, compared_with=compared)
         if not verdict.in_force(judge_.now()):

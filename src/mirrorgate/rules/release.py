@@ -158,13 +158,13 @@ def check_dependencies(new: Release, previous: Release, first: FirstPublished,
                  f"have: {_listed(details)}", tuple(details))
 
 
-def check_typosquat(name: str, first_published: datetime | None, installed: frozenset[str],
+def check_typosquat(name: str, first_published: datetime | None, installed_before: bool,
                     often: NameIndex, popular: NameIndex, young: timedelta,
                     young_text: str, now: datetime) -> Fired | None:
     """Stops a typo in a package.json: a name the organisation never installed, one edit
     away from one it installs often or from a widely used package, first published less than
     `young` ago."""
-    if name in installed or first_published is None or now - first_published >= young:
+    if installed_before or first_published is None or now - first_published >= young:
         return None
     near = often.near(name)
     source = "a name this organisation installs often"
