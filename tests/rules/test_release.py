@@ -3,7 +3,9 @@ and the `[release]` table that sets them."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -265,6 +267,17 @@ def test_the_table_turns_every_signal_on_as_quarantine_unless_it_says_otherwise(
     assert (rules.young, rules.quarantine, rules.unavailable) == (
         timedelta(days=10), timedelta(days=3), "deny")
     assert not parse_rules("", "r.toml").release.on
+
+
+def test_the_worked_example_in_the_docs_loads() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "serving.md").read_text(encoding="utf-8")
+    section = text[text.index("\n### Release signals\n"):]
+    match = re.search(r"```toml\n(.*?)```", section, re.DOTALL)
+    assert match is not None
+    rules = parse_rules(match.group(1), "serving.md").release
+    assert rules.action("new-install-script") == "deny"
+    assert rules.action("typosquat") == "report"
+    assert rules.allow.texts() == ["esbuild", "sharp@0.33.5"]
 
 
 def test_a_bad_action_is_refused_naming_its_key() -> None:
