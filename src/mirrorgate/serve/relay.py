@@ -27,6 +27,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
 from mirrorgate.integrity import DigestMismatch, StreamVerifier, Verified
 from mirrorgate.metrics import Metrics
@@ -72,7 +73,7 @@ Opener = Callable[[], AbstractAsyncContextManager[Body | None]]
 """Opens the upstream body: None when the upstream has no such tarball (a 404)."""
 
 
-class Withheld(Exception):  # noqa: N818 - an outcome carried to the route, not a bug
+class Withheld(MirrorgateError):  # noqa: N818 - an outcome carried to the route, not a bug
     """A withheld download its contents check refused: nothing was sent; `reason` says why."""
 
     def __init__(self, reason: str) -> None:
