@@ -200,6 +200,14 @@ VARIABLES: tuple[Var, ...] = (
         "(0: the worker downloads every one; default: a quarter of the free space there, at "
         "most 1 GiB)",
         read_by=(PROXY,), see="serving.md#one-download-per-version"),
+    Var("MIRRORGATE_RELEASE_PREVIOUS_MAX_BYTES", str(64 * 1024 * 1024), "bytes of the "
+        "previous version's tarball the release signals fetch at most to compare a first pull "
+        "with; a larger one leaves the version unchecked (release.unavailable decides)",
+        read_by=(PROXY,), see="serving.md#release-signals"),
+    Var("MIRRORGATE_RELEASE_TIMEOUT", "20", "seconds the release signals may take to fetch "
+        "the previous version's tarball, and to look up each new dependency; past it the "
+        "version is unchecked (release.unavailable decides)",
+        read_by=(PROXY,), see="serving.md#release-signals"),
     Var("MIRRORGATE_MAX_DELIVERIES", "5", "deliveries after which a job is retired",
         read_by=(WORKER,), see="worker.md#retries"),
     Var("MIRRORGATE_WORKER_CONCURRENCY", "1", "mirror jobs in flight at once",
@@ -349,6 +357,8 @@ class Settings:
     send_min_rate_grace: float
     spool_max_bytes: int
     handoff_max_bytes: int
+    release_previous_max_bytes: int
+    release_timeout: float
     heartbeat_stale_after: float
     drain_timeout: float
     log_level: str
@@ -799,6 +809,9 @@ def load_settings(
         send_min_rate_grace=read.seconds("MIRRORGATE_SEND_MIN_RATE_GRACE", 0, "20"),
         spool_max_bytes=_spool_max_bytes(read, data_dir),
         handoff_max_bytes=_handoff_max_bytes(read, data_dir),
+        release_previous_max_bytes=read.integer("MIRRORGATE_RELEASE_PREVIOUS_MAX_BYTES", 1024,
+                                                None, str(64 * MIB)),
+        release_timeout=read.seconds("MIRRORGATE_RELEASE_TIMEOUT", 0.1, "20"),
         heartbeat_stale_after=read.seconds("MIRRORGATE_HEARTBEAT_STALE_AFTER", 1, "120"),
         drain_timeout=read.seconds("MIRRORGATE_DRAIN_TIMEOUT", 0, "30"),
         log_level=read.choice("MIRRORGATE_LOG_LEVEL", ("info", "debug", "warning", "error")),

@@ -119,6 +119,14 @@ class Metrics:
                                     "mode (`report`: a report-mode rule's would-be denial, the "
                                     "version served)",
                                     ["rule", "mode"], registry=r)
+        self.release_checks = Counter(
+            "mirrorgate_release_checks", "versions read by the release signals at their first "
+            "pull, by outcome: clean, flagged (a signal fired and was not in force), refused, "
+            "first-version (nothing before it to compare), unchecked (the analysis could not "
+            "finish)", ["outcome"], registry=r)
+        self.release_signals = Counter(
+            "mirrorgate_release_signals", "release signals that fired, by signal and what came "
+            "of it: denied, reported, excepted, allowed", ["signal", "outcome"], registry=r)
         self.refusals = Counter("mirrorgate_refusals",
                                 "inputs refused for safety (bad names, off-origin URLs...)",
                                 ["reason"], registry=r)

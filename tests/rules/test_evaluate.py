@@ -448,6 +448,10 @@ def test_the_rules_run_in_the_documented_order() -> None:
         "minimum-age",
         "provenance-continuity",
         "publisher-change",
+        "new-install-script",
+        "new-dependency-young",
+        "obfuscated-code",
+        "typosquat",
     )
 
 

@@ -36,6 +36,9 @@ def only_problem(text: str) -> str:
 
 FIRST_PARTY = rules_summary(DEFAULT_RULES)["private"]["first_party"]
 PUBLISHERS = rules_summary(DEFAULT_RULES)["publish"]["who"]
+RELEASE_OFF = {"new-install-script": "off", "new-dependency-young": "off",
+               "obfuscated-code": "off", "typosquat": "off", "young": "30 days",
+               "quarantine": "7 days", "allow": [], "unavailable": "admit"}
 
 
 def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:
@@ -102,6 +105,10 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
             "minimum-age",
             "provenance-continuity",
             "publisher-change",
+            "new-install-script",
+            "new-dependency-young",
+            "obfuscated-code",
+            "typosquat",
         ],
         "integrity": {"presence": "always on", "minimum": "sha1",
                       "sha1_only": "admitted, flagged weak"},
@@ -114,6 +121,7 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "signatures": {"verify": False, "missing": "admit"},
         "provenance": {"mode": "off", "window": 5, "quarantine": "7 days", "allow": []},
         "publisher": {"mode": "off", "window": 20, "quarantine": "7 days", "allow": []},
+        "release": RELEASE_OFF,
         "private": {"names": [], "merge_public": [], "first_party": FIRST_PARTY},
         "mode": "enforce",
         "modes": {table: "enforce" for table in POLICY_TABLES},
@@ -138,7 +146,7 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
         "install_scripts": {"block": True, "allow": ["esbuild", "@prisma/engines"]},
         "advisories": None,
         **{table: rules_summary(DEFAULT_RULES)[table]
-           for table in ("signatures", "provenance", "publisher")},
+           for table in ("signatures", "provenance", "publisher", "release")},
         "private": {"names": ["@acme/*", "acme-*"], "merge_public": [],
                     "first_party": FIRST_PARTY},
         "mode": "enforce",
@@ -235,7 +243,7 @@ def test_an_unknown_table_is_an_error_suggesting_the_right_one() -> None:
     assert only_problem("[ages]\nminimum = '3d'") == (
         "[ages]: unknown table (did you mean [age]?); the tables are [integrity], [age], "
         "[deny], [allow], [install_scripts], [advisories], [signatures], [provenance], "
-        "[publisher], [private], [publish]"
+        "[publisher], [release], [private], [publish]"
     )
 
 

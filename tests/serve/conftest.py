@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mirrorgate.mirror import MirrorQueue
-from mirrorgate.rules import DEFAULT_RULES, Rules
+from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
 from mirrorgate.upstream.registry import store_root
 from tests.serve.rig import (
     FILE_STORE,
@@ -59,9 +59,9 @@ async def start_proxy(tmp_path: Path, private_registry: SharedPrivate,
     stopped at teardown."""
     stacks: list[ProxyStack] = []
 
-    async def start(public: str, *, private: str | None = None, rules: Rules = DEFAULT_RULES,
-                    queue: MirrorQueue | None = None, data_dir: Path | None = None,
-                    **overrides: Any) -> RunningProxy:
+    async def start(public: str, *, private: str | None = None,
+                    rules: Rules | LiveRules = DEFAULT_RULES, queue: MirrorQueue | None = None,
+                    data_dir: Path | None = None, **overrides: Any) -> RunningProxy:
         index = len(stacks)
         store: Path | None = None
         token: str | None = None

@@ -182,7 +182,7 @@ class RunningProxy:
 
 class StartProxy(Protocol):
     async def __call__(self, public: str, *, private: str | None = None,
-                       rules: Rules = DEFAULT_RULES, queue: MirrorQueue | None = None,
+                       rules: Rules | LiveRules = DEFAULT_RULES, queue: MirrorQueue | None = None,
                        data_dir: Path | None = None, **settings: Any) -> RunningProxy: ...
 
 

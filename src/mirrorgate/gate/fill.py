@@ -20,7 +20,7 @@ from mirrorgate.gate.cache import Cached, Loaded
 from mirrorgate.gate.entry import PackumentEntry, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.gate.merge import gate
-from mirrorgate.gate.records import Gated
+from mirrorgate.gate.records import Denial, Gated
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
@@ -79,7 +79,8 @@ class PackumentSource:
                  metrics: Metrics, now: Callable[[], datetime],
                  keys: RegistryKeys | None = None,
                  first_party: FirstPartyNames | None = None,
-                 withdrawals: WithdrawnVersions | None = None) -> None:
+                 withdrawals: WithdrawnVersions | None = None,
+                 refused: Callable[[str], Mapping[str, Denial]] | None = None) -> None:
         self.private = private
         self.in_flight = Budget(FILL_BYTES)
         self.keys = keys
@@ -89,6 +90,8 @@ class PackumentSource:
         self.now = now
         self.first_party = first_party if first_party is not None else FirstPartyNames(None)
         self.withdrawals = withdrawals if withdrawals is not None else WithdrawnVersions(None)
+        self.refused = refused
+        """The versions of a name the release signals refused (`gate.release`)."""
 
     @property
     def rules(self) -> Rules:
@@ -261,8 +264,9 @@ class PackumentSource:
               keys: KeySet | None) -> Gated:
         withdrawn = (self.withdrawals.of(name.full, versions_of(private))
                      if private is not None else None)
+        refused = self.refused(name.full) if self.refused is not None else None
         return gate(name, private, public, rules=self.rules, now=now,
-                    origin=self.public.origin, keys=keys, withdrawn=withdrawn)
+                    origin=self.public.origin, keys=keys, withdrawn=withdrawn, refused=refused)
 
     def _note_withdrawals(self, gated: Gated, private_versions: Mapping[str, Any]) -> None:
         """Remember what this fill found withdrawn (and forget what public lists again with

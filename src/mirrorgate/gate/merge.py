@@ -137,7 +137,7 @@ def _chosen(versions: Mapping[str, Any], only: str | None) -> Iterable[tuple[str
 
 def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
                  private_versions: Mapping[str, Any], origin: Origin,
-                 only: str | None) -> dict[str, PublicGate]:
+                 only: str | None, refused: Mapping[str, Denial]) -> dict[str, PublicGate]:
     """Judge every public version; record those the private side does not shadow. Returns
     what was kept of each, for a mirrored private copy to fall back on."""
     times = times_of(public)
@@ -158,6 +158,11 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
                                times.get(version), judging.now, context=judging.context,
                                digests=digests)
             denial = judging.denial_of(verdict)
+        if denial is None and version in refused:
+            # a release signal read this version's bytes at a pull and refused it: out of
+            # the packument too, so a range resolves to the version before it
+            denial = refused[version]
+            judging.regate_by(denial.until)
         tarball = url if denial is None and isinstance(url, str) else None
         kept[version] = (tarball, digests)
         if isinstance(private_versions.get(version), Mapping) or (
@@ -321,15 +326,17 @@ def gate(
     keys: KeySet | None = None,
     withdrawn: Withdrawn | None = None,
     only: str | None = None,
+    refused: Mapping[str, Denial] | None = None,
 ) -> Gated:
     """Merge the private and public packuments (either may be None) and gate the versions.
     `keys` are the public registry's signing keys, for the signature rule (None: unavailable);
     `withdrawn`, the mirrored versions of this package the public registry was seen to
     withdraw before (`public` None means it did not answer, or has no such package: neither
-    withdraws anything). `only` judges that one version alone (the worker's re-gate reads one
-    record): ownership, the size bound and the history the rules read still come from the
-    whole documents, but no other version is judged or serialised, so the tags, times and
-    size describe it alone.
+    withdraws anything); `refused`, the public versions a release signal refused at a pull
+    (`gate.release`), denied as they say. `only` judges that one version alone (the worker's
+    re-gate reads one record): ownership, the size bound and the history the rules read still
+    come from the whole documents, but no other version is judged or serialised, so the tags,
+    times and size describe it alone.
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
@@ -350,7 +357,7 @@ def gate(
         # gated without the keys it should have had: gated again at its next fill (now), so a
         # revalidation cannot keep it once the keys are back
         judging.regate_by(now)
-    public_kept = _gate_public(judging, public, private_versions, origin, only)
+    public_kept = _gate_public(judging, public, private_versions, origin, only, refused or {})
     _gate_private(judging, private_versions, public_kept, public, withdrawn or {}, only)
 
     records = judging.records

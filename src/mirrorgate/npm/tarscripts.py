@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import posixpath
 import zlib
+from typing import Protocol
 
 import orjson
 
 from mirrorgate.npm.scripts import install_scripts
 
 __all__ = ["BOMB_FROM", "BOMB_RATIO", "MAX_ENTRIES", "MAX_MANIFEST_BYTES", "MAX_UNPACKED_BYTES",
-           "ScriptScan", "declared_scripts", "scripts_in"]
+           "FileWatch", "ScriptScan", "declared_scripts", "scripts_in"]
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 """A root package.json larger than this cannot be read here, so the version is refused."""
@@ -122,12 +123,23 @@ def declared_scripts(manifest: bytes) -> list[str]:
     return install_scripts(document) if isinstance(document, dict) else []
 
 
+class FileWatch(Protocol):
+    """Other files a scan's reader wants (the release signals read JavaScript files): how many
+    of a regular file's first bytes to hand over (0: none), then those bytes."""
+
+    def wants(self, path: str, size: int) -> int: ...
+
+    def read(self, path: str, data: bytes, size: int) -> None: ...
+
+
 class ScriptScan:
     """Feed a tarball's bytes in order; `finish()` returns why its contents run code at install
     (a sentence), or None. Unreadable contents are refused too: what cannot be read here
-    cannot be shown to run nothing."""
+    cannot be shown to run nothing. `watch` is handed the files it asks for on the way."""
 
-    def __init__(self) -> None:
+    def __init__(self, watch: FileWatch | None = None) -> None:
+        self._watch = watch
+        self._watched = ""  # the path of the file being handed to `watch`
         self._inflate: zlib._Decompress | None = None
         self._raw: bool | None = None  # plain tar (no gzip): npm takes those too
         self._gap = bytearray()  # the first bytes of a gzip member, until its magic is known
@@ -139,6 +151,7 @@ class ScriptScan:
         self._capture_kind = ""  # "package.json", "pax" or "longname"
         self._next_path: str | None = None
         self._folder = ""  # the package directory of the package.json being captured
+        self._watched_size = 0
         self._unpacked = 0
         self._compressed = 0
         self._entries = 0
@@ -268,6 +281,15 @@ class ScriptScan:
                 kind in _LINK_TYPES
                 and _link_escapes(path, header[157:257].split(b"\0", 1)[0]))):
             self.escapes.append(path[:200])
+        if self._watch is not None and kind in _FILE_TYPES and size:
+            keep = self._watch.wants(path, size)
+            if keep > 0:
+                # never a package.json or binding.gyp (a watch asks for code), so no capture
+                # below is skipped; the rest of the entry is passed over as data
+                self._watched = path
+                self._capture, self._capture_left = bytearray(), min(keep, size)
+                self._capture_kind, self._watched_size = "watched", size
+                return
         found = _package_file(path)
         if found is None or found[1] not in ("package.json", "binding.gyp"):
             return
@@ -307,6 +329,9 @@ class ScriptScan:
                 self._next_path = records[b"path"].decode("utf-8", "replace")
         elif kind == "longname":
             self._next_path = data.split(b"\0", 1)[0].decode("utf-8", "replace")
+        elif kind == "watched":
+            if self._watch is not None:
+                self._watch.read(self._watched, data, self._watched_size)
         else:
             # every root package.json counts (the last one extracted wins on disk)
             scripts = self.scripts.setdefault(self._folder, [])

@@ -21,7 +21,7 @@ import nodesemver
 
 __all__ = ["INVALID_RANGE", "Key", "SemverRange", "Version", "highest", "is_prerelease",
            "is_version_string", "nearest", "newer", "newest_first", "order_key", "parse_range",
-           "parse_version", "same_version", "unstorable"]
+           "parse_version", "same_version", "unstorable", "version_before"]
 
 INVALID_RANGE = "is not a valid semver range"
 MAX_LENGTH = 256
@@ -126,6 +126,23 @@ def parse_version(text: str) -> Version | None:
     versions come from upstream packuments, which are untrusted input."""
     key = _matched(_STRICT, text)
     return Version(text.strip(), key) if key is not None else None
+
+
+def version_before(versions: Iterable[str], version: str) -> str | None:
+    """The version the release before `version` is, among `versions`: the highest lower one,
+    a prerelease only when `version` is one (what the release signals compare with)."""
+    this = parse_version(version)
+    if this is None:
+        return None
+    best: tuple[Key, str] | None = None
+    for text in versions:
+        other = parse_version(text)
+        if other is None or other.key >= this.key or (other.is_prerelease
+                                                      and not this.is_prerelease):
+            continue
+        if best is None or other.key > best[0]:
+            best = (other.key, text)
+    return best[1] if best is not None else None
 
 
 def same_version(a: str, b: str) -> bool:

@@ -36,6 +36,7 @@ from mirrorgate.rules.policy import (
     Rules,
     plural,
 )
+from mirrorgate.rules.releasetable import ACTIONS, RELEASE_SIGNALS, ReleaseRules
 from mirrorgate.rules.signatures import SignatureRule
 from mirrorgate.rules.table import POLICY_RULES
 from mirrorgate.rules.takeover import MODES, SignalRule
@@ -66,6 +67,8 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
     "signatures": ("verify", "missing", "mode"),
     "provenance": ("continuity", "window", "quarantine", "allow", "mode"),
     "publisher": ("change", "window", "quarantine", "allow", "mode"),
+    "release": ("new_install_script", "new_dependency_young", "obfuscated_code", "typosquat",
+                "young", "quarantine", "allow", "unavailable", "mode"),
     "private": ("names", "merge_public"),
     "publish": ("names",),
 }
@@ -327,6 +330,8 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
         if table in tables:
             values[table] = read.signal(table, mode_key, tables[table],
                                         getattr(DEFAULT_RULES, table))
+    if "release" in tables:
+        values["release"] = _release(read, tables["release"])
     private = tables.get("private", {})
     for key, attribute in (("names", "owned"), ("merge_public", "merge_public")):
         if key in private:
@@ -345,6 +350,29 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
     if read.problems:
         raise RulesError(read.problems, source)
     return Rules(source=source, **values)
+
+
+def _release(read: _Reader, table: dict[str, Any]) -> ReleaseRules:
+    """The `[release]` table. Writing it asks for the signals: each one it does not name is
+    `quarantine`; `"off"` turns one off."""
+    settings: dict[str, Any] = {}
+    actions: dict[str, str] = {}
+    for signal in RELEASE_SIGNALS:
+        key = signal.replace("-", "_")
+        action = read.string(f"release.{key}", table.get(key, "quarantine"), ACTIONS)
+        actions[signal] = action or "quarantine"
+    settings["actions"] = actions
+    for key in ("young", "quarantine"):
+        if key in table:
+            parsed = read.duration(f"release.{key}", table[key])
+            if parsed is not None:
+                settings[key], settings[f"{key}_text"] = parsed
+    if "allow" in table:
+        settings["allow"] = read.patterns("release.allow", table["allow"])
+    if "unavailable" in table:
+        settings["unavailable"] = read.string("release.unavailable", table["unavailable"],
+                                              ("admit", "deny")) or "admit"
+    return ReleaseRules(**settings)
 
 
 def _exceptions(read: _Reader, entries: object) -> tuple[RuleException, ...]:

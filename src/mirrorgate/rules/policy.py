@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from mirrorgate.moments import stamp
 from mirrorgate.rules.advisory import AdvisoryRules
 from mirrorgate.rules.patterns import PatternList, Subject
+from mirrorgate.rules.releasetable import ReleaseRules
 from mirrorgate.rules.signatures import SignatureRule
 from mirrorgate.rules.takeover import SignalRule
 
@@ -74,6 +75,8 @@ class Rules:
     signatures: SignatureRule = field(default_factory=SignatureRule)
     provenance: SignalRule = field(default_factory=lambda: SignalRule(window=5))
     publisher: SignalRule = field(default_factory=lambda: SignalRule(window=20))
+    release: ReleaseRules = field(default_factory=ReleaseRules)
+    """`[release]`: the release signals, read from the tarball at a version's first pull."""
     owned: PatternList = field(default_factory=PatternList)
     merge_public: PatternList = field(default_factory=PatternList)
     publishable: PatternList = field(default_factory=PatternList)

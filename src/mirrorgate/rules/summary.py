@@ -7,6 +7,7 @@ from typing import Any
 from mirrorgate.moments import stamp
 from mirrorgate.rules.advisory import AdvisoryRules
 from mirrorgate.rules.policy import Rules
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.rules.table import RULE_NAMES, RULES
 
 __all__ = ["DEFAULT_AGE_WHY", "POLICY_TABLES", "rules_summary"]
@@ -49,6 +50,11 @@ def rules_summary(rules: Rules) -> dict[str, Any]:
         **{key: {"mode": signal.mode, "window": signal.window,
                  "quarantine": signal.quarantine_text, "allow": signal.allow.texts()}
            for key, signal in (("provenance", rules.provenance), ("publisher", rules.publisher))},
+        "release": {
+            **{signal: rules.release.action(signal) for signal in RELEASE_SIGNALS},
+            "young": rules.release.young_text, "quarantine": rules.release.quarantine_text,
+            "allow": rules.release.allow.texts(), "unavailable": rules.release.unavailable,
+        },
         "private": {
             "names": rules.owned.texts(),
             "merge_public": rules.merge_public.texts(),

@@ -28,6 +28,12 @@ from mirrorgate.rules.advisory import (
 from mirrorgate.rules.context import Context
 from mirrorgate.rules.patterns import Subject, quoted
 from mirrorgate.rules.policy import ALGORITHMS, REPORT, Rules, Verdict, plural
+from mirrorgate.rules.releasetable import (
+    NEW_DEPENDENCY_YOUNG,
+    NEW_INSTALL_SCRIPT,
+    OBFUSCATED_CODE,
+    TYPOSQUAT,
+)
 from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, check_signature
 from mirrorgate.rules.takeover import (
     PROVENANCE_CONTINUITY,
@@ -232,6 +238,12 @@ def _takeover(signal: Signal, setting: Callable[[Rules], SignalRule]) -> Check:
     return checked
 
 
+def _at_first_pull(_rules: Rules, _judged: Judged) -> Verdict | None:
+    # a release signal reads the tarball's bytes: `gate.release` judges it when the version
+    # is first pulled, and its verdict is remembered; the packument's gating admits
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule((INTEGRITY_PRESENCE,), "its `dist` has no digest mirrorgate can verify: no sha1, "
          "sha256, sha384 or sha512 entry in `dist.integrity` and no hex `dist.shasum`. Always "
@@ -277,6 +289,20 @@ RULES: tuple[Rule, ...] = (
     Rule((PUBLISHER_CHANGE,), "it was published by an account that published none of the "
          "previous `publisher.window` versions.",
          _takeover(check_publisher, lambda rules: rules.publisher), "publisher"),
+    Rule((NEW_INSTALL_SCRIPT,), "`[release]`: its tarball or manifest runs code at install "
+         "(a `preinstall`, `install` or `postinstall`, a `binding.gyp`, a bundled "
+         "dependency's) that the previous version did not. Read from the bytes at the first "
+         "pull; see [Release signals](#release-signals).", _at_first_pull, "release"),
+    Rule((NEW_DEPENDENCY_YOUNG,), "`[release]`: it adds a runtime dependency, since the "
+         "previous version, first published less than `release.young` ago (30 days) or "
+         "missing from the public registry.", _at_first_pull, "release"),
+    Rule((OBFUSCATED_CODE,), "`[release]`: a JavaScript file carries marks of obfuscation "
+         "(a very long line, dense hex or unicode escapes, `_0x` identifiers, eval or "
+         "Function over a decoded string, a large base64 literal) that the same file of the "
+         "previous version did not.", _at_first_pull, "release"),
+    Rule((TYPOSQUAT,), "`[release]`: its name is one edit from a widely used package or one "
+         "the organisation installs often, was never installed here, and was first "
+         "published less than `release.young` ago.", _at_first_pull, "release"),
 )
 
 _DENY_ROW = next(rule for rule in RULES if DENY_LIST in rule.names)

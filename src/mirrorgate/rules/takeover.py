@@ -19,7 +19,7 @@ from mirrorgate.rules.patterns import PatternList, Subject
 
 __all__ = ["MODES", "PROVENANCE_CONTINUITY", "PROVENANCE_PREDICATE", "PUBLISHER_CHANGE",
            "Finding", "History", "Release", "SignalRule", "check_provenance",
-           "check_publisher"]
+           "check_publisher", "publishers_of"]
 
 PROVENANCE_CONTINUITY = "provenance-continuity"
 PUBLISHER_CHANGE = "publisher-change"
@@ -70,7 +70,8 @@ class Release:
     provenance: bool
 
 
-def _publishers(manifest: Mapping[str, Any]) -> frozenset[str]:
+def publishers_of(manifest: Mapping[str, Any]) -> frozenset[str]:
+    """The accounts that published a version (`_npmUser`, else its `maintainers`)."""
     # `_npmUser` names the account that ran the publish; old documents lack it, and then the
     # version's `maintainers` (the accounts able to publish it) stand in.
     user = manifest.get("_npmUser")
@@ -110,7 +111,7 @@ class History:
             when = moment(times.get(version))
             if when is None or not isinstance(manifest, Mapping):
                 continue
-            releases.append(Release(version, when, _publishers(manifest),
+            releases.append(Release(version, when, publishers_of(manifest),
                                     _has_provenance(manifest)))
         return cls(releases)
 

@@ -37,6 +37,7 @@ from mirrorgate.gate import (
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
 from mirrorgate.gate.packuments import PINS
+from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
@@ -158,12 +159,19 @@ class ProxyServer:
         # chosen once: with tracing off a cache lookup costs exactly what it did
         count_cache = self._count_cache_traced if tracing.enabled() else self._count_cache
         self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
+        self.release = ReleaseJudge(
+            rules=proxy.rules, public=proxy.public, metrics=proxy.metrics,
+            packument=self._gated_or_none, now=now, data_dir=self.settings.data_dir,
+            previous_max_bytes=self.settings.release_previous_max_bytes,
+            timeout=self.settings.release_timeout,
+            forget=lambda name: self.packuments.forget(name))
         self.packuments = Packuments(
             PackumentSource(
                 private=proxy.private, public=proxy.public, rules=proxy.rules,
                 metrics=proxy.metrics, now=now, keys=self.keys,
                 first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE),
-                withdrawals=WithdrawnVersions(self.settings.data_dir / WITHDRAWALS_FILE)),
+                withdrawals=WithdrawnVersions(self.settings.data_dir / WITHDRAWALS_FILE),
+                refused=self.release.refused_versions),
             PackumentCache(ttl=self.settings.cache_ttl,
                            max_entries=self.settings.cache_max_entries,
                            max_bytes=self.settings.cache_max_bytes,
@@ -179,7 +187,7 @@ class ProxyServer:
                                      handoff=proxy.handoff,
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
                                                   else None),
-                                     clock=clock)
+                                     clock=clock, release=self.release)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)

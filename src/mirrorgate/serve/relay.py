@@ -20,12 +20,14 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import aiohttp
 import structlog
 from aiohttp import web
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
 from mirrorgate.integrity import DigestMismatch, StreamVerifier, Verified
 from mirrorgate.metrics import Metrics
@@ -36,7 +38,8 @@ from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.relayhash import RelayHasher
 from mirrorgate.serve.spool import Spool, SpoolOutcome, Spools
 
-__all__ = ["CHUNK", "OCTETS", "OUTCOME", "Body", "Relay"]
+__all__ = ["CHUNK", "HOLD_AT_MOST", "OCTETS", "OUTCOME", "Body", "ContentsCheck", "Relay",
+           "Withheld"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -47,6 +50,10 @@ CHUNK = 64 * 1024
 """Bytes a spool reader sends per write."""
 MEMORY = 10_000
 """Versions remembered in each memo (scripts found, scanned clean); the oldest go first."""
+HOLD_AT_MOST = 16 * 1024 * 1024
+"""A first pull the release signals read, of a tarball up to this size, is withheld until
+their verdict: the client then gets a 403 with the evidence rather than a cut it reads as a
+network error. Larger ones stream as they arrive and are cut if refused."""
 OUTCOME = web.ResponseKey("mirrorgate_outcome", str)
 """Set on a response whose transfer did not complete (`aborted`, `client_gone`, `tampered`,
 `denied`): the request metric's status label instead of the status that was already sent."""
@@ -64,6 +71,49 @@ class Body(Protocol):
 
 Opener = Callable[[], AbstractAsyncContextManager[Body | None]]
 """Opens the upstream body: None when the upstream has no such tarball (a 404)."""
+
+
+class Withheld(MirrorgateError):  # noqa: N818 - an outcome carried to the route, not a bug
+    """A withheld download its contents check refused: nothing was sent; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ContentsCheck(Protocol):
+    """A reader of the bytes' contents that may refuse them once the last one is in (the
+    release signals, `gate.release.ReleaseCheck`): fed through `scan` on the hashing lane;
+    `refused` holds the reason once `verdict()` refused."""
+
+    refused: str | None
+
+    @property
+    def scan(self) -> ScriptScan: ...
+
+    def begin(self) -> None: ...
+
+    async def verdict(self) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Reading:
+    """What reads one download beside the relay: the hash (and scan) lane, whether the
+    install-scripts rule reads the scan's verdict, and the contents check riding on it."""
+
+    hasher: RelayHasher
+    scripts: bool
+    release: ContentsCheck | None = None
+
+    async def feed(self, chunk: bytes) -> None:
+        await self.hasher.feed(chunk)
+
+    def close(self) -> None:
+        self.hasher.close()
+        if self.release is not None:
+            self.release.close()
 
 
 class Relay:
@@ -88,12 +138,15 @@ class Relay:
     async def relay(self, request: web.Request, opener: Opener, *, key: Hashable, source: str,
                     name: PackageName, version: str, verifier: StreamVerifier | None,
                     scan: bool, slot: Slot, deadline: asyncio.Timeout,
+                    release: Callable[[], ContentsCheck] | None = None,
                     ) -> tuple[web.StreamResponse, Verified | None] | None:
         """The bytes `opener` opens, relayed to this request: None when the upstream has no
         such tarball (nothing sent). `key` names the bytes (the same key, the same spool);
         `verifier` checks them against the admitted digest; `scan`, whether the install-scripts
         rule reads them. Returns the response and, when the body was verified and reached
-        the client whole, what matched. Raises what `opener` raises (`UpstreamError`)."""
+        the client whole, what matched. `release` makes the contents check of a download this
+        request starts (a request reading another's spool shares that one's). Raises what
+        `opener` raises (`UpstreamError`)."""
         label = f"{name.full}@{version}"
         if request.method != "HEAD":
             spool = self.spools.find(key)
@@ -116,16 +169,17 @@ class Relay:
                          if request.method != "HEAD" and body.size is not None else None)
                 opened.set_result(spool)
                 if spool is None:
-                    reader = self._reader(verifier, scan, name, version)
+                    reader = self._reader(verifier, scan, name, version, release)
                     return await self._stream(request, body.size, body.chunks, deadline,
                                               reader, source=source, name=name,
                                               version=version)
                 # the download outlives this request's interest in it: it owns the upstream
                 # answer and the slot from here on, and gives both back when the body is read
                 owned = stack.pop_all()
+                spool.withheld = release is not None and spool.size <= HOLD_AT_MOST
             task = asyncio.get_running_loop().create_task(self._fill(
                 spool, body.chunks, owned, slot.hand_over(),
-                self._reader(verifier, scan, name, version), source=source, name=name,
+                self._reader(verifier, scan, name, version, release), source=source, name=name,
                 version=version))
             self._fills.add(task)
             task.add_done_callback(self._fills.discard)
@@ -137,22 +191,30 @@ class Relay:
         return await self._read(request, spool, deadline, label, source)
 
     def _reader(self, verifier: StreamVerifier | None, scan: bool, name: PackageName,
-                version: str) -> RelayHasher | None:
+                version: str, release: Callable[[], ContentsCheck] | None = None,
+                ) -> _Reading | None:
         """Hashing and scanning beside the loop when a second CPU is there, so neither sha512
         nor inflating a tarball (a compression bomb's gigabyte) runs on the relay's core. The
         scan is skipped for bytes read clean before: they are verified against the same
         digest, so bytes that differ are cut anyway."""
         clean = (verifier is not None and
                  (f"{name.full}@{version}", verifier.expected.sri()) in self._scanned_clean)
-        reading = ScriptScan() if scan and not clean else None
+        scripts = scan and not clean
+        if release is not None:
+            # one scan of the bytes serves both readers: the release signals' reading walks
+            # the same tar and sees the same package.json files
+            check = release()
+            check.begin()
+            return _Reading(RelayHasher(verifier, check.scan), scripts, check)
+        reading = ScriptScan() if scripts else None
         if verifier is None and reading is None:
             return None
-        return RelayHasher(verifier, reading)
+        return _Reading(RelayHasher(verifier, reading), scripts)
 
     # -- the shared download ---------------------------------------------------------------
 
     async def _fill(self, spool: Spool, chunks: AsyncIterator[bytes], owned: AsyncExitStack,
-                    release: Callable[[], None], reader: RelayHasher | None, *, source: str,
+                    release: Callable[[], None], reader: _Reading | None, *, source: str,
                     name: PackageName, version: str) -> None:
         """Read the upstream body into `spool`, then give the upstream answer and the slot
         back. Never raises: every ending is the spool's outcome."""
@@ -179,7 +241,7 @@ class Relay:
             self.spools.settled(spool)
 
     async def _download(self, spool: Spool, chunks: AsyncIterator[bytes],
-                        reader: RelayHasher | None, *, source: str, name: PackageName,
+                        reader: _Reading | None, *, source: str, name: PackageName,
                         version: str) -> str:
         try:
             async for chunk in chunks:
@@ -203,11 +265,13 @@ class Relay:
                                                 version=version, sent=spool.safe,
                                                 withheld=spool.filled - spool.safe)
         if verdict is not None:
+            if reader is not None and reader.release is not None:
+                spool.refusal = reader.release.refused
             return verdict
         spool.verified = verified
         return "complete"
 
-    async def _verdict(self, reader: RelayHasher | None, *, source: str, name: PackageName,
+    async def _verdict(self, reader: _Reading | None, *, source: str, name: PackageName,
                        version: str, sent: int, withheld: int,
                        ) -> tuple[str | None, Verified | None]:
         """Every byte read: (None, what matched) when the bytes may leave whole, else (why
@@ -217,7 +281,7 @@ class Relay:
             return None, None
         label = f"{name.full}@{version}"
         try:
-            verified = await reader.finish()
+            verified = await reader.hasher.finish()
         except DigestMismatch as mismatch:
             self.metrics.tampered.inc()
             self.metrics.events.tampered(label, f"the {source} tarball did not match the "
@@ -235,7 +299,7 @@ class Relay:
                  mismatch.expected.algorithm, "expected": mismatch.expected.sri(),
                  "actual": mismatch.actual.sri()}))
             return "tampered", None
-        scan = reader.scan
+        scan = reader.hasher.scan if reader.scripts else None
         if scan is not None and (reason := scan.finish()) is not None:
             # Manifest confusion: the manifest the install-scripts rule admitted shows no
             # scripts, the tarball's own package.json (which yarn 1 runs) has some. Cut like
@@ -255,12 +319,34 @@ class Relay:
             return "denied", None
         if scan is not None and verified is not None:
             remember(self._scanned_clean, (label, verified.digest.sri()), None)
+        if reader.release is not None:
+            try:
+                refused = await reader.release.verdict()
+            except Exception as error:  # a bug: never a silent pass, the download is cut
+                log.error("release_check_failed", package=name.full, version=version,
+                          detail=f"{type(error).__name__}: {error}")
+                return "aborted", None
+            if refused is not None:
+                # a release signal in force: cut like bytes that run hidden scripts; the
+                # check remembered why, so the next request is a 403 with the evidence
+                return "denied", None
         return None, verified
 
     async def _read(self, request: web.Request, spool: Spool, deadline: asyncio.Timeout,
                     label: str, source: str) -> tuple[web.StreamResponse, Verified | None]:
         """One reader of a spool, from its first byte to its last, at the client's pace."""
         self.spools.join(spool)
+        if spool.withheld:
+            # nothing leaves before the verdict, not even the status line (`HOLD_AT_MOST`)
+            try:
+                while not spool.done:
+                    await spool.changed()
+            except BaseException:
+                self.spools.leave(spool)
+                raise
+            if spool.failure == "denied" and spool.refusal is not None:
+                self.spools.leave(spool)
+                raise Withheld(spool.refusal)
         response = web.StreamResponse(headers={"Content-Type": OCTETS})
         response.content_length = spool.size
         floor = self.floor(request)
@@ -299,7 +385,7 @@ class Relay:
 
     async def _stream(self, request: web.Request, size: int | None,
                       chunks: AsyncIterator[bytes], deadline: asyncio.Timeout,
-                      reader: RelayHasher | None, *, source: str, name: PackageName,
+                      reader: _Reading | None, *, source: str, name: PackageName,
                       version: str) -> tuple[web.StreamResponse, Verified | None]:
         """Relay `chunks` as they arrive (constant memory), the last chunk held back until the
         verdict. An upstream that breaks mid-body, or bytes that are refused, close the

@@ -80,6 +80,11 @@ class Spool:
         self.left_at = 0.0
         self.verified: Verified | None = None
         """What the bytes matched, once complete (None: not verified, a private copy)."""
+        self.withheld = False
+        """Readers send nothing, not even the status line, until the download's verdict: a
+        refusal is then a 403 with its reason instead of a cut (`relay.HOLD_AT_MOST`)."""
+        self.refusal: str | None = None
+        """Why a withheld download was refused, when a contents check said so."""
         self.in_memory = in_memory
         # the chunks held in memory, as they arrived (a reader sends them without a copy),
         # and where each starts: all of them for an in-memory spool, the last `WINDOW` bytes

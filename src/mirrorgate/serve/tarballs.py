@@ -19,14 +19,16 @@ from aiohttp import web
 from mirrorgate import tracing
 from mirrorgate.gate import Gated, VersionRecord, mirror_job
 from mirrorgate.gate.alerts import denial_alert
+from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.handoff import Handoff
 from mirrorgate.integrity import StreamVerifier, Unverifiable, Verified
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, denied, upstream_failed
-from mirrorgate.serve.relay import OUTCOME, Relay, remember
+from mirrorgate.serve.relay import OUTCOME, Relay, Withheld, remember
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry
 
@@ -48,7 +50,8 @@ class TarballRoute:
                  private_answered: Callable[[PackageName], bool] = lambda _name: False,
                  handoff: Handoff | None = None,
                  on_enqueued: Callable[[PackageName, str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 release: ReleaseJudge | None = None) -> None:
         self.private = private
         self.public = public
         self.queue = queue
@@ -59,6 +62,7 @@ class TarballRoute:
         self.handoff = handoff
         self.on_enqueued = on_enqueued
         self.clock = clock
+        self.release = release
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
 
@@ -78,6 +82,9 @@ class TarballRoute:
         if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
+        if self.release is not None and not record.private and (
+                record.denial is None or record.denial.rule in RELEASE_SIGNALS):
+            self._refuse_remembered(name, version)  # the evidence, not only the reason
         if record.denial is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=record.denial.rule, reason=record.denial.reason)
@@ -115,7 +122,7 @@ class TarballRoute:
                 return answer
         try:
             return await self._public(request, name, record, private_error, deadline, slot,
-                                      gated.time.get(version))
+                                      gated)
         except Refused as missing:
             # public has no such tarball (a package removed there, a withdrawn tarball): the
             # same holds as for an outage, a copy mirrored since the packument was filled is
@@ -140,6 +147,29 @@ class TarballRoute:
                     return copy
             raise upstream_failed(error, name) from None
 
+    def _refuse_remembered(self, name: PackageName, version: str) -> None:
+        """A 403 with the evidence for a version a release signal refused at an earlier pull
+        (the verdict, made again under the rules in force, is still in force)."""
+        assert self.release is not None
+        verdict = self.release.remembered(name.full, version)
+        if verdict is None or not verdict.in_force(self.release.now()):
+            return
+        assert verdict.rule is not None
+        assert verdict.reason is not None
+        label = f"{name.full}@{version}"
+        log.info("tarball_denied", package=name.full, version=version, rule=verdict.rule,
+                 reason=verdict.reason)
+        self.metrics.events.denied(label, verdict.rule, verdict.reason)
+        evidence = [detail for found in verdict.fired if found.signal == verdict.rule
+                    for detail in found.details]
+        raise Refused(403, f"mirrorgate denied {label} by its {verdict.rule} release signal: "
+                      f"{verdict.reason}", reason=verdict.reason, rule=verdict.rule,
+                      package=name.full, version=version, evidence=evidence[:50],
+                      compared_with=verdict.compared_with,
+                      until=verdict.until.isoformat() if verdict.until else None,
+                      status_text=f"Forbidden: mirrorgate denied {label} ({verdict.rule} "
+                                  "release signal)")
+
     async def _from_private(self, request: web.Request, name: PackageName, filename: str,
                             record: VersionRecord, deadline: asyncio.Timeout, slot: Slot, *,
                             verify: bool,
@@ -161,12 +191,15 @@ class TarballRoute:
             log.warning("upstream_failed", upstream="private", package=name.full,
                         version=record.version, kind=failure.kind, detail=str(failure))
             return None, failure
+        if relayed is not None and self.release is not None and request.method == "GET":
+            self.release.installed(name.full)
         return (relayed[0] if relayed is not None else None), None
 
     async def _public(self, request: web.Request, name: PackageName, record: VersionRecord,
                       private_error: UpstreamError | None, deadline: asyncio.Timeout,
-                      slot: Slot, published: str | None) -> web.StreamResponse:
+                      slot: Slot, gated: Gated) -> web.StreamResponse:
         version = record.version
+        published = gated.time.get(version)
         # Never a URL built here: the version's own `dist.tarball`, which the gate checked is on
         # the public upstream's origin (one that is not was denied as unavailable, a 403). A
         # first-party name has no public URL, so its tarballs never come from public.
@@ -178,12 +211,26 @@ class TarballRoute:
                           "which did not serve its tarball", reason="not found")
         verifier = _verifier(record)
         key = ("public", url, _checked(verifier))
+        judge = self.release
+        # the release signals read a first GET of a version they have no verdict for; a
+        # version they judged is refused above or relayed as any other
+        release = ((lambda: judge.check(name, gated, record))
+                   if judge is not None and request.method == "GET" and judge.applies(record)
+                   and judge.remembered(name.full, version) is None else None)
         try:
             relayed = await self.relay.relay(
                 request, lambda: self.public.stream(url, method=request.method, pool=TARBALLS),
                 key=key, source="public", name=name,
                 version=version, verifier=verifier, scan=record.scan_scripts, slot=slot,
-                deadline=deadline)
+                deadline=deadline, release=release)
+        except Withheld as withheld:
+            # refused before a byte was sent: the 403 with the evidence, at the first pull
+            self._refuse_remembered(name, version)
+            label = f"{name.full}@{version}"
+            raise Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
+                          reason=withheld.reason, rule="release-unchecked", package=name.full,
+                          version=version, status_text=f"Forbidden: mirrorgate denied {label} "
+                          "(release signals)") from None
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         version=version, kind=error.kind, detail=str(error))
@@ -196,9 +243,11 @@ class TarballRoute:
         # a client that hangs up early causes no job (the worker would download up to the
         # size cap for nothing); HEAD never enqueues, nor does a version the private upstream
         # lists. Many readers of one spool enqueue once (`_first_in_window`).
-        if (verified is not None and request.method == "GET" and not record.private
-                and self._enqueue(name, record, url, verified.size, published)):
-            self._hand_over(key, url, verified)
+        if verified is not None and request.method == "GET" and not record.private:
+            if judge is not None:
+                judge.installed(name.full)
+            if self._enqueue(name, record, url, verified.size, published):
+                self._hand_over(key, url, verified)
         return answer
 
     def _hand_over(self, key: tuple[str, str, str | None], url: str,

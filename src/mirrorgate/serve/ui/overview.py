@@ -191,6 +191,9 @@ Totals are this process's, since it started, read from the same counters as
 <section><h2>Recent would-be denials (report mode)</h2>
 {_events(recent.latest("would-deny"), empty="no report-mode rule would have denied anything")}
 </section>
+<section><h2>Recent releases the release signals could not check</h2>
+{_events(recent.latest("release_unchecked"), empty="every release read was checked")}
+</section>
 <section><h2>Recent tamper events</h2>
 {_events(recent.latest("tampered"), empty="no tampered tarball since start")}
 </section>

@@ -1,0 +1,209 @@
+"""What the release signals cost a first pull: relay MB/s with the signals on against off.
+
+Run by hand from the repository root: `.venv/bin/python -m bench.release_relay`. The harness is
+`bench.tarball_relay`'s (the proxy in this process on CPU 0, the fixture upstream and the load
+generator in child processes on CPU 1, rounds of both modes back to back in an order that turns,
+the median of per-round ratios). The tarballs are JavaScript (hand-written modules and minified
+bundles of varied names, strings and numbers, 200 KB to 4 MB unpacked, which gzip shrinks
+3 to 5 times as it does real code), each package with the version before
+it, so a first pull with the signals on reads the new tarball's code as it streams, fetches and
+reads the previous version's, and withholds the bytes until the verdict. Every pull of a round
+is a first pull (the verdicts are forgotten between pulls), the worst case: in use a version is
+read once, and a warm packument hit or a later pull reads nothing.
+
+Figures go in docs/serving.md ("Release signals").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import random
+import statistics
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+from aiohttp import web
+from tests.servers.incidents import entry_file
+from tests.servers.packages import FixturePackage, make_package, make_version
+from tests.servers.ports import free_port
+
+from bench.tarball_relay import Round, _pin, one_round, serve_upstream
+from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
+from mirrorgate.config import load_settings
+from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.healthz import Health
+from mirrorgate.logs import configure_logging
+from mirrorgate.metrics import Metrics
+from mirrorgate.rules import parse_rules
+from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
+from mirrorgate.upstream.client import Upstream
+from mirrorgate.upstream.filestore import FileStore
+from mirrorgate.upstream.registry import StoreRegistry
+
+PROXY_CPU = 0
+MODES = ("off", "on")
+RULES = parse_rules("[release]\n", "bench.toml")
+"""Every signal on; the fixture versions are years old, so the default cooldown admits them."""
+
+
+def _module(rng: random.Random, size: int, minified: bool) -> bytes:
+    """About `size` bytes of JavaScript that compresses as real code does (3 to 5 times):
+    functions over varied names, strings and numbers; one long line when `minified`."""
+    words = ["value", "options", "result", "buffer", "node", "index", "state", "config",
+             "handler", "request", "element", "context", "stream", "token", "cache"]
+    parts: list[str] = []
+    total = 0
+    while total < size:
+        name = f"{rng.choice(words)}{rng.getrandbits(24):x}"
+        text = (f"function {name}({rng.choice(words)},{rng.choice(words)}){{if(typeof "
+                f"{rng.choice(words)}===\"{rng.choice(words)}\")return {rng.getrandbits(20)};"
+                f"return \"{rng.getrandbits(64):016x}\"+{rng.choice(words)}.{rng.choice(words)}"
+                f"({rng.getrandbits(12)})}}")
+        parts.append(text if minified else text.replace("{", "{\n  ").replace(";", ";\n  "))
+        total += len(text)
+    return ("" if minified else "\n").join(parts).encode() + b"\n"
+
+
+def _code(rng: random.Random, name: str, size: int) -> dict[str, bytes]:
+    """About `size` bytes of JavaScript: modules and minified bundles, as packages ship."""
+    files: dict[str, bytes] = {"index.js": entry_file(name)}
+    left = size - len(files["index.js"])
+    index = 0
+    while left > 0:
+        data = _module(rng, min(left, rng.randint(20_000, 600_000)), rng.random() < 0.3)
+        files[f"lib/part{index}.js"] = data
+        left -= len(data)
+        index += 1
+    return files
+
+
+def build_packages(count: int, seed: int = 33) -> list[FixturePackage]:
+    rng = random.Random(seed)
+    packages = []
+    for index in range(count):
+        name = f"signals-{index:03d}"
+        size = int(rng.uniform(200_000, 4_000_000))
+        files = _code(rng, name, size)
+        before = make_version(name, "1.0.0", files=files)
+        after = make_version(name, "1.0.1", files={**files, "lib/new.js": entry_file(name)})
+        packages.append(make_package(name, [before, after]))
+    return packages
+
+
+async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, Upstream]:
+    settings = load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": public_url,
+                              "MIRRORGATE_DATA_DIR": str(data)}, npm_registry=lambda: None)
+    metrics = Metrics()
+    public = Upstream("public", settings.public_upstream, timeout=30,
+                      max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
+    await public.start()
+    queue = bounded_memory_queue(MemoryQueueSettings(100_000, 1.0), lambda _n: None)
+    proxy = Proxy(settings=settings, public=public,
+                  private=StoreRegistry(FileStore(data / "store")), queue=queue,
+                  rules=RULES, metrics=metrics, health=Health(ready=True))
+    app = build_proxy_app(proxy)
+    # a finished download's spool lingers 30 s for the next reader; here every pull must be
+    # a first pull (a download of its own), in both modes
+    app[SERVER].relay.spools.linger = 0
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}/", public
+
+
+@contextlib.contextmanager
+def mode(name: str) -> Iterator[None]:
+    """`off`: the signals read nothing (as without a `[release]` table); `on`: every pull is a
+    first pull (no verdict is ever found remembered)."""
+    if name == "off":
+        with mock.patch.object(ReleaseJudge, "applies", return_value=False):
+            yield
+    else:
+        with mock.patch.object(ReleaseJudge, "remembered", return_value=None):
+            yield
+
+
+async def measure(args: argparse.Namespace, packages: list[FixturePackage],
+                  public_url: str, data: Path) -> dict[str, list[Round]]:
+    _pin(PROXY_CPU)
+    runner, base, public = await start_proxy(public_url, data)
+    urls = [f"{base}npm/{p.name}/-/{p.name}-1.0.1.tgz" for p in packages] * args.passes
+    results: dict[str, list[Round]] = {name: [] for name in MODES}
+    try:
+        with mode("off"):
+            await one_round(urls[:len(packages)], args.connections)  # warm every packument
+        for index in range(args.rounds):
+            turned = MODES[index % len(MODES):] + MODES[:index % len(MODES)]
+            for name in turned:
+                with mode(name):
+                    results[name].append(await one_round(urls, args.connections))
+    finally:
+        await runner.cleanup()
+        await public.close()
+    return results
+
+
+def scenario(args: argparse.Namespace, packages: list[FixturePackage],
+             link: float) -> dict[str, list[Round]]:
+    port = free_port()
+    ready, ready_sender = multiprocessing.Pipe(duplex=False)
+    upstream = multiprocessing.Process(target=serve_upstream,
+                                       args=(packages, port, link, ready_sender), daemon=True)
+    upstream.start()
+    ready.recv()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            return asyncio.run(measure(args, packages, f"http://127.0.0.1:{port}/", Path(tmp)))
+    finally:
+        upstream.terminate()
+        upstream.join()
+
+
+def paired(results: dict[str, list[Round]], cpu: bool = False) -> float:
+    """The median of the per-round ratios on/off (MB/s; with `cpu`, the inverse of the
+    process's CPU per MB: what a relay bound by its CPU would reach)."""
+    pairs = zip(results["on"], results["off"], strict=True)
+    if cpu:
+        return statistics.median(off.process_ms / on.process_ms for on, off in pairs)
+    return statistics.median(on.mbps / off.mbps for on, off in pairs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tarballs", type=int, default=24)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--links", default="25", help="comma-separated MB/s a connection to "
+                        "the upstream is paced at, one scenario each, then loopback")
+    args = parser.parse_args()
+    links = [float(rate) for rate in args.links.split(",") if rate]
+    configure_logging("warning", "json")
+    multiprocessing.set_start_method("fork")
+    packages = build_packages(args.tarballs)
+    compressed = sum(len(p.version("1.0.1").tarball) for p in packages)
+    print(f"{args.tarballs} packages, {compressed / 1e6:.1f} MB of tarballs (new versions), "
+          f"{args.connections} connections, {args.rounds} rounds of each mode")
+    for link in [*links, 0]:
+        results = scenario(args, packages, link)
+        where = f"link paced at {link:g} MB/s a connection" if link else "loopback, unpaced"
+        print(where)
+        for name in MODES:
+            rounds = results[name]
+            print(f"  signals {name:<3} {statistics.median(r.mbps for r in rounds):7.1f} MB/s  "
+                  f"process {statistics.median(r.process_ms for r in rounds):6.2f} ms/MB  "
+                  f"(MB/s: {', '.join(f'{r.mbps:.1f}' for r in rounds)})")
+        print(f"  ratio on/off: {paired(results):.3f} MB/s, {paired(results, cpu=True):.3f} "
+              "by the process's CPU per MB (medians of per-round ratios)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The marks of obfuscation or packing in one JavaScript file's bytes, each with where it is.
+
+The `obfuscated-code` release signal compares these between a file and the same file in the
+previous version (`rules.release`); this module only measures. Pure, bounded by the bytes it is
+given (the caller reads at most `READ_PER_FILE` of each file), regular expressions that run in
+linear time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+__all__ = ["BASE64_BLOB", "ESCAPES", "EVAL_DECODED", "HEX_IDENTIFIERS", "LONG_LINE",
+           "MARK_TEXT", "READ_PER_FILE", "STRONG", "FileMarks", "Mark", "digest_of", "is_code",
+           "marks_of"]
+
+READ_PER_FILE = 2 * 1024 * 1024
+"""Bytes of one file measured at most: the head of a larger file (the rest is not read)."""
+LONG_LINE = "long-line"
+ESCAPES = "escapes"
+HEX_IDENTIFIERS = "hex-identifiers"
+EVAL_DECODED = "eval-decoded"
+BASE64_BLOB = "base64-blob"
+STRONG = frozenset((ESCAPES, HEX_IDENTIFIERS, EVAL_DECODED, BASE64_BLOB))
+"""The marks that fire alone; a long line fires only where the file had none before (a
+minified build is common, a minified blob appended to a hand-written file is not)."""
+MARK_TEXT = {
+    LONG_LINE: "a very long line",
+    ESCAPES: "a density of hex or unicode escapes",
+    HEX_IDENTIFIERS: "obfuscator-style `_0x` identifiers",
+    EVAL_DECODED: "eval or Function over a decoded string",
+    BASE64_BLOB: "a large base64 literal",
+}
+
+LONG_LINE_CHARS = 10_000
+"""A line this long is written by a machine: a minifier, a packer or an obfuscator."""
+ESCAPES_AT_LEAST = 300
+ESCAPE_SHARE = 0.3
+"""At least this many `\\xNN`/`\\uNNNN` escapes, making up this share of the file's bytes:
+strings hidden from a reader (javascript-obfuscator's `stringArray` with hex encoding). A
+bundled table of unicode ranges (emoji and width tables) stays under the share: 24% in the
+densest measured (docs/serving.md#release-signals)."""
+HEX_IDENTIFIERS_AT_LEAST = 40
+"""javascript-obfuscator renames every identifier `_0x` and hex digits; a hand-written or
+minified file has none, or a handful."""
+BASE64_CHARS = 4096
+"""A quoted run of base64 this long is a payload carried as text (data: URIs, whose prefix
+breaks the run, are not counted)."""
+
+_JS = (".js", ".cjs", ".mjs")
+# anchored at line starts: unanchored, a line just short of the bound is rescanned from each
+# of its characters (quadratic in its length)
+_LONG = re.compile(rb"^[^\n]{%d,}" % LONG_LINE_CHARS, re.MULTILINE)
+_ESCAPE = re.compile(rb"\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}")
+_HEX_ID = re.compile(rb"\b_0x[0-9a-f]{4,6}\b")
+_EVAL = re.compile(
+    rb"(?:eval|Function)\s*\(\s*(?:[\w$.]+\s*\(\s*)?"
+    rb"(?:atob|unescape|decodeURIComponent|String\.fromCharCode|Buffer\.from)\s*\(")
+_EVAL_WORDS = (b"eval", b"Function")
+_EVAL_LOOKS = 10_000
+"""Occurrences of `eval`/`Function` looked at per file at most (each one regex match)."""
+_BASE64 = re.compile(rb"[\"'`]([A-Za-z0-9+/]{%d,}={0,2})[\"'`]" % BASE64_CHARS)
+
+
+def is_code(path: str) -> bool:
+    """Whether a tarball entry is a JavaScript file the signal reads."""
+    return path.lower().endswith(_JS)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """One mark found: which, where it starts (byte offset, 1-based line) and how much."""
+
+    kind: str
+    offset: int
+    line: int
+    measure: str
+
+    def text(self) -> str:
+        return f"{MARK_TEXT[self.kind]} ({self.measure}) at line {self.line}, byte {self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileMarks:
+    """What one file carries: its marks by kind, its size, whether it was read whole, and a
+    digest of the bytes read (the same bytes carry the same marks: they are not read twice)."""
+
+    size: int
+    marks: tuple[Mark, ...] = ()
+    whole: bool = True
+    digest: bytes = b""
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        return frozenset(mark.kind for mark in self.marks)
+
+
+def _eval_decoded(data: bytes) -> re.Match[bytes] | None:
+    """The first `eval(`/`Function(` over a decoding call. Found from the words themselves
+    (`bytes.find` runs at memory speed; a regex starting with an alternation tries every
+    position), each matched where it stands."""
+    first: re.Match[bytes] | None = None
+    for word in _EVAL_WORDS:
+        at = data.find(word)
+        looks = 0
+        while at >= 0 and looks < _EVAL_LOOKS:
+            looks += 1
+            before = data[at - 1:at]
+            if not (before.isalnum() or before in (b"_", b"$")):
+                found = _EVAL.match(data, at)
+                if found is not None:
+                    if first is None or found.start() < first.start():
+                        first = found
+                    break
+            at = data.find(word, at + len(word))
+    return first
+
+
+def _line(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def digest_of(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
+    """The marks in `data`, the first bytes of a file of `size` bytes."""
+    found: list[Mark] = []
+    # the longest line, measured at memory speed: a file of short lines (most hand-written
+    # code) can hold neither a long line nor a base64 run, so neither regex runs over it
+    longest = max(map(len, data.split(b"\n")), default=0)
+    long = _LONG.search(data) if longest >= LONG_LINE_CHARS else None
+    if long is not None:
+        end = data.find(b"\n", long.start())
+        length = (len(data) if end < 0 else end) - long.start()
+        found.append(Mark(LONG_LINE, long.start(), _line(data, long.start()),
+                          f"{length:,} characters"))
+    escapes = _ESCAPE.findall(data)
+    if len(escapes) >= ESCAPES_AT_LEAST:
+        share = sum(map(len, escapes)) / max(1, len(data))
+        if share >= ESCAPE_SHARE:
+            first = _ESCAPE.search(data)
+            at = first.start() if first is not None else 0
+            found.append(Mark(ESCAPES, at, _line(data, at),
+                              f"{len(escapes):,} escapes, {share:.0%} of the bytes"))
+    hex_ids = _HEX_ID.findall(data) if data.count(b"_0x") >= HEX_IDENTIFIERS_AT_LEAST else []
+    if len(hex_ids) >= HEX_IDENTIFIERS_AT_LEAST:
+        first = _HEX_ID.search(data)
+        at = first.start() if first is not None else 0
+        found.append(Mark(HEX_IDENTIFIERS, at, _line(data, at),
+                          f"{len(hex_ids):,} of them"))
+    decoded = _eval_decoded(data)
+    if decoded is not None:
+        shown = decoded.group(0).decode("ascii", "replace")[:60]
+        found.append(Mark(EVAL_DECODED, decoded.start(), _line(data, decoded.start()),
+                          f"`{shown}`"))
+    blob = _BASE64.search(data) if longest >= BASE64_CHARS else None
+    if blob is not None:
+        found.append(Mark(BASE64_BLOB, blob.start(), _line(data, blob.start()),
+                          f"{len(blob.group(1)):,} characters"))
+    return FileMarks(size, tuple(found), whole=len(data) >= size,
+                     digest=digest if digest is not None else digest_of(data))

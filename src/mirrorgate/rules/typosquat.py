@@ -1,0 +1,96 @@
+"""Names one typo away from a name people install: the `typosquat` release signal's measure.
+
+A squatter publishes `lodahs` or `cross-env.js` next to `lodash` and `cross-env` and waits for
+a typo in someone's package.json. The names compared against are the widely used ones shipped
+in `popular-names.txt` (the npm-high-impact list) and the names the organisation itself
+installs often (`gate.release` keeps that count). Pure; the shipped list is read once, lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import cache
+from importlib import resources
+
+__all__ = ["MIN_LENGTH", "NameIndex", "distance", "popular_names"]
+
+MIN_LENGTH = 5
+"""Names shorter than this are not compared: among four-letter names nearly every one is a
+typo of another (`chai`/`chal`k, `ms`/`ws`)."""
+_SEPARATORS = str.maketrans("", "", "-_.")
+
+
+def _folded(name: str) -> str:
+    """A name as a typist confuses it: separators dropped (`crossenv`, `cross_env`)."""
+    return name.lower().translate(_SEPARATORS)
+
+
+def distance(a: str, b: str, limit: int = 2) -> int:
+    """The optimal-string-alignment distance (insertions, deletions, substitutions, adjacent
+    transpositions) between `a` and `b`, or `limit + 1` once it is sure to exceed `limit`."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, char in enumerate(a, 1):
+        row = [i] + [0] * len(b)
+        for j, other in enumerate(b, 1):
+            cost = 0 if char == other else 1
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
+            if (i > 1 and j > 1 and char == b[j - 2] and a[i - 2] == other):
+                row[j] = min(row[j], previous2[j - 2] + 1)
+        if min(row) > limit:
+            return limit + 1
+        previous2, previous = previous, row
+    return min(previous[-1], limit + 1)
+
+
+def _deletions(word: str) -> set[str]:
+    return {word[:at] + word[at + 1:] for at in range(len(word))} | {word}
+
+
+class NameIndex:
+    """Names, looked up by closeness: every name one edit (or a separator) away from a query.
+    Built with the single-deletion trick (two names one edit apart share a deletion of each),
+    so a query costs a few dictionary lookups, not a pass over every name."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = frozenset(names)
+        self._by_folded: dict[str, str] = {}
+        self._by_deletion: dict[str, list[str]] = {}
+        for name in sorted(self.names):
+            folded = _folded(name)
+            if len(folded) < MIN_LENGTH:
+                continue
+            self._by_folded.setdefault(folded, name)
+            for variant in _deletions(folded):
+                self._by_deletion.setdefault(variant, []).append(name)
+
+    def near(self, name: str) -> str | None:
+        """A name of the index `name` could be a typo of (one edit apart once separators are
+        dropped), or None; never `name` itself or a name of the index."""
+        if name in self.names:
+            return None
+        folded = _folded(name)
+        if len(folded) < MIN_LENGTH:
+            return None
+        same = self._by_folded.get(folded)
+        if same is not None:
+            return same
+        seen: set[str] = set()
+        for variant in _deletions(folded):
+            for candidate in self._by_deletion.get(variant, ()):
+                if candidate in seen:
+                    continue
+                seen.add(candidate)
+                if distance(folded, _folded(candidate), 1) <= 1:
+                    return candidate
+        return None
+
+
+@cache
+def popular_names() -> NameIndex:
+    """The shipped list of widely used names (read on first use, about 17,000 names)."""
+    text = resources.files("mirrorgate.rules").joinpath("popular-names.txt").read_text("utf-8")
+    return NameIndex(line.strip() for line in text.splitlines()
+                     if line.strip() and not line.startswith("#"))

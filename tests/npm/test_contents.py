@@ -1,0 +1,67 @@
+"""A release's contents as the release signals read them (`npm.contents`): in the same pass as
+the install-scripts scan, bounded, and what the bounds left unread said."""
+
+from __future__ import annotations
+
+import pytest
+
+from mirrorgate.npm import contents, jsmarks
+from mirrorgate.npm.contents import contents_of
+from tests.servers.incidents import entry_file, obfuscated_blob
+from tests.servers.packages import build_tarball
+
+
+def test_every_javascript_file_is_measured_by_its_path_inside_the_package() -> None:
+    read = contents_of(build_tarball({"package.json": b"{}", "index.js": entry_file("x"),
+                                      "lib/a.mjs": obfuscated_blob("x"), "README.md": b"#"}))
+    assert sorted(read.code) == ["index.js", "lib/a.mjs"]
+    assert read.code["index.js"].kinds == frozenset()
+    assert {"hex-identifiers", "escapes"} <= read.code["lib/a.mjs"].kinds
+    assert read.unread == ()
+
+
+def test_what_runs_at_install_is_read_from_the_tarballs_own_files() -> None:
+    manifest = b'{"scripts": {"postinstall": "node setup.js", "test": "jest"}}'
+    read = contents_of(build_tarball({"package.json": manifest, "binding.gyp": b"{}"}))
+    assert read.runs == ("postinstall (node setup.js)", "binding.gyp")
+    assert read.hooks == frozenset({"postinstall", "binding.gyp"})
+
+
+def test_a_file_past_the_per_file_bound_is_read_in_part_and_said(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(contents, "READ_PER_FILE", 1000)
+    read = contents_of(build_tarball({"package.json": b"{}", "big.js": b"x=1;\n" * 1000}))
+    assert not read.code["big.js"].whole
+    assert read.unread == ("big.js read to byte 1000 of 5000",)
+
+
+def test_files_past_the_count_bound_are_not_read_and_said(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(contents, "MAX_CODE_FILES", 2)
+    files = {f"f{i}.js": b"x" for i in range(5)}
+    read = contents_of(build_tarball({"package.json": b"{}", **files}))
+    assert len(read.code) == 2
+    assert read.unread == ("3 JavaScript files past the first 2 or past 67108864 bytes",)
+
+
+def test_an_unchanged_file_takes_its_marks_from_the_other_version_unmeasured(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    same, changed = entry_file("same"), entry_file("changed")
+    new = contents_of(build_tarball({"package.json": b"{}", "a.js": same, "b.js": changed}))
+    measured: list[int] = []
+    real = jsmarks.marks_of
+
+    def counting(data: bytes, size: int, digest: bytes | None = None) -> jsmarks.FileMarks:
+        measured.append(size)
+        return real(data, size, digest)
+
+    monkeypatch.setattr(contents, "marks_of", counting)
+    old = contents_of(build_tarball({"package.json": b"{}", "a.js": same, "b.js": b"old"}),
+                      new.code)
+    assert measured == [3]  # b.js only
+    assert old.code["a.js"] is new.code["a.js"]
+
+
+def test_unreadable_contents_are_a_problem_not_an_empty_release() -> None:
+    assert contents_of(b"\x1f\x8b\x08 broken").problem is not None
+    assert contents_of(build_tarball({"package.json": b"{}"})[:-40]).problem is not None
