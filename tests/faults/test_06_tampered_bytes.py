@@ -12,6 +12,9 @@ upstream and mirror target. The public fixture registry tampers with the tarball
   client never notices, and the worker alone stands between those bytes and the private
   registry, with the same length (a digest mismatch) or another length (a size mismatch, whose
   line also carries both digests: the worker hashes what it was sent, without keeping it).
+  Beside the proxy the worker takes the bytes the relay verified (`handoff`) and downloads
+  nothing, so these run with the handoff off, the worker downloading as a sidecar does (the
+  handed-over bytes' own tampering is tests/worker/test_handoff.py's).
 
 Verdaccio does not check `dist.integrity` against what it stores, so "nothing published" is
 read from its storage, not inferred from an answer.
@@ -41,11 +44,15 @@ def flipped(data: bytes) -> bytes:
     return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
 
 
-def start_proxy(guarded: GuardedFactory, public: FixtureRegistry,
-                verdaccio: Verdaccio) -> MirrorgateProcess:
+def start_proxy(guarded: GuardedFactory, public: FixtureRegistry, verdaccio: Verdaccio,
+                **extra: str) -> MirrorgateProcess:
     return guarded("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public.url,
                              "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
-                             "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token})
+                             "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token, **extra})
+
+
+WORKER_DOWNLOADS = {"MIRRORGATE_HANDOFF_MAX_BYTES": "0"}
+"""The worker downloads what it mirrors, as a sidecar does: the tampering reaches it."""
 
 
 def assert_nothing_published(verdaccio: Verdaccio, name: str) -> None:
@@ -115,7 +122,7 @@ def test_bytes_tampered_only_for_the_worker_are_never_published_though_the_clien
     path = tarball_path("swapped", "1.0.0")
     public_registry.fault(path, Fault(body=evil))
     public_registry.fault(path, PASS_ONCE)
-    proxy = start_proxy(guarded, public_registry, verdaccio)
+    proxy = start_proxy(guarded, public_registry, verdaccio, **WORKER_DOWNLOADS)
 
     served = http_request("GET", proxy.registry_url.rstrip("/") + path)
 
@@ -141,7 +148,7 @@ def test_a_substitute_of_another_length_is_never_published_and_logged_with_both_
     path = tarball_path("resized", "1.0.0")
     public_registry.fault(path, Fault(body=evil))
     public_registry.fault(path, PASS_ONCE)
-    proxy = start_proxy(guarded, public_registry, verdaccio)
+    proxy = start_proxy(guarded, public_registry, verdaccio, **WORKER_DOWNLOADS)
 
     served = http_request("GET", proxy.registry_url.rstrip("/") + path)
 

@@ -408,9 +408,9 @@ class ProxyServer:
 
     def _send_floor(self, request: web.Request) -> SendFloor:
         """The minimum rate a tarball response is held to (MIRRORGATE_SEND_MIN_RATE)."""
-        transport = request.transport
-        return SendFloor(transport if isinstance(transport, asyncio.Transport) else None,
-                         self._floor)
+        # any loop's stream transport: uvloop's is not an asyncio.Transport subclass (an
+        # isinstance check here left every tarball on uvloop without its rate floor)
+        return SendFloor(request.transport, self._floor)
 
     async def _keys(self) -> web.Response:
         """The public registry's signing keys, as it serves them: npm checks the
