@@ -364,6 +364,8 @@ def main() -> int:
         if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         env.update(child_environment(workdir, loop=args.loop))
+        # a tree with `runtime.py` picks its loop by this (the shim above serves older ones)
+        env["MIRRORGATE_EVENT_LOOP"] = args.loop
         processes.append(_start([*mirrorgate_argv(), "serve"], env, workdir))
         mirrorgate = Target("mirrorgate", f"http://127.0.0.1:{port}/npm/")
         _wait_until_up(mirrorgate.base + "-/ping")
