@@ -101,22 +101,49 @@ class Handoff:
     def offer(self, url: str, body: bytes, digest: Digest) -> bool:
         """Keep `body`, which matched `digest`, for the job of `url`; False when it does not
         fit, or cannot be written (the worker downloads it)."""
+        place = self.reserve(url, len(body), digest)
+        if place is None:
+            return False
+        return self.commit(url, place, self.write(place, lambda: body))
+
+    def reserve(self, url: str, size: int, digest: Digest) -> _Held | None:
+        """Room for `size` bytes of `url`'s tarball, or None; the caller `write`s them (in a
+        thread, for a large one: nothing else here is touched there) and then `commit`s."""
         self.discard(url)
-        if not self.room_for(len(body)):
-            return False
-        segment = self._current(len(body))
+        if not self.room_for(size):
+            return None
+        segment = self._current(size)
         if segment is None:
-            return False
+            return None
+        place = _Held(segment, segment.size, size, digest, self.clock())
+        segment.size += size
+        segment.live += 1  # the file stays open while the bytes are written
+        self._bytes += size
+        return place
+
+    @staticmethod
+    def write(place: _Held, body: Callable[[], bytes | None]) -> OSError | bool:
+        """Write what `body` returns into `place`: True, False (no bytes, or not the size
+        reserved), or the error. Safe in a thread."""
         try:
-            _write_all(segment.fd, body, segment.size)
+            data = body()
+            if data is None or len(data) != place.length:
+                return False
+            _write_all(place.segment.fd, data, place.offset)
         except OSError as error:
-            self._unusable(error)
-            return False
-        self._held[url] = _Held(segment, segment.size, len(body), digest, self.clock())
-        segment.size += len(body)
-        segment.live += 1
-        self._bytes += len(body)
+            return error
         return True
+
+    def commit(self, url: str, place: _Held, written: OSError | bool) -> bool:
+        """What `write` said of `place`: kept for the job of `url` when written."""
+        if written is True and place.segment in self._segments:
+            self._held[url] = place
+            return True
+        if isinstance(written, OSError):
+            self._unusable(written)
+        if place.segment in self._segments:
+            self._release(place)
+        return False
 
     def discard(self, url: str) -> None:
         """The job of `url` will not come (the queue did not take it): its bytes go."""

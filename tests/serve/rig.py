@@ -167,8 +167,10 @@ class RunningProxy:
         return await self.request("GET", path, headers=sent)
 
     async def jobs(self) -> list[MirrorJob]:
-        """Every job enqueued so far (received from the double and acked)."""
+        """Every job enqueued so far (received from the double and acked), once the enqueues
+        under way (and the hand-overs before them) are done."""
         await asyncio.sleep(0)
+        await self.server.tarballs.drain()
         for message in await self.queue.receive():
             assert message.job is not None
             self.received.append(message.job)

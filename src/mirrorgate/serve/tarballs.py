@@ -25,6 +25,7 @@ from mirrorgate.integrity import StreamVerifier, Unverifiable, Verified
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
+from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, denied, upstream_failed
@@ -246,29 +247,32 @@ class TarballRoute:
         if verified is not None and request.method == "GET" and not record.private:
             if judge is not None:
                 judge.installed(name.full)
-            if self._enqueue(name, record, url, verified.size, published):
-                self._hand_over(key, url, verified)
+            self._enqueue(name, record, url, verified.size, published,
+                          hand_over=lambda: self._hand_over(key, url, verified))
         return answer
 
-    def _hand_over(self, key: tuple[str, str, str | None], url: str,
-                   verified: Verified) -> None:
+    async def _hand_over(self, key: tuple[str, str, str | None], url: str,
+                         verified: Verified) -> None:
         """The worker beside the proxy gets the bytes just verified with the job, from the
         spool they were relayed through (a tarball that streamed unspooled is downloaded by
-        the worker as before)."""
-        if self.handoff is None:
+        the worker as before). A large one is copied in a thread, the spool held open as a
+        reader's would be."""
+        handoff = self.handoff
+        if handoff is None:
             return
         spool = self.relay.spools.find(key)
-        if spool is None or spool.verified != verified or not self.handoff.room_for(spool.size):
+        place = (handoff.reserve(url, spool.size, verified.digest)
+                 if spool is not None and spool.verified == verified else None)
+        if spool is None or place is None:
             self.metrics.handoffs.labels("not_offered").inc()
             return
+        self.relay.spools.join(spool)
         try:
-            body = spool.contents()
-        except OSError:  # the spool file cannot be read back: the worker downloads
-            body = None
-        if body is None or not self.handoff.offer(url, body, verified.digest):
-            self.metrics.handoffs.labels("not_offered").inc()
-            return
-        self.metrics.handoffs.labels("offered").inc()
+            written = await in_thread_if_large(spool.size, handoff.write, place, spool.contents)
+        finally:
+            self.relay.spools.leave(spool)
+        kept = handoff.commit(url, place, written)
+        self.metrics.handoffs.labels("offered" if kept else "not_offered").inc()
 
     def _first_in_window(self, label: str) -> bool:
         now = self.clock()
@@ -279,10 +283,12 @@ class TarballRoute:
         return True
 
     def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
-                 published: str | None) -> bool:
+                 published: str | None, *,
+                 hand_over: Callable[[], Awaitable[None]] | None = None) -> bool:
         """Enqueue the version's job (`mirror_job`, with the size relayed) in a background task:
-        the response never waits on the queue and never fails because of it. False when no
-        job is sent (one was sent in the window, or none can be made)."""
+        the response never waits on the queue and never fails because of it. `hand_over` runs
+        in that task before the job is sent, so the worker finds the bytes when the job comes.
+        False when no job is sent (one was sent in the window, or none can be made)."""
         if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return False
@@ -292,14 +298,21 @@ class TarballRoute:
             log.warning("job_not_enqueued", package=name.full, version=record.version,
                         reason=str(error))
             return False
-        task = asyncio.get_running_loop().create_task(self._send(job))
+        task = asyncio.get_running_loop().create_task(self._send(job, hand_over))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if self.on_enqueued is not None:
             self.on_enqueued(name, record.version)
         return True
 
-    async def _send(self, job: MirrorJob) -> None:
+    async def _send(self, job: MirrorJob,
+                    hand_over: Callable[[], Awaitable[None]] | None = None) -> None:
+        if hand_over is not None:
+            try:
+                await hand_over()
+            except Exception as error:  # a bug: the worker downloads instead, the job goes out
+                log.error("handoff_failed", package=job.name, version=job.version,
+                          reason=f"{type(error).__name__}: {error}")
         # a task of the request, so its span is the request's child even after the answer
         with tracing.span("mirrorgate.enqueue", {
                 "mirrorgate.package": job.name, "mirrorgate.version": job.version,
