@@ -688,7 +688,7 @@ def _notify(read: _Reader) -> NotifySettings:
         # the value is never echoed: a webhook URL is a credential
         if parts.scheme not in ("http", "https") or not parts.hostname:
             read.problem(name, "is not an http:// or https:// URL; set the webhook's URL, "
-                         f"e.g. {name}=https://hooks.example.com/services/T0/B0/XXXX")
+                         f"e.g. {name}=https://hooks.example.com/mirrorgate")
         elif parts.username or parts.password:
             read.problem(name, "credentials in the URL are refused; a webhook carries its "
                          "token in its path, and MIRRORGATE_NOTIFY_SECRET signs the body")

@@ -1,23 +1,9 @@
 """The tarballs the serve path verified, handed to the worker of the same process.
 
-In `mirrorgate serve` with its worker, every public tarball a client pulls is downloaded,
-hashed against the admitted digest and spooled by the relay, and a moment later the worker
-would download the same bytes again to mirror them: twice the egress per cold install. The
-relay offers the verified bytes here as it enqueues the job, and the worker takes them instead
-of downloading, still hashing them against its own job's digest before it publishes: the
-handoff saves a download, never a check. A sidecar worker has no handoff and downloads as
-before. docs/serving.md ("One download per version") tells the story.
-
-On disk, not in memory: during a cold install the worker runs a minute behind the clients, and
-what waits for it is the install's whole tarball volume. The bytes are appended to unnamed
-files (`SEGMENT_BYTES` each) under the data directory, read back from the page cache when
-taken; a file is closed, and its space given back, once every tarball in it was taken or has
-expired. Nothing is left behind by a crash, and no other process can open them.
-
-Bounded by bytes (`max_bytes`, those still waiting) and by age (`MAX_AGE`): a job the queue
-lost, or a worker far behind, costs a download later, never the disk. When it is full the
-newest offer is refused (the queue's own policy): the worker takes jobs oldest first, so the
-oldest bytes are the ones it needs next.
+In `mirrorgate serve` with its worker, the worker takes the bytes the relay just downloaded and
+verified instead of downloading them a second time, and hashes them against its own job all the
+same: the handoff saves a download, never a check. They wait on disk, in unnamed files, bounded
+by bytes and age. docs/serving.md ("One download per version") tells the story.
 """
 
 from __future__ import annotations
@@ -69,7 +55,11 @@ class _Held:
 
 
 class Handoff:
-    """Verified tarballs by their public URL, waiting for the worker's job."""
+    """Verified tarballs by their public URL, waiting for the worker's job.
+
+    On disk, not in memory: during a cold install the worker runs up to a minute behind the
+    clients, and what waits for it is the install's whole tarball volume. Bounded by bytes
+    and by age: a job the queue lost costs a download later, never the disk."""
 
     def __init__(self, directory: Path, max_bytes: int, *, max_age: float = MAX_AGE,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -110,6 +100,8 @@ class Handoff:
         """Room for `size` bytes of `url`'s tarball, or None; the caller `write`s them (in a
         thread, for a large one: nothing else here is touched there) and then `commit`s."""
         self.discard(url)
+        # full, the newest offer is refused (the memory queue's own policy): the worker takes
+        # jobs oldest first, so the oldest bytes are the ones it needs next
         if not self.room_for(size):
             return None
         segment = self._current(size)

@@ -1,18 +1,8 @@
 """How the interpreter under a long-running mirrorgate is set up: its loop, collector, arenas.
 
-Measured on the cold path at scale (bench/cold_scale.py, docs/serving.md "The cold path at
-scale"), three settings of the runtime itself, not of mirrorgate's code, cost CPU and memory:
-
-- the event loop: uvloop serves a warm packument for less CPU than asyncio's own loop (the
-  express-sized bench 1.01x a bare aiohttp handler on asyncio's loop, against 0.83x), so it is
-  used when it is installed (`MIRRORGATE_EVENT_LOOP`, default `auto`); asyncio's loop works
-  unchanged where it is not;
-- the garbage collector: the packument cache holds a few tracked objects per version (670,000
-  for a 2,000-package tree), and every full collection walks them all: with the default
-  thresholds a cold install spent a fifth of its CPU there. Collections are made rarer
-  (`THRESHOLDS`) and what start-up built is frozen out of them;
-- glibc's malloc arenas: each thread a fill parses in keeps an arena of its own, and what it
-  freed stays mapped; two arenas hold the peak RSS of a cold install ~10% lower for no CPU.
+uvloop where it is installed (`MIRRORGATE_EVENT_LOOP`), a collector that rarely walks the
+packument cache's many small objects, and two malloc arenas. Each was measured on the cold
+bench: docs/serving.md ("The runtime") gives the figures.
 """
 
 from __future__ import annotations
@@ -35,8 +25,12 @@ LOOPS = ("auto", "uvloop", "asyncio")
 """MIRRORGATE_EVENT_LOOP's values: `auto` is uvloop when it can be imported."""
 THRESHOLDS = (50_000, 50, 100)
 """gc.set_threshold's: a young collection every 50,000 allocations (700 by default), a full
-one a hundred times rarer again; cycles are rare in mirrorgate's data (records, tuples)."""
+one a hundred times rarer again; cycles are rare in mirrorgate's data (records, tuples). The
+cache holds a few tracked objects per version, and every full collection walks them all: with
+the defaults a cold install spent 12 s of its 70 in the collector, with these 0.7 s."""
 ARENAS = 2
+"""glibc's malloc arenas, at most: each thread a fill parses in keeps an arena of its own, and
+what it freed stays mapped."""
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number
 
 

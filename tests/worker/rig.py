@@ -18,7 +18,10 @@ from typing import Any, Protocol
 
 from structlog.testing import LogCapture
 
+from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.config import Settings, load_settings
+from mirrorgate.gate.public import CachedPublic, ServedPublic
+from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import digests_from_dist
 from mirrorgate.metrics import Metrics
@@ -29,9 +32,10 @@ from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
-from mirrorgate.worker.target import MirrorTarget
+from mirrorgate.worker.target import MirrorTarget, open_target
 from tests.clock import ManualClock
 from tests.metric_samples import metric_value, registry_samples
+from tests.serve.rig import RunningProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import tarball_filename
 from tests.servers.verdaccio import Verdaccio
@@ -153,3 +157,24 @@ async def assert_refused(rig: Rig, logs: LogCapture, store: Path, reason: str,
     assert line["reason"] == reason
     assert line["log_level"] == "critical"
     return dict(line)
+
+
+def in_process_worker(proxy: RunningProxy, store: Path, *,
+                      handoff: Handoff | None = None) -> Worker:
+    """A worker as `mirrorgate serve` wires it: the proxy's public client, metrics and rules,
+    judging jobs by the proxy's records (`ServedPublic`), taking what `handoff` holds."""
+    settings = proxy.proxy.settings
+    return Worker(WorkerDeps(
+        settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
+        target=open_target(f"file://{store}", None, max_tarball_bytes=settings.max_tarball_bytes),
+        metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
+        rules=proxy.proxy.rules, packuments=ServedPublic(
+            proxy.server.packuments, CachedPublic(proxy.proxy.public, settings)),
+        handoff=handoff), idle_pause=0.01)
+
+
+async def handled(worker: Worker, job: MirrorJob) -> str:
+    """Enqueue `job` on the worker's own queue and handle it: its outcome."""
+    await worker.deps.queue.enqueue(job)
+    (message,) = await worker.deps.queue.receive()
+    return await worker.handle(message)

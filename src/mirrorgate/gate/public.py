@@ -4,11 +4,8 @@ A reader answers `name` with the public upstream's packument as it sent it (`Pub
 a job right after a pull costs no second public request; each reader parses its own copy.
 
 The worker beside the proxy first asks for the proxy's own verdict on the job's version
-(`verdict`): the record the serve path gated from public's answer with the rules in force, the
-one that admitted the pull. Judging the job by it costs no parse and no second gate of a large
-packument (at scale, a third of a cold install's CPU went to the worker parsing and gating
-again what the fill had just judged). Only a record of public's own is used, never a private
-copy's: a version the private registry also holds is judged from public's answer, as before.
+(`verdict`), so a job costs no second parse and gate; only a record of public's own is used,
+never a private copy's. docs/untrusted-queue.md tells why that is safe.
 """
 
 from __future__ import annotations
@@ -91,6 +88,9 @@ class ServedPublic:
         return await self.answers.refresh(name)
 
     async def verdict(self, name: PackageName, version: str) -> PublicVerdict | None:
+        # the record the serve path gated from public's answer with the rules in force, the
+        # one that admitted the pull: judging by it cost a third of a cold install's CPU less
+        # than parsing and gating public's packument again
         pinned = self.packuments.pinned(name, version)
         cached = self.packuments.cache.peek(name.full)
         if pinned is not None and (cached is None
