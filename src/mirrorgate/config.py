@@ -25,6 +25,7 @@ __all__ = [
     "VARIABLES",
     "ConfigError",
     "NotifySettings",
+    "OidcSettings",
     "QueueSettings",
     "Secret",
     "SecretUrl",
@@ -137,6 +138,12 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_METRICS_OPEN", "false", "true: /metrics answers without a client token "
         "when MIRRORGATE_CLIENT_TOKENS_FILE is set",
         see="serving.md#client-tokens"),
+    Var("MIRRORGATE_OIDC_AUDIENCE", "mirrorgate", "audience (`aud`) a CI's ID token must be "
+        "issued for to sign in through an issuer line of the tokens file",
+        read_by=(PROXY,), see="ci-identity.md"),
+    Var("MIRRORGATE_OIDC_TIMEOUT", "5", "seconds an issuer's discovery document and keys may "
+        "take to fetch; past it that issuer's tokens are refused (503), other requests untouched",
+        read_by=(PROXY,), see="ci-identity.md"),
     Var("MIRRORGATE_TRUSTED_PROXIES", None, "addresses and CIDRs (comma-separated) whose "
         "X-Forwarded-Proto, X-Forwarded-Host and Forwarded headers are believed",
         read_by=(PROXY,), see="serving.md#headers-from-clients-the-base-url"),
@@ -309,6 +316,15 @@ class NotifySettings:
 
 
 @dataclass(frozen=True)
+class OidcSettings:
+    """How CI ID tokens are verified (`serve.oidc`): the audience they must carry and the time
+    an issuer's keys may take to fetch."""
+
+    audience: str = "mirrorgate"
+    timeout: float = 5.0
+
+
+@dataclass(frozen=True)
 class QueueSettings:
     provider: str
     max_depth: int
@@ -367,6 +383,7 @@ class Settings:
     proxy_token: Secret | None = None
     """The client token `--proxy` commands send; the proxy itself never reads it."""
     notify: NotifySettings = NotifySettings()
+    oidc: OidcSettings = OidcSettings()
 
     def secrets(self) -> tuple[Secret, ...]:
         """Every secret these settings hold, for the log scrubber (`logs.register_secret`);
@@ -405,7 +422,7 @@ class Settings:
         out: dict[str, Any] = {}
         for item in fields(self):
             value = getattr(self, item.name)
-            if isinstance(value, QueueSettings | NotifySettings):
+            if isinstance(value, QueueSettings | NotifySettings | OidcSettings):
                 for sub in fields(value):
                     inner = getattr(value, sub.name)
                     if isinstance(inner, SecretUrl):
@@ -675,6 +692,16 @@ WEBHOOK_TOKEN_PATH = 20
 more) and masked on its own too; a short one (`/mirrorgate`) would blank ordinary words."""
 
 
+def _oidc(read: _Reader) -> OidcSettings:
+    name = "MIRRORGATE_OIDC_AUDIENCE"
+    audience = read.raw(name) or "mirrorgate"
+    if len(audience) > 200 or any(c.isspace() or not c.isprintable() for c in audience):
+        read.problem(name, "must be one word of at most 200 printable characters, the audience "
+                     f"the CI jobs request their ID token for, e.g. {name}=mirrorgate")
+        audience = "mirrorgate"
+    return OidcSettings(audience, read.seconds("MIRRORGATE_OIDC_TIMEOUT", 0.1, "5"))
+
+
 def _notify(read: _Reader) -> NotifySettings:
     name = "MIRRORGATE_NOTIFY_URL"
     value = read.raw(name)
@@ -818,6 +845,7 @@ def load_settings(
         log_format=read.choice("MIRRORGATE_LOG_FORMAT", ("auto", "json", "console")),
         event_loop=_event_loop(read),
         notify=_notify(read),
+        oidc=_oidc(read),
     )
     if settings.pool_worker < settings.worker_concurrency:
         read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "

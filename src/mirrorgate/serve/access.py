@@ -1,7 +1,8 @@
 """Who is asking: client authentication on a listener, as one aiohttp middleware.
 
 With `MIRRORGATE_CLIENT_TOKENS_FILE` set, every route but the health probes needs a client
-token; without the file nothing is checked, and access control is then the network's job.
+token, or a CI's ID token one of the file's issuer lines lets in (`oidc`); without the file
+nothing is checked, and access control is then the network's job.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from mirrorgate.config import OidcSettings
 from mirrorgate.metrics import Metrics
+from mirrorgate.serve.oidc import SignInRefused, Verifier, looks_like_jwt
 from mirrorgate.serve.refusals import json_response
 from mirrorgate.serve.tokens import Client, ClientTokens
 from mirrorgate.serve.ui import OPEN_PATHS as UI_OPEN_PATHS
@@ -55,17 +58,38 @@ def presented_token(header: str | None) -> str | None:
     return None
 
 
-def _refusal(reason: str, message: str) -> web.Response:
-    return json_response(401, {"error": message, "reason": reason}, CHALLENGE)
+def _refusal(reason: str, message: str, status: int = 401) -> web.Response:
+    # the sentence in the status line too: npm prints that line for a 401 or 403
+    return json_response(status, {"error": message, "reason": reason},
+                         CHALLENGE if status == 401 else None, status_text=message)
 
 
 def install_access(app: web.Application, clients: ClientTokens | None, *, metrics: Metrics,
-                   metrics_open: bool) -> None:
+                   metrics_open: bool, oidc: OidcSettings | None = None) -> None:
     """Require a client token on `app`'s routes, and keep the tokens file re-read, when
-    `clients` is given; leave `app` open otherwise."""
+    `clients` is given; leave `app` open otherwise. ID tokens are verified with `oidc`'s
+    audience and timeout when the file has issuer lines."""
     if clients is None:
         return
     tokens = clients
+    oidc = oidc or OidcSettings()
+    verifier = Verifier(audience=oidc.audience, timeout=oidc.timeout, metrics=metrics)
+
+    async def signed_in(request: web.Request, token: str) -> Client | web.Response:
+        """The client an ID token signs in as, or the refusal saying why not."""
+        try:
+            client = await verifier.sign_in(token, tokens.mappings)
+        except SignInRefused as refused:
+            metrics.refusals.labels("oidc_" + refused.reason.replace(" ", "_")).inc()
+            # the claims that decided, never the token
+            log.warning("client_refused", reason=refused.reason, detail=refused.message,
+                        peer=request.remote, method=request.method, path=request.path[:200],
+                        **(refused.identity.fields() if refused.identity else {}))
+            response = _refusal(refused.reason, refused.message, refused.status)
+            if refused.status == 503:
+                response.headers["Retry-After"] = "10"
+            return response
+        return client
     # `/livez` and `/readyz` always, `/metrics` when MIRRORGATE_METRICS_OPEN=true
     open_paths = _ALWAYS_OPEN | UI_OPEN_PATHS | ({"/metrics"} if metrics_open else set())
     sessions = app[SESSIONS] = Sessions(tokens)
@@ -76,6 +100,11 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
             return await handler(request)
         token = presented_token(request.headers.get("Authorization"))
         client = tokens.match(token) if token is not None else None
+        if client is None and token is not None and tokens.mappings and looks_like_jwt(token):
+            found = await signed_in(request, token)
+            if isinstance(found, web.Response):
+                return found
+            client = found
         # the status page also takes the signed cookie its login form sets (`ui.session`)
         if client is None and token is None and (request.path.startswith(UI_PREFIX)
                                                  or request.path == UI_PREFIX.rstrip("/")):
@@ -96,7 +125,8 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
             return _refusal(reason, "mirrorgate does not know this client token: it may have "
                             "been rotated; ask the operator for a current one")
         request[CLIENT] = client
-        with structlog.contextvars.bound_contextvars(client=client.name):
+        identity = client.identity.fields() if client.identity is not None else {}
+        with structlog.contextvars.bound_contextvars(client=client.name, **identity):
             return await handler(request)
 
     async def watch(_app: web.Application) -> AsyncIterator[None]:
@@ -105,6 +135,7 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await verifier.close()
 
     app.middlewares.append(authenticate)
     app.cleanup_ctx.append(watch)

@@ -1,7 +1,8 @@
 """Who may use the proxy: the client tokens file, parsed, matched and re-read when it changes.
 
 `MIRRORGATE_CLIENT_TOKENS_FILE` holds one client per line, `NAME sha256:HEX [publish:NAMES]`.
-Only digests are stored, so the file (a Kubernetes Secret) never holds a usable token.
+Only digests are stored, so the file (a Kubernetes Secret) never holds a usable token. A line
+`NAME ISSUER CLAIM=VALUE... [publish:NAMES]` grants the same to a CI's ID tokens (`claims`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,24 @@ import structlog
 
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.rules.patterns import PatternList, parse_pattern
+from mirrorgate.serve.claims import (
+    MAX_ISSUERS,
+    ClaimMapping,
+    Identity,
+    issuer_problem,
+    parse_conditions,
+)
 
 __all__ = [
     "PUBLISH",
     "Client",
     "ClientTokens",
     "ClientTokensError",
+    "TokensFile",
     "name_problem",
     "new_token",
     "parse_clients",
+    "parse_tokens_file",
     "token_line",
 ]
 
@@ -55,11 +65,13 @@ class ClientTokensError(MirrorgateError, ValueError):
 @dataclass(frozen=True, slots=True)
 class Client:
     """One client: its name (in logs and `npm whoami`), its token's digest, and the names it
-    may write (none: a reader)."""
+    may write (none: a reader). A client signed in with an ID token has the name of the issuer
+    line that let it in, no digest, and the `identity` its claims name."""
 
     name: str
     digest: bytes
     publish: PatternList = field(default_factory=PatternList)
+    identity: Identity | None = None
 
     def may_write(self, package: str) -> bool:
         return self.publish.covers_name(package)
@@ -73,10 +85,30 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class TokensFile:
+    """What a tokens file holds: the static clients and the issuer lines, in file order (the
+    first issuer line whose conditions a token meets is the one that applies)."""
+
+    clients: tuple[Client, ...] = ()
+    mappings: tuple[ClaimMapping, ...] = ()
+
+    @property
+    def issuers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(m.issuer for m in self.mappings))
+
+
 def parse_clients(text: str, source: str) -> tuple[Client, ...]:
-    """The clients a tokens file lists (`#` starts a comment); raises ClientTokensError naming
-    the first bad line."""
+    """The static clients a tokens file lists; raises ClientTokensError naming the first bad
+    line (issuer lines are checked too)."""
+    return parse_tokens_file(text, source).clients
+
+
+def parse_tokens_file(text: str, source: str) -> TokensFile:
+    """The clients and issuer lines of a tokens file (`#` starts a comment); raises
+    ClientTokensError naming the first bad line."""
     clients: list[Client] = []
+    mappings: list[ClaimMapping] = []
     names: set[str] = set()
     digests: set[bytes] = set()
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -93,22 +125,44 @@ def parse_clients(text: str, source: str) -> tuple[Client, ...]:
         problem = name_problem(name)
         if problem is not None:
             raise ClientTokensError(f"{where}: {problem}")
+        if name in names:
+            raise ClientTokensError(f"{where}: the client {name!r} is listed twice")
+        if digest_text.startswith(("https://", "http://")):
+            mappings.append(_mapping(where, name, digest_text, grants))
+            names.add(name)
+            if len({m.issuer for m in mappings}) > MAX_ISSUERS:
+                raise ClientTokensError(f"{where}: more than {MAX_ISSUERS} issuers")
+            continue
         match = _DIGEST.fullmatch(digest_text)
         if match is None:
             # the text is not echoed: someone may have pasted the token itself here
             raise ClientTokensError(f"{where}: the second column must be `sha256:` and 64 hex "
-                                    "digits (the digest of the token, never the token itself)")
+                                    "digits (the digest of the token, never the token itself), "
+                                    "or an issuer's https:// URL")
         publish = _grant(where, grants)
         digest = bytes.fromhex(match.group(1))
-        if name in names:
-            raise ClientTokensError(f"{where}: the client {name!r} is listed twice")
         if digest in digests:
             raise ClientTokensError(f"{where}: this digest is already another client's; give "
                                     "every client a token of its own")
         names.add(name)
         digests.add(digest)
         clients.append(Client(name, digest, publish))
-    return tuple(clients)
+    return TokensFile(tuple(clients), tuple(mappings))
+
+
+def _mapping(where: str, name: str, issuer: str, words: list[str]) -> ClaimMapping:
+    """An issuer line's mapping (`NAME ISSUER CLAIM=VALUE... [publish:NAMES]`)."""
+    problem = issuer_problem(issuer)
+    if problem is not None:
+        raise ClientTokensError(f"{where}: {problem}")
+    grants = [word for word in words if "=" not in word]
+    conditions, problem = parse_conditions([word for word in words if "=" in word])
+    if problem is not None:
+        raise ClientTokensError(f"{where}: {problem}")
+    if grants and any("=" in word for word in words[words.index(grants[0]):]):
+        raise ClientTokensError(f"{where}: the grant comes last, after the conditions: "
+                                "`NAME ISSUER repository=acme/* publish:@acme/*`")
+    return ClaimMapping(name, issuer, conditions, _grant(where, grants))
 
 
 def _grant(where: str, words: list[str]) -> PatternList:
@@ -161,7 +215,7 @@ def _identity(path: Path) -> _Identity:
     return (found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size)
 
 
-def _read(path: Path) -> tuple[_Identity, tuple[Client, ...]]:
+def _read(path: Path) -> tuple[_Identity, TokensFile]:
     try:
         identity = _identity(path)
         with path.open("rb") as handle:
@@ -174,7 +228,7 @@ def _read(path: Path) -> tuple[_Identity, tuple[Client, ...]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ClientTokensError(f"{path} is not UTF-8 text") from None
-    return identity, parse_clients(text, str(path))
+    return identity, parse_tokens_file(text, str(path))
 
 
 def _ignore(_reason: str) -> None:
@@ -190,20 +244,26 @@ class ClientTokens:
         """Reads `path` now; raises ClientTokensError when it cannot be used."""
         self.path = path
         self._on_reload_failed = on_reload_failed
-        self._identity, self._clients = _read(path)
+        self._identity, self._file = _read(path)
         self._failed: _Identity | None = None
         self._problem: str | None = None
 
     @property
     def clients(self) -> tuple[Client, ...]:
-        return self._clients
+        return self._file.clients
+
+    @property
+    def mappings(self) -> tuple[ClaimMapping, ...]:
+        """The issuer lines in force, in file order (`serve.oidc` reads them per request, so
+        a reload applies to the next token)."""
+        return self._file.mappings
 
     def match(self, token: str) -> Client | None:
         """The client whose token this is, or None. Every digest is compared, each with
         hmac.compare_digest, so the time taken says nothing about which bytes matched."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         found: Client | None = None
-        for client in self._clients:
+        for client in self._file.clients:
             if hmac.compare_digest(client.digest, digest):
                 found = client
         return found
@@ -216,19 +276,20 @@ class ClientTokens:
             identity = _identity(self.path)
             if identity in (self._identity, self._failed):
                 return False
-            identity, clients = _read(self.path)
+            identity, read = _read(self.path)
         except OSError as error:
             problem = f"cannot read {self.path}: {error.strerror}"
         except ClientTokensError as error:
             problem = str(error)
         else:
-            self._identity, self._clients = identity, clients
+            self._identity, self._file = identity, read
             self._failed = self._problem = None
-            log.info("client_tokens_reloaded", path=str(self.path), clients=len(clients))
+            log.info("client_tokens_reloaded", path=str(self.path), clients=len(read.clients),
+                     issuer_lines=len(read.mappings))
             return True
         if problem != self._problem or identity != self._failed:
             log.error("client_tokens_reload_failed", path=str(self.path), reason=problem,
-                      kept=len(self._clients))
+                      kept=len(self._file.clients))
             self._on_reload_failed(problem)
         self._failed, self._problem = identity, problem
         return False
