@@ -157,11 +157,17 @@ def _check_config(settings: Settings) -> int:
         from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
 
         try:
-            ClientTokens(settings.client_tokens_file)
+            tokens = ClientTokens(settings.client_tokens_file)
         except ClientTokensError as error:
             print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
             print(f"  - MIRRORGATE_CLIENT_TOKENS_FILE: {error}", file=sys.stderr)
             return 2
+        # names and grants only: the file holds digests, and check-config prints none of them
+        clients = {"static": [{"name": c.name, "publish": c.publish.texts()}
+                              for c in tokens.clients],
+                   "issuers": list(dict.fromkeys(m.issuer for m in tokens.mappings)),
+                   "issuer_lines": [m.summary() for m in tokens.mappings],
+                   "audience": settings.oidc.audience}
     # A misspelled variable is a setting silently not applied: say so, but it is not an error
     # (the same environment may carry a newer release's variables during a rollout).
     for unknown in unknown_variables():
@@ -175,6 +181,8 @@ def _check_config(settings: Settings) -> int:
     # the OTEL_* variables are the SDK's own, read here as the process would read them
     report = {"settings": settings.summary(), "rules": rules_summary(rules),
               "tracing": plan().summary()}
+    if settings.client_tokens_file is not None:
+        report["clients"] = clients
     if rules.advisories is not None:
         report["rules"]["advisories"]["readable"] = _probe_advisories(rules.advisories.source)
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

@@ -31,7 +31,8 @@ _MINUTE = 60
 class Event:
     at: datetime
     kind: str
-    """denied | tampered | upstream_failed | job | published (a client's write, `publishing`)"""
+    """denied | tampered | upstream_failed | job | published (a client's write, `publishing`) |
+    pulled (a tarball a signed-in client fetched, `access`)"""
     subject: str
     """A package (`name` or `name@version`), or an upstream's label."""
     detail: str

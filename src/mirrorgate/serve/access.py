@@ -127,7 +127,14 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
         request[CLIENT] = client
         identity = client.identity.fields() if client.identity is not None else {}
         with structlog.contextvars.bound_contextvars(client=client.name, **identity):
-            return await handler(request)
+            response = await handler(request)
+        if (request.method == "GET" and response.status == 200
+                and request.path.endswith(".tgz") and "/-/" in request.path):
+            # the status page's recent pulls: which client (which repository and branch, for
+            # a CI job) fetched which tarball
+            metrics.events.record("pulled", request.path.removeprefix("/npm/")[:300],
+                                  f"by {client.who}")
+        return response
 
     async def watch(_app: web.Application) -> AsyncIterator[None]:
         task = asyncio.get_running_loop().create_task(tokens.watch(), name="client-tokens")

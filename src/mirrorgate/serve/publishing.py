@@ -371,7 +371,7 @@ class PublishRoute:
         self._changed(name)
         self._count(write.client, "publish", "published")
         self.metrics.events.record("published", f"{name.full}@{version}",
-                                   f"by {write.client.name}")
+                                   f"by {write.client.who}")
         log.info("package_published", client=write.client.name, package=name.full,
                  version=version, bytes=scan.attachment_bytes)
 
@@ -476,7 +476,7 @@ class PublishRoute:
         self._changed(write.name)
         self._count(write.client, operation, "changed")
         self.metrics.events.record("published", write.name.full,
-                                   f"{operation} by {write.client.name}")
+                                   f"{operation} by {write.client.who}")
         return self._answer(answer.status, answer.body)
 
     # --- GET ?write=true -------------------------------------------------------------------

@@ -76,6 +76,14 @@ class Client:
     def may_write(self, package: str) -> bool:
         return self.publish.covers_name(package)
 
+    @property
+    def who(self) -> str:
+        """The client as events name it: `ci`, or `payments-ci (acme/payments-api, branch
+        main)` for a CI job signed in with its ID token."""
+        if self.identity is None:
+            return self.name
+        return f"{self.name} ({self.identity.describe()})"
+
 
 def name_problem(name: str) -> str | None:
     """What is wrong with a client name, or None when it is usable."""

@@ -200,6 +200,9 @@ Totals are this process's, since it started, read from the same counters as
 <section><h2>Recent publishes</h2>
 {_events(recent.latest("published"), empty="nothing published through mirrorgate since start")}
 </section>
+<section><h2>Recent pulls by signed-in clients</h2>
+{_events(recent.latest("pulled"), empty="no tarball pulled by a signed-in client since start")}
+</section>
 <section><h2>Exceptions</h2>{_exceptions(rules, now)}</section>
 <section><h2>Rules in force</h2>{_reload(state)}{_rules(rules)}</section>
 <p class="note">Recent events are kept in memory only, at most {CAPACITY} of each kind; a
