@@ -8,16 +8,17 @@ client tokens (`guard.watch`). A tokens file lives in a Kubernetes-style Secret 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.access.issuer import LoopbackIssuer
 from tests.access.rig import SecretDir, auth_npmrc, start_guarded
 from tests.faults.guarded import guard, guarded
 
-__all__ = ["SecretDir", "auth_npmrc", "guard", "guarded", "secret_dir", "start_guarded"]
-
-
+__all__ = ["SecretDir", "auth_npmrc", "guard", "guarded", "issuer", "secret_dir",
+           "start_guarded"]
 
 
 @pytest.fixture
@@ -25,6 +26,8 @@ def secret_dir(tmp_path: Path) -> SecretDir:
     return SecretDir(tmp_path / "client-tokens")
 
 
-
-
-
+@pytest.fixture
+def issuer() -> Iterator[LoopbackIssuer]:
+    """A started OpenID Connect issuer on loopback (`tests.access.issuer`)."""
+    with LoopbackIssuer() as started:
+        yield started

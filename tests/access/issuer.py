@@ -123,7 +123,8 @@ class LoopbackIssuer(ThreadedApp):
 
     async def _hold(self, request: web.Request) -> None:
         self.requests.append(request.path)
-        while self.stall:
+        # polled: `stall` is set from the test's thread, an asyncio.Event is this loop's
+        while self.stall:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
     async def _discovery(self, request: web.Request) -> web.Response:
