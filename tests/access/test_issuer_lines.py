@@ -123,7 +123,7 @@ def test_a_reload_that_adds_an_issuer_line_applies_to_the_next_token(tmp_path: P
     path = tmp_path / "tokens"
     path.write_text(f"dashboard {DIGEST}\n")
     tokens = ClientTokens(path)
-    assert len(tokens.mappings) == 0
+    assert [m.name for m in tokens.mappings] == []
 
     path.write_text(f"dashboard {DIGEST}\nci {GITHUB} repository=acme/*\n")
 
