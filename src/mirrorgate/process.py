@@ -324,7 +324,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     else:
         app = web.Application()
         add_health_routes(app, health, metrics)
-        install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open)
+        install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open,
+                       oidc=settings.oidc)
         packuments = CachedPublic(upstreams.public, settings)
         withdrawals = None
         host, port = settings.worker_listen

@@ -10,13 +10,16 @@ verifying because it was once cached.
 from __future__ import annotations
 
 import asyncio
+import warnings
 
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from mirrorgate.serve.claims import ClaimMapping
 from mirrorgate.serve.oidc import KEYS_TTL, REFRESH_FLOOR, SignInRefused, Verifier
 from mirrorgate.serve.tokens import parse_tokens_file
-from tests.access.issuer import AUDIENCE, LoopbackIssuer
+from tests.access.issuer import AUDIENCE, LoopbackIssuer, SigningKey
 from tests.clock import ManualClock
 
 JWKS = "/.well-known/jwks"
@@ -96,3 +99,20 @@ async def test_requests_waiting_on_a_hung_issuer_share_one_bounded_fetch(
     assert {(r.status, r.reason) for r in [*waited, at_once]} == {
         (503, "issuer keys unavailable")}
     assert issuer.requests == ["/.well-known/openid-configuration"]
+
+
+async def test_a_token_signed_with_a_short_rsa_key_the_issuer_published_is_refused(
+    issuer: LoopbackIssuer,
+) -> None:
+    issuer.keys = [SigningKey("short", rsa.generate_private_key(public_exponent=65537,
+                                                                key_size=1024))]  # noqa: S505 - the weak key is the attack
+    with warnings.catch_warnings():  # PyJWT warns when it signs with it: the point here
+        warnings.simplefilter("ignore", jwt.InsecureKeyLengthWarning)
+        token = issuer.mint("acme/api")
+    verifier = Verifier(audience=AUDIENCE, timeout=5)
+    try:
+        refused = await refusal(verifier, token, lines(issuer))
+    finally:
+        await verifier.close()
+
+    assert (refused.status, refused.reason) == (401, "weak key")

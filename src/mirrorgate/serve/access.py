@@ -58,10 +58,16 @@ def presented_token(header: str | None) -> str | None:
     return None
 
 
-def _refusal(reason: str, message: str, status: int = 401) -> web.Response:
-    # the sentence in the status line too: npm prints that line for a 401 or 403
-    return json_response(status, {"error": message, "reason": reason},
-                         CHALLENGE if status == 401 else None, status_text=message)
+def _refusal(reason: str, message: str) -> web.Response:
+    return json_response(401, {"error": message, "reason": reason}, CHALLENGE)
+
+
+def _sign_in_refusal(refused: SignInRefused) -> web.Response:
+    # the sentence in the status line too: npm prints that line after E401 or E403
+    headers = CHALLENGE if refused.status == 401 else (
+        {"Retry-After": "10"} if refused.status == 503 else None)
+    return json_response(refused.status, {"error": refused.message, "reason": refused.reason},
+                         headers, status_text=refused.message)
 
 
 def install_access(app: web.Application, clients: ClientTokens | None, *, metrics: Metrics,
@@ -85,10 +91,7 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
             log.warning("client_refused", reason=refused.reason, detail=refused.message,
                         peer=request.remote, method=request.method, path=request.path[:200],
                         **(refused.identity.fields() if refused.identity else {}))
-            response = _refusal(refused.reason, refused.message, refused.status)
-            if refused.status == 503:
-                response.headers["Retry-After"] = "10"
-            return response
+            return _sign_in_refusal(refused)
         return client
     # `/livez` and `/readyz` always, `/metrics` when MIRRORGATE_METRICS_OPEN=true
     open_paths = _ALWAYS_OPEN | UI_OPEN_PATHS | ({"/metrics"} if metrics_open else set())

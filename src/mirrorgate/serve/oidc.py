@@ -298,6 +298,9 @@ class Verifier:
         except jwt.InvalidAlgorithmError:
             raise SignInRefused(401, "algorithm not allowed", "the ID token's algorithm is not "
                                 f"the one its key ({key.algorithm_name}) is for") from None
+        except jwt.InvalidKeyError:
+            raise SignInRefused(401, "weak key", f"the key {issuer} signed the ID token with "
+                                "is too weak to trust (an RSA key under 2048 bits)") from None
         except jwt.InvalidSignatureError:
             raise SignInRefused(401, "bad signature", f"the ID token's signature does not "
                                 f"verify with the key {issuer} published for it") from None
