@@ -9,6 +9,7 @@ and touches no other request. docs/ci-identity.md tells the whole story.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -120,8 +121,10 @@ class IssuerKeys:
             self._fetching = asyncio.get_running_loop().create_task(
                 self._fetch(), name=f"oidc-keys {self.issuer}")
             self._fetching.add_done_callback(self._fetched)
-        # shielded: a client that hangs up does not cancel the fetch others are waiting on
-        await asyncio.wait([asyncio.shield(self._fetching)])
+        # shielded: a client that hangs up does not cancel the fetch others are waiting on;
+        # its failure is read from `_failure` (set by `_fetched`, which runs first)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self._fetching)
         if self._keys is None or self._clock() - self._fetched_at >= KEYS_TTL:
             raise self._failure or _unreachable(self.issuer, "no key set")
         found = self._find(kid)
@@ -228,12 +231,12 @@ class Verifier:
         for keys in issuers.values():
             await keys.close()
 
-    def _keys_of(self, issuer: str, named: set[str]) -> IssuerKeys:
+    async def _keys_of(self, issuer: str, named: set[str]) -> IssuerKeys:
         keys = self._issuers.get(issuer)
         if keys is None:
             for gone in [i for i in self._issuers if i not in named]:
-                # an issuer removed from the tokens file: its client goes (closed on the loop)
-                asyncio.get_running_loop().create_task(self._issuers.pop(gone).close())
+                # an issuer removed from the tokens file: its client and cached keys go
+                await self._issuers.pop(gone).close()
             keys = self._issuers[issuer] = IssuerKeys(issuer, timeout=self._timeout,
                                                       metrics=self._metrics, clock=self._clock)
         return keys
@@ -259,8 +262,8 @@ class Verifier:
                                 f"the ID token's issuer {_shown(issuer)} is not one this "
                                 "mirrorgate trusts: no issuer line of the tokens file names it")
         kid = header.get("kid")
-        key = await self._keys_of(issuer, {m.issuer for m in mappings}).key(
-            kid if isinstance(kid, str) else None)
+        keys = await self._keys_of(issuer, {m.issuer for m in mappings})
+        key = await keys.key(kid if isinstance(kid, str) else None)
         claims = self._verified(token, key, issuer)
         identity = Identity.of(issuer, claims)
         for mapping in ours:
