@@ -116,3 +116,35 @@ async def test_a_token_signed_with_a_short_rsa_key_the_issuer_published_is_refus
         await verifier.close()
 
     assert (refused.status, refused.reason) == (401, "weak key")
+
+
+async def test_two_issuers_at_once_and_a_hung_one_does_not_hold_up_the_other(
+    issuer: LoopbackIssuer,
+) -> None:
+    with LoopbackIssuer() as gitlab:
+        mappings = parse_tokens_file(
+            f"github-ci {issuer.issuer} repository=acme/*\n"
+            f"gitlab-ci {gitlab.issuer} project_path=acme/**\n", "tokens").mappings
+        clock = ManualClock()
+        verifier = Verifier(audience=AUDIENCE, timeout=2, clock=clock)
+        try:
+            github_job = await verifier.sign_in(issuer.mint("acme/api"), mappings)
+            gitlab_token = gitlab.mint("acme/x", project_path="acme/platform/deployer")
+            issuer.stall = True
+            clock.advance(REFRESH_FLOOR + 1)  # the unknown `kid` below is fetched for
+            hung = asyncio.ensure_future(verifier.sign_in(
+                issuer.mint("acme/api", kid="rotated-meanwhile"), mappings))
+            gitlab_job = await asyncio.wait_for(verifier.sign_in(gitlab_token, mappings),
+                                                timeout=1)
+            still_waiting = not hung.done()
+            with pytest.raises(SignInRefused):
+                await hung
+        finally:
+            issuer.stall = False
+            await verifier.close()
+
+    assert github_job.name == "github-ci"
+    assert github_job.identity is not None
+    assert github_job.identity.describe() == "acme/api, branch main"
+    assert gitlab_job.name == "gitlab-ci"
+    assert still_waiting

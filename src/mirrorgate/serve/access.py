@@ -93,6 +93,7 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
                         **(refused.identity.fields() if refused.identity else {}))
             return _sign_in_refusal(refused)
         return client
+
     # `/livez` and `/readyz` always, `/metrics` when MIRRORGATE_METRICS_OPEN=true
     open_paths = _ALWAYS_OPEN | UI_OPEN_PATHS | ({"/metrics"} if metrics_open else set())
     sessions = app[SESSIONS] = Sessions(tokens)
