@@ -65,12 +65,13 @@ from mirrorgate.npm.paths import (
 )
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import LiveRules, Rules
+from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.publishing import PublishRoute
-from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
+from mirrorgate.serve.refusals import Refused, denied, json_response, not_mirrored
 from mirrorgate.serve.relay import OUTCOME, Relay
 from mirrorgate.serve.search import Search
 from mirrorgate.serve.spool import SPOOL_DIR, Spools
@@ -187,7 +188,8 @@ class ProxyServer:
                                      handoff=proxy.handoff,
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
                                                   else None),
-                                     clock=clock, release=self.release)
+                                     clock=clock, release=self.release,
+                                     contact=self.settings.operator_contact)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)
@@ -216,6 +218,11 @@ class ProxyServer:
         self._id_prefix = os.urandom(3).hex()
 
     # --- bookkeeping -----------------------------------------------------------------------
+
+    def footer(self, name: PackageName) -> str:
+        """The last line of a packument's `policyRestrictions` message: how to get an
+        exception (MIRRORGATE_OPERATOR_CONTACT is the proxy's, not the gate's)."""
+        return exception_how(name.full, None, self.settings.operator_contact)
 
     def _count(self, route: str, status: int | str) -> None:
         """Count every request by fixed route label and status (`mirrorgate_requests_total`)."""
@@ -428,7 +435,7 @@ class ProxyServer:
         try:
             return await self.packuments.entry(name)
         except UpstreamError as error:
-            raise upstream_failed(error, name) from None
+            raise not_mirrored(error, name) from None
         except TooManyVersionsError as error:
             self.metrics.refusals.labels("too_many_versions").inc()
             log.warning("packument_refused", package=name.full, reason=str(error))
@@ -456,7 +463,7 @@ class ProxyServer:
                           "upstream", reason="no versions", package=name.full)
         if not gated.survivors:
             raise Refused(403, f"every version of {name.full} was denied by mirrorgate's "
-                          f"admission rules: {gated.policy_message}",
+                          f"admission rules: {gated.policy_message}\n{self.footer(name)}",
                           reason=gated.policy_message, package=name.full)
         key = self._key(request)
         rendered = slot.value.renderings.get(key)
@@ -494,7 +501,8 @@ class ProxyServer:
         async with self._rendering_once:
             unplaced = entry.unplaced.get(abbreviated)
             if unplaced is None:
-                unplaced = await in_thread_if_large(gated.size, gated.render, abbreviated, None)
+                unplaced = await in_thread_if_large(gated.size, gated.render, abbreviated, None,
+                                                    self.footer(gated.name))
                 entry.unplaced[abbreviated] = unplaced
                 self.packuments.cache.grow(slot, len(unplaced))
             return await in_thread_if_large(len(unplaced), _placed, unplaced, abbreviated, base,
@@ -514,7 +522,7 @@ class ProxyServer:
         entry = slot.value
         try:
             rendered = await in_thread_if_large(gated.size, build_rendered, gated, *key,
-                                                self._vary)
+                                                self._vary, self.footer(gated.name))
         finally:
             entry.pending.pop(key, None)
         self.packuments.cache.grow(slot, entry.keep(key, rendered))
@@ -532,7 +540,7 @@ class ProxyServer:
             raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
                           reason="version not found")
         if record.denial is not None:
-            raise denied(name, record)
+            raise denied(name, record, gated.survivors, self.settings.operator_contact)
         body = record.document(self._key(request)[1])
         return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 

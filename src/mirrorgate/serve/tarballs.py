@@ -28,7 +28,7 @@ from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_fil
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.serve.overload import Slot
-from mirrorgate.serve.refusals import Refused, denied, upstream_failed
+from mirrorgate.serve.refusals import Refused, denied, not_mirrored, upstream_failed
 from mirrorgate.serve.relay import OUTCOME, Relay, Withheld, remember
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -52,7 +52,7 @@ class TarballRoute:
                  handoff: Handoff | None = None,
                  on_enqueued: Callable[[PackageName, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 release: ReleaseJudge | None = None) -> None:
+                 release: ReleaseJudge | None = None, contact: str | None = None) -> None:
         self.private = private
         self.public = public
         self.queue = queue
@@ -64,6 +64,8 @@ class TarballRoute:
         self.on_enqueued = on_enqueued
         self.clock = clock
         self.release = release
+        self.contact = contact
+        """MIRRORGATE_OPERATOR_CONTACT, named in a denied tarball's 403."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
 
@@ -94,7 +96,7 @@ class TarballRoute:
             alert = denial_alert(name.full, version, record.denial, "tarball")
             if alert is not None:
                 self.metrics.events.alert(alert)
-            raise denied(name, record)
+            raise denied(name, record, gated.survivors, self.contact)
         found = (self.relay.scripts_found.get(f"{name.full}@{version}") if record.scan_scripts
                  else None)
         if found is not None:
@@ -146,7 +148,7 @@ class TarballRoute:
                                                   slot, verify=True)
                 if copy is not None:
                     return copy
-            raise upstream_failed(error, name) from None
+            raise not_mirrored(error, name, version) from None
 
     def _refuse_remembered(self, name: PackageName, version: str) -> None:
         """A 403 with the evidence for a version a release signal refused at an earlier pull
