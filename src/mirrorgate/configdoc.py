@@ -12,6 +12,10 @@ from collections.abc import Iterable
 
 from mirrorgate.config import COMMANDS, PROXY, VARIABLES, WORKER, Var
 
+# the one statement of the default policy, made from the rules that apply it (a renderer of
+# docs may read the layer above the settings it documents; config.py itself may not)
+from mirrorgate.rules.inforce import DEFAULT_POLICY
+
 __all__ = ["REGENERATE", "render"]
 
 REGENERATE = "python -m mirrorgate.configdoc > docs/configuration.md"
@@ -36,7 +40,15 @@ alone in `mirrorgate worker` or inside `mirrorgate serve`; `{COMMANDS}` are the 
 both processes of a sidecar pod.
 """
 
-_TAIL = """
+_TAIL = f"""
+## The default policy
+
+{DEFAULT_POLICY}
+The rules file's tables add the others ([admission rules](serving.md#admission-rules));
+`mirrorgate check-config` prints the rules in force, one line each.
+
+## The cloud SDKs' variables
+
 The cloud SDKs read their own variables as well: `AWS_REGION`, `AWS_ENDPOINT_URL_SQS` and the
 default AWS credential chain for `sqs` ([queues](queues.md#amazon-sqs)); `PUBSUB_EMULATOR_HOST`
 and Application Default Credentials for `pubsub` ([queues](queues.md#google-pubsub)).

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from structlog.testing import capture_logs
 
 from mirrorgate.moments import stamp
-
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve.refusals import STATUS_TEXT_LIMIT, json_response
 from tests.serve.rig import NPM_ACCEPT, StartProxy

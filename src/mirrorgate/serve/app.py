@@ -71,7 +71,13 @@ from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.publishing import PublishRoute
-from mirrorgate.serve.refusals import Refused, denied, json_response, not_mirrored
+from mirrorgate.serve.refusals import (
+    Refused,
+    denied,
+    json_response,
+    not_mirrored,
+    reads_body,
+)
 from mirrorgate.serve.relay import OUTCOME, Relay
 from mirrorgate.serve.search import Search
 from mirrorgate.serve.spool import SPOOL_DIR, Spools
@@ -345,7 +351,7 @@ class ProxyServer:
                 else:
                     response = await self._route(request, target)
             except Refused as refused:
-                response = refused.response()
+                response = refused.response(reads_body(request.headers.get("User-Agent", "")))
                 if _logged_refusal(route, refused):
                     log.info("request_refused", route=route, status=refused.status,
                              path=_logged_path(request), reason=refused.reason)

@@ -19,7 +19,8 @@ from mirrorgate.npm.names import PackageName
 from mirrorgate.rules.wayout import exception_how, exception_who, installable_from, instead
 from mirrorgate.upstream.client import UpstreamError
 
-__all__ = ["PREWARM", "Refused", "denied", "json_response", "not_mirrored", "upstream_failed"]
+__all__ = ["PREWARM", "Refused", "denied", "json_response", "not_mirrored", "reads_body",
+           "upstream_failed"]
 
 STATUS_TEXT_LIMIT = 300
 """Characters of a denial's reason carried in the status line (the body has all of it)."""
@@ -32,21 +33,31 @@ class Refused(MirrorgateError):  # noqa: N818 - an outcome carried to the respon
 
     def __init__(self, status: int, message: str, *, reason: str | None = None,
                  headers: Mapping[str, str] | None = None, status_text: str | None = None,
-                 **fields: Any) -> None:
+                 brief_status_text: str | None = None, **fields: Any) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.reason = reason
         self.headers = dict(headers or {})
         self.status_text = status_text
+        self.brief_status_text = brief_status_text
+        """The status text for a client that prints the body's `error` after it (npm)."""
         self.fields = fields
 
-    def response(self) -> web.Response:
+    def response(self, reads_body: bool = False) -> web.Response:
         body: dict[str, Any] = {"error": self.message}
         if self.reason is not None:
             body["reason"] = self.reason
         body.update(self.fields)
-        return json_response(self.status, body, self.headers, status_text=self.status_text)
+        text = (self.brief_status_text if reads_body and self.brief_status_text
+                else self.status_text)
+        return json_response(self.status, body, self.headers, status_text=text)
+
+
+def reads_body(user_agent: str) -> bool:
+    """Whether the client prints a refusal's JSON `error` (npm: "403 <status text> - GET <url>
+    - <error>"); pnpm, yarn and bun print the status line alone, so theirs carries it all."""
+    return user_agent.startswith("npm/")
 
 
 def json_response(status: int, body: Mapping[str, Any],
@@ -133,4 +144,5 @@ def denied(name: PackageName, record: VersionRecord, admitted: Iterable[str] = (
     return Refused(403, message, reason=denial.reason, rule=denial.rule, package=name.full,
                    version=record.version, nearest_admitted=use,
                    installable_at=denial.until.isoformat() if denial.until else None,
-                   status_text=line)
+                   status_text=line,
+                   brief_status_text=f"Forbidden: mirrorgate denied {label} ({denial.rule} rule)")
