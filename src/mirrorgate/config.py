@@ -12,6 +12,7 @@ import importlib.util
 import ipaddress
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -385,6 +386,27 @@ class Settings:
             if len(path) >= WEBHOOK_TOKEN_PATH:
                 found.append(Secret(path))
         return tuple(found)
+
+    @property
+    def root_url(self) -> str:
+        """Where a person reaches the proxy: MIRRORGATE_PUBLIC_URL, else the listen address
+        (a wildcard one by this machine's name), ending in `/`."""
+        if self.public_url is not None:
+            return self.public_url if self.public_url.endswith("/") else self.public_url + "/"
+        host, port = self.listen
+        if host in ("", "0.0.0.0", "::"):  # a wildcard: the machine's name reaches it
+            host = socket.gethostname()
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+    @property
+    def registry_url(self) -> str:
+        """The registry URL to give npm (`--registry`, `.npmrc`)."""
+        return self.root_url + "npm/"
+
+    @property
+    def status_url(self) -> str:
+        """The status page's address."""
+        return self.root_url + "ui/"
 
     def warnings(self) -> list[str]:
         """What these settings allow that an operator should know is risky: each a sentence

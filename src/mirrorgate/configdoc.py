@@ -28,10 +28,12 @@ _HEAD = f"""\
 
 Every setting is an environment variable, read once at start-up; a value that cannot be honoured
 stops the process with a message naming the variable and an example of a good value, and
-`mirrorgate check-config` prints the resolved settings (secrets redacted) or every problem (exit
-status 2). A `MIRRORGATE_*` or `MIRROR_*` variable that mirrorgate does not read (a typo such as
-`MIRRORGATE_RULE_FILE`) is named in a warning by `check-config` (on stderr, exit status still 0)
-and by `serve` and `worker` at start-up (`config_variable_unknown`), with the closest known name.
+`mirrorgate check-config` prints a summary of the settings and the rules in force, problems
+first (`--json`: every resolved setting, secrets redacted), or every error (exit status 2). A
+`MIRRORGATE_*` or `MIRROR_*` variable that mirrorgate does not read (a typo such as
+`MIRRORGATE_RULE_FILE`) is named in a warning by `check-config` (first, or on stderr with
+`--json`; exit status still 0) and by `serve` and `worker` at start-up
+(`config_variable_unknown`), with the closest known name.
 `mirrorgate --help` prints the same list.
 
 *Read by*: `{PROXY}` is `mirrorgate serve` answering clients; `{WORKER}` is the mirror worker,
