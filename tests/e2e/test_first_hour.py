@@ -9,10 +9,12 @@ never mirrored and the command that would have mirrored it.
 
 from __future__ import annotations
 
+import http.client
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from mirrorgate.serve.tokens import token_line
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
@@ -125,3 +127,25 @@ def test_npm_says_a_version_was_never_mirrored_and_how_to_mirror_it_when_public_
     assert "vary is not mirrored, and the public upstream failed for vary" in said, said
     assert "run mirrorgate prewarm LOCKFILE" in said
     assert npm_client.install("kept@1.0.0", registry=proxy.registry_url).returncode == 0
+
+
+def test_the_start_up_line_names_the_registry_url_and_the_status_page_and_root_redirects(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(token_line("ci", "mgc_first-hour-7d1e"), encoding="utf-8")
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens),
+                                 "MIRRORGATE_PUBLIC_URL": "http://npm.internal:8080/"})
+
+    [started] = proxy.events("started")
+    assert started["registry"] == "http://npm.internal:8080/npm/"
+    assert started["status_page"] == "http://npm.internal:8080/ui/"
+    # a person typing the host name into a browser: pointed at the page (then its login),
+    # even with client tokens on, never a JSON 404 or 401
+    host, port = proxy.env["MIRRORGATE_LISTEN"].split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.request("GET", "/")
+    answer = connection.getresponse()
+    assert (answer.status, answer.getheader("Location")) == (303, "/ui/")
+    connection.close()

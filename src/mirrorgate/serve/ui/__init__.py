@@ -25,8 +25,9 @@ __all__ = ["OPEN_PATHS", "PREFIX", "add_ui_routes"]
 
 PREFIX = "/ui/"
 STYLE_PATH = "/ui/static/style.css"
-OPEN_PATHS = frozenset({LOGIN_PATH, STYLE_PATH})
-"""Paths served without a token even when client tokens are on: the form and its style."""
+OPEN_PATHS = frozenset({LOGIN_PATH, STYLE_PATH, "/"})
+"""Paths served without a token even when client tokens are on: the form and its style, and
+`/`, which only points a browser at the page (a person typing the host name lands there)."""
 _PACKAGE = "/ui/package/"
 
 
@@ -64,6 +65,7 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
         return page("Not found", f"<h1>Not found</h1><p>There is no page at "
                     f"<code>{esc(request.path[:200])}</code>.</p>", status=404)
 
+    app.router.add_get("/", to_overview)
     app.router.add_get("/ui", to_overview)
     app.router.add_get(PREFIX, show_overview)
     app.router.add_get(STYLE_PATH, stylesheet)
