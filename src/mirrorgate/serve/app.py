@@ -85,6 +85,7 @@ from mirrorgate.serve.tarballs import TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
+from mirrorgate.serve.ui.stored import stored_counts_for
 from mirrorgate.upstream.client import Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -614,7 +615,8 @@ def build_proxy_app(
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server._gated_or_none, over_tls=server.over_tls,
-                  base=server._base)
+                  base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
+                  worker_beside=proxy.worker_beside)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:
