@@ -212,15 +212,16 @@ def _verdict(reasons: list[str]) -> str:
 
 def _stored(stored: Stored) -> str:
     def shown(count: int | None) -> str:
-        return str(count) if count is not None else "not kept yet"
+        return str(count) if count is not None else "n/a"
 
+    alone = "not stored yet: each process keeps its own (recent denials below)"
     return "".join([
         _figure("versions mirrored", shown(stored.mirrored), "stored-mirrored",
                 f"held by {stored.where}"),
         _figure("versions refused", shown(stored.refused), "stored-refused",
-                "each process keeps its own today"),
+                alone if stored.refused is None else f"kept by {stored.where}"),
         _figure("versions quarantined", shown(stored.quarantined), "stored-quarantined",
-                "each process keeps its own today"),
+                alone if stored.quarantined is None else f"kept by {stored.where}"),
     ])
 
 
