@@ -10,6 +10,7 @@ never mirrored and the command that would have mirrored it.
 from __future__ import annotations
 
 import http.client
+import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -149,3 +150,35 @@ def test_the_start_up_line_names_the_registry_url_and_the_status_page_and_root_r
     answer = connection.getresponse()
     assert (answer.status, answer.getheader("Location")) == (303, "/ui/")
     connection.close()
+
+
+def test_a_version_npm_took_from_its_cache_is_not_mirrored_and_ci_says_so_with_public_gone(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory, npm_client: NpmClient,
+    tmp_path: Path,
+) -> None:
+    # The report's path: 1.1.1 was mirrored through mirrorgate by someone; a developer whose
+    # npm cache already held 1.1.2 (from the public registry) installed it through mirrorgate
+    # and npm never asked for the tarball; CI then runs `npm ci` with the public registry gone.
+    public_registry.add(make_package("vary", ["1.1.1", "1.1.2"]))
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url})
+    colleague = NpmClient(tmp_path / "colleague")
+    colleague.write_project({"vary": "1.1.1"})
+    assert colleague.install(registry=proxy.registry_url).returncode == 0
+    wait_for(lambda: proxy.metric("mirrorgate_jobs_total", outcome="published") == 1,
+             timeout=30)
+    npm_client.write_project({"vary": "1.1.2"})
+    assert npm_client.install(registry=public_registry.url).returncode == 0  # the warm cache
+    (npm_client.project / "package-lock.json").unlink()
+    assert npm_client.install(registry=proxy.registry_url).returncode == 0
+    assert proxy.metric("mirrorgate_jobs_enqueued_total") == 1  # 1.1.2 came from the cache
+    public_registry.stop()
+    ci = NpmClient(tmp_path / "ci")
+    ci.write_project({"vary": "1.1.2"})
+    shutil.copy(npm_client.project / "package-lock.json", ci.project / "package-lock.json")
+
+    done = ci.ci(registry=proxy.registry_url)
+
+    said = printed(done)
+    assert done.returncode != 0
+    assert ("vary@1.1.2 is not mirrored, and the public upstream failed for vary") in said, said
+    assert "run mirrorgate prewarm LOCKFILE" in said

@@ -543,6 +543,8 @@ class ProxyServer:
                           reason="not found")
         version = gated.resolve(wanted)
         record = gated.versions.get(version) if version is not None else None
+        if record is None and isinstance(gated.public_failure, UpstreamError):
+            raise not_mirrored(gated.public_failure, name, wanted)
         if record is None:
             raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
                           reason="version not found")

@@ -82,6 +82,9 @@ class TarballRoute:
         # version no upstream lists is a 404 before any tarball is asked for.
         gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
+        if gated is not None and record is None and isinstance(gated.public_failure,
+                                                                UpstreamError):
+            raise not_mirrored(gated.public_failure, name, version)
         if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
