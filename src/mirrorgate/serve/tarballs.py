@@ -27,6 +27,7 @@ from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.releasetable import RELEASE_SIGNALS
+from mirrorgate.rules.wayout import exception_how, installable_from
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, denied, not_mirrored, upstream_failed
 from mirrorgate.serve.relay import OUTCOME, Relay, Withheld, remember
@@ -106,7 +107,8 @@ class TarballRoute:
             log.info("tarball_denied", package=name.full, version=version,
                      rule="install-scripts", reason=found)
             raise Refused(403, f"mirrorgate denied {name.full}@{version} by its install-scripts "
-                          f"rule: {found}", reason=found, rule="install-scripts",
+                          f"rule: {found}; {exception_how(name.full, version, self.contact)}",
+                          reason=found, rule="install-scripts",
                           package=name.full, version=version,
                           status_text=f"Forbidden: mirrorgate denied {name.full}@{version} "
                                       "(install-scripts rule)")
@@ -168,8 +170,11 @@ class TarballRoute:
         self.metrics.events.denied(label, verdict.rule, verdict.reason)
         evidence = [detail for found in verdict.fired if found.signal == verdict.rule
                     for detail in found.details]
+        until = installable_from(verdict.until)
         raise Refused(403, f"mirrorgate denied {label} by its {verdict.rule} release signal: "
-                      f"{verdict.reason}", reason=verdict.reason, rule=verdict.rule,
+                      f"{verdict.reason}{'; ' + until if until else ''}; "
+                      f"{exception_how(name.full, version, self.contact)}",
+                      reason=verdict.reason, rule=verdict.rule,
                       package=name.full, version=version, evidence=evidence[:50],
                       compared_with=verdict.compared_with,
                       until=verdict.until.isoformat() if verdict.until else None,

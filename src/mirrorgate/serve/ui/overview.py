@@ -242,6 +242,12 @@ def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: He
     last = recent.last_failures()
     upstreams = sorted(set(failures) | set(last))
     uptime = (now - started).total_seconds()
+    enqueued = _one(found, "mirrorgate_jobs_enqueued_total") or 0.0
+    denied = sum(_by(found, "mirrorgate_rule_denials_total", "rule", mode=ENFORCE).values())
+
+    def rate(count: float) -> str:  # this process's rate, beside the stored counts
+        return f"{count * 60 / max(uptime, 60):.1f} a minute"
+
     if heartbeat is not None:
         beat = _figure("worker heartbeat age", _seconds(heartbeat.age()), "heartbeat-age",
                        f"stale after {_seconds(heartbeat.stale_after)}")
@@ -251,14 +257,13 @@ def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: He
     figures = "".join([
         _figure("queue depth", _number(_one(found, "mirrorgate_queue_depth")), "queue-depth",
                 "jobs waiting in this process's queue"),
-        _figure("jobs enqueued", _number(_one(found, "mirrorgate_jobs_enqueued_total")),
-                "jobs-enqueued", "since start"),
+        _figure("jobs enqueued", _number(enqueued), "jobs-enqueued",
+                f"since start: {rate(enqueued)}"),
         _figure("jobs dropped", _number(_one(found, "mirrorgate_jobs_dropped_total")),
                 "jobs-dropped", "since start: the queue or its send buffer was full"),
         beat,
-        _figure("versions denied", _number(sum(_by(found, "mirrorgate_rule_denials_total",
-                                                   "rule", mode=ENFORCE).values())),
-                "versions-denied", "since start, counted once per packument fill"),
+        _figure("versions denied", _number(denied), "versions-denied",
+                f"since start, once per packument fill: {rate(denied)}"),
         _figure("versions a report-mode rule would deny",
                 _number(sum(_by(found, "mirrorgate_rule_denials_total", "rule",
                                 mode=REPORT).values())),
