@@ -81,6 +81,7 @@ def test_after_an_install_the_page_says_healthy_and_counts_what_the_store_holds(
     expect(changed).to_have_count(3)  # deny.packages, install_scripts block and allow
     folded = page.locator("details", has=page.locator("table.rules.defaults"))
     expect(folded.locator("table")).to_be_hidden()
+    screenshot(page, "five-seconds-healthy")  # as a person first sees it: the defaults folded
     folded.locator("summary").click()
     expect(folded.locator("table")).to_be_visible()
     # no rule or setting name broken across lines ("integri/ty"): each fits on one line
@@ -90,7 +91,6 @@ def test_after_an_install_the_page_says_healthy_and_counts_what_the_store_holds(
         " return [cell.textContent, new Set([...range.getClientRects()].map(r => r.top)).size]; })")
     assert len(lines) > 30
     assert [(name, count) for name, count in lines if count > 1] == []
-    screenshot(page, "five-seconds-healthy")
 
     # the same store read by a fresh process: the counts survive a restart
     assert installed.terminate() == 0
