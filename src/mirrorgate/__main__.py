@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -26,7 +28,11 @@ __all__ = ["main"]
 
 
 def _variables_help() -> str:
-    lines = ["environment variables:"]
+    from mirrorgate.rules.inforce import DEFAULT_POLICY
+
+    lines = ["default policy:", *textwrap.wrap(DEFAULT_POLICY, 88, initial_indent="  ",
+                                               subsequent_indent="  "),
+             "", "environment variables:"]
     for var in VARIABLES:
         default = f" (default: {var.default})" if var.default is not None else ""
         lines.append(f"  {var.name}\n      {var.help}{default}")
@@ -54,8 +60,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="leave mirroring to a separate `mirrorgate worker` (a sidecar)")
     commands.add_parser("worker", help="run the mirror worker alone, with its own /livez, "
                         "/readyz and /metrics on MIRRORGATE_WORKER_LISTEN")
-    commands.add_parser("check-config", help="print the resolved settings (secrets redacted) "
-                        "and exit 0, or print every problem and exit 2")
+    check_config = commands.add_parser(
+        "check-config", help="print a summary of the settings and the rules in force, problems "
+        "first, and exit 0, or print every error and exit 2")
+    check_config.add_argument("--json", action="store_true",
+                              help="print the whole document instead: every resolved setting "
+                              "(secrets redacted) and the whole policy, as JSON")
     check = commands.add_parser(
         "check", help="report the versions lockfiles pin that the rules would refuse, with the "
         "reason and the nearest admitted version; exit 0 all admitted, 1 findings, 2 a "
@@ -142,7 +152,7 @@ def _settings() -> Settings | None:
         return None
 
 
-def _check_config(settings: Settings) -> int:
+def _check_config(settings: Settings, as_json: bool) -> int:
     from mirrorgate.rules import RulesError, load_rules, rules_summary
 
     try:
@@ -168,25 +178,36 @@ def _check_config(settings: Settings) -> int:
                    "issuers": list(dict.fromkeys(m.issuer for m in tokens.mappings)),
                    "issuer_lines": [m.summary() for m in tokens.mappings],
                    "audience": settings.oidc.audience}
-    # A misspelled variable is a setting silently not applied: say so, but it is not an error
-    # (the same environment may carry a newer release's variables during a rollout).
-    for unknown in unknown_variables():
-        print(f"mirrorgate: warning: {unknown.warning()}", file=sys.stderr)
     from datetime import UTC, datetime
 
-    for warning in [*settings.warnings(), *rules.warnings(datetime.now(UTC))]:
-        print(f"mirrorgate: warning: {warning}", file=sys.stderr)
+    # A misspelled variable is a setting silently not applied: say so, but it is not an error
+    # (the same environment may carry a newer release's variables during a rollout).
+    problems = [*(unknown.warning() for unknown in unknown_variables()),
+                *settings.warnings(), *rules.warnings(datetime.now(UTC))]
+    from mirrorgate.rules.inforce import in_force
     from mirrorgate.tracing import plan
 
     # the OTEL_* variables are the SDK's own, read here as the process would read them
-    report = {"settings": settings.summary(), "rules": rules_summary(rules),
-              "tracing": plan().summary()}
+    policy = rules_summary(rules)
+    report: dict[str, Any] = {"settings": settings.summary(), "rules": policy,
+                              "rules_in_force": in_force(rules), "tracing": plan().summary()}
     if settings.client_tokens_file is not None:
         report["clients"] = clients
     if rules.advisories is not None:
-        report["rules"]["advisories"]["readable"] = _probe_advisories(rules.advisories.source)
-    sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
-    sys.stdout.write("\n")
+        readable = _probe_advisories(rules.advisories.source)
+        policy["advisories"]["readable"] = readable
+        if not readable["ok"]:
+            problems.append(f"the advisory source is not readable: {readable['detail']}")
+    if as_json:
+        # the document is for programs: what a person should know goes to stderr beside it
+        for problem in problems:
+            print(f"mirrorgate: warning: {problem}", file=sys.stderr)
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        sys.stdout.write("\n")
+        return 0
+    from mirrorgate.commands.configreport import human_report
+
+    sys.stdout.write(human_report(settings, rules, report, problems))
     return 0
 
 
@@ -201,8 +222,6 @@ def _probe_advisories(source: str) -> dict[str, object]:
     try:
         detail = asyncio.run(probe_url(source)) if is_url(source) else probe_local(Path(source))
     except SourceError as error:
-        print(f"mirrorgate: warning: the advisory source is not readable: {error}",
-              file=sys.stderr)
         return {"ok": False, "detail": str(error)}
     return {"ok": True, "detail": detail}
 
@@ -215,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings is None:
         return 2
     if args.command == "check-config":
-        return _check_config(settings)
+        return _check_config(settings, args.json)
     if args.command == "check":
         from mirrorgate.commands.check import run_check
 

@@ -12,6 +12,7 @@ import importlib.util
 import ipaddress
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -123,9 +124,13 @@ VARIABLES: tuple[Var, ...] = (
         "file store's home; keep it on a volume that outlives the process (default: "
         "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)",
         see="withdrawals.md#what-mirrorgate-remembers"),
-    Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: only the "
-        "integrity-presence rule)",
+    Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: the default "
+        "policy, stated below the table)",
         see="serving.md#admission-rules"),
+    Var("MIRRORGATE_OPERATOR_CONTACT", None, "who a person asks for an exception to the "
+        "admission rules (an address, a channel, a URL), named in every refusal a client "
+        "prints (default: \"mirrorgate's operator\")",
+        read_by=(PROXY,), see="serving.md#what-each-client-prints-for-a-denied-version"),
     Var("MIRRORGATE_CLIENT_TOKENS_FILE", None, "file of client tokens, one `NAME sha256:HEX` a "
         "line; when set, every /npm/ request needs one of them (default: open, access control "
         "is the network's job)",
@@ -380,6 +385,8 @@ class Settings:
     log_level: str
     log_format: str
     event_loop: str = "auto"
+    operator_contact: str | None = None
+    """MIRRORGATE_OPERATOR_CONTACT: named in refusals as who grants an exception."""
     proxy_token: Secret | None = None
     """The client token `--proxy` commands send; the proxy itself never reads it."""
     notify: NotifySettings = NotifySettings()
@@ -396,6 +403,27 @@ class Settings:
             if len(path) >= WEBHOOK_TOKEN_PATH:
                 found.append(Secret(path))
         return tuple(found)
+
+    @property
+    def root_url(self) -> str:
+        """Where a person reaches the proxy: MIRRORGATE_PUBLIC_URL, else the listen address
+        (a wildcard one by this machine's name), ending in `/`."""
+        if self.public_url is not None:
+            return self.public_url if self.public_url.endswith("/") else self.public_url + "/"
+        host, port = self.listen
+        if host in ("", "0.0.0.0", "::"):  # a wildcard: the machine's name reaches it
+            host = socket.gethostname()
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+    @property
+    def registry_url(self) -> str:
+        """The registry URL to give npm (`--registry`, `.npmrc`)."""
+        return self.root_url + "npm/"
+
+    @property
+    def status_url(self) -> str:
+        """The status page's address."""
+        return self.root_url + "ui/"
 
     def warnings(self) -> list[str]:
         """What these settings allow that an operator should know is risky: each a sentence
@@ -572,6 +600,16 @@ def _event_loop(read: _Reader) -> str:
         read.problem("MIRRORGATE_EVENT_LOOP", "uvloop is not installed; install it (pip "
                      "install uvloop) or set MIRRORGATE_EVENT_LOOP=auto")
     return choice
+
+
+def _contact(read: _Reader) -> str | None:
+    text = read.raw("MIRRORGATE_OPERATOR_CONTACT")
+    # it goes into the 403 status line pnpm and yarn 4 print, and a terminal: one printable line
+    if text is not None and (len(text) > 120 or any(not " " <= c <= "~" for c in text)):
+        read.problem("MIRRORGATE_OPERATOR_CONTACT", "must be one line of at most 120 printable "
+                     "ASCII characters, e.g. MIRRORGATE_OPERATOR_CONTACT=#npm-gate on chat")
+        return None
+    return text
 
 
 def _queue(read: _Reader) -> QueueSettings:
@@ -846,6 +884,7 @@ def load_settings(
         event_loop=_event_loop(read),
         notify=_notify(read),
         oidc=_oidc(read),
+        operator_contact=_contact(read),
     )
     if settings.pool_worker < settings.worker_concurrency:
         read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "

@@ -12,6 +12,10 @@ from collections.abc import Iterable
 
 from mirrorgate.config import COMMANDS, PROXY, VARIABLES, WORKER, Var
 
+# the one statement of the default policy, made from the rules that apply it (a renderer of
+# docs may read the layer above the settings it documents; config.py itself may not)
+from mirrorgate.rules.inforce import DEFAULT_POLICY
+
 __all__ = ["REGENERATE", "render"]
 
 REGENERATE = "python -m mirrorgate.configdoc > docs/configuration.md"
@@ -24,10 +28,12 @@ _HEAD = f"""\
 
 Every setting is an environment variable, read once at start-up; a value that cannot be honoured
 stops the process with a message naming the variable and an example of a good value, and
-`mirrorgate check-config` prints the resolved settings (secrets redacted) or every problem (exit
-status 2). A `MIRRORGATE_*` or `MIRROR_*` variable that mirrorgate does not read (a typo such as
-`MIRRORGATE_RULE_FILE`) is named in a warning by `check-config` (on stderr, exit status still 0)
-and by `serve` and `worker` at start-up (`config_variable_unknown`), with the closest known name.
+`mirrorgate check-config` prints a summary of the settings and the rules in force, problems
+first (`--json`: every resolved setting, secrets redacted), or every error (exit status 2). A
+`MIRRORGATE_*` or `MIRROR_*` variable that mirrorgate does not read (a typo such as
+`MIRRORGATE_RULE_FILE`) is named in a warning by `check-config` (first, or on stderr with
+`--json`; exit status still 0) and by `serve` and `worker` at start-up
+(`config_variable_unknown`), with the closest known name.
 `mirrorgate --help` prints the same list.
 
 *Read by*: `{PROXY}` is `mirrorgate serve` answering clients; `{WORKER}` is the mirror worker,
@@ -36,7 +42,15 @@ alone in `mirrorgate worker` or inside `mirrorgate serve`; `{COMMANDS}` are the 
 both processes of a sidecar pod.
 """
 
-_TAIL = """
+_TAIL = f"""
+## The default policy
+
+{DEFAULT_POLICY}
+The rules file's tables add the others ([admission rules](serving.md#admission-rules));
+`mirrorgate check-config` prints the rules in force, one line each.
+
+## The cloud SDKs' variables
+
 The cloud SDKs read their own variables as well: `AWS_REGION`, `AWS_ENDPOINT_URL_SQS` and the
 default AWS credential chain for `sqs` ([queues](queues.md#amazon-sqs)); `PUBSUB_EMULATOR_HOST`
 and Application Default Credentials for `pubsub` ([queues](queues.md#google-pubsub)).

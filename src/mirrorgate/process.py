@@ -357,8 +357,11 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         runtime.freeze_startup()
+        # a person starting it reads where to point npm and where to look
+        entry = ({"registry": settings.registry_url, "status_page": settings.status_url}
+                 if shape.serves else {})
         log.info("started", command=shape.command, shape=shape.value, listen=f"{host}:{port}",
-                 queue=queue.provider,
+                 **entry, queue=queue.provider,
                  worker=shape.runs_worker, public_upstream=settings.public_upstream,
                  private_upstream=settings.private_upstream,
                  mirror_target=settings.mirror_target if shape.runs_worker else None,

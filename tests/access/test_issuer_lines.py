@@ -10,7 +10,6 @@ digest.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -138,11 +137,18 @@ def test_check_config_lists_the_issuers_and_their_lines_and_no_digest(tmp_path: 
                       "publish:@acme-payments/*\n"
                       f"gitlab-ci {GITLAB} project_path=acme/**\n")
 
-    done = run_command("check-config", env={
-        # the tree under test, where it is not the installed one
-        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}, "PATH": "/usr/bin:/bin",
-        "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
-        "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens), "MIRRORGATE_OIDC_AUDIENCE": "mg-prod"})
+    env = {"PATH": "/usr/bin:/bin", "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
+           "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens), "MIRRORGATE_OIDC_AUDIENCE": "mg-prod"}
+    summary = run_command("check-config", env=env)
+    done = run_command("check-config", "--json", env=env)
+
+    # on a terminal: the issuers and each line's conditions and grant, one line each
+    assert summary.returncode == 0, summary.stderr
+    assert f"for audience 'mg-prod' from {GITHUB}, {GITLAB}" in summary.stdout
+    assert ("payments-ci: repository=acme/payments-* ref=refs/heads/main -> "
+            "publish:@acme-payments/*") in summary.stdout
+    assert "gitlab-ci: project_path=acme/** -> read" in summary.stdout
+    assert "0" * 64 not in summary.stdout
 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)["clients"]

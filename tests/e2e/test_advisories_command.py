@@ -5,6 +5,7 @@ the load is observable in logs and metrics, and `check-config` says whether the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -55,10 +56,13 @@ def test_serve_loads_the_export_in_the_background_and_denies_malware(
 
 
 def check_config(rules: Path, public: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*mirrorgate_argv(), "check-config"], capture_output=True, text=True,
-                          timeout=60, check=False,
+    return subprocess.run([*mirrorgate_argv(), "check-config", "--json"], capture_output=True,
+                          text=True, timeout=60, check=False,
                           env={"PATH": "/usr/bin:/bin", "MIRRORGATE_PUBLIC_UPSTREAM": public,
-                               "MIRRORGATE_RULES_FILE": str(rules)})
+                               "MIRRORGATE_RULES_FILE": str(rules),
+                               # the sources under test, not the installed command's
+                               **({"PYTHONPATH": os.environ["PYTHONPATH"]}
+                                  if "PYTHONPATH" in os.environ else {})})
 
 
 def test_check_config_prints_the_advisory_settings_and_that_the_source_reads(

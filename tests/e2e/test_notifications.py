@@ -88,8 +88,8 @@ def test_check_config_shows_the_webhook_by_its_host_and_redacts_the_secret(
 ) -> None:
     # the same sources as the test run (PYTHONPATH), nothing else from this environment
     same_code = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
-    done = subprocess.run([*mirrorgate_argv(), "check-config"], capture_output=True, text=True,
-                          timeout=60, check=False,
+    done = subprocess.run([*mirrorgate_argv(), "check-config", "--json"], capture_output=True,
+                          text=True, timeout=60, check=False,
                           env={"PATH": "/usr/bin:/bin", **same_code,
                                "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
                                "MIRRORGATE_DATA_DIR": str(tmp_path / "data"),

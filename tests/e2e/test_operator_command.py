@@ -62,8 +62,14 @@ def test_check_config_warns_about_a_misspelled_variable_and_still_exits_0(
                                             "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
                                             "MIRRORGATE_RULE_FILE": "/etc/mirrorgate.toml"})
     assert done.returncode == 0, done.stderr
+    # on a terminal the summary lists it first; with --json it goes to stderr, beside the JSON
     assert ("MIRRORGATE_RULE_FILE is set but mirrorgate does not read it; did you mean "
-            "MIRRORGATE_RULES_FILE?") in done.stderr
+            "MIRRORGATE_RULES_FILE?") in done.stdout.splitlines()[1]
+    as_json = run_command("check-config", "--json", env={
+        "PATH": "/usr/bin:/bin", "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+        "MIRRORGATE_RULE_FILE": "/etc/mirrorgate.toml"})
+    assert ("MIRRORGATE_RULE_FILE is set but mirrorgate does not read it; did you mean "
+            "MIRRORGATE_RULES_FILE?") in as_json.stderr
 
 
 def test_a_refused_configuration_also_names_the_misspelled_variable_behind_it() -> None:
@@ -82,7 +88,7 @@ def test_a_refused_configuration_also_names_the_misspelled_variable_behind_it() 
 def test_check_config_prints_the_ownership_section(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('[private]\nnames = ["@acme/*", "acme-*"]\nmerge_public = ["acme-fork"]\n')
-    done = run_command("check-config", env={"PATH": "/usr/bin:/bin",
+    done = run_command("check-config", "--json", env={"PATH": "/usr/bin:/bin",
                                             "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
                                             "MIRRORGATE_DATA_DIR": str(tmp_path / "data"),
                                             "MIRRORGATE_RULES_FILE": str(rules)})

@@ -33,7 +33,14 @@ import pytest
 from mirrorgate.serve.tokens import token_line
 from tests.e2e.mirroring import assert_verdaccio_holds_the_tree
 from tests.servers.availability import serving, unavailable
-from tests.servers.client_config import DENIED_SAYS, LOCKED_DENIED_SAYS, says
+from tests.servers.client_config import (
+    CONTACT,
+    DENIED_SAYS,
+    DENIED_WAY_OUT_SAYS,
+    LOCKED_DENIED_SAYS,
+    LOCKED_WAY_OUT_SAYS,
+    says,
+)
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.package_managers import CLIENTS, TOKEN, PackageManager, client
 from tests.servers.packages import EPOCH, make_package, standard_tree
@@ -48,8 +55,9 @@ TREE = standard_tree()
 A_DAY_AGO = datetime.now(UTC) - timedelta(days=1)
 DIRECT = {name: TREE.resolved[name] for name in TREE.dependencies}
 # `gate-locked` is admitted when a lockfile names it, then denied; `gate-pinned@2.0.0` is
-# denied from the start, and 1.0.0 stays admitted (so the package itself exists).
-GATE_PACKAGES = [make_package("gate-locked", ["1.0.0"]),
+# denied from the start, and 1.0.0 stays admitted (so the package itself exists); each has an
+# admitted version a refusal names as the one to use instead.
+GATE_PACKAGES = [make_package("gate-locked", ["0.9.0", "1.0.0"]),
                  make_package("gate-pinned", ["1.0.0", "2.0.0"])]
 assert all(EPOCH <= v.published < A_DAY_AGO
            for p in (*TREE.packages, *GATE_PACKAGES) for v in p.versions.values())
@@ -215,6 +223,7 @@ class Gate:
             journey.public.start()
         env = {"MIRRORGATE_PUBLIC_UPSTREAM": journey.public.url,
                "MIRRORGATE_CLIENT_TOKENS_FILE": journey.tokens_file(),
+               "MIRRORGATE_OPERATOR_CONTACT": CONTACT,
                "MIRRORGATE_LISTEN": f"127.0.0.1:{self.port}"}
         if strict:
             env["MIRRORGATE_RULES_FILE"] = str(self.rules)
@@ -246,8 +255,9 @@ def test_a_denied_version_is_refused_and_logged_with_the_rule(
     done = project.install("gate-pinned@2.0.0")
 
     assert done.returncode != 0, output(done)
-    assert says(DENIED_SAYS[journey.name], proxy.registry_url, "gate-pinned", "2.0.0",
-                "deny-list") in output(done), output(done)
+    for template in (DENIED_SAYS[journey.name], *DENIED_WAY_OUT_SAYS.get(journey.name, ())):
+        assert says(template, proxy.registry_url, "gate-pinned", "2.0.0", "deny-list",
+                    admitted="1.0.0") in output(done), output(done)
     assert project.installed(["gate-pinned"]) == {}
     # the log line is read from the process's stderr: the client's answer can overtake it
     wait_for(lambda: ("gate-pinned", ["2.0.0"], ["deny-list"], f"{journey.name}-client") in [
@@ -271,8 +281,10 @@ def test_a_locked_version_denied_later_fails_with_mirrorgates_reason_where_the_c
     done = project.install_frozen()
 
     assert done.returncode != 0, output(done)
-    assert says(LOCKED_DENIED_SAYS[journey.name], strict.registry_url, "gate-locked", "1.0.0",
-                "deny-list") in output(done), output(done)
+    for template in (LOCKED_DENIED_SAYS[journey.name],
+                     *LOCKED_WAY_OUT_SAYS.get(journey.name, ())):
+        assert says(template, strict.registry_url, "gate-locked", "1.0.0", "deny-list",
+                    admitted="0.9.0") in output(done), output(done)
     denials: list[dict[str, Any]] = wait_for(lambda: strict.events("tarball_denied"),
                                               message="tarball_denied")
     assert {(e["package"], e["version"], e["rule"]) for e in denials} == {

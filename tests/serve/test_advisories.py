@@ -93,7 +93,9 @@ async def test_the_tarball_of_a_vulnerable_version_is_403_naming_the_advisory_an
     assert body["error"] == (
         "mirrorgate denied vuln-lib@1.2.0 by its advisory-severity rule: vuln-lib@1.2.0 is "
         "affected by GHSA-vuln-0000-0100 (Command injection in vuln-lib; high severity; fixed "
-        "in 1.2.1); upgrade to 1.2.1 or later")
+        "in 1.2.1); upgrade to 1.2.1 or later; nearest admitted: 1.1.0; for an exception ask "
+        "mirrorgate's operator: an [[exception]] for vuln-lib@1.2.0 in mirrorgate's rules file "
+        "admits it until a date")
     assert not any(seen.path.endswith("vuln-lib-1.2.0.tgz") for seen in public_registry.requests)
     assert (await proxy.get("npm/vuln-lib/-/vuln-lib-1.1.0.tgz")).status == 200
 
@@ -196,7 +198,7 @@ async def test_the_fast_lane_serves_a_fresh_fix_while_the_age_rule_holds_other_f
 
     assert list(document["versions"]) == ["1.1.0", "1.2.1"]
     assert document["dist-tags"]["latest"] == "1.2.1"
-    assert "1.3.0 denied by minimum-age" in document["policyRestrictions"]["message"]
+    assert "- 1.3.0 (minimum-age): " in document["policyRestrictions"]["message"]
 
 
 async def test_a_new_https_export_is_swapped_in_while_requests_are_in_flight(

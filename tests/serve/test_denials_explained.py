@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from structlog.testing import capture_logs
 
+from mirrorgate.moments import stamp
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve.refusals import STATUS_TEXT_LIMIT, json_response
 from tests.serve.rig import NPM_ACCEPT, StartProxy
@@ -57,8 +60,11 @@ async def test_a_denied_tarball_carries_the_verdict_in_its_status_line(
         body = await answer.json()
 
     assert answer.status == 403
-    assert answer.reason == "Forbidden: mirrorgate denied explained@2.0.0 (deny-list rule)"
+    assert answer.reason == ("Forbidden: mirrorgate denied explained@2.0.0 (deny-list rule); "
+                             "nearest admitted 1.0.0; for an exception ask mirrorgate's "
+                             "operator")
     assert body["rule"] == "deny-list"
+    assert body["nearest_admitted"] == "1.0.0"
 
 
 def test_status_text_cannot_split_the_response_or_grow_without_bound() -> None:
@@ -70,3 +76,54 @@ def test_status_text_cannot_split_the_response_or_grow_without_bound() -> None:
     assert "\n" not in response.reason
     assert response.reason.startswith("denied??Set-Cookie: session=stolen???")
     assert len(response.reason) == STATUS_TEXT_LIMIT
+
+
+async def test_a_version_under_the_minimum_age_says_when_it_becomes_installable_and_who_to_ask(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # an 8-day minimum, as in the report that started this: a version out two days ago
+    published = (datetime.now(UTC) - timedelta(days=2)).replace(microsecond=0)
+    public_registry.add(make_package("young", [
+        "26.6.7", make_version("young", "26.6.11", published=published)]))
+    proxy = await start_proxy(public_registry.url,
+                              rules=parse_rules('[age]\nminimum = "8d"\n', "rules.toml"),
+                              operator_contact="#npm-gate on chat")
+
+    async with proxy.session.get(proxy.registry + "young/-/young-26.6.11.tgz") as answer:
+        body = await answer.json()
+
+    becomes = stamp(published + timedelta(days=8))
+    assert answer.status == 403
+    assert body["error"] == (
+        f"mirrorgate denied young@26.6.11 by its minimum-age rule: {body['reason']}; "
+        f"installable from {becomes}; nearest admitted: 26.6.7; for an exception ask "
+        "#npm-gate on chat: an [[exception]] for young@26.6.11 in mirrorgate's rules file "
+        "admits it until a date")
+    assert answer.reason == (f"Forbidden: mirrorgate denied young@26.6.11 (minimum-age rule); "
+                             f"installable from {becomes}; nearest admitted 26.6.7; for an "
+                             "exception ask #npm-gate on chat")
+    assert body["installable_at"] == (published + timedelta(days=8)).isoformat()
+
+
+async def test_a_packument_names_a_few_denied_versions_counts_the_rest_and_ends_with_the_way_out(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    now = datetime.now(UTC)
+    young = [make_version("crowded", f"2.{minor}.0", published=now - timedelta(hours=minor + 1))
+             for minor in range(150)]
+    public_registry.add(make_package("crowded", ["1.0.0", *young]))
+    proxy = await start_proxy(public_registry.url,
+                              rules=parse_rules('[age]\nminimum = "8d"\n', "rules.toml"),
+                              operator_contact="npm-admins@example.com")
+
+    document = (await proxy.get("npm/crowded", Accept=NPM_ACCEPT)).json()
+
+    lines = document["policyRestrictions"]["message"].splitlines()
+    assert lines[0] == "mirrorgate's admission rules withhold 150 versions of crowded:"
+    assert [line.split(" ")[1] for line in lines[1:4]] == ["2.149.0", "2.148.0", "2.147.0"]
+    assert all("; installable from 20" in line for line in lines[1:4])
+    assert lines[4:] == [
+        "- and 147 more (minimum-age 147)",
+        "newest admitted: 1.0.0",
+        "for an exception ask npm-admins@example.com: an [[exception]] for crowded in "
+        "mirrorgate's rules file admits it until a date"]

@@ -167,7 +167,7 @@ async def test_a_registry_path_outside_npm_gets_the_hint_to_add_the_prefix(
     assert "point the client at http://HOST:PORT/npm/" in answer.json()["error"]
 
 
-@pytest.mark.parametrize("path", ["favicon.ico", "wp-login.php", "", "npm/-/nothing-here",
+@pytest.mark.parametrize("path", ["favicon.ico", "wp-login.php", "npm/-/nothing-here",
                                   "npm/pkg/1.0.0/extra"])
 async def test_a_path_no_client_would_send_gets_no_registry_hint(
     path: str, public_registry: FixtureRegistry, start_proxy: StartProxy,

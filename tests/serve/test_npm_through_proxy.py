@@ -119,7 +119,7 @@ async def test_npm_reports_e403_with_the_reason_for_a_version_the_rules_denied(
     assert denied.code != 0
     assert "E403" in denied.stderr
     assert "Could not download scripted@1.1.0 due to policy violations" in denied.stderr
-    assert "1.1.0 denied by install-scripts" in denied.stderr
+    assert "- 1.1.0 (install-scripts): " in denied.stderr
     assert "ETARGET" not in denied.stderr
     assert ranged.code == 0, ranged.stderr
     assert npm_client.installed() == {"scripted": "1.0.0"}

@@ -201,7 +201,7 @@ async def test_a_mirrored_version_is_judged_by_its_public_time_not_the_moment_of
     young = await proxy.get("npm/age-mirrored/-/age-mirrored-2.0.0.tgz")
 
     assert list(document["versions"]) == ["1.0.0"]
-    assert "2.0.0 denied by minimum-age" in document["policyRestrictions"]["message"]
+    assert "- 2.0.0 (minimum-age): " in document["policyRestrictions"]["message"]
     assert young.status == 403
 
 

@@ -68,8 +68,12 @@ async def test_a_denied_version_moves_into_policy_restrictions_in_both_forms(
         assert list(restricted["versions"]) == ["1.1.0"]
         assert restricted["versions"]["1.1.0"]["dist"]["tarball"] == (
             f"{proxy.registry}gated-one/-/gated-one-1.1.0.tgz")
-        assert "1.1.0 denied by integrity-presence" in restricted["message"]
-        assert "\n" not in restricted["message"]
+        assert "- 1.1.0 (integrity-presence): " in restricted["message"]
+        # one line each (npm prints each after `npm error 403`), ending with the way through
+        assert restricted["message"].splitlines()[-2:] == [
+            "newest admitted: 1.0.0",
+            "for an exception ask mirrorgate's operator: an [[exception]] for gated-one in "
+            "mirrorgate's rules file admits it until a date"]
     assert "1.1.0" not in full["time"]
     assert set(restricted["versions"]["1.1.0"]) <= set(ABBREVIATED_FIELDS)
 
@@ -109,7 +113,7 @@ async def test_each_rule_removes_its_version_and_its_tarball_answers_403_naming_
 
     assert list(document["versions"]) == ["1.0.0"]
     assert document["dist-tags"]["latest"] == "1.0.0"
-    assert f"1.1.0 denied by {rule}" in document["policyRestrictions"]["message"]
+    assert f"- 1.1.0 ({rule}): " in document["policyRestrictions"]["message"]
     assert tarball.status == 403
     body = tarball.json()
     assert body["rule"] == rule
@@ -209,8 +213,8 @@ async def test_a_package_whose_every_version_is_denied_answers_403_with_the_reas
 
     assert answer.status == 403
     assert answer.headers["Content-Type"] == "application/json"
-    assert "1.0.0 denied by integrity-presence" in answer.json()["error"]
-    assert "1.1.0 denied by integrity-presence" in answer.json()["error"]
+    assert "- 1.0.0 (integrity-presence): " in answer.json()["error"]
+    assert "- 1.1.0 (integrity-presence): " in answer.json()["error"]
 
 
 async def test_a_package_no_upstream_knows_is_a_json_404(

@@ -38,7 +38,7 @@ def test_mirrorgate_serve_installs_a_tree_gates_by_the_rules_file_and_reports_it
     assert npm_client.installed() == tree.resolved
     assert denied.returncode != 0
     assert "E403" in denied.stderr
-    assert "1.1.0 denied by install-scripts" in denied.stderr
+    assert "- 1.1.0 (install-scripts): " in denied.stderr
     assert proxy.metric("mirrorgate_requests_total", route="tarball", status="200") == 6
     assert proxy.metric("mirrorgate_requests_total", route="packument", status="200") >= 7
     assert proxy.metric("mirrorgate_rule_denials_total", rule="install-scripts") == 1

@@ -59,7 +59,7 @@ async def test_admitted_versions_keep_signatures_that_verify_and_a_tampered_one_
     served = document["versions"]["1.0.0"]["dist"]
     assert verify_served(keys, "signed-pkg", "1.0.0", served["integrity"], served["signatures"])
     assert list(document["versions"]) == ["1.0.0"]
-    assert "1.0.1 denied by registry-signature" in document["policyRestrictions"]["message"]
+    assert "- 1.0.1 (registry-signature): " in document["policyRestrictions"]["message"]
     assert "(tampered)" in document["policyRestrictions"]["message"]
     tarball = await proxy.get("npm/signed-pkg/-/signed-pkg-1.0.1.tgz")
     assert tarball.status == 403
@@ -106,7 +106,7 @@ async def test_a_quarantined_version_is_served_once_its_quarantine_ends(
 
     assert held["dist-tags"]["latest"] == "1.0.2"
     message = held["policyRestrictions"]["message"]
-    assert "1.0.3 denied by provenance-continuity (quarantined until " in message
+    assert "- 1.0.3 (provenance-continuity): quarantined until " in message
     assert "published by `mallory` without provenance" in message
     assert sorted(released["versions"]) == ["1.0.0", "1.0.1", "1.0.2", "1.0.3"]
     assert "policyRestrictions" not in released
@@ -140,7 +140,7 @@ async def test_npm_install_of_a_quarantined_version_fails_with_the_reason(
 
     assert exact.code != 0
     assert "E403" in exact.stderr
-    assert "1.0.3 denied by provenance-continuity (quarantined until" in exact.stderr
+    assert "- 1.0.3 (provenance-continuity): quarantined until" in exact.stderr
     assert "published by `mallory` without provenance" in exact.stderr
     assert ranged.code == 0, ranged.stderr
     assert npm_client.installed() == {"hijacked": "1.0.2"}

@@ -122,7 +122,7 @@ async def test_a_tarball_url_off_the_public_origin_is_never_followed(
 
     assert list(full["versions"]) == ["1.0.0"]
     restricted = full["policyRestrictions"]
-    assert "1.1.0 denied by tarball-origin" in restricted["message"]
+    assert "- 1.1.0 (tarball-origin): " in restricted["message"]
     assert restricted["versions"]["1.1.0"]["dist"]["tarball"].startswith(proxy.registry)
     assert answer.status == 403
     assert answer.json()["rule"] == "tarball-origin"

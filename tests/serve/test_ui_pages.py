@@ -184,7 +184,7 @@ async def test_the_rules_table_says_off_for_a_section_the_rules_file_lacks(
 
     page = text(await fetch(proxy, "ui/"))
 
-    rules = page.split('class="rules"', 1)[1]
+    rules = page.split('class="rules ', 1)[1]
     assert ">None<" not in rules
     assert "off (no table in the rules file)" in rules
 
@@ -291,7 +291,7 @@ async def test_the_advisory_data_s_age_is_shown_from_its_gauges_when_a_source_is
 
     assert 'data-key="advisory-records"' not in before
     assert '<span class="value" data-key="advisory-records">12</span>' in after
-    assert '<span class="value" data-key="advisory-age">2.0 h</span>' in after
+    assert '<span class="value" data-key="advisory-age">7200 s</span>' in after  # seconds
     assert proxy.metric("mirrorgate_advisory_age_seconds") == 7200.0
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-__all__ = ["CLIENT_CONFIGS", "DENIED_SAYS", "LOCKED_DENIED_SAYS", "TOKEN_VARIABLE", "ConfigFile",
-           "render", "says"]
+__all__ = ["CLIENT_CONFIGS", "CONTACT", "DENIED_SAYS", "DENIED_WAY_OUT_SAYS", "LOCKED_DENIED_SAYS",
+           "LOCKED_WAY_OUT_SAYS", "TOKEN_VARIABLE", "ConfigFile", "render", "says"]
 
 
 @dataclass(frozen=True)
@@ -66,30 +66,47 @@ def render(file: ConfigFile, registry: str) -> str:
 
 
 # What each client prints for a denied version, as the client matrix sees it and the docs
-# shows it. `{package}`, `{version}`, `{rule}`, `{url}` (the tarball's URL) are filled in.
+# shows it. `{package}`, `{version}`, `{rule}`, `{url}` (the tarball's URL), `{admitted}` (the
+# admitted version to use instead) and `{contact}` (MIRRORGATE_OPERATOR_CONTACT) are filled in.
 DENIED_SAYS: dict[str, str] = {
     # no lockfile: the version is missing from the packument; only npm reads
-    # `policyRestrictions`, the others only see that no version matches
-    "npm": "mirrorgate admission rules for {package}: {version} denied by {rule}",
+    # `policyRestrictions` (its message under "Could not download ... due to policy
+    # violations:", each line after `npm error`), the others only see that no version matches
+    "npm": "- {version} ({rule}): ",
     "pnpm": "No matching version found for {package}@{version}",
     "yarn1": "Couldn't find any versions for \"{package}\" that matches \"{version}\"",
     "yarn4": "{package}@npm:{version}: No candidates found",
     "bun": "No version matching \"{version}\" found for specifier \"{package}\" "
            "(but package exists)",
 }
+DENIED_WAY_OUT_SAYS: dict[str, tuple[str, ...]] = {
+    # the way through, where the client prints it: npm alone reads the packument's message
+    "npm": ("newest admitted: {admitted}",
+            "for an exception ask {contact}: an [[exception]] for {package} in mirrorgate's "
+            "rules file admits it until a date"),
+}
 LOCKED_DENIED_SAYS: dict[str, str] = {
     # a lockfile names the version: the tarball answers 403; npm prints the body's `error`,
     # pnpm and yarn 4 the status line's text, yarn 1 and bun only the status code
     "npm": "GET {url} - mirrorgate denied {package}@{version} by its {rule} rule",
-    "pnpm": "GET {url}: Forbidden: mirrorgate denied {package}@{version} ({rule} rule) - 403",
+    "pnpm": "GET {url}: Forbidden: mirrorgate denied {package}@{version} ({rule} rule); "
+            "nearest admitted {admitted}; for an exception ask {contact} - 403",
     "yarn1": "{url}: Request failed \"403 Forbidden\"",
     "yarn4": "Response Code: 403 (Forbidden: mirrorgate denied {package}@{version} ({rule} "
-             "rule))",
+             "rule); nearest admitted {admitted}; for an exception ask {contact})",
     "bun": "GET {url} - 403",
 }
+LOCKED_WAY_OUT_SAYS: dict[str, tuple[str, ...]] = {
+    "npm": ("nearest admitted: {admitted}; for an exception ask {contact}: an [[exception]] "
+            "for {package}@{version} in mirrorgate's rules file admits it until a date",),
+}
+CONTACT = "npm-admins@example.com"
+"""The MIRRORGATE_OPERATOR_CONTACT the matrix and the docs' examples run with."""
 
 
-def says(template: str, registry: str, package: str, version: str, rule: str) -> str:
-    """A `DENIED_SAYS` or `LOCKED_DENIED_SAYS` line for an unscoped `package`@`version`."""
+def says(template: str, registry: str, package: str, version: str, rule: str,
+         admitted: str = "1.2.0", contact: str = CONTACT) -> str:
+    """A `*_SAYS` line for an unscoped `package`@`version`."""
     url = f"{registry}{package}/-/{package}-{version}.tgz"
-    return template.format(package=package, version=version, rule=rule, url=url)
+    return template.format(package=package, version=version, rule=rule, url=url,
+                           admitted=admitted, contact=contact)

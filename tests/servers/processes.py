@@ -404,5 +404,8 @@ class MirrorgateProcess:
 
 
 def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # the sources under test (PYTHONPATH), not whatever the installed command points at
+    if env is not None and "PYTHONPATH" in os.environ:
+        env = {"PYTHONPATH": os.environ["PYTHONPATH"], **env}
     return subprocess.run([*mirrorgate_argv(), *args], capture_output=True, text=True,
                           timeout=60, env=env, check=False)

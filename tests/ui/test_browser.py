@@ -65,7 +65,7 @@ def test_the_overview_shows_the_counts_of_a_real_npm_install(
     denials = page.locator("section", has=page.locator("h2", has_text="Recent denials"))
     expect(denials).to_contain_text("delta@0.5.0")
     expect(denials).to_contain_text("zeta@1.0.0")
-    expect(page.locator("table.rules")).to_contain_text("delta@0.5.0")
+    expect(page.locator("table.rules.changed")).to_contain_text("delta@0.5.0")
     expect(page.get_by_text("kept in memory only")).to_be_visible()
     screenshot(page, "overview")
 

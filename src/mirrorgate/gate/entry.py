@@ -101,8 +101,9 @@ class PackumentEntry:
         return delta
 
 
-def build_rendered(gated: Gated, abbreviated: bool, base: str, vary: str = VARY) -> Rendered:
-    return rendered_body(gated.render(abbreviated, base), abbreviated, vary)
+def build_rendered(gated: Gated, abbreviated: bool, base: str, vary: str = VARY,
+                   footer: str | None = None) -> Rendered:
+    return rendered_body(gated.render(abbreviated, base, footer), abbreviated, vary)
 
 
 def rendered_body(body: bytes, abbreviated: bool, vary: str = VARY, *,

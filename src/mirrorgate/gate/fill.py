@@ -8,6 +8,7 @@ skipped version keys are counted and logged here, once per fill, never per reque
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -199,6 +200,8 @@ class PackumentSource:
             del public_doc, answer  # the parse goes with the budget it was held against
         if failure is not None and not gated.survivors:
             raise failure  # nothing installable and an upstream failed: 502, 503 or 504
+        if public_error is not None:  # served from private alone: say so for what is missing
+            gated = dataclasses.replace(gated, public_failure=public_error)
         if gated.first_party:
             self.first_party.remember(full)
         elif private_error is None:

@@ -371,7 +371,8 @@ def gate(
         dist_tags=merge_tags(private, public, survivors, first_party),
         time=_merge_time(private, public, records),
         versions=records,
-        policy_message=policy_message(name, judging.denied) if judging.denied else None,
+        policy_message=(policy_message(name, judging.denied, survivors) if judging.denied
+                        else None),
         denials=judging.counts,
         reported=judging.reported,
         refused_urls=tuple(judging.refused),

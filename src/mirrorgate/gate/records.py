@@ -6,6 +6,8 @@ serve path renders it, the worker's re-gate and the operator commands read its v
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,6 +19,8 @@ from mirrorgate.integrity import Digest
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.packument import manifest_on, on_base, render
 from mirrorgate.npm.versions import newest_first
+from mirrorgate.rules.policy import plural
+from mirrorgate.rules.wayout import SHOWN, installable_from, instead
 
 __all__ = ["MAX_VERSIONS", "RECORD_BYTES", "Denial", "Gated", "TooManyVersionsError", "UrlRefusal",
            "VersionRecord", "policy_message"]
@@ -30,19 +34,31 @@ MAX_VERSIONS = 50_000
 """More versions than this in one packument is refused (502): gating, rendering and holding
 such a document would stall the process for every other client. The largest real packuments
 hold a few thousand."""
-_POLICY_DETAILED = 20
 
 
-def policy_message(name: PackageName, denied: dict[str, Denial]) -> str:
-    """One line naming each denied version and its rule, the first few with the reason."""
+def policy_message(name: PackageName, denied: dict[str, Denial],
+                   admitted: Iterable[str] = ()) -> str:
+    """npm's `policyRestrictions.message`, which npm prints under "Could not download
+    NAME@WANTED due to policy violations:": the newest denied versions one a line with the
+    rule, the reason and, for a timed denial, when it ends; how many more; the newest admitted
+    version to use instead. The exception line is the proxy's (`Gated.render`'s `footer`)."""
     order = newest_first(denied)
-    detailed = [f"{v} denied by {denied[v].rule} ({denied[v].reason})"
-                for v in order[:_POLICY_DETAILED]]
-    rest = [f"{v} ({denied[v].rule})" for v in order[_POLICY_DETAILED:]]
-    text = f"mirrorgate admission rules for {name.full}: " + "; ".join(detailed)
+    lines = [f"mirrorgate's admission rules withhold {plural(len(order), 'version')} of "
+             f"{name.full}:"]
+    for version in order[:SHOWN]:
+        denial = denied[version]
+        until = installable_from(denial.until)
+        lines.append(f"- {version} ({denial.rule}): {denial.reason}"
+                     + (f"; {until}" if until else ""))
+    rest = order[SHOWN:]
     if rest:
-        text += f"; also denied: {', '.join(rest)}"
-    return text
+        rules = Counter(denied[v].rule for v in rest)
+        lines.append(f"- and {len(rest)} more ("
+                     + ", ".join(f"{rule} {count}" for rule, count in rules.most_common())
+                     + ")")
+    use = instead(None, admitted)
+    lines.append(f"newest admitted: {use}" if use is not None else "no version is admitted")
+    return "\n".join(lines)
 
 
 class TooManyVersionsError(MirrorgateError):
@@ -150,6 +166,9 @@ class Gated:
     withdrawals: dict[str, str] = field(default_factory=dict)
     """Mirrored versions the public registry withdrew, and when that was first seen: the fill
     remembers them, so that a public outage or a restart does not bring one back."""
+    public_failure: MirrorgateError | None = field(default=None, compare=False)
+    """The public upstream failed at this fill (its `UpstreamError`): a version missing here
+    may exist there, and is then "not mirrored" rather than not found."""
 
     @property
     def survivors(self) -> list[str]:
@@ -165,15 +184,18 @@ class Gated:
             return wanted
         return self.dist_tags.get(wanted)
 
-    def render(self, abbreviated: bool, base: str | None) -> bytes:
+    def render(self, abbreviated: bool, base: str | None, footer: str | None = None) -> bytes:
         """The packument's bytes in one form, tarball URLs on `base` (None: on the placeholder,
         `npm.packument.on_base`); denied versions go to npm's `policyRestrictions`, each with
-        its rule and reason as data."""
+        its rule and reason as data, the message ending with `footer` (how to get an
+        exception: the proxy's setting, not the gate's)."""
         def form(record: VersionRecord) -> bytes:
             return record.abbreviated if abbreviated else record.full
 
         survivors = {v: form(r) for v, r in self.versions.items() if r.denial is None}
         message = self.policy_message
+        if message is not None and footer:
+            message = f"{message}\n{footer}"
         restricted = None
         if message is not None:
             withheld = {v: r for v, r in self.versions.items() if r.denial is not None}

@@ -65,12 +65,19 @@ from mirrorgate.npm.paths import (
 )
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import LiveRules, Rules
+from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.publishing import PublishRoute
-from mirrorgate.serve.refusals import Refused, denied, json_response, upstream_failed
+from mirrorgate.serve.refusals import (
+    Refused,
+    denied,
+    json_response,
+    not_mirrored,
+    reads_body,
+)
 from mirrorgate.serve.relay import OUTCOME, Relay
 from mirrorgate.serve.search import Search
 from mirrorgate.serve.spool import SPOOL_DIR, Spools
@@ -78,6 +85,7 @@ from mirrorgate.serve.tarballs import TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
+from mirrorgate.serve.ui.stored import stored_counts_for
 from mirrorgate.upstream.client import Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -187,7 +195,8 @@ class ProxyServer:
                                      handoff=proxy.handoff,
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
                                                   else None),
-                                     clock=clock, release=self.release)
+                                     clock=clock, release=self.release,
+                                     contact=self.settings.operator_contact)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)
@@ -216,6 +225,11 @@ class ProxyServer:
         self._id_prefix = os.urandom(3).hex()
 
     # --- bookkeeping -----------------------------------------------------------------------
+
+    def footer(self, name: PackageName) -> str:
+        """The last line of a packument's `policyRestrictions` message: how to get an
+        exception (MIRRORGATE_OPERATOR_CONTACT is the proxy's, not the gate's)."""
+        return exception_how(name.full, None, self.settings.operator_contact)
 
     def _count(self, route: str, status: int | str) -> None:
         """Count every request by fixed route label and status (`mirrorgate_requests_total`)."""
@@ -338,7 +352,7 @@ class ProxyServer:
                 else:
                     response = await self._route(request, target)
             except Refused as refused:
-                response = refused.response()
+                response = refused.response(reads_body(request.headers.get("User-Agent", "")))
                 if _logged_refusal(route, refused):
                     log.info("request_refused", route=route, status=refused.status,
                              path=_logged_path(request), reason=refused.reason)
@@ -428,7 +442,7 @@ class ProxyServer:
         try:
             return await self.packuments.entry(name)
         except UpstreamError as error:
-            raise upstream_failed(error, name) from None
+            raise not_mirrored(error, name) from None
         except TooManyVersionsError as error:
             self.metrics.refusals.labels("too_many_versions").inc()
             log.warning("packument_refused", package=name.full, reason=str(error))
@@ -456,7 +470,7 @@ class ProxyServer:
                           "upstream", reason="no versions", package=name.full)
         if not gated.survivors:
             raise Refused(403, f"every version of {name.full} was denied by mirrorgate's "
-                          f"admission rules: {gated.policy_message}",
+                          f"admission rules: {gated.policy_message}\n{self.footer(name)}",
                           reason=gated.policy_message, package=name.full)
         key = self._key(request)
         rendered = slot.value.renderings.get(key)
@@ -494,7 +508,8 @@ class ProxyServer:
         async with self._rendering_once:
             unplaced = entry.unplaced.get(abbreviated)
             if unplaced is None:
-                unplaced = await in_thread_if_large(gated.size, gated.render, abbreviated, None)
+                unplaced = await in_thread_if_large(gated.size, gated.render, abbreviated, None,
+                                                    self.footer(gated.name))
                 entry.unplaced[abbreviated] = unplaced
                 self.packuments.cache.grow(slot, len(unplaced))
             return await in_thread_if_large(len(unplaced), _placed, unplaced, abbreviated, base,
@@ -514,7 +529,7 @@ class ProxyServer:
         entry = slot.value
         try:
             rendered = await in_thread_if_large(gated.size, build_rendered, gated, *key,
-                                                self._vary)
+                                                self._vary, self.footer(gated.name))
         finally:
             entry.pending.pop(key, None)
         self.packuments.cache.grow(slot, entry.keep(key, rendered))
@@ -528,11 +543,13 @@ class ProxyServer:
                           reason="not found")
         version = gated.resolve(wanted)
         record = gated.versions.get(version) if version is not None else None
+        if record is None and isinstance(gated.public_failure, UpstreamError):
+            raise not_mirrored(gated.public_failure, name, wanted)
         if record is None:
             raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
                           reason="version not found")
         if record.denial is not None:
-            raise denied(name, record)
+            raise denied(name, record, gated.survivors, self.settings.operator_contact)
         body = record.document(self._key(request)[1])
         return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 
@@ -600,7 +617,8 @@ def build_proxy_app(
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server._gated_or_none, over_tls=server.over_tls,
-                  base=server._base)
+                  base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
+                  worker_beside=proxy.worker_beside)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

@@ -7,7 +7,7 @@ Handlers raise `Refused` and the dispatcher answers it, so a refusal is one line
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -16,11 +16,13 @@ from aiohttp import web
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import VersionRecord
 from mirrorgate.npm.names import PackageName
+from mirrorgate.rules.wayout import exception_how, exception_who, installable_from, instead
 from mirrorgate.upstream.client import UpstreamError
 
-__all__ = ["Refused", "denied", "json_response", "upstream_failed"]
+__all__ = ["PREWARM", "Refused", "denied", "json_response", "not_mirrored", "reads_body",
+           "upstream_failed"]
 
-STATUS_TEXT_LIMIT = 200
+STATUS_TEXT_LIMIT = 300
 """Characters of a denial's reason carried in the status line (the body has all of it)."""
 DEFAULT_RETRY_AFTER = "30"
 """Seconds a 503 asks the client to wait when the upstream did not say."""
@@ -31,21 +33,31 @@ class Refused(MirrorgateError):  # noqa: N818 - an outcome carried to the respon
 
     def __init__(self, status: int, message: str, *, reason: str | None = None,
                  headers: Mapping[str, str] | None = None, status_text: str | None = None,
-                 **fields: Any) -> None:
+                 brief_status_text: str | None = None, **fields: Any) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.reason = reason
         self.headers = dict(headers or {})
         self.status_text = status_text
+        self.brief_status_text = brief_status_text
+        """The status text for a client that prints the body's `error` after it (npm)."""
         self.fields = fields
 
-    def response(self) -> web.Response:
+    def response(self, reads_body: bool = False) -> web.Response:
         body: dict[str, Any] = {"error": self.message}
         if self.reason is not None:
             body["reason"] = self.reason
         body.update(self.fields)
-        return json_response(self.status, body, self.headers, status_text=self.status_text)
+        text = (self.brief_status_text if reads_body and self.brief_status_text
+                else self.status_text)
+        return json_response(self.status, body, self.headers, status_text=text)
+
+
+def reads_body(user_agent: str) -> bool:
+    """Whether the client prints a refusal's JSON `error` (npm: "403 <status text> - GET <url>
+    - <error>"); pnpm, yarn and bun print the status line alone, so theirs carries it all."""
+    return user_agent.startswith("npm/")
 
 
 def json_response(status: int, body: Mapping[str, Any],
@@ -90,15 +102,47 @@ def upstream_failed(error: UpstreamError, name: PackageName) -> Refused:
                    kind=error.kind)
 
 
-def denied(name: PackageName, record: VersionRecord) -> Refused:
-    """The 403 for a version the gate denied: which rule, why, which version."""
+PREWARM = "mirrorgate prewarm LOCKFILE"
+"""The command that mirrors a project's locked versions while the public upstream is up."""
+
+
+def not_mirrored(error: UpstreamError, name: PackageName, version: str | None = None) -> Refused:
+    """`upstream_failed` for what the private side does not hold while the public upstream
+    fails: the version (or, with None, the package) is not mirrored, and the command that
+    mirrors a project before the upstream goes away. A client's own cache serves what it
+    holds without asking, so such a version was never pulled through mirrorgate."""
+    refused = upstream_failed(error, name)
+    if error.label != "public":
+        return refused
+    what = f"{name.full}@{version}" if version is not None else name.full
+    return Refused(refused.status, f"{what} is not mirrored, and {refused.message}; to mirror "
+                   f"a project before the public upstream goes away, run {PREWARM}",
+                   reason=refused.reason, headers=refused.headers, mirrored=False,
+                   **refused.fields)
+
+
+def denied(name: PackageName, record: VersionRecord, admitted: Iterable[str] = (),
+           contact: str | None = None) -> Refused:
+    """The 403 for a version the gate denied: which rule and why, then the way through (when
+    a timed denial ends, the nearest admitted version among `admitted`, how to get an
+    exception: `rules.wayout`)."""
     denial = record.denial
     if denial is None:
         raise ValueError(f"{name.full}@{record.version} was admitted, not denied")
-    # The status line carries the verdict too: pnpm and yarn 1 print the status text of a
-    # failed tarball fetch, not the body (npm prints the body's `error`).
-    return Refused(403, f"mirrorgate denied {name.full}@{record.version} by its {denial.rule} "
-                   f"rule: {denial.reason}", reason=denial.reason, rule=denial.rule,
-                   package=name.full, version=record.version,
-                   status_text=f"Forbidden: mirrorgate denied {name.full}@{record.version} "
-                               f"({denial.rule} rule)")
+    label = f"{name.full}@{record.version}"
+    until = installable_from(denial.until)
+    use = instead(record.version, admitted)
+    nearest = f"nearest admitted: {use}" if use is not None else "no version of it is admitted"
+    message = "; ".join(part for part in (
+        f"mirrorgate denied {label} by its {denial.rule} rule: {denial.reason}", until,
+        nearest, exception_how(name.full, record.version, contact)) if part)
+    # The status line carries the verdict and the way through too: pnpm and yarn 4 print the
+    # status text of a failed tarball fetch, not the body (npm prints the body's `error`).
+    line = "; ".join(part for part in (
+        f"Forbidden: mirrorgate denied {label} ({denial.rule} rule)", until,
+        f"nearest admitted {use}" if use is not None else "", exception_who(contact)) if part)
+    return Refused(403, message, reason=denial.reason, rule=denial.rule, package=name.full,
+                   version=record.version, nearest_admitted=use,
+                   installable_at=denial.until.isoformat() if denial.until else None,
+                   status_text=line,
+                   brief_status_text=f"Forbidden: mirrorgate denied {label} ({denial.rule} rule)")

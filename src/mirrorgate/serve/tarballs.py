@@ -27,8 +27,9 @@ from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.releasetable import RELEASE_SIGNALS
+from mirrorgate.rules.wayout import exception_how, installable_from
 from mirrorgate.serve.overload import Slot
-from mirrorgate.serve.refusals import Refused, denied, upstream_failed
+from mirrorgate.serve.refusals import Refused, denied, not_mirrored, upstream_failed
 from mirrorgate.serve.relay import OUTCOME, Relay, Withheld, remember
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -52,7 +53,7 @@ class TarballRoute:
                  handoff: Handoff | None = None,
                  on_enqueued: Callable[[PackageName, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 release: ReleaseJudge | None = None) -> None:
+                 release: ReleaseJudge | None = None, contact: str | None = None) -> None:
         self.private = private
         self.public = public
         self.queue = queue
@@ -64,6 +65,8 @@ class TarballRoute:
         self.on_enqueued = on_enqueued
         self.clock = clock
         self.release = release
+        self.contact = contact
+        """MIRRORGATE_OPERATOR_CONTACT, named in a denied tarball's 403."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
 
@@ -80,6 +83,9 @@ class TarballRoute:
         # version no upstream lists is a 404 before any tarball is asked for.
         gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
+        if gated is not None and record is None and isinstance(gated.public_failure,
+                                                                UpstreamError):
+            raise not_mirrored(gated.public_failure, name, version)
         if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
@@ -94,14 +100,15 @@ class TarballRoute:
             alert = denial_alert(name.full, version, record.denial, "tarball")
             if alert is not None:
                 self.metrics.events.alert(alert)
-            raise denied(name, record)
+            raise denied(name, record, gated.survivors, self.contact)
         found = (self.relay.scripts_found.get(f"{name.full}@{version}") if record.scan_scripts
                  else None)
         if found is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule="install-scripts", reason=found)
             raise Refused(403, f"mirrorgate denied {name.full}@{version} by its install-scripts "
-                          f"rule: {found}", reason=found, rule="install-scripts",
+                          f"rule: {found}; {exception_how(name.full, version, self.contact)}",
+                          reason=found, rule="install-scripts",
                           package=name.full, version=version,
                           status_text=f"Forbidden: mirrorgate denied {name.full}@{version} "
                                       "(install-scripts rule)")
@@ -146,7 +153,7 @@ class TarballRoute:
                                                   slot, verify=True)
                 if copy is not None:
                     return copy
-            raise upstream_failed(error, name) from None
+            raise not_mirrored(error, name, version) from None
 
     def _refuse_remembered(self, name: PackageName, version: str) -> None:
         """A 403 with the evidence for a version a release signal refused at an earlier pull
@@ -163,8 +170,11 @@ class TarballRoute:
         self.metrics.events.denied(label, verdict.rule, verdict.reason)
         evidence = [detail for found in verdict.fired if found.signal == verdict.rule
                     for detail in found.details]
+        until = installable_from(verdict.until)
         raise Refused(403, f"mirrorgate denied {label} by its {verdict.rule} release signal: "
-                      f"{verdict.reason}", reason=verdict.reason, rule=verdict.rule,
+                      f"{verdict.reason}{'; ' + until if until else ''}; "
+                      f"{exception_how(name.full, version, self.contact)}",
+                      reason=verdict.reason, rule=verdict.rule,
                       package=name.full, version=version, evidence=evidence[:50],
                       compared_with=verdict.compared_with,
                       until=verdict.until.isoformat() if verdict.until else None,

@@ -20,30 +20,34 @@ from mirrorgate.serve.ui.overview import overview
 from mirrorgate.serve.ui.package import LoadPackument, package_view, search
 from mirrorgate.serve.ui.page import HEADERS, esc, page
 from mirrorgate.serve.ui.session import LOGIN_PATH, login_form, login_submit, see_other
+from mirrorgate.serve.ui.stored import StoredCounts
 
 __all__ = ["OPEN_PATHS", "PREFIX", "add_ui_routes"]
 
 PREFIX = "/ui/"
 STYLE_PATH = "/ui/static/style.css"
-OPEN_PATHS = frozenset({LOGIN_PATH, STYLE_PATH})
-"""Paths served without a token even when client tokens are on: the form and its style."""
+OPEN_PATHS = frozenset({LOGIN_PATH, STYLE_PATH, "/"})
+"""Paths served without a token even when client tokens are on: the form and its style, and
+`/`, which only points a browser at the page (a person typing the host name lands there)."""
 _PACKAGE = "/ui/package/"
 
 
 def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | LiveRules,
                   health: Health,
                   packument: LoadPackument, over_tls: Callable[[web.Request], bool],
-                  base: Callable[[web.Request], str]) -> None:
+                  base: Callable[[web.Request], str], stored: StoredCounts,
+                  worker_beside: bool = False) -> None:
     """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
     box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
     started = datetime.now(UTC)
     in_force = live(rules)
     style = files("mirrorgate.serve.ui").joinpath("style.css").read_bytes()
 
-    async def show_overview(_request: web.Request) -> web.Response:
+    async def show_overview(request: web.Request) -> web.Response:
         return overview(metrics=metrics, rules=in_force.current, started=started,
-                        heartbeat=health.heartbeat is not None, now=datetime.now(UTC),
-                        state=in_force)
+                        heartbeat=health.heartbeat, now=datetime.now(UTC),
+                        stored=await stored(), state=in_force,
+                        registry_url=base(request) + "npm/", worker_beside=worker_beside)
 
     async def show_package(request: web.Request) -> web.Response:
         # the raw path: the name is decoded once, by parse_name, exactly as under /npm/
@@ -64,6 +68,7 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
         return page("Not found", f"<h1>Not found</h1><p>There is no page at "
                     f"<code>{esc(request.path[:200])}</code>.</p>", status=404)
 
+    app.router.add_get("/", to_overview)
     app.router.add_get("/ui", to_overview)
     app.router.add_get(PREFIX, show_overview)
     app.router.add_get(STYLE_PATH, stylesheet)

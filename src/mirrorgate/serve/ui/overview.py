@@ -1,25 +1,30 @@
-"""The overview (`/ui/`): is the mirror keeping up, and what was refused lately.
+"""The overview (`/ui/`): one verdict first (healthy, or degraded and why), then what is
+stored, then this process's figures, what was refused lately, and the rules.
 
-Figures come from the process's own Prometheus registry, read the way `/metrics` renders it, so
-the page and a scrape can never disagree. What happened in the last hour comes from the bounded
-in-memory ring in `mirrorgate.events`, and the page says so.
+The process's figures come from its own Prometheus registry, read the way `/metrics` renders
+it, so the page and a scrape can never disagree; what is stored comes from `ui.stored`'s
+provider. What happened in the last hour comes from the bounded in-memory ring in
+`mirrorgate.events`, and the page says so. Every duration is in seconds.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from aiohttp import web
 
 from mirrorgate.events import CAPACITY, Event, Recent
+from mirrorgate.healthz import Heartbeat
 from mirrorgate.metrics import Metrics
-from mirrorgate.rules import ENFORCE, REPORT, LiveRules, Rules, rules_summary
+from mirrorgate.rules import DEFAULT_RULES, ENFORCE, REPORT, LiveRules, Rules, rules_summary
+from mirrorgate.rules.inforce import in_force
 from mirrorgate.serve.ui.page import esc, page, table
+from mirrorgate.serve.ui.stored import Stored
 
-__all__ = ["Samples", "overview", "process_version", "samples"]
+__all__ = ["JOB_OUTCOME_WORDS", "Samples", "overview", "process_version", "samples", "verdict"]
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 """Sample name -> (labels, value), as one scrape of the registry sees them."""
@@ -70,6 +75,11 @@ def _figure(label: str, value: str, key: str, note: str = "") -> str:
             f'<span class="value" data-key="{esc(key)}">{esc(value)}</span>{extra}</div>')
 
 
+def _seconds(value: float) -> str:
+    """A duration as the page shows every duration: in seconds."""
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
 def _advisories(found: Samples) -> list[str]:
     """The advisory data's figures, when an advisory source is configured (the gauges exist
     only then)."""
@@ -79,7 +89,7 @@ def _advisories(found: Samples) -> list[str]:
     age = _one(found, "mirrorgate_advisory_age_seconds")
     return [_figure("advisory records", _number(records), "advisory-records",
                     "OSV records in the index in force"),
-            _figure("advisory data age", f"{age / 3600:.1f} h" if age is not None
+            _figure("advisory data age", _seconds(age) if age is not None
                     else "not loaded yet", "advisory-age", "since the copy in force was made")]
 
 
@@ -89,33 +99,59 @@ def _events(events: list[Event], *, empty: str) -> str:
                  empty=empty)
 
 
-def _rules(rules: Rules) -> str:
-    def flat(value: Any) -> str:
-        if isinstance(value, bool):
-            return "yes" if value else "no"
-        if value is None:  # a section with no table in the rules file (advisories): not "None"
-            return "off (no table in the rules file)"
-        if isinstance(value, list):
-            return ", ".join(str(v) for v in value) or "none"
-        return str(value)
+def _flat(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:  # a section with no table in the rules file (advisories): not "None"
+        return "off (no table in the rules file)"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "none"
+    return str(value)
 
-    rows = []
+
+def _rows(rules: Rules) -> dict[tuple[str, str], str]:
+    rows: dict[tuple[str, str], str] = {}
     for section, content in rules_summary(rules).items():
+        if section == "source":
+            continue
         if isinstance(content, dict):
             for key, value in content.items():
-                rows.append([esc(section), esc(key), esc(flat(value))])
+                rows[(section, key)] = _flat(value)
         else:
-            rows.append([esc(section), "", esc(flat(content))])
-    return table(["rule", "setting", "value"], rows, empty="no rules", cls="rules")
+            rows[(section, "")] = _flat(content)
+    return rows
+
+
+def _rules(rules: Rules) -> str:
+    """The rules in force one line each, then the settings that differ from the defaults,
+    then the rest folded: about 35 rows are off or at their default on most deployments."""
+    defaults = _rows(DEFAULT_RULES)
+    rows = _rows(rules)
+    changed = [key for key, value in rows.items() if defaults.get(key) != value]
+    same = [key for key in rows if key not in changed]
+
+    def cells(keys: list[tuple[str, str]]) -> list[list[str]]:
+        return [[esc(section), esc(key), esc(rows[(section, key)])] for section, key in keys]
+
+    source = ("the default policy (no rules file)" if rules.source == "<defaults>"
+              else rules.source)
+    lines = "".join(f"<li>{esc(line)}</li>" for line in in_force(rules))
+    return (f'<p class="meta">From {esc(source)}; the rules that can deny a version:</p>'
+            f'<ul class="in-force" data-key="rules-in-force">{lines}</ul>'
+            f'<h3>Settings that differ from the defaults</h3>'
+            + table(["section", "setting", "value"], cells(changed),
+                    empty="none: every setting is at its default", cls="rules changed")
+            + f'<details><summary>The other {len(same)} settings, at their defaults</summary>'
+            + table(["section", "setting", "value"], cells(same), empty="none",
+                    cls="rules defaults")
+            + "</details>")
 
 
 def _exceptions(rules: Rules, now: datetime) -> str:
     rows = []
     for exception in rules.exceptions:
-        left = exception.until - now
-        shown = (f"{left.days} d {left.seconds // 3600} h" if left.days else
-                 f"{left.seconds // 3600} h {left.seconds % 3600 // 60} min"
-                 if left.total_seconds() > 0 else "ended: lifts nothing")
+        left = (exception.until - now).total_seconds()
+        shown = _seconds(left) if left > 0 else "ended: lifts nothing"
         rows.append([esc(exception.text), esc(_when(exception.until)),
                      f'<span data-key="exception-left">{esc(shown)}</span>',
                      esc(", ".join(sorted(exception.rules)) if exception.rules
@@ -133,8 +169,70 @@ def _reload(state: LiveRules | None) -> str:
             "stay in force until it is fixed.</p>")
 
 
-def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: bool,
-             now: datetime, state: LiveRules | None = None) -> web.Response:
+UPSTREAM_RECENT = timedelta(minutes=5)
+"""An upstream failure this recent makes the verdict "degraded"."""
+TAMPER_RECENT = timedelta(hours=1)
+
+
+def verdict(found: Samples, recent: Recent, heartbeat: Heartbeat | None, now: datetime,
+            state: LiveRules | None) -> list[str]:
+    """Why the page says "degraded" (each a sentence), or [] for "healthy"."""
+    reasons: list[str] = []
+    if state is not None and state.problem is not None:
+        reasons.append("the rules file was changed and cannot be used: the last good rules "
+                       "stay in force")
+    if heartbeat is not None and not heartbeat.fresh():
+        reasons.append(f"the worker's heartbeat is {_seconds(heartbeat.age())} old (stale "
+                       f"after {_seconds(heartbeat.stale_after)}): mirroring has stopped")
+    dropped = _one(found, "mirrorgate_jobs_dropped_total") or 0
+    if dropped:
+        reasons.append(f"{dropped:.0f} mirror jobs dropped since start: the queue was full, "
+                       "so those versions are not mirrored until they are pulled again")
+    for upstream, event in sorted(recent.last_failures().items()):
+        ago = (now - event.at).total_seconds()
+        if ago <= UPSTREAM_RECENT.total_seconds():
+            reasons.append(f"the {upstream} upstream failed {_seconds(ago)} ago: {event.detail}")
+    tampered = [e for e in recent.latest("tampered") if now - e.at <= TAMPER_RECENT]
+    if tampered:
+        reasons.append(f"{len(tampered)} tampered tarballs in the last hour (latest: "
+                       f"{tampered[0].subject})")
+    return reasons
+
+
+def _verdict(reasons: list[str]) -> str:
+    if not reasons:
+        return ('<section class="health healthy" role="status"><p><strong data-key="verdict">'
+                "Healthy</strong>: the worker keeps up, no mirror job was dropped, no upstream "
+                "failed in the last 5 minutes.</p></section>")
+    items = "".join(f"<li>{esc(reason)}</li>" for reason in reasons)
+    return ('<section class="health degraded" role="status"><p><strong data-key="verdict">'
+            f'Degraded</strong>: {len(reasons)} reason{"s" if len(reasons) > 1 else ""}.</p>'
+            f'<ul data-key="verdict-reasons">{items}</ul></section>')
+
+
+def _stored(stored: Stored) -> str:
+    def shown(count: int | None) -> str:
+        return str(count) if count is not None else "n/a"
+
+    alone = "not stored yet: each process keeps its own (recent denials below)"
+    return "".join([
+        _figure("versions mirrored", shown(stored.mirrored), "stored-mirrored",
+                f"held by {stored.where}"),
+        _figure("versions refused", shown(stored.refused), "stored-refused",
+                alone if stored.refused is None else f"kept by {stored.where}"),
+        _figure("versions quarantined", shown(stored.quarantined), "stored-quarantined",
+                alone if stored.quarantined is None else f"kept by {stored.where}"),
+    ])
+
+
+JOB_OUTCOME_WORDS = {"published": "mirrored"}
+"""One word per concept: a job that put a version into the mirror "mirrored" it; "published"
+is kept for a client's `npm publish` through mirrorgate."""
+
+
+def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: Heartbeat | None,
+             now: datetime, stored: Stored, state: LiveRules | None = None,
+             registry_url: str = "", worker_beside: bool = False) -> web.Response:
     found = samples(metrics)
     recent: Recent = metrics.events
     jobs = _by(found, "mirrorgate_jobs_total", "outcome")
@@ -143,21 +241,29 @@ def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: bo
     failures = _by(found, "mirrorgate_upstream_failures_total", "upstream")
     last = recent.last_failures()
     upstreams = sorted(set(failures) | set(last))
-    age = _one(found, "mirrorgate_worker_heartbeat_age_seconds")
+    uptime = (now - started).total_seconds()
+    enqueued = _one(found, "mirrorgate_jobs_enqueued_total") or 0.0
+    denied = sum(_by(found, "mirrorgate_rule_denials_total", "rule", mode=ENFORCE).values())
+
+    def rate(count: float) -> str:  # this process's rate, beside the stored counts
+        return f"{count * 60 / max(uptime, 60):.1f} a minute"
+
+    if heartbeat is not None:
+        beat = _figure("worker heartbeat age", _seconds(heartbeat.age()), "heartbeat-age",
+                       f"stale after {_seconds(heartbeat.stale_after)}")
+    else:
+        beat = _figure("worker heartbeat age", "no worker in this process", "heartbeat-age",
+                       "a separate `mirrorgate worker` mirrors" if not worker_beside else "")
     figures = "".join([
         _figure("queue depth", _number(_one(found, "mirrorgate_queue_depth")), "queue-depth",
                 "jobs waiting in this process's queue"),
+        _figure("jobs enqueued", _number(enqueued), "jobs-enqueued",
+                f"since start: {rate(enqueued)}"),
         _figure("jobs dropped", _number(_one(found, "mirrorgate_jobs_dropped_total")),
                 "jobs-dropped", "since start: the queue or its send buffer was full"),
-        _figure("jobs enqueued", _number(_one(found, "mirrorgate_jobs_enqueued_total")),
-                "jobs-enqueued", "since start"),
-        _figure("worker heartbeat age",
-                f"{age:.1f} s" if age is not None else
-                ("n/a" if heartbeat else "no worker in this process"),
-                "heartbeat-age", "stale after MIRRORGATE_HEARTBEAT_STALE_AFTER"),
-        _figure("versions denied", _number(sum(_by(found, "mirrorgate_rule_denials_total",
-                                                   "rule", mode=ENFORCE).values())),
-                "versions-denied", "since start, counted once per packument fill"),
+        beat,
+        _figure("versions denied", _number(denied), "versions-denied",
+                f"since start, once per packument fill: {rate(denied)}"),
         _figure("versions a report-mode rule would deny",
                 _number(sum(_by(found, "mirrorgate_rule_denials_total", "rule",
                                 mode=REPORT).values())),
@@ -166,18 +272,27 @@ def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: bo
                 "since start"),
         *_advisories(found),
     ])
-    job_rows = ([esc(o), f'<span data-key="jobs-hour-{esc(o)}">{hour.get(o, 0)}</span>',
+    job_rows = ([esc(JOB_OUTCOME_WORDS.get(o, o)),
+                 f'<span data-key="jobs-hour-{esc(o)}">{hour.get(o, 0)}</span>',
                  f'<span data-key="jobs-total-{esc(o)}">{_number(jobs.get(o, 0))}</span>']
                 for o in outcomes)
     upstream_rows = ([esc(u), esc(_number(failures.get(u, 0))),
                       esc(_when(last[u].at)) if u in last else "",
                       esc(last[u].detail) if u in last else ""] for u in upstreams)
+    registry = (f' Registry URL for clients: <code data-key="registry-url">{esc(registry_url)}'
+                "</code>." if registry_url else "")
     body = f"""
 <h1>Status</h1>
-<p class="meta">mirrorgate {esc(process_version())}, running since {esc(_when(started))}.
-Totals are this process's, since it started, read from the same counters as
-<a href="/metrics">/metrics</a>.</p>
-<section class="figures">{figures}</section>
+{_verdict(verdict(found, recent, heartbeat, now, state))}
+<p class="meta">mirrorgate {esc(process_version())}, running since {esc(_when(started))}
+({esc(_seconds(uptime))}).{registry}</p>
+<section><h2>Stored</h2>
+<p class="note">What survives a restart, from where it is kept.</p>
+<div class="figures">{_stored(stored)}</div></section>
+<section><h2>This process, since it started</h2>
+<p class="note">Read from the same counters as <a href="/metrics">/metrics</a>; a restart
+starts them at zero.</p>
+<div class="figures">{figures}</div></section>
 <section><h2>Mirror jobs by outcome</h2>
 {table(["outcome", "last hour", "since start"], job_rows, empty="no mirror jobs yet")}
 </section>
@@ -197,7 +312,7 @@ Totals are this process's, since it started, read from the same counters as
 <section><h2>Recent tamper events</h2>
 {_events(recent.latest("tampered"), empty="no tampered tarball since start")}
 </section>
-<section><h2>Recent publishes</h2>
+<section><h2>Recent publishes through mirrorgate</h2>
 {_events(recent.latest("published"), empty="nothing published through mirrorgate since start")}
 </section>
 <section><h2>Recent pulls by signed-in clients</h2>

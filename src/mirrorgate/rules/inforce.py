@@ -1,0 +1,80 @@
+"""The rules in force as sentences: one line per rule that can deny, and the default policy.
+
+`DEFAULT_POLICY` is `in_force(DEFAULT_RULES)` joined, so `--help`, `check-config`, the README
+and docs/configuration.md state the policy without a rules file from the code that applies it
+(tests/test_docs.py holds the README and the reference to it).
+"""
+
+from __future__ import annotations
+
+from mirrorgate.rules.policy import DEFAULT_RULES, REPORT, Rules
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS
+from mirrorgate.rules.table import (
+    DENY_LIST,
+    DIGEST_FLOOR,
+    INSTALL_SCRIPTS,
+    INTEGRITY_PRESENCE,
+    MINIMUM_AGE,
+)
+
+__all__ = ["DEFAULT_POLICY", "in_force"]
+
+
+def _listed(texts: list[str], shown: int = 3) -> str:
+    more = f" and {len(texts) - shown} more" if len(texts) > shown else ""
+    return ", ".join(texts[:shown]) + more
+
+
+def _mode(rules: Rules, table: str) -> str:
+    return " (report mode: logged, not enforced)" if rules.mode_of(table) == REPORT else ""
+
+
+def in_force(rules: Rules) -> list[str]:
+    """One line per rule that can deny a version under `rules`, in the order they run."""
+    weak = ("; sha1-only versions admitted, flagged weak" if rules.integrity_minimum == "sha1"
+            else "")
+    lines = [f"{INTEGRITY_PRESENCE}: a version without a verifiable digest is denied "
+             f"(always on{weak})"]
+    if rules.integrity_minimum != "sha1":
+        lines.append(f"{DIGEST_FLOOR}: digests weaker than {rules.integrity_minimum} are "
+                     f"denied{_mode(rules, 'integrity')}")
+    if rules.signatures.verify:
+        lines.append("registry-signature: dist.signatures must verify against the registry's "
+                     f"keys (missing: {rules.signatures.missing}){_mode(rules, 'signatures')}")
+    if rules.deny:
+        lines.append(f"{DENY_LIST}: {_listed(rules.deny.texts())}{_mode(rules, 'deny')}")
+    if rules.allow:
+        lines.append(f"allow-list: only {_listed(rules.allow.texts())}"
+                     f"{_mode(rules, 'allow')}")
+    if rules.advisories is not None:
+        malware = "denied" if rules.advisories.malware_deny else "admitted"
+        lines.append(f"advisories: malware {malware}, severity {rules.advisories.severity} "
+                     "and above denied"
+                     f"{_mode(rules, 'advisories')}")
+    if rules.block_install_scripts:
+        allowed = rules.install_scripts_allow.texts()
+        lines.append(f"{INSTALL_SCRIPTS}: versions that run code at install are denied"
+                     + (f", except {_listed(allowed)}" if allowed else "")
+                     + _mode(rules, "install_scripts"))
+    if rules.minimum_age.total_seconds() > 0:
+        why = (" (the default cooldown; [age] minimum = \"0\" turns it off)"
+               if rules.age_is_default else "")
+        lines.append(f"{MINIMUM_AGE}: a version is held back until it is "
+                     f"{rules.minimum_age_text} old{why}{_mode(rules, 'age')}")
+    for signal in (rules.provenance, rules.publisher):
+        if signal.on:
+            name = "provenance-continuity" if signal is rules.provenance else "publisher-change"
+            lines.append(f"{name}: {signal.mode}, over the previous {signal.window} versions")
+    if rules.release.on:
+        acting = [s for s in RELEASE_SIGNALS if rules.release.action(s) != "off"]
+        lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
+    return lines
+
+
+def _default_policy() -> str:
+    lines = in_force(DEFAULT_RULES)
+    return (f"Without a rules file (MIRRORGATE_RULES_FILE), {len(lines)} rules run: "
+            + "; ".join(lines) + ".")
+
+
+DEFAULT_POLICY = _default_policy()
