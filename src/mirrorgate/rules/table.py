@@ -387,6 +387,26 @@ def scripts_blocked(rules: Rules, name: str, version: str) -> bool:
         Subject(name, version), unparseable_matches=False) is None
 
 
+def scripts_reported(rules: Rules) -> bool:
+    """Whether the install-scripts rule is in report mode (its table's `mode`, else the
+    file's): what the tarball scan finds is then a would-deny, the bytes served."""
+    return rules.mode_of("install_scripts") == REPORT
+
+
+def scan_finding(found: str, manifest: Mapping[str, Any]) -> str:
+    """The reason the install-scripts rule gives for what the tarball scan found (`found`,
+    `tarscripts.ScriptScan.finish`'s sentence). A version whose registry manifest declares
+    install scripts is no manifest confusion, whatever the scan's sentence says ("which the
+    registry's manifest does not show"): it runs code at install because npm reads that
+    manifest. Reached in report mode, or past an exception, where those scripts were
+    admitted; in enforce mode the manifest's scripts deny the version before any byte."""
+    declared = _scripts_of(manifest)
+    if not declared:
+        return found
+    return (f"it runs code at install ({', '.join(declared)}), as its registry manifest "
+            "declares")
+
+
 def deny_listed(rules: Rules, name: str, version: str, now: datetime) -> Verdict | None:
     """The deny list alone, for first-party versions: the organisation's own builds are not
     held to the public admission rules, but an operator's deny entry withdraws any version
