@@ -25,7 +25,8 @@ from mirrorgate.rules import parse_rules
 from mirrorgate.serve import relay
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.package_managers import client
+from tests.servers.client_config import LOCKED_DENIED_SAYS, says
+from tests.servers.package_managers import CLIENTS, client
 from tests.servers.packages import (
     FixtureVersion,
     build_tarball,
@@ -268,3 +269,65 @@ async def test_a_mirrored_copy_asked_for_once_public_fails_is_read_too(
     assert "does not show" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert line["upstream"] == "private"
+
+
+def hidden_hook(name: str) -> FixtureVersion:
+    """A version whose manifest shows no scripts and whose tarball (about 600 KB, as a real
+    package with a bundled build) runs a postinstall."""
+    return confused(name, {"scripts": {"postinstall": "node evil.js"}},
+                    **{"dist/bundle.js": b"".join(b"var a%d = %d;\n" % (i, i * 7919)
+                                                  for i in range(40_000))})
+
+
+async def install_without_scripts(tool: str, proxy: RunningProxy, tmp_path: Path,
+                                  dependencies: dict[str, str]) -> tuple[int, str]:
+    manager = client(tool, tmp_path / tool)
+    manager.configure(proxy.registry)
+    manager.write_project(dependencies)
+    done = await asyncio.to_thread(manager.install)
+    return done.returncode, done.stdout + "\n" + done.stderr
+
+
+@pytest.mark.parametrize("tool", list(CLIENTS))
+async def test_every_client_shows_the_scans_refusal_as_a_403_naming_the_rule_not_a_reset(
+        tool: str, public_registry: FixtureRegistry, start_proxy: StartProxy,
+        tmp_path: Path) -> None:
+    # no lockfile: the packument admits the version (its manifest runs nothing), and the
+    # first pull of its tarball is withheld until the scan's verdict
+    public_registry.add(make_package("hidden-hook", [hidden_hook("hidden-hook")]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+
+    code, said = await install_without_scripts(tool, proxy, tmp_path, {"hidden-hook": "1.0.0"})
+
+    assert code != 0
+    assert says(LOCKED_DENIED_SAYS[tool], proxy.registry, "hidden-hook", "1.0.0",
+                "install-scripts") in said, said
+    assert "ECONNRESET" not in said
+    assert "aborted" not in said
+
+
+CUT_SAYS = {
+    # retries off: npm and pnpm print the reset; yarn 1 and bun retry on their own and meet
+    # the 403 the remembered verdict answers; yarn 4 prints the abort
+    "npm": "network aborted",
+    "pnpm": "ECONNRESET",
+    "yarn1": 'Request failed "403 Forbidden"',
+    "yarn4": "The server aborted pending request",
+    "bun": "hidden-big-1.0.0.tgz - 403",
+}
+
+
+@pytest.mark.parametrize("tool", list(CLIENTS))
+async def test_past_the_hold_limit_every_client_fails_on_the_cut_download(
+        tool: str, public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # what docs/serving.md#a-refusal-from-the-bytes says each client prints past 16 MiB
+    monkeypatch.setattr(relay, "HOLD_AT_MOST", 1024)
+    public_registry.add(make_package("hidden-big", [hidden_hook("hidden-big")]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+
+    code, said = await install_without_scripts(tool, proxy, tmp_path, {"hidden-big": "1.0.0"})
+
+    assert code != 0
+    assert CUT_SAYS[tool] in said, said
+    assert not (tmp_path / tool / "node_modules" / "hidden-big" / "package.json").exists()
