@@ -17,15 +17,14 @@ import subprocess
 from pathlib import Path
 
 import aiohttp
-from structlog.testing import capture_logs
-
 import pytest
+from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve import relay
 from tests.serve.rig import RunningProxy, StartProxy
-from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.client_config import LOCKED_DENIED_SAYS, says
+from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.package_managers import CLIENTS, client
 from tests.servers.packages import (
     FixtureVersion,

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -65,7 +67,7 @@ def unreadable(name: str) -> FixturePackage:
     return make_package(name, [make_version(name, "1.0.0", tarball=whole[:len(whole) // 2])])
 
 
-def would_deny_lines(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+def would_deny_lines(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
     return [line for line in logs if line["event"] == "version_would_deny"
             and line.get("where") == "tarball"]
 
