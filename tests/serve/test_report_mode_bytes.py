@@ -23,6 +23,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mirrorgate.rules import Rules, parse_rules
+from mirrorgate.serve.ui.page import esc
 from tests.serve.rig import StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.package_managers import client
@@ -95,7 +96,7 @@ async def test_report_mode_serves_bytes_whose_own_package_json_runs_a_hidden_pos
     [line] = would_deny_lines(logs)  # said once: the same bytes are not read again
     assert line["rule"] == "install-scripts"
     assert "postinstall" in str(line["reason"])
-    assert "does not show" in str(line["reason"])  # this one is manifest confusion
+    assert "as its registry manifest declares" not in str(line["reason"])  # confusion, this
     assert not [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert proxy.metric("mirrorgate_rule_denials_total", rule="install-scripts",
                         mode="report") == 1
@@ -103,6 +104,7 @@ async def test_report_mode_serves_bytes_whose_own_package_json_runs_a_hidden_pos
                         mode="enforce") == 0
     page = (await proxy.get("ui/")).body.decode()
     assert "hidden-report@1.0.0" in page
+    assert esc(f"install-scripts: {line['reason']}") in page
     assert len(await proxy.jobs()) == 1  # served whole, so mirrored as any admitted version
 
 
@@ -178,4 +180,5 @@ async def test_release_unavailable_deny_in_report_mode_serves_the_version_and_sa
     assert "1.0.0's tarball could not be fetched" in str(line["reason"])
     assert proxy.metric("mirrorgate_rule_denials_total", rule="release-unchecked",
                         mode="report") == 1
-    assert "steady-lib@1.0.1" in (await proxy.get("ui/")).body.decode()
+    page = (await proxy.get("ui/")).body.decode()
+    assert "release-unchecked: the release signals could not check it" in page
