@@ -122,8 +122,9 @@ VARIABLES: tuple[Var, ...] = (
         "file store's home; keep it on a volume that outlives the process (default: "
         "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)",
         see="withdrawals.md#what-mirrorgate-remembers"),
-    Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: only the "
-        "integrity-presence rule)",
+    Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules, read again when it "
+        "changes; a rewrite that is missing, empty or cut short keeps the rules in force, so "
+        "only unsetting this means no rules file (default: only the integrity-presence rule)",
         see="serving.md#admission-rules"),
     Var("MIRRORGATE_CLIENT_TOKENS_FILE", None, "file of client tokens, one `NAME sha256:HEX` a "
         "line; when set, every /npm/ request needs one of them (default: open, access control "
