@@ -1,18 +1,13 @@
 """Relaying a tarball's bytes to clients: through a shared spool, or streamed straight through.
 
-`TarballRoute` decides which bytes a request may have (the gate, private or public); this
-module moves them. A GET whose upstream body has a declared size is spooled (`spool`): the
-first request starts one download that fills the spool at the upstream's pace, hashed and
-scanned on the way (`relayhash`), and every request for the same bytes reads from it at its
-own. The download holds the admission slot and the upstream connection; a reader holds
-neither. A HEAD, a body of unknown size, or one the spool bound cannot take is streamed as one
-request's own download, holding both until its client has read it.
-
-Either way the last chunk leaves only once the whole body matched the admitted digest (and,
-where the install-scripts rule applies, runs nothing at install), and a body that does not is
-cut for every reader: even a client that checks no integrity gets a truncated answer it
-cannot install. A spooled first pull the scan or the release signals may refuse, of at most
-`HOLD_AT_MOST` bytes, is withheld until their verdict, so a refusal is a 403 with its reason.
+A GET whose upstream body has a declared size is spooled (`spool`): one download fills it at
+the upstream's pace, hashed and scanned on the way (`relayhash`), holding the admission slot
+and the upstream connection, and every request for those bytes reads it at its own pace. A
+HEAD, a body of unknown size, or one the spool bound cannot take is one request's own stream.
+Either way the last chunk leaves only once the body matched the admitted digest (and, where
+the install-scripts rule applies, runs nothing at install); a body that does not is cut for
+every reader. A spooled pull the scan or the release signals may refuse, of at most
+`HOLD_AT_MOST` bytes, is withheld until their verdict: a refusal is then a 403 with its reason.
 """
 
 from __future__ import annotations
@@ -200,12 +195,12 @@ class Relay:
                     return await self._stream(request, body.size, body.chunks, deadline,
                                               reader, source=source, name=name,
                                               version=version)
-                # the download outlives this request's interest in it: it owns the upstream
-                # answer and the slot from here on, and gives both back when the body is read
-                owned = stack.pop_all()
                 reading = self._reader(verifier, scan, name, version, release)
                 spool.withheld = (reading is not None and reading.may_refuse
                                   and spool.size <= HOLD_AT_MOST)
+                # the download outlives this request's interest in it: it owns the upstream
+                # answer and the slot from here on, and gives both back when the body is read
+                owned = stack.pop_all()
             task = asyncio.get_running_loop().create_task(self._fill(
                 spool, body.chunks, owned, slot.hand_over(), reading, source=source, name=name,
                 version=version))
