@@ -116,8 +116,7 @@ async def test_a_200_that_is_no_packument_retries_the_job_instead_of_retiring_it
     """A rate limiter's `{"error": ...}` for the packument lists no version: read as public's
     answer, the job would be retired `public-missing` and the pull never mirrored."""
     public_registry.add(make_package("limited", ["1.0.0"]))
-    public_registry.fault("/limited", Fault(body=b'{"error": "rate limited"}', times=1),
-                          exact=True)
+    public_registry.fault("/limited", Fault(body=b'{"error": "rate limited"}'), exact=True)
     rig = await make_rig()
     cached = CachedPublic(rig.deps.public, rig.deps.settings, clock=ManualClock())
     worker = Worker(dataclasses.replace(rig.deps, packuments=cached), idle_pause=0.01)
