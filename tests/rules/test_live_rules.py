@@ -77,6 +77,17 @@ def test_a_save_that_stopped_at_a_line_end_does_not_drop_the_tables_after_it(
     assert "cut short" in rules.problem
 
 
+def test_an_editor_that_drops_the_final_newline_changes_nothing_and_raises_no_alarm(
+        tmp_path: Path) -> None:
+    rules, path = _live(tmp_path)
+    path.write_text(REAL.rstrip("\n"), encoding="utf-8")
+
+    assert rules.reload()  # the same rules, taken: not a cut
+
+    assert rules.problem is None
+    assert len(rules.current.deny.patterns) == 3
+
+
 def test_a_rewrite_that_loses_every_table_does_not_load_as_the_defaults(
         tmp_path: Path) -> None:
     rules, path = _live(tmp_path)

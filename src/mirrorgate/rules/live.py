@@ -63,7 +63,8 @@ def _cut_short(text: str, in_force: str) -> str | None:
         # on purpose, write `mode = "enforce"`, or unset MIRRORGATE_RULES_FILE
         return ("the rules file sets nothing (empty, or comments only), which reads as a "
                 "truncated write; to run on the defaults write mode = \"enforce\"")
-    if len(text) < len(in_force) and in_force.startswith(text):
+    shown, before = text.rstrip(), in_force.rstrip()  # a final newline added or dropped: same
+    if len(shown) < len(before) and before.startswith(shown):
         # 2. the text in force cut short: a write that stopped midway, a full disk
         return ("the rules file is the text in force cut short (its first "
                 f"{len(text)} of {len(in_force)} characters), which reads as a truncated "
