@@ -182,3 +182,30 @@ async def test_release_unavailable_deny_in_report_mode_serves_the_version_and_sa
                         mode="report") == 1
     page = (await proxy.get("ui/")).body.decode()
     assert "release-unchecked: the release signals could not check it" in page
+
+
+@pytest.mark.parametrize("rules", [
+    FILE_MODE,
+    parse_rules('mode = "report"\n\n[age]\nminimum = "0"\n\n[release]\n', "rules.toml"),
+], ids=["install-scripts scan", "release signals"])
+async def test_in_report_mode_nothing_is_held_until_the_last_byte(
+        rules: Rules, public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # a rollout in report mode costs no time to first byte: only a verdict that may refuse
+    # holds a tarball back (docs/serving.md#a-refusal-from-the-bytes)
+    package = hidden("slow-report")
+    public_registry.add(package)
+    size = len(version_of(package).tarball)
+    public_registry.fault(tarball_path(package.name, "1.0.0"),
+                          Fault(chunk_size=size // 20 + 1, chunk_delay=0.25))  # 5 s in all
+    proxy = await start_proxy(public_registry.url, rules=rules)
+    loop = asyncio.get_running_loop()
+
+    started = loop.time()
+    async with proxy.session.get(proxy.url + "npm" + tarball_path(package.name, "1.0.0")) as got:
+        first_byte = loop.time() - started
+        body = await got.read()
+    whole = loop.time() - started
+
+    assert got.status == 200
+    assert body == version_of(package).tarball
+    assert first_byte < whole - 2.0  # the headers came while the upstream was still sending

@@ -303,6 +303,13 @@ class ReleaseCheck:
     def label(self) -> str:
         return f"{self.name.full}@{self.record.version}"
 
+    @property
+    def may_refuse(self) -> bool:
+        """Whether the verdict may refuse the bytes: never in the table's or the file's report
+        mode, where every signal (and `unavailable = "deny"`) is a would-deny, so a report-mode
+        rollout is not held until the last byte (`relay.HOLD_AT_MOST`)."""
+        return self.judge.rules.mode_of("release") != REPORT
+
     def begin(self) -> None:
         """Start fetching the previous version's bytes, beside the download of these."""
         if self.previous is not None and self._task is None:

@@ -102,6 +102,10 @@ class ContentsCheck(Protocol):
     @property
     def scan(self) -> ScriptScan: ...
 
+    @property
+    def may_refuse(self) -> bool:
+        """Whether `verdict()` may refuse the bytes (not in report mode): else no hold."""
+
     def begin(self) -> None: ...
 
     async def verdict(self) -> str | None: ...
@@ -123,8 +127,8 @@ class _Reading:
     @property
     def may_refuse(self) -> bool:
         """Whether the verdict may refuse the bytes (not only report on them)."""
-        return self.release is not None or (self.scripts is not None
-                                             and not self.scripts.report)
+        return (self.release is not None and self.release.may_refuse) or (
+            self.scripts is not None and not self.scripts.report)
 
     async def feed(self, chunk: bytes) -> None:
         await self.hasher.feed(chunk)
