@@ -124,8 +124,10 @@ VARIABLES: tuple[Var, ...] = (
         "file store's home; keep it on a volume that outlives the process (default: "
         "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)",
         see="withdrawals.md#what-mirrorgate-remembers"),
-    Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: the default "
-        "policy, stated below the table)",
+    Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules, read again when it "
+        "changes; a rewrite that is missing, empty or cut short keeps the rules in force, so "
+        "only unsetting this means no rules file (default: the default policy, stated below "
+        "the table)",
         see="serving.md#admission-rules"),
     Var("MIRRORGATE_OPERATOR_CONTACT", None, "who a person asks for an exception to the "
         "admission rules (an address, a channel, a URL), named in every refusal a client "

@@ -104,6 +104,30 @@ def test_a_deny_rule_in_report_mode_is_served_and_reported_everywhere(
     assert result["status"] == "would-deny"
 
 
+def test_a_rules_file_emptied_by_a_redirect_keeps_the_deny_list_in_force(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, mirrorgate: MirrorgateFactory,
+    tmp_path: Path,
+) -> None:
+    public_registry.add(make_package("emptied-pkg", ["1.0.0", "1.0.1"]))
+    rules = tmp_path / "rules.toml"
+    rules.write_text('# the platform team\'s rules\n\n[deny]\n'
+                     'packages = ["emptied-pkg@1.0.1"]\n', encoding="utf-8")
+    proxy = start(mirrorgate, public_registry, verdaccio, rules)
+    assert served(proxy, "emptied-pkg") == ["1.0.0"]
+
+    rules.write_text("", encoding="utf-8")  # `> rules.toml`: valid TOML, the defaults
+    wait_for(lambda: proxy.events("rules_reload_failed"), timeout=RELOAD_WITHIN + 1)
+
+    assert served(proxy, "emptied-pkg") == ["1.0.0"]  # still denied: the last good rules
+    [failed] = proxy.events("rules_reload_failed")
+    assert "sets nothing" in failed["problems"][0]
+    assert proxy.metric("mirrorgate_rules_reload_failures_total") == 1
+    page = http_request("GET", proxy.url + "ui/").body.decode()
+    assert "cannot be used" in page
+    assert "sets nothing" in page
+    assert not proxy.events("rules_reloaded")
+
+
 def test_an_exception_admits_a_denied_version_until_it_ends_without_a_restart(
     public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
     mirrorgate: MirrorgateFactory, tmp_path: Path,
@@ -158,7 +182,8 @@ def test_a_rules_file_changed_in_place_or_swapped_takes_effect_without_a_restart
     started = time.monotonic()
     wait_for(lambda: served(proxy, "reload-pkg") == ["1.0.0"], timeout=RELOAD_WITHIN + 1)
     swapped_in = time.monotonic() - started
-    (mounted / "..v2" / "rules.toml").write_text("", encoding="utf-8")  # an edit in place
+    # an edit in place; an empty file would be kept out as a truncated write (`rules.live`)
+    (mounted / "..v2" / "rules.toml").write_text("[deny]\npackages = []\n", encoding="utf-8")
     wait_for(lambda: served(proxy, "reload-pkg") == ["1.0.0", "1.0.1"],
              timeout=RELOAD_WITHIN + 1)
 
@@ -184,7 +209,7 @@ def test_a_rewrite_that_does_not_parse_keeps_the_last_good_rules(
     assert served(proxy, "broken-pkg") == ["1.0.0"]  # still denied: the last good rules
     assert proxy.metric("mirrorgate_rules_reload_failures_total") == 1
     assert "cannot be used" in http_request("GET", proxy.url + "ui/").body.decode()
-    rules.write_text("", encoding="utf-8")
+    rules.write_text("[deny]\npackages = []\n", encoding="utf-8")
     wait_for(lambda: served(proxy, "broken-pkg") == ["1.0.0", "1.0.1"],
              timeout=RELOAD_WITHIN + 1)
     assert "cannot be used" not in http_request("GET", proxy.url + "ui/").body.decode()

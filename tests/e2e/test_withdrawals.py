@@ -12,6 +12,7 @@ from a lockfile written before the takedown, as CI does (`npm ci`, retries off).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -240,3 +241,45 @@ def test_a_whole_package_404_from_public_withdraws_nothing(
     done = ci(npm_client, proxy)
     assert done.returncode == 0, done.stderr
     assert proxy.events("public_withdrawn") == []
+
+
+def test_a_200_that_is_not_the_packument_withdraws_nothing_through_it_and_the_outage_after(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # A rate limiter or a broken CDN answers 200 with JSON that is no packument of the name:
+    # read as public's word, it lists none of the mirrored versions and would withdraw them
+    # all, durably, and keep them refused through the outage that follows
+    public_registry.add(make_package("takedown-pkg", [V100, V101]),
+                        make_package("steady-pkg", [STEADY]))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path / "data")
+    mirror_both(npm_client, proxy, verdaccio)
+    other = json.dumps(public_registry.packument("steady-pkg")).encode()
+
+    for answered, body in enumerate((b'{"error": "rate limited"}', b"{}", other), 1):
+        public_registry.clear_faults()
+        public_registry.fault("/takedown-pkg", Fault(body=body), exact=True)
+        # a request past the 1 s TTL fills again, from this answer
+        document = wait_for(functools.partial(_served_after, proxy, answered), timeout=10)
+        assert document is not None
+        assert sorted(document["versions"]) == ["1.0.0", "1.0.1"], body
+        assert ci(npm_client, proxy).returncode == 0, body
+    public_registry.clear_faults()
+    public_registry.fault("/", Fault(status=503))  # and then public goes down
+    during = ci(npm_client, proxy)
+
+    assert during.returncode == 0, during.stderr
+    assert sorted(served(proxy, "takedown-pkg")["versions"]) == ["1.0.0", "1.0.1"]
+    assert proxy.events("public_withdrawn") == []
+    reasons = {line["reason"] for line in proxy.events("upstream_not_a_packument")}
+    assert any("no versions object" in reason for reason in reasons)
+    assert any("'steady-pkg'" in reason for reason in reasons)
+    assert proxy.metric("mirrorgate_upstream_failures_total", upstream="public",
+                        reason="not-packument") >= 3
+
+
+def _served_after(proxy: MirrorgateProcess, answers: int) -> dict[str, Any] | None:
+    """takedown-pkg's packument as served, once the proxy has read `answers` answers that
+    were not packuments (each request past the TTL fills again)."""
+    document = served(proxy, "takedown-pkg")
+    return document if len(proxy.events("upstream_not_a_packument")) >= answers else None

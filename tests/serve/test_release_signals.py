@@ -160,8 +160,9 @@ async def test_report_mode_serves_the_version_and_says_what_would_have_fired(
 
     assert served.status == 200
     assert served.body == package.versions["1.4.3"].tarball
-    [line] = [entry for entry in logs if entry["event"] == "release_signal_reported"]
+    [line] = [entry for entry in logs if entry["event"] == "version_would_deny"]
     assert line["rule"] == "new-install-script"
+    assert "postinstall" in line["reason"]
     assert proxy.metric("mirrorgate_rule_denials_total", rule="new-install-script",
                         mode="report") == 1
 

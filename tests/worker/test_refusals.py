@@ -312,3 +312,26 @@ async def test_a_job_for_a_version_with_build_metadata_is_retired_before_anythin
     assert rig.tarball_gets() == []  # not even downloaded
     assert verdaccio.request("GET", "-/ping").status == 200
     assert verdaccio.packument("bmeta") is None
+
+
+async def test_in_report_mode_the_worker_mirrors_the_bytes_the_proxy_served_and_says_so(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+        logs: LogCapture) -> None:
+    # the install-scripts rule rolled out in report mode: the proxy served these bytes and
+    # said what it would refuse; the worker stores them as served instead of retiring them
+    inner = {"name": "hidden-report", "version": "1.0.0",
+             "scripts": {"postinstall": "node setup.js"}}
+    tarball = build_tarball({"package.json": json.dumps(inner).encode()})
+    public_registry.add(make_package("hidden-report", [
+        make_version("hidden-report", "1.0.0", tarball=tarball)]))
+    rig = await make_rig(target=verdaccio, rules=parse_rules(
+        "[install_scripts]\nblock = true\nmode = \"report\"\n"))
+    await rig.queue.enqueue(job_from(public_registry, "hidden-report", "1.0.0"))
+
+    assert await rig.handle_next() == "published"
+
+    assert rig.retired("install-scripts") == 0
+    assert verdaccio.packument("hidden-report") is not None
+    [line] = events(logs, "version_would_deny")
+    assert (line["rule"], line["where"]) == ("install-scripts", "worker")
+    assert "postinstall" in line["reason"]

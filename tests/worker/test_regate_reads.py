@@ -111,6 +111,24 @@ async def test_a_yanked_version_is_never_admitted_from_a_stale_copy_while_public
     assert set(stored["versions"]) == {"1.0.0"}
 
 
+async def test_a_200_that_is_no_packument_retries_the_job_instead_of_retiring_it(
+        make_rig: RigFactory, public_registry: FixtureRegistry, logs: LogCapture) -> None:
+    """A rate limiter's `{"error": ...}` for the packument lists no version: read as public's
+    answer, the job would be retired `public-missing` and the pull never mirrored."""
+    public_registry.add(make_package("limited", ["1.0.0"]))
+    public_registry.fault("/limited", Fault(body=b'{"error": "rate limited"}'), exact=True)
+    rig = await make_rig()
+    cached = CachedPublic(rig.deps.public, rig.deps.settings, clock=ManualClock())
+    worker = Worker(dataclasses.replace(rig.deps, packuments=cached), idle_pause=0.01)
+    await rig.queue.enqueue(job_from(public_registry, "limited", "1.0.0"))
+    (first,) = await rig.queue.receive()
+
+    assert await worker.handle(first) == "retried"
+    assert rig.retired("public-missing") == 0
+    [line] = events(logs, "upstream_not_a_packument")
+    assert line["package"] == "limited"
+
+
 # --- the worker beside the proxy: the serve path's own cache -----------------------------
 
 @pytest.fixture

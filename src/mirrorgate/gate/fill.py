@@ -173,7 +173,9 @@ class PackumentSource:
         async with self.in_flight.hold(answer.size if answer is not None else 0):
             if answer is not None and answer.status == 200:
                 try:
-                    answer = await self.public.parsed(answer)  # in a thread when large
+                    # in a thread when large; a 200 that is not this name's packument is a
+                    # failed answer (stale-if-error), never a withdrawal of what it lacks
+                    answer = self.public.packument_of(name, await self.public.parsed(answer))
                 except UpstreamError as error:
                     log.warning("upstream_failed", upstream="public", package=full,
                                 kind=error.kind, detail=str(error))

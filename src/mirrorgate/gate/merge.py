@@ -48,6 +48,7 @@ from mirrorgate.rules import (
     evaluate,
     needs_history,
     scripts_blocked,
+    scripts_reported,
     state_token,
 )
 
@@ -102,8 +103,11 @@ class _Judging:
         return Denial(verdict.rule or "unknown", verdict.reason or "denied",
                       until=verdict.until)
 
-    def scans(self, tarball: str | None, version: str) -> bool:
-        return tarball is not None and scripts_blocked(self.rules, self.name.full, version)
+    def scans(self, tarball: str | None, version: str) -> dict[str, Any]:
+        """Whether the tarball scan reads this version's bytes, and whether what it finds is
+        only reported (the install-scripts rule in report mode): VersionRecord's fields."""
+        scan = tarball is not None and scripts_blocked(self.rules, self.name.full, version)
+        return {"scan_scripts": scan, "scan_reports": scan and scripts_reported(self.rules)}
 
 
 def _origin_denial(judging: _Judging, version: str, url: object,
@@ -174,8 +178,7 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
         full, abbreviated = serialise(judging.name, version, manifest)
         judging.records[version] = VersionRecord(
             version, False, full, abbreviated, denial, verdict is not None and verdict.weak,
-            tarball, digests, scan_scripts=judging.scans(tarball, version),
-            **_asides(verdict))
+            tarball, digests, **judging.scans(tarball, version), **_asides(verdict))
     return kept
 
 
@@ -265,7 +268,7 @@ def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
             version, True, full, abbreviated, denial,
             judged.weak if judged is not None else False, tarball, digests,
             # public's bytes stand in when the private copy fails: read like any public relay
-            scan_scripts=judging.scans(tarball, version),
+            **judging.scans(tarball, version),
             **(_asides(judged) if withdrawn is None else {}))
 
 

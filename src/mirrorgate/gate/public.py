@@ -138,7 +138,8 @@ class CachedPublic:
     async def _load(self, name: PackageName,
                     previous: Cached[PublicAnswer] | None) -> Loaded[PublicAnswer]:
         etag = previous.validator if previous is not None else None
-        answer = await self.public.get_json(name.url_path(), etag=etag, pool=FILLS)
+        answer = self.public.packument_of(  # a 200 that is not its packument: a failure
+            name, await self.public.get_json(name.url_path(), etag=etag, pool=FILLS))
         if answer.status == 304 and previous is not None:
             return Loaded(previous.value, previous.size, answer.etag)
         if answer.status == 304:

@@ -113,6 +113,9 @@ class VersionRecord:
     scan_scripts: bool = False
     """The install-scripts rule applies: the tarball's own package.json is read as it streams,
     since the manifest the rule judged is not necessarily the one inside (`npm.tarscripts`)."""
+    scan_reports: bool = False
+    """The install-scripts rule is in report mode: what the scan finds is said (a would-deny)
+    and the bytes are served."""
     reported: tuple[Denial, ...] = ()
     """What rules in report mode would have denied (the version is served all the same)."""
     excepted: tuple[str, ...] = ()

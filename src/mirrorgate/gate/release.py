@@ -36,7 +36,7 @@ from mirrorgate.npm.contents import ContentReading, Contents, contents_of, manif
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.versions import newest_first, version_before
-from mirrorgate.rules import LiveRules, Rules
+from mirrorgate.rules import REPORT, LiveRules, Rules
 from mirrorgate.rules.release import (
     Dependency,
     Fired,
@@ -303,6 +303,13 @@ class ReleaseCheck:
     def label(self) -> str:
         return f"{self.name.full}@{self.record.version}"
 
+    @property
+    def may_refuse(self) -> bool:
+        """Whether the verdict may refuse the bytes: never in the table's or the file's report
+        mode, where every signal (and `unavailable = "deny"`) is a would-deny, so a report-mode
+        rollout is not held until the last byte (`relay.HOLD_AT_MOST`)."""
+        return self.judge.rules.mode_of("release") != REPORT
+
     def begin(self) -> None:
         """Start fetching the previous version's bytes, beside the download of these."""
         if self.previous is not None and self._task is None:
@@ -381,14 +388,18 @@ class ReleaseCheck:
         if unchecked and not verdict.denied:
             # the analysis could not finish: never a silent pass. `unavailable = "deny"`
             # refuses it (not remembered: the next pull tries again), else it is served,
-            # logged and counted as unchecked
+            # logged and counted as unchecked; in report mode the refusal is a would-deny
             metrics.release_checks.labels("unchecked").inc()
             deny = judge_.rules.release.unavailable == "deny"
+            report = deny and judge_.rules.mode_of("release") == REPORT
             reason = (f"the release signals could not check it: {'; '.join(unchecked)}")
             log.warning("release_unchecked", package=self.name.full, version=version,
-                        reason=reason, refused=deny)
+                        reason=reason, refused=deny and not report)
             metrics.events.record("release_unchecked", self.label, reason)
-            if deny:
+            if report:
+                self._would_deny("release-unchecked", reason + ' (release.unavailable is '
+                                 '"deny")', compared)
+            elif deny:
                 metrics.rule_denials.labels("release-unchecked", "enforce").inc()
                 metrics.events.denied(self.label, "release-unchecked", reason)
                 return reason + " (release.unavailable is \"deny\")"
@@ -396,10 +407,7 @@ class ReleaseCheck:
                 return None
         judge_.remember(self.name.full, version, _Facts(tuple(fired), published, compared))
         for rule, reason in verdict.reported:
-            metrics.rule_denials.labels(rule, "report").inc()
-            metrics.events.record("would-deny", self.label, f"{rule}: {reason}")
-            log.warning("release_signal_reported", package=self.name.full, version=version,
-                        rule=rule, reason=reason, compared_with=compared)
+            self._would_deny(rule, reason, compared)
         if not verdict.in_force(judge_.now()):
             outcome = "first-version" if self.previous is None else (
                 "flagged" if fired else "clean")
@@ -425,3 +433,13 @@ class ReleaseCheck:
                 {"where": "proxy", "rule": verdict.rule, "compared_with": compared or "",
                  "evidence": "; ".join(details[:20])}))
         return verdict.reason
+
+    def _would_deny(self, rule: str, reason: str, compared: str | None) -> None:
+        """What a release signal in report mode would have refused: served, and said as the
+        packument rules say it (`version_would_deny`, the metric under `mode="report"`, the
+        status page's would-deny list)."""
+        metrics = self.judge.metrics
+        metrics.rule_denials.labels(rule, REPORT).inc()
+        metrics.events.record("would-deny", self.label, f"{rule}: {reason}")
+        log.info("version_would_deny", package=self.name.full, version=self.record.version,
+                 rule=rule, reason=reason, compared_with=compared, where="tarball")

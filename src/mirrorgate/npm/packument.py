@@ -27,6 +27,7 @@ __all__ = [
     "manifest_on",
     "merge_head",
     "merge_tags",
+    "not_a_packument",
     "on_base",
     "render",
     "serialise",
@@ -54,6 +55,25 @@ string can contain it."""
 _PLACEHOLDER_BYTES = PLACEHOLDER.encode()
 _DROPPED_HEAD = frozenset({"versions", "dist-tags", "time", "policyRestrictions",
                            "_attachments", "_rev", "_id", "name"})
+
+
+def not_a_packument(name: PackageName, document: Mapping[str, Any]) -> str | None:
+    """Why a JSON object a registry answered 200 for `name` is not its packument (None: it
+    is). A packument names no other package and has a `versions` object, or is npm's
+    unpublished tombstone (`time.unpublished`, no versions). Anything else (a rate limiter's
+    `{"error": ...}`, `{}`, another package's document behind a broken cache) says nothing
+    about `name`'s versions: read as its packument, it would withdraw every mirrored one."""
+    named = document.get("name")
+    if named is not None and named != name.full:
+        return f"it is the document of {str(named)[:100]!r}, not of {name.full}"
+    if isinstance(document.get("versions"), Mapping):
+        return None
+    times = document.get("time")
+    if isinstance(times, Mapping) and isinstance(times.get("unpublished"), Mapping):
+        return None
+    keys = ", ".join(sorted(str(key)[:40] for key in document)[:8])
+    return (f"it has no versions object and is no unpublished tombstone "
+            f"(its keys: {keys or 'none'})")
 
 
 def _json_text(text: str) -> bytes:

@@ -41,7 +41,9 @@ from mirrorgate.rules.table import (
     evaluate,
     needs_history,
     rules_table,
+    scan_finding,
     scripts_blocked,
+    scripts_reported,
 )
 from mirrorgate.rules.takeover import PROVENANCE_CONTINUITY, PUBLISHER_CHANGE, SignalRule
 
@@ -86,6 +88,8 @@ __all__ = [
     "parse_rules",
     "rules_summary",
     "rules_table",
+    "scan_finding",
     "scripts_blocked",
+    "scripts_reported",
     "state_token",
 ]

@@ -4,8 +4,8 @@ Every component reads `LiveRules.current` when it judges, never a copy taken at 
 file is looked at every `POLL_SECONDS` (its identity, following links, so Kubernetes' ConfigMap
 swap of the `..data` symlink is seen like an edit in place) and read again when it changed; new
 rules replace the old only when they compile, with the next `generation`, so a packument gated
-with the old ones is gated again before it is served. A rewrite that does not compile keeps the
-last good rules, and says so until a good file is back.
+with the old ones is gated again before it is served. A rewrite that does not compile, or that
+looks cut short (`_cut_short`), keeps the last good rules, and says so until a good file is back.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -27,8 +29,9 @@ __all__ = ["POLL_SECONDS", "LiveRules", "live"]
 
 log = structlog.get_logger("mirrorgate.rules")
 
-POLL_SECONDS = 1.0
-"""How often the file's identity is looked at: a change is in force within two seconds."""
+POLL_SECONDS = 0.5
+"""How often the file's identity is looked at: a change is read once it held still for one
+poll (`LiveRules.due`), so it is in force within two seconds."""
 
 _Identity = tuple[int, int, int, int]
 
@@ -45,6 +48,35 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _tables(document: dict[str, Any]) -> list[str]:
+    """The tables a rules document writes (`[deny]`, `[[exception]]`...), not its `mode`."""
+    return sorted(key for key, value in document.items() if isinstance(value, dict | list))
+
+
+def _cut_short(text: str, in_force: str) -> str | None:
+    """Why a rewrite that compiles is nonetheless not taken (None: it is): the shapes a
+    truncating save, `> rules.toml` or a renamed ConfigMap key leave, all valid TOML that
+    would load as the defaults (docs/serving.md#a-rules-file-emptied-or-cut-short)."""
+    document = tomllib.loads(text)  # it compiled, so it parses
+    if not document:
+        # 1. a file that sets nothing (empty, blank, comments only); to run on the defaults
+        # on purpose, write `mode = "enforce"`, or unset MIRRORGATE_RULES_FILE
+        return ("the rules file sets nothing (empty, or comments only), which reads as a "
+                "truncated write; to run on the defaults write mode = \"enforce\"")
+    shown, before = text.rstrip(), in_force.rstrip()  # a final newline added or dropped: same
+    if len(shown) < len(before) and before.startswith(shown):
+        # 2. the text in force cut short: a write that stopped midway, a full disk
+        return ("the rules file is the text in force cut short (its first "
+                f"{len(text)} of {len(in_force)} characters), which reads as a truncated "
+                "write; to drop its end, change anything else as well")
+    kept = _tables(tomllib.loads(in_force)) if in_force else []
+    if kept and not _tables(document):
+        # 3. every table gone at once (`[deny]`, `[release]`, `[install_scripts]`...)
+        return (f"the rules file lost every table the rules in force have ({', '.join(kept)}), "
+                "which reads as a truncated write; to drop them all, leave one empty, e.g. [deny]")
+    return None
+
+
 class LiveRules:
     """`current`: the rules in force; `digest`: the sha256 of the text they came from;
     `problem`: why the file as it is now is not in force (None when it is)."""
@@ -55,8 +87,10 @@ class LiveRules:
         self.path = path
         self.digest = _digest(text)
         self.problem: str | None = None
+        self._text = text
         self._on_reload_failed = on_reload_failed
         self._identity = _identity(path) if path is not None else None
+        self._seen = self._identity  # the file's identity at the previous poll
 
     @classmethod
     def load(cls, path: Path | None, *,
@@ -72,13 +106,21 @@ class LiveRules:
     def generation(self) -> int:
         return self.current.generation
 
-    def changed(self) -> bool:
-        """Whether the file differs from the one last read (never, without a file)."""
-        return self.path is not None and _identity(self.path) != self._identity
+    def due(self) -> bool:
+        """Whether to read the file now: it changed, and held still since the previous poll
+        (a file being written, its size or time still moving, is read once the write is
+        over, not midway: the truncated prefix of a save in progress is never loaded)."""
+        if self.path is None:
+            return False
+        now = _identity(self.path)
+        previous, self._seen = self._seen, now
+        return now != self._identity and now == previous
 
     def reload(self) -> bool:
         """Read the file again; True when new rules are now in force. A file that cannot be
-        read or compiled leaves the rules as they are (`problem` says why)."""
+        read or compiled, or that looks cut short (`_cut_short`), leaves the rules as they are
+        (`problem` says why). A missing file is such a file: only MIRRORGATE_RULES_FILE unset
+        means "no rules file"."""
         if self.path is None:
             return False
         self._identity = _identity(self.path)
@@ -88,6 +130,9 @@ class LiveRules:
                 self.problem = None
                 return False
             fresh = parse_rules(text, str(self.path))
+            short = _cut_short(text, self._text)
+            if short is not None:
+                raise RulesError([short], str(self.path))
         except RulesError as error:
             if self.problem != "; ".join(error.problems):
                 self._on_reload_failed()
@@ -97,6 +142,7 @@ class LiveRules:
             return False
         self.current = _carried(self.current, fresh)
         self.digest = _digest(text)
+        self._text = text
         self.problem = None
         log.info("rules_reloaded", path=str(self.path), digest=self.digest,
                  generation=self.current.generation)
@@ -104,12 +150,13 @@ class LiveRules:
 
     async def watch(self, stop: asyncio.Event,
                     on_reload: Callable[[Rules], None] | None = None) -> None:
-        """Re-read the file whenever it changes, until `stop` is set; `on_reload` hears the
-        new rules (the process restarts the advisory feed when theirs is new)."""
+        """Re-read the file whenever it changed and settled, until `stop` is set (a change is
+        in force within two polls); `on_reload` hears the new rules (the process restarts the
+        advisory feed when theirs is new)."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), POLL_SECONDS)
-            if not stop.is_set() and self.changed() and self.reload() and on_reload:
+            if not stop.is_set() and self.due() and self.reload() and on_reload:
                 on_reload(self.current)
 
 

@@ -268,10 +268,13 @@ RULES: tuple[Rule, ...] = (
          "dependencies bundled in the tarball, so where the rule applies the tarball's own "
          "`package.json` and `binding.gyp` (node-gyp's implicit install), at its root and in "
          "each bundled `node_modules/<name>/`, are read too as the bytes stream: a download "
-         "whose contents run code at install is cut before its last chunk "
-         "(`tarball_scripts_refused`, `security: true`, counted under this rule) and the next "
-         "request for that version is a 403 naming the rule and the scripts, and the worker "
-         "retires such a job (`install-scripts`) instead of publishing it. The tarball is read on "
+         "whose contents run code at install is refused (`tarball_scripts_refused`, "
+         "`security: true`, counted under this rule): a tarball of at most 16 MiB is withheld "
+         "until the verdict, so the client gets a 403 naming the rule and the scripts, a "
+         "larger one is cut before its last chunk and the next request is that 403 "
+         "([a refusal from the bytes](#a-refusal-from-the-bytes)); the worker retires such a "
+         "job (`install-scripts`) instead of publishing it. In report mode the bytes are "
+         "served and the finding is a would-deny, like the manifest's. The tarball is read on "
          "a thread beside the event loop, and a version whose bytes were read once and run "
          "nothing is not read again; contents that cannot be read are refused, among them a "
          "compression bomb (past 64 MiB unpacked, more than 100 bytes per compressed byte; "
@@ -385,6 +388,26 @@ def scripts_blocked(rules: Rules, name: str, version: str) -> bool:
     tarball's own files are then checked too (`npm.tarscripts`), not only the manifest."""
     return rules.block_install_scripts and rules.install_scripts_allow.first_match(
         Subject(name, version), unparseable_matches=False) is None
+
+
+def scripts_reported(rules: Rules) -> bool:
+    """Whether the install-scripts rule is in report mode (its table's `mode`, else the
+    file's): what the tarball scan finds is then a would-deny, the bytes served."""
+    return rules.mode_of("install_scripts") == REPORT
+
+
+def scan_finding(found: str, manifest: Mapping[str, Any]) -> str:
+    """The reason the install-scripts rule gives for what the tarball scan found (`found`,
+    `tarscripts.ScriptScan.finish`'s sentence). A version whose registry manifest declares
+    install scripts is no manifest confusion, whatever the scan's sentence says ("which the
+    registry's manifest does not show"): it runs code at install because npm reads that
+    manifest. Reached in report mode, or past an exception, where those scripts were
+    admitted; in enforce mode the manifest's scripts deny the version before any byte."""
+    declared = _scripts_of(manifest)
+    if not declared:
+        return found
+    return (f"it runs code at install ({', '.join(declared)}), as its registry manifest "
+            "declares")
 
 
 def deny_listed(rules: Rules, name: str, version: str, now: datetime) -> Verdict | None:

@@ -197,7 +197,9 @@ class PublishRoute:
         if not merged and (self.rules.private_alone(full) or first_party_versions(private)):
             return frozenset()
         try:
-            answer = await self.public.get_json(name.url_path())
+            # a 200 that is not its packument (a rate limiter's `{}`) tells nothing: 503
+            answer = self.public.packument_of(name, await self.public.get_json(
+                name.url_path()))
         except UpstreamError as error:
             raise Refused(503, f"mirrorgate cannot tell whether {full} exists on the public "
                           f"registry ({error}), so it does not publish it; try again",

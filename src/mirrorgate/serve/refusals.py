@@ -8,6 +8,7 @@ Handlers raise `Refused` and the dispatcher answers it, so a refusal is one line
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -19,7 +20,7 @@ from mirrorgate.npm.names import PackageName
 from mirrorgate.rules.wayout import exception_how, exception_who, installable_from, instead
 from mirrorgate.upstream.client import UpstreamError
 
-__all__ = ["PREWARM", "Refused", "denied", "json_response", "not_mirrored", "reads_body",
+__all__ = ["PREWARM", "Refused", "by_rule", "denied", "json_response", "not_mirrored", "reads_body",
            "upstream_failed"]
 
 STATUS_TEXT_LIMIT = 300
@@ -123,26 +124,35 @@ def not_mirrored(error: UpstreamError, name: PackageName, version: str | None = 
 
 def denied(name: PackageName, record: VersionRecord, admitted: Iterable[str] = (),
            contact: str | None = None) -> Refused:
-    """The 403 for a version the gate denied: which rule and why, then the way through (when
-    a timed denial ends, the nearest admitted version among `admitted`, how to get an
-    exception: `rules.wayout`)."""
+    """The 403 for a version the gate denied (`by_rule`)."""
     denial = record.denial
     if denial is None:
         raise ValueError(f"{name.full}@{record.version} was admitted, not denied")
-    label = f"{name.full}@{record.version}"
-    until = installable_from(denial.until)
-    use = instead(record.version, admitted)
+    return by_rule(name, record.version, denial.rule, denial.reason, admitted, contact,
+                   denial.until)
+
+
+def by_rule(name: PackageName, version: str, rule: str, reason: str,
+            admitted: Iterable[str] = (), contact: str | None = None,
+            until_moment: datetime | None = None) -> Refused:
+    """The 403 for `version` refused by `rule`: which rule and why, then the way through (when
+    a timed denial ends, the nearest admitted version among `admitted`, how to get an
+    exception: `rules.wayout`). Every refusal of a version, from the packument's rules or from
+    the bytes, reads the same in every client."""
+    label = f"{name.full}@{version}"
+    until = installable_from(until_moment)
+    use = instead(version, admitted)
     nearest = f"nearest admitted: {use}" if use is not None else "no version of it is admitted"
     message = "; ".join(part for part in (
-        f"mirrorgate denied {label} by its {denial.rule} rule: {denial.reason}", until,
-        nearest, exception_how(name.full, record.version, contact)) if part)
+        f"mirrorgate denied {label} by its {rule} rule: {reason}", until,
+        nearest, exception_how(name.full, version, contact)) if part)
     # The status line carries the verdict and the way through too: pnpm and yarn 4 print the
     # status text of a failed tarball fetch, not the body (npm prints the body's `error`).
     line = "; ".join(part for part in (
-        f"Forbidden: mirrorgate denied {label} ({denial.rule} rule)", until,
+        f"Forbidden: mirrorgate denied {label} ({rule} rule)", until,
         f"nearest admitted {use}" if use is not None else "", exception_who(contact)) if part)
-    return Refused(403, message, reason=denial.reason, rule=denial.rule, package=name.full,
-                   version=record.version, nearest_admitted=use,
-                   installable_at=denial.until.isoformat() if denial.until else None,
+    return Refused(403, message, reason=reason, rule=rule, package=name.full,
+                   version=version, nearest_admitted=use,
+                   installable_at=until_moment.isoformat() if until_moment else None,
                    status_text=line,
-                   brief_status_text=f"Forbidden: mirrorgate denied {label} ({denial.rule} rule)")
+                   brief_status_text=f"Forbidden: mirrorgate denied {label} ({rule} rule)")

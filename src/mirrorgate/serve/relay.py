@@ -1,27 +1,23 @@
 """Relaying a tarball's bytes to clients: through a shared spool, or streamed straight through.
 
-`TarballRoute` decides which bytes a request may have (the gate, private or public); this
-module moves them. A GET whose upstream body has a declared size is spooled (`spool`): the
-first request starts one download that fills the spool at the upstream's pace, hashed and
-scanned on the way (`relayhash`), and every request for the same bytes reads from it at its
-own. The download holds the admission slot and the upstream connection; a reader holds
-neither. A HEAD, a body of unknown size, or one the spool bound cannot take is streamed as one
-request's own download, holding both until its client has read it.
-
-Either way the last chunk leaves only once the whole body matched the admitted digest (and,
-where the install-scripts rule applies, runs nothing at install), and a body that does not is
-cut for every reader: even a client that checks no integrity gets a truncated answer it
-cannot install.
+A GET whose upstream body has a declared size is spooled (`spool`): one download fills it at
+the upstream's pace, hashed and scanned on the way (`relayhash`), holding the admission slot
+and the upstream connection, and every request for those bytes reads it at its own pace. A
+HEAD, a body of unknown size, or one the spool bound cannot take is one request's own stream.
+Either way the last chunk leaves only once the body matched the admitted digest (and, where
+the install-scripts rule applies, runs nothing at install); a body that does not is cut for
+every reader. A spooled pull the scan or the release signals may refuse, of at most
+`HOLD_AT_MOST` bytes, is withheld until their verdict: a refusal is then a 403 with its reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import structlog
@@ -33,13 +29,14 @@ from mirrorgate.integrity import DigestMismatch, StreamVerifier, Verified
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.tarscripts import ScriptScan
+from mirrorgate.rules import scan_finding
 from mirrorgate.serve.listener import SendFloor
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.relayhash import RelayHasher
 from mirrorgate.serve.spool import Spool, SpoolOutcome, Spools
 
-__all__ = ["CHUNK", "HOLD_AT_MOST", "OCTETS", "OUTCOME", "Body", "ContentsCheck", "Relay",
-           "Withheld"]
+__all__ = ["CHUNK", "HOLD_AT_MOST", "INSTALL_SCRIPTS", "OCTETS", "OUTCOME", "Body",
+           "ContentsCheck", "Relay", "ScriptsRead", "Withheld"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -51,9 +48,11 @@ CHUNK = 64 * 1024
 MEMORY = 10_000
 """Versions remembered in each memo (scripts found, scanned clean); the oldest go first."""
 HOLD_AT_MOST = 16 * 1024 * 1024
-"""A first pull the release signals read, of a tarball up to this size, is withheld until
-their verdict: the client then gets a 403 with the evidence rather than a cut it reads as a
-network error. Larger ones stream as they arrive and are cut if refused."""
+"""A spooled pull the install-scripts scan (in enforce mode) or the release signals read, of a
+tarball up to this size, is withheld until their verdict: the client then gets a 403 with the
+reason rather than a cut it reads as a network error. Larger ones stream as they arrive and
+are cut if refused (docs/serving.md#a-refusal-from-the-bytes)."""
+INSTALL_SCRIPTS = "install-scripts"
 OUTCOME = web.ResponseKey("mirrorgate_outcome", str)
 """Set on a response whose transfer did not complete (`aborted`, `client_gone`, `tampered`,
 `denied`): the request metric's status label instead of the status that was already sent."""
@@ -74,11 +73,23 @@ Opener = Callable[[], AbstractAsyncContextManager[Body | None]]
 
 
 class Withheld(MirrorgateError):  # noqa: N818 - an outcome carried to the route, not a bug
-    """A withheld download its contents check refused: nothing was sent; `reason` says why."""
+    """A withheld download its reading refused: nothing was sent; `reason` says why, `rule`
+    which rule (`install-scripts`; None: the release signals, whose check remembers it)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, rule: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.rule = rule
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptsRead:
+    """The install-scripts rule reads these bytes: `report`, whether what the scan finds is
+    only said (report mode: a would-deny, the bytes served); `manifest`, the registry manifest
+    the version was admitted with (a script it declares is no manifest confusion)."""
+
+    report: bool
+    manifest: Callable[[], Mapping[str, Any]]
 
 
 class ContentsCheck(Protocol):
@@ -91,6 +102,10 @@ class ContentsCheck(Protocol):
     @property
     def scan(self) -> ScriptScan: ...
 
+    @property
+    def may_refuse(self) -> bool:
+        """Whether `verdict()` may refuse the bytes (not in report mode): else no hold."""
+
     def begin(self) -> None: ...
 
     async def verdict(self) -> str | None: ...
@@ -100,12 +115,20 @@ class ContentsCheck(Protocol):
 
 @dataclass(slots=True)
 class _Reading:
-    """What reads one download beside the relay: the hash (and scan) lane, whether the
-    install-scripts rule reads the scan's verdict, and the contents check riding on it."""
+    """What reads one download beside the relay: the hash (and scan) lane, how the
+    install-scripts rule reads the scan's verdict (None: it does not), the contents check
+    riding on it, and (rule, reason) once the reading refused the bytes."""
 
     hasher: RelayHasher
-    scripts: bool
+    scripts: ScriptsRead | None
     release: ContentsCheck | None = None
+    refusal: tuple[str | None, str] | None = None
+
+    @property
+    def may_refuse(self) -> bool:
+        """Whether the verdict may refuse the bytes (not only report on them)."""
+        return (self.release is not None and self.release.may_refuse) or (
+            self.scripts is not None and not self.scripts.report)
 
     async def feed(self, chunk: bytes) -> None:
         await self.hasher.feed(chunk)
@@ -134,10 +157,13 @@ class Relay:
         # runs nothing at install: the same bytes are not inflated again (a bomb's CPU is
         # spent once per version, not once per download)
         self._scanned_clean: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # the same for bytes whose scripts report mode said once: not read again in report
+        # mode (read again in enforce mode, which refuses them)
+        self._scanned_reported: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     async def relay(self, request: web.Request, opener: Opener, *, key: Hashable, source: str,
                     name: PackageName, version: str, verifier: StreamVerifier | None,
-                    scan: bool, slot: Slot, deadline: asyncio.Timeout,
+                    scan: ScriptsRead | None, slot: Slot, deadline: asyncio.Timeout,
                     release: Callable[[], ContentsCheck] | None = None,
                     ) -> tuple[web.StreamResponse, Verified | None] | None:
         """The bytes `opener` opens, relayed to this request: None when the upstream has no
@@ -173,13 +199,14 @@ class Relay:
                     return await self._stream(request, body.size, body.chunks, deadline,
                                               reader, source=source, name=name,
                                               version=version)
+                reading = self._reader(verifier, scan, name, version, release)
+                spool.withheld = (reading is not None and reading.may_refuse
+                                  and spool.size <= HOLD_AT_MOST)
                 # the download outlives this request's interest in it: it owns the upstream
                 # answer and the slot from here on, and gives both back when the body is read
                 owned = stack.pop_all()
-                spool.withheld = release is not None and spool.size <= HOLD_AT_MOST
             task = asyncio.get_running_loop().create_task(self._fill(
-                spool, body.chunks, owned, slot.hand_over(),
-                self._reader(verifier, scan, name, version, release), source=source, name=name,
+                spool, body.chunks, owned, slot.hand_over(), reading, source=source, name=name,
                 version=version))
             self._fills.add(task)
             task.add_done_callback(self._fills.discard)
@@ -190,23 +217,24 @@ class Relay:
                 del self._opening[key]
         return await self._read(request, spool, deadline, label, source)
 
-    def _reader(self, verifier: StreamVerifier | None, scan: bool, name: PackageName,
-                version: str, release: Callable[[], ContentsCheck] | None = None,
-                ) -> _Reading | None:
+    def _reader(self, verifier: StreamVerifier | None, scan: ScriptsRead | None,
+                name: PackageName, version: str,
+                release: Callable[[], ContentsCheck] | None = None) -> _Reading | None:
         """Hashing and scanning beside the loop when a second CPU is there, so neither sha512
         nor inflating a tarball (a compression bomb's gigabyte) runs on the relay's core. The
-        scan is skipped for bytes read clean before: they are verified against the same
-        digest, so bytes that differ are cut anyway."""
-        clean = (verifier is not None and
-                 (f"{name.full}@{version}", verifier.expected.sri()) in self._scanned_clean)
-        scripts = scan and not clean
+        scan is skipped for bytes read clean before (or, in report mode, reported before):
+        they are verified against the same digest, so bytes that differ are cut anyway."""
+        read = (f"{name.full}@{version}", verifier.expected.sri()) if verifier else None
+        clean = read is not None and (read in self._scanned_clean or (
+            scan is not None and scan.report and read in self._scanned_reported))
+        scripts = scan if not clean else None
         if release is not None:
             # one scan of the bytes serves both readers: the release signals' reading walks
             # the same tar and sees the same package.json files
             check = release()
             check.begin()
             return _Reading(RelayHasher(verifier, check.scan), scripts, check)
-        reading = ScriptScan() if scripts else None
+        reading = ScriptScan() if scripts is not None else None
         if verifier is None and reading is None:
             return None
         return _Reading(RelayHasher(verifier, reading), scripts)
@@ -265,8 +293,8 @@ class Relay:
                                                 version=version, sent=spool.safe,
                                                 withheld=spool.filled - spool.safe)
         if verdict is not None:
-            if reader is not None and reader.release is not None:
-                spool.refusal = reader.release.refused
+            if reader is not None:
+                spool.refusal = reader.refusal
             return verdict
         spool.verified = verified
         return "complete"
@@ -299,25 +327,20 @@ class Relay:
                  mismatch.expected.algorithm, "expected": mismatch.expected.sri(),
                  "actual": mismatch.actual.sri()}))
             return "tampered", None
-        scan = reader.hasher.scan if reader.scripts else None
-        if scan is not None and (reason := scan.finish()) is not None:
-            # Manifest confusion: the manifest the install-scripts rule admitted shows no
-            # scripts, the tarball's own package.json (which yarn 1 runs) has some. Cut like
-            # tampered bytes: the held chunk never leaves, so no client can install it.
-            self.metrics.rule_denials.labels("install-scripts", "enforce").inc()
-            self.metrics.events.record("denied", label, f"the download was cut: {reason}")
-            log.warning("tarball_scripts_refused", security=True, upstream=source,
-                        package=name.full, version=version, rule="install-scripts",
-                        reason=reason, sent=sent)
-            self.metrics.events.alert(Alert(
-                "install-scripts", label,
-                f"the tarball of {label} runs code at install that its manifest did not show "
-                f"({reason}); the download was cut", name.full, version,
-                {"where": "proxy", "upstream": source, "rule": "install-scripts",
-                 "reason": reason}))
-            remember(self.scripts_found, label, reason)
-            return "denied", None
-        if scan is not None and verified is not None:
+        rule = reader.scripts
+        scan = reader.hasher.scan if rule is not None else None
+        found = scan.finish() if scan is not None else None
+        if rule is not None and found is not None:
+            # what npm reads from the registry's manifest is not confusion: said as such
+            reason = scan_finding(found, rule.manifest())
+            if not rule.report:
+                self._scripts_refused(reader, label, reason, source, sent)
+                return "denied", None
+            # report mode reaches the bytes as it reaches the manifest: served, and said
+            self._would_deny(label, reason, source)
+            if verified is not None:
+                remember(self._scanned_reported, (label, verified.digest.sri()), None)
+        elif scan is not None and verified is not None:
             remember(self._scanned_clean, (label, verified.digest.sri()), None)
         if reader.release is not None:
             try:
@@ -329,8 +352,38 @@ class Relay:
             if refused is not None:
                 # a release signal in force: cut like bytes that run hidden scripts; the
                 # check remembered why, so the next request is a 403 with the evidence
+                reader.refusal = (None, refused)
                 return "denied", None
         return None, verified
+
+    def _scripts_refused(self, reader: _Reading, label: str, reason: str, source: str,
+                         sent: int) -> None:
+        """Manifest confusion (the manifest the install-scripts rule admitted shows no
+        scripts, the tarball's own package.json, which yarn 1 runs, has some), or bytes that
+        cannot be shown to run nothing: refused like tampered bytes (the held chunk never
+        leaves, so no client can install them), remembered so the next request is a 403."""
+        package, _, version = label.rpartition("@")
+        self.metrics.rule_denials.labels(INSTALL_SCRIPTS, "enforce").inc()
+        self.metrics.events.record("denied", label, f"the download was refused: {reason}")
+        log.warning("tarball_scripts_refused", security=True, upstream=source,
+                    package=package, version=version, rule=INSTALL_SCRIPTS, reason=reason,
+                    sent=sent)
+        self.metrics.events.alert(Alert(
+            INSTALL_SCRIPTS, label,
+            f"the tarball of {label} runs code at install ({reason}); the download was "
+            "refused", package, version,
+            {"where": "proxy", "upstream": source, "rule": INSTALL_SCRIPTS, "reason": reason}))
+        remember(self.scripts_found, label, reason)
+        reader.refusal = (INSTALL_SCRIPTS, reason)
+
+    def _would_deny(self, label: str, reason: str, source: str) -> None:
+        """What the install-scripts rule in report mode would have refused, as the packument
+        rules say it (`gate.fill`): a line, the metric under `mode="report"`, the status page."""
+        package, _, version = label.rpartition("@")
+        self.metrics.rule_denials.labels(INSTALL_SCRIPTS, "report").inc()
+        self.metrics.events.record("would-deny", label, f"{INSTALL_SCRIPTS}: {reason}")
+        log.info("version_would_deny", package=package, version=version, rule=INSTALL_SCRIPTS,
+                 reason=reason, upstream=source, where="tarball")
 
     async def _read(self, request: web.Request, spool: Spool, deadline: asyncio.Timeout,
                     label: str, source: str) -> tuple[web.StreamResponse, Verified | None]:
@@ -346,7 +399,8 @@ class Relay:
                 raise
             if spool.failure == "denied" and spool.refusal is not None:
                 self.spools.leave(spool)
-                raise Withheld(spool.refusal)
+                rule, reason = spool.refusal
+                raise Withheld(reason, rule)
         response = web.StreamResponse(headers={"Content-Type": OCTETS})
         response.content_length = spool.size
         floor = self.floor(request)

@@ -83,8 +83,9 @@ class Spool:
         self.withheld = False
         """Readers send nothing, not even the status line, until the download's verdict: a
         refusal is then a 403 with its reason instead of a cut (`relay.HOLD_AT_MOST`)."""
-        self.refusal: str | None = None
-        """Why a withheld download was refused, when a contents check said so."""
+        self.refusal: tuple[str | None, str] | None = None
+        """(rule, reason) a withheld download was refused for, when its reading said so (the
+        rule None: the release signals, whose check remembers it)."""
         self.in_memory = in_memory
         # the chunks held in memory, as they arrived (a reader sends them without a copy),
         # and where each starts: all of them for an in-memory spool, the last `WINDOW` bytes

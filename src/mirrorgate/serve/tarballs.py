@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
 from aiohttp import web
@@ -29,8 +29,8 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.rules.wayout import exception_how, installable_from
 from mirrorgate.serve.overload import Slot
-from mirrorgate.serve.refusals import Refused, denied, not_mirrored, upstream_failed
-from mirrorgate.serve.relay import OUTCOME, Relay, Withheld, remember
+from mirrorgate.serve.refusals import Refused, by_rule, denied, not_mirrored, upstream_failed
+from mirrorgate.serve.relay import INSTALL_SCRIPTS, OUTCOME, Relay, ScriptsRead, Withheld, remember
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry
 
@@ -101,17 +101,13 @@ class TarballRoute:
             if alert is not None:
                 self.metrics.events.alert(alert)
             raise denied(name, record, gated.survivors, self.contact)
-        found = (self.relay.scripts_found.get(f"{name.full}@{version}") if record.scan_scripts
-                 else None)
+        # bytes the scan refused at an earlier pull (report mode serves them, and said so)
+        found = (self.relay.scripts_found.get(f"{name.full}@{version}")
+                 if record.scan_scripts and not record.scan_reports else None)
         if found is not None:
             log.info("tarball_denied", package=name.full, version=version,
-                     rule="install-scripts", reason=found)
-            raise Refused(403, f"mirrorgate denied {name.full}@{version} by its install-scripts "
-                          f"rule: {found}; {exception_how(name.full, version, self.contact)}",
-                          reason=found, rule="install-scripts",
-                          package=name.full, version=version,
-                          status_text=f"Forbidden: mirrorgate denied {name.full}@{version} "
-                                      "(install-scripts rule)")
+                     rule=INSTALL_SCRIPTS, reason=found)
+            raise _scripts_refusal(name, version, found, self.contact, gated.survivors)
         private_error: UpstreamError | None = None
         skipped = not record.private and self.private_answered(name)
         if skipped:
@@ -197,7 +193,9 @@ class TarballRoute:
                 request, lambda: self.private.tarball(name, filename),
                 key=("private", name.full, filename, _checked(verifier)), source="private",
                 name=name, version=record.version, verifier=verifier,
-                scan=record.scan_scripts, slot=slot, deadline=deadline)
+                scan=_scripts_read(record), slot=slot, deadline=deadline)
+        except Withheld as withheld:  # the scan refused the copy before a byte was sent
+            raise _scripts_refusal(name, record.version, withheld.reason, self.contact) from None
         except UpstreamError as failure:
             log.warning("upstream_failed", upstream="private", package=name.full,
                         version=record.version, kind=failure.kind, detail=str(failure))
@@ -232,11 +230,14 @@ class TarballRoute:
             relayed = await self.relay.relay(
                 request, lambda: self.public.stream(url, method=request.method, pool=TARBALLS),
                 key=key, source="public", name=name,
-                version=version, verifier=verifier, scan=record.scan_scripts, slot=slot,
+                version=version, verifier=verifier, scan=_scripts_read(record), slot=slot,
                 deadline=deadline, release=release)
         except Withheld as withheld:
-            # refused before a byte was sent: the 403 with the evidence, at the first pull
-            self._refuse_remembered(name, version)
+            # refused before a byte was sent: the 403 with the reason, at the first pull
+            if withheld.rule == INSTALL_SCRIPTS:
+                raise _scripts_refusal(name, version, withheld.reason, self.contact,
+                                       gated.survivors) from None
+            self._refuse_remembered(name, version)  # the release signals' evidence
             label = f"{name.full}@{version}"
             raise Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
                           reason=withheld.reason, rule="release-unchecked", package=name.full,
@@ -365,6 +366,20 @@ class TarballRoute:
         """Wait for the enqueues still running (at application cleanup)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _scripts_read(record: VersionRecord) -> ScriptsRead | None:
+    """How the install-scripts rule reads this version's bytes (None: it does not)."""
+    if not record.scan_scripts:
+        return None
+    return ScriptsRead(record.scan_reports, record.manifest)
+
+
+def _scripts_refusal(name: PackageName, version: str, reason: str, contact: str | None,
+                     admitted: Iterable[str] = ()) -> Refused:
+    """The 403 for bytes the install-scripts scan refused, at the pull that read them (when
+    withheld) and at every pull after: read as every other refusal of a version."""
+    return by_rule(name, version, INSTALL_SCRIPTS, reason, admitted, contact)
 
 
 def _checked(verifier: StreamVerifier | None) -> str | None:

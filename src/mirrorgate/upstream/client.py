@@ -16,18 +16,23 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 import orjson
+import structlog
 
 from mirrorgate import tracing
 from mirrorgate.config import Secret
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
+from mirrorgate.npm.packument import not_a_packument
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
 
 __all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "BodyStopped", "Download", "JsonAnswer",
            "Pool", "PoolSizes", "StreamedBody", "Upstream", "UpstreamError"]
+
+log = structlog.get_logger("mirrorgate.serve")
 
 ABBREVIATED = "application/vnd.npm.install-v1+json"
 CHUNK = 64 * 1024
@@ -96,7 +101,8 @@ class UpstreamError(MirrorgateError):
     """An upstream call that did not produce a usable answer.
 
     `kind`: unreachable, timeout, status (an unexpected HTTP status), too-large, invalid (not
-    the JSON object promised), refused (a URL off the upstream's origin).
+    the JSON object promised), not-packument (a 200 whose object is not the packument asked
+    for: `npm.packument.not_a_packument`), refused (a URL off the upstream's origin).
     """
 
     def __init__(self, label: str, kind: str, detail: str, *, status: int | None = None,
@@ -120,8 +126,8 @@ class UpstreamError(MirrorgateError):
     @property
     def transient(self) -> bool:
         """Worth retrying later: the upstream may answer differently in a minute."""
-        if self.kind in ("unreachable", "timeout"):
-            return True
+        if self.kind in ("unreachable", "timeout", "not-packument"):
+            return True  # a rate limiter's or a broken cache's answer passes like an outage
         return self.kind == "status" and self.status is not None and (
             self.status >= 500 or self.status in (408, 429))
 
@@ -352,6 +358,21 @@ class Upstream:
         if isinstance(found, UpstreamError):
             raise self._failure(found)
         return JsonAnswer(200, found, answer.etag, answer.size)
+
+    def packument_of(self, name: PackageName, answer: JsonAnswer) -> JsonAnswer:
+        """`answer` (parsed) when it is `name`'s packument, a 304 or a 404; raises
+        UpstreamError (`not-packument`, counted and logged `upstream_not_a_packument`) for a
+        200 whose object is not (`not_a_packument`): a failed answer, never public's word."""
+        if answer.status != 200 or answer.document is None:
+            return answer
+        wrong = not_a_packument(name, answer.document)
+        if wrong is None:
+            return answer
+        log.warning("upstream_not_a_packument", upstream=self.label, package=name.full,
+                    reason=wrong)
+        raise self._failure(UpstreamError(self.label, "not-packument", f"answered 200 for "
+                                          f"{name.full} with a document that is not its "
+                                          f"packument: {wrong}"))
 
     def _parsed_now(self, answer: JsonAnswer) -> JsonAnswer:
         found = self._document(answer.body)

@@ -51,7 +51,15 @@ from mirrorgate.npm.origins import OriginRefusal, check_on_origin
 from mirrorgate.npm.tarscripts import scripts_in
 from mirrorgate.npm.versions import is_version_string, unstorable
 from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules, live, scripts_blocked
+from mirrorgate.rules import (
+    DEFAULT_RULES,
+    LiveRules,
+    Rules,
+    live,
+    scan_finding,
+    scripts_blocked,
+    scripts_reported,
+)
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import RegistryError, TargetConflict
@@ -311,11 +319,16 @@ class JobRunner:
             fetched.set("mirrorgate.bytes", verified.size)
         if scripts_blocked(self._rules, job.name, job.version):
             # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
-            # client runs the package.json inside these bytes; a private copy is never
-            # re-read, so this is the last look before it would be served from there
-            refused = await in_thread_if_large(len(tarball), scripts_in, tarball)
-            if refused is not None:
-                raise Retire("install-scripts", f"{job.name}@{job.version}: {refused}")
+            # client runs the package.json inside these bytes; a private copy is re-read by
+            # the relay where the rule applies, and this is the last look before it is stored
+            found = await in_thread_if_large(len(tarball), scripts_in, tarball)
+            if found is not None:
+                reason = scan_finding(found, job.manifest)
+                if not scripts_reported(self._rules):
+                    raise Retire("install-scripts", f"{job.name}@{job.version}: {reason}")
+                # report mode: the proxy served these bytes and said so; mirrored as served
+                log.info("version_would_deny", package=job.name, version=job.version,
+                         rule="install-scripts", reason=reason, where="worker")
         digests: TarballDigests = await in_thread_if_large(
             len(tarball), dist_digests, tarball, verified, job.artifact.digests)
         with tracing.span("mirrorgate.publish", {"mirrorgate.target": target.label}) as put:
