@@ -1,8 +1,9 @@
 """What a release's tarball holds, as the release signals compare it: what runs at install and
 the marks of each JavaScript file.
 
-Read in the same pass as the install-scripts scan (`tarscripts.ScriptScan`, which reads the
-entries as npm unpacks them, `tarball`), so a tarball is inflated once whatever reads it. Pure, incremental,
+Read in the same pass as the install-scripts scan (`tarscripts.ScriptScan`, which reads
+the entries as npm unpacks them, `tarball`), so a tarball is inflated once whatever reads
+it. Pure, incremental,
 bounded: at most `MAX_CODE_FILES` files and `MAX_CODE_BYTES` bytes measured, each file's first
 `jsmarks.READ_PER_FILE` bytes; what was not read is said in `Contents.unread`.
 """

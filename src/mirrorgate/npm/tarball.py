@@ -71,7 +71,7 @@ _JS_RADIX = re.compile(r"0([xXoObB])([0-9a-fA-F]+)")
 _SAFE = 2**53 - 1
 
 
-class _Refused(Exception):
+class _RefusedError(Exception):
     """Why the tarball is refused: raised where the reading stops."""
 
 
@@ -118,9 +118,9 @@ def _number(block: bytes, start: int, size: int) -> int | None:
         elif field[0] == 0xFF:
             value = int.from_bytes(field, "big", signed=True)
         else:
-            raise _Refused("a tar header has a number node-tar cannot decode")
+            raise _RefusedError("a tar header has a number node-tar cannot decode")
         if abs(value) > _SAFE:
-            raise _Refused("a tar header has a number past 2^53")
+            raise _RefusedError("a tar header has a number past 2^53")
         return value
     text = _NUL_TO_END.sub("", field.decode("utf-8", "replace"), count=1).strip(_JS_SPACE)
     found = _JS_OCTAL.match(text)
@@ -228,7 +228,7 @@ class TarballReader:
         self._compressed += len(chunk)
         try:
             self._feed(chunk)
-        except _Refused as refused:
+        except _RefusedError as refused:
             self.problem = str(refused)
         except zlib.error:
             self.problem = "its gzip stream does not inflate"
@@ -244,13 +244,13 @@ class TarballReader:
                 self._mode = "tar"
                 self._tar(bytes(self._head))
             if self._inflate is not None:
-                raise _Refused("its gzip stream ends before its end")
+                raise _RefusedError("its gzip stream ends before its end")
             if self._zstd is not None:
-                raise _Refused("its zstd stream ends before its end")
-            if self._capture is not None or self._skip or self._buffer and not self._eof:
+                raise _RefusedError("its zstd stream ends before its end")
+            if self._capture is not None or self._skip or (self._buffer and not self._eof):
                 # node-tar warns "Truncated input" and keeps what it had
-                raise _Refused("its tar stream ends inside an entry")
-        except _Refused as refused:
+                raise _RefusedError("its tar stream ends inside an entry or a header")
+        except _RefusedError as refused:
             self.problem = str(refused)
 
     def _feed(self, chunk: bytes) -> None:
@@ -275,14 +275,17 @@ class TarballReader:
             if self._inflate is None:  # between two gzip members
                 self._between += pending
                 pending = b""
-                if self._between[:1] == b"\0" or len(self._between) < 2:
+                if self._between[:1] == b"\0":
                     # node's zlib reads on only where a non-zero byte follows a member:
                     # zeros are padding, and anything after them is ignored there
-                    if self._between.strip(b"\0"):
-                        raise _Refused("bytes follow its gzip stream after zeros")
+                    if self._between.count(0) != len(self._between):
+                        raise _RefusedError("bytes follow its gzip stream after zeros")
+                    self._between = bytearray(b"\0")
+                    return
+                if len(self._between) < 2:
                     return
                 if not self._between.startswith(_GZIP):
-                    raise _Refused("bytes that are not a gzip member follow its gzip stream")
+                    raise _RefusedError("bytes that are not a gzip member follow its gzip stream")
                 pending, self._between = bytes(self._between), bytearray()
                 self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
             self._tar(self._inflate.decompress(pending, _STEP))
@@ -312,9 +315,9 @@ class TarballReader:
             return
         self._unpacked += len(data)
         if self._unpacked > MAX_UNPACKED_BYTES:
-            raise _Refused(f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+            raise _RefusedError(f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
         if self._unpacked > BOMB_FROM and self._unpacked > BOMB_RATIO * self._compressed:
-            raise _Refused(f"it is a compression bomb: {self._compressed} bytes inflate to "
+            raise _RefusedError(f"it is a compression bomb: {self._compressed} bytes inflate to "
                            f"more than {self._unpacked} (over {BOMB_RATIO} times as many)")
         view = memoryview(data)
         while view:
@@ -343,10 +346,10 @@ class TarballReader:
         # node-tar stops at two zero blocks; tar-stream (yarn 1) reads on past them
         try:
             found = block.count(0) != _BLOCK and self._decode(block, checked=False)
-        except _Refused:
+        except _RefusedError:
             return  # not a header anyone reads
         if found:
-            raise _Refused("an entry follows the end-of-archive blocks: npm stops there, "
+            raise _RefusedError("an entry follows the end-of-archive blocks: npm stops there, "
                            "other clients read it")
 
     def _decode(self, block: bytes, *, checked: bool = True) -> _Header | None:
@@ -355,7 +358,6 @@ class TarballReader:
         flag = _string(block, 156, 1)
         normal = flag in _NORMAL_FS
         ex = self._ex if normal and self._ex is not None else {}
-        gex = self._gex if normal else {}
         # every numeric field decoded, so a header node-tar throws on is refused here
         for start, size in ((100, 8), (108, 8), (116, 8), (136, 12)):
             _number(block, start, size)
@@ -367,7 +369,7 @@ class TarballReader:
         if total != checksum:
             if not checked:
                 return None
-            raise _Refused("a tar header's checksum is wrong: npm skips the block and reads "
+            raise _RefusedError("a tar header's checksum is wrong: npm skips the block and reads "
                            "its data as headers, other clients stop")
         path = _string(block, 0, 100)
         if isinstance(ex.get("path"), str):
@@ -383,16 +385,16 @@ class TarballReader:
         if kind == "OldFile":
             kind = "File"  # `this.#type = t || '0'`
         if ustar_size is None or ustar_size < 0:
-            raise _Refused("a tar header's size is not a number")
+            raise _RefusedError("a tar header's size is not a number")
         size = ustar_size
         if "size" in ex and ex["size"] != ustar_size:
             # node-tar takes the pax size, a naive reader the ustar one: the blocks each
             # reads as the next header differ (old npm's pax headers repeat the ustar size)
-            raise _Refused("a pax header's size is not the entry's ustar size")
+            raise _RefusedError("a pax header's size is not the entry's ustar size")
         if kind == "File" and path.endswith("/"):
             kind = "Directory"  # node-tar reads a file named like a folder as one
         if kind == "Directory" and size:
-            raise _Refused("a folder entry carries data, which npm reads as headers")
+            raise _RefusedError("a folder entry carries data, which npm reads as headers")
         return _Header(kind, flag, path, _string(block, 157, 100), size)
 
     def _block(self, block: bytes) -> None:
@@ -404,19 +406,19 @@ class TarballReader:
         self._null = False
         self._entries += 1
         if self._entries > MAX_ENTRIES:
-            raise _Refused(f"it holds more than {MAX_ENTRIES} entries")
+            raise _RefusedError(f"it holds more than {MAX_ENTRIES} entries")
         kind = header.kind
         if not header.path:
-            raise _Refused("a tar header has no path, which npm skips by one block")
+            raise _RefusedError("a tar header has no path, which npm skips by one block")
         if kind in _LINKS and not header.linkpath:
-            raise _Refused("a link entry has no target, which npm skips by one block")
+            raise _RefusedError("a link entry has no target, which npm skips by one block")
         if kind not in _LINKS and kind not in ("ExtendedHeader", "GlobalExtendedHeader") \
                 and header.linkpath:
-            raise _Refused("a non-link entry has a link target, which npm skips by one block")
+            raise _RefusedError("a non-link entry has a link target, which npm skips by one block")
         self._skip = header.size + (-header.size) % _BLOCK
         if kind in _META:
             if header.size > MAX_META_BYTES:
-                raise _Refused(f"a pax or long-name header is larger than {MAX_META_BYTES} "
+                raise _RefusedError(f"a pax or long-name header is larger than {MAX_META_BYTES} "
                                "bytes, which npm ignores")
             if header.size:  # an empty one changes nothing in node-tar
                 self._meta = kind
@@ -454,14 +456,14 @@ class TarballReader:
         if self._meta in ("ExtendedHeader", "OldExtendedHeader"):
             records = _pax(text)
             if "type" in records:
-                raise _Refused("a pax header sets an entry's type, which only node-tar reads")
+                raise _RefusedError("a pax header sets an entry's type, which only node-tar reads")
             self._ex = {**(self._ex or {}), **records}
         elif self._meta == "GlobalExtendedHeader":
             records = _pax(text)
             if {"path", "linkpath", "size", "type"} & records.keys():
                 # node-tar applies a global size and link target to every later entry and
                 # ignores a global path; other readers do otherwise
-                raise _Refused("a global pax header sets a path, link, size or type")
+                raise _RefusedError("a global pax header sets a path, link, size or type")
             self._gex.update(records)
         else:
             self._ex = dict(self._ex or {})
@@ -489,16 +491,16 @@ class TarballReader:
         # unpack.js CHECKPATH: `strip: 1` drops the first component, whatever it is
         parts = path.split("/")[1:]
         if len(parts) > MAX_DEPTH:
-            raise _Refused(f"an entry is more than {MAX_DEPTH} folders deep, which npm skips")
+            raise _RefusedError(f"an entry is more than {MAX_DEPTH} folders deep, which npm skips")
         stripped = "/".join(parts)
         # STRIPABSOLUTEPATH: a leading `/` is stripped (npm writes `/x` as `x`); a Windows
         # root is too, which another client on Windows would not
         while stripped.startswith("/") and not stripped.startswith("//?/"):
             stripped = stripped[1:]
         if stripped.startswith(("\\", "//?/")) or re.match(r"[A-Za-z]:", stripped):
-            raise _Refused("an entry's path is absolute on Windows")
+            raise _RefusedError("an entry's path is absolute on Windows")
         if ".." in stripped.replace("\\", "/").split("/"):
-            raise _Refused("an entry's path climbs out with '..', which npm skips")
+            raise _RefusedError("an entry's path climbs out with '..', which npm skips")
         placed = _normalized(stripped)
         if not placed:
             return None  # the package folder itself: not a file
@@ -509,12 +511,12 @@ class TarballReader:
         # the same path as a file and as a folder: which one lands depends on the order
         # and on the client (node-tar keeps the first, others replace it)
         if placed in self._folders:
-            raise _Refused(f"{placed[:200]!r} is both a file and a folder")
+            raise _RefusedError(f"{placed[:200]!r} is both a file and a folder")
         folder = placed
         while "/" in folder:
             folder = folder.rsplit("/", 1)[0]
             if folder in self._files:
-                raise _Refused(f"{folder[:200]!r} is both a file and a folder")
+                raise _RefusedError(f"{folder[:200]!r} is both a file and a folder")
             if folder in self._folders:
                 break
             self._folders.add(folder)
