@@ -66,6 +66,12 @@ _JS_SPACE = "\t\n\v\f\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u20
             "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 _JS_INT = re.compile(r"[+-]?\d+")
 _JS_OCTAL = re.compile(r"[+-]?[0-7]+")
+_OCTAL_BYTES = re.compile(rb"[\t\n\v\f\r ]*([+-]?[0-7]+)")
+_DRIVE = re.compile(r"[A-Za-z]:")
+# a path inside the package that strip, the root and `..` checks and resolve leave as it is:
+# no empty, `.` or `..` component, no backslash, no trailing slash, no `.gitignore`
+_PLAIN_PATH = re.compile(r"(?:[^/\\.][^/\\]*/)*[^/\\.][^/\\]*")
+_TERMINATOR = re.compile(b"[\n\r]|\xe2\x80[\xa8\xa9]")
 _JS_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Infinity")
 _JS_RADIX = re.compile(r"0([xXoObB])([0-9a-fA-F]+)")
 _SAFE = 2**53 - 1
@@ -105,7 +111,11 @@ def _cut_nul(text: str) -> str:
 
 def _string(block: bytes, start: int, size: int) -> str:
     # header.js decString: `buf.subarray(...).toString('utf8').replace(/\0.*/, '')`
-    return _cut_nul(block[start:start + size].decode("utf-8", "replace"))
+    field = block[start:start + size]
+    text, nul, rest = field.partition(b"\0")
+    if not nul or rest.count(0) == len(rest) or not _TERMINATOR.search(rest):
+        return text.decode("utf-8", "replace")  # the usual field: all cut from its first NUL
+    return _cut_nul(field.decode("utf-8", "replace"))
 
 
 def _number(block: bytes, start: int, size: int) -> int | None:
@@ -122,9 +132,22 @@ def _number(block: bytes, start: int, size: int) -> int | None:
         if abs(value) > _SAFE:
             raise _RefusedError("a tar header has a number past 2^53")
         return value
+    if field.isascii():
+        # parseInt reads the octal digits after leading spaces and stops at anything else, so
+        # what the `\0` cut removes after them never matters; only non-ASCII spaces need the
+        # decoding below
+        fast = _OCTAL_BYTES.match(field)
+        return int(fast.group(1), 8) if fast else None
     text = _NUL_TO_END.sub("", field.decode("utf-8", "replace"), count=1).strip(_JS_SPACE)
     found = _JS_OCTAL.match(text)
     return int(found.group(), 8) if found else None
+
+
+def _decodable(block: bytes, start: int, size: int) -> None:
+    """A numeric field npm decodes only to throw on it (mode, owner, times): refused where
+    node-tar throws, that is where it is base-256 and not decodable."""
+    if block[start] & 0x80:
+        _number(block, start, size)
 
 
 def _js_number(text: str) -> float | None:
@@ -355,12 +378,15 @@ class TarballReader:
     def _decode(self, block: bytes, *, checked: bool = True) -> _Header | None:
         """header.js decode, for a block that is neither null nor refused; None for a null
         block (node-tar's `nullBlock`: no checksum, every other byte zero)."""
-        flag = _string(block, 156, 1)
+        code = block[156]  # decString of one byte: NUL is '', a byte past ASCII U+FFFD
+        flag = chr(code) if 0 < code < 0x80 else "" if not code else "\ufffd"
         normal = flag in _NORMAL_FS
         ex = self._ex if normal and self._ex is not None else {}
-        # every numeric field decoded, so a header node-tar throws on is refused here
-        for start, size in ((100, 8), (108, 8), (116, 8), (136, 12)):
-            _number(block, start, size)
+        # every numeric field decoded, so a header node-tar throws on is refused here (only
+        # a base-256 one, its high bit set, can throw)
+        if block[100] & 0x80 or block[108] & 0x80 or block[116] & 0x80 or block[136] & 0x80:
+            for start, size in ((100, 8), (108, 8), (116, 8), (136, 12)):
+                _decodable(block, start, size)
         ustar_size = _number(block, 124, 12)
         checksum = _number(block, 148, 12)
         total = 8 * 0x20 + sum(block[:148]) + sum(block[156:])
@@ -376,8 +402,10 @@ class TarballReader:
             path = str(ex["path"])
         ustar = block[257:265] == b"ustar\x0000"
         if ustar:
-            for start in (329, 337) + (() if block[475] else (476, 488)):
-                _number(block, start, 8 if start < 345 else 12)
+            if block[329] & 0x80 or block[337] & 0x80 or not block[475] and (
+                    block[476] & 0x80 or block[488] & 0x80):
+                for start in (329, 337) + (() if block[475] else (476, 488)):
+                    _decodable(block, start, 8 if start < 345 else 12)
             prefix = _string(block, 345, 155 if block[475] else 130)
             if block[475] or prefix:
                 path = f"{prefix}/{path}"
@@ -478,6 +506,12 @@ class TarballReader:
         # only `/File$/` types return true (folders are made for the files inside them)
         if kind not in _FILES:
             return None
+        _, _, inside = path.partition("/")
+        if inside and _PLAIN_PATH.fullmatch(inside) and inside[1:2] != ":" \
+                and inside.count("/") < MAX_DEPTH:
+            # the usual path, which none of the steps below changes
+            self._claim(inside)
+            return inside
         base = _basename(path)
         if base == ".npmignore":
             self._npmignores.add(path)
@@ -497,7 +531,7 @@ class TarballReader:
         # root is too, which another client on Windows would not
         while stripped.startswith("/") and not stripped.startswith("//?/"):
             stripped = stripped[1:]
-        if stripped.startswith(("\\", "//?/")) or re.match(r"[A-Za-z]:", stripped):
+        if stripped.startswith(("\\", "//?/")) or _DRIVE.match(stripped):
             raise _RefusedError("an entry's path is absolute on Windows")
         if ".." in stripped.replace("\\", "/").split("/"):
             raise _RefusedError("an entry's path climbs out with '..', which npm skips")
