@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
@@ -31,7 +32,7 @@ def _manifest(name: str, **fields: object) -> bytes:
     return json.dumps({"name": name, "version": "1.0.0", **fields}).encode()
 
 
-def _version(name: str, tarball: bytes, **fields: object) -> FixtureVersion:
+def _version(name: str, tarball: bytes, **fields: Any) -> FixtureVersion:
     # the registry's manifest shows no install script: the rule admits it on the manifest
     return make_version(name, "1.0.0", tarball=tarball, **fields)
 

@@ -402,8 +402,8 @@ class TarballReader:
             path = str(ex["path"])
         ustar = block[257:265] == b"ustar\x0000"
         if ustar:
-            if block[329] & 0x80 or block[337] & 0x80 or not block[475] and (
-                    block[476] & 0x80 or block[488] & 0x80):
+            if block[329] & 0x80 or block[337] & 0x80 or (not block[475] and (
+                    block[476] & 0x80 or block[488] & 0x80)):
                 for start in (329, 337) + (() if block[475] else (476, 488)):
                     _decodable(block, start, 8 if start < 345 else 12)
             prefix = _string(block, 345, 155 if block[475] else 130)
