@@ -140,3 +140,10 @@ def test_a_zstd_tarball_is_read_as_node_tar_reads_it() -> None:
     tarball = zstandard.ZstdCompressor().compress(inner)
     assert "node_modules/inner: postinstall" in (scripts_in(tarball) or "")
     assert "node_modules/inner: postinstall" in (byte_by_byte(tarball) or "")
+
+
+def test_a_package_json_nested_past_what_python_follows_is_refused_not_taken_as_empty() -> None:
+    # V8 parses far deeper than Python's json; what cannot be followed here is not "no scripts"
+    nested = b'{"name": "x", "scripts": {"postinstall": "x"}, "a": ' + b"[" * 100_000 \
+        + b"]" * 100_000 + b"}"
+    assert "nests deeper" in (scripts_in(build_tarball({"package.json": nested})) or "")
