@@ -168,7 +168,8 @@ def _js_number(text: str) -> float | None:
 
 def _pax(text: str) -> dict[str, object]:
     """pax.js parseKV: each record must be exactly as long as its length prefix says (in
-    UTF-8 bytes of the decoded text), or it is dropped; the last of a key wins."""
+    UTF-8 bytes of the decoded text: `if (n !== Buffer.byteLength(line) + 1) return set`),
+    or it is dropped; the last of a key wins."""
     records: dict[str, object] = {}
     if text.endswith("\n"):  # `.replace(/\n$/, '')`
         text = text[:-1]
@@ -421,14 +422,14 @@ class TarballReader:
             raise _RefusedError("a pax header's size is not the entry's ustar size")
         if kind == "File" and path.endswith("/"):
             kind = "Directory"  # node-tar reads a file named like a folder as one
-        if kind == "Directory" and size:
+        if kind == "Directory" and size:  # `if (this.#type === '5') this.size = 0`
             raise _RefusedError("a folder entry carries data, which npm reads as headers")
         return _Header(kind, flag, path, _string(block, 157, 100), size)
 
     def _block(self, block: bytes) -> None:
         header = self._decode(block)
         if header is None:
-            # parse.js: a second null block in a row is the end of the archive
+            # parse.js: `if (this[SAW_NULL_BLOCK]) { this[SAW_EOF] = true` (two in a row)
             self._eof, self._null = self._null, True
             return
         self._null = False
@@ -445,7 +446,7 @@ class TarballReader:
             raise _RefusedError("a non-link entry has a link target, which npm skips by one block")
         self._skip = header.size + (-header.size) % _BLOCK
         if kind in _META:
-            if header.size > MAX_META_BYTES:
+            if header.size > MAX_META_BYTES:  # `entry.size > this.maxMetaEntrySize`: ignored
                 raise _RefusedError(f"a pax or long-name header is larger than {MAX_META_BYTES} "
                                "bytes, which npm ignores")
             if header.size:  # an empty one changes nothing in node-tar
@@ -453,7 +454,7 @@ class TarballReader:
                 self._start_capture(header.size, None)
             return
         ex = self._ex or {}
-        self._ex = None  # parse.js: consumed by the next entry that is not a meta one
+        self._ex = None  # parse.js, for an entry that is not meta: `this[EX] = undefined`
         linkpath: str | None = header.linkpath or None
         if isinstance(ex.get("linkpath"), str):
             linkpath = str(ex["linkpath"])
