@@ -55,13 +55,24 @@ const walk = (root, folder, out) => {
   return out
 }
 
+// an entry node-tar passes on that the file system refuses (a NUL in its path) throws
+// outside any promise: that extraction fails, as npm's would, and the next one goes on
+let failCurrent = null
+process.on('uncaughtException', (error) => {
+  if (!failCurrent) throw error
+  failCurrent(error)
+})
+
 const extracted = async (file) => {
   const dest = fs.mkdtempSync(path.join(os.tmpdir(), 'nodetar-'))
   const cache = fs.mkdtempSync(path.join(os.tmpdir(), 'nodetar-cache-'))
   try {
     const fetcher = new pacote.FileFetcher(`file:${file}`, { cache })
     fetcher.package = {} // known already: FileFetcher then skips reading the package.json
-    await fetcher.extract(dest)
+    await new Promise((resolve, reject) => {
+      failCurrent = reject
+      fetcher.extract(dest).then(resolve, reject)
+    }).finally(() => { failCurrent = null })
     const files = walk(dest, '', {})
     const manifests = {}
     for (const relative of Object.keys(files)) {

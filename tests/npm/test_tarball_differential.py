@@ -14,6 +14,7 @@ import bz2
 import gzip
 import hashlib
 import json
+import random
 import subprocess
 import tarfile
 from collections.abc import Callable
@@ -331,3 +332,55 @@ def test_a_tarball_in_one_byte_pieces_reads_as_in_one_piece() -> None:
     assert whole.problem is None
     assert "package.json" in whole.files
     assert read(tarball, step=1).files == whole.files
+
+
+def _mutants(count: int, seed: int) -> list[bytes]:
+    """Real registry tars (uncompressed) with one to four header or pax bytes changed, most
+    with their checksums made right again: the near-misses a hostile packer would try."""
+    rng = random.Random(seed)
+    bases = [gzip.decompress((FIXTURES / name).read_bytes()) for name in REGISTRY]
+    mutants = []
+    for _ in range(count):
+        tarball = bytearray(rng.choice(bases))
+        blocks = min(len(tarball) // 512, 12)
+        for _ in range(rng.randint(1, 4)):
+            at = 512 * rng.randrange(blocks) + rng.choice([
+                rng.randrange(512), 124 + rng.randrange(12), 156, 157 + rng.randrange(5),
+                rng.randrange(100), 345 + rng.randrange(10), 148 + rng.randrange(8)])
+            tarball[at] = rng.choice([0, 0x20, 0x30 + rng.randrange(8), ord("/"), ord("."),
+                                      0x80, 0xFF, rng.randrange(256), ord("\n"), ord("\\"),
+                                      ord("x"), ord("g"), ord("L"), ord("5"), ord("2")])
+        if rng.random() < 0.8:
+            for start in range(0, 512 * blocks, 512):
+                block = tarball[start:start + 512]
+                if block.count(0) != 512:
+                    block[148:156] = b" " * 8
+                    block[148:156] = b"%06o\0 " % (sum(block) & 0o777777)
+                    tarball[start:start + 512] = block
+        mutants.append(bytes(tarball))
+    return mutants
+
+
+def test_mutated_registry_tarballs_read_as_npm_does_or_are_refused(tmp_path: Path) -> None:
+    files = []
+    for index, mutant in enumerate(_mutants(300, seed=41)):
+        files.append(tmp_path / f"mutant-{index}.tar")
+        files[-1].write_bytes(mutant)
+    root = subprocess.run(["npm", "root", "-g"], capture_output=True, text=True, check=True)
+    listed = subprocess.run(["node", str(Path(__file__).parent / "nodetar.js"),
+                             root.stdout.strip(), *map(str, files)],
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    node = json.loads(listed.stdout)
+    outcomes = {"equal": 0, "refused": 0}
+    for path in files:
+        mine, theirs = read(path.read_bytes()), node[str(path)]
+        if mine.problem is not None:
+            outcomes["refused"] += 1
+            continue
+        assert mine.entries == theirs["parsed"]["entries"], path.name
+        assert theirs["extracted"]["error"] is None, path.name
+        assert {name: hashlib.sha256(data).hexdigest() for name, data in mine.files.items()} \
+            == theirs["extracted"]["files"], path.name
+        outcomes["equal"] += 1
+    assert outcomes["equal"] > 150  # most near-misses are still tarballs npm reads

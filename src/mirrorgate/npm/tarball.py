@@ -69,8 +69,8 @@ _JS_OCTAL = re.compile(r"[+-]?[0-7]+")
 _OCTAL_BYTES = re.compile(rb"[\t\n\v\f\r ]*([+-]?[0-7]+)")
 _DRIVE = re.compile(r"[A-Za-z]:")
 # a path inside the package that strip, the root and `..` checks and resolve leave as it is:
-# no empty, `.` or `..` component, no backslash, no trailing slash, no `.gitignore`
-_PLAIN_PATH = re.compile(r"(?:[^/\\.][^/\\]*/)*[^/\\.][^/\\]*")
+# no empty, `.` or `..` component, no backslash or NUL, no trailing slash, no `.gitignore`
+_PLAIN_PATH = re.compile(r"(?:[^/\\.\0][^/\\\0]*/)*[^/\\.\0][^/\\\0]*")
 _TERMINATOR = re.compile(b"[\n\r]|\xe2\x80[\xa8\xa9]")
 _JS_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Infinity")
 _JS_RADIX = re.compile(r"0([xXoObB])([0-9a-fA-F]+)")
@@ -539,6 +539,10 @@ class TarballReader:
         placed = _normalized(stripped)
         if not placed:
             return None  # the package folder itself: not a file
+        if "\0" in placed:
+            # left by decString's `/\0.*/` when a line break follows the NUL: node-tar passes
+            # it on, and writing it throws (npm's extraction fails)
+            raise _RefusedError("an entry's path holds a NUL byte, which npm cannot write")
         self._claim(placed)
         return placed
 
