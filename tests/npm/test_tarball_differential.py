@@ -59,6 +59,22 @@ def _deep() -> bytes:
     return _gz(pax([("path", path)]) + file("package/deep.js", b"1") + END)
 
 
+_INVALID_UTF8 = (b"\xff", b"\xc0\x80", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+                 b"\xf0\x9f\x98", b"\xe0\x80\xaf", b"\x80\x80", b"\xef\xbf\xbe",
+                 b"\xf8\x88\x80\x80\x80", b"\xe2\x28\xa1", b"\xf0\x28\x8c\x28")
+
+
+def _utf8_edges() -> bytes:
+    """One bundled package.json per invalid UTF-8 sequence (overlong, a surrogate, past
+    U+10FFFF, cut short, stray continuation bytes), inside a string and inside a key."""
+    entries = file("package/package.json", PLAIN)
+    for index, raw in enumerate(_INVALID_UTF8):
+        document = b'{"name": "p%d", "d\xc3%s": "<%s>", "scripts": {"postinstall": "x"}}' % (
+            index, raw, raw)
+        entries += file(f"package/node_modules/p{index}/package.json", document)
+    return _gz(entries + END)
+
+
 # name -> (bytes, None when mirrorgate must read it, else words its refusal holds)
 HOSTILE: dict[str, Callable[[], tuple[bytes, str | None]]] = {
     "plain-tar": lambda: (tar([entry("package/package.json", PLAIN)]), None),
@@ -79,6 +95,7 @@ HOSTILE: dict[str, Callable[[], tuple[bytes, str | None]]] = {
     "bad-utf8-package-json": lambda: (_gz(file("package/package.json", manifest(
         description="caf\xe9", scripts={"postinstall": "x"}).replace(b"\\u00e9", b"\xe9\xff"))
         + END), None),
+    "utf8-edge-cases": lambda: (_utf8_edges(), None),
     "lone-surrogate-package-json": lambda: (_gz(file(
         "package/package.json", b'{"name":"x","description":"\\ud800 \\udfff",'
         b'"scripts":{"postinstall":"node e.js"}}') + END), None),
