@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import random
+import shutil
 import subprocess
 import tarfile
 from collections.abc import Callable
@@ -28,12 +29,12 @@ import zstandard
 from mirrorgate.npm.packagejson import PackageJsonError, parse_package_json
 from mirrorgate.npm.tarball import Entry, TarballReader
 from tests.npm.tarshapes import END, HOOK, PLAIN, file, header, manifest, pax
-from tests.servers.package_managers import client
+from tests.servers.package_managers import CLIENTS_DIR, client
 from tests.servers.packages import build_tarball, entry, tar
 
 FIXTURES = Path(__file__).parent / "fixtures" / "registry"
 REGISTRY = sorted(path.name for path in FIXTURES.glob("*.tgz"))
-PACKERS = ("npm", "pnpm", "yarn1", "yarn4", "bun")
+PACKERS = ("npm", "pnpm", "pnpm8", "yarn1", "yarn4", "bun")
 NODE_EMITS = frozenset(("File", "Link", "SymbolicLink", "CharacterDevice", "BlockDevice",
                         "Directory", "FIFO", "ContiguousFile", "GNUDumpDir"))
 
@@ -209,7 +210,7 @@ def read(tarball: bytes, step: int = 4096) -> Reading:
 
 def _pack(name: str, workdir: Path, out: Path) -> Path:
     """The sample project packed by client `name` (its own pack command)."""
-    packer = client(name, workdir)
+    packer = client("pnpm" if name == "pnpm8" else name, workdir)
     project = packer.project
     bundled = name != "yarn1"  # yarn 1's pack fails on bundleDependencies
     document: dict[str, Any] = {
@@ -237,12 +238,21 @@ def _pack(name: str, workdir: Path, out: Path) -> Path:
     commands = {
         "npm": ["pack", f"--pack-destination={out / 'npm'}", f"--cache={packer.cache}"],
         "pnpm": ["pack", f"--pack-destination={out / 'pnpm'}"],
+        "pnpm8": ["pack", f"--pack-destination={out / 'pnpm8'}"],
         "yarn1": ["pack", f"--filename={target}"],
         "yarn4": ["pack", f"--out={target}"],
         "bun": ["pm", "pack", f"--destination={out / 'bun'}"],
     }
     (out / name).mkdir(exist_ok=True)
-    done = packer.run(*commands[name])
+    if name == "pnpm8":  # pnpm 8, kept beside the current pnpm for the lockfile tests
+        node = shutil.which("node")
+        assert node is not None
+        pnpm8 = CLIENTS_DIR / "node_modules" / "pnpm8" / "bin" / "pnpm.cjs"
+        done = subprocess.run([node, str(pnpm8), *commands[name]], cwd=project,
+                              env=packer.environment(),
+                              capture_output=True, text=True, timeout=120, check=False)
+    else:
+        done = packer.run(*commands[name])
     assert done.returncode == 0, f"{name} pack failed: {done.stdout}\n{done.stderr}"
     if not target.exists():
         [packed] = (out / name).glob("*.tgz")
