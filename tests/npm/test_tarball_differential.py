@@ -131,6 +131,10 @@ HOSTILE: dict[str, Callable[[], tuple[bytes, str | None]]] = {
     "base-256-size": lambda: (_gz(header("package/package.json", 0, size_field=b"\x80"
                                          + len(PLAIN).to_bytes(11, "big"))
                                   + PLAIN + b"\0" * (-len(PLAIN) % 512) + END), None),
+    "empty-size-fields": lambda: (_gz(
+        header("package/lib/", 0, b"5", size_field=b"\0" * 12)
+        + header("package/l", 0, b"2", linkname="x", size_field=b" " * 11 + b"\0")
+        + file("package/package.json", PLAIN) + END), None),
     "bad-base-256": lambda: (_gz(header("package/package.json", 0, size_field=b"\x81"
                                         + b"\0" * 11) + END), "cannot decode"),
     "links-out-of-the-package": lambda: (_gz(

@@ -413,6 +413,8 @@ class TarballReader:
         kind = _NAMES.get(flag, "Unsupported")
         if kind == "OldFile":
             kind = "File"  # `this.#type = t || '0'`
+        if ustar_size is None and not block[124:136].strip(b"\0 "):
+            ustar_size = 0  # an empty field: node-tar's `header.size ?? 0`, 0 to every reader
         if ustar_size is None or ustar_size < 0:
             raise _RefusedError("a tar header's size is not a number")
         size = ustar_size
