@@ -267,7 +267,7 @@ class TarballReader:
             if not self._mode:  # under 4 bytes: node-tar reads them as (no) tar
                 self._mode = "tar"
                 self._tar(bytes(self._head))
-            if self._inflate is not None:
+            if self._inflate is not None or self._between.strip(b"\0"):
                 raise _RefusedError("its gzip stream ends before its end")
             if self._zstd is not None:
                 raise _RefusedError("its zstd stream ends before its end")
