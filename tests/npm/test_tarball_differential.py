@@ -4,8 +4,8 @@ install runs; tests/npm/nodetar.js), and read by `npm.tarball`; each extracted p
 parsed by @npmcli/package-json and by `npm.packagejson`. The two agree entry for entry, file
 for file and value for value, or mirrorgate refuses the tarball with a reason.
 
-The corpus: what npm, pnpm, yarn 1, yarn 4 and bun pack today (packed here, by each client),
-twenty real tarballs from the public registry (tests/npm/fixtures/registry: old npm's
+The corpus: what npm, pnpm 10 and 8, yarn 1, yarn 4 and bun pack today (packed here, by each client),
+23 real tarballs from the public registry (tests/npm/fixtures/registry: old npm's
 pax-on-every-entry shape among them), and the hostile shapes a publisher could send."""
 
 from __future__ import annotations
