@@ -55,6 +55,8 @@ ACTIVITIES: tuple[tuple[str, str, str], ...] = (
     ("mirrorgate/npm/publish.py", "", "worker: publish document (base64)"),
     ("mirrorgate/upstream/filestore.py", "", "file store (read, write, fsync)"),
     ("mirrorgate/npm/tarscripts.py", "", "read a tarball's package.json"),
+    ("mirrorgate/npm/tarball.py", "", "read a tarball's package.json"),
+    ("mirrorgate/npm/packagejson.py", "", "read a tarball's package.json"),
     ("structlog", "", "logging"),
     ("mirrorgate/logs.py", "", "logging"),
     ("prometheus_client", "", "metrics"),

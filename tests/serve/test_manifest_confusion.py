@@ -22,6 +22,7 @@ from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve import relay
+from tests.npm.tarshapes import END, file
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.client_config import CONTACT, LOCKED_DENIED_SAYS, says
 from tests.servers.fixture_registry import Fault, FixtureRegistry
@@ -332,3 +333,23 @@ async def test_past_the_hold_limit_every_client_fails_on_the_cut_download(
     assert code != 0
     assert CUT_SAYS[tool] in said, said
     assert not (tmp_path / tool / "node_modules" / "hidden-big" / "package.json").exists()
+
+
+async def test_yarn1_never_runs_the_postinstall_of_a_package_json_with_a_byte_order_mark(
+        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
+    # orjson refuses a BOM before the `{`, so the old scan read "runs nothing"; npm strips it
+    # and yarn 1 reads the tarball's own package.json and runs its postinstall
+    marker = tmp_path / "pwned"
+    document = json.dumps({"name": "bom-hook", "version": "1.0.0",
+                           "scripts": {"postinstall": hook_leaving(marker)}}).encode()
+    tarball = gzip.compress(file("package/package.json", b"\xef\xbb\xbf" + document) + END)
+    public_registry.add(make_package("bom-hook", [
+        make_version("bom-hook", "1.0.0", tarball=tarball)]))
+    proxy = await start_proxy(public_registry.url, rules=BLOCK)
+    with capture_logs() as logs:
+        run = await install_with_scripts("yarn1", proxy, tmp_path, {"bom-hook": "1.0.0"})
+
+    assert not marker.exists(), "the postinstall behind a byte-order mark ran"
+    assert run.returncode != 0
+    [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
+    assert "postinstall" in line["reason"]

@@ -1,8 +1,9 @@
 """What a release's tarball holds, as the release signals compare it: what runs at install and
 the marks of each JavaScript file.
 
-Read in the same pass as the install-scripts scan (`tarscripts.ScriptScan`, which walks the
-tar and bounds inflating), so a tarball is inflated once whatever reads it. Pure, incremental,
+Read in the same pass as the install-scripts scan (`tarscripts.ScriptScan`, which reads
+the entries as npm unpacks them, `tarball`), so a tarball is inflated once whatever reads
+it. Pure, incremental,
 bounded: at most `MAX_CODE_FILES` files and `MAX_CODE_BYTES` bytes measured, each file's first
 `jsmarks.READ_PER_FILE` bytes; what was not read is said in `Contents.unread`.
 """
@@ -44,12 +45,6 @@ class Contents:
         return frozenset(run.split(" (", 1)[0] for run in self.runs)
 
 
-def _inside(path: str) -> str:
-    """A tar path inside the package: its first component (`package/`) dropped."""
-    parts = [part for part in path.split("/") if part not in ("", ".")]
-    return "/".join(parts[1:]) if len(parts) > 1 else "/".join(parts)
-
-
 class ContentReading:
     """A `FileWatch` that measures JavaScript files, and the scan it rides on: feed the
     tarball's bytes to `scan`, then `contents()`. A file whose bytes are those of the same
@@ -75,7 +70,7 @@ class ContentReading:
         return keep
 
     def read(self, path: str, data: bytes, size: int) -> None:
-        inside = _inside(path)
+        inside = path  # where npm writes it, inside the package
         digest = digest_of(data)
         known = self._reuse.get(inside)
         if known is not None and known.digest == digest and known.size == size:
@@ -103,7 +98,7 @@ class ContentReading:
                 runs.append(f"{where} ({str(command)[:120]})" if isinstance(command, str)
                             else where)
         runs += [f"{folder}: binding.gyp" if folder else "binding.gyp"
-                 for folder in sorted(scan.gyp - scan.gypfile_off)]
+                 for folder in scan.gyp_runs()]
         unread = list(self._partial)
         if self._skipped_files:
             unread.append(f"{self._skipped_files} JavaScript files past the first "

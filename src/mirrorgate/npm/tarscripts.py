@@ -1,6 +1,7 @@
 """The install scripts a tarball itself declares, read as its bytes stream where the
 install-scripts rule applies: its own and its bundled dependencies' `package.json` and
-`binding.gyp` (gzip inflated, tar headers walked, data skipped, bounded). Pure, incremental.
+`binding.gyp`, as npm unpacks them (`tarball`) and parses them (`packagejson`). Pure,
+incremental, bounded.
 
 The registry's manifest is what the publisher sent beside the tarball ("manifest confusion"):
 yarn 1 runs a `postinstall` only the tarball's `package.json` has, npm a bundled dependency's.
@@ -9,50 +10,33 @@ yarn 1 runs a `postinstall` only the tarball's `package.json` has, npm a bundled
 from __future__ import annotations
 
 import posixpath
-import zlib
 from typing import Protocol
 
-import orjson
-
+from mirrorgate.npm.packagejson import PackageJsonError, parse_package_json
 from mirrorgate.npm.scripts import install_scripts
+from mirrorgate.npm.tarball import Entry, TarballReader
 
-__all__ = ["BOMB_FROM", "BOMB_RATIO", "MAX_ENTRIES", "MAX_MANIFEST_BYTES", "MAX_UNPACKED_BYTES",
-           "FileWatch", "ScriptScan", "declared_scripts", "scripts_in"]
+__all__ = ["MAX_MANIFEST_BYTES", "FileWatch", "ScriptScan", "declared_scripts", "scripts_in"]
 
 MAX_MANIFEST_BYTES = 1024 * 1024
-"""A root package.json larger than this cannot be read here, so the version is refused."""
-MAX_UNPACKED_BYTES = 512 * 1024 * 1024
-"""Inflating further than this stops the scan, and the version is refused. Real tarballs stay
-well under it (the largest unpack to a few hundred MB); inflating it costs about 0.3 s of CPU."""
-BOMB_RATIO = 100
-BOMB_FROM = 64 * 1024 * 1024
-"""Past `BOMB_FROM` unpacked bytes, more than `BOMB_RATIO` unpacked bytes per compressed byte
-is a compression bomb (a megabyte of zeros that inflates to a gigabyte): the scan stops and
-the version is refused. JavaScript compresses 3 to 10 times, binaries 2 to 3."""
-MAX_ENTRIES = 200_000
-"""Tar entries read at most (each costs a few microseconds): more is refused. The packages
-with the most files hold a few tens of thousands."""
-_BLOCK = 512
+"""A package.json larger than this cannot be read here, so the version is refused."""
 _STEP = 256 * 1024
-_FILE_TYPES = (b"0", b"\0", b"7")
-_PAX_TYPES = (b"x", b"X")  # node-tar reads the old Solaris `X` as a pax header too
-_LONGNAME_TYPES = (b"L", b"N")  # GNU's long name, and its old form
-_LINK_TYPES = (b"1", b"2")
 _ESCAPES_KEPT = 20
+_WANTED = ("package.json", "binding.gyp")
 
 
 def _escapes(path: str) -> bool:
-    """Whether an entry's path (as the tar names it, `package/` first) leaves the package's
-    folder: absolute, or with a `..` in it."""
+    """Whether an entry's path (as the tar names it, `package/` first) is absolute or climbs
+    with `..`: npm pack never writes one (npm strips the first, skips the second)."""
     if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
         return True
     return any(part == ".." for part in path.replace("\\", "/").split("/"))
 
 
-def _link_escapes(path: str, target: bytes) -> bool:
+def _link_escapes(path: str, target: str) -> bool:
     """Whether a link entry points outside the package's folder: a symbolic link's target is
     read beside the link, a hard link's (as tar records it) from the archive's root."""
-    text = target.decode("utf-8", "replace").replace("\\", "/")
+    text = target.replace("\\", "/")
     if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
         return True
     inside = path.partition("/")[2]  # past `package/`
@@ -61,71 +45,54 @@ def _link_escapes(path: str, target: bytes) -> bool:
     return placed == ".." or placed.startswith("../")
 
 
-def _placed(parts: list[str]) -> tuple[str, str] | None:
-    parts = [part for part in parts if part not in ("", ".")]
-    if not parts:
-        return None
-    *folder, file = parts
+def _package_folder(parts: list[str]) -> str | None:
+    """The package folder of a file in `parts` (inside the package, file name last): "" for
+    the root, `node_modules/x` (`node_modules/@s/x`, nested) for a bundled dependency, whose
+    install scripts npm runs as well; None for any other folder."""
+    *folder, _file = parts
     bundled = (len(folder) >= 2 and folder[-2] == "node_modules") or (
         len(folder) >= 3 and folder[-3] == "node_modules" and folder[-2].startswith("@"))
-    # lower case: on a case-insensitive disk (macOS) PACKAGE.JSON is package.json
-    return ("/".join(folder), file.lower()) if not folder or bundled else None
+    return "/".join(folder) if not folder or bundled else None
 
 
-def _package_file(path: str) -> tuple[str, str] | None:
-    """(the package directory, the file name, lower-cased) of a path that is a package's own
-    file: at the root, or of a bundled dependency (`node_modules/x/`, `node_modules/@s/x/`,
-    nested), whose install scripts npm runs as well; None for any other path.
-
-    Clients drop the first path component (`package/`, whatever it is called). Whether an
-    empty or `.` component counts as that first one differs between extractors, so both
-    readings are taken and a path is a package file when either says so: `/package.json`,
-    `package//package.json` and `./package/package.json` all count."""
-    parts = path.split("/")
-    after = [part for part in parts if part not in ("", ".")][1:]
-    return _placed(after) or _placed(parts[1:])
-
-
-def _octal(field: bytes) -> int | None:
-    if field and field[0] & 0x80:  # base-256, as GNU tar writes large sizes
-        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
-    text = field.split(b"\0", 1)[0].strip()
-    try:
-        return int(text, 8) if text else 0
-    except ValueError:
-        return None
-
-
-def _checksum_ok(header: bytes) -> bool:
-    # unsigned only, as node-tar checks it: a header it rejects is skipped by 512 bytes, so a
-    # header accepted here that node-tar rejects would hide the blocks after it
-    stored = _octal(header[148:156])
-    return stored is not None and stored == sum(header[:148]) + 8 * 0x20 + sum(header[156:])
-
-
-def _pax_records(data: bytes) -> dict[bytes, bytes]:
-    """The records of a pax extended header (the last of a key wins)."""
-    records: dict[bytes, bytes] = {}
-    for record in data.split(b"\n"):
-        _length, _, field = record.partition(b" ")
-        key, equals, value = field.partition(b"=")
-        if equals:
-            records[key] = value
-    return records
+def _readings(entry: Entry) -> set[tuple[str, str]]:
+    """(package folder, file name) of each package file `entry` may be, lower-cased (on a
+    case-insensitive disk PACKAGE.JSON is package.json, NODE_MODULES node_modules): where npm
+    writes it, and where a client that drops empty and `.` components, or reads `\\` as a
+    folder separator (on Windows), would. A `binding.gyp` folder counts as the file: npm's
+    `isNodeGypPackage` is a `stat`."""
+    raw = entry.path.lower()
+    if "package.json" not in raw and "binding.gyp" not in raw:
+        return set()  # most entries: no reading can make them one
+    spellings = [entry.placed.lower()] if entry.placed else []
+    for path in (raw, raw.replace("\\", "/")):
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        spellings += ["/".join(parts[1:]), "/".join(path.split("/")[1:])]
+    found: set[tuple[str, str]] = set()
+    for spelling in spellings:
+        parts = [part for part in spelling.split("/") if part not in ("", ".")]
+        for index, part in enumerate(parts):
+            if part in _WANTED and (part == "binding.gyp" or index == len(parts) - 1):
+                folder = _package_folder(parts[:index + 1])
+                if folder is not None:
+                    found.add((folder, part))
+    return found
 
 
 def declared_scripts(manifest: bytes) -> list[str]:
-    """The install scripts a package.json's bytes declare (npm's three keys)."""
+    """The install scripts a package.json's bytes declare (npm's three keys), read as npm
+    reads it; none when npm cannot parse it (it runs nothing from it either)."""
     try:
-        document = orjson.loads(manifest)
-    except orjson.JSONDecodeError:
-        return []  # npm cannot read it either, so it runs nothing from it
+        document = parse_package_json(manifest)
+    except PackageJsonError:
+        return []
     return install_scripts(document) if isinstance(document, dict) else []
 
 
 class FileWatch(Protocol):
     """Other files a scan's reader wants (the release signals read JavaScript files): how many
-    of a regular file's first bytes to hand over (0: none), then those bytes."""
+    of a file's first bytes to hand over (0: none), then those bytes. `path` is where npm
+    writes it inside the package (`lib/index.js`)."""
 
     def wants(self, path: str, size: int) -> int: ...
 
@@ -139,212 +106,118 @@ class ScriptScan:
 
     def __init__(self, watch: FileWatch | None = None) -> None:
         self._watch = watch
-        self._watched = ""  # the path of the file being handed to `watch`
-        self._inflate: zlib._Decompress | None = None
-        self._raw: bool | None = None  # plain tar (no gzip): npm takes those too
-        self._gap = bytearray()  # the first bytes of a gzip member, until its magic is known
-        self._trailing = False
-        self._buffer = bytearray()
-        self._skip = 0  # bytes of entry data (and padding) still to pass over
-        self._capture: bytearray | None = None
-        self._capture_left = 0
-        self._capture_kind = ""  # "package.json", "pax" or "longname"
-        self._next_path: str | None = None
-        self._folder = ""  # the package directory of the package.json being captured
-        self._watched_size = 0
-        self._unpacked = 0
-        self._compressed = 0
-        self._entries = 0
-        self.scripts: dict[str, list[str]] = {}  # package directory ("" the root) -> scripts
+        self._tarball = TarballReader(self)
+        self._reading: list[str] | None = None  # the folders of the package.json being read
+        self.scripts: dict[str, list[str]] = {}  # package folder ("" the root) -> scripts
         self.gyp: set[str] = set()
+        """Package folders holding a `binding.gyp`."""
+        self.gyp_any: set[str] = set()
+        """Package folders holding any `*.gyp` file (npm publish's `gypfile` step globs)."""
         self.gypfile_off: set[str] = set()
+        """Package folders whose own package.json says `"gypfile": false`."""
         self.manifest: dict[str, object] | None = None
         """The root package.json, parsed (the last one in the tar wins, as on disk)."""
         self.escapes: list[str] = []
-        """Entries that would land outside `package/`: a `..` or absolute path, or a link to
-        one (a publish carrying any is refused)."""
-        self.problem: str | None = None
+        """Entries that would land outside `package/`: absolute paths, or links out of it
+        (a publish carrying any is refused)."""
+        self._problem: str | None = None
+        self._finished = False
+
+    @property
+    def problem(self) -> str | None:
+        return self._problem or self._tarball.problem
 
     def feed(self, chunk: bytes) -> None:
-        if self.problem is not None or not chunk:
-            return
-        self._compressed += len(chunk)
-        if self._raw:
-            self._tar(chunk)
-            return
-        pending = chunk
-        try:
-            while pending and self.problem is None:
-                if self._inflate is None:  # the start, or between two gzip members
-                    self._gap += pending
-                    pending = b""
-                    if self._trailing or len(self._gap) < 2:
-                        return
-                    gzipped = self._gap.startswith(b"\x1f\x8b")
-                    if self._raw is None and not gzipped:
-                        self._raw = True  # plain tar: npm takes those too
-                        pending, self._gap = bytes(self._gap), bytearray()
-                        self._tar(pending)
-                        return
-                    self._raw = False
-                    if not gzipped:
-                        self._trailing = True  # bytes after the last member: gunzip ignores
-                        return
-                    pending, self._gap = bytes(self._gap), bytearray()
-                    self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                out = self._inflate.decompress(pending, _STEP)
-                self._tar(out)
-                if not self._inflate.eof:
-                    pending = self._inflate.unconsumed_tail
-                    continue
-                # gunzip reads concatenated members one after another, and so does node's
-                # zlib: a second member may carry the entries a first one hides
-                pending, self._inflate = self._inflate.unused_data, None
-        except zlib.error:
-            self.problem = "its gzip stream does not inflate"
+        if self.problem is None:
+            self._tarball.feed(chunk)
 
     def finish(self) -> str | None:
-        if self.problem is None and self._inflate is not None:
-            self.problem = "its gzip stream ends before its end"
-        if self.problem is None and self._capture is not None:
-            self.problem = "its tar stream ends inside an entry"
+        if not self._finished:
+            self._finished = True
+            self._tarball.finish()
         if self.problem is not None:
             return f"its contents cannot be checked for install scripts: {self.problem}"
         found = [f"{folder}: {script}" if folder else script
                  for folder, scripts in sorted(self.scripts.items()) for script in scripts]
-        # node-gyp rebuild runs for a binding.gyp unless `gypfile: false` says not to
         found += [f"{folder}: binding.gyp (node-gyp rebuild)" if folder
-                  else "binding.gyp (node-gyp rebuild)"
-                  for folder in sorted(self.gyp - self.gypfile_off)]
+                  else "binding.gyp (node-gyp rebuild)" for folder in self.gyp_runs()]
         if found:
             return (f"its tarball runs code at install ({', '.join(found)}), which the "
                     "registry's manifest does not show")
         return None
 
-    def _tar(self, data: bytes) -> None:
-        self._unpacked += len(data)
-        if self._unpacked > MAX_UNPACKED_BYTES:
-            self.problem = f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes"
-            return
-        if self._unpacked > BOMB_FROM and self._unpacked > BOMB_RATIO * self._compressed:
-            self.problem = (f"it is a compression bomb: {self._compressed} bytes inflate to "
-                            f"more than {self._unpacked} (over {BOMB_RATIO} times as many)")
-            return
-        view = memoryview(data)
-        while view and self.problem is None:
-            if self._skip:
-                taken = min(self._skip, len(view))
-                if self._capture is not None and self._capture_left:
-                    keep = min(taken, self._capture_left)
-                    self._capture += view[:keep]
-                    self._capture_left -= keep
-                    if not self._capture_left:
-                        self._captured()
-                self._skip -= taken
-                view = view[taken:]
-                continue
-            need = _BLOCK - len(self._buffer)
-            self._buffer += view[:need]
-            view = view[need:]
-            if len(self._buffer) == _BLOCK:
-                header, self._buffer = bytes(self._buffer), bytearray()
-                self._header(header)
+    def gyp_runs(self) -> list[str]:
+        """The package folders where a client runs `node-gyp rebuild` for a `binding.gyp`."""
+        # The root: npm decides from the registry's manifest, not this package.json
+        # (arborist rebuild.js: `const { gypfile, bin, scripts = {} } = pkg` with `pkg` the
+        # registry's manifest, then `const isGyp = gypfile !== false && !install &&
+        # !preinstall && await isNodeGypPackage(node.path)`); the abbreviated packument npm
+        # asks for carries no `gypfile`, and yarn 1 ignores it (`if (!scripts.install &&
+        # files.indexOf('binding.gyp') >= 0) scripts.install = 'node-gyp rebuild'`), so a
+        # root binding.gyp runs whatever this package.json says. A bundled dependency is
+        # read from disk (its own package.json), so its `gypfile: false` is honoured.
+        return sorted(folder for folder in self.gyp
+                      if not folder or folder not in self.gypfile_off)
 
-    def _header(self, header: bytes) -> None:
-        # node-tar skips a zero block or one whose checksum fails, 512 bytes only, and goes on
-        if header == b"\0" * _BLOCK or not _checksum_ok(header):
+    # -- the entries (tarball.EntryReader) ---------------------------------------------
+
+    def entry(self, entry: Entry) -> int:
+        if self.problem is not None:
+            return 0
+        if len(self.escapes) < _ESCAPES_KEPT and (_escapes(entry.path) or (
+                entry.kind in ("Link", "SymbolicLink") and entry.linkpath is not None
+                and _link_escapes(entry.path, entry.linkpath))):
+            self.escapes.append(entry.path[:200])
+        readings = _readings(entry)
+        for folder, file in readings:
+            where = f"{folder}/{file}" if folder else file
+            if entry.kind in ("Link", "SymbolicLink"):
+                # npm drops links; yarn 1 writes them, and follows one to read it
+                self._problem = f"its {where} is a link"
+                return 0
+            if file == "binding.gyp":
+                self.gyp.add(folder)
+        if entry.placed is not None and "/" not in entry.placed \
+                and entry.placed.lower().endswith(".gyp"):
+            self.gyp_any.add("")
+        manifests = {folder for folder, file in readings if file == "package.json"}
+        if manifests and entry.kind in ("File", "OldFile", "ContiguousFile"):
+            if entry.size > MAX_MANIFEST_BYTES:
+                self._problem = f"a package.json is larger than {MAX_MANIFEST_BYTES} bytes"
+                return 0
+            self._reading = sorted(manifests)
+            return entry.size if entry.size else self._empty(entry)
+        if self._watch is not None and entry.placed is not None and entry.size:
+            return self._watch.wants(entry.placed, entry.size)
+        return 0
+
+    def _empty(self, entry: Entry) -> int:
+        self.data(entry, b"")
+        return 0
+
+    def data(self, entry: Entry, data: bytes) -> None:
+        folders, self._reading = self._reading, None
+        if folders is None:
+            if self._watch is not None and entry.placed is not None:
+                self._watch.read(entry.placed, data, entry.size)
             return
-        self._entries += 1
-        if self._entries > MAX_ENTRIES:
-            self.problem = f"it holds more than {MAX_ENTRIES} entries"
-            return
-        size = _octal(header[124:136])
-        if size is None:
-            self.problem = "a tar header has an unreadable size"
-            return
-        kind = header[156:157]
-        name = header[0:100].split(b"\0", 1)[0]
-        # the prefix field is POSIX ustar's only (GNU tar keeps times there)
-        if header[257:265] == b"ustar\x0000" and header[345:500].strip(b"\0"):
-            name = header[345:500].split(b"\0", 1)[0] + b"/" + name
-        path = self._next_path if self._next_path is not None else name.decode("utf-8",
-                                                                                 "replace")
-        self._skip = size + (-size) % _BLOCK
-        if kind in _PAX_TYPES or kind in _LONGNAME_TYPES or kind == b"g":
-            self._start(size, "pax" if kind in _PAX_TYPES else
-                        "global" if kind == b"g" else "longname")
-            return
-        self._next_path = None
-        if kind == b"K":
-            return
-        if len(self.escapes) < _ESCAPES_KEPT and (_escapes(path) or (
-                kind in _LINK_TYPES
-                and _link_escapes(path, header[157:257].split(b"\0", 1)[0]))):
-            self.escapes.append(path[:200])
-        if self._watch is not None and kind in _FILE_TYPES and size:
-            keep = self._watch.wants(path, size)
-            if keep > 0:
-                # never a package.json or binding.gyp (a watch asks for code), so no capture
-                # below is skipped; the rest of the entry is passed over as data
-                self._watched = path
-                self._capture, self._capture_left = bytearray(), min(keep, size)
-                self._capture_kind, self._watched_size = "watched", size
+        try:
+            document = parse_package_json(data)
+        except PackageJsonError as error:
+            if error.deeper:  # npm reads it, mirrorgate cannot: refused, not "runs nothing"
+                self._problem = f"a package.json {error}"
                 return
-        found = _package_file(path)
-        if found is None or found[1] not in ("package.json", "binding.gyp"):
-            return
-        folder, file = found
-        where = f"{folder}/{file}" if folder else file
-        if kind in _LINK_TYPES:
-            self.problem = f"its {where} is a link"
-        elif kind not in _FILE_TYPES:
-            return
-        elif file == "binding.gyp":
-            self.gyp.add(folder)
-        elif size > MAX_MANIFEST_BYTES:
-            self.problem = f"its {where} is larger than {MAX_MANIFEST_BYTES} bytes"
-        else:
-            self._folder = folder
-            self._start(size, "package.json")
-
-    def _start(self, size: int, kind: str) -> None:
-        if size > MAX_MANIFEST_BYTES:
-            self.problem = f"a tar {kind} header is larger than {MAX_MANIFEST_BYTES} bytes"
-            return
-        self._capture, self._capture_left, self._capture_kind = bytearray(), size, kind
-        if not size:
-            self._captured()
-
-    def _captured(self) -> None:
-        data, kind = bytes(self._capture or b""), self._capture_kind
-        self._capture = None
-        if kind in ("pax", "global"):
-            records = _pax_records(data)
-            if b"size" in records:
-                # node-tar takes an entry's size from pax (a global one included): the blocks
-                # it then reads as headers are not the ones the ustar size says; no npm
-                # tarball needs it (only files over 8 GiB do)
-                self.problem = "a pax header overrides an entry's size"
-            elif kind == "pax" and b"path" in records:
-                self._next_path = records[b"path"].decode("utf-8", "replace")
-        elif kind == "longname":
-            self._next_path = data.split(b"\0", 1)[0].decode("utf-8", "replace")
-        elif kind == "watched":
-            if self._watch is not None:
-                self._watch.read(self._watched, data, self._watched_size)
-        else:
-            # every root package.json counts (the last one extracted wins on disk)
-            scripts = self.scripts.setdefault(self._folder, [])
-            scripts += [s for s in declared_scripts(data) if s not in scripts]
+            document = None  # npm cannot parse it either: it runs nothing from it
+        for folder in folders:
+            # every copy of a folder's package.json counts (which one a client keeps varies)
+            scripts = self.scripts.setdefault(folder, [])
+            if isinstance(document, dict):
+                scripts += [s for s in install_scripts(document) if s not in scripts]
+                if document.get("gypfile") is False:
+                    self.gypfile_off.add(folder)
             if not scripts:
-                del self.scripts[self._folder]
-            try:
-                document = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                document = None
-            if isinstance(document, dict) and document.get("gypfile") is False:
-                self.gypfile_off.add(self._folder)
-            if not self._folder:
+                del self.scripts[folder]
+            if not folder and entry.placed == "package.json":
                 self.manifest = document if isinstance(document, dict) else None
 
 

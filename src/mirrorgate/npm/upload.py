@@ -371,7 +371,10 @@ def _check_contents(name: PackageName, version: str, manifest: dict[str, Any],
     if inner.get("name") != name.full or inner.get("version") != version:
         raise UploadError(f"the tarball's package.json is {said}, not {where}, which the "
                           "document publishes")
-    gyp = "" in contents.gyp - contents.gypfile_off
+    # npm publish's `gypfile` step (@npmcli/package-json normalize.js): `if (!scripts.install
+    # && !scripts.preinstall && data.gypfile !== false)` and a `*.gyp` file is there,
+    # `scripts.install = 'node-gyp rebuild'` goes into the document, not the tarball
+    gyp = "" in contents.gyp_any and "" not in contents.gypfile_off
     for key in INSTALL_SCRIPT_KEYS:
         theirs, ours = _script(inner, key), _script(manifest, key)
         # npm declares node-gyp's implicit install for a binding.gyp without an install script

@@ -385,7 +385,8 @@ def _earlier(moment_: datetime | None, other: datetime | None) -> datetime | Non
 
 def scripts_blocked(rules: Rules, name: str, version: str) -> bool:
     """Whether the install-scripts rule holds `name@version` to running nothing at install: the
-    tarball's own files are then checked too (`npm.tarscripts`), not only the manifest."""
+    tarball's own files are then checked too (`npm.tarscripts`, read as npm unpacks them), not
+    only the manifest."""
     return rules.block_install_scripts and rules.install_scripts_allow.first_match(
         Subject(name, version), unparseable_matches=False) is None
 
