@@ -25,12 +25,13 @@ COPY src ./src
 
 # The venv gets no pip or setuptools of its own: the base image's pip installs into it
 # (--python), so the shipped venv holds mirrorgate and its dependencies only. The wheel is
-# installed by its exact path, never by name from an index, with both queue extras and otel.
+# installed by its exact path, never by name from an index, with both queue extras, otel and
+# postgres (the fleet's state store).
 RUN python -m venv --without-pip /opt/mirrorgate \
  && python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && wheel="$(ls /wheels/mirrorgate-*.whl)" \
  && python -m pip --python /opt/mirrorgate/bin/python install --no-cache-dir \
-        "${wheel}[sqs,pubsub,otel]" \
+        "${wheel}[sqs,pubsub,otel,postgres]" \
  && /opt/mirrorgate/bin/mirrorgate --help > /dev/null
 
 
