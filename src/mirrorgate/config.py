@@ -459,7 +459,8 @@ class Settings:
                          "not: tarball URLs are built from each request's Host header, so "
                          "renderings are kept only for the first few hosts seen; set "
                          "MIRRORGATE_PUBLIC_URL to the URL clients use")
-        if self.database_url is None and not _writable(self.data_dir):
+        if (self.database_url is None and not self.private_upstream.startswith("file://")
+                and not _writable(self.data_dir)):
             found.append(f"MIRRORGATE_DATA_DIR ({self.data_dir}) cannot be written: the state "
                          "store (state.sqlite3, the names learned first-party and the versions "
                          "seen withdrawn) cannot be kept there, so /readyz stays 503; mount a "
@@ -690,7 +691,7 @@ def _secret(read: _Reader, name: str, what: str) -> Secret | None:
         read.problem(name, f"the {what} holds whitespace or control characters; set the bare "
                      f"{what}")
         return None
-    return PasswordUrl(value) if value else None
+    return Secret(value) if value else None
 
 
 def _token(read: _Reader) -> Secret | None:
