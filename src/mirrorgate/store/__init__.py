@@ -42,6 +42,7 @@ __all__ = [
     "Verdict",
     "describe_store",
     "open_store",
+    "probe_store",
 ]
 
 
@@ -54,6 +55,27 @@ def describe_store(settings: Settings) -> tuple[str, str]:
     from mirrorgate.store.sqlite import FILENAME
 
     return "sqlite", str(settings.data_dir / FILENAME)
+
+
+async def probe_store(settings: Settings) -> dict[str, object]:
+    """For check-config: which store, where (password redacted), its schema version now and
+    the one this release migrates it to; read only, nothing created or migrated."""
+    from mirrorgate.store.schema import LATEST
+
+    kind, where = describe_store(settings)
+    shown: dict[str, object] = {"kind": kind, "where": where, "schema_latest": LATEST}
+    try:
+        if settings.database_url is not None:
+            from mirrorgate.store.postgres import read_schema
+
+            schema = await read_schema(settings.database_url.reveal())
+        else:
+            from mirrorgate.store.sqlite import read_schema as read_file_schema
+
+            schema = read_file_schema(Path(where))
+    except (StoreUnavailableError, ImportError) as error:
+        return shown | {"reachable": False, "detail": str(error)}
+    return shown | {"reachable": True, "schema": schema}
 
 
 async def open_store(settings: Settings) -> Store:

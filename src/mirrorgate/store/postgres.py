@@ -72,7 +72,7 @@ class PostgresStore:
                 self._pool = await asyncpg.create_pool(
                     self._url, min_size=1, max_size=POOL_MAX, timeout=_TIMEOUT,
                     command_timeout=_TIMEOUT)
-            except (*_DOWN, asyncpg.PostgresError) as error:
+            except (*_DOWN, asyncpg.PostgresError) as error:  # a refused password too
                 raise self._unavailable(error) from None
         return self._pool
 
@@ -198,6 +198,21 @@ class PostgresStore:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+async def read_schema(url: str) -> int:
+    """The schema version of the store at `url`, read only (0: not created yet)."""
+    store = PostgresStore(url)
+
+    async def work(db: asyncpg.Connection) -> int:
+        if await db.fetchval("SELECT to_regclass('schema_version')") is None:
+            return 0
+        return int(await db.fetchval("SELECT coalesce(max(version), 0) FROM schema_version"))
+    try:
+        found: int = await store._call(work)
+    finally:
+        await store.close()
+    return found
 
 
 async def open_postgres(url: str) -> PostgresStore:

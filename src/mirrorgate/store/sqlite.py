@@ -228,6 +228,23 @@ class SqliteStore:
         self._thread.shutdown(wait=True)
 
 
+def read_schema(path: Path) -> int:
+    """The schema version of the store at `path`, read only (0: not created yet)."""
+    if not path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=_BUSY_SECONDS)
+        try:
+            row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+        finally:
+            db.close()
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
+            return 0
+        raise StoreUnavailableError(f"the state store {path} cannot be read: {error}") from None
+    return int(row[0] or 0)
+
+
 def merged(facts: list[Fact], verdicts: list[Verdict], after: int, limit: int) -> Changes:
     """Both tables' first `limit` changes after `after`, cut to the first `limit` of either:
     any change numbered below the last kept is among each table's own first `limit`."""
