@@ -1,6 +1,7 @@
 # mirrorgate's container image: one image for `mirrorgate serve`, `serve --no-worker` and
 # `worker`, with the sqs and pubsub extras installed so one build serves every queue backend,
-# and the otel extra, so traces need only the OTEL_* variables (off without them).
+# and the otel extra, so traces need only the OTEL_* variables (off without them), and the
+# postgres extra, for a fleet's state store (MIRRORGATE_DATABASE_URL).
 #
 # Two stages. The first builds mirrorgate's wheel and installs it, with its extras, into a venv
 # at /opt/mirrorgate; the second copies only that venv onto the same slim base, so no compiler,

@@ -129,6 +129,8 @@ VARIABLES: tuple[Var, ...] = (
         "(postgresql://user:password@host:5432/mirrorgate; needs the postgres extra); unset: "
         "the embedded SQLite file MIRRORGATE_DATA_DIR/state.sqlite3, for one replica and its "
         "sidecar", secret=True, see="state-store.md"),
+    Var("MIRRORGATE_DATABASE_URL_FILE", None, "file holding that URL (a mounted Secret)",
+        see="state-store.md"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules (default: the default "
         "policy, stated below the table)",
         see="serving.md#admission-rules"),
@@ -797,9 +799,10 @@ def _notify(read: _Reader) -> NotifySettings:
 
 
 def _database_url(read: _Reader) -> PasswordUrl | None:
-    value = read.raw("MIRRORGATE_DATABASE_URL")
-    if value is None:
+    found = _secret(read, "MIRRORGATE_DATABASE_URL", "database URL")
+    if found is None:
         return None
+    value = found.reveal()
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
