@@ -4,8 +4,8 @@ No Docker engine runs where these tests run, so the image is never built here. W
 checked without one is checked: hadolint's rules (run by `hadolint_findings`, strict: every
 severity counts and inline ignore pragmas are disabled), and mirrorgate's own promises about
 the image (`image_problems`): exact base tags that satisfy `requires-python`, a build stage and
-a final stage, the wheel installed with the sqs, pubsub, otel and postgres extras, a numeric non-root user,
-`mirrorgate` as the entrypoint and a default command the real parser accepts, and a
+a final stage, the wheel installed with the sqs, pubsub, otel and postgres extras, a numeric
+non-root user, `mirrorgate` as the entrypoint and a default command the real parser accepts, and a
 .dockerignore allow-list that keeps every file the Dockerfile copies.
 """
 

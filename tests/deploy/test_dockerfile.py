@@ -69,7 +69,8 @@ def test_the_image_keeps_every_promise_the_manifests_rely_on() -> None:
 
 
 def test_continuation_lines_are_read_as_one_instruction() -> None:
-    [run] = [i for i in instructions(TEXT) if i.keyword == "RUN" and "[sqs,pubsub,otel,postgres]" in i.value]
+    [run] = [i for i in instructions(TEXT)
+             if i.keyword == "RUN" and "[sqs,pubsub,otel,postgres]" in i.value]
     assert "python -m venv" in run.value
     assert run.stage == 1
 
