@@ -40,8 +40,9 @@ def _statements(script: str) -> list[str]:
 class SqliteStore:
     """One connection, owned by one thread: every call (reads too) runs there, never on the
     event loop. Measured against aiosqlite (bench/state_store.py, docs/state-store.md): the
-    same thread-per-connection design, and aiosqlite's queue adds a hop per call (about 20%
-    slower on single-row writes here) and a dependency; a one-thread executor is enough."""
+    same thread-per-connection design, and aiosqlite's queue adds a hop per call (a one-fact
+    write 0.53 ms against 0.32 ms here, a change-feed read 0.27 against 0.13) and a
+    dependency; a one-thread executor is enough."""
 
     def __init__(self, path: Path, *, busy_seconds: float = _BUSY_SECONDS) -> None:
         self.path = path
