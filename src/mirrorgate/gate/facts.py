@@ -230,7 +230,11 @@ class KeptFacts:
             log.info("store_imported", facts=imported)
             await self._follow(self.store)
         self._importer = None
-        self.ready = True
+        if not self.ready:
+            self.ready = True
+            for kind in (*LIMITS, "verdict"):  # what was built before the load, built again
+                for listener in self.listeners:
+                    listener(kind)
         await self._flush(self.store)  # learned before the store answered
         if self.problem is not None:
             self._recovered()
