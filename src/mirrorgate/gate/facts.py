@@ -37,6 +37,8 @@ POLL = 0.25
 (bench/state_store.py): a poll is seen within 250 ms for about 1 ms of the server's time, works
 the same on SQLite (a sidecar on the volume) and after a reconnect, when a listener would have
 missed whatever was sent meanwhile and had to poll anyway."""
+OPEN_WAIT = 5.0
+"""Seconds start-up waits for the store before it listens anyway, not ready."""
 RETRY = 1.0
 """Seconds between attempts to reach a store that did not answer."""
 MAX_PENDING = 10_000
@@ -176,9 +178,15 @@ class KeptFacts:
         if self._opener is None:
             return
         try:
-            await self._connect()
+            # bounded: the listener (and /livez) must come up even when the store's host
+            # drops packets; the background loop goes on trying
+            async with asyncio.timeout(OPEN_WAIT):
+                await self._connect()
         except StoreUnavailableError as error:
             self._unreachable("open", error)
+        except TimeoutError:
+            self._unreachable("open", StoreUnavailableError(
+                f"the state store did not answer within {OPEN_WAIT:g} s"))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`: reach the store when it is not, write what waits, read what changed."""
