@@ -4,15 +4,23 @@ drops the oldest past its bound, and the one-time import of the files before the
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.imported import import_files
+from mirrorgate.gate.records import Gated
+from mirrorgate.gate.release import ReleaseJudge, _Facts
 from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName
+from mirrorgate.rules import Rules, parse_rules
+from mirrorgate.rules.release import Fired
 from mirrorgate.store import FIRST_PARTY, INSTALLED, WITHDRAWN, Store, StoreUnavailableError
 from mirrorgate.store.sqlite import open_sqlite
+from mirrorgate.upstream.client import Upstream
 from tests.metric_samples import metric_value, registry_samples
 from tests.store.conftest import Place
+from tests.store.kept import kept_on
 
 
 async def test_writes_wait_for_a_lost_store_in_a_bounded_buffer_and_are_written_when_it_returns(
@@ -82,3 +90,49 @@ async def test_a_store_that_never_answered_leaves_the_facts_unknown_with_the_rea
 
     assert (facts.ready, facts.reachable) == (False, False)
     assert "did not answer" in str(facts.problem)
+
+
+async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_new_rules(
+        tmp_path: Path) -> None:
+    # the Shai-Hulud shape: a release that adds a postinstall the one before did not have
+    fired = Fired("new-install-script", "adds a postinstall script: node ./bundle.js",
+                  ("package.json: scripts.postinstall",))
+    path = tmp_path / "state.sqlite3"
+    before = _judge(RELEASE_RULES, await kept_on(path))
+    before.remember("colour-kit", "5.6.1", "sha512-" + "A" * 86 + "==",
+                    _Facts((fired,), None, "5.6.0"))
+    refused = before.remembered("colour-kit", "5.6.1")
+    assert refused is not None
+    assert refused.rule == "new-install-script"
+    stop = asyncio.Event()
+    stop.set()
+    await before.facts.run(stop)  # the last write, as at a SIGTERM
+    await before.facts.close()
+
+    after = _judge(RELEASE_RULES, await kept_on(path))
+    again = after.remembered("colour-kit", "5.6.1")
+    allowed = _judge(parse_rules('[age]\nminimum = "0"\n\n[release]\nallow = '
+                                 '["colour-kit@5.6.1"]\n', "r.toml"), after.facts)
+
+    assert again is not None
+    assert (again.rule, again.reason, again.fired, again.compared_with) == (
+        refused.rule, refused.reason, refused.fired, refused.compared_with)
+    assert list(after.refused_versions("colour-kit")) == ["5.6.1"]
+    assert after.facts.verdict("colour-kit", "5.6.1").compared_with == "5.6.0"  # type: ignore[union-attr]
+    assert allowed.refused_versions("colour-kit") == {}  # an allow entry added later: no read
+    await after.facts.close()
+
+
+RELEASE_RULES = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
+
+
+def _judge(rules: Rules, facts: KeptFacts) -> ReleaseJudge:
+    metrics = Metrics()
+    public = Upstream("public", "http://127.0.0.1:9/", timeout=1.0,
+                      max_metadata_bytes=1 << 20, metrics=metrics)
+
+    async def no_packument(_name: PackageName) -> Gated | None:
+        return None
+    return ReleaseJudge(rules=rules, public=public, metrics=metrics, packument=no_packument,
+                        now=lambda: datetime.now(UTC), facts=facts,
+                        previous_max_bytes=1 << 20, timeout=1.0)
