@@ -195,6 +195,7 @@ class KeptFacts:
         self._wake = asyncio.Event()
         while not stop.is_set():
             pause = self.poll
+            self._wake.clear()  # a write from here on is written at the next pass, at once
             try:
                 if self.store is None or not self.ready:
                     await self._connect()
@@ -205,13 +206,13 @@ class KeptFacts:
                     self._recovered()
                     self.reachable = True
             except StoreUnavailableError as error:
-                self._unreachable("write" if self.pending else "poll", error)
+                self._unreachable("open" if not self.ready
+                                  else "write" if self.pending else "poll", error)
                 pause = RETRY
             except StoreSetupError as error:  # reached again, and a migration cannot run
                 self.problem = str(error)
                 log.error("store_setup_failed", reason=str(error))
                 pause = RETRY * 30
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_first(stop, self._wake if self.reachable else None),
                                        pause)
