@@ -1,6 +1,7 @@
 # mirrorgate's container image: one image for `mirrorgate serve`, `serve --no-worker` and
 # `worker`, with the sqs and pubsub extras installed so one build serves every queue backend,
-# and the otel extra, so traces need only the OTEL_* variables (off without them).
+# and the otel extra, so traces need only the OTEL_* variables (off without them), and the
+# postgres extra, for a fleet's state store (MIRRORGATE_DATABASE_URL).
 #
 # Two stages. The first builds mirrorgate's wheel and installs it, with its extras, into a venv
 # at /opt/mirrorgate; the second copies only that venv onto the same slim base, so no compiler,
@@ -25,12 +26,13 @@ COPY src ./src
 
 # The venv gets no pip or setuptools of its own: the base image's pip installs into it
 # (--python), so the shipped venv holds mirrorgate and its dependencies only. The wheel is
-# installed by its exact path, never by name from an index, with both queue extras and otel.
+# installed by its exact path, never by name from an index, with both queue extras, otel and
+# postgres (the fleet's state store).
 RUN python -m venv --without-pip /opt/mirrorgate \
  && python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && wheel="$(ls /wheels/mirrorgate-*.whl)" \
  && python -m pip --python /opt/mirrorgate/bin/python install --no-cache-dir \
-        "${wheel}[sqs,pubsub,otel]" \
+        "${wheel}[sqs,pubsub,otel,postgres]" \
  && /opt/mirrorgate/bin/mirrorgate --help > /dev/null
 
 

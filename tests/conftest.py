@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.servers.pubsub_server",
     "tests.servers.otlp",
     "tests.servers.webhook",
+    "tests.servers.postgres_server",
 ]
 
 

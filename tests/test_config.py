@@ -82,6 +82,20 @@ def test_the_token_is_read_from_a_file_and_never_shown(tmp_path: object) -> None
     assert "s3cr3t" not in str(settings.summary())
 
 
+def test_the_database_url_is_shown_without_its_password_and_a_bad_one_is_refused() -> None:
+    url = "postgresql://mirrorgate:hunter2-db-pass@db.internal:5432/mirrorgate"
+    settings = load_settings({**BASE, "MIRRORGATE_DATABASE_URL": url}, npm_registry=no_npm)
+    assert settings.summary()["database_url"] == (
+        "postgresql://mirrorgate:**redacted**@db.internal:5432/mirrorgate")
+    assert "hunter2" not in repr(settings)
+    assert any(secret.reveal() == "hunter2-db-pass" for secret in settings.secrets())
+    with pytest.raises(ConfigError) as refused:
+        load_settings({**BASE, "MIRRORGATE_DATABASE_URL": "mysql://u:hunter2@db/x"},
+                      npm_registry=no_npm)
+    assert "MIRRORGATE_DATABASE_URL: is not a PostgreSQL URL" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
+
+
 def test_credentials_in_an_upstream_url_are_refused() -> None:
     [problem] = problems(MIRRORGATE_PRIVATE_UPSTREAM="http://bob:pw@127.0.0.1:9/")
     assert "credentials in the URL" in problem
@@ -129,10 +143,10 @@ def test_a_timeout_that_is_not_a_number_is_refused() -> None:
     assert problem.startswith("MIRRORGATE_WRITE_STALL_TIMEOUT: 'soon' is not a number")
 
 
-def test_a_memory_that_cannot_persist_is_a_warning_naming_private_names(
+def test_a_data_directory_that_cannot_hold_the_state_store_is_a_warning_naming_the_way_out(
         tmp_path: Path) -> None:
-    # a read-only root filesystem: the first-party memory would be this process's alone, and
-    # a private outage after the next restart could hand a first-party name to an impostor
+    # a read-only root filesystem: the SQLite state store cannot be kept there, so the process
+    # never becomes ready; PostgreSQL (MIRRORGATE_DATABASE_URL) needs no volume
     (tmp_path / "ro").write_text("a file where a directory would have to be made")
     registry = {"MIRRORGATE_PRIVATE_UPSTREAM": "http://127.0.0.1:4873/"}
 
@@ -140,7 +154,11 @@ def test_a_memory_that_cannot_persist_is_a_warning_naming_private_names(
     [warning] = load_settings({**BASE, **registry, "MIRRORGATE_DATA_DIR": blocked},
                               npm_registry=no_npm).warnings()
     assert "MIRRORGATE_DATA_DIR" in warning
-    assert "[private].names" in warning
+    assert "/readyz stays 503" in warning
+    assert "MIRRORGATE_DATABASE_URL" in warning
+    assert load_settings({**BASE, **registry, "MIRRORGATE_DATA_DIR": blocked,
+                          "MIRRORGATE_DATABASE_URL": "postgresql://mg:pw@db:5432/mg"},
+                         npm_registry=no_npm).warnings() == []
     assert load_settings({**BASE, **registry, "MIRRORGATE_DATA_DIR": str(tmp_path / "rw")},
                          npm_registry=no_npm).warnings() == []
     # the embedded store needs the directory anyway (start-up refuses an unwritable one)

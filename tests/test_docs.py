@@ -107,7 +107,8 @@ def test_every_metric_is_documented() -> None:
     names |= {"mirrorgate_queue_depth", "mirrorgate_jobs_dropped", "mirrorgate_enqueue_failures",
               "mirrorgate_jobs_sent", "mirrorgate_queue_ack_failures",
               "mirrorgate_worker_heartbeat_age_seconds", "mirrorgate_advisory_records",
-              "mirrorgate_advisory_age_seconds"}
+              "mirrorgate_advisory_age_seconds", "mirrorgate_store_reachable",
+              "mirrorgate_store_pending_writes"}
     missing = sorted(name for name in names if name not in EVERYTHING)
     assert missing == []
 

@@ -198,6 +198,9 @@ def _check_config(settings: Settings, as_json: bool) -> int:
         policy["advisories"]["readable"] = readable
         if not readable["ok"]:
             problems.append(f"the advisory source is not readable: {readable['detail']}")
+    report["store"] = _probe_store(settings)
+    if not report["store"].get("reachable"):
+        problems.append(f"the state store does not answer: {report['store'].get('detail')}")
     if as_json:
         # the document is for programs: what a person should know goes to stderr beside it
         for problem in problems:
@@ -209,6 +212,16 @@ def _check_config(settings: Settings, as_json: bool) -> int:
 
     sys.stdout.write(human_report(settings, rules, report, problems))
     return 0
+
+
+def _probe_store(settings: Settings) -> dict[str, object]:
+    """The state store in use, where it lives and its schema version (a warning when it does
+    not answer: a running process waits for it with /readyz 503, docs/state-store.md)."""
+    import asyncio
+
+    from mirrorgate.store import probe_store
+
+    return asyncio.run(probe_store(settings))
 
 
 def _probe_advisories(source: str) -> dict[str, object]:

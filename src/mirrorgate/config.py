@@ -27,6 +27,7 @@ __all__ = [
     "ConfigError",
     "NotifySettings",
     "OidcSettings",
+    "PasswordUrl",
     "QueueSettings",
     "Secret",
     "SecretUrl",
@@ -124,6 +125,12 @@ VARIABLES: tuple[Var, ...] = (
         "file store's home; keep it on a volume that outlives the process (default: "
         "$XDG_DATA_HOME/mirrorgate, else ~/.local/share/mirrorgate)",
         see="withdrawals.md#what-mirrorgate-remembers"),
+    Var("MIRRORGATE_DATABASE_URL", None, "PostgreSQL URL of the state store a fleet shares "
+        "(postgresql://user:password@host:5432/mirrorgate; needs the postgres extra); unset: "
+        "the embedded SQLite file MIRRORGATE_DATA_DIR/state.sqlite3, for one replica and its "
+        "sidecar", secret=True, see="state-store.md"),
+    Var("MIRRORGATE_DATABASE_URL_FILE", None, "file holding that URL (a mounted Secret)",
+        see="state-store.md"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules, read again when it "
         "changes; a rewrite that is missing, empty or cut short keeps the rules in force, so "
         "only unsetting this means no rules file (default: the default policy, stated below "
@@ -314,6 +321,19 @@ class SecretUrl(Secret):
         return f"{parts.scheme}://{parts.hostname}{port}/**redacted**"
 
 
+class PasswordUrl(Secret):
+    """A URL whose password is the secret (a database's): shown with the password replaced."""
+
+    __slots__ = ()
+
+    def shown(self) -> str:
+        scheme, sep, rest = self.reveal().partition("://")
+        userinfo, at, host = rest.rpartition("@")
+        if not at or ":" not in userinfo:
+            return self.reveal()
+        return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:**redacted**@{host}"
+
+
 @dataclass(frozen=True)
 class NotifySettings:
     """Where security notifications go (`notify`); `url` None: nowhere."""
@@ -393,13 +413,19 @@ class Settings:
     """The client token `--proxy` commands send; the proxy itself never reads it."""
     notify: NotifySettings = NotifySettings()
     oidc: OidcSettings = OidcSettings()
+    database_url: PasswordUrl | None = None
+    """The PostgreSQL state store (`store`); None: the SQLite file under `data_dir`."""
 
     def secrets(self) -> tuple[Secret, ...]:
         """Every secret these settings hold, for the log scrubber (`logs.register_secret`);
         a webhook URL's path too, since an error could quote it without its host."""
         held = (self.private_token, self.queue.job_key, self.queue.job_key_previous,
-                self.proxy_token, self.notify.url, self.notify.secret)
+                self.proxy_token, self.notify.url, self.notify.secret, self.database_url)
         found = [secret for secret in held if secret is not None]
+        if self.database_url is not None:  # a driver's error may quote the password alone
+            password = urlsplit(self.database_url.reveal()).password
+            if password:
+                found.append(Secret(password))
         if self.notify.url is not None:
             path = urlsplit(self.notify.url.reveal()).path
             if len(path) >= WEBHOOK_TOKEN_PATH:
@@ -437,14 +463,13 @@ class Settings:
                          "not: tarball URLs are built from each request's Host header, so "
                          "renderings are kept only for the first few hosts seen; set "
                          "MIRRORGATE_PUBLIC_URL to the URL clients use")
-        if not self.private_upstream.startswith("file://") and not _writable(self.data_dir):
-            found.append(f"MIRRORGATE_DATA_DIR ({self.data_dir}) cannot be written: the names "
-                         "learned first-party and the versions seen withdrawn from the public "
-                         "registry are remembered by this process only, lost at a restart and "
-                         "never shared with another replica, so a private outage after a "
-                         "restart can hand a first-party name to a public impostor; declare "
-                         "the organisation's names in the rules' [private].names, and mount a "
-                         "writable volume at MIRRORGATE_DATA_DIR (as deploy/kubernetes does)")
+        if (self.database_url is None and not self.private_upstream.startswith("file://")
+                and not _writable(self.data_dir)):
+            found.append(f"MIRRORGATE_DATA_DIR ({self.data_dir}) cannot be written: the state "
+                         "store (state.sqlite3, the names learned first-party and the versions "
+                         "seen withdrawn) cannot be kept there, so /readyz stays 503; mount a "
+                         "writable volume at MIRRORGATE_DATA_DIR (as deploy/kubernetes does), "
+                         "or set MIRRORGATE_DATABASE_URL (docs/state-store.md)")
         return found
 
     def summary(self) -> dict[str, Any]:
@@ -461,7 +486,9 @@ class Settings:
                         inner = "**redacted**"
                     out[f"{item.name}.{sub.name}"] = inner
                 continue
-            if isinstance(value, Secret):
+            if isinstance(value, PasswordUrl):
+                value = value.shown()
+            elif isinstance(value, Secret):
                 value = "**redacted**"
             elif isinstance(value, Path):
                 value = str(value)
@@ -773,6 +800,24 @@ def _notify(read: _Reader) -> NotifySettings:
     return NotifySettings(url, secret)
 
 
+def _database_url(read: _Reader) -> PasswordUrl | None:
+    found = _secret(read, "MIRRORGATE_DATABASE_URL", "database URL")
+    if found is None:
+        return None
+    value = found.reveal()
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("postgres", "postgresql") or not parts.hostname:
+        read.problem("MIRRORGATE_DATABASE_URL", "is not a PostgreSQL URL; set it like "
+                     "MIRRORGATE_DATABASE_URL=postgresql://mirrorgate:PASSWORD@db:5432/mirrorgate "
+                     "(the value is not shown: it may hold a password)")
+        return None
+    return PasswordUrl(value)
+
+
 def _data_dir(read: _Reader) -> Path:
     explicit = read.raw("MIRRORGATE_DATA_DIR")
     if explicit:
@@ -887,6 +932,7 @@ def load_settings(
         notify=_notify(read),
         oidc=_oidc(read),
         operator_contact=_contact(read),
+        database_url=_database_url(read),
     )
     if settings.pool_worker < settings.worker_concurrency:
         read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "

@@ -45,6 +45,9 @@ class Health:
     heartbeat: Heartbeat | None = None
     ready: bool = False
     draining: bool = False
+    waiting_for: list[Callable[[], str | None]] = field(default_factory=list)
+    """What must be there before the process is ready, each saying why it is not (None: it
+    is): the state store's facts loaded (`gate.facts`). /livez never asks."""
 
 
 def add_health_routes(app: web.Application, health: Health, metrics: Metrics) -> None:
@@ -69,6 +72,11 @@ def add_health_routes(app: web.Application, health: Health, metrics: Metrics) ->
             return web.json_response({"status": "draining"}, status=503)
         if not health.ready:
             return web.json_response({"status": "starting"}, status=503)
+        for waiting in health.waiting_for:
+            reason = waiting()
+            if reason is not None:
+                return web.json_response({"status": "unavailable", "reason": reason},
+                                         status=503)
         return web.json_response({"status": "ready"})
 
     async def metrics_endpoint(_request: web.Request) -> web.Response:

@@ -89,6 +89,19 @@ class _InFlightCollector(Collector):
         yield family
 
 
+class _StoreCollector(Collector):
+    def __init__(self, state: Callable[[], tuple[bool, int]]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        reachable, pending = self._state()
+        yield GaugeMetricFamily("mirrorgate_store_reachable", "1 while the state store answers "
+                                "(and its facts are loaded), 0 while it does not",
+                                value=int(reachable))
+        yield GaugeMetricFamily("mirrorgate_store_pending_writes", "facts and verdicts learned "
+                                "but not yet written to the state store", value=pending)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -170,6 +183,12 @@ class Metrics:
         self.notification_retries = Counter(
             "mirrorgate_notification_retries", "notification deliveries attempted again after "
             "a failure (5xx, 408, 429, no answer)", registry=r)
+        self.store_failures = Counter(
+            "mirrorgate_store_failures", "state store calls that failed, by operation "
+            "(open, load, write, poll)", ["operation"], registry=r)
+        self.store_writes_dropped = Counter(
+            "mirrorgate_store_writes_dropped", "facts and verdicts dropped from the state "
+            "store's write buffer while it was unreachable (the oldest first)", registry=r)
         # not Prometheus: the status page's bounded ring of recent events, kept beside the
         # counters because every place that counts a denial or a failure already holds these
         self.events = Recent()
@@ -186,6 +205,10 @@ class Metrics:
     def watch_advisories(self, state: Callable[[], tuple[int, float | None]]) -> None:
         """`state()` gives (records loaded, data age in seconds or None) at scrape time."""
         self.registry.register(_AdvisoryCollector(state))
+
+    def watch_store(self, state: Callable[[], tuple[bool, int]]) -> None:
+        """`state()` gives (reachable, writes waiting in the buffer) at scrape time."""
+        self.registry.register(_StoreCollector(state))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

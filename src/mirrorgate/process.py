@@ -26,6 +26,8 @@ from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
+from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.imported import import_files
 from mirrorgate.gate.public import FALLBACK_BYTES, CachedPublic, PublicPackuments, ServedPublic
 from mirrorgate.handoff import HANDOFF_DIR, Handoff
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
@@ -38,6 +40,7 @@ from mirrorgate.serve.access import install_access
 from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
 from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
+from mirrorgate.store import Store, StoreSetupError, open_store
 from mirrorgate.upstream.clients import Upstreams
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.registry import PrivateRegistry, open_registry, store_root
@@ -237,6 +240,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
         raise StartupError(str(error)) from None
     metrics.watch_queue(queue.stats, queue.provider)
 
+    facts = await _open_facts(settings, metrics, health)
     upstreams = Upstreams.from_settings(settings, metrics)
     notifier = _notifier(settings, shape, metrics)
     await upstreams.start()
@@ -245,12 +249,32 @@ async def _run(settings: Settings, shape: Shape) -> int:
             await notifier.start()
             metrics.events.send_alerts_to(notifier.post)
         return await _serve(settings, shape, metrics, health, queue, upstreams, rules, clients,
-                            notifier)
+                            notifier, facts)
     finally:
         await queue.close()
         await upstreams.close()
+        await facts.close()
         if notifier is not None:  # last: the drain above may still raise alerts
             await notifier.close()
+
+
+async def _open_facts(settings: Settings, metrics: Metrics, health: Health) -> KeptFacts:
+    """The state store's facts, loaded when it answers; a store that does not answer leaves
+    /readyz 503 with the reason and is tried again in the background (`KeptFacts.run`), while
+    one that cannot be used as it is (a migration that cannot run) stops start-up."""
+
+    async def importer(store: Store) -> int:
+        return await import_files(settings.data_dir, store)
+
+    facts = KeptFacts(lambda: open_store(settings), metrics=metrics, importer=importer)
+    try:
+        await facts.open()
+    except StoreSetupError as error:
+        raise StartupError(str(error)) from None
+    health.waiting_for.append(
+        lambda: None if facts.ready else f"the state store is not loaded: "
+                                         f"{facts.problem or 'connecting'}")
+    return facts
 
 
 def _notifier(settings: Settings, shape: Shape, metrics: Metrics) -> Notifier | None:
@@ -304,7 +328,8 @@ class _Feeds:
 
 async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Health,
                  queue: MirrorQueue, upstreams: Upstreams, rules: LiveRules,
-                 clients: ClientTokens | None, notifier: Notifier | None) -> int:
+                 clients: ClientTokens | None, notifier: Notifier | None,
+                 facts: KeptFacts) -> int:
     # the proxy hands the tarballs it verified to the worker beside it: one download a version
     handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes)
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
@@ -313,7 +338,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
                                     clients=clients, worker_beside=shape.runs_worker,
-                                    handoff=handoff))
+                                    handoff=handoff, facts=facts))
         # the worker beside the proxy judges a job by the proxy's own verdict on the version
         packuments: PublicPackuments | None = (
             ServedPublic(app[SERVER].packuments, CachedPublic(upstreams.public, settings,
@@ -327,7 +352,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open,
                        oidc=settings.oidc)
         packuments = CachedPublic(upstreams.public, settings)
-        withdrawals = None
+        withdrawals = WithdrawnVersions(facts)  # what every proxy of the fleet saw withdrawn
         host, port = settings.worker_listen
 
     stop = asyncio.Event()
@@ -341,6 +366,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     worker_stop = asyncio.Event()
     feeds = _Feeds(rules, metrics, worker_stop)
     async with _listening(app, host, port, settings, metrics) as runner:
+        keeping = asyncio.create_task(facts.run(worker_stop), name="state-store")
         feeds.follow(rules.current)
         watcher = asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
                                       name="rules-watcher")
@@ -388,6 +414,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
             shutdowns.append(_await_worker(worker_task, settings.drain_timeout))
         await asyncio.gather(*shutdowns)
     await feeds.close()
+    await keeping  # it ends with worker_stop, after a last write of what was learned
     if handoff is not None:
         handoff.close()
     await watcher  # it ends with worker_stop

@@ -81,8 +81,11 @@ def test_check_config_summarises_for_a_person_with_problems_first(
                       "--registry http://127.0.0.1:8080/npm/)")
     assert out[3] == "status     http://127.0.0.1:8080/ui/"
     labels = [line.split(" ")[0] for line in out if line and not line.startswith(" ")]
-    assert labels[3:10] == ["store", "queue", "upstreams", "data", "rules", "exceptions",
-                           "advisories"]
+    assert labels[3:11] == ["store", "state", "queue", "upstreams", "data", "rules",
+                            "exceptions", "advisories"]
+    [state] = [line for line in out if line.startswith("state ")]
+    assert "sqlite at " in state
+    assert "state.sqlite3 (not created yet; this release migrates it to 1)" in state
     rules = out.index("rules      the default policy (no MIRRORGATE_RULES_FILE): 2 rules can "
                       "deny a version")
     assert out[rules + 1:rules + 3] == [f"           - {line}" for line in in_force(DEFAULT_RULES)]

@@ -4,8 +4,8 @@ No Docker engine runs where these tests run, so the image is never built here. W
 checked without one is checked: hadolint's rules (run by `hadolint_findings`, strict: every
 severity counts and inline ignore pragmas are disabled), and mirrorgate's own promises about
 the image (`image_problems`): exact base tags that satisfy `requires-python`, a build stage and
-a final stage, the wheel installed with the sqs, pubsub and otel extras, a numeric non-root user,
-`mirrorgate` as the entrypoint and a default command the real parser accepts, and a
+a final stage, the wheel installed with the sqs, pubsub, otel and postgres extras, a numeric
+non-root user, `mirrorgate` as the entrypoint and a default command the real parser accepts, and a
 .dockerignore allow-list that keeps every file the Dockerfile copies.
 """
 
@@ -110,8 +110,9 @@ def image_problems(text: str, requires_python: str) -> list[str]:
                             f"pyproject's requires-python {requires_python}")
     last = max((i.stage for i in found), default=0)
     final = [i for i in found if i.stage == last]
-    if not any(i.keyword == "RUN" and "[sqs,pubsub,otel]" in i.value for i in found):
-        problems.append("no RUN installs mirrorgate with its sqs, pubsub and otel extras")
+    if not any(i.keyword == "RUN" and "[sqs,pubsub,otel,postgres]" in i.value for i in found):
+        problems.append("no RUN installs mirrorgate with its sqs, pubsub, otel and postgres "
+                        "extras")
     for instruction in final:
         if instruction.keyword in ("COPY", "ADD") and "--from=" not in instruction.value:
             problems.append(f"{instruction.keyword} {instruction.value}: the final stage takes "

@@ -18,9 +18,10 @@ registers, `rules.load_rules`, and the argparse parser of `mirrorgate.__main__`.
   an empty directory for an emptyDir. npm is not in the image, so no registry is guessed from
   it: the manifest must name the public upstream.
 - Memory: a proxy whose private upstream is a registry keeps what it learned (first-party
-  names, withdrawals) under MIRRORGATE_DATA_DIR, and that must be on a volume that outlives
-  the pod (a claim, or a StatefulSet's claim template): an emptyDir dies with the pod and the
-  root filesystem is read-only (where `Settings.warnings` says so at start-up).
+  names, withdrawals) in the state store: PostgreSQL when MIRRORGATE_DATABASE_URL is set (a
+  or its _FILE, a mounted Secret), else SQLite under MIRRORGATE_DATA_DIR, which must then be on a
+  volume that outlives the pod (a claim, or a StatefulSet's claim template): an emptyDir dies
+  with the pod and the root filesystem is read-only (where `Settings.warnings` says so).
 - Grace: the pod must outlive the longest stop a container can take: its preStop sleep, the
   drain timeout, and `STOP_ALLOWANCE` for what follows the drain in `process.py` (a stuck
   worker gets 5 s more, then the queue flushes its send buffer and its pending acks).
@@ -78,8 +79,10 @@ close, which flushes its send buffer and its pending acks (each bounded at 5 s).
 # Written into the stand-in for the operator's Secret; it is no credential, and it is long
 # enough for any Secret mirrorgate reads (a job key needs 32 characters).
 SECRET_PLACEHOLDER = "deploy-check-placeholder-secret-of-40-chars"  # noqa: S105
-SECRET_PLACEHOLDERS = {"tokens": token_line("deploy-check", SECRET_PLACEHOLDER) + "\n"}
-"""Secret keys whose stand-in must parse: the client tokens file (a line for the placeholder)."""
+SECRET_PLACEHOLDERS = {"tokens": token_line("deploy-check", SECRET_PLACEHOLDER) + "\n",
+                       "url": f"postgresql://mirrorgate:{SECRET_PLACEHOLDER}@db.invalid/mg\n"}
+"""Secret keys whose stand-in must parse: the client tokens file (a line for the placeholder),
+the database URL."""
 
 
 def schema_problems(manifest: Manifest, version: str = KUBERNETES_VERSION) -> list[str]:
@@ -245,6 +248,8 @@ def memory_problems(manifest: Manifest, scratch: Path) -> list[str]:
                 container, scratch / workload.name / container.name)
             if settings is None or settings.private_upstream.startswith("file://"):
                 continue
+            if settings.database_url is not None:
+                continue  # the state store is PostgreSQL: nothing is kept in the pod
             # the path as the pod sees it (the settings hold its stand-in under scratch)
             data_dir = container.env().get("MIRRORGATE_DATA_DIR", "$HOME/.local/share")
             mount = _mount_for(container, data_dir)
@@ -255,10 +260,10 @@ def memory_problems(manifest: Manifest, scratch: Path) -> list[str]:
                         else "a volume that dies with the pod")
                 problems.append(
                     f"{container.where}: MIRRORGATE_DATA_DIR ({data_dir}) is on "
-                    f"{kind}, so the first-party names and withdrawals it remembers are lost "
-                    "at every restart; mount a persistent volume there (a StatefulSet's "
-                    "volumeClaimTemplates) and declare the organisation's names in the "
-                    "rules' [private].names")
+                    f"{kind}, so the state store there (first-party names, withdrawals) "
+                    "is lost at every restart; mount a persistent volume there (a "
+                    "StatefulSet's volumeClaimTemplates), or keep the state in PostgreSQL "
+                    "(MIRRORGATE_DATABASE_URL from a Secret)")
     return problems
 
 

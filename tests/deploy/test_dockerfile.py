@@ -69,7 +69,8 @@ def test_the_image_keeps_every_promise_the_manifests_rely_on() -> None:
 
 
 def test_continuation_lines_are_read_as_one_instruction() -> None:
-    [run] = [i for i in instructions(TEXT) if i.keyword == "RUN" and "[sqs,pubsub,otel]" in i.value]
+    [run] = [i for i in instructions(TEXT)
+             if i.keyword == "RUN" and "[sqs,pubsub,otel,postgres]" in i.value]
     assert "python -m venv" in run.value
     assert run.stage == 1
 
@@ -90,12 +91,12 @@ def test_a_single_stage_image_is_reported() -> None:
     end = TEXT.index("FROM ${PYTHON_IMAGE}\n")
     problems = image_problems(TEXT[:start] + TEXT[end:], REQUIRES_PYTHON)
     assert any("not multi-stage" in p for p in problems)
-    assert any("sqs, pubsub and otel extras" in p for p in problems)
+    assert any("sqs, pubsub, otel and postgres" in p for p in problems)
 
 
-def test_an_image_without_the_queue_and_tracing_extras_is_reported() -> None:
-    [problem] = image_problems(replaced("[sqs,pubsub,otel]", ""), REQUIRES_PYTHON)
-    assert "sqs, pubsub and otel extras" in problem
+def test_an_image_without_the_queue_tracing_and_database_extras_is_reported() -> None:
+    [problem] = image_problems(replaced("[sqs,pubsub,otel,postgres]", ""), REQUIRES_PYTHON)
+    assert "sqs, pubsub, otel and postgres" in problem
 
 
 def test_a_named_user_is_reported_since_run_as_non_root_cannot_verify_it() -> None:

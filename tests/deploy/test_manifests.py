@@ -113,14 +113,34 @@ def test_what_the_proxy_learns_persists_through_a_restart_of_its_pod(
 
 
 @every_manifest
-def test_the_worker_beside_the_proxy_reads_the_same_memory(manifest: Manifest) -> None:
+def test_the_worker_beside_the_proxy_reads_the_same_state_store(manifest: Manifest) -> None:
     # a sidecar worker retires a job for a withdrawn version only if it sees the withdrawal
     [workload] = workloads(manifest)
     mounts = {c.name: {(m["name"], m["mountPath"]) for m in c.mounts()}
               for c in workload.containers}
     assert all(("data", "/var/lib/mirrorgate") in found for found in mounts.values())
-    assert all(c.env().get("MIRRORGATE_DATA_DIR") == "/var/lib/mirrorgate"
-               for c in workload.containers)
+    stores = {(c.env().get("MIRRORGATE_DATABASE_URL_FILE"), c.env().get("MIRRORGATE_DATA_DIR"))
+              for c in workload.containers}
+    assert len(stores) == 1
+
+
+@pytest.mark.parametrize("manifest", [SQS, PUBSUB], ids=lambda m: m.name)
+def test_a_fleet_keeps_its_state_in_postgresql_from_a_secret_and_claims_no_volume(
+        manifest: Manifest) -> None:
+    # replicas in several pods agree on first-party names and withdrawals only through one
+    # store; a read-write-many volume is what this replaces (docs/deployment.md)
+    [workload] = workloads(manifest)
+    spec = workload.deployment["spec"]
+    assert workload.deployment["kind"] == "Deployment"
+    assert "volumeClaimTemplates" not in spec
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert not any("persistentVolumeClaim" in v for v in volumes.values())
+    assert volumes["database"]["secret"]["secretName"] == "mirrorgate-database"
+    for container in workload.containers:
+        assert container.env()["MIRRORGATE_DATABASE_URL_FILE"] == (
+            "/var/run/secrets/mirrorgate-database/url")
+        assert {"name": "database", "mountPath": "/var/run/secrets/mirrorgate-database",
+                "readOnly": True} in container.mounts()
 
 
 def test_a_data_directory_on_an_empty_dir_is_reported(tmp_path: Path) -> None:
@@ -130,7 +150,7 @@ def test_a_data_directory_on_an_empty_dir_is_reported(tmp_path: Path) -> None:
 
     [problem] = memory_problems(SINGLE.mutated(ephemeral), tmp_path)
     assert "a volume that dies with the pod" in problem
-    assert "[private].names" in problem
+    assert "MIRRORGATE_DATABASE_URL" in problem
 
 
 def test_a_data_directory_on_the_root_filesystem_is_reported(tmp_path: Path) -> None:

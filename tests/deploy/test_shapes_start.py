@@ -5,7 +5,8 @@ The static checks in test_manifests.py read the code; these start it. What a tes
 from the manifest is swapped, and only that: the listeners move to free loopback ports (tests
 never bind 0.0.0.0), the upstreams point at closed loopback ports (nothing here reaches the
 internet; no request is made to them anyway), and the cloud queue is a real one on loopback
-(moto's SQS server, Google's Pub/Sub emulator) with its endpoint and dummy credentials.
+(moto's SQS server, Google's Pub/Sub emulator) with its endpoint and dummy credentials; the
+fleet shapes' state store is a real PostgreSQL on loopback, its URL in the Secret's file.
 Everything else (the command, the rules file from the ConfigMap, the token file from the
 Secret's mount, the cache and drain settings) is the manifest's.
 """
@@ -21,6 +22,7 @@ import pytest
 
 from tests.deploy.drift import container_environ
 from tests.deploy.kube import MANIFEST_DIR, Container, load_manifest, workloads
+from tests.servers.postgres_server import PostgresServer
 from tests.servers.processes import MirrorgateProcess
 from tests.servers.pubsub_server import PubSubNames
 from tests.servers.sqs_server import SQS_CREDENTIALS, SQS_REGION, SqsServer
@@ -44,6 +46,14 @@ def environment(container: Container, scratch: Path,
     environ.update(UPSTREAMS)
     environ.update(overrides)
     return environ
+
+
+async def database_secret(server: PostgresServer, scratch: Path) -> dict[str, str]:
+    """The mirrorgate-database Secret's file, holding a fresh database's URL."""
+    path = scratch / "database-secret" / "url"
+    path.parent.mkdir(parents=True)
+    path.write_text(await server.new_database() + "\n")
+    return {"MIRRORGATE_DATABASE_URL_FILE": str(path)}
 
 
 def probe_paths(container: Container) -> list[str]:
@@ -89,9 +99,11 @@ def test_the_single_pod_answers_its_probes_and_stops_cleanly(
 
 
 async def test_the_sqs_sidecar_pod_answers_its_probes_and_stops_cleanly(
-        tmp_path: Path, sqs_server: SqsServer, started: list[MirrorgateProcess]) -> None:
+        tmp_path: Path, sqs_server: SqsServer, postgres_server: PostgresServer,
+        started: list[MirrorgateProcess]) -> None:
     queue = await sqs_server.create_queue(visibility=60)
     overrides = {
+        **await database_secret(postgres_server, tmp_path),
         "MIRROR_SQS_QUEUE_URL": queue.url,
         "AWS_REGION": SQS_REGION,
         "AWS_ENDPOINT_URL_SQS": sqs_server.endpoint,
@@ -104,9 +116,10 @@ async def test_the_sqs_sidecar_pod_answers_its_probes_and_stops_cleanly(
 async def test_the_pubsub_sidecar_pod_answers_its_probes_and_stops_cleanly(
         tmp_path: Path, pubsub_emulator: str,
         make_pubsub_names: Callable[..., Awaitable[PubSubNames]],
-        started: list[MirrorgateProcess]) -> None:
+        postgres_server: PostgresServer, started: list[MirrorgateProcess]) -> None:
     names = await make_pubsub_names(dead_letter_attempts=5, ack_deadline=60)
     overrides = {
+        **await database_secret(postgres_server, tmp_path),
         "MIRROR_PUBSUB_TOPIC": names.topic,
         "MIRROR_PUBSUB_SUBSCRIPTION": names.subscription,
         "PUBSUB_EMULATOR_HOST": pubsub_emulator,

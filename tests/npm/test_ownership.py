@@ -7,11 +7,13 @@ file making a first-party name look public while the private side is down.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
-from mirrorgate.gate.firstparty import FILENAME, FirstPartyNames
+from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 from mirrorgate.npm.ownership import first_party_versions, mirrored_mark
+from tests.store.kept import kept_on
 
 OURS = "sha512-" + "A" * 86 + "=="
 OTHER = "sha512-" + "B" * 86 + "=="
@@ -42,57 +44,29 @@ def test_a_version_that_is_not_a_manifest_counts_as_first_party() -> None:
     assert first_party_versions({"versions": {"1.0.0": "junk"}}) == ["1.0.0"]
 
 
-def test_first_party_names_survive_a_restart(tmp_path: Path) -> None:
-    path = tmp_path / "data" / FILENAME
-    names = FirstPartyNames(path)
+async def test_first_party_names_survive_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "state.sqlite3"
+    facts = await kept_on(path)
+    names = FirstPartyNames(facts)
     names.remember("acme-utils")
     names.remember("@acme/tools")
     names.remember("gone")
     names.forget("gone")
+    stop = asyncio.Event()
+    stop.set()
+    await facts.run(stop)  # the last write on the way out, as at a SIGTERM
+    await facts.close()
 
-    again = FirstPartyNames(path)
+    again = FirstPartyNames(await kept_on(path))
 
     assert "acme-utils" in again
     assert "@acme/tools" in again
     assert "gone" not in again
+    await again.facts.close()
 
 
-def test_the_memory_is_bounded_forgetting_the_least_recently_filled_first(
-        tmp_path: Path) -> None:
-    names = FirstPartyNames(tmp_path / FILENAME, limit=2)
-    names.remember("a")
-    names.remember("b")
-    names.remember("a")
-    names.remember("c")
-
-    assert ("a" in names, "b" in names, "c" in names) == (True, False, True)
-    assert len(FirstPartyNames(tmp_path / FILENAME, limit=2)) == 2
-
-
-def test_the_file_is_compacted_when_it_grows(tmp_path: Path) -> None:
-    path = tmp_path / FILENAME
-    names = FirstPartyNames(path)
-    for _ in range(700):
-        names.remember("flip")
-        names.forget("flip")
-    names.remember("kept")
-
-    assert len(path.read_text().splitlines()) < 1000
-    reloaded = FirstPartyNames(path)
-    assert ("kept" in reloaded, "flip" in reloaded, len(reloaded)) == (True, False, 1)
-
-
-def test_an_unwritable_data_directory_keeps_the_memory_in_process(tmp_path: Path) -> None:
-    (tmp_path / "data").write_text("a file where the data directory should be")
-    names = FirstPartyNames(tmp_path / "data" / FILENAME)
+def test_names_held_in_memory_only_are_not_persistent() -> None:
+    names = FirstPartyNames()
     names.remember("acme-utils")
-    names.remember("@acme/tools")
     assert "acme-utils" in names
-    assert "@acme/tools" in names
-
-
-def test_an_unusable_file_is_ignored_line_by_line(tmp_path: Path) -> None:
-    path = tmp_path / FILENAME
-    path.write_text("+ok\n?junk\n+\n" + "+" + "x" * 400 + "\n", encoding="utf-8")
-    reloaded = FirstPartyNames(path)
-    assert ("ok" in reloaded, len(reloaded)) == (True, 1)
+    assert (names.persistent, names.known) == (False, True)

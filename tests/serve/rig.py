@@ -27,6 +27,7 @@ from yarl import URL
 
 from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.config import Settings, load_settings
+from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
@@ -35,6 +36,7 @@ from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
 from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, build_proxy_app
 from mirrorgate.serve.tokens import ClientTokens
+from mirrorgate.store import open_store
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.upstream.registry import HttpRegistry, PrivateRegistry, StoreRegistry
@@ -139,6 +141,16 @@ class RunningProxy:
     """The embedded file store, when that is the private upstream."""
     received: list[MirrorJob] = field(default_factory=list)
 
+    async def written(self) -> None:
+        """Until what this proxy learned is in its state store (the background writer)."""
+        facts = self.proxy.facts
+        assert facts is not None
+        for _ in range(200):
+            if facts.pending == 0:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{facts.pending} facts not written within 2 s: {facts.problem}")
+
     @property
     def registry(self) -> str:
         """What an npm client is pointed at."""
@@ -205,12 +217,20 @@ class ProxyStack:
     running: RunningProxy
     runner: web.AppRunner
     upstreams: list[Upstream]
+    facts: KeptFacts | None = None
+    keeping: asyncio.Task[None] | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def close(self) -> None:
         await self.running.session.close()
         await self.runner.cleanup()
         for upstream in self.upstreams:
             await upstream.close()
+        self.stop.set()
+        if self.keeping is not None:
+            await self.keeping  # the last write of what was learned, as at a SIGTERM
+        if self.facts is not None:
+            await self.facts.close()
 
 
 async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | LiveRules,
@@ -239,10 +259,13 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | L
         await client.start()
     clients = (ClientTokens(settings.client_tokens_file)
                if settings.client_tokens_file is not None else None)
+    # the state store in the data directory, as `mirrorgate serve` keeps it (`process`)
+    facts = KeptFacts(lambda: open_store(settings), metrics=metrics)
+    await facts.open()
     proxy = Proxy(settings=settings, public=upstream, private=source,
                   queue=queue or in_memory_double(), rules=rules, metrics=metrics,
                   health=Health(ready=True), clients=clients,
-                  worker_beside=worker_beside, handoff=handoff)
+                  worker_beside=worker_beside, handoff=handoff, facts=facts)
     clock, wall = ManualClock(), WallClock()
     app = build_proxy_app(proxy, clock=clock, now=wall)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
@@ -251,4 +274,6 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | L
     await web.TCPSite(runner, "127.0.0.1", port).start()
     running = RunningProxy(f"http://127.0.0.1:{port}/", proxy, app[SERVER], clock, wall,
                            aiohttp.ClientSession(), files)
-    return ProxyStack(running, runner, upstreams)
+    stack = ProxyStack(running, runner, upstreams, facts)
+    stack.keeping = asyncio.create_task(facts.run(stack.stop))
+    return stack

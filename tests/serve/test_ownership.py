@@ -153,6 +153,7 @@ async def test_a_restart_during_a_private_outage_still_knows_the_first_party_nam
         verdaccio.publish(make_version("acme-restart", "1.2.0"))
         before = await start_proxy(public_registry.url, private=verdaccio.url, data_dir=data)
         warm = await before.get("npm/acme-restart")
+        await before.written()
     # Verdaccio is down now; the proxy restarts with the same data directory
     after = await start_proxy(public_registry.url, private=verdaccio.url, data_dir=data)
     refused = await after.get("npm/acme-restart")

@@ -8,6 +8,9 @@ is tests/e2e/test_withdrawals.py; here is each decision on its own.
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,11 +18,11 @@ from typing import Any
 import orjson
 
 from mirrorgate.gate import PUBLIC_WITHDRAWN, WithdrawnVersions, gate
-from mirrorgate.gate.memory import DurableMap
 from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import DEFAULT_RULES, parse_rules
 from tests.servers.packages import FixtureVersion, make_package, make_version
+from tests.store.kept import kept_on
 
 UPSTREAM = "http://127.0.0.1:9/"
 ORIGIN = Origin.of(UPSTREAM)
@@ -135,45 +138,68 @@ def test_no_exception_or_report_mode_brings_a_withdrawn_version_back() -> None:
     assert gated.versions["1.0.1"].excepted == ()
 
 
-def test_withdrawals_survive_a_restart_and_a_relisting_is_forgotten(tmp_path: Path) -> None:
-    path = tmp_path / "data" / "withdrawn-versions"
-    memory = WithdrawnVersions(path)
+async def test_withdrawals_survive_a_restart_and_a_relisting_is_forgotten(
+        tmp_path: Path) -> None:
+    path = tmp_path / "data" / "state.sqlite3"
+    memory = WithdrawnVersions(await kept_on(path))
     versions: dict[str, object] = {"1.0.0": {}, "1.0.1": {}}
 
     assert memory.record("takedown-pkg", versions, {"1.0.1": "2026-12-01T12:00:00.000Z"}) == [
         "1.0.1"]
     assert memory.record("takedown-pkg", versions, {"1.0.1": "2026-12-01T13:00:00.000Z"}) == []
+    await _written(memory)
 
-    again = WithdrawnVersions(path)
+    again = WithdrawnVersions(await kept_on(path))
     assert again.of("takedown-pkg", versions) == {"1.0.1": "2026-12-01T12:00:00.000Z"}
     assert again.entries() == [("takedown-pkg", "1.0.1", "2026-12-01T12:00:00.000Z")]
     again.record("takedown-pkg", versions, {})
-    assert WithdrawnVersions(path).of("takedown-pkg", versions) == {}
+    await _written(again)
+    assert WithdrawnVersions(await kept_on(path)).of("takedown-pkg", versions) == {}
 
 
-def test_a_second_process_on_the_same_volume_sees_what_the_first_learned(
+async def test_a_second_process_on_the_same_store_sees_what_the_first_learned(
         tmp_path: Path) -> None:
-    # the sidecar worker and the proxy of one pod share the data volume
-    ticks = [0.0]
-    path = tmp_path / "shared"
-    proxy = DurableMap(path, what="withdrawn_versions", limit=10)
-    worker = DurableMap(path, what="withdrawn_versions", limit=10, clock=lambda: ticks[0])
-    assert worker.get("takedown-pkg@1.0.1") is None
+    # the sidecar worker and the proxy of one pod share the data volume (one SQLite file)
+    path = tmp_path / "shared.sqlite3"
+    proxy = await kept_on(path, poll=0.05)
+    worker = await kept_on(path, poll=0.05)
+    stop = asyncio.Event()
+    running = [asyncio.create_task(facts.run(stop)) for facts in (proxy, worker)]
+    seen = WithdrawnVersions(worker)
+    assert seen.seen("takedown-pkg", "1.0.1") is None
 
-    proxy.set("takedown-pkg@1.0.1", "2026-12-01T12:00:00.000Z")
-    ticks[0] += 2.0
+    WithdrawnVersions(proxy).record("takedown-pkg", {"1.0.1": {}},
+                                    {"1.0.1": "2026-12-01T12:00:00.000Z"})
+    await _within_a_second(lambda: seen.seen("takedown-pkg", "1.0.1") is not None)
+    assert seen.seen("takedown-pkg", "1.0.1") == "2026-12-01T12:00:00.000Z"
 
-    assert worker.get("takedown-pkg@1.0.1") == "2026-12-01T12:00:00.000Z"
-    proxy.delete("takedown-pkg@1.0.1")
-    ticks[0] += 2.0
-    assert worker.get("takedown-pkg@1.0.1") is None
+    WithdrawnVersions(proxy).record("takedown-pkg", {"1.0.1": {}}, {})
+    await _within_a_second(lambda: seen.seen("takedown-pkg", "1.0.1") is None)
+    stop.set()
+    await asyncio.gather(*running)
+    await proxy.close()
+    await worker.close()
 
 
-def test_a_memory_that_cannot_be_written_says_so_and_keeps_working(tmp_path: Path) -> None:
-    (tmp_path / "data").write_text("a file where the data directory should be")
-    memory = WithdrawnVersions(tmp_path / "data" / "withdrawn-versions")
+def test_a_memory_without_a_store_keeps_working_in_process() -> None:
+    memory = WithdrawnVersions()
 
     memory.record("takedown-pkg", {"1.0.1": {}}, {"1.0.1": "2026-12-01T12:00:00.000Z"})
 
     assert memory.seen("takedown-pkg", "1.0.1") == "2026-12-01T12:00:00.000Z"
     assert not memory.persistent
+
+
+async def _within_a_second(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 1.0
+    while not condition():
+        assert time.monotonic() < deadline, "not seen within a second"
+        await asyncio.sleep(0.02)
+
+
+async def _written(memory: WithdrawnVersions) -> None:
+    """What `memory` learned, written to its store (the background writer's one pass)."""
+    stop = asyncio.Event()
+    stop.set()
+    await memory.facts.run(stop)
+    await memory.facts.close()

@@ -170,6 +170,7 @@ def in_process_worker(proxy: RunningProxy, store: Path, *,
         metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
         rules=proxy.proxy.rules, packuments=ServedPublic(
             proxy.server.packuments, CachedPublic(proxy.proxy.public, settings)),
+        withdrawals=proxy.server.packuments.source.withdrawals,
         handoff=handoff), idle_pause=0.01)
 
 

@@ -32,6 +32,18 @@ def _store(settings: Settings) -> str:
     return f"{private} ({kind}: the private upstream{target})"
 
 
+def _state(found: dict[str, Any] | None) -> str:
+    """The state store (docs/state-store.md): which, where, its schema now and after start-up."""
+    if not found:
+        return "unknown"
+    where = f"{found['kind']} at {found['where']}"
+    if not found.get("reachable"):
+        return f"{where}, NOT answering"
+    schema = found.get("schema")
+    now = "not created yet" if schema == 0 else f"schema {schema}"
+    return f"{where} ({now}; this release migrates it to {found['schema_latest']})"
+
+
 def _queue(settings: Settings) -> str:
     queue = settings.queue
     if queue.provider == "memory":
@@ -87,6 +99,7 @@ def human_report(settings: Settings, rules: Rules, report: Mapping[str, Any],
                           f"{settings.registry_url})"),
         _line("status", settings.status_url),
         _line("store", _store(settings)),
+        _line("state", _state(report.get("store"))),
         _line("queue", _queue(settings)),
         _line("upstreams", f"public {settings.public_upstream}"),
         _line("data", f"{settings.data_dir} (MIRRORGATE_DATA_DIR)"),

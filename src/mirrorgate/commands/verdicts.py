@@ -79,7 +79,7 @@ class GateVerdicts:
             public=self.upstreams.public, rules=rules, metrics=self.metrics,
             now=lambda: datetime.now(UTC), keys=self.keys,
             # in memory: a check never writes the proxy's list of first-party names
-            first_party=FirstPartyNames(None))
+            first_party=FirstPartyNames())
 
     @classmethod
     async def open(cls, settings: Settings, rules: Rules) -> GateVerdicts:

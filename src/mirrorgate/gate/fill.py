@@ -89,8 +89,8 @@ class PackumentSource:
         self._rules = live(rules)
         self.metrics = metrics
         self.now = now
-        self.first_party = first_party if first_party is not None else FirstPartyNames(None)
-        self.withdrawals = withdrawals if withdrawals is not None else WithdrawnVersions(None)
+        self.first_party = first_party if first_party is not None else FirstPartyNames()
+        self.withdrawals = withdrawals if withdrawals is not None else WithdrawnVersions()
         self.refused = refused
         """The versions of a name the release signals refused (`gate.release`)."""
 
@@ -183,6 +183,10 @@ class PackumentSource:
             public_doc = (answer.document if answer is not None and answer.status == 200
                           else None)
             failure = public_error or private_error
+            if failure is not None and not (self.first_party.known and self.withdrawals.known):
+                # what the state store remembers is not loaded yet (/readyz says why): an
+                # upstream's silence cannot be filled in from it, so it fails closed
+                raise failure
             if private is None and public_doc is None:
                 if failure is not None:
                     raise failure
@@ -240,7 +244,8 @@ class PackumentSource:
             # That is how Artifactory and GitHub Packages answer a token that lost its read
             # permission, and how an unmounted storage volume answers: an outage, not a hand-
             # over of the name to public, where an impostor may wait. (To release a name on
-            # purpose, the operator appends `-<name>` to first-party-names.)
+            # purpose, the operator deletes the name's fact from the state store,
+            # docs/state-store.md.)
             raise self._outage(name, UpstreamError(
                 "private", "status", "answered 404 for a name it held first-party versions of",
                 status=404))

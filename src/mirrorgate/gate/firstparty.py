@@ -3,41 +3,42 @@
 While the private upstream fails, its answer cannot say whether a name is the organisation's;
 this memory can, so a first-party name is served from the stale cache or refused (503), never
 from public alone. `[private].names` says the same from configuration, for every replica at
-once and before any fill: the memory is for names no scope covers.
+once and before any fill: the memory is for names no scope covers. Kept in the state store
+(`facts`), so every replica of a fleet knows what one of them learned.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.store import FIRST_PARTY
 
-from mirrorgate.gate.memory import DurableMap
-
-__all__ = ["FILENAME", "MAX_NAMES", "FirstPartyNames"]
-
-FILENAME = "first-party-names"
-MAX_NAMES = 100_000
-"""Names remembered; an organisation publishing more has a [private].names scope to say so."""
+__all__ = ["FirstPartyNames"]
 
 
 class FirstPartyNames:
-    """A bounded set of package names (least recently filled forgotten first), persisted at
-    `path` (None: this process only) as `+name` and `-name` lines (`memory.DurableMap`)."""
+    """A set of package names over `facts` (None: this process only)."""
 
-    def __init__(self, path: Path | None, *, limit: int = MAX_NAMES) -> None:
-        self._map = DurableMap(path, what="first_party_names", limit=limit)
+    def __init__(self, facts: KeptFacts | None = None) -> None:
+        self.facts = facts if facts is not None else KeptFacts()
 
     @property
     def persistent(self) -> bool:
-        return self._map.persistent
+        return self.facts.persistent
+
+    @property
+    def known(self) -> bool:
+        """Whether the remembered names are loaded: until then a name cannot be said not to be
+        first-party, and an outage of the private upstream fails closed for every name."""
+        return self.facts.ready
 
     def __contains__(self, name: object) -> bool:
-        return name in self._map
+        return isinstance(name, str) and self.facts.get(FIRST_PARTY, name) is not None
 
     def __len__(self) -> int:
-        return len(self._map)
+        return self.facts.count(FIRST_PARTY)
 
     def remember(self, name: str) -> None:
-        self._map.set(name)
+        self.facts.put(FIRST_PARTY, name)
 
     def forget(self, name: str) -> None:
-        self._map.delete(name)
+        self.facts.forget(FIRST_PARTY, name)

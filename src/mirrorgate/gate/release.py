@@ -4,24 +4,24 @@ the names the organisation installs, and each version's verdict, remembered.
 `ReleaseCheck` rides on the relay of a version's first public pull: the relay feeds its reading
 (`npm.contents`, on the hashing lane, beside the loop) while this fetches the previous version's
 tarball (bounded, verified, read in a thread) and, once the last byte is in, the checks of
-`rules.release` run and the verdict is remembered, so a second pull costs nothing and a warm
-packument never pays. docs/serving.md#release-signals tells why it runs there.
+`rules.release` run and the verdict is kept in the state store (`facts`), so a second pull, a
+restart or another replica costs nothing and a warm packument never pays.
+docs/serving.md#release-signals tells why it runs there.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from mirrorgate.events import Alert
-from mirrorgate.gate.memory import DurableMap
+from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.records import Denial, Gated, VersionRecord
 from mirrorgate.integrity import (
     DigestMismatch,
@@ -29,6 +29,7 @@ from mirrorgate.integrity import (
     StreamVerifier,
     TooLarge,
     Unverifiable,
+    strongest_of,
 )
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import moment
@@ -50,20 +51,18 @@ from mirrorgate.rules.release import (
 )
 from mirrorgate.rules.takeover import publishers_of
 from mirrorgate.rules.typosquat import NameIndex, popular_names
+from mirrorgate.store import INSTALLED, Verdict
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 
-__all__ = ["INSTALLED_FILE", "MAX_DEPENDENCIES_ASKED", "OFTEN", "ReleaseCheck", "ReleaseJudge"]
+__all__ = ["MAX_DEPENDENCIES_ASKED", "OFTEN", "ReleaseCheck", "ReleaseJudge"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
-INSTALLED_FILE = "installed-names"
 OFTEN = 3
 """Pulls of a name that make it one the organisation "installs often" (typosquat's own list)."""
 MAX_DEPENDENCIES_ASKED = 20
 """New dependencies of one release whose first publish is looked up at most; more are said."""
-_MEMORY = 10_000
 _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
-_NAMES_KEPT = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +73,23 @@ class _Facts:
     fired: tuple[Fired, ...]
     published: datetime | None
     compared_with: str | None
+
+    def evidence(self) -> str:
+        return json.dumps({"fired": [[f.signal, f.evidence, list(f.details)] for f in self.fired],
+                           "published": self.published.isoformat() if self.published else None})
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> _Facts | None:
+        """The facts a kept verdict carries; None when its evidence cannot be read (then the
+        version is read again at its next first pull)."""
+        try:
+            data = json.loads(verdict.evidence)
+            fired = tuple(Fired(str(signal), str(evidence), tuple(str(d) for d in details))
+                          for signal, evidence, details in data["fired"])
+            published = moment(data["published"]) if data["published"] else None
+        except (ValueError, KeyError, TypeError):
+            return None
+        return cls(fired, published, verdict.compared_with)
 
 
 def _previous(gated: Gated, version: str) -> VersionRecord | None:
@@ -115,7 +131,7 @@ class ReleaseJudge:
 
     def __init__(self, *, rules: Rules | LiveRules, public: Upstream, metrics: Metrics,
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
-                 now: Callable[[], datetime], data_dir: Path | None,
+                 now: Callable[[], datetime], facts: KeptFacts | None = None,
                  previous_max_bytes: int, timeout: float,
                  forget: Callable[[PackageName], None] = lambda _name: None) -> None:
         self._rules = rules
@@ -127,12 +143,19 @@ class ReleaseJudge:
         self.now = now
         self.previous_max_bytes = previous_max_bytes
         self.timeout = timeout
-        self._facts: OrderedDict[str, _Facts] = OrderedDict()
-        self._flagged: dict[str, set[str]] = {}  # name -> versions a signal fired for
-        self._installed = DurableMap(data_dir / INSTALLED_FILE if data_dir else None,
-                                     what="installed_names", limit=_NAMES_KEPT)
+        self.facts = facts if facts is not None else KeptFacts()
+        self._decoded: dict[tuple[str, str], tuple[Verdict, _Facts | None]] = {}
+        self._flagged: dict[str, set[str]] | None = None  # name -> versions a signal fired for
         self._counts: dict[str, int] = {}
         self._often: NameIndex | None = None
+        self.facts.listeners.append(self._changed)
+
+    def _changed(self, kind: str) -> None:
+        """Another process kept a verdict or counted an install: rebuilt at the next use."""
+        if kind == "verdict":
+            self._flagged = None
+        elif kind == INSTALLED:
+            self._often = None
 
     @property
     def rules(self) -> Rules:
@@ -147,7 +170,16 @@ class ReleaseJudge:
 
     def remembered(self, name: str, version: str) -> ReleaseVerdict | None:
         """The verdict for a version read before, under the rules in force now."""
-        facts = self._facts.get(f"{name}@{version}")
+        kept = self.facts.verdict(name, version)
+        if kept is None:
+            return None
+        decoded = self._decoded.get((name, version))
+        if decoded is None or decoded[0] is not kept:
+            decoded = (kept, _Facts.of(kept))
+            self._decoded[(name, version)] = decoded
+            if len(self._decoded) > 2 * len(self._flagged_index()) + 10_000:
+                self._decoded.clear()
+        facts = decoded[1]
         if facts is None:
             return None
         return judge(self.rules, name, version, facts.published, list(facts.fired),
@@ -157,13 +189,21 @@ class ReleaseJudge:
         """The versions of `name` a release signal refuses now, as the gate denies them."""
         found: dict[str, Denial] = {}
         now = self.now()
-        for version in sorted(self._flagged.get(name, ())):
+        for version in sorted(self._flagged_index().get(name, ())):
             verdict = self.remembered(name, version)
             if verdict is not None and verdict.in_force(now):
                 assert verdict.rule is not None
                 found[version] = Denial(verdict.rule, verdict.reason or "refused",
                                         until=verdict.until)
         return found
+
+    def _flagged_index(self) -> dict[str, set[str]]:
+        if self._flagged is None:
+            self._flagged = {}
+            for kept in self.facts.verdicts():
+                if kept.verdict == "flagged":
+                    self._flagged.setdefault(kept.name, set()).add(kept.version)
+        return self._flagged
 
     def installed(self, name: str) -> None:
         """A tarball of `name` was served: its count towards "installed often" (persisted at
@@ -174,21 +214,21 @@ class ReleaseJudge:
         count += 1
         self._counts[name] = count
         if count & (count - 1) == 0:
-            self._installed.set(name, str(count))
+            self.facts.put(INSTALLED, name, str(count))
         if count == OFTEN:
             self._often = None  # rebuilt at the next typosquat check
 
     def _stored(self, name: str) -> int:
-        stored = self._installed.get(name)
+        stored = self.facts.get(INSTALLED, name)
         return int(stored) if stored is not None and stored.isdigit() else 0
 
     def installed_before(self, name: str) -> bool:
-        return name in self._counts or name in self._installed
+        return name in self._counts or self.facts.get(INSTALLED, name) is not None
 
     def often(self) -> NameIndex:
         """The names the organisation installs often, indexed (rebuilt when one is added)."""
         if self._often is None:
-            names = {name for name in self._installed if self._stored(name) >= OFTEN}
+            names = {name for name in self.facts.keys(INSTALLED) if self._stored(name) >= OFTEN}
             names |= {name for name, count in self._counts.items() if count >= OFTEN}
             self._often = NameIndex(names)
         return self._often
@@ -266,16 +306,15 @@ class ReleaseJudge:
                    for text in names[MAX_DEPENDENCIES_ASKED:]]
         return found, failed
 
-    def remember(self, name: str, version: str, facts: _Facts) -> None:
-        label = f"{name}@{version}"
-        self._facts[label] = facts
-        self._facts.move_to_end(label)
+    def remember(self, name: str, version: str, integrity: str, facts: _Facts) -> None:
+        """Keep what the signals found as the version's verdict (memory now, the store in the
+        background), read back under the rules in force at each pull (`remembered`)."""
+        kept = Verdict(name, version, integrity, "flagged" if facts.fired else "clean",
+                       facts.evidence(), facts.compared_with, str(self.rules.generation))
+        self.facts.keep(kept)
+        self._decoded[(name, version)] = (kept, facts)
         if facts.fired:
-            self._flagged.setdefault(name, set()).add(version)
-        while len(self._facts) > _MEMORY:
-            old, _ = self._facts.popitem(last=False)
-            gone, _, at = old.rpartition("@")
-            self._flagged.get(gone, set()).discard(at)
+            self._flagged_index().setdefault(name, set()).add(version)
 
 
 class ReleaseCheck:
@@ -309,6 +348,14 @@ class ReleaseCheck:
         mode, where every signal (and `unavailable = "deny"`) is a would-deny, so a report-mode
         rollout is not held until the last byte (`relay.HOLD_AT_MOST`)."""
         return self.judge.rules.mode_of("release") != REPORT
+
+    @property
+    def integrity(self) -> str:
+        """The bytes judged, by their strongest digest ("" for a version with none)."""
+        try:
+            return strongest_of(self.record.digests).sri()
+        except Unverifiable:
+            return ""
 
     def begin(self) -> None:
         """Start fetching the previous version's bytes, beside the download of these."""
@@ -405,7 +452,8 @@ class ReleaseCheck:
                 return reason + " (release.unavailable is \"deny\")"
             if not fired:
                 return None
-        judge_.remember(self.name.full, version, _Facts(tuple(fired), published, compared))
+        judge_.remember(self.name.full, version, self.integrity,
+                        _Facts(tuple(fired), published, compared))
         for rule, reason in verdict.reported:
             self._would_deny(rule, reason, compared)
         if not verdict.in_force(judge_.now()):

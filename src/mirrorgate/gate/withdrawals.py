@@ -2,46 +2,48 @@
 
 A takedown is learned from public's answer (the version gone from a packument that answers);
 it must hold when public stops answering right after, and across a restart, or an outage would
-bring back exactly the version npm removed for being malicious (docs/withdrawals.md).
+bring back exactly the version npm removed for being malicious (docs/withdrawals.md). Kept in
+the state store (`facts`), so every replica and worker enforces what one of them saw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
-from mirrorgate.gate.memory import DurableMap
+from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.store import WITHDRAWN
 
-__all__ = ["FILENAME", "MAX_WITHDRAWALS", "WithdrawnVersions"]
-
-FILENAME = "withdrawn-versions"
-MAX_WITHDRAWALS = 100_000
-"""Withdrawals remembered (npm removes a few hundred malicious versions a month)."""
+__all__ = ["WithdrawnVersions"]
 
 
 class WithdrawnVersions:
-    """`name@version` -> the moment the withdrawal was first seen (ISO 8601), persisted at
-    `path` (None: this process only) as `+name@version<TAB>moment` and `-name@version` lines."""
+    """`name@version` -> the moment the withdrawal was first seen (ISO 8601), over `facts`
+    (None: this process only)."""
 
-    def __init__(self, path: Path | None, *, limit: int = MAX_WITHDRAWALS) -> None:
-        self._map = DurableMap(path, what="withdrawn_versions", limit=limit)
+    def __init__(self, facts: KeptFacts | None = None) -> None:
+        self.facts = facts if facts is not None else KeptFacts()
 
     @property
     def persistent(self) -> bool:
-        return self._map.persistent
+        return self.facts.persistent
+
+    @property
+    def known(self) -> bool:
+        """Whether the remembered withdrawals are loaded (see `FirstPartyNames.known`)."""
+        return self.facts.ready
 
     def __len__(self) -> int:
-        return len(self._map)
+        return self.facts.count(WITHDRAWN)
 
     def seen(self, name: str, version: str) -> str | None:
         """When the withdrawal of `name@version` was first seen; None if it never was."""
-        return self._map.get(f"{name}@{version}")
+        return self.facts.get(WITHDRAWN, f"{name}@{version}")
 
     def of(self, name: str, versions: Mapping[str, object]) -> dict[str, str]:
         """The withdrawals remembered among `versions` of `name` (a packument's versions)."""
         found = {}
         for version in versions:
-            seen = self._map.get(f"{name}@{version}")
+            seen = self.facts.get(WITHDRAWN, f"{name}@{version}")
             if seen is not None:
                 found[version] = seen
         return found
@@ -55,17 +57,17 @@ class WithdrawnVersions:
             key = f"{name}@{version}"
             seen = withdrawn.get(version)
             if seen is None:
-                self._map.delete(key)  # listed again with the bytes the mirror holds
-            elif self._map.get(key) is None:
-                self._map.set(key, seen)
+                self.facts.forget(WITHDRAWN, key)  # listed again with the bytes the mirror holds
+            elif self.facts.get(WITHDRAWN, key) is None:
+                self.facts.put(WITHDRAWN, key, seen)
                 new.append(version)
         return new
 
     def entries(self) -> list[tuple[str, str, str]]:
         """Every remembered withdrawal as (name, version, first seen), for audit."""
         found = []
-        for key in self._map:
-            seen = self._map.get(key)
+        for key in self.facts.keys(WITHDRAWN):
+            seen = self.facts.get(WITHDRAWN, key)
             name, _, version = key.rpartition("@")
             if seen is not None and name:
                 found.append((name, version, seen))

@@ -35,10 +35,9 @@ from mirrorgate.gate import (
     TooManyVersionsError,
 )
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
-from mirrorgate.gate.firstparty import FILENAME as FIRST_PARTY_FILE
+from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.packuments import PINS
 from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
@@ -118,6 +117,9 @@ class Proxy:
     handoff: Handoff | None = None
     """A worker runs in this process: the public tarballs relayed and verified are handed to
     it with their jobs, so it need not download them again (`handoff`)."""
+    facts: KeptFacts | None = None
+    """What the gate must not forget, kept in the state store (`gate.facts`); None: this
+    process's memory only."""
 
 
 def _utcnow() -> datetime:
@@ -167,9 +169,10 @@ class ProxyServer:
         # chosen once: with tracing off a cache lookup costs exactly what it did
         count_cache = self._count_cache_traced if tracing.enabled() else self._count_cache
         self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
+        facts = proxy.facts if proxy.facts is not None else KeptFacts()
         self.release = ReleaseJudge(
             rules=proxy.rules, public=proxy.public, metrics=proxy.metrics,
-            packument=self._gated_or_none, now=now, data_dir=self.settings.data_dir,
+            packument=self._gated_or_none, now=now, facts=facts,
             previous_max_bytes=self.settings.release_previous_max_bytes,
             timeout=self.settings.release_timeout,
             forget=lambda name: self.packuments.forget(name))
@@ -177,8 +180,7 @@ class ProxyServer:
             PackumentSource(
                 private=proxy.private, public=proxy.public, rules=proxy.rules,
                 metrics=proxy.metrics, now=now, keys=self.keys,
-                first_party=FirstPartyNames(self.settings.data_dir / FIRST_PARTY_FILE),
-                withdrawals=WithdrawnVersions(self.settings.data_dir / WITHDRAWALS_FILE),
+                first_party=FirstPartyNames(facts), withdrawals=WithdrawnVersions(facts),
                 refused=self.release.refused_versions),
             PackumentCache(ttl=self.settings.cache_ttl,
                            max_entries=self.settings.cache_max_entries,

@@ -27,7 +27,6 @@ from mirrorgate.events import Alert
 from mirrorgate.gate.entry import PublicAnswer
 from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
-from mirrorgate.gate.withdrawals import FILENAME as WITHDRAWALS_FILE
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Heartbeat
@@ -117,9 +116,9 @@ class WorkerDeps:
     """Where the re-gate reads public packuments: the serve path's cache in `mirrorgate
     serve`; None builds the worker's own (`packuments.CachedPublic`)."""
     withdrawals: WithdrawnVersions | None = None
-    """The takedowns the serve path has seen (`gate.withdrawals`): the proxy's own memory in
-    `mirrorgate serve`; None reads the file in MIRRORGATE_DATA_DIR (a sidecar sharing the
-    proxy's volume sees what the proxy saw)."""
+    """The takedowns the serve path has seen (`gate.withdrawals`), kept in the state store: the
+    proxy's own in `mirrorgate serve`, the worker's view of the same store in `mirrorgate
+    worker`; None: this process's memory only (the operator commands)."""
     handoff: Handoff | None = None
     """The tarballs the proxy beside this worker verified as it relayed them (`handoff`):
     taken instead of a second download, hashed against the job's digest all the same. None
@@ -168,7 +167,7 @@ class JobRunner:
         self._packuments = (deps.packuments if deps.packuments is not None
                             else CachedPublic(deps.public, deps.settings))
         self._withdrawals = (deps.withdrawals if deps.withdrawals is not None
-                             else WithdrawnVersions(deps.settings.data_dir / WITHDRAWALS_FILE))
+                             else WithdrawnVersions())
         self._versions: dict[tuple[str, str], _VersionLock] = {}
         self._in_force = live(deps.rules)
 
@@ -290,6 +289,10 @@ class JobRunner:
                 self.deps.target.first_party(job)):
             raise Retire("first-party", f"{job.name} is first-party: a public version is "
                           f"never published into it")
+        if not self._withdrawals.known:
+            # the state store's withdrawals are not loaded yet: never publish past one
+            raise Retry("store-unavailable", "the state store's remembered withdrawals are not "
+                        "loaded yet")
         seen = self._withdrawals.seen(job.name, job.version)
         if seen is not None:
             # asked before public: a takedown holds while public is down, as on the serve path

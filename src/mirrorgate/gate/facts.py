@@ -1,0 +1,316 @@
+"""What the gate must not forget, held in memory and kept current from the state store.
+
+Requests read this memory only (the warm path never touches the store). What the gate learns
+goes into memory at once and to the store from a bounded buffer, in the background; what
+another process wrote arrives through `Store.changes`, polled every `POLL` seconds. The story,
+and what each fault does: docs/state-store.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from mirrorgate.metrics import Metrics
+from mirrorgate.store import (
+    FIRST_PARTY,
+    INSTALLED,
+    WITHDRAWN,
+    Fact,
+    Store,
+    StoreSetupError,
+    StoreUnavailableError,
+    Verdict,
+)
+
+__all__ = ["LIMITS", "MAX_PENDING", "MAX_VERDICTS", "POLL", "KeptFacts"]
+
+log = structlog.get_logger("mirrorgate.store")
+
+POLL = 0.25
+"""Seconds between looks for what other processes wrote. Measured against LISTEN/NOTIFY
+(bench/state_store.py): a poll is seen within 250 ms for about 1 ms of the server's time, works
+the same on SQLite (a sidecar on the volume) and after a reconnect, when a listener would have
+missed whatever was sent meanwhile and had to poll anyway."""
+OPEN_WAIT = 5.0
+"""Seconds start-up waits for the store before it listens anyway, not ready."""
+RETRY = 1.0
+"""Seconds between attempts to reach a store that did not answer."""
+MAX_PENDING = 10_000
+"""Writes the buffer holds while the store is unreachable; past it the oldest is dropped."""
+LIMITS = {FIRST_PARTY: 100_000, WITHDRAWN: 100_000, INSTALLED: 50_000}
+"""Facts held in memory per kind (the least recently learned forgotten first)."""
+MAX_VERDICTS = 10_000
+"""Release verdicts held in memory; an older one is read again at its next first pull."""
+META = "meta"  # facts about the store itself
+IMPORTED = "files-imported"  # set once the files before the store were imported into it
+_DROP_REPORT = 1000  # the first drop is logged, then every 1000th
+_PAGE = 5_000
+
+
+class KeptFacts:
+    """Facts by kind (`store.KINDS`) and release verdicts, in memory; `opener` None keeps them
+    in this process only (the operator commands, tests)."""
+
+    def __init__(self, opener: Callable[[], Awaitable[Store]] | None = None, *,
+                 metrics: Metrics | None = None, poll: float = POLL,
+                 max_pending: int = MAX_PENDING,
+                 importer: Callable[[Store], Awaitable[int]] | None = None) -> None:
+        self._opener = opener
+        self._importer = importer
+        self.metrics = metrics
+        self.poll = poll
+        self.max_pending = max_pending
+        self.store: Store | None = None
+        self.ready = opener is None
+        """Whether the facts are loaded: until then a decision that needs one fails closed."""
+        self.reachable = opener is None
+        self.problem: str | None = None
+        """Why the store does not answer, while it does not (/readyz shows it before loading)."""
+        self._facts: dict[str, OrderedDict[str, str]] = {kind: OrderedDict() for kind in LIMITS}
+        self._verdicts: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+        self._pending: OrderedDict[tuple[str, str], Fact] = OrderedDict()
+        self._pending_verdicts: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
+        self._meta: dict[str, str] = {}
+        self._dropped = 0
+        self._cursor = 0
+        self._wake: asyncio.Event | None = None
+        self.listeners: list[Callable[[str], None]] = []
+        """Called with a kind ("verdict" for verdicts) when another process changed it."""
+        if metrics is not None:
+            metrics.watch_store(lambda: (self.reachable, self.pending))
+
+    @property
+    def persistent(self) -> bool:
+        return self._opener is not None
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending) + len(self._pending_verdicts)
+
+    # --- reads and writes: memory only, never awaited ------------------------------------
+
+    def get(self, kind: str, key: str) -> str | None:
+        return self._facts[kind].get(key)
+
+    def keys(self, kind: str) -> list[str]:
+        return list(self._facts[kind])
+
+    def count(self, kind: str) -> int:
+        return len(self._facts[kind])
+
+    def put(self, kind: str, key: str, value: str = "") -> None:
+        held = self._facts[kind]
+        if held.get(key) == value:
+            held.move_to_end(key)
+            return
+        self._hold(kind, key, value)
+        self._queue(Fact(kind, key, value))
+
+    def forget(self, kind: str, key: str) -> None:
+        if self._facts[kind].pop(key, None) is not None:
+            self._queue(Fact(kind, key, None))
+
+    def verdict(self, name: str, version: str) -> Verdict | None:
+        return self._verdicts.get((name, version))
+
+    def verdicts(self) -> list[Verdict]:
+        return list(self._verdicts.values())
+
+    def keep(self, verdict: Verdict) -> None:
+        self._hold_verdict(verdict)
+        if self._opener is not None:
+            self._pending_verdicts[(verdict.name, verdict.version, verdict.integrity)] = verdict
+            self._bound()
+            self._kick()
+
+    def _hold(self, kind: str, key: str, value: str) -> None:
+        held = self._facts[kind]
+        held[key] = value
+        held.move_to_end(key)
+        while len(held) > LIMITS[kind]:
+            held.popitem(last=False)
+
+    def _hold_verdict(self, verdict: Verdict) -> None:
+        key = (verdict.name, verdict.version)
+        self._verdicts[key] = verdict
+        self._verdicts.move_to_end(key)
+        while len(self._verdicts) > MAX_VERDICTS:
+            self._verdicts.popitem(last=False)
+
+    def _queue(self, fact: Fact) -> None:
+        if self._opener is None:
+            return
+        key = (fact.kind, fact.key)
+        self._pending.pop(key, None)
+        self._pending[key] = fact  # the newest value of a key, at the end
+        self._bound()
+        self._kick()
+
+    def _bound(self) -> None:
+        while self.pending > self.max_pending:
+            if self._pending:
+                self._pending.popitem(last=False)
+            else:
+                self._pending_verdicts.popitem(last=False)
+            self._dropped += 1
+            if self.metrics is not None:
+                self.metrics.store_writes_dropped.inc()
+            if self._dropped == 1 or self._dropped % _DROP_REPORT == 0:
+                log.warning("store_writes_dropped", dropped=self._dropped, cap=self.max_pending,
+                            reason=self.problem or "the state store is behind")
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # --- the store: opened, loaded, followed, written ------------------------------------
+
+    async def open(self) -> None:
+        """The first attempt at start-up: StoreSetupError (a migration that cannot run)
+        propagates and stops the process; a store that does not answer is tried again by
+        `run`, /readyz saying why meanwhile."""
+        if self._opener is None:
+            return
+        try:
+            # bounded: the listener (and /livez) must come up even when the store's host
+            # drops packets; the background loop goes on trying
+            async with asyncio.timeout(OPEN_WAIT):
+                await self._connect()
+        except StoreUnavailableError as error:
+            self._unreachable("open", error)
+        except TimeoutError:
+            self._unreachable("open", StoreUnavailableError(
+                f"the state store did not answer within {OPEN_WAIT:g} s"))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop`: reach the store when it is not, write what waits, read what changed."""
+        if self._opener is None:
+            return
+        self._wake = asyncio.Event()
+        while not stop.is_set():
+            pause = self.poll
+            self._wake.clear()  # a write from here on is written at the next pass, at once
+            try:
+                if self.store is None or not self.ready:
+                    await self._connect()
+                else:
+                    await self._flush(self.store)
+                    await self._follow(self.store)
+                if not self.reachable:
+                    self._recovered()
+                    self.reachable = True
+            except StoreUnavailableError as error:
+                self._unreachable("open" if not self.ready
+                                  else "write" if self.pending else "poll", error)
+                pause = RETRY
+            except StoreSetupError as error:  # reached again, and a migration cannot run
+                self.problem = str(error)
+                log.error("store_setup_failed", reason=str(error))
+                pause = RETRY * 30
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_first(stop, self._wake if self.reachable else None),
+                                       pause)
+        if self.store is not None and self.reachable:
+            with contextlib.suppress(StoreUnavailableError):
+                await self._flush(self.store)  # what was learned last, on the way out
+
+    async def close(self) -> None:
+        if self.store is not None:
+            await self.store.close()
+            self.store = None
+
+    async def _connect(self) -> None:
+        assert self._opener is not None
+        if self.store is None:
+            self.store = await self._opener()
+            info = self.store.info
+            log.info("store_opened", kind=info.kind, where=info.where, schema=info.schema)
+        await self._follow(self.store)
+        if self._importer is not None and IMPORTED not in self._meta:
+            # the first start on this store: the facts of the files before it, once
+            imported = await self._importer(self.store)
+            await self.store.put_facts([Fact(META, IMPORTED, str(imported))])
+            log.info("store_imported", facts=imported)
+            await self._follow(self.store)
+        self._importer = None
+        if not self.ready:
+            self.ready = True
+            for kind in (*LIMITS, "verdict"):  # what was built before the load, built again
+                for listener in self.listeners:
+                    listener(kind)
+        await self._flush(self.store)  # learned before the store answered
+        if self.problem is not None:
+            self._recovered()
+        self.reachable = True
+
+    async def _flush(self, store: Store) -> None:
+        if self._pending:
+            facts = dict(self._pending)
+            await store.put_facts(list(facts.values()))
+            for key, fact in facts.items():
+                if self._pending.get(key) is fact:  # not changed again meanwhile
+                    del self._pending[key]
+        if self._pending_verdicts:
+            verdicts = dict(self._pending_verdicts)
+            await store.put_verdicts(list(verdicts.values()))
+            for vkey, verdict in verdicts.items():
+                if self._pending_verdicts.get(vkey) is verdict:
+                    del self._pending_verdicts[vkey]
+
+    async def _follow(self, store: Store) -> None:
+        while True:
+            changes = await store.changes(self._cursor, _PAGE)
+            changed: set[str] = set()
+            for fact in changes.facts:
+                if fact.kind == META:
+                    self._meta[fact.key] = fact.value or ""
+                    continue
+                if fact.kind not in self._facts or (fact.kind, fact.key) in self._pending:
+                    continue  # a kind this release does not hold, or learned here since
+                if fact.value is None:
+                    self._facts[fact.kind].pop(fact.key, None)
+                else:
+                    self._hold(fact.kind, fact.key, fact.value)
+                changed.add(fact.kind)
+            for verdict in changes.verdicts:
+                self._hold_verdict(verdict)
+                changed.add("verdict")
+            self._cursor = changes.cursor
+            if self.ready:
+                for kind in changed:
+                    for listener in self.listeners:
+                        listener(kind)
+            if len(changes.facts) + len(changes.verdicts) < _PAGE:
+                return
+
+    def _unreachable(self, operation: str, error: StoreUnavailableError) -> None:
+        if self.metrics is not None:
+            self.metrics.store_failures.labels(operation).inc()
+        if self.reachable or self.problem is None:
+            log.error("store_unreachable", reason=str(error), pending=self.pending,
+                      consequence="serving from memory; writes wait in the buffer"
+                      if self.ready else "not ready until the state store answers")
+        self.reachable = False
+        self.problem = str(error)
+
+    def _recovered(self) -> None:
+        log.info("store_recovered", pending=self.pending, dropped=self._dropped)
+        self.problem = None
+
+
+async def _first(stop: asyncio.Event, wake: asyncio.Event | None) -> Any:
+    """Return when `stop` is set, or `wake` when there is one."""
+    waits = [asyncio.ensure_future(stop.wait())]
+    if wake is not None:
+        waits.append(asyncio.ensure_future(wake.wait()))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

@@ -1,0 +1,142 @@
+"""What the state store keeps, as the gate reads and writes it: facts about names and versions,
+release verdicts, and the pull log; and the one interface both stores implement (`Store`).
+
+Facts and verdicts carry a change number (`seq`) from one counter, so a process holding them in
+memory asks only for what changed since the last number it saw (`Store.changes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from mirrorgate.errors import MirrorgateError
+
+__all__ = [
+    "FIRST_PARTY",
+    "INSTALLED",
+    "KINDS",
+    "WITHDRAWN",
+    "Changes",
+    "Fact",
+    "MigrationError",
+    "Pull",
+    "Store",
+    "StoreInfo",
+    "StoreSetupError",
+    "StoreUnavailableError",
+    "Verdict",
+]
+
+FIRST_PARTY = "first-party"
+"""A name learned first-party (value: empty)."""
+WITHDRAWN = "withdrawn"
+"""`name@version` the public registry was seen to withdraw (value: when first seen, ISO 8601)."""
+INSTALLED = "installed"
+"""A name the organisation installs (value: its pull count, written at 1, 2, 4, 8...)."""
+KINDS = (FIRST_PARTY, WITHDRAWN, INSTALLED)
+
+
+class StoreUnavailableError(MirrorgateError):
+    """The store did not answer (a server down, a file locked or unwritable); the message says
+    which store and why, without the URL's password."""
+
+
+class StoreSetupError(MirrorgateError):
+    """The store cannot be used as configured (a missing driver, a migration that cannot run):
+    start-up stops with this message."""
+
+
+class MigrationError(StoreSetupError):
+    """A schema migration that cannot run: start-up stops with this message, which names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One fact of a `kind`; `value` None is a fact forgotten (kept as a tombstone so every
+    replica forgets it too)."""
+
+    kind: str
+    key: str
+    value: str | None
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The release signals' verdict on one version's bytes, kept as a record of the version."""
+
+    name: str
+    version: str
+    integrity: str
+    verdict: str
+    evidence: str
+    """JSON text: what the signals found, enough to judge again under other rules."""
+    compared_with: str | None
+    generation: str
+    """The rules generation the verdict was reached under."""
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Pull:
+    """One tarball served or refused (the pull log, docs/state-store.md)."""
+
+    client: str
+    name: str
+    version: str
+    integrity: str
+    source: str
+    """Where the bytes came from ("mirror", "public"), or "refused:<rule>"."""
+    at: datetime
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Facts and verdicts written after a cursor, in the order they were written; `cursor` is
+    the number to ask from next time."""
+
+    facts: list[Fact]
+    verdicts: list[Verdict]
+    cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    kind: str
+    """"sqlite" or "postgresql"."""
+    where: str
+    """The file, or the URL with its password redacted."""
+    schema: int
+
+
+class Store(Protocol):
+    """The state store: what the gate must not forget, shared by every process that opens it."""
+
+    @property
+    def info(self) -> StoreInfo: ...
+
+    async def put_facts(self, facts: Sequence[Fact]) -> None:
+        """Write `facts` (a value of None forgets one) in one transaction; durable on return."""
+
+    async def put_verdicts(self, verdicts: Sequence[Verdict]) -> None:
+        """Write `verdicts`, each replacing the one with its (name, version, integrity)."""
+
+    async def changes(self, after: int, limit: int = 10_000) -> Changes:
+        """Facts and verdicts written after `after` (0: everything), at most `limit` of them."""
+
+    async def append_pulls(self, pulls: Sequence[Pull]) -> None:
+        """Append `pulls` to the pull log in one transaction."""
+
+    async def pulls(self, *, name: str | None = None, version: str | None = None,
+                    client: str | None = None, since: datetime | None = None,
+                    limit: int = 10_000) -> list[Pull]:
+        """The pulls matching every filter given, oldest first."""
+
+    async def prune_pulls(self, before: datetime) -> int:
+        """Drop the pulls older than `before` (the retention); returns how many went."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,80 @@
+"""The store's schema, as numbered migrations in both dialects, applied in order at start-up.
+
+A store records the number of the last migration applied (`schema_version`); a process applies
+the ones after it, each in its own transaction, and refuses a store whose number is newer than
+the last it knows (an older release started against a newer schema).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mirrorgate.store.records import MigrationError
+
+__all__ = ["LATEST", "MIGRATIONS", "Migration", "newer_than_known"]
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sqlite: str
+    postgres: str
+
+    def failed(self, error: BaseException) -> MigrationError:
+        return MigrationError(f"the state store's migration {self.version} ({self.name}) could "
+                              f"not run: {type(error).__name__}: {error}")
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1, "facts, verdicts and the pull log",
+        sqlite="""
+            CREATE TABLE change_counter (value INTEGER NOT NULL);
+            INSERT INTO change_counter VALUES (0);
+            CREATE TABLE facts (
+                kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT, seq INTEGER NOT NULL,
+                PRIMARY KEY (kind, key));
+            CREATE INDEX facts_by_seq ON facts (seq);
+            CREATE TABLE verdicts (
+                name TEXT NOT NULL, version TEXT NOT NULL, integrity TEXT NOT NULL,
+                verdict TEXT NOT NULL, evidence TEXT NOT NULL, compared_with TEXT,
+                generation TEXT NOT NULL, seq INTEGER NOT NULL,
+                PRIMARY KEY (name, version, integrity));
+            CREATE INDEX verdicts_by_seq ON verdicts (seq);
+            CREATE TABLE pulls (
+                id INTEGER PRIMARY KEY, client TEXT NOT NULL, name TEXT NOT NULL,
+                version TEXT NOT NULL, integrity TEXT NOT NULL, source TEXT NOT NULL,
+                at REAL NOT NULL, request_id TEXT NOT NULL);
+            CREATE INDEX pulls_by_version ON pulls (name, version, at);
+            CREATE INDEX pulls_by_client ON pulls (client, at);
+            CREATE INDEX pulls_by_time ON pulls (at);
+        """,
+        postgres="""
+            CREATE SEQUENCE change_counter;
+            CREATE TABLE facts (
+                kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT, seq BIGINT NOT NULL,
+                PRIMARY KEY (kind, key));
+            CREATE INDEX facts_by_seq ON facts (seq);
+            CREATE TABLE verdicts (
+                name TEXT NOT NULL, version TEXT NOT NULL, integrity TEXT NOT NULL,
+                verdict TEXT NOT NULL, evidence TEXT NOT NULL, compared_with TEXT,
+                generation TEXT NOT NULL, seq BIGINT NOT NULL,
+                PRIMARY KEY (name, version, integrity));
+            CREATE INDEX verdicts_by_seq ON verdicts (seq);
+            CREATE TABLE pulls (
+                id BIGSERIAL PRIMARY KEY, client TEXT NOT NULL, name TEXT NOT NULL,
+                version TEXT NOT NULL, integrity TEXT NOT NULL, source TEXT NOT NULL,
+                at TIMESTAMPTZ NOT NULL, request_id TEXT NOT NULL);
+            CREATE INDEX pulls_by_version ON pulls (name, version, at);
+            CREATE INDEX pulls_by_client ON pulls (client, at);
+            CREATE INDEX pulls_by_time ON pulls (at);
+        """),
+)
+LATEST = MIGRATIONS[-1].version
+
+
+def newer_than_known(found: int, where: str) -> MigrationError:
+    return MigrationError(f"the state store at {where} is at schema version {found}, newer than "
+                          f"this mirrorgate knows ({LATEST}): a newer release migrated it; run "
+                          "that release, or restore the store from before the upgrade")

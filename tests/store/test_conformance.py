@@ -1,0 +1,224 @@
+"""One contract, both stores: every case runs on SQLite and on a real PostgreSQL (`place`)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from mirrorgate.store import (
+    FIRST_PARTY,
+    INSTALLED,
+    WITHDRAWN,
+    Fact,
+    MigrationError,
+    Pull,
+    Store,
+    StoreUnavailableError,
+    Verdict,
+)
+from mirrorgate.store.schema import LATEST
+from tests.store.conftest import Place
+from tests.store.harness import writer_argv
+
+T0 = datetime(2026, 3, 31, 0, 5, tzinfo=UTC)
+
+
+def verdict(version: str = "1.14.1", integrity: str = "sha512-AAAA", **overrides: str) -> Verdict:
+    fields = {"verdict": "refused", "evidence": '{"fired": ["install-scripts"]}',
+              "compared_with": "1.14.0", "generation": "7"} | overrides
+    return Verdict("axios", version, integrity, fields["verdict"], fields["evidence"],
+                   fields["compared_with"], fields["generation"])
+
+
+def pull(client: str, version: str, minutes: int, source: str = "public") -> Pull:
+    return Pull(client, "axios", version, "sha512-AAAA", source, T0 + timedelta(minutes=minutes),
+                f"req-{client}-{minutes}")
+
+
+async def everything(store: Store) -> dict[tuple[str, str], str | None]:
+    found: dict[tuple[str, str], str | None] = {}
+    cursor = 0
+    while True:
+        changes = await store.changes(cursor, limit=500)
+        if changes.cursor == cursor:
+            return found
+        found.update({(fact.kind, fact.key): fact.value for fact in changes.facts})
+        cursor = changes.cursor
+
+
+async def test_a_written_fact_is_read_back_from_the_start(store: Store) -> None:
+    await store.put_facts([Fact(FIRST_PARTY, "@acme/ui", ""),
+                           Fact(WITHDRAWN, "axios@1.14.1", "2026-03-31T03:00:00Z"),
+                           Fact(INSTALLED, "left-pad", "4")])
+    assert await everything(store) == {(FIRST_PARTY, "@acme/ui"): "",
+                                       (WITHDRAWN, "axios@1.14.1"): "2026-03-31T03:00:00Z",
+                                       (INSTALLED, "left-pad"): "4"}
+
+
+async def test_a_forgotten_fact_comes_back_as_a_tombstone(store: Store) -> None:
+    await store.put_facts([Fact(FIRST_PARTY, "@acme/ui", "")])
+    cursor = (await store.changes(0)).cursor
+    await store.put_facts([Fact(FIRST_PARTY, "@acme/ui", None)])
+    later = await store.changes(cursor)
+    assert [(f.key, f.value) for f in later.facts] == [("@acme/ui", None)]
+    assert await everything(store) == {(FIRST_PARTY, "@acme/ui"): None}
+
+
+async def test_changes_after_a_cursor_are_only_the_later_ones_in_order(store: Store) -> None:
+    await store.put_facts([Fact(INSTALLED, "a", "1")])
+    cursor = (await store.changes(0)).cursor
+    await store.put_facts([Fact(INSTALLED, "b", "1")])
+    await store.put_facts([Fact(INSTALLED, "a", "2")])
+    later = await store.changes(cursor)
+    assert [(f.key, f.value) for f in later.facts] == [("b", "1"), ("a", "2")]
+    assert later.facts[0].seq < later.facts[1].seq == later.cursor
+    assert (await store.changes(later.cursor)).facts == []
+
+
+async def test_a_limited_read_resumes_where_it_stopped(store: Store) -> None:
+    await store.put_facts([Fact(INSTALLED, f"name-{n}", "1") for n in range(25)])
+    await store.put_verdicts([verdict(f"1.0.{n}") for n in range(5)])
+    seen: list[str] = []
+    cursor = 0
+    for _ in range(10):
+        changes = await store.changes(cursor, limit=7)
+        assert len(changes.facts) + len(changes.verdicts) <= 7
+        seen += [f.key for f in changes.facts] + [v.version for v in changes.verdicts]
+        cursor = changes.cursor
+    assert sorted(seen) == sorted([f"name-{n}" for n in range(25)]
+                                  + [f"1.0.{n}" for n in range(5)])
+
+
+async def test_a_verdict_replaces_the_one_for_the_same_bytes_and_keeps_others(
+        store: Store) -> None:
+    await store.put_verdicts([verdict(), verdict(integrity="sha512-BBBB", verdict="clean")])
+    await store.put_verdicts([verdict(verdict="clean", generation="8", compared_with="1.13.9")])
+    found = {(v.integrity): v for v in (await store.changes(0)).verdicts}
+    assert set(found) == {"sha512-AAAA", "sha512-BBBB"}
+    assert (found["sha512-AAAA"].verdict, found["sha512-AAAA"].generation,
+            found["sha512-AAAA"].compared_with) == ("clean", "8", "1.13.9")
+    assert found["sha512-AAAA"].evidence == '{"fired": ["install-scripts"]}'
+
+
+async def test_facts_and_verdicts_share_one_order_of_changes(store: Store) -> None:
+    await store.put_facts([Fact(WITHDRAWN, "axios@1.14.1", "2026-03-31T03:00:00Z")])
+    await store.put_verdicts([verdict()])
+    await store.put_facts([Fact(FIRST_PARTY, "@acme/ui", "")])
+    changes = await store.changes(0)
+    order = sorted([(f.seq, f.key) for f in changes.facts]
+                   + [(v.seq, v.version) for v in changes.verdicts])
+    assert [key for _, key in order] == ["axios@1.14.1", "1.14.1", "@acme/ui"]
+
+
+async def test_the_pull_log_answers_by_version_and_by_client_oldest_first(
+        store: Store) -> None:
+    await store.append_pulls([pull("ci-web", "1.14.1", 30), pull("ci-api", "1.14.1", 10),
+                              pull("ci-web", "1.14.0", 5, source="mirror")])
+    by_version = await store.pulls(name="axios", version="1.14.1")
+    assert [(p.client, p.at) for p in by_version] == [("ci-api", T0 + timedelta(minutes=10)),
+                                                      ("ci-web", T0 + timedelta(minutes=30))]
+    by_client = await store.pulls(client="ci-web")
+    assert [(p.version, p.source, p.request_id) for p in by_client] == [
+        ("1.14.0", "mirror", "req-ci-web-5"), ("1.14.1", "public", "req-ci-web-30")]
+    assert len(await store.pulls(since=T0 + timedelta(minutes=10))) == 2
+
+
+async def test_the_retention_drops_only_pulls_older_than_it(store: Store) -> None:
+    await store.append_pulls([pull("ci-web", "1.14.1", minutes) for minutes in (1, 2, 60)])
+    assert await store.prune_pulls(T0 + timedelta(minutes=30)) == 2
+    assert [p.at for p in await store.pulls(name="axios")] == [T0 + timedelta(minutes=60)]
+
+
+async def test_a_store_opened_again_is_at_the_latest_schema_and_keeps_its_facts(
+        place: Place, store: Store) -> None:
+    await store.put_facts([Fact(FIRST_PARTY, "@acme/ui", "")])
+    again = await place.open()
+    try:
+        assert again.info.schema == LATEST == store.info.schema
+        assert await everything(again) == {(FIRST_PARTY, "@acme/ui"): ""}
+    finally:
+        await again.close()
+
+
+async def test_a_store_at_a_newer_schema_refuses_to_open_and_says_why(
+        place: Place, store: Store) -> None:
+    await store.put_facts([])  # opened, migrated
+    await _execute(place, f"INSERT INTO schema_version VALUES ({LATEST + 1})")  # noqa: S608
+    with pytest.raises(MigrationError, match=f"schema version {LATEST + 1}, newer than"):
+        await place.open()
+
+
+async def test_a_migration_that_cannot_run_stops_start_up_naming_it(place: Place) -> None:
+    # a table of that name already there, of another shape: migration 1 cannot create it
+    await _execute(place, "CREATE TABLE facts (unrelated INTEGER)")
+    with pytest.raises(MigrationError, match=r"migration 1 \(facts, verdicts and the pull log\)"):
+        await place.open()
+
+
+async def test_two_processes_writing_at_once_lose_nothing_and_a_follower_sees_it_all(
+        place: Place, store: Store) -> None:
+    writers = [await asyncio.create_subprocess_exec(*writer_argv(place.spec, prefix, 150),
+                                                    stdout=asyncio.subprocess.DEVNULL)
+               for prefix in ("one", "two")]
+    followed: dict[tuple[str, str], str | None] = {}
+    cursor = 0
+    while any(writer.returncode is None for writer in writers):
+        changes = await store.changes(cursor)
+        assert changes.cursor >= cursor
+        followed.update({(f.kind, f.key): f.value for f in changes.facts})
+        cursor = changes.cursor
+        await asyncio.sleep(0.01)
+    assert [await writer.wait() for writer in writers] == [0, 0]
+    changes = await store.changes(cursor)
+    followed.update({(f.kind, f.key): f.value for f in changes.facts})
+    expected = {(FIRST_PARTY, f"{prefix}-{n}") for prefix in ("one", "two") for n in range(150)}
+    assert set(followed) == expected  # a follower's cursor never skipped a slower write
+
+
+async def test_an_acknowledged_write_survives_a_kill_9_in_the_middle_of_writes(
+        place: Place, store: Store) -> None:
+    writer = await asyncio.create_subprocess_exec(*writer_argv(place.spec, "acked", 100_000),
+                                                  stdout=asyncio.subprocess.PIPE)
+    assert writer.stdout is not None
+    acknowledged: list[str] = []
+    while len(acknowledged) < 60:
+        acknowledged.append((await writer.stdout.readline()).decode().strip())
+    writer.kill()  # SIGKILL: no handler, no flush, no clean close
+    assert await writer.wait() == -signal.SIGKILL
+    kept = await everything(store)
+    assert all((FIRST_PARTY, key) in kept for key in acknowledged)
+
+
+async def test_a_store_that_goes_away_fails_writes_clearly_and_serves_again_when_back(
+        place: Place, store: Store) -> None:
+    await store.put_facts([Fact(FIRST_PARTY, "before", "")])
+    with place.away():
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError) as failed:
+            await store.put_facts([Fact(FIRST_PARTY, "during", "")])
+        assert time.monotonic() - started < 15
+        assert "pg-test" not in str(failed.value)  # never the password
+    await store.put_facts([Fact(FIRST_PARTY, "after", "")])
+    assert set(await everything(store)) == {(FIRST_PARTY, "before"), (FIRST_PARTY, "after")}
+
+
+async def _execute(place: Place, statement: str) -> None:
+    if place.kind == "sqlite":
+        import sqlite3
+
+        db = sqlite3.connect(place.spec.removeprefix("sqlite:"))
+        db.execute(statement)
+        db.commit()
+        db.close()
+        return
+    import asyncpg
+
+    connection = await asyncpg.connect(place.spec)
+    try:
+        await connection.execute(statement)
+    finally:
+        await connection.close()

@@ -1,0 +1,138 @@
+"""The gate's memory over the store (`gate.facts`): a buffer that waits for a lost store and
+drops the oldest past its bound, and the one-time import of the files before the store."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.imported import import_files
+from mirrorgate.gate.records import Gated
+from mirrorgate.gate.release import ReleaseJudge, _Facts
+from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName
+from mirrorgate.rules import Rules, parse_rules
+from mirrorgate.rules.release import Fired
+from mirrorgate.store import FIRST_PARTY, INSTALLED, WITHDRAWN, Store, StoreUnavailableError
+from mirrorgate.store.sqlite import open_sqlite
+from mirrorgate.upstream.client import Upstream
+from tests.metric_samples import metric_value, registry_samples
+from tests.store.conftest import Place
+from tests.store.kept import kept_on
+
+
+async def test_writes_wait_for_a_lost_store_in_a_bounded_buffer_and_are_written_when_it_returns(
+        place: Place) -> None:
+    metrics = Metrics()
+    facts = KeptFacts(place.open, metrics=metrics, max_pending=3, poll=0.05)
+    await facts.open()
+    stop = asyncio.Event()
+    with place.away():
+        for name in ("a", "b", "c", "d", "e"):
+            facts.put(FIRST_PARTY, name)
+        running = asyncio.create_task(facts.run(stop))
+        await asyncio.sleep(0.8)  # the writer tries, the store refuses
+        assert (facts.reachable, facts.pending) == (False, 3)
+        assert "a" in {n for n in facts.keys(FIRST_PARTY)}  # memory holds all five
+    for _ in range(100):
+        if facts.reachable and facts.pending == 0:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await running
+    await facts.close()
+    samples = registry_samples(metrics.registry)
+    assert metric_value(samples, "mirrorgate_store_writes_dropped_total") == 2
+    assert metric_value(samples, "mirrorgate_store_failures_total", operation="write") >= 1
+    again = KeptFacts(place.open)
+    await again.open()
+    assert sorted(again.keys(FIRST_PARTY)) == ["c", "d", "e"]  # the two oldest were dropped
+    await again.close()
+
+
+async def test_the_files_before_the_store_are_imported_once_at_its_first_start(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "first-party-names").write_text("+@acme/ui\n?junk\n+\n" + "+" + "x" * 400 + "\n")
+    (data / "withdrawn-versions").write_text("+axios@1.14.1\t2026-03-31T03:00:00Z\n")
+    (data / "installed-names").write_text("+left-pad\t8\n")
+
+    async def opener() -> Store:
+        return await open_sqlite(data / "state.sqlite3")
+
+    async def importer(store: Store) -> int:
+        return await import_files(data, store)
+
+    first = KeptFacts(opener, importer=importer)
+    await first.open()
+    await first.close()
+    (data / "first-party-names").write_text("+@acme/later\n")  # not read again
+    second = KeptFacts(opener, importer=importer)
+    await second.open()
+
+    assert second.keys(FIRST_PARTY) == ["@acme/ui"]  # the unusable lines left out
+    assert second.get(WITHDRAWN, "axios@1.14.1") == "2026-03-31T03:00:00Z"
+    assert second.get(INSTALLED, "left-pad") == "8"
+    await second.close()
+
+
+async def test_a_store_that_never_answered_leaves_the_facts_unknown_with_the_reason(
+        tmp_path: Path) -> None:
+    async def opener() -> Store:
+        raise StoreUnavailableError("the state store at postgresql://mg:**redacted**@db/mg "
+                                    "did not answer: ConnectionRefusedError")
+
+    facts = KeptFacts(opener)
+    await facts.open()
+
+    assert (facts.ready, facts.reachable) == (False, False)
+    assert "did not answer" in str(facts.problem)
+
+
+async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_new_rules(
+        tmp_path: Path) -> None:
+    # the Shai-Hulud shape: a release that adds a postinstall the one before did not have
+    fired = Fired("new-install-script", "adds a postinstall script: node ./bundle.js",
+                  ("package.json: scripts.postinstall",))
+    path = tmp_path / "state.sqlite3"
+    before = _judge(RELEASE_RULES, await kept_on(path))
+    before.remember("colour-kit", "5.6.1", "sha512-" + "A" * 86 + "==",
+                    _Facts((fired,), None, "5.6.0"))
+    refused = before.remembered("colour-kit", "5.6.1")
+    assert refused is not None
+    assert refused.rule == "new-install-script"
+    stop = asyncio.Event()
+    stop.set()
+    await before.facts.run(stop)  # the last write, as at a SIGTERM
+    await before.facts.close()
+
+    after = _judge(RELEASE_RULES, await kept_on(path))
+    again = after.remembered("colour-kit", "5.6.1")
+    allowed = _judge(parse_rules('[age]\nminimum = "0"\n\n[release]\nallow = '
+                                 '["colour-kit@5.6.1"]\n', "r.toml"), after.facts)
+
+    assert again is not None
+    assert (again.rule, again.reason, again.fired, again.compared_with) == (
+        refused.rule, refused.reason, refused.fired, refused.compared_with)
+    assert list(after.refused_versions("colour-kit")) == ["5.6.1"]
+    assert after.facts.verdict("colour-kit", "5.6.1").compared_with == "5.6.0"  # type: ignore[union-attr]
+    assert allowed.refused_versions("colour-kit") == {}  # an allow entry added later: no read
+    await after.facts.close()
+
+
+RELEASE_RULES = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
+
+
+def _judge(rules: Rules, facts: KeptFacts) -> ReleaseJudge:
+    metrics = Metrics()
+    public = Upstream("public", "http://127.0.0.1:9/", timeout=1.0,
+                      max_metadata_bytes=1 << 20, metrics=metrics)
+
+    async def no_packument(_name: PackageName) -> Gated | None:
+        return None
+    return ReleaseJudge(rules=rules, public=public, metrics=metrics, packument=no_packument,
+                        now=lambda: datetime.now(UTC), facts=facts,
+                        previous_max_bytes=1 << 20, timeout=1.0)
