@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = ["PackageJsonError", "parse_package_json"]
 
 
-class PackageJsonError(ValueError):
+class PackageJsonError(MirrorgateError, ValueError):
     """The bytes are not a package.json npm can parse (npm reads nothing from them either),
     or, with `deeper` set, one that npm parses but that nests deeper than Python can follow."""
 

@@ -19,6 +19,8 @@ from typing import Protocol
 
 import zstandard
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = ["BOMB_FROM", "BOMB_RATIO", "MAX_DEPTH", "MAX_ENTRIES", "MAX_META_BYTES",
            "MAX_UNPACKED_BYTES", "Entry", "EntryReader", "TarballReader"]
 
@@ -77,7 +79,7 @@ _JS_RADIX = re.compile(r"0([xXoObB])([0-9a-fA-F]+)")
 _SAFE = 2**53 - 1
 
 
-class _RefusedError(Exception):
+class _RefusedError(MirrorgateError):
     """Why the tarball is refused: raised where the reading stops."""
 
 
