@@ -13,7 +13,10 @@ registry npm is configured with (`npm config get registry`, or `--public URL`), 
   new MIRRORGATE_DATA_DIR), then waiting until its worker has mirrored every version fetched;
 - `protected`: the same with the rules file below (every protection on, report mode);
 - `replay`: a fresh `mirrorgate serve` on the protected run's data directory with the public
-  registry unreachable (MIRRORGATE_PUBLIC_UPSTREAM a dead loopback port), cold client cache.
+  registry unreachable (MIRRORGATE_PUBLIC_UPSTREAM a dead loopback port), cold client cache;
+- `check`: `mirrorgate check --json` of the lockfile with the same rules against the public
+  registry: the verdict on every version the lockfile pins (the log names only the first 50
+  would-denies of a packument, most of them versions nobody installs).
 
 Per project: pass/fail with the client's error line; mirrorgate's CPU (the kernel's utime +
 stime, startup excluded) per version fetched, peak RSS (VmHWM) and wall; the protected run's
@@ -51,7 +54,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 from tests.commands.lockfile_projects import Pnpm8
 from tests.servers.npm import npm_executable
 from tests.servers.package_managers import PackageManager, client
-from tests.servers.processes import MirrorgateProcess
+from tests.servers.processes import MirrorgateProcess, mirrorgate_argv
 
 from bench.procstat import MIB, usage
 
@@ -136,7 +139,12 @@ class Way:
     would_deny: list[dict[str, Any]] = field(default_factory=list)
     unread: list[dict[str, Any]] = field(default_factory=list)
     report_counts: dict[str, float] = field(default_factory=dict)
+    """`mirrorgate_rule_denials{mode="report"}` by rule: versions a rule would have refused."""
+    enforced_counts: dict[str, float] = field(default_factory=dict)
+    """... `{mode="enforce"}`: refused although the file says report (none is the goal)."""
     events: dict[str, int] = field(default_factory=dict)
+    pinned: dict[str, int] = field(default_factory=dict)
+    """`check`: the pinned registry versions by status (admitted, would-deny, ...)."""
 
 
 def public_registry(given: str | None) -> str:
@@ -285,9 +293,11 @@ def collect(proxy: MirrorgateProcess, way: Way) -> None:
             way.unread.append(shown)
     way.events = dict(counts)
     for name, value in proxy.metrics().items():
-        if name.startswith("mirrorgate_rule_denials_total{") and 'mode="report"' in name:
-            rule = re.search(r'rule="([^"]*)"', name)
-            way.report_counts[rule[1] if rule else name] = value
+        if not name.startswith("mirrorgate_rule_denials_total{") or not value:
+            continue
+        rule = re.search(r'rule="([^"]*)"', name)
+        counts_of = way.report_counts if 'mode="report"' in name else way.enforced_counts
+        counts_of[rule[1] if rule else name] = value
 
 
 def run_project(project: Project, ways: list[str], public: str, root: Path,
@@ -300,7 +310,7 @@ def run_project(project: Project, ways: list[str], public: str, root: Path,
     sequence: list[str] = [w for w in ("direct", "defaults") if w in ways]
     if order % 2:
         sequence.reverse()
-    sequence += [w for w in ("protected", "replay") if w in ways]
+    sequence += [w for w in ("protected", "replay", "check") if w in ways]
     for name in sequence:
         workdir = Path(tempfile.mkdtemp(prefix=f"{project.name}-{name}-", dir=root))
         print(f"  {project.name} {name} ...", flush=True)
@@ -332,6 +342,8 @@ def one_way(project: Project, name: str, workdir: Path, root: Path, public: str,
                            mirror=True)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+    if name == "check":
+        return check(project, workdir, public, rules)
     if name == "protected":
         return through(project, workdir, protected_dir,
                        {"MIRRORGATE_PUBLIC_UPSTREAM": public,
@@ -339,6 +351,42 @@ def one_way(project: Project, name: str, workdir: Path, root: Path, public: str,
     return through(project, workdir, protected_dir,
                    {"MIRRORGATE_PUBLIC_UPSTREAM": f"http://127.0.0.1:{dead_port()}/",
                     "MIRRORGATE_RULES_FILE": str(rules)}, mirror=False)
+
+
+def check(project: Project, workdir: Path, public: str, rules: Path) -> Way:
+    """`mirrorgate check --json` of the project's lockfile under the rules: each pinned
+    version's verdict, the would-denies with rule and reason."""
+    way = Way()
+    manager = prepare(project, workdir, public)
+    home = workdir / "check-home"
+    home.mkdir()
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LANG": "C.UTF-8",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "MIRRORGATE_LOG_LEVEL": "warning",
+           "MIRRORGATE_DATA_DIR": str(home / "data"), "MIRRORGATE_PUBLIC_UPSTREAM": public,
+           "MIRRORGATE_RULES_FILE": str(rules), **trust()}
+    started = time.perf_counter()
+    done = subprocess.run([*mirrorgate_argv(), "check", "--json", manager.lockfile],
+                          cwd=manager.project, env=env, capture_output=True, text=True,
+                          timeout=INSTALL_TIMEOUT, check=False, stdin=subprocess.DEVNULL)
+    way.wall = time.perf_counter() - started
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        way.error = error_line(done)
+        return way
+    statuses: Counter[str] = Counter()
+    for result in answer.get("results", []):
+        statuses[result["status"]] += 1
+        if result["status"] != "admitted":
+            entry = {key: result.get(key) for key in ("package", "version", "status",
+                                                       "reason")}
+            (way.would_deny if result["status"] == "would-deny" else way.unread).append(entry)
+    way.pinned = dict(statuses)
+    way.versions = sum(statuses.values())
+    way.ok = not way.unread
+    if way.unread:
+        way.error = f"{len(way.unread)} pinned versions not admitted (see the list)"
+    return way
 
 
 # --- reporting --------------------------------------------------------------------------------
@@ -370,12 +418,17 @@ def table(results: dict[str, dict[str, Way]]) -> str:
         versions = protected.versions if protected else defaults.versions if defaults else 0
         denies = ", ".join(f"{rule} {count:g}" for rule, count in sorted(
             protected.report_counts.items())) if protected else "-"
+        enforced = ", ".join(f"{rule} {count:g}" for rule, count in sorted(
+            protected.enforced_counts.items())) if protected else "-"
         unread = (f"{len(protected.unread)}" if protected else "-")
+        checked = ways.get("check")
+        pinned = (", ".join(f"{status} {count}" for status, count in sorted(
+            checked.pinned.items())) if checked is not None else "-")
         direct_wall = f"{direct.wall:.0f} s" if direct is not None else "-"
         lines.append(f"| {name} ({project.client}) | {versions} | "
                      f"{'pass' if install_ok else '**fail**'} | {_cell(replay)} | "
                      f"{direct_wall} | {_usage(defaults)} | {_usage(protected)} | "
-                     f"{denies or 'none'} | {unread} |")
+                     f"{denies or 'none'} | {enforced or 'none'} | {unread} | {pinned} |")
     return "\n".join(lines)
 
 
@@ -388,10 +441,16 @@ def details(results: dict[str, dict[str, Way]]) -> str:
             if way.mirror_complete is False:
                 out.append(f"- {name} {label}: not every version mirrored within "
                            f"{MIRROR_WITHIN:.0f} s")
+        checked = ways.get("check")
+        for entry in checked.would_deny + checked.unread if checked is not None else []:
+            out.append(f"- {name} pinned: {json.dumps(entry)}")
         protected = ways.get("protected")
         if protected is None:
             continue
         for entry in protected.would_deny:
+            if entry["event"] in ("version_would_deny", "versions_would_deny"):
+                continue  # a packument's versions, installed or not: `check` has the pinned
+
             out.append(f"- {name} would-deny: {json.dumps(entry)}")
         for entry in protected.unread:
             out.append(f"- {name} unread/unchecked: {json.dumps(entry)}")
@@ -401,12 +460,20 @@ def details(results: dict[str, dict[str, Way]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--projects", default=",".join(PROJECTS))
-    parser.add_argument("--ways", default="direct,defaults,protected,replay")
+    parser.add_argument("--ways", default="direct,defaults,protected,replay,check")
     parser.add_argument("--public", default=None,
                         help="the public registry (default: the one npm is configured with)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--label", default="")
+    parser.add_argument("--render", type=Path, default=None,
+                        help="print the tables of an earlier run's --json file, and stop")
     options = parser.parse_args()
+    if options.render is not None:
+        saved = json.loads(options.render.read_text(encoding="utf-8"))
+        loaded = {name: {label: Way(**way) for label, way in ways.items()}
+                  for name, ways in saved["results"].items()}
+        print(f"{saved['label']}\n\n{table(loaded)}\n\n{details(loaded)}")
+        return 0
     # the children run in directories of their own: a relative PYTHONPATH would silently
     # import whatever mirrorgate the virtualenv has installed instead of the tree asked for
     os.environ["PYTHONPATH"] = os.pathsep.join(
