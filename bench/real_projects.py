@@ -184,13 +184,15 @@ def prepare(project: Project, workdir: Path, registry: str) -> PackageManager:
 
 
 def error_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The client's first line that says what failed, else its last line."""
+    """The client's first two lines that say what failed (npm's code, then what), else its
+    last line."""
     lines = [line.strip() for line in (done.stderr + "\n" + done.stdout).splitlines()
              if line.strip()]
-    for line in lines:
-        if re.search(r"\berr(or)?\b|ERR!|ERR_|E404|403|ECONN|ETIMEDOUT|➤ YN0001|YN0018|YN0028|"
-                     r"failed|Failed", line, re.IGNORECASE):
-            return line[:300]
+    found = [line[:300] for line in lines
+             if re.search(r"\berr(or)?\b|ERR!|ERR_|E404|403|ECONN|ETIMEDOUT|YN0001|YN0018|"
+                          r"YN0028|failed", line, re.IGNORECASE)]
+    if found:
+        return " / ".join(found[:2])
     return (lines[-1] if lines else f"exit {done.returncode}")[:300]
 
 
