@@ -287,7 +287,10 @@ def collect(proxy: MirrorgateProcess, way: Way) -> None:
         counts[event] += 1
         shown: dict[str, Any] = {key: entry[key] for key in (
             "event", "package", "version", "rule", "signal", "reason", "count", "rules", "sent",
-            "refused") if key in entry}
+            "refused", "where", "compared_with") if key in entry}
+        if event == "versions_would_deny" or (event == "version_would_deny"
+                                              and "where" not in entry):
+            continue  # a packument's versions, installed or not: `check` has the pinned ones
         if event in ("version_would_deny", "versions_would_deny", "release_signal_reported",
                      "release_signal_refused", "tarball_denied"):
             way.would_deny.append(shown)
@@ -403,34 +406,58 @@ def _usage(way: Way | None) -> str:
     if way is None or way.cpu_total is None:
         return "-"
     versions = max(way.versions, 1)
-    return (f"{way.wall:.0f} s, {way.cpu_total * 1000 / versions:.0f} ms/v, "
+    return (f"{way.wall:.0f} s, {way.cpu_total * 1000 / versions:.1f} ms, "
             f"{(way.peak_rss or 0) / MIB:.0f} MiB")
 
 
+def _by_rule(entries: list[dict[str, Any]]) -> str:
+    """`rule count, ...` over distinct (package, version, rule)."""
+    seen = {(e.get("package"), e.get("version"), e.get("rule") or e.get("signal") or
+             str(e.get("reason", "")).split(" ", 1)[0]) for e in entries}
+    counts = Counter(rule for _, _, rule in seen)
+    return ", ".join(f"{rule} {count}" for rule, count in sorted(counts.items())) or "none"
+
+
+REFUSED = ("tarball_denied", "release_signal_refused", "tarball_scripts_refused")
+"""Log events of a version refused (or cut) although the rules file says report."""
+TARBALL_WOULD = ("release_signal_reported", "version_would_deny")
+"""... of a would-deny decided from the tarball's bytes (the packument's are `check`'s)."""
+UNCHECKED = ("release_unchecked", "release_read_partly", "tarball_spool_unreadable",
+             "release_check_failed")
+
+
 def table(results: dict[str, dict[str, Way]]) -> str:
-    lines = ["| project (client) | versions | install | replay | direct wall | defaults: wall, "
-             "CPU/version, peak RSS | protected: wall, CPU/version, peak RSS | would-deny "
-             "(report) | unread |",
-             "|---|---:|---|---|---:|---|---|---|---|"]
+    lines = ["| project (client) | versions pinned / fetched | install, replay | direct | "
+             "defaults: wall, CPU a version, peak RSS | every protection (report): wall, CPU a "
+             "version, peak RSS | would-deny, pinned (check) | would-deny from the bytes | "
+             "refused all the same | unchecked or partly read |",
+             "|---|---:|---|---:|---|---|---|---|---|---|"]
     for name, ways in results.items():
         project = PROJECTS[name]
         direct, defaults = ways.get("direct"), ways.get("defaults")
         protected, replay = ways.get("protected"), ways.get("replay")
-        install_ok = all(w.ok for w in (direct, defaults, protected) if w is not None)
-        versions = protected.versions if protected else defaults.versions if defaults else 0
-        denies = ", ".join(f"{rule} {count:g}" for rule, count in sorted(
-            protected.report_counts.items())) if protected else "-"
-        enforced = ", ".join(f"{rule} {count:g}" for rule, count in sorted(
-            protected.enforced_counts.items())) if protected else "-"
-        unread = (f"{len(protected.unread)}" if protected else "-")
         checked = ways.get("check")
-        pinned = (", ".join(f"{status} {count}" for status, count in sorted(
-            checked.pinned.items())) if checked is not None else "-")
-        direct_wall = f"{direct.wall:.0f} s" if direct is not None else "-"
-        lines.append(f"| {name} ({project.client}) | {versions} | "
-                     f"{'pass' if install_ok else '**fail**'} | {_cell(replay)} | "
+        fetched = protected.versions if protected else defaults.versions if defaults else 0
+        pinned = checked.versions if checked else "-"
+        installs = f"{_cell(protected)}, {_cell(replay)}"
+        if defaults is not None and not defaults.ok:
+            installs += " (defaults **fail**)"
+        direct_wall = (f"{direct.wall:.0f} s" if direct is not None and direct.ok
+                       else _cell(direct))
+        pinned_would = _by_rule([{**e, "rule": str(e.get("reason", "")).split(" ", 1)[0]}
+                                 for e in checked.would_deny]) if checked else "-"
+        if protected is None:
+            bytes_would = refused = unchecked = "-"
+        else:
+            events = protected.would_deny + protected.unread
+            bytes_would = _by_rule([e for e in events if e["event"] in TARBALL_WOULD
+                                    and (e["event"] != "version_would_deny" or "where" in e)])
+            refused = _by_rule([e for e in events if e["event"] in REFUSED])
+            unchecked_events = [e for e in events if e["event"] in UNCHECKED]
+            unchecked = _by_rule([{**e, "rule": e["event"]} for e in unchecked_events])
+        lines.append(f"| {name} ({project.client}) | {pinned} / {fetched} | {installs} | "
                      f"{direct_wall} | {_usage(defaults)} | {_usage(protected)} | "
-                     f"{denies or 'none'} | {enforced or 'none'} | {unread} | {pinned} |")
+                     f"{pinned_would} | {bytes_would} | {refused} | {unchecked} |")
     return "\n".join(lines)
 
 
@@ -450,7 +477,8 @@ def details(results: dict[str, dict[str, Way]]) -> str:
         if protected is None:
             continue
         for entry in protected.would_deny:
-            if entry["event"] in ("version_would_deny", "versions_would_deny"):
+            if entry["event"] == "versions_would_deny" or (
+                    entry["event"] == "version_would_deny" and "where" not in entry):
                 continue  # a packument's versions, installed or not: `check` has the pinned
 
             out.append(f"- {name} would-deny: {json.dumps(entry)}")
@@ -467,14 +495,18 @@ def main() -> int:
                         help="the public registry (default: the one npm is configured with)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--label", default="")
-    parser.add_argument("--render", type=Path, default=None,
-                        help="print the tables of an earlier run's --json file, and stop")
+    parser.add_argument("--render", type=Path, nargs="+", default=None,
+                        help="print the table of earlier runs' --json files (their ways "
+                        "merged, the later file winning), and stop")
     options = parser.parse_args()
     if options.render is not None:
-        saved = json.loads(options.render.read_text(encoding="utf-8"))
-        loaded = {name: {label: Way(**way) for label, way in ways.items()}
-                  for name, ways in saved["results"].items()}
-        print(f"{saved['label']}\n\n{table(loaded)}\n\n{details(loaded)}")
+        loaded: dict[str, dict[str, Way]] = {}
+        for saved_file in options.render:
+            saved = json.loads(saved_file.read_text(encoding="utf-8"))
+            for name, saved_ways in saved["results"].items():
+                loaded.setdefault(name, {}).update(
+                    {label: Way(**way) for label, way in saved_ways.items()})
+        print(f"{table(loaded)}\n\n{details(loaded)}")
         return 0
     # the children run in directories of their own: a relative PYTHONPATH would silently
     # import whatever mirrorgate the virtualenv has installed instead of the tree asked for
