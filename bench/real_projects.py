@@ -287,7 +287,7 @@ def collect(proxy: MirrorgateProcess, way: Way) -> None:
         counts[event] += 1
         shown: dict[str, Any] = {key: entry[key] for key in (
             "event", "package", "version", "rule", "signal", "reason", "count", "rules", "sent",
-            "refused", "where", "compared_with") if key in entry}
+            "refused", "where", "compared_with", "unread") if key in entry}
         if event == "versions_would_deny" or (event == "version_would_deny"
                                               and "where" not in entry):
             continue  # a packument's versions, installed or not: `check` has the pinned ones
