@@ -427,7 +427,7 @@ UNCHECKED = ("release_unchecked", "release_read_partly", "tarball_spool_unreadab
 
 
 def table(results: dict[str, dict[str, Way]]) -> str:
-    lines = ["| project (client) | versions pinned / fetched | install, replay | direct | "
+    lines = ["| project (client) | versions pinned / fetched | install, replay (wall) | direct | "
              "defaults: wall, CPU a version, peak RSS | every protection (report): wall, CPU a "
              "version, peak RSS | would-deny, pinned (check) | would-deny from the bytes | "
              "refused all the same | unchecked or partly read |",
@@ -440,6 +440,8 @@ def table(results: dict[str, dict[str, Way]]) -> str:
         fetched = protected.versions if protected else defaults.versions if defaults else 0
         pinned = checked.versions if checked else "-"
         installs = f"{_cell(protected)}, {_cell(replay)}"
+        if replay is not None and replay.ok:
+            installs += f" ({replay.wall:.0f} s)"
         if defaults is not None and not defaults.ok:
             installs += " (defaults **fail**)"
         direct_wall = (f"{direct.wall:.0f} s" if direct is not None and direct.ok
