@@ -1,33 +1,14 @@
 """Real projects' lockfiles, cold, through `mirrorgate serve` with every protection on in report
-mode: do they install, replay offline, and what would the rules have refused?
+mode: do they install and replay offline, what would the rules refuse, what could they not read?
 
-The lockfile + package.json pairs under `bench/data/real_projects/<project>/` are the projects'
-own files (their README says where each came from). Each project is installed with the client
-its lockfile belongs to (frozen: `npm ci`, `pnpm install --frozen-lockfile`, yarn 1
-`--frozen-lockfile`, yarn 4 `--immutable`, `bun install --frozen-lockfile`), a cold cache, no
-retries, no scripts (the isolation of `tests.servers.package_managers`), against the public
-registry npm is configured with (`npm config get registry`, or `--public URL`), four ways:
-
-- `direct`: straight at the public registry;
-- `defaults`: through a fresh `mirrorgate serve` on its defaults (memory queue, file store in a
-  new MIRRORGATE_DATA_DIR), then waiting until its worker has mirrored every version fetched;
-- `protected`: the same with the rules file below (every protection on, report mode);
-- `replay`: a fresh `mirrorgate serve` on the protected run's data directory with the public
-  registry unreachable (MIRRORGATE_PUBLIC_UPSTREAM a dead loopback port), cold client cache;
-- `check`: `mirrorgate check --json` of the lockfile with the same rules against the public
-  registry: the verdict on every version the lockfile pins (the log names only the first 50
-  would-denies of a packument, most of them versions nobody installs).
-
-Per project: pass/fail with the client's error line; mirrorgate's CPU (the kernel's utime +
-stime, startup excluded) per version fetched, peak RSS (VmHWM) and wall; the protected run's
-would-denies per rule (`version_would_deny`, `release_signal_reported`, and the
-`mirrorgate_rule_denials{mode="report"}` counts) and the tarballs it could not read in full
-(`release_unchecked`, `release_read_partly`, `tarball_scripts_refused`,
-`tarball_spool_unreadable`). Runs alternate between projects and ways rather than batching one.
-By hand only (it reaches the internet):
+Per project of `bench/data/real_projects/` (its own client, frozen, cold cache, no retries, no
+scripts): `direct`, `defaults` (a fresh `mirrorgate serve`, until mirrored), `protected` (the
+same with RULES), `replay` (the protected mirror, public a dead port), `check` (`mirrorgate
+check --json` of the lockfile under RULES). By hand only: it reaches the registry npm is
+configured with. docs/serving.md#real-projects-every-protection-on-benchreal_projectspy.
 
     PYTHONPATH=/path/to/tree/src .venv/bin/python bench/real_projects.py [--projects a,b]
-        [--ways direct,defaults,protected,replay] [--json FILE] [--label before]
+        [--ways direct,defaults,protected,replay,check] [--json FILE] [--render FILE...]
 """
 
 from __future__ import annotations
