@@ -27,6 +27,7 @@ from mirrorgate.store import (
     StoreUnavailableError,
     Verdict,
 )
+from mirrorgate.store.waivers import WAIVER
 
 __all__ = ["LIMITS", "MAX_PENDING", "MAX_VERDICTS", "POLL", "KeptFacts"]
 
@@ -43,7 +44,7 @@ RETRY = 1.0
 """Seconds between attempts to reach a store that did not answer."""
 MAX_PENDING = 10_000
 """Writes the buffer holds while the store is unreachable; past it the oldest is dropped."""
-LIMITS = {FIRST_PARTY: 100_000, WITHDRAWN: 100_000, INSTALLED: 50_000}
+LIMITS = {FIRST_PARTY: 100_000, WITHDRAWN: 100_000, INSTALLED: 50_000, WAIVER: 10_000}
 """Facts held in memory per kind (the least recently learned forgotten first)."""
 MAX_VERDICTS = 10_000
 """Release verdicts held in memory; an older one is read again at its next first pull."""
