@@ -9,7 +9,7 @@ as a rules file `[[exception]]` (`Waiver.exception`): docs/serving.md#exceptions
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import orjson
 
@@ -18,14 +18,16 @@ from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.npm.versions import parse_version
 from mirrorgate.rules import RuleException
 from mirrorgate.rules.patterns import PatternList, parse_pattern
-from mirrorgate.store.records import Fact
+from mirrorgate.store.records import Fact, Store
 
-__all__ = ["EXAMPLE", "WAIVER", "Waiver", "WaiverError", "parse_subject", "parse_until"]
+__all__ = ["EXAMPLE", "WAIVER", "Waiver", "WaiverError", "parse_subject", "parse_until",
+           "stored_waivers"]
 
 WAIVER = "waiver"
 """The fact kind: key `name@version`, value the waiver's JSON (None: revoked)."""
 EXAMPLE = ('mirrorgate allow left-pad@1.3.1 --why "the fix for CVE-2026-1234" '
            "--until 2027-01-31")
+_PAGE = 10_000
 MAX_WHY = 500  # a reason is a sentence; the status page and a chat line show it whole
 
 
@@ -111,5 +113,19 @@ def parse_until(text: str, now: datetime) -> datetime:
     return when
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
+async def stored_waivers(store: Store) -> list[Waiver]:
+    """Every waiver the store holds (ended ones too; revoked ones not), read through the
+    change feed: a command's read, never a request's."""
+    held: dict[str, str | None] = {}
+    cursor = 0
+    while True:
+        changes = await store.changes(cursor, _PAGE)
+        for fact in changes.facts:
+            if fact.kind == WAIVER:
+                held[fact.key] = fact.value
+        if changes.cursor == cursor or len(changes.facts) + len(changes.verdicts) < _PAGE:
+            break
+        cursor = changes.cursor
+    found = [waiver for key, value in held.items() if value is not None
+             and (waiver := Waiver.from_fact(key, value)) is not None]
+    return sorted(found, key=lambda waiver: (waiver.until, waiver.subject))
