@@ -63,8 +63,8 @@ def test_npm_prints_when_a_young_version_becomes_installable_what_to_use_and_who
     assert "mirrorgate's admission rules withhold 150 versions of @types/node:" in said
     assert "and 147 more (minimum-age 147)" in said
     assert "newest admitted: 26.6.7" in said
-    assert (f"for an exception ask {CONTACT}: an [[exception]] for @types/node in "
-            "mirrorgate's rules file admits it until a date") in said
+    assert (f"for an exception ask {CONTACT}: mirrorgate allow @types/node@VERSION --why ... "
+            "--until DATE admits it until that date") in said
     assert said.count("(minimum-age)") == 3  # a few versions by name, the rest counted
     assert len(said.splitlines()) < 20, said
     # what was asked for, and when it comes of age, straight from the tarball's 403
