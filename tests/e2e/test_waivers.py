@@ -1,0 +1,148 @@
+"""Waivers: a version the rules refuse, admitted by an operator's `mirrorgate allow` (the real
+command) on every mirrorgate sharing the state store within a second, and refused again when the
+waiver is revoked or ends (docs/serving.md#waivers-mirrorgate-allow).
+
+The case is the one a cooldown makes every week: a security fix published an hour ago, held by
+an 8-day minimum age, needed today. The attack a waiver must not open: a waiver outliving its
+end or its revoke, admitting a version after the operator took the exception back.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from mirrorgate.moments import stamp
+from tests.commands.mirrored import run_command
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.npm import NpmClient
+from tests.servers.packages import make_package, make_version
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.processes import MirrorgateProcess, wait_for
+
+EIGHT_DAYS = '[age]\nminimum = "8d"\n'
+TARBALL = "npm/fixed-lib/-/fixed-lib-1.0.1.tgz"
+
+
+def publish_fix(public: FixtureRegistry) -> None:
+    now = datetime.now(UTC)
+    public.add(make_package("fixed-lib", [
+        make_version("fixed-lib", "1.0.0", published=now - timedelta(days=90)),
+        make_version("fixed-lib", "1.0.1", published=now - timedelta(hours=1))]))
+
+
+def rules_file(tmp_path: Path) -> str:
+    path = tmp_path / "rules.toml"
+    path.write_text(EIGHT_DAYS, encoding="utf-8")
+    return str(path)
+
+
+def allow(tmp_path: Path, store: dict[str, str], *args: str) -> str:
+    done = run_command(["allow", *args], {**store, "USER": "alice"}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def served(proxy: MirrorgateProcess) -> int:
+    return proxy.get(TARBALL).status
+
+
+def within_a_second(proxies: list[MirrorgateProcess], status: int) -> None:
+    said = time.monotonic()
+    for proxy in proxies:
+        wait_for(lambda proxy=proxy: served(proxy) == status,  # type: ignore[misc]
+                 timeout=max(0.0, said + 1.0 - time.monotonic()),
+                 message=f"the tarball answering {status} within a second")
+
+
+def test_npm_installs_a_refused_fix_once_allowed_and_is_refused_again_after_the_revoke(
+        public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+        npm_client: NpmClient, tmp_path: Path) -> None:
+    publish_fix(public_registry)
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state")}  # the proxy's and the command's
+    proxy = mirrorgate("serve", {**store, "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_RULES_FILE": rules_file(tmp_path)})
+    npm_client.write_project({})
+    refused = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
+    assert refused.returncode != 0
+    assert "fixed-lib@VERSION --why ... --until DATE" in refused.stdout + refused.stderr
+
+    told = allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "the fix for CVE-2026-1234",
+                 "--until", stamp(datetime.now(UTC) + timedelta(days=7)))
+    assert "fixed-lib@1.0.1 admitted until" in told
+    within_a_second([proxy], 200)
+    npm_client.clear_cache()
+    installed = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
+    assert installed.returncode == 0, installed.stderr
+    assert npm_client.installed()["fixed-lib"] == "1.0.1"
+    listed = allow(tmp_path, store, "--list")
+    assert "fixed-lib@1.0.1" in listed
+    assert "alice: the fix for CVE-2026-1234" in listed
+
+    allow(tmp_path, store, "--revoke", "fixed-lib@1.0.1")
+    within_a_second([proxy], 403)
+    npm_client.clear_cache()
+    again = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
+    assert again.returncode != 0
+    assert "npm error code E403" in again.stdout + again.stderr
+    assert "1.0.1" not in proxy.get("npm/fixed-lib").json()["versions"]
+
+
+def test_an_ended_waiver_admits_nothing(
+        public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+        tmp_path: Path) -> None:
+    publish_fix(public_registry)
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state")}
+    proxy = mirrorgate("serve", {**store, "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_RULES_FILE": rules_file(tmp_path)})
+    assert served(proxy) == 403
+    ends = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=6)
+    allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "a demo", "--until", stamp(ends))
+    within_a_second([proxy], 200)
+    assert "1.0.1" in proxy.get("npm/fixed-lib").json()["versions"]
+
+    time.sleep(max(0.0, (ends - datetime.now(UTC)).total_seconds()))
+    within_a_second([proxy], 403)
+    assert "1.0.1" not in proxy.get("npm/fixed-lib").json()["versions"]
+    assert "(ended)" in allow(tmp_path, store, "--list")
+
+
+def test_a_waiver_is_honoured_by_every_replica_on_one_postgresql_within_a_second(
+        public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+        postgres_server: PostgresServer, tmp_path: Path) -> None:
+    publish_fix(public_registry)
+    store = {"MIRRORGATE_DATABASE_URL": postgres_server.new_database_now()}
+    replicas = [mirrorgate("serve", {**store, "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                     "MIRRORGATE_RULES_FILE": rules_file(tmp_path),
+                                     "MIRRORGATE_DATA_DIR": str(tmp_path / name)})
+                for name in ("one", "two")]
+    assert [served(proxy) for proxy in replicas] == [403, 403]
+
+    allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "the fix", "--until", "2099-01-01")
+    within_a_second(replicas, 200)
+    allow(tmp_path, store, "--revoke", "fixed-lib@1.0.1")
+    within_a_second(replicas, 403)
+
+
+def test_input_that_makes_no_waiver_exits_2_saying_what_is_wrong_with_an_example(
+        tmp_path: Path) -> None:
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state"), "USER": "alice"}
+    cases = {
+        ("left-pad", "--until", "2099-01-01"): "'left-pad' names no version",
+        ("left-pad@^1.3.0", "--until", "2099-01-01"): "'^1.3.0' is not an exact version",
+        ("Left Pad@1.3.1", "--until", "2099-01-01"): "'Left Pad' is not a name npm accepts",
+        ("left-pad@1.3.1", "--until", "2020-01-01"): "--until 2020-01-01T00:00:00Z is in the "
+                                                     "past",
+        ("left-pad@1.3.1", "--until", "next friday"): "--until 'next friday' is not a date",
+    }
+    for args, says in cases.items():
+        done = run_command(["allow", args[0], "--why", "x", *args[1:]], store, tmp_path)
+        assert done.returncode == 2, (args, done.stderr)
+        assert says in done.stderr, done.stderr
+        assert "for example: mirrorgate allow left-pad@1.3.1 --why" in done.stderr
+    nothing = run_command(["allow", "--revoke", "left-pad@1.3.1"], store, tmp_path)
+    assert nothing.returncode == 1
+    assert "no waiver for left-pad@1.3.1" in nothing.stderr
+    assert "no waivers" in run_command(["allow", "--list"], store, tmp_path).stdout
