@@ -9,6 +9,7 @@ end or its revoke, admitting a version after the operator took the exception bac
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -77,12 +78,16 @@ def test_npm_installs_a_refused_fix_once_allowed_and_is_refused_again_after_the_
     installed = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
     assert installed.returncode == 0, installed.stderr
     assert npm_client.installed()["fixed-lib"] == "1.0.1"
+    page = proxy.get("ui/").body.decode()  # the status page lists it, and whose it is
+    assert '<span data-key="waiver">mirrorgate allow</span>' in page
+    assert "the fix for CVE-2026-1234" in page
     listed = allow(tmp_path, store, "--list")
     assert "fixed-lib@1.0.1" in listed
     assert "alice: the fix for CVE-2026-1234" in listed
 
     allow(tmp_path, store, "--revoke", "fixed-lib@1.0.1")
     within_a_second([proxy], 403)
+    assert 'data-key="waiver"' not in proxy.get("ui/").body.decode()
     npm_client.clear_cache()
     again = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
     assert again.returncode != 0
@@ -124,6 +129,26 @@ def test_a_waiver_is_honoured_by_every_replica_on_one_postgresql_within_a_second
     within_a_second(replicas, 200)
     allow(tmp_path, store, "--revoke", "fixed-lib@1.0.1")
     within_a_second(replicas, 403)
+
+
+def test_check_config_lists_the_waivers_in_force_for_a_person_and_in_json(
+        tmp_path: Path) -> None:
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state"),
+             "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/"}
+    before = run_command(["check-config"], store, tmp_path)
+    assert "waivers    unknown (the state store is not read" in before.stdout  # not created
+    allow(tmp_path, store, "left-pad@1.3.1", "--why", "the fix", "--until", "2099-01-01",
+          "--by", "bob")
+
+    human = run_command(["check-config"], store, tmp_path)
+    document = json.loads(run_command(["check-config", "--json"], store, tmp_path).stdout)
+
+    assert ("waivers    left-pad@1.3.1 until 2099-01-01T00:00:00Z (bob: the fix)"
+            in human.stdout.splitlines())
+    [waiver] = document["store"]["waivers"]
+    assert waiver | {"granted": "-"} == {"package": "left-pad@1.3.1", "by": "bob",
+                                         "why": "the fix", "until": "2099-01-01T00:00:00Z",
+                                         "granted": "-", "active": True}
 
 
 def test_input_that_makes_no_waiver_exits_2_saying_what_is_wrong_with_an_example(

@@ -75,7 +75,25 @@ async def probe_store(settings: Settings) -> dict[str, object]:
             schema = read_file_schema(Path(where))
     except (StoreUnavailableError, ImportError) as error:
         return shown | {"reachable": False, "detail": str(error)}
-    return shown | {"reachable": True, "schema": schema}
+    shown |= {"reachable": True, "schema": schema}
+    if schema == LATEST:  # opening it then migrates nothing: still a read
+        shown["waivers"] = await _waivers(settings)
+    return shown
+
+
+async def _waivers(settings: Settings) -> list[dict[str, object]]:
+    """The waivers the store holds (`mirrorgate allow`), each with whether it is in force."""
+    from datetime import UTC, datetime
+
+    from mirrorgate.store.waivers import stored_waivers
+
+    store = await open_store(settings)
+    try:
+        found = await stored_waivers(store)
+    finally:
+        await store.close()
+    now = datetime.now(UTC)
+    return [waiver.shown() | {"active": waiver.active(now)} for waiver in found]
 
 
 async def open_store(settings: Settings) -> Store:

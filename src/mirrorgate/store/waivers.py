@@ -77,7 +77,7 @@ class Waiver:
         """This waiver as the rules file's `[[exception]]` for exactly this version, lifting
         every policy rule: the gate applies both the same way."""
         return RuleException(PatternList.of((parse_pattern(self.subject),)), self.until,
-                             self.why, f"{self.by} (mirrorgate allow)")
+                             self.why, self.by, waiver=True)
 
     def shown(self) -> dict[str, str]:
         return {"package": self.subject, "by": self.by, "why": self.why,
