@@ -22,6 +22,7 @@ from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, make_version
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.servers.webhook import SECRET, WebhookReceiver
 
 EIGHT_DAYS = '[age]\nminimum = "8d"\n'
 TARBALL = "npm/fixed-lib/-/fixed-lib-1.0.1.tgz"
@@ -171,3 +172,30 @@ def test_input_that_makes_no_waiver_exits_2_saying_what_is_wrong_with_an_example
     assert nothing.returncode == 1
     assert "no waiver for left-pad@1.3.1" in nothing.stderr
     assert "no waivers" in run_command(["allow", "--list"], store, tmp_path).stdout
+
+
+def test_a_grant_and_a_revoke_reach_the_webhook_signed_and_are_logged(
+        webhook: WebhookReceiver, tmp_path: Path) -> None:
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state"),
+             "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET,
+             "USER": "alice"}
+    granted = run_command(["allow", "fixed-lib@1.0.1", "--why", "the fix", "--until",
+                           "2099-01-01"], store, tmp_path)
+    revoked = run_command(["allow", "--revoke", "fixed-lib@1.0.1", "--by", "carol"], store,
+                          tmp_path)
+
+    assert (granted.returncode, revoked.returncode) == (0, 0)
+    [grant] = webhook.of_type("dev.mirrorgate.waiver-granted")
+    [revoke] = webhook.of_type("dev.mirrorgate.waiver-revoked")
+    assert grant.signature_valid
+    assert revoke.signature_valid
+    assert grant.event["subject"] == "fixed-lib@1.0.1"
+    assert grant.event["data"] | {"granted": "-", "host": "-"} == {
+        "kind": "waiver-granted", "package": "fixed-lib", "version": "1.0.1",
+        "process": "allow", "host": "-", "by": "alice", "why": "the fix",
+        "until": "2099-01-01T00:00:00Z", "granted": "-"}
+    assert revoke.event["data"]["by"] == "carol"
+    assert revoke.event["data"]["granted_by"] == "alice"
+    logged = [json.loads(line) for line in (granted.stderr + revoked.stderr).splitlines()
+              if line.startswith("{")]
+    assert [line["event"] for line in logged] == ["waiver_granted", "waiver_revoked"]

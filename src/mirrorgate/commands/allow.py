@@ -107,7 +107,8 @@ async def _grant(settings: Settings, waiver: Waiver, as_json: bool) -> int:
     await _tell(settings, Alert(
         "waiver-granted", waiver.subject,
         f"{waiver.subject} is admitted past every rule until {stamp(waiver.until)}, granted by "
-        f"{waiver.by}: {waiver.why}", waiver.name, waiver.version, waiver.shown()))
+        f"{waiver.by}: {waiver.why}", waiver.name, waiver.version,
+        {key: value for key, value in waiver.shown().items() if key != "package"}))
     if as_json:
         sys.stdout.write(orjson.dumps(waiver.shown()).decode() + "\n")
     else:
