@@ -9,19 +9,23 @@ end or its revoke, admitting a version after the operator took the exception bac
 
 from __future__ import annotations
 
+import http.client
 import json
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlencode, urlsplit
 
 from mirrorgate.moments import stamp
+from mirrorgate.serve.tokens import token_line
 from tests.commands.mirrored import run_command
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, make_version
 from tests.servers.postgres_server import PostgresServer
-from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.servers.processes import MirrorgateProcess, http_request, wait_for
 from tests.servers.webhook import SECRET, WebhookReceiver
 
 EIGHT_DAYS = '[age]\nminimum = "8d"\n'
@@ -199,3 +203,102 @@ def test_a_grant_and_a_revoke_reach_the_webhook_signed_and_are_logged(
     logged = [json.loads(line) for line in (granted.stderr + revoked.stderr).splitlines()
               if line.startswith("{")]
     assert [line["event"] for line in logged] == ["waiver_granted", "waiver_revoked"]
+
+
+# --- from the status page, behind its login ------------------------------------------------
+
+OPS, CI = "ops-token-" + "a" * 32, "ci-token-" + "b" * 32
+
+
+def tokens_file(tmp_path: Path) -> str:
+    path = tmp_path / "client-tokens"
+    path.write_text(f"{token_line('ops', OPS)}\n{token_line('ci', CI)}\n", encoding="utf-8")
+    return str(path)
+
+
+def posted(proxy: MirrorgateProcess, path: str, fields: dict[str, str],
+           headers: dict[str, str]) -> tuple[int, dict[str, str]]:
+    """A form's POST as a browser sends it; the answer itself, its redirect not followed."""
+    parts = urlsplit(proxy.url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    try:
+        connection.request("POST", "/" + path, body=urlencode(fields).encode(), headers={
+            **headers, "Content-Type": "application/x-www-form-urlencoded"})
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status, dict(answer.getheaders())
+    finally:
+        connection.close()
+
+
+def signed_in(proxy: MirrorgateProcess, token: str) -> str:
+    """The session cookie a browser gets from the login form."""
+    form = http_request("GET", proxy.url + "ui/login")
+    hidden = re.search(r'name="form" value="([^"]+)"', form.body.decode())
+    assert hidden is not None
+    status, headers = posted(proxy, "ui/login", {"token": token, "form": hidden.group(1)},
+                             {"Cookie": form.headers["Set-Cookie"].split(";")[0]})
+    assert status == 303
+    return headers["Set-Cookie"].split(";")[0]
+
+
+def post_form(proxy: MirrorgateProcess, path: str, cookie: str, fields: dict[str, str],
+              origin: str | None = None) -> int:
+    headers = {"Cookie": cookie}
+    if origin is not None:
+        headers["Origin"] = origin
+    return posted(proxy, path, fields, headers)[0]
+
+
+def form_token(proxy: MirrorgateProcess, cookie: str) -> str:
+    page = http_request("GET", proxy.url + "ui/", headers={"Cookie": cookie}).body.decode()
+    found = re.search(r'action="/ui/waivers/grant"[^>]*><input type="hidden" name="form" '
+                      r'value="([^"]+)"', page)
+    assert found is not None, page[page.find("Exceptions and"):][:1500]
+    return found.group(1)
+
+
+def test_a_waiver_granted_on_one_replica_s_status_page_is_honoured_by_the_other(
+        public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+        postgres_server: PostgresServer, tmp_path: Path) -> None:
+    publish_fix(public_registry)
+    shared = {"MIRRORGATE_DATABASE_URL": postgres_server.new_database_now(),
+              "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+              "MIRRORGATE_RULES_FILE": rules_file(tmp_path),
+              "MIRRORGATE_CLIENT_TOKENS_FILE": tokens_file(tmp_path),
+              "MIRRORGATE_WAIVER_GRANTERS": "ops"}
+    one, other = [mirrorgate("serve", {**shared, "MIRRORGATE_DATA_DIR": str(tmp_path / name)})
+                  for name in ("one", "two")]
+
+    def status(proxy: MirrorgateProcess) -> int:
+        return proxy.get(TARBALL, headers={"Authorization": f"Bearer {OPS}"}).status
+
+    assert (status(one), status(other)) == (403, 403)
+    ops = signed_in(one, OPS)
+    token = form_token(one, ops)
+    fields = {"form": token, "package": "fixed-lib@1.0.1", "why": "the fix",
+              "until": "2099-01-01"}
+
+    # the attacks first: another site's page posting with the person's cookie (its Origin, or
+    # no form token), and a client that may sign in but not grant (a CI job's token)
+    assert post_form(one, "ui/waivers/grant", ops, fields, origin="https://evil.example") == 403
+    assert post_form(one, "ui/waivers/grant", ops, {**fields, "form": "guess"}) == 403
+    ci = signed_in(one, CI)
+    assert post_form(one, "ui/waivers/grant", ci, {**fields, "form": token}) == 403
+    assert "fixed-lib@1.0.1" not in run_command(
+        ["allow", "--list"], {"MIRRORGATE_DATABASE_URL": shared["MIRRORGATE_DATABASE_URL"]},
+        tmp_path).stdout
+    assert (status(one), status(other)) == (403, 403)
+
+    assert post_form(one, "ui/waivers/grant", ops, fields, origin=one.url.rstrip("/")) == 303
+    said = time.monotonic()
+    wait_for(lambda: status(other) == 200, timeout=1.0, message="the other replica admitting it")
+    assert time.monotonic() - said < 1.0
+    assert status(one) == 200
+    granted = [e for e in one.events("waiver_granted") if e.get("via") == "status page"]
+    assert granted[0]["by"] == "ops"
+
+    assert post_form(one, "ui/waivers/revoke", ops,
+                     {"form": form_token(one, ops), "package": "fixed-lib@1.0.1"}) == 303
+    wait_for(lambda: status(other) == 403, timeout=1.0, message="the other replica refusing it")
+    assert status(one) == 403

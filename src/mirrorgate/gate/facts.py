@@ -117,6 +117,12 @@ class KeptFacts:
         if self._facts[kind].pop(key, None) is not None:
             self._queue(Fact(kind, key, None))
 
+    def changed_here(self, kind: str) -> None:
+        """Tell the listeners this process changed `kind` itself (they hear other processes'
+        changes from the store): a waiver granted on this replica's status page."""
+        for listener in self.listeners:
+            listener(kind)
+
     def verdict(self, name: str, version: str) -> Verdict | None:
         return self._verdicts.get((name, version))
 
