@@ -104,7 +104,7 @@ def test_npm_prints_installable_from_for_a_locked_version_still_too_young(
     assert ("mirrorgate denied fresh-lib@1.1.0 by its minimum-age rule: published "
             in printed(done)), printed(done)
     assert (f"installable from {becomes}; nearest admitted: 1.0.0; for an exception ask "
-            f"{CONTACT}: an [[exception]] for fresh-lib@1.1.0") in printed(done)
+            f"{CONTACT}: mirrorgate allow fresh-lib@1.1.0 --why") in printed(done)
 
 
 def test_npm_says_a_version_was_never_mirrored_and_how_to_mirror_it_when_public_is_gone(
