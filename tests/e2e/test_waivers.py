@@ -302,3 +302,23 @@ def test_a_waiver_granted_on_one_replica_s_status_page_is_honoured_by_the_other(
                      {"form": form_token(one, ops), "package": "fixed-lib@1.0.1"}) == 303
     wait_for(lambda: status(other) == 403, timeout=1.0, message="the other replica refusing it")
     assert status(one) == 403
+
+
+def test_check_judges_a_locked_version_with_the_waivers_as_the_proxy_does(
+        public_registry: FixtureRegistry, npm_client: NpmClient, tmp_path: Path) -> None:
+    publish_fix(public_registry)
+    npm_client.write_project({"fixed-lib": "1.0.1"})
+    assert npm_client.install(registry=public_registry.url).returncode == 0
+    lockfile = str(npm_client.project / "package-lock.json")
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state"),
+             "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+             "MIRRORGATE_RULES_FILE": rules_file(tmp_path)}
+
+    refused = run_command(["check", lockfile], store, tmp_path)
+    allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "the fix", "--until", "2099-01-01")
+    admitted = run_command(["check", "--json", lockfile], store, tmp_path)
+
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "minimum-age" in refused.stdout
+    assert admitted.returncode == 0, admitted.stdout + admitted.stderr
+    assert "the waiver for fixed-lib@1.0.1" in admitted.stdout
