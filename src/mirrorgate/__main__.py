@@ -1,5 +1,5 @@
 """The `mirrorgate` command: `serve`, `worker`, `check-config`, `token new NAME` and the operator
-commands (`check`, `prewarm`, `audit`: `mirrorgate.commands`). Settings come only from the
+commands (`check`, `prewarm`, `audit`, `allow`: `mirrorgate.commands`). Settings come only from the
 environment (`config.VARIABLES`, which `--help` prints); a configuration that cannot be honoured
 exits 2 with every problem listed, before anything starts.
 """
@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
                        "yarn.lock or bun.lock")
     add_common_arguments(check)
     _add_mirror_commands(commands)
+    _add_allow_command(commands)
     token = commands.add_parser("token", help="client tokens for MIRRORGATE_CLIENT_TOKENS_FILE")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     new = token_commands.add_parser("new", help="print a fresh random token for a client and "
@@ -107,6 +108,22 @@ def _add_mirror_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
                        "(Verdaccio); without names the file store is walked entirely")
     add_common_arguments(prewarm)
     add_common_arguments(audit)
+
+
+def _add_allow_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    allow = commands.add_parser(
+        "allow", help="grant a waiver: admit one version past the rules until a date, on "
+        "every mirrorgate sharing the state store within a second (--list, --revoke)")
+    allow.add_argument("subject", nargs="?", metavar="NAME@VERSION",
+                       help="the exact version to admit")
+    allow.add_argument("--why", metavar="TEXT", help="why it is admitted (required)")
+    allow.add_argument("--until", metavar="DATE",
+                       help="when the waiver ends: a date (2027-01-31) or an RFC 3339 time "
+                       "(required)")
+    allow.add_argument("--by", metavar="NAME", help="who grants it (default: $USER)")
+    allow.add_argument("--list", action="store_true", help="list the waivers in the store")
+    allow.add_argument("--revoke", metavar="NAME@VERSION", help="end a waiver now")
+    allow.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _run_mirror_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -253,6 +270,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         configure_command_logging(settings)
         return run_check(settings, args.lockfiles, proxy=args.proxy, as_json=args.json)
+    if args.command == "allow":
+        from mirrorgate.commands.allow import run_allow
+
+        configure_command_logging(settings)
+        return run_allow(settings, args.subject, why=args.why, until=args.until, by=args.by,
+                         listing=args.list, revoke=args.revoke, as_json=args.json)
     if args.command in ("prewarm", "audit"):
         configure_command_logging(settings)
         return _run_mirror_command(settings, args)

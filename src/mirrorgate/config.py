@@ -140,6 +140,10 @@ VARIABLES: tuple[Var, ...] = (
         "admission rules (an address, a channel, a URL), named in every refusal a client "
         "prints (default: \"mirrorgate's operator\")",
         read_by=(PROXY,), see="serving.md#what-each-client-prints-for-a-denied-version"),
+    Var("MIRRORGATE_WAIVER_GRANTERS", None, "clients of MIRRORGATE_CLIENT_TOKENS_FILE, by name, "
+        "comma-separated, who may grant and revoke waivers from the status page once signed "
+        "in (default: none; `mirrorgate allow` run where the state store is reachable always "
+        "can)", read_by=(PROXY,), see="serving.md#waivers-mirrorgate-allow"),
     Var("MIRRORGATE_CLIENT_TOKENS_FILE", None, "file of client tokens, one `NAME sha256:HEX` a "
         "line; when set, every /npm/ request needs one of them (default: open, access control "
         "is the network's job)",
@@ -409,6 +413,10 @@ class Settings:
     event_loop: str = "auto"
     operator_contact: str | None = None
     """MIRRORGATE_OPERATOR_CONTACT: named in refusals as who grants an exception."""
+    waiver_granters: tuple[str, ...] = ()
+    """MIRRORGATE_WAIVER_GRANTERS: the signed-in clients the status page's waiver forms serve
+    (a client token is npm's, so no client grants by default: a CI job's token must not waive
+    what its own build was refused)."""
     proxy_token: Secret | None = None
     """The client token `--proxy` commands send; the proxy itself never reads it."""
     notify: NotifySettings = NotifySettings()
@@ -494,6 +502,8 @@ class Settings:
                 value = str(value)
             elif item.name == "trusted_proxies":
                 value = [str(network) for network in value]
+            elif item.name == "waiver_granters":
+                value = list(value)
             elif isinstance(value, tuple):
                 value = f"{value[0]}:{value[1]}"
             out[item.name] = value
@@ -932,6 +942,9 @@ def load_settings(
         notify=_notify(read),
         oidc=_oidc(read),
         operator_contact=_contact(read),
+        waiver_granters=tuple(dict.fromkeys(
+            name.strip() for name in (read.raw("MIRRORGATE_WAIVER_GRANTERS") or "").split(",")
+            if name.strip())),
         database_url=_database_url(read),
     )
     if settings.pool_worker < settings.worker_concurrency:

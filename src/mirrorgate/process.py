@@ -29,6 +29,7 @@ from mirrorgate.gate import WithdrawnVersions
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.imported import import_files
 from mirrorgate.gate.public import FALLBACK_BYTES, CachedPublic, PublicPackuments, ServedPublic
+from mirrorgate.gate.waivers import follow_waivers
 from mirrorgate.handoff import HANDOFF_DIR, Handoff
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
@@ -241,6 +242,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
     metrics.watch_queue(queue.stats, queue.provider)
 
     facts = await _open_facts(settings, metrics, health)
+    follow_waivers(facts, rules)  # `mirrorgate allow`'s waivers, beside `[[exception]]`
     upstreams = Upstreams.from_settings(settings, metrics)
     notifier = _notifier(settings, shape, metrics)
     await upstreams.start()

@@ -81,7 +81,7 @@ def test_check_config_summarises_for_a_person_with_problems_first(
                       "--registry http://127.0.0.1:8080/npm/)")
     assert out[3] == "status     http://127.0.0.1:8080/ui/"
     labels = [line.split(" ")[0] for line in out if line and not line.startswith(" ")]
-    assert labels[3:11] == ["store", "state", "queue", "upstreams", "data", "rules",
+    assert labels[3:12] == ["store", "state", "waivers", "queue", "upstreams", "data", "rules",
                             "exceptions", "advisories"]
     [state] = [line for line in out if line.startswith("state ")]
     assert "sqlite at " in state

@@ -63,8 +63,8 @@ def test_npm_prints_when_a_young_version_becomes_installable_what_to_use_and_who
     assert "mirrorgate's admission rules withhold 150 versions of @types/node:" in said
     assert "and 147 more (minimum-age 147)" in said
     assert "newest admitted: 26.6.7" in said
-    assert (f"for an exception ask {CONTACT}: an [[exception]] for @types/node in "
-            "mirrorgate's rules file admits it until a date") in said
+    assert (f"for an exception ask {CONTACT}: mirrorgate allow @types/node@VERSION --why ... "
+            "--until DATE admits it until that date") in said
     assert said.count("(minimum-age)") == 3  # a few versions by name, the rest counted
     assert len(said.splitlines()) < 20, said
     # what was asked for, and when it comes of age, straight from the tarball's 403
@@ -104,7 +104,7 @@ def test_npm_prints_installable_from_for_a_locked_version_still_too_young(
     assert ("mirrorgate denied fresh-lib@1.1.0 by its minimum-age rule: published "
             in printed(done)), printed(done)
     assert (f"installable from {becomes}; nearest admitted: 1.0.0; for an exception ask "
-            f"{CONTACT}: an [[exception]] for fresh-lib@1.1.0") in printed(done)
+            f"{CONTACT}: mirrorgate allow fresh-lib@1.1.0 --why") in printed(done)
 
 
 def test_npm_says_a_version_was_never_mirrored_and_how_to_mirror_it_when_public_is_gone(

@@ -94,8 +94,8 @@ async def test_the_tarball_of_a_vulnerable_version_is_403_naming_the_advisory_an
         "mirrorgate denied vuln-lib@1.2.0 by its advisory-severity rule: vuln-lib@1.2.0 is "
         "affected by GHSA-vuln-0000-0100 (Command injection in vuln-lib; high severity; fixed "
         "in 1.2.1); upgrade to 1.2.1 or later; nearest admitted: 1.1.0; for an exception ask "
-        "mirrorgate's operator: an [[exception]] for vuln-lib@1.2.0 in mirrorgate's rules file "
-        "admits it until a date")
+        "mirrorgate's operator: mirrorgate allow vuln-lib@1.2.0 --why ... --until DATE admits "
+        "it until that date")
     assert not any(seen.path.endswith("vuln-lib-1.2.0.tgz") for seen in public_registry.requests)
     assert (await proxy.get("npm/vuln-lib/-/vuln-lib-1.1.0.tgz")).status == 200
 

@@ -97,8 +97,8 @@ async def test_a_version_under_the_minimum_age_says_when_it_becomes_installable_
     assert body["error"] == (
         f"mirrorgate denied young@26.6.11 by its minimum-age rule: {body['reason']}; "
         f"installable from {becomes}; nearest admitted: 26.6.7; for an exception ask "
-        "#npm-gate on chat: an [[exception]] for young@26.6.11 in mirrorgate's rules file "
-        "admits it until a date")
+        "#npm-gate on chat: mirrorgate allow young@26.6.11 --why ... --until DATE admits it "
+        "until that date")
     assert answer.reason == (f"Forbidden: mirrorgate denied young@26.6.11 (minimum-age rule); "
                              f"installable from {becomes}; nearest admitted 26.6.7; for an "
                              "exception ask #npm-gate on chat")
@@ -125,5 +125,5 @@ async def test_a_packument_names_a_few_denied_versions_counts_the_rest_and_ends_
     assert lines[4:] == [
         "- and 147 more (minimum-age 147)",
         "newest admitted: 1.0.0",
-        "for an exception ask npm-admins@example.com: an [[exception]] for crowded in "
-        "mirrorgate's rules file admits it until a date"]
+        "for an exception ask npm-admins@example.com: mirrorgate allow crowded@VERSION "
+        "--why ... --until DATE admits it until that date"]

@@ -72,8 +72,8 @@ async def test_a_denied_version_moves_into_policy_restrictions_in_both_forms(
         # one line each (npm prints each after `npm error 403`), ending with the way through
         assert restricted["message"].splitlines()[-2:] == [
             "newest admitted: 1.0.0",
-            "for an exception ask mirrorgate's operator: an [[exception]] for gated-one in "
-            "mirrorgate's rules file admits it until a date"]
+            "for an exception ask mirrorgate's operator: mirrorgate allow gated-one@VERSION "
+            "--why ... --until DATE admits it until that date"]
     assert "1.1.0" not in full["time"]
     assert set(restricted["versions"]["1.1.0"]) <= set(ABBREVIATED_FIELDS)
 

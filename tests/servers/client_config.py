@@ -82,8 +82,8 @@ DENIED_SAYS: dict[str, str] = {
 DENIED_WAY_OUT_SAYS: dict[str, tuple[str, ...]] = {
     # the way through, where the client prints it: npm alone reads the packument's message
     "npm": ("newest admitted: {admitted}",
-            "for an exception ask {contact}: an [[exception]] for {package} in mirrorgate's "
-            "rules file admits it until a date"),
+            "for an exception ask {contact}: mirrorgate allow {package}@VERSION --why ... "
+            "--until DATE admits it until that date"),
 }
 LOCKED_DENIED_SAYS: dict[str, str] = {
     # a lockfile names the version: the tarball answers 403; npm prints the body's `error`,
@@ -97,8 +97,8 @@ LOCKED_DENIED_SAYS: dict[str, str] = {
     "bun": "GET {url} - 403",
 }
 LOCKED_WAY_OUT_SAYS: dict[str, tuple[str, ...]] = {
-    "npm": ("nearest admitted: {admitted}; for an exception ask {contact}: an [[exception]] "
-            "for {package}@{version} in mirrorgate's rules file admits it until a date",),
+    "npm": ("nearest admitted: {admitted}; for an exception ask {contact}: mirrorgate allow "
+            "{package}@{version} --why ... --until DATE admits it until that date",),
 }
 CONTACT = "npm-admins@example.com"
 """The MIRRORGATE_OPERATOR_CONTACT the matrix and the docs' examples run with."""

@@ -21,6 +21,7 @@ from mirrorgate.store import (
     Verdict,
 )
 from mirrorgate.store.schema import LATEST
+from mirrorgate.store.waivers import WAIVER, Waiver, stored_waivers
 from tests.store.conftest import Place
 from tests.store.harness import writer_argv
 
@@ -222,3 +223,17 @@ async def _execute(place: Place, statement: str) -> None:
         await connection.execute(statement)
     finally:
         await connection.close()
+
+
+async def test_waivers_are_read_back_among_other_facts_and_a_revoke_removes_one(
+        store: Store) -> None:
+    # `mirrorgate allow` writes and lists waivers through the change feed alone
+    fix = Waiver("axios", "1.14.2", "alice", "the fix for CVE-2026-1234",
+                 T0 + timedelta(days=7), T0)
+    other = Waiver("@acme/ui", "2.0.0", "bob", "vendor hotfix", T0 + timedelta(days=1), T0)
+    await store.put_facts([fix.fact(), Fact(INSTALLED, "axios", "8"), other.fact()])
+    await store.put_facts([Fact(FIRST_PARTY, "@acme/ui", "")])
+    assert await stored_waivers(store) == [other, fix]  # soonest to end first
+    await store.put_facts([Fact(WAIVER, other.subject, None)])
+    assert await stored_waivers(store) == [fix]
+    assert (await everything(store))[(WAIVER, "@acme/ui@2.0.0")] is None  # every replica forgets

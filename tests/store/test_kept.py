@@ -11,12 +11,22 @@ from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.imported import import_files
 from mirrorgate.gate.records import Gated
 from mirrorgate.gate.release import ReleaseJudge, _Facts
+from mirrorgate.gate.waivers import follow_waivers, held_waivers
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
-from mirrorgate.rules import Rules, parse_rules
+from mirrorgate.rules import LiveRules, Rules, parse_rules
+from mirrorgate.rules.patterns import Subject
 from mirrorgate.rules.release import Fired
-from mirrorgate.store import FIRST_PARTY, INSTALLED, WITHDRAWN, Store, StoreUnavailableError
+from mirrorgate.store import (
+    FIRST_PARTY,
+    INSTALLED,
+    WITHDRAWN,
+    Fact,
+    Store,
+    StoreUnavailableError,
+)
 from mirrorgate.store.sqlite import open_sqlite
+from mirrorgate.store.waivers import WAIVER, Waiver
 from mirrorgate.upstream.client import Upstream
 from tests.metric_samples import metric_value, registry_samples
 from tests.store.conftest import Place
@@ -136,3 +146,44 @@ def _judge(rules: Rules, facts: KeptFacts) -> ReleaseJudge:
     return ReleaseJudge(rules=rules, public=public, metrics=metrics, packument=no_packument,
                         now=lambda: datetime.now(UTC), facts=facts,
                         previous_max_bytes=1 << 20, timeout=1.0)
+
+
+async def test_a_waiver_another_process_writes_is_in_the_rules_within_a_poll_and_leaves_on_revoke(
+        tmp_path: Path) -> None:
+    # the proxy's rules refuse axios@1.14.2 (too young); `mirrorgate allow`, another process,
+    # writes a waiver to the store: the proxy's rules admit it at a new generation (every cached
+    # packument gated again), and refuse it again once it is revoked
+    path = tmp_path / "state.sqlite3"
+    facts = await kept_on(path, poll=0.05)
+    rules = LiveRules(parse_rules('[age]\nminimum = "8d"\n', "rules.toml"))
+    follow_waivers(facts, rules)
+    stop = asyncio.Event()
+    running = asyncio.create_task(facts.run(stop))
+    now = datetime.now(UTC).replace(microsecond=0)  # kept to the second
+    subject = Subject("axios", "1.14.2")
+    assert rules.current.exception_for("minimum-age", subject, now) is None
+    before = rules.generation
+    command = await open_sqlite(path)
+    waiver = Waiver("axios", "1.14.2", "alice", "the fix", now.replace(year=now.year + 1), now)
+    await command.put_facts([waiver.fact()])
+    for _ in range(40):
+        if rules.current.exception_for("minimum-age", subject, now) is not None:
+            break
+        await asyncio.sleep(0.025)
+    lifted = rules.current.exception_for("minimum-age", subject, now)
+    assert lifted is not None
+    assert (lifted.by, lifted.waiver) == ("alice", True)
+    assert rules.generation == before + 1
+    assert held_waivers(facts, now) == [waiver]
+    assert rules.current.exception_for("minimum-age", Subject("axios", "1.14.3"), now) is None
+    await command.put_facts([Fact(WAIVER, waiver.subject, None)])
+    for _ in range(40):
+        if rules.current.exception_for("minimum-age", subject, now) is None:
+            break
+        await asyncio.sleep(0.025)
+    assert rules.current.exception_for("minimum-age", subject, now) is None
+    assert rules.generation == before + 2
+    await command.close()
+    stop.set()
+    await running
+    await facts.close()

@@ -161,7 +161,9 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
             rules = load_rules(settings.rules_file)
         except RulesError as error:
             return usage_error(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}")
-        gate = await GateVerdicts.open(settings, rules)
+        from mirrorgate.commands.parts import with_waivers
+
+        gate = await GateVerdicts.open(settings, await with_waivers(settings, rules))
         source = gate
         if await gate.load_advisories() == "failed":
             report.note("the advisory index could not be loaded; the rules' "

@@ -44,6 +44,15 @@ def _state(found: dict[str, Any] | None) -> str:
     return f"{where} ({now}; this release migrates it to {found['schema_latest']})"
 
 
+def _waivers(found: dict[str, Any] | None) -> str:
+    """The waivers in force (`mirrorgate allow`, kept in the state store)."""
+    if not found or "waivers" not in found:
+        return "unknown (the state store is not read: not answering or not created yet)"
+    active = [w for w in found["waivers"] if w["active"]]
+    return "; ".join(f"{w['package']} until {w['until']} ({w['by']}: {w['why']})"
+                     for w in active) or "none (mirrorgate allow grants one)"
+
+
 def _queue(settings: Settings) -> str:
     queue = settings.queue
     if queue.provider == "memory":
@@ -100,6 +109,7 @@ def human_report(settings: Settings, rules: Rules, report: Mapping[str, Any],
         _line("status", settings.status_url),
         _line("store", _store(settings)),
         _line("state", _state(report.get("store"))),
+        _line("waivers", _waivers(report.get("store"))),
         _line("queue", _queue(settings)),
         _line("upstreams", f"public {settings.public_upstream}"),
         _line("data", f"{settings.data_dir} (MIRRORGATE_DATA_DIR)"),

@@ -1,4 +1,5 @@
-"""The proxy's parts for `prewarm` and `audit`: its gate, its queue, and the worker side.
+"""The proxy's parts for `prewarm` and `audit`: its gate (with the store's waivers), its queue,
+and the worker side.
 
 The gate is `check`'s (`verdicts.GateVerdicts`: the proxy's own fill, rules and upstream
 clients); the worker side (a worker run here, the mirror target) is handed in by the
@@ -9,6 +10,8 @@ cannot be honoured is a `PartsError` (exit 2).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,13 +23,15 @@ from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.fill import PackumentSource
 from mirrorgate.mirror import MirrorQueue
-from mirrorgate.rules import RulesError, load_rules
+from mirrorgate.rules import Rules, RulesError, load_rules
+from mirrorgate.store import StoreSetupError, StoreUnavailableError, read_waivers
 from mirrorgate.upstream.registry import PrivateRegistry
 
 if TYPE_CHECKING:  # named in signatures only
     from mirrorgate.commands.prewarm import Mirroring
 
-__all__ = ["MirroringFactory", "Parts", "PartsError", "open_command_queue", "open_parts"]
+__all__ = ["MirroringFactory", "Parts", "PartsError", "open_command_queue", "open_parts",
+           "with_waivers"]
 
 MirroringFactory = Callable[[Settings, GateVerdicts], "Mirroring"]
 """Builds the worker side for a command from its settings and gate (`process.py` has it)."""
@@ -57,6 +62,22 @@ class Parts:
         return self.make_mirroring(self.settings, self.gate)
 
 
+async def with_waivers(settings: Settings, rules: Rules) -> Rules:
+    """`rules` with the state store's waivers in force (`mirrorgate allow`), so a command judges
+    a version as the proxy beside it does; a store that does not answer adds none, and says
+    so on standard error (the rules file alone still decides)."""
+    try:
+        waivers = await read_waivers(settings)
+    except (StoreUnavailableError, StoreSetupError, ImportError) as error:
+        print(f"mirrorgate: warning: the state store's waivers are not applied: {error}",
+              file=sys.stderr)
+        return rules
+    if not waivers:
+        return rules
+    return dataclasses.replace(rules, exceptions=rules.exceptions + tuple(
+        waiver.exception() for waiver in waivers))
+
+
 @contextlib.asynccontextmanager
 async def open_parts(settings: Settings, report: Report | None = None,
                      mirroring: MirroringFactory | None = None) -> AsyncIterator[Parts]:
@@ -64,7 +85,7 @@ async def open_parts(settings: Settings, report: Report | None = None,
         rules = load_rules(settings.rules_file)
     except RulesError as error:
         raise PartsError(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}") from None
-    gate = await GateVerdicts.open(settings, rules)
+    gate = await GateVerdicts.open(settings, await with_waivers(settings, rules))
     try:
         if await gate.load_advisories() == "failed" and report is not None:
             report.note("the advisory index could not be loaded; the rules' [advisories] "

@@ -27,6 +27,7 @@ from mirrorgate.store import (
     StoreUnavailableError,
     Verdict,
 )
+from mirrorgate.store.waivers import WAIVER
 
 __all__ = ["LIMITS", "MAX_PENDING", "MAX_VERDICTS", "POLL", "KeptFacts"]
 
@@ -43,7 +44,7 @@ RETRY = 1.0
 """Seconds between attempts to reach a store that did not answer."""
 MAX_PENDING = 10_000
 """Writes the buffer holds while the store is unreachable; past it the oldest is dropped."""
-LIMITS = {FIRST_PARTY: 100_000, WITHDRAWN: 100_000, INSTALLED: 50_000}
+LIMITS = {FIRST_PARTY: 100_000, WITHDRAWN: 100_000, INSTALLED: 50_000, WAIVER: 10_000}
 """Facts held in memory per kind (the least recently learned forgotten first)."""
 MAX_VERDICTS = 10_000
 """Release verdicts held in memory; an older one is read again at its next first pull."""
@@ -115,6 +116,12 @@ class KeptFacts:
     def forget(self, kind: str, key: str) -> None:
         if self._facts[kind].pop(key, None) is not None:
             self._queue(Fact(kind, key, None))
+
+    def changed_here(self, kind: str) -> None:
+        """Tell the listeners this process changed `kind` itself (they hear other processes'
+        changes from the store): a waiver granted on this replica's status page."""
+        for listener in self.listeners:
+            listener(kind)
 
     def verdict(self, name: str, version: str) -> Verdict | None:
         return self._verdicts.get((name, version))

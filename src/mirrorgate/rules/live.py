@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from mirrorgate.rules.file import RulesError, parse_rules, rules_text
-from mirrorgate.rules.policy import DEFAULT_RULES, Rules
+from mirrorgate.rules.policy import DEFAULT_RULES, RuleException, Rules
 
 __all__ = ["POLL_SECONDS", "LiveRules", "live"]
 
@@ -84,6 +84,9 @@ class LiveRules:
     def __init__(self, rules: Rules, path: Path | None = None, text: str = "", *,
                  on_reload_failed: Callable[[], None] = lambda: None) -> None:
         self.current = rules
+        self.from_file = rules
+        """The rules as the file says them, before the waivers (`use_waivers`) join them."""
+        self.waivers: tuple[RuleException, ...] = ()
         self.path = path
         self.digest = _digest(text)
         self.problem: str | None = None
@@ -140,13 +143,25 @@ class LiveRules:
                           kept=self.digest)
             self.problem = "; ".join(error.problems)
             return False
-        self.current = _carried(self.current, fresh)
+        self.from_file = _carried(self.current, fresh)
+        self.current = _waived(self.from_file, self.waivers)
         self.digest = _digest(text)
         self._text = text
         self.problem = None
         log.info("rules_reloaded", path=str(self.path), digest=self.digest,
                  generation=self.current.generation)
         return True
+
+    def use_waivers(self, waivers: tuple[RuleException, ...]) -> None:
+        """The operator's waivers (`mirrorgate allow`, kept in the state store) beside the
+        file's `[[exception]]` entries, applied by the same code; a changed set is the next
+        generation, so a packument gated before it is gated again before it is served."""
+        if waivers == self.waivers:
+            return
+        self.waivers = waivers
+        self.from_file = dataclasses.replace(self.from_file,
+                                             generation=self.current.generation + 1)
+        self.current = _waived(self.from_file, waivers)
 
     async def watch(self, stop: asyncio.Event,
                     on_reload: Callable[[Rules], None] | None = None) -> None:
@@ -169,6 +184,13 @@ def _carried(old: Rules, new: Rules) -> Rules:
         carried = dataclasses.replace(carried, advisories=dataclasses.replace(
             new.advisories, feed=old.advisories.feed))
     return carried
+
+
+def _waived(rules: Rules, waivers: tuple[RuleException, ...]) -> Rules:
+    if not waivers:
+        return rules
+    return dataclasses.replace(rules, exceptions=rules.exceptions + waivers,
+                               generation=rules.generation)
 
 
 def live(rules: Rules | LiveRules) -> LiveRules:

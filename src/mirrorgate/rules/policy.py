@@ -39,6 +39,8 @@ class RuleException:
     reason: str
     by: str
     rules: frozenset[str] | None = None
+    waiver: bool = False
+    """Granted with `mirrorgate allow` (kept in the state store), not written in the file."""
 
     @property
     def text(self) -> str:
@@ -49,7 +51,8 @@ class RuleException:
                 and self.package.first_match(subject, unparseable_matches=False) is not None)
 
     def describe(self) -> str:
-        return f"the exception for {self.text} until {stamp(self.until)} (by {self.by}: " \
+        what = "waiver" if self.waiver else "exception"
+        return f"the {what} for {self.text} until {stamp(self.until)} (by {self.by}: " \
                f"{self.reason})"
 
 
@@ -110,7 +113,8 @@ class Rules:
         them, `check-config` prints them. None stops the process."""
         return [f"{self.source}: {exception.describe()} ended at {stamp(exception.until)} and "
                 "lifts nothing; remove it or give it a later `until`"
-                for exception in self.exceptions if exception.until <= now]
+                for exception in self.exceptions if exception.until <= now
+                and not exception.waiver]  # a waiver is not the file's to remove
 
 
 DEFAULT_RULES = Rules()

@@ -45,8 +45,9 @@ def exception_who(contact: str | None) -> str:
 
 
 def exception_how(package: str, version: str | None, contact: str | None) -> str:
-    """How a person gets an exception for `package@version` (None: any version), said in this
-    one place so that a later way (a command an operator runs) is added here alone."""
-    subject = f"{package}@{version}" if version is not None else package
-    return (f"{exception_who(contact)}: an [[exception]] for {subject} in mirrorgate's rules "
-            "file admits it until a date")
+    """How a person gets an exception for `package@version` (None: a version to name), said in
+    this one place: the operator's waiver command (`mirrorgate allow`, kept in the state store,
+    in force on every replica within a second); the rules file's `[[exception]]` still works."""
+    subject = f"{package}@{version}" if version is not None else f"{package}@VERSION"
+    return (f"{exception_who(contact)}: mirrorgate allow {subject} --why ... --until DATE "
+            "admits it until that date")

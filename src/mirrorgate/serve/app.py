@@ -170,6 +170,7 @@ class ProxyServer:
         count_cache = self._count_cache_traced if tracing.enabled() else self._count_cache
         self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
         facts = proxy.facts if proxy.facts is not None else KeptFacts()
+        self.facts = facts
         self.release = ReleaseJudge(
             rules=proxy.rules, public=proxy.public, metrics=proxy.metrics,
             packument=self._gated_or_none, now=now, facts=facts,
@@ -620,7 +621,8 @@ def build_proxy_app(
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server._gated_or_none, over_tls=server.over_tls,
                   base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
-                  worker_beside=proxy.worker_beside)
+                  worker_beside=proxy.worker_beside, facts=server.facts,
+                  waiver_granters=proxy.settings.waiver_granters)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

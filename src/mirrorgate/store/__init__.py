@@ -25,6 +25,7 @@ from mirrorgate.store.records import (
     StoreUnavailableError,
     Verdict,
 )
+from mirrorgate.store.waivers import Waiver
 
 __all__ = [
     "FIRST_PARTY",
@@ -43,6 +44,7 @@ __all__ = [
     "describe_store",
     "open_store",
     "probe_store",
+    "read_waivers",
 ]
 
 
@@ -75,7 +77,49 @@ async def probe_store(settings: Settings) -> dict[str, object]:
             schema = read_file_schema(Path(where))
     except (StoreUnavailableError, ImportError) as error:
         return shown | {"reachable": False, "detail": str(error)}
-    return shown | {"reachable": True, "schema": schema}
+    shown |= {"reachable": True, "schema": schema}
+    if schema == LATEST:  # opening it then migrates nothing: still a read
+        from datetime import UTC, datetime
+
+        now = datetime.now(UTC)
+        shown["waivers"] = [waiver.shown() | {"active": waiver.active(now)}
+                            for waiver in await _stored_waivers(settings)]
+    return shown
+
+
+async def read_waivers(settings: Settings) -> list[Waiver]:
+    """The waivers in force now, for an operator command that judges as the proxy does
+    (`check`, `prewarm`, `audit`); none when the store is not created yet, and nothing is
+    created or migrated to find out. Raises StoreUnavailableError."""
+    from datetime import UTC, datetime
+
+    from mirrorgate.store.schema import LATEST
+
+    if (await probe_store_schema(settings)) != LATEST:
+        return []
+    now = datetime.now(UTC)
+    return [waiver for waiver in await _stored_waivers(settings) if waiver.active(now)]
+
+
+async def probe_store_schema(settings: Settings) -> int:
+    if settings.database_url is not None:
+        from mirrorgate.store.postgres import read_schema
+
+        return await read_schema(settings.database_url.reveal())
+    from mirrorgate.store.sqlite import FILENAME
+    from mirrorgate.store.sqlite import read_schema as read_file_schema
+
+    return read_file_schema(Path(settings.data_dir) / FILENAME)
+
+
+async def _stored_waivers(settings: Settings) -> list[Waiver]:
+    from mirrorgate.store.waivers import stored_waivers
+
+    store = await open_store(settings)
+    try:
+        return await stored_waivers(store)
+    finally:
+        await store.close()
 
 
 async def open_store(settings: Settings) -> Store:

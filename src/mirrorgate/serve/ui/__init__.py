@@ -13,6 +13,7 @@ from importlib.resources import files
 
 from aiohttp import web
 
+from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import LiveRules, Rules, live
@@ -21,6 +22,7 @@ from mirrorgate.serve.ui.package import LoadPackument, package_view, search
 from mirrorgate.serve.ui.page import HEADERS, esc, page
 from mirrorgate.serve.ui.session import LOGIN_PATH, login_form, login_submit, see_other
 from mirrorgate.serve.ui.stored import StoredCounts
+from mirrorgate.serve.ui.waivers import Granting, add_waiver_routes
 
 __all__ = ["OPEN_PATHS", "PREFIX", "add_ui_routes"]
 
@@ -36,18 +38,23 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
                   health: Health,
                   packument: LoadPackument, over_tls: Callable[[web.Request], bool],
                   base: Callable[[web.Request], str], stored: StoredCounts,
-                  worker_beside: bool = False) -> None:
+                  worker_beside: bool = False, facts: KeptFacts | None = None,
+                  waiver_granters: tuple[str, ...] = ()) -> None:
     """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
     box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
     started = datetime.now(UTC)
     in_force = live(rules)
     style = files("mirrorgate.serve.ui").joinpath("style.css").read_bytes()
+    granting = (Granting(facts, waiver_granters, metrics, base) if facts is not None
+                else None)
 
     async def show_overview(request: web.Request) -> web.Response:
+        now = datetime.now(UTC)
         return overview(metrics=metrics, rules=in_force.current, started=started,
-                        heartbeat=health.heartbeat, now=datetime.now(UTC),
+                        heartbeat=health.heartbeat, now=now,
                         stored=await stored(), state=in_force,
-                        registry_url=base(request) + "npm/", worker_beside=worker_beside)
+                        registry_url=base(request) + "npm/", worker_beside=worker_beside,
+                        waiver_forms=granting.forms(request, now) if granting else "")
 
     async def show_package(request: web.Request) -> web.Response:
         # the raw path: the name is decoded once, by parse_name, exactly as under /npm/
@@ -75,6 +82,8 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
     app.router.add_get(LOGIN_PATH, login_form)
     app.router.add_post(LOGIN_PATH, login_submit(metrics, over_tls, base))
     app.router.add_get("/ui/package", search_box)
+    if granting is not None:
+        add_waiver_routes(app, granting)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it
     app.router.add_get(_PACKAGE + r"{name:[\s\S]+}", show_package)
     app.router.add_get(PREFIX + r"{tail:[\s\S]*}", not_found)

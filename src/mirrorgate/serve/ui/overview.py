@@ -156,9 +156,13 @@ def _exceptions(rules: Rules, now: datetime) -> str:
                      f'<span data-key="exception-left">{esc(shown)}</span>',
                      esc(", ".join(sorted(exception.rules)) if exception.rules
                          else "every policy rule"),
-                     esc(exception.by), esc(exception.reason)])
-    return table(["package", "until", "left", "lifts", "by", "reason"], rows,
-                 empty="no exceptions in the rules file")
+                     esc(exception.by), esc(exception.reason),
+                     '<span data-key="waiver">mirrorgate allow</span>' if exception.waiver
+                     else "the rules file"])
+    # a waiver's row is `mirrorgate allow`'s: only the active ones are in the rules in force
+    return table(["package", "until", "left", "lifts", "by", "reason", "granted with"], rows,
+                 empty="none: no [[exception]] in the rules file, no waiver granted with "
+                       "mirrorgate allow")
 
 
 def _reload(state: LiveRules | None) -> str:
@@ -232,7 +236,8 @@ is kept for a client's `npm publish` through mirrorgate."""
 
 def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: Heartbeat | None,
              now: datetime, stored: Stored, state: LiveRules | None = None,
-             registry_url: str = "", worker_beside: bool = False) -> web.Response:
+             registry_url: str = "", worker_beside: bool = False,
+             waiver_forms: str = "") -> web.Response:
     found = samples(metrics)
     recent: Recent = metrics.events
     jobs = _by(found, "mirrorgate_jobs_total", "outcome")
@@ -318,7 +323,7 @@ starts them at zero.</p>
 <section><h2>Recent pulls by signed-in clients</h2>
 {_events(recent.latest("pulled"), empty="no tarball pulled by a signed-in client since start")}
 </section>
-<section><h2>Exceptions</h2>{_exceptions(rules, now)}</section>
+<section><h2>Exceptions and waivers</h2>{_exceptions(rules, now)}{waiver_forms}</section>
 <section><h2>Rules in force</h2>{_reload(state)}{_rules(rules)}</section>
 <p class="note">Recent events are kept in memory only, at most {CAPACITY} of each kind; a
 restart empties them. The counters above are the durable record: scrape /metrics.</p>

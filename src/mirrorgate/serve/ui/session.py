@@ -53,6 +53,15 @@ class Sessions:
         expires = int(self._clock()) + LIFETIME_SECONDS
         return f"{client.name}.{expires}.{self._mac(client, expires)}"
 
+    def form_token(self, cookie: str) -> str:
+        """The token the page's forms carry for the session `cookie` (`ui.waivers`): derived
+        from it, so it needs no storage and ends with the session."""
+        return hmac.new(self._key, b"form\0" + cookie.encode(), hashlib.sha256).hexdigest()
+
+    def same_form(self, cookie: str, given: object) -> bool:
+        return isinstance(given, str) and hmac.compare_digest(given.encode(),
+                                                              self.form_token(cookie).encode())
+
     def client(self, cookie: str | None) -> Client | None:
         """The client a cookie was issued to, or None: unsigned, expired, forged, or for a
         client whose token has since been rotated or removed."""
