@@ -37,6 +37,7 @@ from mirrorgate.gate import (
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.packuments import PINS
+from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
@@ -120,6 +121,8 @@ class Proxy:
     facts: KeptFacts | None = None
     """What the gate must not forget, kept in the state store (`gate.facts`); None: this
     process's memory only."""
+    pulls: PullLog | None = None
+    """The pull log (`gate.pulllog`): who pulled which tarball; None: not kept."""
 
 
 def _utcnow() -> datetime:
@@ -198,7 +201,8 @@ class ProxyServer:
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
                                                   else None),
                                      clock=clock, release=self.release,
-                                     contact=self.settings.operator_contact)
+                                     contact=self.settings.operator_contact,
+                                     pulls=proxy.pulls)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)
