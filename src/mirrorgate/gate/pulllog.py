@@ -82,13 +82,14 @@ class PullLog:
         what is left is written on the way out."""
         if not self.enabled:
             return
-        pruned_at = 0.0
+        pruned_at: float | None = None  # pruned once at start-up, then every `prune_every`
         loop = asyncio.get_running_loop()
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.flush_every)
             await self.flush()
-            if loop.time() - pruned_at >= self.prune_every and self.facts.store is not None:
+            due = pruned_at is None or loop.time() - pruned_at >= self.prune_every
+            if due and self.facts.store is not None:
                 pruned_at = loop.time()
                 await self.prune()
 
