@@ -37,8 +37,7 @@ PULLS = [
 
 
 def exposure(place: Place, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
-           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     if place.kind == "sqlite":
         env["MIRRORGATE_DATA_DIR"] = os.path.dirname(place.spec.removeprefix("sqlite:"))
     else:
