@@ -26,6 +26,7 @@ from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
+from mirrorgate.gate.exposure import ExposureWarnings
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.imported import import_files
 from mirrorgate.gate.public import FALLBACK_BYTES, CachedPublic, PublicPackuments, ServedPublic
@@ -357,6 +358,11 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         packuments = CachedPublic(upstreams.public, settings)
         withdrawals = WithdrawnVersions(facts)  # what every proxy of the fleet saw withdrawn
         host, port = settings.worker_listen
+    # a withdrawal seen for the first time: who already pulled the version (`gate.exposure`)
+    warnings = ExposureWarnings(pulls, metrics)
+    if withdrawals is not None:
+        withdrawals.on_new = lambda name, version, seen: warnings.turned_bad(
+            name, version, "withdrawn", f"by the public registry, first seen {seen}")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -371,6 +377,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     async with _listening(app, host, port, settings, metrics) as runner:
         keeping = asyncio.create_task(facts.run(worker_stop), name="state-store")
         logging_pulls = asyncio.create_task(pulls.run(worker_stop), name="pull-log")
+        warning = asyncio.create_task(warnings.run(worker_stop), name="exposure-warnings")
         feeds.follow(rules.current)
         watcher = asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
                                       name="rules-watcher")
@@ -420,6 +427,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     await feeds.close()
     await keeping  # it ends with worker_stop, after a last write of what was learned
     await logging_pulls
+    await warning
     await pulls.flush()  # the pulls of the requests drained above, before the store closes
     if handoff is not None:
         handoff.close()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,12 +19,12 @@ import orjson
 
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.gate.exposure import exposures, iso
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.npm.versions import parse_range, parse_version
 from mirrorgate.store import Pull, Store, StoreSetupError, StoreUnavailableError, open_store
 
-__all__ = ["Exposure", "Question", "QuestionError", "exposures", "parse_question",
-           "run_exposure"]
+__all__ = ["Question", "QuestionError", "parse_question", "run_exposure"]
 
 ADVISORY_ID = re.compile(r"(?:MAL|GHSA|CVE|OSV|GSD)-[A-Za-z0-9._-]+")
 LIMIT = 1_000_000
@@ -47,25 +47,6 @@ class Question:
     advisory: str | None = None
 
 
-@dataclass
-class Exposure:
-    """One client's pulls of one version."""
-
-    client: str
-    name: str
-    version: str
-    first: datetime
-    last: datetime
-    pulls: int = 0
-    sources: set[str] = field(default_factory=set)
-    integrity: set[str] = field(default_factory=set)
-
-    def document(self) -> dict[str, object]:
-        return {"client": self.client, "name": self.name, "version": self.version,
-                "first": _iso(self.first), "last": _iso(self.last), "pulls": self.pulls,
-                "sources": sorted(self.sources), "integrity": sorted(self.integrity)}
-
-
 def parse_since(text: str) -> datetime:
     try:
         at = datetime.fromisoformat(text.strip())
@@ -85,7 +66,7 @@ def parse_question(target: str | None, since: str | None) -> Question:
             raise QuestionError("name what to look for: a version (axios@1.14.1), a range "
                                 "('axios@>=1.14.1 <1.14.2'), an advisory id (MAL-2026-1234) "
                                 "or --since TIME")
-        return Question(f"since {_iso(start)}", None, lambda _n, _v: True, start)
+        return Question(f"since {iso(start)}", None, lambda _n, _v: True, start)
     text = target.strip()
     at = text.find("@", 1)  # a scope's own @ is the first character
     name_text, wanted = (text, "") if at < 0 else (text[:at], text[at + 1:].strip())
@@ -108,33 +89,6 @@ def parse_question(target: str | None, since: str | None) -> Question:
         return parsed is not None and semver.includes(parsed)
 
     return Question(f"{name}@{wanted}", (name,), in_range, start)
-
-
-def exposures(pulls: Iterable[Pull], question: Question) -> tuple[list[Exposure],
-                                                                  list[Exposure]]:
-    """(pulled, refused): per client and version, the pulls that match, served and refused."""
-    served: dict[tuple[str, str, str], Exposure] = {}
-    refused: dict[tuple[str, str, str], Exposure] = {}
-    for pull in pulls:
-        if not question.matches(pull.name, pull.version):
-            continue
-        if question.since is not None and pull.at < question.since:
-            continue
-        into = refused if pull.source.startswith("refused:") else served
-        key = (pull.client, pull.name, pull.version)
-        found = into.get(key)
-        if found is None:
-            found = into[key] = Exposure(pull.client, pull.name, pull.version, pull.at, pull.at)
-        found.first = min(found.first, pull.at)
-        found.last = max(found.last, pull.at)
-        found.pulls += 1
-        found.sources.add(pull.source)
-        if pull.integrity:
-            found.integrity.add(pull.integrity)
-
-    def order(kept: dict[tuple[str, str, str], Exposure]) -> list[Exposure]:
-        return sorted(kept.values(), key=lambda e: (e.name, e.version, e.first, e.client))
-    return order(served), order(refused)
 
 
 async def read_pulls(store: Store, question: Question) -> list[Pull]:
@@ -202,8 +156,8 @@ async def ask(settings: Settings, target: str | None, since: str | None) -> dict
         raise QuestionError(f"the state store cannot be read: {error}") from None
     finally:
         await store.close()
-    pulled, refused = exposures(pulls, question)
-    return {"question": question.text, "since": _iso(question.since) if question.since else None,
+    pulled, refused = exposures(pulls, question.matches, question.since)
+    return {"question": question.text, "since": iso(question.since) if question.since else None,
             "store": store.info.kind,
             "clients": sorted({e.client for e in pulled}),
             "pulled": [e.document() for e in pulled],
@@ -254,6 +208,3 @@ def _table(rows: list[dict[str, object]]) -> list[str]:
     return ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             .rstrip() for row in (header, *body)]
 
-
-def _iso(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

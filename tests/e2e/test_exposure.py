@@ -1,0 +1,101 @@
+"""Who pulled it: two CI clients install through the real npm client with their own tokens,
+`mirrorgate exposure` names each, and when the public registry withdraws the version one of
+them installed, the exposure notification names that client and not the other.
+
+The incident this answers is 2025-26's: a malicious version live for a few hours, found and
+taken down afterwards; the security team's first question is which builds installed it. Here
+`web-ci` installs `takedown-pkg@1.0.1` and `api-ci` installs `1.0.0` through a real
+`mirrorgate serve` (mirrored into real Verdaccio); the public registry (the fixture registry)
+then withdraws 1.0.1. No token may appear in the log, the report or the notification.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from mirrorgate.serve.tokens import new_token
+from tests.access.rig import tokens_file
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.npm import NpmClient
+from tests.servers.packages import make_package, make_version
+from tests.servers.processes import MirrorgateProcess, http_request, mirrorgate_argv, wait_for
+from tests.servers.verdaccio import Verdaccio
+from tests.servers.webhook import SECRET, WebhookReceiver
+
+V100 = make_version("takedown-pkg", "1.0.0")
+V101 = make_version("takedown-pkg", "1.0.1")
+
+
+def exposure(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+           "MIRRORGATE_DATA_DIR": str(data)}
+    return subprocess.run([*mirrorgate_argv(), "exposure", *args], env=env, text=True,
+                          capture_output=True, timeout=60, check=False)
+
+
+def install(npm: NpmClient, proxy: MirrorgateProcess, token: str, version: str) -> None:
+    npm.authenticate(proxy.registry_url, token)
+    npm.write_project({"takedown-pkg": version})
+    done = npm.install(registry=proxy.registry_url)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_exposure_report_and_notification_name_the_clients_that_pulled_the_version(
+    mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+    webhook: WebhookReceiver, tmp_path: Path,
+) -> None:
+    web, api, operator = new_token(), new_token(), new_token()
+    public_registry.add(make_package("takedown-pkg", [V100, V101]))
+    data = tmp_path / "data"
+    proxy = mirrorgate("serve", {
+        "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+        "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+        "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token, "MIRRORGATE_METRICS_OPEN": "true",
+        "MIRRORGATE_CACHE_TTL": "1", "MIRRORGATE_DATA_DIR": str(data),
+        "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens_file(
+            tmp_path, **{"web-ci": web, "api-ci": api, "operator": operator})),
+        "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET})
+
+    install(NpmClient(tmp_path / "web"), proxy, web, "1.0.1")
+    install(NpmClient(tmp_path / "api"), proxy, api, "1.0.0")
+    wait_for(lambda: {"1.0.0", "1.0.1"} <= set(verdaccio.versions("takedown-pkg")),
+             timeout=60, message="the worker to mirror both versions")
+    wait_for(lambda: exposure(data, "takedown-pkg").returncode == 1
+             and len(json.loads(exposure(data, "takedown-pkg", "--json").stdout)["clients"])
+             == 2, timeout=10, message="both pulls written to the pull log")
+
+    everything = exposure(data, "takedown-pkg", "--json")
+    answer = json.loads(everything.stdout)
+    assert everything.returncode == 1
+    assert [(e["client"], e["version"], e["pulls"]) for e in answer["pulled"]] == [
+        ("api-ci", "1.0.0", 1), ("web-ci", "1.0.1", 1)]
+    assert answer["pulled"][1]["integrity"] == [V101.integrity]
+    one = json.loads(exposure(data, "takedown-pkg@1.0.1", "--json").stdout)
+    assert one["clients"] == ["web-ci"]
+
+    public_registry.add(make_package("takedown-pkg", [V100]))  # npm withdraws 1.0.1
+    seen = http_request("GET", proxy.registry_url + "takedown-pkg",
+                        headers={"Authorization": f"Bearer {operator}"})
+    assert seen.status == 200
+    wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
+             message="the exposure notification at the receiver")
+    [notified] = webhook.of_type("dev.mirrorgate.exposure")
+    assert notified.signature_valid
+    event = notified.event
+    assert event["subject"] == "takedown-pkg@1.0.1"
+    assert [c["client"] for c in event["data"]["clients"]] == ["web-ci"]
+    assert event["data"]["cause"] == "withdrawn"
+    assert "web-ci" in event["text"]
+    assert "api-ci" not in json.dumps(event)
+    [line] = proxy.events("version_exposed")
+    assert [c["client"] for c in line["clients"]] == ["web-ci"]
+    assert proxy.metric("mirrorgate_exposures_total", cause="withdrawn") == 1
+
+    for token in (web, api, operator):  # the client's name only, never its token
+        assert token not in proxy.stderr() + proxy.running.output()
+        assert token not in everything.stdout
+        assert token not in json.dumps([r.event for r in webhook.delivered()])
