@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mirrorgate.store import Pull
@@ -18,8 +19,11 @@ from mirrorgate.store.sqlite import FILENAME, open_sqlite
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.packages import make_package, make_version
+from tests.servers.processes import http_request
 
 VERSIONS = [make_version("burst-pkg", f"1.0.{n}", size=40_000) for n in range(5)]
+YOUNG = make_version("burst-pkg", "2.0.0", published=datetime.now(UTC))
+"""Held back by the default minimum-age rule: its pull is refused, and logged as such."""
 LOSS_BOUND = 1.25
 """The flush period (1 s) and a write's own time on a busy shared machine."""
 
@@ -36,12 +40,18 @@ def read_pulls(data: Path) -> list[Pull]:
 
 def test_a_kill_9_during_a_burst_of_pulls_loses_at_most_the_last_second(
         mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry, tmp_path: Path) -> None:
-    public_registry.add(make_package("burst-pkg", VERSIONS))
+    public_registry.add(make_package("burst-pkg", [*VERSIONS, YOUNG]))
     with FixtureRegistry() as private:
         data = tmp_path / "data"
         proxy = mirrorgate("serve", {
             "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
             "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATA_DIR": str(data)})
+        refused = proxy.get("npm/burst-pkg/-/burst-pkg-2.0.0.tgz",
+                            headers={"X-Request-Id": "young"})
+        assert refused.status == 403
+        head = http_request("HEAD", proxy.url + "npm/burst-pkg/-/burst-pkg-1.0.0.tgz",
+                            headers={"X-Request-Id": "head"})
+        assert head.status == 200
         answered: dict[str, float] = {}  # request id -> when its answer was whole
         n = 0
         start = time.monotonic()
@@ -62,6 +72,8 @@ def test_a_kill_9_during_a_burst_of_pulls_loses_at_most_the_last_second(
     assert len(answered) > 20, "the burst was too slow to mean anything"
     assert old_enough
     assert not lost, f"{len(lost)} of {len(old_enough)} pulls lost: {lost[:5]}"
+    assert kept.pop("young").source == "refused:minimum-age"
+    assert "head" not in kept  # a HEAD is not a pull
     assert set(kept) <= set(answered)  # nothing made up
     first = kept["burst-0"]
     assert (first.client, first.name, first.version, first.source) == (
