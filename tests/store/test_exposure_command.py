@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mirrorgate.store import Pull
+from tests.advisories.records import malware, record, semver_range, write_zip
 from tests.servers.processes import mirrorgate_argv
 from tests.store.conftest import Place
 
@@ -36,8 +37,8 @@ PULLS = [
 ]
 
 
-def exposure(place: Place, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+def exposure(place: Place, *args: str, **more: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **more}
     if place.kind == "sqlite":
         env["MIRRORGATE_DATA_DIR"] = os.path.dirname(place.spec.removeprefix("sqlite:"))
     else:
@@ -115,3 +116,26 @@ def test_a_data_dir_without_a_store_is_a_mistake_not_an_empty_log(tmp_path: Path
                     "axios@1.14.1")
     assert done.returncode == 2
     assert "there is no state store at" in done.stderr
+
+
+async def test_an_advisory_id_or_alias_asks_for_the_versions_it_names(
+        place: Place, tmp_path: Path) -> None:
+    await filled(place)
+    export = write_zip(tmp_path / "osv-npm.zip", [
+        record("GHSA-axi0-0000-0001", "axios", aliases=["CVE-2026-1414"],
+               ranges=[semver_range(("introduced", "1.14.1"), ("fixed", "1.14.2"))]),
+        malware("MAL-2026-1234", "@acme/ui", ["3.0.0"])])
+    rules = tmp_path / "rules.toml"
+    rules.write_text(f'[advisories]\nsource = "{export}"\n', encoding="utf-8")
+    env = {"MIRRORGATE_RULES_FILE": str(rules)}
+
+    by_alias = exposure(place, "CVE-2026-1414", "--json", **env)
+    assert by_alias.returncode == 1, by_alias.stderr
+    assert json.loads(by_alias.stdout)["clients"] == [
+        "payments-ci (acme/payments-api, branch main)", "web-ci"]
+    malicious = json.loads(exposure(place, "MAL-2026-1234", "--json", **env).stdout)
+    assert malicious["question"] == "MAL-2026-1234 (@acme/ui)"
+    assert malicious["clients"] == ["laptop"]
+    unknown = exposure(place, "MAL-2026-9999", **env)
+    assert unknown.returncode == 2
+    assert "the advisory index does not know MAL-2026-9999" in unknown.stderr
