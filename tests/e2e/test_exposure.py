@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from mirrorgate.serve.tokens import new_token
@@ -22,6 +23,7 @@ from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, make_version
+from tests.servers.postgres_server import PostgresServer
 from tests.servers.processes import MirrorgateProcess, http_request, mirrorgate_argv, wait_for
 from tests.servers.verdaccio import Verdaccio
 from tests.servers.webhook import SECRET, WebhookReceiver
@@ -31,8 +33,12 @@ V101 = make_version("takedown-pkg", "1.0.1")
 
 
 def exposure(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return exposure_with({"MIRRORGATE_DATA_DIR": str(data)}, *args)
+
+
+def exposure_with(settings: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-           "MIRRORGATE_DATA_DIR": str(data)}
+           **settings}
     return subprocess.run([*mirrorgate_argv(), "exposure", *args], env=env, text=True,
                           capture_output=True, timeout=60, check=False)
 
@@ -99,3 +105,48 @@ def test_the_exposure_report_and_notification_name_the_clients_that_pulled_the_v
         assert token not in proxy.stderr() + proxy.running.output()
         assert token not in everything.stdout
         assert token not in json.dumps([r.event for r in webhook.delivered()])
+
+
+def test_two_replicas_on_one_postgresql_give_one_answer_and_warn_once(
+    mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+    postgres_server: PostgresServer, webhook: WebhookReceiver, tmp_path: Path,
+) -> None:
+    web, api = new_token(), new_token()
+    public_registry.add(make_package("takedown-pkg", [V100, V101]))
+    database = postgres_server.new_database_now()
+    tokens = tokens_file(tmp_path, **{"web-ci": web, "api-ci": api})
+    with FixtureRegistry(make_package("takedown-pkg", [V100.marked(), V101.marked()])) as private:
+        replicas = [mirrorgate("serve", {
+            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+            "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATABASE_URL": database,
+            "MIRRORGATE_DATA_DIR": str(tmp_path / f"data-{n}"), "MIRRORGATE_CACHE_TTL": "1",
+            "MIRRORGATE_METRICS_OPEN": "true", "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens),
+            "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET})
+            for n in range(2)]
+        for proxy, token in zip(replicas, (web, api), strict=True):  # one client on each
+            pulled = http_request("GET", proxy.registry_url
+                                  + "takedown-pkg/-/takedown-pkg-1.0.1.tgz",
+                                  headers={"Authorization": f"Bearer {token}"})
+            assert pulled.status == 200
+
+        ask = {"MIRRORGATE_DATABASE_URL": database}
+        wait_for(lambda: len(json.loads(exposure_with(ask, "takedown-pkg@1.0.1", "--json")
+                                        .stdout)["clients"]) == 2, timeout=10,
+                 message="both replicas' pulls in the one pull log")
+        answer = json.loads(exposure_with(ask, "takedown-pkg@1.0.1", "--json").stdout)
+        assert answer["store"] == "postgresql"
+        assert [(e["client"], e["sources"]) for e in answer["pulled"]] == [
+            ("web-ci", ["mirror"]), ("api-ci", ["mirror"])]  # in the order of first pulls
+
+        public_registry.add(make_package("takedown-pkg", [V100]))  # npm withdraws 1.0.1
+        for proxy, token in zip(replicas, (web, api), strict=True):
+            wait_for(lambda proxy=proxy, token=token: "1.0.1" not in http_request(
+                "GET", proxy.registry_url + "takedown-pkg",
+                headers={"Authorization": f"Bearer {token}"}).json()["versions"],
+                timeout=10, message="each replica to refuse the withdrawn version")
+        wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
+                 message="the exposure notification")
+        time.sleep(2)  # time for a second one, were the fleet to send two
+    [notified] = webhook.of_type("dev.mirrorgate.exposure")
+    assert [c["client"] for c in notified.event["data"]["clients"]] == ["web-ci", "api-ci"]
+    assert sum(len(proxy.events("version_exposed")) for proxy in replicas) == 1
