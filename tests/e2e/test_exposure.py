@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
 from mirrorgate.serve.tokens import new_token
@@ -41,6 +42,12 @@ def exposure_with(settings: dict[str, str], *args: str) -> subprocess.CompletedP
            **settings}
     return subprocess.run([*mirrorgate_argv(), "exposure", *args], env=env, text=True,
                           capture_output=True, timeout=60, check=False)
+
+
+def withdrawn_on(proxy: MirrorgateProcess, token: str) -> bool:
+    document = http_request("GET", proxy.registry_url + "takedown-pkg",
+                            headers={"Authorization": f"Bearer {token}"}).json()
+    return "1.0.1" not in document["versions"]
 
 
 def install(npm: NpmClient, proxy: MirrorgateProcess, token: str, version: str) -> None:
@@ -140,10 +147,8 @@ def test_two_replicas_on_one_postgresql_give_one_answer_and_warn_once(
 
         public_registry.add(make_package("takedown-pkg", [V100]))  # npm withdraws 1.0.1
         for proxy, token in zip(replicas, (web, api), strict=True):
-            wait_for(lambda proxy=proxy, token=token: "1.0.1" not in http_request(
-                "GET", proxy.registry_url + "takedown-pkg",
-                headers={"Authorization": f"Bearer {token}"}).json()["versions"],
-                timeout=10, message="each replica to refuse the withdrawn version")
+            wait_for(partial(withdrawn_on, proxy, token), timeout=10,
+                     message="each replica to refuse the withdrawn version")
         wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
                  message="the exposure notification")
         time.sleep(2)  # time for a second one, were the fleet to send two
