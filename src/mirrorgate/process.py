@@ -360,6 +360,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         host, port = settings.worker_listen
     # a withdrawal seen for the first time: who already pulled the version (`gate.exposure`)
     warnings = ExposureWarnings(pulls, metrics)
+    if shape.serves:  # and a version served that a deny entry or an advisory now denies
+        app[SERVER].packuments.source.on_gated = warnings.gated
     if withdrawals is not None:
         withdrawals.on_new = lambda name, version, seen: warnings.turned_bad(
             name, version, "withdrawn", f"by the public registry, first seen {seen}")

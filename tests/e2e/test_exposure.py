@@ -155,3 +155,41 @@ def test_two_replicas_on_one_postgresql_give_one_answer_and_warn_once(
     [notified] = webhook.of_type("dev.mirrorgate.exposure")
     assert [c["client"] for c in notified.event["data"]["clients"]] == ["web-ci", "api-ci"]
     assert sum(len(proxy.events("version_exposed")) for proxy in replicas) == 1
+
+
+def test_a_deny_entry_added_for_a_version_already_served_warns_once_naming_who_pulled_it(
+    mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+    webhook: WebhookReceiver, tmp_path: Path,
+) -> None:
+    public_registry.add(make_package("takedown-pkg", [V100, V101]))
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[age]\nminimum = \"0\"\n", encoding="utf-8")
+    proxy = mirrorgate("serve", {
+        "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+        "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+        "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token, "MIRRORGATE_METRICS_OPEN": "true",
+        "MIRRORGATE_CACHE_TTL": "1", "MIRRORGATE_RULES_FILE": str(rules),
+        "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET})
+    npm = NpmClient(tmp_path / "npm")
+    npm.write_project({"takedown-pkg": "1.0.1"})
+    assert npm.install(registry=proxy.registry_url).returncode == 0
+
+    # the security team learns both versions are bad and denies them; only 1.0.1 was pulled
+    rules.write_text("[age]\nminimum = \"0\"\n[deny]\npackages = [\"takedown-pkg@1.0.1\", "
+                     "\"takedown-pkg@1.0.0\"]\n", encoding="utf-8")
+    wait_for(lambda: proxy.events("rules_reloaded"), timeout=15, message="the new rules")
+    for _ in range(2):  # two fills under the new rules: still one warning
+        wait_for(lambda: not http_request(  # nothing installable: no versions at all
+            "GET", proxy.registry_url + "takedown-pkg").json().get("versions"), timeout=10,
+            message="both versions denied")
+        time.sleep(1.2)
+    wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
+             message="the exposure notification")
+    time.sleep(1)
+    [notified] = webhook.of_type("dev.mirrorgate.exposure")  # not 1.0.0: nobody pulled it
+    assert notified.event["subject"] == "takedown-pkg@1.0.1"
+    assert notified.event["data"]["cause"] == "deny-list"
+    assert [c["client"] for c in notified.event["data"]["clients"]] == ["anonymous"]
+    assert "is now denied by the deny-list rule" in notified.event["text"]
+    assert len(proxy.events("version_exposed")) == 1
+    assert proxy.metric("mirrorgate_exposures_total", cause="deny-list") == 1

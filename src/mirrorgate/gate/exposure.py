@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,7 +21,9 @@ import structlog
 from mirrorgate.events import Alert
 from mirrorgate.gate.facts import RETRY
 from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.records import Gated
 from mirrorgate.metrics import Metrics
+from mirrorgate.rules import ADVISORY_MALWARE, ADVISORY_SEVERITY, DENY_LIST
 from mirrorgate.store import Pull, StoreUnavailableError
 
 __all__ = ["SENT", "Exposure", "ExposureWarnings", "exposures", "iso"]
@@ -31,6 +34,10 @@ SENT = "exposure-sent"
 """Fact kind: `name@version#cause` warned about (value: when), so a fleet warns once."""
 _CLIENTS_LISTED = 50  # in one notification; the rest are counted (`mirrorgate exposure` lists all)
 _PENDING = 1_000  # versions waiting to be checked; a flood past it is logged, not queued
+TURNED_BAD = frozenset({DENY_LIST, ADVISORY_MALWARE, ADVISORY_SEVERITY})
+"""Rules whose denial of a version says it is bad (a deny entry, a malware or qualifying
+advisory), not merely held back (too young, unsigned): those are checked against the log."""
+_CHECKED = 100_000  # (version, rule) pairs this process already checked, the oldest forgotten
 
 
 @dataclass
@@ -87,7 +94,7 @@ class TurnedBad:
     name: str
     version: str
     cause: str
-    """"withdrawn" (by the public registry)."""
+    """"withdrawn" (by the public registry), or the rule that now denies it."""
     reason: str
 
 
@@ -101,6 +108,26 @@ class ExposureWarnings:
         self.now = now
         self._queue: asyncio.Queue[TurnedBad] | None = None
         self._early: list[TurnedBad] = []  # heard before `run` started
+        self._checked: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+
+    def gated(self, gated: Gated) -> None:
+        """A packument just gated: each version a `TURNED_BAD` rule denies is checked once per
+        process (then the claim in the store keeps a restart or a replica from warning again).
+        A version denied from its first sight was never served, and costs one read."""
+        if not self.pulls.enabled or not any(rule in TURNED_BAD for rule in gated.denials):
+            return
+        name = gated.name.full
+        for record in gated.versions.values():
+            denial = record.denial
+            if denial is None or denial.rule not in TURNED_BAD:
+                continue
+            key = (name, record.version, denial.rule)
+            if key in self._checked:
+                continue
+            self._checked[key] = None
+            while len(self._checked) > _CHECKED:
+                self._checked.popitem(last=False)
+            self.turned_bad(name, record.version, denial.rule, denial.reason)
 
     def turned_bad(self, name: str, version: str, cause: str, reason: str) -> None:
         """Heard on a request's path: queued, never awaited."""
@@ -164,9 +191,11 @@ class ExposureWarnings:
         named = ", ".join(f"{c['client']} ({c['pulls']} pull{'s' if c['pulls'] != 1 else ''}, "
                           f"last {c['last']})" for c in clients[:10])
         more = f" and {len(clients) - 10} more" if len(clients) > 10 else ""
+        turned = (f"was withdrawn {event.reason}" if event.cause == "withdrawn"
+                  else f"is now denied by the {event.cause} rule ({event.reason})")
         self.metrics.events.alert(Alert(
             "exposure", label,
-            f"{label} was {event.cause} ({event.reason}) after mirrorgate served it to "
+            f"{label} {turned}, after mirrorgate served it to "
             f"{len(clients)} client{'s' if len(clients) != 1 else ''}: {named}{more}",
             event.name, event.version,
             {"cause": event.cause, "reason": event.reason,
