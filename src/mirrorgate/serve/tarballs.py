@@ -97,8 +97,16 @@ class TarballRoute:
             raise
         record = request.get(RECORD)
         if pulls is not None and answer.status == 200 and record is not None:
-            self._log_pull(pulls, request, name, record.version, _integrity(record),
-                           request.get(SOURCE, "public"))
+            # a transfer cut before its last byte (bytes that did not match, scripts the
+            # manifest hid) installed nothing: a refusal; a client that hung up or an upstream
+            # that failed mid-body, no pull
+            cut = answer.get(OUTCOME)
+            if cut is None:
+                self._log_pull(pulls, request, name, record.version, _integrity(record),
+                               request.get(SOURCE, "public"))
+            elif cut not in ("client_gone", "aborted"):
+                self._log_pull(pulls, request, name, record.version, _integrity(record),
+                               f"refused:{cut}")
         return answer
 
     def _log_pull(self, pulls: PullLog, request: web.Request, name: PackageName,
