@@ -1,7 +1,7 @@
 """The `mirrorgate` command: `serve`, `worker`, `check-config`, `token new NAME` and the operator
-commands (`check`, `prewarm`, `audit`, `allow`: `mirrorgate.commands`). Settings come only from the
-environment (`config.VARIABLES`, which `--help` prints); a configuration that cannot be honoured
-exits 2 with every problem listed, before anything starts.
+commands (`check`, `prewarm`, `audit`, `allow`, `exposure`: `mirrorgate.commands`). Settings
+come only from the environment (`config.VARIABLES`, which `--help` prints); a configuration that
+cannot be honoured exits 2 with every problem listed, before anything starts.
 """
 
 from __future__ import annotations
@@ -76,6 +76,17 @@ def _parser() -> argparse.ArgumentParser:
     add_common_arguments(check)
     _add_mirror_commands(commands)
     _add_allow_command(commands)
+    exposure = commands.add_parser(
+        "exposure", help="which clients pulled a version, a range, an advisory's versions or "
+        "anything since a time, from the pull log (first and last pull, how many); exit 1 when "
+        "anything was pulled, 0 when nothing, 2 on bad input")
+    exposure.add_argument("target", nargs="*", metavar="WHAT",
+                          help="axios@1.14.1, 'axios@>=1.14.1 <1.14.2', axios (every version) "
+                          "or an advisory id (MAL-2026-1234)")
+    exposure.add_argument("--since", metavar="TIME",
+                          help="only pulls from this time on (ISO 8601, e.g. 2026-03-31T00:00Z)")
+    exposure.add_argument("--json", action="store_true",
+                          help="print one JSON document on standard output instead of a table")
     token = commands.add_parser("token", help="client tokens for MIRRORGATE_CLIENT_TOKENS_FILE")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     new = token_commands.add_parser("new", help="print a fresh random token for a client and "
@@ -276,6 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_command_logging(settings)
         return run_allow(settings, args.subject, why=args.why, until=args.until, by=args.by,
                          listing=args.list, revoke=args.revoke, as_json=args.json)
+    if args.command == "exposure":
+        from mirrorgate.commands.exposure import run_exposure
+
+        configure_command_logging(settings)
+        return run_exposure(settings, " ".join(args.target) or None, args.since,
+                            as_json=args.json)
     if args.command in ("prewarm", "audit"):
         configure_command_logging(settings)
         return _run_mirror_command(settings, args)

@@ -131,6 +131,9 @@ VARIABLES: tuple[Var, ...] = (
         "sidecar", secret=True, see="state-store.md"),
     Var("MIRRORGATE_DATABASE_URL_FILE", None, "file holding that URL (a mounted Secret)",
         see="state-store.md"),
+    Var("MIRRORGATE_PULL_LOG_RETENTION", "90", "days the pull log (who pulled which tarball, "
+        "for `mirrorgate exposure`) keeps a record (1..3650)", read_by=(PROXY, COMMANDS),
+        see="exposure.md"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules, read again when it "
         "changes; a rewrite that is missing, empty or cut short keeps the rules in force, so "
         "only unsetting this means no rules file (default: the default policy, stated below "
@@ -423,6 +426,8 @@ class Settings:
     oidc: OidcSettings = OidcSettings()
     database_url: PasswordUrl | None = None
     """The PostgreSQL state store (`store`); None: the SQLite file under `data_dir`."""
+    pull_log_retention_days: int = 90
+    """MIRRORGATE_PULL_LOG_RETENTION: how long the pull log keeps a record."""
 
     def secrets(self) -> tuple[Secret, ...]:
         """Every secret these settings hold, for the log scrubber (`logs.register_secret`);
@@ -946,6 +951,7 @@ def load_settings(
             name.strip() for name in (read.raw("MIRRORGATE_WAIVER_GRANTERS") or "").split(",")
             if name.strip())),
         database_url=_database_url(read),
+        pull_log_retention_days=read.integer("MIRRORGATE_PULL_LOG_RETENTION", 1, 3650, "90"),
     )
     if settings.pool_worker < settings.worker_concurrency:
         read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "

@@ -40,14 +40,15 @@ class Event:
 
 ALERT_KINDS = ("tampered", "malware", "quarantine", "takeover", "forged-job", "forged-mark",
                "install-scripts", "withdrawn", "release-signal", "waiver-granted",
-               "waiver-revoked")
+               "waiver-revoked", "exposure")
 """What a security team is told about (the CloudEvents type is `dev.mirrorgate.<kind>`):
 bytes that did not match the admitted digest; a version denied as malware; a takeover signal
 that quarantined or denied a version; a queue message that is not a job the proxy wrote (unsigned,
 forged, stale); a client publish carrying the mirror mark; a tarball whose own package.json runs
 code the manifest hid; a mirrored version withdrawn from the public registry; a release signal
 that refused a version read from its bytes (`gate.release`); an operator's waiver granted or
-revoked (`mirrorgate allow`), which admits a version past every rule."""
+revoked (`mirrorgate allow`), which admits a version past every rule; a version already served
+to clients that turned bad afterwards, with who pulled it (`gate.exposure`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,6 +189,13 @@ class Metrics:
         self.store_writes_dropped = Counter(
             "mirrorgate_store_writes_dropped", "facts and verdicts dropped from the state "
             "store's write buffer while it was unreachable (the oldest first)", registry=r)
+        self.pulls_logged = Counter(
+            "mirrorgate_pulls_logged", "pull log records by outcome: written (to the state "
+            "store), dropped (the buffer was full while the store was unreachable)",
+            ["outcome"], registry=r)
+        self.exposures = Counter(
+            "mirrorgate_exposures", "versions already served that became refused, by cause "
+            "(withdrawn...), each reported once (`version_exposed`)", ["cause"], registry=r)
         # not Prometheus: the status page's bounded ring of recent events, kept beside the
         # counters because every place that counts a denial or a failure already holds these
         self.events = Recent()

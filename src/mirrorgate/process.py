@@ -26,9 +26,11 @@ from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
+from mirrorgate.gate.exposure import ExposureWarnings
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.imported import import_files
 from mirrorgate.gate.public import FALLBACK_BYTES, CachedPublic, PublicPackuments, ServedPublic
+from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.gate.waivers import follow_waivers
 from mirrorgate.handoff import HANDOFF_DIR, Handoff
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
@@ -335,12 +337,14 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     # the proxy hands the tarballs it verified to the worker beside it: one download a version
     handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes)
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
+    # who pulled which tarball, written through the store the facts opened (`gate.pulllog`)
+    pulls = PullLog(facts, retention_days=settings.pull_log_retention_days, metrics=metrics)
     if shape.serves:
         private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
         app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
                                     queue=queue, rules=rules, metrics=metrics, health=health,
                                     clients=clients, worker_beside=shape.runs_worker,
-                                    handoff=handoff, facts=facts))
+                                    handoff=handoff, facts=facts, pulls=pulls))
         # the worker beside the proxy judges a job by the proxy's own verdict on the version
         packuments: PublicPackuments | None = (
             ServedPublic(app[SERVER].packuments, CachedPublic(upstreams.public, settings,
@@ -356,6 +360,13 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         packuments = CachedPublic(upstreams.public, settings)
         withdrawals = WithdrawnVersions(facts)  # what every proxy of the fleet saw withdrawn
         host, port = settings.worker_listen
+    # a withdrawal seen for the first time: who already pulled the version (`gate.exposure`)
+    warnings = ExposureWarnings(pulls, metrics)
+    if shape.serves:  # and a version served that a deny entry or an advisory now denies
+        app[SERVER].packuments.source.on_gated = warnings.gated
+    if withdrawals is not None:
+        withdrawals.on_new = lambda name, version, seen: warnings.turned_bad(
+            name, version, "withdrawn", f"by the public registry, first seen {seen}")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -369,6 +380,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     feeds = _Feeds(rules, metrics, worker_stop)
     async with _listening(app, host, port, settings, metrics) as runner:
         keeping = asyncio.create_task(facts.run(worker_stop), name="state-store")
+        logging_pulls = asyncio.create_task(pulls.run(worker_stop), name="pull-log")
+        warning = asyncio.create_task(warnings.run(worker_stop), name="exposure-warnings")
         feeds.follow(rules.current)
         watcher = asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
                                       name="rules-watcher")
@@ -417,6 +430,9 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         await asyncio.gather(*shutdowns)
     await feeds.close()
     await keeping  # it ends with worker_stop, after a last write of what was learned
+    await logging_pulls
+    await warning
+    await pulls.flush()  # the pulls of the requests drained above, before the store closes
     if handoff is not None:
         handoff.close()
     await watcher  # it ends with worker_stop

@@ -134,6 +134,21 @@ async def test_the_retention_drops_only_pulls_older_than_it(store: Store) -> Non
     assert [p.at for p in await store.pulls(name="axios")] == [T0 + timedelta(minutes=60)]
 
 
+async def test_a_claim_is_won_once_across_processes_racing_for_it(place: Place) -> None:
+    # two replicas saw the same withdrawal: one notification, whichever claims first
+    stores = [await place.open() for _ in range(2)]
+    try:
+        won = await asyncio.gather(*(s.claim("exposure-sent", f"axios@1.14.1#{n % 1}", "r")
+                                     for n in range(6) for s in stores))
+        assert won.count(True) == 1
+        assert await stores[0].claim("exposure-sent", "axios@1.14.1#deny", "r")  # another cause
+        seen = await everything(stores[1])
+        assert seen[("exposure-sent", "axios@1.14.1#0")] == "r"
+    finally:
+        for opened in stores:
+            await opened.close()
+
+
 async def test_a_store_opened_again_is_at_the_latest_schema_and_keeps_its_facts(
         place: Place, store: Store) -> None:
     await store.put_facts([Fact(FIRST_PARTY, "@acme/ui", "")])

@@ -83,6 +83,8 @@ def test_a_denied_version_shows_its_rule_its_reason_and_the_nearest_admitted_one
     expect(admitted.locator(".verdict")).to_have_text("admitted")
     tags = page.locator("section", has=page.locator("h2", has_text="dist-tags"))
     expect(tags).to_contain_text("0.4.2")  # latest repointed past the denied 0.5.0
+    expect(page.locator("section", has=page.locator("h2", has_text="Who pulled it"))) \
+        .to_contain_text("no client pulled a version of this package")
     screenshot(page, "package")
 
 
@@ -109,6 +111,11 @@ def test_the_search_box_opens_a_scoped_package_and_shows_what_was_mirrored(
         return verdict.inner_text() == "mirrored"
 
     wait_for(mirrored, timeout=15, interval=0.5)
+    # who pulled it, from the pull log: npm's one pull, by no client name (tokens are off)
+    pulled = page.locator("section", has=page.locator("h2", has_text="Who pulled it"))
+    row = pulled.locator("tr", has=page.locator(".version", has_text="2.1.3"))
+    expect(row).to_contain_text("anonymous")
+    expect(row.locator("td").nth(4)).to_have_text("1")
     screenshot(page, "search")
 
 

@@ -87,6 +87,17 @@ class AdvisoryIndex:
     def entries(self, name: str) -> tuple[PackageAdvisory, ...]:
         return self._by_name.get(name, ())
 
+    def by_id(self, advisory: str) -> dict[str, tuple[PackageAdvisory, ...]]:
+        """The packages an advisory (by its id or an alias) names, each with its entries: a
+        walk over the whole index, for an operator's question, never a request."""
+        found: dict[str, tuple[PackageAdvisory, ...]] = {}
+        for name, entries in self._by_name.items():
+            named = tuple(e for e in entries
+                          if advisory == e.advisory.id or advisory in e.advisory.aliases)
+            if named:
+                found[name] = named
+        return found
+
     def hits(self, name: str, version: str) -> list[Hit]:
         """Every advisory affecting `name@version`."""
         entries = self._by_name.get(name)

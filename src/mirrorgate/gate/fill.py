@@ -93,6 +93,9 @@ class PackumentSource:
         self.withdrawals = withdrawals if withdrawals is not None else WithdrawnVersions()
         self.refused = refused
         """The versions of a name the release signals refused (`gate.release`)."""
+        self.on_gated: Callable[[Gated], None] | None = None
+        """Called with every packument gated (`gate.exposure`: a version denied now that the
+        pull log says was served); never awaited."""
 
     @property
     def rules(self) -> Rules:
@@ -306,6 +309,8 @@ class PackumentSource:
                      versions=denied[:DENIED_LOGGED], count=len(denied), rules=rules)
         self._remember_denials(gated)
         self._alert(gated)
+        if self.on_gated is not None:
+            self.on_gated(gated)
         for refusal in gated.refused_urls[:REFUSALS_LOGGED]:
             log.warning("tarball_url_refused", package=gated.name.full,
                         version=refusal.version, kind=refusal.kind, reason=refusal.detail)

@@ -8,7 +8,7 @@ the state store (`facts`), so every replica and worker enforces what one of them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.store import WITHDRAWN
@@ -22,6 +22,9 @@ class WithdrawnVersions:
 
     def __init__(self, facts: KeptFacts | None = None) -> None:
         self.facts = facts if facts is not None else KeptFacts()
+        self.on_new: Callable[[str, str, str], None] | None = None
+        """Called with (name, version, first seen) for a withdrawal seen for the first time
+        (`gate.exposure`: who already pulled it)."""
 
     @property
     def persistent(self) -> bool:
@@ -61,6 +64,8 @@ class WithdrawnVersions:
             elif self.facts.get(WITHDRAWN, key) is None:
                 self.facts.put(WITHDRAWN, key, seen)
                 new.append(version)
+                if self.on_new is not None:
+                    self.on_new(name, version, seen)
         return new
 
     def entries(self) -> list[tuple[str, str, str]]:

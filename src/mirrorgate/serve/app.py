@@ -12,7 +12,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -35,8 +35,10 @@ from mirrorgate.gate import (
     TooManyVersionsError,
 )
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
+from mirrorgate.gate.exposure import Exposure, exposures
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.packuments import PINS
+from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
@@ -85,6 +87,7 @@ from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.serve.ui.stored import stored_counts_for
+from mirrorgate.store import StoreUnavailableError
 from mirrorgate.upstream.client import Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -120,6 +123,24 @@ class Proxy:
     facts: KeptFacts | None = None
     """What the gate must not forget, kept in the state store (`gate.facts`); None: this
     process's memory only."""
+    pulls: PullLog | None = None
+    """The pull log (`gate.pulllog`): who pulled which tarball; None: not kept."""
+
+
+def _pulled_by(pulls: PullLog) -> Callable[[str], Awaitable[list[Exposure] | None]]:
+    """The package view's "who pulled it": read from the store (a person's page, never the
+    warm path), this process's last second of pulls written first."""
+    async def pulled(name: str) -> list[Exposure] | None:
+        store = pulls.facts.store
+        if not pulls.enabled or store is None:
+            return None
+        try:
+            await pulls.flush()
+            served, _ = exposures(await store.pulls(name=name, limit=100_000))
+        except StoreUnavailableError:
+            return None
+        return served
+    return pulled
 
 
 def _utcnow() -> datetime:
@@ -199,7 +220,8 @@ class ProxyServer:
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
                                                   else None),
                                      clock=clock, release=self.release,
-                                     contact=self.settings.operator_contact)
+                                     contact=self.settings.operator_contact,
+                                     pulls=proxy.pulls)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)
@@ -622,7 +644,8 @@ def build_proxy_app(
                   packument=server._gated_or_none, over_tls=server.over_tls,
                   base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
                   worker_beside=proxy.worker_beside, facts=server.facts,
-                  waiver_granters=proxy.settings.waiver_granters)
+                  waiver_granters=proxy.settings.waiver_granters,
+                  pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None)
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

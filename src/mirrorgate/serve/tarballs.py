@@ -19,15 +19,17 @@ from aiohttp import web
 from mirrorgate import tracing
 from mirrorgate.gate import Gated, VersionRecord, mirror_job
 from mirrorgate.gate.alerts import denial_alert
+from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.handoff import Handoff
-from mirrorgate.integrity import StreamVerifier, Unverifiable, Verified
+from mirrorgate.integrity import StreamVerifier, Unverifiable, Verified, strongest
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.rules.wayout import exception_how, installable_from
+from mirrorgate.serve.access import CLIENT
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, by_rule, denied, not_mirrored, upstream_failed
 from mirrorgate.serve.relay import INSTALL_SCRIPTS, OUTCOME, Relay, ScriptsRead, Withheld, remember
@@ -44,6 +46,11 @@ log = structlog.get_logger("mirrorgate.serve")
 # full) is made good by the next pull.
 ENQUEUE_WINDOW = 300.0
 
+SOURCE = web.RequestKey("mirrorgate_pull_source", str)
+"""Where a tarball answer's bytes come from ("mirror" or "public"), for the pull log."""
+RECORD = web.RequestKey("mirrorgate_pull_record", VersionRecord)
+"""The version a tarball request asked for, once the gated packument knows it."""
+
 
 class TarballRoute:
     def __init__(self, *, private: PrivateRegistry, public: Upstream, queue: MirrorQueue,
@@ -53,7 +60,8 @@ class TarballRoute:
                  handoff: Handoff | None = None,
                  on_enqueued: Callable[[PackageName, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 release: ReleaseJudge | None = None, contact: str | None = None) -> None:
+                 release: ReleaseJudge | None = None, contact: str | None = None,
+                 pulls: PullLog | None = None) -> None:
         self.private = private
         self.public = public
         self.queue = queue
@@ -67,11 +75,50 @@ class TarballRoute:
         self.release = release
         self.contact = contact
         """MIRRORGATE_OPERATOR_CONTACT, named in a denied tarball's 403."""
+        self.pulls = pulls
+        """The pull log (`gate.pulllog`): one record per tarball GET served or refused."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
 
     async def __call__(self, request: web.Request, name: PackageName, filename: str,
                        deadline: asyncio.Timeout, slot: Slot) -> web.StreamResponse:
+        """The tarball's answer, and its record in the pull log: the one place every GET
+        served (mirror or public) or refused by a rule (403) passes. A 404, an upstream
+        failure and a HEAD are not pulls."""
+        pulls = self.pulls if request.method == "GET" else None
+        try:
+            answer = await self._answer(request, name, filename, deadline, slot)
+        except Refused as refused:
+            rule = refused.fields.get("rule")
+            record = request.get(RECORD)
+            if pulls is not None and refused.status == 403 and rule and record is not None:
+                self._log_pull(pulls, request, name, record.version, _integrity(record),
+                               f"refused:{rule}")
+            raise
+        record = request.get(RECORD)
+        if pulls is not None and answer.status == 200 and record is not None:
+            # a transfer cut before its last byte (bytes that did not match, scripts the
+            # manifest hid) installed nothing: a refusal; a client that hung up or an upstream
+            # that failed mid-body, no pull
+            cut = answer.get(OUTCOME)
+            if cut is None:
+                self._log_pull(pulls, request, name, record.version, _integrity(record),
+                               request.get(SOURCE, "public"))
+            elif cut not in ("client_gone", "aborted"):
+                self._log_pull(pulls, request, name, record.version, _integrity(record),
+                               f"refused:{cut}")
+        return answer
+
+    def _log_pull(self, pulls: PullLog, request: web.Request, name: PackageName,
+                  version: str, integrity: str, source: str) -> None:
+        client = request.get(CLIENT)
+        # the client's name (and its CI identity), never its token
+        who = client.who if client is not None else "anonymous"
+        request_id = structlog.contextvars.get_contextvars().get("request_id", "")
+        pulls.record(who, name.full, version, integrity, source, str(request_id))
+
+    async def _answer(self, request: web.Request, name: PackageName, filename: str,
+                      deadline: asyncio.Timeout, slot: Slot) -> web.StreamResponse:
         try:
             # the file name must be `<bare name>-<version>.tgz` for this package, else 400
             version = version_from_filename(name, filename)
@@ -89,6 +136,7 @@ class TarballRoute:
         if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
+        request[RECORD] = record
         if self.release is not None and not record.private and (
                 record.denial is None or record.denial.rule in RELEASE_SIGNALS):
             self._refuse_remembered(name, version)  # the evidence, not only the reason
@@ -200,6 +248,8 @@ class TarballRoute:
             log.warning("upstream_failed", upstream="private", package=name.full,
                         version=record.version, kind=failure.kind, detail=str(failure))
             return None, failure
+        if relayed is not None:
+            request[SOURCE] = "mirror"
         if relayed is not None and self.release is not None and request.method == "GET":
             self.release.installed(name.full)
         return (relayed[0] if relayed is not None else None), None
@@ -386,6 +436,16 @@ def _checked(verifier: StreamVerifier | None) -> str | None:
     """The digest a relay checks its bytes against, in its spool's key: bytes admitted under
     another digest (a packument changed meanwhile) are another download."""
     return verifier.expected.sri() if verifier is not None else None
+
+
+def _integrity(record: VersionRecord) -> str:
+    """The integrity the version was admitted with (a first-party one: its manifest's)."""
+    chosen = strongest(record.digests)
+    if chosen is not None:
+        return chosen.sri()
+    dist = record.manifest().get("dist")  # first-party: no public digests to compare with
+    found = dist.get("integrity") if isinstance(dist, dict) else None
+    return found if isinstance(found, str) else ""
 
 
 def _verifier(record: VersionRecord) -> StreamVerifier | None:

@@ -125,6 +125,18 @@ class PostgresStore:
                 "DO UPDATE SET value = excluded.value, seq = excluded.seq",
                 [(f.kind, f.key, f.value) for f in facts])
 
+    async def claim(self, kind: str, key: str, value: str) -> bool:
+        async def work(db: asyncpg.Connection) -> bool:
+            async with db.transaction():
+                await db.execute("SELECT pg_advisory_xact_lock($1)", _WRITERS)
+                written = await db.fetchval(
+                    "INSERT INTO facts (kind, key, value, seq) "
+                    "VALUES ($1, $2, $3, nextval('change_counter')) "
+                    "ON CONFLICT (kind, key) DO NOTHING RETURNING 1", kind, key, value)
+            return written is not None
+        claimed: bool = await self._call(work)
+        return claimed
+
     async def put_verdicts(self, verdicts: Sequence[Verdict]) -> None:
         if verdicts:
             await self._write(

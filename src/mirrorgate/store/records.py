@@ -128,6 +128,10 @@ class Store(Protocol):
     async def changes(self, after: int, limit: int = 10_000) -> Changes:
         """Facts and verdicts written after `after` (0: everything), at most `limit` of them."""
 
+    async def claim(self, kind: str, key: str, value: str) -> bool:
+        """Write the fact (`kind`, `key`) = `value` unless it exists: True for the one caller
+        of a fleet that wrote it (a notification sent once, whichever replica saw the event)."""
+
     async def append_pulls(self, pulls: Sequence[Pull]) -> None:
         """Append `pulls` to the pull log in one transaction."""
 

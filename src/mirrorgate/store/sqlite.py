@@ -141,6 +141,22 @@ class SqliteStore:
                     for index, fact in enumerate(items)]
         await self._run(lambda db: self._write(db, rows, len(items)))
 
+    async def claim(self, kind: str, key: str, value: str) -> bool:
+        def work(db: sqlite3.Connection) -> bool:
+            db.execute("BEGIN IMMEDIATE")  # the write lock: one claimant at a time
+            try:
+                (seq,) = db.execute("UPDATE change_counter SET value = value + 1 "
+                                    "RETURNING value").fetchone()
+                written = db.execute("INSERT INTO facts (kind, key, value, seq) "
+                                     "VALUES (?, ?, ?, ?) ON CONFLICT (kind, key) DO NOTHING",
+                                     (kind, key, value, int(seq))).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return written == 1
+        return await self._run(work)
+
     async def put_verdicts(self, verdicts: Sequence[Verdict]) -> None:
         if not verdicts:
             return

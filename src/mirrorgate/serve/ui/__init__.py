@@ -18,7 +18,7 @@ from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import LiveRules, Rules, live
 from mirrorgate.serve.ui.overview import overview
-from mirrorgate.serve.ui.package import LoadPackument, package_view, search
+from mirrorgate.serve.ui.package import LoadPackument, PulledBy, package_view, search
 from mirrorgate.serve.ui.page import HEADERS, esc, page
 from mirrorgate.serve.ui.session import LOGIN_PATH, login_form, login_submit, see_other
 from mirrorgate.serve.ui.stored import StoredCounts
@@ -39,7 +39,8 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
                   packument: LoadPackument, over_tls: Callable[[web.Request], bool],
                   base: Callable[[web.Request], str], stored: StoredCounts,
                   worker_beside: bool = False, facts: KeptFacts | None = None,
-                  waiver_granters: tuple[str, ...] = ()) -> None:
+                  waiver_granters: tuple[str, ...] = (),
+                  pulled: PulledBy | None = None) -> None:
     """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
     box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
     started = datetime.now(UTC)
@@ -59,7 +60,7 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
     async def show_package(request: web.Request) -> web.Response:
         # the raw path: the name is decoded once, by parse_name, exactly as under /npm/
         raw = request.raw_path.partition("?")[0]
-        return await package_view(raw[len(_PACKAGE):], packument)
+        return await package_view(raw[len(_PACKAGE):], packument, pulled)
 
     async def search_box(request: web.Request) -> web.Response:
         return search(request.query.get("name", ""))

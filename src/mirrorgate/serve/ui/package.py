@@ -12,6 +12,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from mirrorgate.gate import PUBLIC_WITHDRAWN, Gated, VersionRecord
+from mirrorgate.gate.exposure import Exposure, iso
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.npm.versions import nearest, newest_first
@@ -19,10 +20,13 @@ from mirrorgate.serve.refusals import Refused
 from mirrorgate.serve.ui.page import esc, page, table
 from mirrorgate.serve.ui.session import see_other
 
-__all__ = ["LoadPackument", "package_view", "search"]
+__all__ = ["LoadPackument", "PulledBy", "package_view", "search"]
 
 LoadPackument = Callable[[PackageName], Awaitable[Gated | None]]
 """The serve path's cached packument for a name; raises `Refused` when an upstream fails."""
+PulledBy = Callable[[str], Awaitable[list[Exposure] | None]]
+"""Who pulled which version of a name, from the pull log; None when it cannot be read now."""
+PULLERS_SHOWN = 200  # rows; `mirrorgate exposure NAME` lists every one
 
 
 def _verdict(record: VersionRecord, survivors: list[str]) -> tuple[str, str, str]:
@@ -65,7 +69,27 @@ def _name_error(text: str, error: InvalidNameError) -> web.Response:
     return page("Not a package name", body, status=400)
 
 
-async def package_view(raw: str, load: LoadPackument) -> web.Response:
+def _pulled_section(found: list[Exposure] | None) -> str:
+    """Who pulled which version (served, not refused), newest version first."""
+    if found is None:
+        return ("<section><h2>Who pulled it</h2><p class=\"empty\">The pull log cannot be "
+                "read now (the state store does not answer, or keeps no log here).</p>"
+                "</section>")
+    order = {v: n for n, v in enumerate(newest_first({e.version for e in found}))}
+    found = sorted(found, key=lambda e: (order.get(e.version, len(order)), e.first))
+    rows = ([f'<span class="version">{esc(e.version)}</span>', esc(e.client),
+             esc(iso(e.first)), esc(iso(e.last)), esc(e.pulls), esc(", ".join(sorted(e.sources)))]
+            for e in found[:PULLERS_SHOWN])
+    more = (f"<p class=\"meta\">{len(found) - PULLERS_SHOWN} more: ask "
+            "<code>mirrorgate exposure</code>.</p>" if len(found) > PULLERS_SHOWN else "")
+    return ("<section><h2>Who pulled it</h2>" + table(
+        ["version", "client", "first", "last", "pulls", "from"], rows,
+        empty="no client pulled a version of this package within the pull log's retention")
+        + more + "</section>")
+
+
+async def package_view(raw: str, load: LoadPackument,
+                       pulled: PulledBy | None = None) -> web.Response:
     """`raw` is the path after `/ui/package/`, still percent-encoded: it is decoded and
     checked once, by the same `parse_name` as `/npm/`."""
     try:
@@ -99,6 +123,8 @@ async def package_view(raw: str, load: LoadPackument) -> web.Response:
     body = (f"<h1>{esc(name.full)}</h1><p class=\"meta\">{esc(counts)}</p>"
             f"<section><h2>dist-tags</h2>{tags}</section>"
             f"<section><h2>Versions</h2>{versions}</section>")
+    if pulled is not None:
+        body += _pulled_section(await pulled(name.full))
     return page(name.full, body, search=name.full)
 
 

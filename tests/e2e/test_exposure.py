@@ -1,0 +1,195 @@
+"""Who pulled it: two CI clients install through the real npm client with their own tokens,
+`mirrorgate exposure` names each, and when the public registry withdraws the version one of
+them installed, the exposure notification names that client and not the other.
+
+The incident this answers is 2025-26's: a malicious version live for a few hours, found and
+taken down afterwards; the security team's first question is which builds installed it. Here
+`web-ci` installs `takedown-pkg@1.0.1` and `api-ci` installs `1.0.0` through a real
+`mirrorgate serve` (mirrored into real Verdaccio); the public registry (the fixture registry)
+then withdraws 1.0.1. No token may appear in the log, the report or the notification.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from functools import partial
+from pathlib import Path
+
+from mirrorgate.serve.tokens import new_token
+from tests.access.rig import tokens_file
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.npm import NpmClient
+from tests.servers.packages import make_package, make_version
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.processes import MirrorgateProcess, http_request, mirrorgate_argv, wait_for
+from tests.servers.verdaccio import Verdaccio
+from tests.servers.webhook import SECRET, WebhookReceiver
+
+V100 = make_version("takedown-pkg", "1.0.0")
+V101 = make_version("takedown-pkg", "1.0.1")
+
+
+def exposure(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return exposure_with({"MIRRORGATE_DATA_DIR": str(data)}, *args)
+
+
+def exposure_with(settings: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+           **settings}
+    return subprocess.run([*mirrorgate_argv(), "exposure", *args], env=env, text=True,
+                          capture_output=True, timeout=60, check=False)
+
+
+def withdrawn_on(proxy: MirrorgateProcess, token: str) -> bool:
+    document = http_request("GET", proxy.registry_url + "takedown-pkg",
+                            headers={"Authorization": f"Bearer {token}"}).json()
+    return "1.0.1" not in document["versions"]
+
+
+def install(npm: NpmClient, proxy: MirrorgateProcess, token: str, version: str) -> None:
+    npm.authenticate(proxy.registry_url, token)
+    npm.write_project({"takedown-pkg": version})
+    done = npm.install(registry=proxy.registry_url)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_exposure_report_and_notification_name_the_clients_that_pulled_the_version(
+    mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+    webhook: WebhookReceiver, tmp_path: Path,
+) -> None:
+    web, api, operator = new_token(), new_token(), new_token()
+    public_registry.add(make_package("takedown-pkg", [V100, V101]))
+    data = tmp_path / "data"
+    proxy = mirrorgate("serve", {
+        "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+        "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+        "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token, "MIRRORGATE_METRICS_OPEN": "true",
+        "MIRRORGATE_CACHE_TTL": "1", "MIRRORGATE_DATA_DIR": str(data),
+        "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens_file(
+            tmp_path, **{"web-ci": web, "api-ci": api, "operator": operator})),
+        "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET})
+
+    install(NpmClient(tmp_path / "web"), proxy, web, "1.0.1")
+    install(NpmClient(tmp_path / "api"), proxy, api, "1.0.0")
+    wait_for(lambda: {"1.0.0", "1.0.1"} <= set(verdaccio.versions("takedown-pkg")),
+             timeout=60, message="the worker to mirror both versions")
+    wait_for(lambda: exposure(data, "takedown-pkg").returncode == 1
+             and len(json.loads(exposure(data, "takedown-pkg", "--json").stdout)["clients"])
+             == 2, timeout=10, message="both pulls written to the pull log")
+
+    everything = exposure(data, "takedown-pkg", "--json")
+    answer = json.loads(everything.stdout)
+    assert everything.returncode == 1
+    assert [(e["client"], e["version"], e["pulls"]) for e in answer["pulled"]] == [
+        ("api-ci", "1.0.0", 1), ("web-ci", "1.0.1", 1)]
+    assert answer["pulled"][1]["integrity"] == [V101.integrity]
+    one = json.loads(exposure(data, "takedown-pkg@1.0.1", "--json").stdout)
+    assert one["clients"] == ["web-ci"]
+
+    public_registry.add(make_package("takedown-pkg", [V100]))  # npm withdraws 1.0.1
+    seen = http_request("GET", proxy.registry_url + "takedown-pkg",
+                        headers={"Authorization": f"Bearer {operator}"})
+    assert seen.status == 200
+    wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
+             message="the exposure notification at the receiver")
+    [notified] = webhook.of_type("dev.mirrorgate.exposure")
+    assert notified.signature_valid
+    event = notified.event
+    assert event["subject"] == "takedown-pkg@1.0.1"
+    assert [c["client"] for c in event["data"]["clients"]] == ["web-ci"]
+    assert event["data"]["cause"] == "withdrawn"
+    assert "web-ci" in event["text"]
+    assert "api-ci" not in json.dumps(event)
+    [line] = proxy.events("version_exposed")
+    assert [c["client"] for c in line["clients"]] == ["web-ci"]
+    assert proxy.metric("mirrorgate_exposures_total", cause="withdrawn") == 1
+
+    for token in (web, api, operator):  # the client's name only, never its token
+        assert token not in proxy.stderr() + proxy.running.output()
+        assert token not in everything.stdout
+        assert token not in json.dumps([r.event for r in webhook.delivered()])
+
+
+def test_two_replicas_on_one_postgresql_give_one_answer_and_warn_once(
+    mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+    postgres_server: PostgresServer, webhook: WebhookReceiver, tmp_path: Path,
+) -> None:
+    web, api = new_token(), new_token()
+    public_registry.add(make_package("takedown-pkg", [V100, V101]))
+    database = postgres_server.new_database_now()
+    tokens = tokens_file(tmp_path, **{"web-ci": web, "api-ci": api})
+    with FixtureRegistry(make_package("takedown-pkg", [V100.marked(), V101.marked()])) as private:
+        replicas = [mirrorgate("serve", {
+            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+            "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATABASE_URL": database,
+            "MIRRORGATE_DATA_DIR": str(tmp_path / f"data-{n}"), "MIRRORGATE_CACHE_TTL": "1",
+            "MIRRORGATE_METRICS_OPEN": "true", "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens),
+            "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET})
+            for n in range(2)]
+        for proxy, token in zip(replicas, (web, api), strict=True):  # one client on each
+            pulled = http_request("GET", proxy.registry_url
+                                  + "takedown-pkg/-/takedown-pkg-1.0.1.tgz",
+                                  headers={"Authorization": f"Bearer {token}"})
+            assert pulled.status == 200
+
+        ask = {"MIRRORGATE_DATABASE_URL": database}
+        wait_for(lambda: len(json.loads(exposure_with(ask, "takedown-pkg@1.0.1", "--json")
+                                        .stdout)["clients"]) == 2, timeout=10,
+                 message="both replicas' pulls in the one pull log")
+        answer = json.loads(exposure_with(ask, "takedown-pkg@1.0.1", "--json").stdout)
+        assert answer["store"] == "postgresql"
+        assert [(e["client"], e["sources"]) for e in answer["pulled"]] == [
+            ("web-ci", ["mirror"]), ("api-ci", ["mirror"])]  # in the order of first pulls
+
+        public_registry.add(make_package("takedown-pkg", [V100]))  # npm withdraws 1.0.1
+        for proxy, token in zip(replicas, (web, api), strict=True):
+            wait_for(partial(withdrawn_on, proxy, token), timeout=10,
+                     message="each replica to refuse the withdrawn version")
+        wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
+                 message="the exposure notification")
+        time.sleep(2)  # time for a second one, were the fleet to send two
+    [notified] = webhook.of_type("dev.mirrorgate.exposure")
+    assert [c["client"] for c in notified.event["data"]["clients"]] == ["web-ci", "api-ci"]
+    assert sum(len(proxy.events("version_exposed")) for proxy in replicas) == 1
+
+
+def test_a_deny_entry_added_for_a_version_already_served_warns_once_naming_who_pulled_it(
+    mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+    webhook: WebhookReceiver, tmp_path: Path,
+) -> None:
+    public_registry.add(make_package("takedown-pkg", [V100, V101]))
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[age]\nminimum = \"0\"\n", encoding="utf-8")
+    proxy = mirrorgate("serve", {
+        "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+        "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+        "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token, "MIRRORGATE_METRICS_OPEN": "true",
+        "MIRRORGATE_CACHE_TTL": "1", "MIRRORGATE_RULES_FILE": str(rules),
+        "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET})
+    npm = NpmClient(tmp_path / "npm")
+    npm.write_project({"takedown-pkg": "1.0.1"})
+    assert npm.install(registry=proxy.registry_url).returncode == 0
+
+    # the security team learns both versions are bad and denies them; only 1.0.1 was pulled
+    rules.write_text("[age]\nminimum = \"0\"\n[deny]\npackages = [\"takedown-pkg@1.0.1\", "
+                     "\"takedown-pkg@1.0.0\"]\n", encoding="utf-8")
+    wait_for(lambda: proxy.events("rules_reloaded"), timeout=15, message="the new rules")
+    for _ in range(2):  # two fills under the new rules: still one warning
+        wait_for(lambda: not http_request(  # nothing installable: no versions at all
+            "GET", proxy.registry_url + "takedown-pkg").json().get("versions"), timeout=10,
+            message="both versions denied")
+        time.sleep(1.2)
+    wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
+             message="the exposure notification")
+    time.sleep(1)
+    [notified] = webhook.of_type("dev.mirrorgate.exposure")  # not 1.0.0: nobody pulled it
+    assert notified.event["subject"] == "takedown-pkg@1.0.1"
+    assert notified.event["data"]["cause"] == "deny-list"
+    assert [c["client"] for c in notified.event["data"]["clients"]] == ["anonymous"]
+    assert "is now denied by the deny-list rule" in notified.event["text"]
+    assert len(proxy.events("version_exposed")) == 1
+    assert proxy.metric("mirrorgate_exposures_total", cause="deny-list") == 1

@@ -1,0 +1,93 @@
+"""The pull log survives a `kill -9` of `mirrorgate serve` but for its last second.
+
+On SQLite and on PostgreSQL. The pull log is written off the request path, a batch a second
+(`gate.pulllog`): a proxy killed in the middle of a CI burst must still be able to say who
+pulled what up to a second before it died, since that record is what an incident response asks
+for days later (docs/exposure.md). Every pull here carries its own request id, so each record
+is matched to the answer it stands for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from mirrorgate.store import Pull
+from mirrorgate.store.postgres import open_postgres
+from mirrorgate.store.sqlite import FILENAME, open_sqlite
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.packages import make_package, make_version
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.processes import http_request
+
+VERSIONS = [make_version("burst-pkg", f"1.0.{n}", size=40_000) for n in range(5)]
+YOUNG = make_version("burst-pkg", "2.0.0", published=datetime.now(UTC))
+"""Held back by the default minimum-age rule: its pull is refused, and logged as such."""
+LOSS_BOUND = 1.25
+"""The flush period (1 s) and a write's own time on a busy shared machine."""
+
+
+def read_pulls(data: Path, database: str | None) -> list[Pull]:
+    async def read() -> list[Pull]:
+        store = (await open_postgres(database) if database is not None
+                 else await open_sqlite(data / FILENAME))
+        try:
+            return await store.pulls(limit=100_000)
+        finally:
+            await store.close()
+    return asyncio.run(read())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_kill_9_during_a_burst_of_pulls_loses_at_most_the_last_second(
+        kind: str, mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    public_registry.add(make_package("burst-pkg", [*VERSIONS, YOUNG]))
+    database: str | None = None
+    if kind == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        database = server.new_database_now()
+    with FixtureRegistry() as private:
+        data = tmp_path / "data"
+        proxy = mirrorgate("serve", {
+            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+            "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATA_DIR": str(data),
+            **({"MIRRORGATE_DATABASE_URL": database} if database is not None else {})})
+        refused = proxy.get("npm/burst-pkg/-/burst-pkg-2.0.0.tgz",
+                            headers={"X-Request-Id": "young"})
+        assert refused.status == 403
+        head = http_request("HEAD", proxy.url + "npm/burst-pkg/-/burst-pkg-1.0.0.tgz",
+                            headers={"X-Request-Id": "head"})
+        assert head.status == 200
+        answered: dict[str, float] = {}  # request id -> when its answer was whole
+        n = 0
+        start = time.monotonic()
+        while time.monotonic() - start < 3.0:
+            version = VERSIONS[n % len(VERSIONS)].version
+            request_id = f"burst-{n}"
+            reply = proxy.get(f"npm/burst-pkg/-/burst-pkg-{version}.tgz",
+                              headers={"X-Request-Id": request_id})
+            assert reply.status == 200, reply.body[:300]
+            answered[request_id] = time.monotonic()
+            n += 1
+        proxy.kill()  # SIGKILL: no drain, no last write
+        killed = time.monotonic()
+
+    kept = {pull.request_id: pull for pull in read_pulls(data, database)}
+    old_enough = [rid for rid, at in answered.items() if at < killed - LOSS_BOUND]
+    lost = [rid for rid in old_enough if rid not in kept]
+    assert len(answered) > 20, "the burst was too slow to mean anything"
+    assert old_enough
+    assert not lost, f"{len(lost)} of {len(old_enough)} pulls lost: {lost[:5]}"
+    assert kept.pop("young").source == "refused:minimum-age"
+    assert "head" not in kept  # a HEAD is not a pull
+    assert set(kept) <= set(answered)  # nothing made up
+    first = kept["burst-0"]
+    assert (first.client, first.name, first.version, first.source) == (
+        "anonymous", "burst-pkg", "1.0.0", "public")
+    assert first.integrity == VERSIONS[0].integrity

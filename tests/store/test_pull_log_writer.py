@@ -1,0 +1,78 @@
+"""The pull log's writer (`gate.pulllog`) on both stores: records wait for a lost store in a
+bounded buffer (the oldest dropped past it, counted) and are written when it returns; the
+retention prunes at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.metrics import Metrics
+from mirrorgate.store import Pull
+from tests.metric_samples import metric_value, registry_samples
+from tests.store.conftest import Place
+
+NOW = datetime(2026, 3, 31, 3, 0, tzinfo=UTC)
+
+
+async def settle(check: Callable[[], bool], seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+
+
+async def test_pulls_wait_for_a_lost_store_bounded_and_are_written_when_it_returns(
+        place: Place) -> None:
+    metrics = Metrics()
+    facts = KeptFacts(place.open, metrics=metrics, poll=0.05)
+    await facts.open()
+    log = PullLog(facts, retention_days=90, metrics=metrics, flush=0.05, max_buffered=3,
+                  now=lambda: NOW)
+    stop = asyncio.Event()
+    running = asyncio.gather(facts.run(stop), log.run(stop))
+    with place.away():
+        for n in range(5):
+            log.record("web-ci", "axios", f"1.14.{n}", "sha512-AAAA", "public", f"r{n}")
+        await asyncio.sleep(0.6)  # the writer tries, the store refuses
+        assert log.buffered == 3
+    await settle(lambda: log.buffered == 0)
+    stop.set()
+    await running
+    samples = registry_samples(metrics.registry)
+    assert metric_value(samples, "mirrorgate_pulls_logged_total", outcome="dropped") == 2
+    assert metric_value(samples, "mirrorgate_pulls_logged_total", outcome="written") == 3
+    store = facts.store
+    assert store is not None
+    assert [p.request_id for p in await store.pulls(client="web-ci")] == ["r2", "r3", "r4"]
+    await facts.close()
+
+
+async def test_the_retention_prunes_older_pulls_at_start_up(place: Place) -> None:
+    store = await place.open()
+    await store.append_pulls([
+        Pull("web-ci", "axios", "1.0.0", "sha512-AAAA", "public", NOW - timedelta(days=91), "old"),
+        Pull("web-ci", "axios", "1.0.1", "sha512-AAAA", "public", NOW - timedelta(days=89), "kept"),
+    ])
+    await store.close()
+    facts = KeptFacts(place.open)
+    await facts.open()
+    log = PullLog(facts, retention_days=90, flush=0.05, now=lambda: NOW)
+    stop = asyncio.Event()
+    running = asyncio.create_task(log.run(stop))
+    kept = facts.store
+    assert kept is not None
+    await settle(lambda: False, 0.3)
+    stop.set()
+    await running
+    assert [p.request_id for p in await kept.pulls(name="axios")] == ["kept"]
+    await facts.close()
+
+
+def test_a_process_without_a_store_keeps_no_log() -> None:
+    log = PullLog(KeptFacts(), retention_days=90)
+    log.record("web-ci", "axios", "1.14.1", "sha512-AAAA", "public", "r1")
+    assert (log.enabled, log.buffered) == (False, 0)
