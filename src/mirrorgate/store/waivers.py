@@ -13,6 +13,7 @@ from datetime import datetime
 
 import orjson
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.moments import moment, stamp
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.npm.versions import parse_version
@@ -31,7 +32,7 @@ _PAGE = 10_000
 MAX_WHY = 500  # a reason is a sentence; the status page and a chat line show it whole
 
 
-class WaiverError(ValueError):
+class WaiverError(MirrorgateError, ValueError):
     """Input a waiver cannot be made of: the message says what is wrong; the command adds the
     example."""
 
