@@ -7,10 +7,8 @@ same version within `WINDOW` is counted, not sent; the rest wait in a bounded qu
 dropped, and counted, when it is full) for one background sender, which retries with backoff.
 A client's request never waits on it and never fails because of it.
 
-The body is a CloudEvents 1.0 structured JSON event with a `text` extension attribute, the one
-line Slack's and Teams' incoming webhooks show as it is; it is sent as `application/json`, which
-those webhooks expect. With MIRRORGATE_NOTIFY_SECRET the exact body bytes are signed:
-`X-Mirrorgate-Signature: sha256=<hex HMAC-SHA256>`.
+The body is a CloudEvents 1.0 structured JSON event whose `text` attribute Slack's and Teams'
+webhooks show as it is; MIRRORGATE_NOTIFY_SECRET signs its exact bytes (`X-Mirrorgate-Signature`).
 """
 
 from __future__ import annotations

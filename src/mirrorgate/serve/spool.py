@@ -5,14 +5,9 @@ a slow link reads a 40 MB tarball for minutes. Relayed straight through, each re
 upstream download, holding an admission slot and an upstream connection for as long as its
 client takes. A `Spool` is one download written down as it arrives: every request for the same
 bytes reads from it, at its own pace, and the download (with its slot) ends when the upstream
-body does. docs/serving.md ("One download per tarball") tells the story; this module holds the
+body does. Bounded by `Spools.max_bytes`, in memory up to `MEMORY_BYTES`, the rest in unnamed
+files; docs/serving.md ("One download per tarball") tells the story. This module holds the
 storage and the waiting, nothing about HTTP or verdicts.
-
-Bounded: a spool reserves its declared size against `Spools.max_bytes` before it starts (one
-that does not fit is not made: the caller streams as before); the small ones are held in memory
-up to `MEMORY_BYTES` in all, the rest in an unnamed file under the spool directory (gone when
-closed, or when the process dies). A finished, verified spool is kept `LINGER` seconds after its
-last reader, for the requests of a fleet that arrive just after.
 """
 
 from __future__ import annotations
@@ -44,7 +39,8 @@ SMALL = 4 * 1024 * 1024
 MEMORY_BYTES = 64 * 1024 * 1024
 """Bytes of spools held in memory at once, at most; past it, small ones go to a file too."""
 LINGER = 30.0
-"""Seconds a finished, verified spool is kept after its last reader leaves."""
+"""Seconds a finished, verified spool is kept after its last reader leaves, for the requests
+of a fleet that arrive just after."""
 MAX_SPOOLS = 4096
 """Spools at once, at most (a lingering one goes first to make room)."""
 MAX_FILES = 256
