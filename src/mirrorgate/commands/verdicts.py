@@ -7,10 +7,8 @@ operator commands judge exactly as the proxy does.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Protocol
 from urllib.parse import urljoin
 
@@ -19,13 +17,13 @@ import orjson
 
 from mirrorgate.config import Secret, Settings
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.gate import Denial, FirstPartyNames, PackumentSource
+from mirrorgate.gate import Denial
+from mirrorgate.gate.assembled import Gate
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import Rules
 from mirrorgate.upstream.client import UpstreamError
 from mirrorgate.upstream.clients import Upstreams
-from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import open_registry
 
 __all__ = ["GateVerdicts", "ProxyVerdicts", "VerdictSource", "Verdicts",
@@ -64,22 +62,22 @@ class VerdictSource(Protocol):
 class GateVerdicts:
     """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules)`.
 
-    It is the proxy's own fill (`gate.PackumentSource`: both upstreams, the merge,
-    ownership, the rules with their advisory index, signatures and takeover history), with the
-    settings the proxy reads; nothing is cached or remembered on disk.
+    It is the proxy's own `gate.Gate` (both upstreams, the merge, ownership, the rules with
+    their advisory index, signatures and takeover history, the release verdicts), with the
+    settings the proxy reads; nothing is remembered on disk.
     """
 
     def __init__(self, settings: Settings, rules: Rules) -> None:
         self.rules = rules
         self.metrics = Metrics()
         self.upstreams = Upstreams.from_settings(settings, self.metrics)
-        self.keys = RegistryKeys(self.upstreams.public, clock=time.monotonic, metrics=self.metrics)
-        self.source = PackumentSource(
-            private=open_registry(settings.private_upstream, self.upstreams.private),
-            public=self.upstreams.public, rules=rules, metrics=self.metrics,
-            now=lambda: datetime.now(UTC), keys=self.keys,
-            # in memory: a check never writes the proxy's list of first-party names
-            first_party=FirstPartyNames())
+        # the gate the proxy runs, in this process's memory: a check never writes the
+        # proxy's list of first-party names, nor its state store
+        self.gate = Gate(settings=settings, public=self.upstreams.public,
+                         private=open_registry(settings.private_upstream,
+                                               self.upstreams.private),
+                         rules=rules, metrics=self.metrics, first_party_kept=False)
+        self.source = self.gate.source
 
     @classmethod
     async def open(cls, settings: Settings, rules: Rules) -> GateVerdicts:
@@ -96,10 +94,9 @@ class GateVerdicts:
 
     async def verdicts(self, name: PackageName, wanted: Collection[str]) -> Verdicts:
         try:
-            loaded = await self.source.load(name, None)
+            gated = await self.gate.gated(name)
         except UpstreamError as error:
             raise VerdictsError(str(error)) from None
-        gated = loaded.value.gated
         if gated is None:
             return Verdicts(name.full, known=False)
         denied = {version: record.denial
@@ -111,7 +108,7 @@ class GateVerdicts:
         return Verdicts(name.full, True, tuple(gated.survivors), denied, would, excepted)
 
     async def close(self) -> None:
-        await self.keys.close()
+        await self.gate.close()
         await self.upstreams.close()
 
 
