@@ -109,7 +109,8 @@ class CommandMirroring:
                           public=self.gate.upstreams.public, target=self.target,
                           metrics=self.gate.metrics,
                           heartbeat=Heartbeat(self.settings.heartbeat_stale_after),
-                          rules=self.gate.rules, on_outcome=heard)
+                          rules=self.gate.rules, on_outcome=heard,
+                          release=self.gate.gate.release)
         await Worker(deps, idle_pause=0.05).run(stop)
 
     async def holds(self, job: MirrorJob) -> bool:
@@ -399,7 +400,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                                        target=target, metrics=metrics,
                                        heartbeat=health.heartbeat, rules=rules,
                                        packuments=packuments, withdrawals=withdrawals,
-                                       handoff=handoff))
+                                       release=gate.release, handoff=handoff))
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         runtime.freeze_startup()

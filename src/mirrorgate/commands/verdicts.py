@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Protocol
 from urllib.parse import urljoin
 
@@ -19,6 +20,7 @@ from mirrorgate.config import Secret, Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import Denial
 from mirrorgate.gate.assembled import Gate
+from mirrorgate.gate.release import UNSETTLED
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import Rules
@@ -105,7 +107,24 @@ class GateVerdicts:
                  for version, record in gated.versions.items() if record.reported}
         excepted = {version: "; ".join(record.excepted)
                     for version, record in gated.versions.items() if record.excepted}
-        return Verdicts(name.full, True, tuple(gated.survivors), denied, would, excepted)
+        for version in wanted:  # what only the bytes tell: read and judged as a pull would
+            record = gated.versions.get(version)
+            if record is None or record.denial is not None:
+                continue
+            try:
+                verdict = await self.gate.release.verdict_for(name, version)
+            except UpstreamError as error:
+                raise VerdictsError(str(error)) from None
+            if isinstance(verdict, str):
+                denied[version] = Denial(UNSETTLED, verdict)
+            elif verdict is not None and verdict.in_force(datetime.now(UTC)):
+                assert verdict.rule is not None
+                denied[version] = Denial(verdict.rule, verdict.reason or "refused",
+                                         until=verdict.until)
+            elif verdict is not None and verdict.reported:
+                would.setdefault(version, Denial(*verdict.reported[0]))
+        admitted = tuple(version for version in gated.survivors if version not in denied)
+        return Verdicts(name.full, True, admitted, denied, would, excepted)
 
     async def close(self) -> None:
         await self.gate.close()
