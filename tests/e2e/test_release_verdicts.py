@@ -267,3 +267,32 @@ def test_prewarm_of_a_lockfile_pinning_a_refused_version_publishes_nothing_and_s
     warmed = run_command(["prewarm", str(npm_client.project / "package-lock.json"), "--json"],
                          env, tmp_path)
     assert warmed.statuses() == {"worm-host@1.4.2": "published"}, warmed.stdout
+
+
+def test_check_of_a_lockfile_pinning_a_refused_version_names_the_signal_and_evidence(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    tmp_path: Path,
+) -> None:
+    public_registry.add(burst_shape())
+    npm_client.write_project({"burst-host": "1.4.4"})
+    locked = npm_client.install(registry=public_registry.url)
+    assert locked.returncode == 0, locked.stderr
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES, encoding="utf-8")
+    env = {**registry_environment(public_registry, verdaccio),
+           "MIRRORGATE_RULES_FILE": str(rules)}
+    lockfile = str(npm_client.project / "package-lock.json")
+
+    done = run_command(["check", lockfile, "--json"], env, tmp_path)
+
+    assert done.returncode == 1, done.stderr
+    [result] = done.json()["results"]
+    assert (result["status"], result["rule"]) == ("denied", HOOK)
+    assert "compared with 1.4.2" in result["reason"]  # 1.4.3, published with it, judged bad
+
+    npm_client.write_project({"burst-host": "1.4.2"})  # a clean release of the same package
+    clean = npm_client.install(registry=public_registry.url)
+    assert clean.returncode == 0, clean.stderr
+    admitted = run_command(["check", lockfile, "--json"], env, tmp_path)
+    assert admitted.returncode == 0, admitted.stdout
+    assert admitted.statuses() == {"burst-host@1.4.2": "admitted"}
