@@ -1,12 +1,12 @@
-"""The release signals' I/O: the previous version's bytes, the new dependencies' first publish,
-the names the organisation installs, and each version's verdict, remembered.
+"""The release signals' I/O: the baseline's bytes, the new dependencies' first publish, the
+names the organisation installs, and each version's verdict, kept as a record of the version.
 
 `ReleaseCheck` rides on the relay of a version's first public pull: the relay feeds its reading
-(`npm.contents`, on the hashing lane, beside the loop) while this fetches the previous version's
-tarball (bounded, verified, read in a thread) and, once the last byte is in, the checks of
-`rules.release` run and the verdict is kept in the state store (`facts`), so a second pull, a
-restart or another replica costs nothing and a warm packument never pays.
-docs/serving.md#release-signals tells why it runs there.
+(`npm.contents`, on the hashing lane, beside the loop) while this chooses the baseline
+(`gate.baseline`) and fetches its tarball (bounded, verified, read in a thread) and, once the
+last byte is in, the checks of `rules.release` run and the verdict is kept in the state store
+(`facts`). The worker, `prewarm` and `check` judge off the relay (`verdict_for`).
+docs/serving.md#release-signals tells why it runs there; docs/verdicts.md, the record.
 """
 
 from __future__ import annotations
@@ -296,9 +296,10 @@ class ReleaseJudge:
         return ReleaseCheck(self, name, gated, record)
 
     async def fetch_previous(self, name: PackageName, record: VersionRecord) -> bytes | str:
-        """The previous version's tarball, verified, or why it cannot be had (a sentence)."""
+        """A release's tarball, verified (the baseline's, or one judged off the relay:
+        `read_and_judge`), or why it cannot be had (a sentence)."""
         url = record.upstream_tarball
-        assert url is not None  # `_previous` picks only versions with a public URL
+        assert url is not None  # only versions with a public URL are baselines or judged
         try:
             verifier = StreamVerifier(record.digests, expected_size=None,
                                       limit=self.previous_max_bytes)
