@@ -13,14 +13,21 @@ a clean release of the same package, admitted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sqlite3
 import subprocess
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
+from mirrorgate.mirror import encode_job
 from tests.commands.mirrored import run_command
-from tests.e2e.sidecar import registry_environment
+from tests.e2e.sidecar import registry_environment, start_sidecar
+from tests.e2e.test_untrusted_queue import send_raw
+from tests.faults.worker_jobs import admitted_job
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.incidents import _fresh, entry_file, minified_bundle, shai_hulud_shape
@@ -296,3 +303,47 @@ def test_check_of_a_lockfile_pinning_a_refused_version_names_the_signal_and_evid
     admitted = run_command(["check", lockfile, "--json"], env, tmp_path)
     assert admitted.returncode == 0, admitted.stdout
     assert admitted.statuses() == {"burst-host@1.4.2": "admitted"}
+
+
+def kept_in(data: Path, name: str, version: str) -> bool:
+    """Whether the SQLite store in `data` holds a verdict on `name@version` (read-only)."""
+    with contextlib.closing(sqlite3.connect(f"file:{data / 'state.sqlite3'}?mode=ro",
+                                            uri=True)) as db:
+        found = db.execute("SELECT 1 FROM verdicts WHERE name = ? AND version = ?",
+                           (name, version)).fetchone()
+    return found is not None
+
+
+@pytest.mark.parametrize("queue_backend", ["sqs"], indirect=True)
+async def test_the_sidecar_worker_on_the_same_sqlite_retires_a_job_the_proxy_refused_unread(
+    queue_backend: str, queue_environment: dict[str, str], public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, npm_client: NpmClient, mirrorgate: MirrorgateFactory,
+    tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:
+    """The proxy and its sidecar worker, two processes on one volume's SQLite file: the job a
+    queue writer sends for the version the proxy refused is retired on the proxy's verdict,
+    its tarball never fetched by the worker."""
+    public_registry.add(shai_hulud_shape())
+    rules, data = tmp_path / "rules.toml", tmp_path / "volume"
+    rules.write_text(RULES, encoding="utf-8")
+    env = {**registry_environment(public_registry, verdaccio), **queue_environment,
+           "MIRRORGATE_RULES_FILE": str(rules), "MIRRORGATE_DATA_DIR": str(data),
+           "MIRRORGATE_METRICS_OPEN": "true"}
+    pod = start_sidecar(mirrorgate, env)
+    refused(npm_client, pod.proxy, "worm-host", "1.4.3")
+    wait_for(lambda: kept_in(data, "worm-host", "1.4.3"), timeout=10,
+             message="the proxy's verdict to reach the SQLite file")
+    public_registry.clear_requests()
+
+    await send_raw(queue_backend, env, request,
+                   encode_job(admitted_job(public_registry, "worm-host", "1.4.3")))
+
+    wait_for(lambda: pod.worker.metric("mirrorgate_jobs_retired_total",
+                                       reason="release-signal") == 1,
+             timeout=30, message="the worker to retire the job on the proxy's verdict")
+    assert tarball_reads(public_registry, "worm-host", "1.4.3") == 0
+    assert "1.4.3" not in verdaccio.versions("worm-host")
+    clean = install(npm_client, pod.proxy, {"worm-host": "^1.4.0"})  # the clean release
+    assert clean.returncode == 0, clean.stderr
+    wait_for(lambda: "1.4.2" in verdaccio.versions("worm-host"), timeout=30,
+             message="the sidecar to mirror worm-host@1.4.2")
