@@ -39,6 +39,7 @@ from bench.tarball_relay import _download, serve_upstream
 from mirrorgate import runtime
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
+from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.healthz import Health
@@ -109,9 +110,12 @@ async def start(public_url: str, data: Path, pulls: PullLog | None) -> tuple[
                       max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
     await public.start()
     queue = bounded_memory_queue(MemoryQueueSettings(1_000_000, 1.0), lambda _n: None)
-    proxy = Proxy(settings=settings, public=public,
-                  private=StoreRegistry(FileStore(data / "store")), queue=queue,
-                  rules=DEFAULT_RULES, metrics=metrics, health=Health(ready=True), pulls=pulls)
+    private = StoreRegistry(FileStore(data / "store"))
+    gate = Gate(settings=settings, public=public, private=private, rules=DEFAULT_RULES,
+                metrics=metrics)
+    proxy = Proxy(settings=settings, public=public, private=private, queue=queue,
+                  rules=DEFAULT_RULES, metrics=metrics, health=Health(ready=True), gate=gate,
+                  pulls=pulls)
     runner = web.AppRunner(build_proxy_app(proxy), access_log=None)
     await runner.setup()
     port = free_port()

@@ -36,6 +36,7 @@ from tests.servers.ports import free_port
 from bench.tarball_relay import Round, _pin, one_round, serve_upstream
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
+from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.healthz import Health
 from mirrorgate.logs import configure_logging
@@ -104,9 +105,11 @@ async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, 
                       max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
     await public.start()
     queue = bounded_memory_queue(MemoryQueueSettings(100_000, 1.0), lambda _n: None)
-    proxy = Proxy(settings=settings, public=public,
-                  private=StoreRegistry(FileStore(data / "store")), queue=queue,
-                  rules=RULES, metrics=metrics, health=Health(ready=True))
+    private = StoreRegistry(FileStore(data / "store"))
+    gate = Gate(settings=settings, public=public, private=private, rules=RULES,
+                metrics=metrics)
+    proxy = Proxy(settings=settings, public=public, private=private, queue=queue,
+                  rules=RULES, metrics=metrics, health=Health(ready=True), gate=gate)
     app = build_proxy_app(proxy)
     # a finished download's spool lingers 30 s for the next reader; here every pull must be
     # a first pull (a download of its own), in both modes

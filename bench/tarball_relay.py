@@ -54,6 +54,7 @@ from tests.servers.ports import free_port
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
 from mirrorgate.gate import VersionRecord
+from mirrorgate.gate.assembled import Gate
 from mirrorgate.healthz import Health
 from mirrorgate.integrity import StreamVerifier
 from mirrorgate.logs import configure_logging
@@ -143,9 +144,11 @@ async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, 
                       max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
     await public.start()
     queue = bounded_memory_queue(MemoryQueueSettings(100_000, 1.0), lambda _n: None)
-    proxy = Proxy(settings=settings, public=public,
-                  private=StoreRegistry(FileStore(data / "store")), queue=queue,
-                  rules=DEFAULT_RULES, metrics=metrics, health=Health(ready=True))
+    private = StoreRegistry(FileStore(data / "store"))
+    gate = Gate(settings=settings, public=public, private=private, rules=DEFAULT_RULES,
+                metrics=metrics)
+    proxy = Proxy(settings=settings, public=public, private=private, queue=queue,
+                  rules=DEFAULT_RULES, metrics=metrics, health=Health(ready=True), gate=gate)
     runner = web.AppRunner(build_proxy_app(proxy), access_log=None)
     await runner.setup()
     port = free_port()

@@ -136,7 +136,8 @@ class Metrics:
             "mirrorgate_release_checks", "versions read by the release signals at their first "
             "pull, by outcome: clean, flagged (a signal fired and was not in force), refused, "
             "first-version (nothing before it to compare), unchecked (the analysis could not "
-            "finish)", ["outcome"], registry=r)
+            "finish), unsettled (no clean release to compare with within the bound)",
+            ["outcome"], registry=r)
         self.release_signals = Counter(
             "mirrorgate_release_signals", "release signals that fired, by signal and what came "
             "of it: denied, reported, excepted, allowed", ["signal", "outcome"], registry=r)

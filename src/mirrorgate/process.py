@@ -26,9 +26,11 @@ from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
+from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.exposure import ExposureWarnings
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.imported import import_files
+from mirrorgate.gate.packuments import PINS
 from mirrorgate.gate.public import FALLBACK_BYTES, CachedPublic, PublicPackuments, ServedPublic
 from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.gate.waivers import follow_waivers
@@ -40,13 +42,13 @@ from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.notify import Notifier
 from mirrorgate.rules import LiveRules, Rules, RulesError
 from mirrorgate.serve.access import install_access
-from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
+from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
 from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
 from mirrorgate.store import Store, StoreSetupError, open_store
 from mirrorgate.upstream.clients import Upstreams
 from mirrorgate.upstream.filestore import StoreError
-from mirrorgate.upstream.registry import PrivateRegistry, open_registry, store_root
+from mirrorgate.upstream.registry import open_registry, store_root
 from mirrorgate.worker.job import WorkerDeps
 from mirrorgate.worker.loop import Worker
 from mirrorgate.worker.target import MirrorTarget, open_target
@@ -107,7 +109,8 @@ class CommandMirroring:
                           public=self.gate.upstreams.public, target=self.target,
                           metrics=self.gate.metrics,
                           heartbeat=Heartbeat(self.settings.heartbeat_stale_after),
-                          rules=self.gate.rules, on_outcome=heard)
+                          rules=self.gate.rules, on_outcome=heard,
+                          release=self.gate.gate.release)
         await Worker(deps, idle_pause=0.05).run(stop)
 
     async def holds(self, job: MirrorJob) -> bool:
@@ -339,18 +342,23 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
     # who pulled which tarball, written through the store the facts opened (`gate.pulllog`)
     pulls = PullLog(facts, retention_days=settings.pull_log_retention_days, metrics=metrics)
+    # the one gate of this process: the proxy serves through it, the worker re-gates with
+    # its withdrawals and verdicts (`gate.gate`)
+    gate = Gate(settings=settings, public=upstreams.public,
+                private=open_registry(settings.private_upstream, upstreams.private),
+                rules=rules, metrics=metrics, facts=facts,
+                pins=PINS if shape.serves and shape.runs_worker else 0)
+    withdrawals: WithdrawnVersions = gate.withdrawals
     if shape.serves:
-        private: PrivateRegistry = open_registry(settings.private_upstream, upstreams.private)
-        app = build_proxy_app(Proxy(settings=settings, public=upstreams.public, private=private,
-                                    queue=queue, rules=rules, metrics=metrics, health=health,
+        app = build_proxy_app(Proxy(settings=settings, public=upstreams.public,
+                                    private=gate.private, queue=queue, rules=rules,
+                                    metrics=metrics, health=health, gate=gate,
                                     clients=clients, worker_beside=shape.runs_worker,
-                                    handoff=handoff, facts=facts, pulls=pulls))
+                                    handoff=handoff, pulls=pulls))
         # the worker beside the proxy judges a job by the proxy's own verdict on the version
-        packuments: PublicPackuments | None = (
-            ServedPublic(app[SERVER].packuments, CachedPublic(upstreams.public, settings,
-                                                              max_bytes=FALLBACK_BYTES))
-            if shape.runs_worker else None)
-        withdrawals: WithdrawnVersions | None = app[SERVER].packuments.source.withdrawals
+        packuments: PublicPackuments = (
+            ServedPublic(gate.packuments, CachedPublic(upstreams.public, settings,
+                                                       max_bytes=FALLBACK_BYTES)))
         host, port = settings.listen
     else:
         app = web.Application()
@@ -358,15 +366,13 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open,
                        oidc=settings.oidc)
         packuments = CachedPublic(upstreams.public, settings)
-        withdrawals = WithdrawnVersions(facts)  # what every proxy of the fleet saw withdrawn
         host, port = settings.worker_listen
     # a withdrawal seen for the first time: who already pulled the version (`gate.exposure`)
     warnings = ExposureWarnings(pulls, metrics)
     if shape.serves:  # and a version served that a deny entry or an advisory now denies
-        app[SERVER].packuments.source.on_gated = warnings.gated
-    if withdrawals is not None:
-        withdrawals.on_new = lambda name, version, seen: warnings.turned_bad(
-            name, version, "withdrawn", f"by the public registry, first seen {seen}")
+        gate.source.on_gated = warnings.gated
+    withdrawals.on_new = lambda name, version, seen: warnings.turned_bad(
+        name, version, "withdrawn", f"by the public registry, first seen {seen}")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -394,7 +400,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                                        target=target, metrics=metrics,
                                        heartbeat=health.heartbeat, rules=rules,
                                        packuments=packuments, withdrawals=withdrawals,
-                                       handoff=handoff))
+                                       release=gate.release, handoff=handoff))
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         runtime.freeze_startup()
@@ -435,6 +441,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     await pulls.flush()  # the pulls of the requests drained above, before the store closes
     if handoff is not None:
         handoff.close()
+    await gate.close()
     await watcher  # it ends with worker_stop
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)

@@ -27,7 +27,9 @@ from yarl import URL
 
 from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.config import Settings, load_settings
+from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.packuments import PINS
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
@@ -143,8 +145,7 @@ class RunningProxy:
 
     async def written(self) -> None:
         """Until what this proxy learned is in its state store (the background writer)."""
-        facts = self.proxy.facts
-        assert facts is not None
+        facts = self.proxy.gate.facts
         for _ in range(200):
             if facts.pending == 0:
                 return
@@ -218,12 +219,15 @@ class ProxyStack:
     runner: web.AppRunner
     upstreams: list[Upstream]
     facts: KeptFacts | None = None
+    gate: Gate | None = None
     keeping: asyncio.Task[None] | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def close(self) -> None:
         await self.running.session.close()
         await self.runner.cleanup()
+        if self.gate is not None:
+            await self.gate.close()
         for upstream in self.upstreams:
             await upstream.close()
         self.stop.set()
@@ -262,18 +266,21 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | L
     # the state store in the data directory, as `mirrorgate serve` keeps it (`process`)
     facts = KeptFacts(lambda: open_store(settings), metrics=metrics)
     await facts.open()
+    clock, wall = ManualClock(), WallClock()
+    gate = Gate(settings=settings, public=upstream, private=source, rules=rules,
+                metrics=metrics, facts=facts, clock=clock, now=wall,
+                pins=PINS if worker_beside else 0)
     proxy = Proxy(settings=settings, public=upstream, private=source,
                   queue=queue or in_memory_double(), rules=rules, metrics=metrics,
-                  health=Health(ready=True), clients=clients,
-                  worker_beside=worker_beside, handoff=handoff, facts=facts)
-    clock, wall = ManualClock(), WallClock()
-    app = build_proxy_app(proxy, clock=clock, now=wall)
+                  health=Health(ready=True), gate=gate, clients=clients,
+                  worker_beside=worker_beside, handoff=handoff)
+    app = build_proxy_app(proxy, clock=clock)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     running = RunningProxy(f"http://127.0.0.1:{port}/", proxy, app[SERVER], clock, wall,
                            aiohttp.ClientSession(), files)
-    stack = ProxyStack(running, runner, upstreams, facts)
+    stack = ProxyStack(running, runner, upstreams, facts, gate=gate)
     stack.keeping = asyncio.create_task(facts.run(stack.stop))
     return stack

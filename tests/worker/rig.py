@@ -162,7 +162,8 @@ async def assert_refused(rig: Rig, logs: LogCapture, store: Path, reason: str,
 def in_process_worker(proxy: RunningProxy, store: Path, *,
                       handoff: Handoff | None = None) -> Worker:
     """A worker as `mirrorgate serve` wires it: the proxy's public client, metrics and rules,
-    judging jobs by the proxy's records (`ServedPublic`), taking what `handoff` holds."""
+    judging jobs by the proxy's records (`ServedPublic`) and release verdicts, taking what
+    `handoff` holds."""
     settings = proxy.proxy.settings
     return Worker(WorkerDeps(
         settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
@@ -170,7 +171,7 @@ def in_process_worker(proxy: RunningProxy, store: Path, *,
         metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
         rules=proxy.proxy.rules, packuments=ServedPublic(
             proxy.server.packuments, CachedPublic(proxy.proxy.public, settings)),
-        withdrawals=proxy.server.packuments.source.withdrawals,
+        withdrawals=proxy.server.gate.withdrawals, release=proxy.server.gate.release,
         handoff=handoff), idle_pause=0.01)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from mirrorgate.gate import PackumentSource, mirror_job
+from mirrorgate.gate.release import UNSETTLED, ReleaseJudge
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.upstream.client import UpstreamError
@@ -69,9 +70,11 @@ class Planned:
 
 async def plan(locked: Iterable[tuple[str, str]], *, source: PackumentSource,
                queue: MirrorQueue, progress: Callable[[Result], None] | None = None,
-               ) -> Planned:
+               release: ReleaseJudge | None = None) -> Planned:
     """Gate every locked (name, version) and enqueue a job for each admitted public-only one.
-    Versions locked twice (nested copies in a lockfile) are judged once."""
+    Versions locked twice (nested copies in a lockfile) are judged once. `release`: the
+    gate's release verdicts, read and judged first for each version they have none for (a
+    version the proxy would refuse by its bytes is refused here too, never mirrored)."""
     by_name: dict[str, list[str]] = {}
     for name, version in locked:
         versions = by_name.setdefault(name, [])
@@ -84,6 +87,8 @@ async def plan(locked: Iterable[tuple[str, str]], *, source: PackumentSource,
     async def one(name: str, versions: list[str]) -> None:
         async with slots:
             for result, job in await _judge(name, versions, source):
+                if job is not None and release is not None:
+                    result, job = await _release_verdict(release, job, result)
                 if job is not None:
                     result = await _enqueue(queue, job, result)
                     if result.outcome is Outcome.ENQUEUED:
@@ -142,6 +147,23 @@ async def _judge(name: str, versions: list[str],
                 continue
             judged.append((Result(name, version, Outcome.ENQUEUED), job))
     return judged
+
+
+async def _release_verdict(release: ReleaseJudge, job: MirrorJob,
+                           result: Result) -> tuple[Result, MirrorJob | None]:
+    """The job, or the refusal the release signals make of its version's bytes."""
+    try:
+        verdict = await release.verdict_for(parse_name(job.name), job.version)
+    except Exception as error:  # an upstream failure, a packument too large: said, no job
+        return replace(result, outcome=Outcome.FAILED,
+                       detail=f"the release signals could not judge it: "
+                              f"{type(error).__name__}: {error}"), None
+    if isinstance(verdict, str):
+        return replace(result, outcome=Outcome.REFUSED, detail=f"{UNSETTLED}: {verdict}"), None
+    if verdict is not None and verdict.in_force(release.now()):
+        return replace(result, outcome=Outcome.REFUSED,
+                       detail=f"{verdict.rule}: {verdict.reason}"), None
+    return result, job
 
 
 async def _enqueue(queue: MirrorQueue, job: MirrorJob, result: Result) -> Result:

@@ -71,6 +71,7 @@ async def _prewarm(settings: Settings, paths: list[Path], proxy: str | None, wai
                 # the memory queue lives in this process: prewarm is its worker
                 following = wait or not queue.crosses_processes
                 planned = await prewarms.plan(locked, source=parts.source, queue=queue,
+                                              release=parts.gate.gate.release,
                                               progress=settled)
                 followed: list[prewarms.Result] = []
                 if not queue.crosses_processes:

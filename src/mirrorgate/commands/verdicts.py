@@ -7,7 +7,6 @@ operator commands judge exactly as the proxy does.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,13 +18,14 @@ import orjson
 
 from mirrorgate.config import Secret, Settings
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.gate import Denial, FirstPartyNames, PackumentSource
+from mirrorgate.gate import Denial
+from mirrorgate.gate.assembled import Gate
+from mirrorgate.gate.release import UNSETTLED
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import Rules
 from mirrorgate.upstream.client import UpstreamError
 from mirrorgate.upstream.clients import Upstreams
-from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import open_registry
 
 __all__ = ["GateVerdicts", "ProxyVerdicts", "VerdictSource", "Verdicts",
@@ -64,22 +64,22 @@ class VerdictSource(Protocol):
 class GateVerdicts:
     """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules)`.
 
-    It is the proxy's own fill (`gate.PackumentSource`: both upstreams, the merge,
-    ownership, the rules with their advisory index, signatures and takeover history), with the
-    settings the proxy reads; nothing is cached or remembered on disk.
+    It is the proxy's own `gate.Gate` (both upstreams, the merge, ownership, the rules with
+    their advisory index, signatures and takeover history, the release verdicts), with the
+    settings the proxy reads; nothing is remembered on disk.
     """
 
     def __init__(self, settings: Settings, rules: Rules) -> None:
         self.rules = rules
         self.metrics = Metrics()
         self.upstreams = Upstreams.from_settings(settings, self.metrics)
-        self.keys = RegistryKeys(self.upstreams.public, clock=time.monotonic, metrics=self.metrics)
-        self.source = PackumentSource(
-            private=open_registry(settings.private_upstream, self.upstreams.private),
-            public=self.upstreams.public, rules=rules, metrics=self.metrics,
-            now=lambda: datetime.now(UTC), keys=self.keys,
-            # in memory: a check never writes the proxy's list of first-party names
-            first_party=FirstPartyNames())
+        # the gate the proxy runs, in this process's memory: a check never writes the
+        # proxy's list of first-party names, nor its state store
+        self.gate = Gate(settings=settings, public=self.upstreams.public,
+                         private=open_registry(settings.private_upstream,
+                                               self.upstreams.private),
+                         rules=rules, metrics=self.metrics, first_party_kept=False)
+        self.source = self.gate.source
 
     @classmethod
     async def open(cls, settings: Settings, rules: Rules) -> GateVerdicts:
@@ -96,10 +96,9 @@ class GateVerdicts:
 
     async def verdicts(self, name: PackageName, wanted: Collection[str]) -> Verdicts:
         try:
-            loaded = await self.source.load(name, None)
+            gated = await self.gate.gated(name)
         except UpstreamError as error:
             raise VerdictsError(str(error)) from None
-        gated = loaded.value.gated
         if gated is None:
             return Verdicts(name.full, known=False)
         denied = {version: record.denial
@@ -108,10 +107,27 @@ class GateVerdicts:
                  for version, record in gated.versions.items() if record.reported}
         excepted = {version: "; ".join(record.excepted)
                     for version, record in gated.versions.items() if record.excepted}
-        return Verdicts(name.full, True, tuple(gated.survivors), denied, would, excepted)
+        for version in wanted:  # what only the bytes tell: read and judged as a pull would
+            record = gated.versions.get(version)
+            if record is None or record.denial is not None:
+                continue
+            try:
+                verdict = await self.gate.release.verdict_for(name, version)
+            except UpstreamError as error:
+                raise VerdictsError(str(error)) from None
+            if isinstance(verdict, str):
+                denied[version] = Denial(UNSETTLED, verdict)
+            elif verdict is not None and verdict.in_force(datetime.now(UTC)):
+                assert verdict.rule is not None
+                denied[version] = Denial(verdict.rule, verdict.reason or "refused",
+                                         until=verdict.until)
+            elif verdict is not None and verdict.reported:
+                would.setdefault(version, Denial(*verdict.reported[0]))
+        admitted = tuple(version for version in gated.survivors if version not in denied)
+        return Verdicts(name.full, True, admitted, denied, would, excepted)
 
     async def close(self) -> None:
-        await self.keys.close()
+        await self.gate.close()
         await self.upstreams.close()
 
 

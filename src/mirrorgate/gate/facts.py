@@ -29,7 +29,7 @@ from mirrorgate.store import (
 )
 from mirrorgate.store.waivers import WAIVER
 
-__all__ = ["LIMITS", "MAX_PENDING", "MAX_VERDICTS", "POLL", "KeptFacts"]
+__all__ = ["LIMITS", "MAX_PENDING", "MAX_REFUSALS", "MAX_VERDICTS", "POLL", "KeptFacts"]
 
 log = structlog.get_logger("mirrorgate.store")
 
@@ -47,7 +47,10 @@ MAX_PENDING = 10_000
 LIMITS = {FIRST_PARTY: 100_000, WITHDRAWN: 100_000, INSTALLED: 50_000, WAIVER: 10_000}
 """Facts held in memory per kind (the least recently learned forgotten first)."""
 MAX_VERDICTS = 10_000
-"""Release verdicts held in memory; an older one is read again at its next first pull."""
+"""Clean release verdicts held in memory; an older one is read again at its next first pull."""
+MAX_REFUSALS = 100_000
+"""Release verdicts where a signal fired, held in memory: never pushed out by clean ones, so no
+burst of other verdicts lets a refused version be judged (or vouch) afresh."""
 META = "meta"  # facts about the store itself
 IMPORTED = "files-imported"  # set once the files before the store were imported into it
 _DROP_REPORT = 1000  # the first drop is logged, then every 1000th
@@ -75,6 +78,7 @@ class KeptFacts:
         """Why the store does not answer, while it does not (/readyz shows it before loading)."""
         self._facts: dict[str, OrderedDict[str, str]] = {kind: OrderedDict() for kind in LIMITS}
         self._verdicts: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+        self._flagged: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
         self._pending: OrderedDict[tuple[str, str], Fact] = OrderedDict()
         self._pending_verdicts: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
         self._meta: dict[str, str] = {}
@@ -124,10 +128,11 @@ class KeptFacts:
             listener(kind)
 
     def verdict(self, name: str, version: str) -> Verdict | None:
-        return self._verdicts.get((name, version))
+        key = (name, version)
+        return self._flagged.get(key) or self._verdicts.get(key)
 
     def verdicts(self) -> list[Verdict]:
-        return list(self._verdicts.values())
+        return [*self._flagged.values(), *self._verdicts.values()]
 
     def keep(self, verdict: Verdict) -> None:
         self._hold_verdict(verdict)
@@ -145,10 +150,14 @@ class KeptFacts:
 
     def _hold_verdict(self, verdict: Verdict) -> None:
         key = (verdict.name, verdict.version)
-        self._verdicts[key] = verdict
-        self._verdicts.move_to_end(key)
-        while len(self._verdicts) > MAX_VERDICTS:
-            self._verdicts.popitem(last=False)
+        # a version judged again lands in one map or the other, never both
+        self._verdicts.pop(key, None)
+        self._flagged.pop(key, None)
+        held, limit = ((self._flagged, MAX_REFUSALS) if verdict.verdict == "flagged"
+                       else (self._verdicts, MAX_VERDICTS))
+        held[key] = verdict
+        while len(held) > limit:
+            held.popitem(last=False)
 
     def _queue(self, fact: Fact) -> None:
         if self._opener is None:

@@ -245,7 +245,8 @@ def _same_bytes(listed: Mapping[str, Any], integrity: str) -> bool:
 
 def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
                   public_kept: Mapping[str, PublicGate], public: Mapping[str, Any] | None,
-                  remembered: Withdrawn, only: str | None) -> None:
+                  remembered: Withdrawn, only: str | None,
+                  refused: Mapping[str, Denial]) -> None:
     for version, manifest in _chosen(private_versions, only):
         if not _readable(judging, version, manifest):
             continue
@@ -256,6 +257,11 @@ def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
         withdrawn = (_withdrawn(judging, version, manifest, public, remembered) if mirrored
                      else None)
         denial = withdrawn or (judging.denial_of(judged) if judged is not None else None)
+        if denial is None and mirrored and version in refused:
+            # a copy of bytes a release signal refuses under today's rules (flagged in report
+            # mode and mirrored, then enforced): refused from the mirror as a withdrawal is
+            denial = refused[version]
+            judging.regate_by(denial.until)
         if denial is not None:
             judging.deny(version, denial)
         # Public's copy of a mirrored version is the fallback when the private tarball
@@ -361,7 +367,8 @@ def gate(
         # revalidation cannot keep it once the keys are back
         judging.regate_by(now)
     public_kept = _gate_public(judging, public, private_versions, origin, only, refused or {})
-    _gate_private(judging, private_versions, public_kept, public, withdrawn or {}, only)
+    _gate_private(judging, private_versions, public_kept, public, withdrawn or {}, only,
+                  refused or {})
 
     records = judging.records
     survivors = [v for v, record in records.items() if record.denial is None]

@@ -1,17 +1,18 @@
-"""The release signals' I/O: the previous version's bytes, the new dependencies' first publish,
-the names the organisation installs, and each version's verdict, remembered.
+"""The release signals' I/O: the baseline's bytes, the new dependencies' first publish, the
+names the organisation installs, and each version's verdict, kept as a record of the version.
 
 `ReleaseCheck` rides on the relay of a version's first public pull: the relay feeds its reading
-(`npm.contents`, on the hashing lane, beside the loop) while this fetches the previous version's
-tarball (bounded, verified, read in a thread) and, once the last byte is in, the checks of
-`rules.release` run and the verdict is kept in the state store (`facts`), so a second pull, a
-restart or another replica costs nothing and a warm packument never pays.
-docs/serving.md#release-signals tells why it runs there.
+(`npm.contents`, on the hashing lane, beside the loop) while this chooses the baseline
+(`gate.baseline`) and fetches its tarball (bounded, verified, read in a thread) and, once the
+last byte is in, the checks of `rules.release` run and the verdict is kept in the state store
+(`facts`). The worker, `prewarm` and `check` judge off the relay (`verdict_for`).
+docs/serving.md#release-signals tells why it runs there; docs/verdicts.md, the record.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 import structlog
 
 from mirrorgate.events import Alert
+from mirrorgate.gate.baseline import Baseline, Budget, Unsettled, choose_baseline
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.records import Denial, Gated, VersionRecord
 from mirrorgate.integrity import (
@@ -36,7 +38,7 @@ from mirrorgate.moments import moment
 from mirrorgate.npm.contents import ContentReading, Contents, contents_of, manifest_runs
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.tarscripts import ScriptScan
-from mirrorgate.npm.versions import newest_first, version_before
+from mirrorgate.npm.versions import newest_first
 from mirrorgate.rules import REPORT, LiveRules, Rules
 from mirrorgate.rules.release import (
     Dependency,
@@ -49,12 +51,14 @@ from mirrorgate.rules.release import (
     check_typosquat,
     judge,
 )
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS, TYPOSQUAT
 from mirrorgate.rules.takeover import publishers_of
 from mirrorgate.rules.typosquat import NameIndex, popular_names
 from mirrorgate.store import INSTALLED, Verdict
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 
-__all__ = ["MAX_DEPENDENCIES_ASKED", "OFTEN", "ReleaseCheck", "ReleaseJudge"]
+__all__ = ["MAX_DEPENDENCIES_ASKED", "OFTEN", "UNSETTLED", "AtPull", "ReleaseCheck",
+           "ReleaseJudge"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -63,6 +67,10 @@ OFTEN = 3
 MAX_DEPENDENCIES_ASKED = 20
 """New dependencies of one release whose first publish is looked up at most; more are said."""
 _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
+_STEP = 256 * 1024  # bytes fed to a reading at a time
+UNSETTLED = "release-unchecked"
+"""The rule a version is refused by when no release it could be compared with was judged
+clean within the bound (`gate.baseline`): the signals' own "could not check"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,15 +100,6 @@ class _Facts:
         return cls(fired, published, verdict.compared_with)
 
 
-def _previous(gated: Gated, version: str) -> VersionRecord | None:
-    """The version before `version` (`version_before`) among those whose bytes mirrorgate
-    can read from public, verified."""
-    readable = [text for text, record in gated.versions.items()
-                if record.upstream_tarball is not None and record.digests]
-    before = version_before(readable, version)
-    return gated.versions[before] if before is not None else None
-
-
 def _first_published(gated: Gated) -> datetime | None:
     created = moment(gated.time.get("created"))
     times = [when for key, value in gated.time.items() if key not in ("created", "modified")
@@ -126,6 +125,38 @@ def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+def _feed(scan: ScriptScan, tarball: bytes) -> None:
+    """A whole tarball held in memory, fed to a reading as the relay feeds a download."""
+    view = memoryview(tarball)
+    for start in range(0, len(view), _STEP):
+        scan.feed(bytes(view[start:start + _STEP]))
+
+
+@dataclass(frozen=True, slots=True)
+class AtPull:
+    """The release verdicts' word on one pull (`ReleaseJudge.at_pull`)."""
+
+    refused: ReleaseVerdict | None = None
+    """A verdict in force: the pull is refused with its evidence."""
+    check: Callable[[], ReleaseCheck] | None = None
+    """The bytes are to be read and judged as they stream (`ReleaseCheck`)."""
+
+
+NOTHING = AtPull()
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """What reading and judging one release came to (`ReleaseJudge.read_and_judge`)."""
+
+    refused: str | None
+    """Why its bytes may not be served (None: they may)."""
+    unread: bool = False
+    """Its own bytes could not be fetched or read: no verdict at all."""
+    unsettled: bool = False
+    """No release it could be compared with was judged clean within the bound."""
+
+
 class ReleaseJudge:
     """The release signals of one process: what they remember, and the I/O they need."""
 
@@ -145,15 +176,25 @@ class ReleaseJudge:
         self.timeout = timeout
         self.facts = facts if facts is not None else KeptFacts()
         self._decoded: dict[tuple[str, str], tuple[Verdict, _Facts | None]] = {}
+        self._judging: dict[tuple[str, str], asyncio.Task[Judged]] = {}
         self._flagged: dict[str, set[str]] | None = None  # name -> versions a signal fired for
         self._counts: dict[str, int] = {}
         self._often: NameIndex | None = None
         self.facts.listeners.append(self._changed)
 
     def _changed(self, kind: str) -> None:
-        """Another process kept a verdict or counted an install: rebuilt at the next use."""
+        """Another process kept a verdict or counted an install: rebuilt at the next use. A
+        name whose flagged versions changed has its packument dropped: a revalidation that
+        public answers "not modified" would otherwise keep serving what another replica
+        refused until public changes."""
         if kind == "verdict":
+            before = self._flagged or {}
             self._flagged = None
+            after = self._flagged_index()
+            for name in {*before, *after}:
+                if before.get(name) != after.get(name):
+                    with contextlib.suppress(InvalidNameError):
+                        self.forget(parse_name(name))
         elif kind == INSTALLED:
             self._often = None
 
@@ -184,6 +225,24 @@ class ReleaseJudge:
             return None
         return judge(self.rules, name, version, facts.published, list(facts.fired),
                      self.now(), facts.compared_with)
+
+    def at_pull(self, name: PackageName, gated: Gated, record: VersionRecord,
+                reading: bool) -> AtPull:
+        """What the release verdicts say to one tarball pull, asked once: a verdict in force
+        (the 403 with its evidence), or a check to read the bytes with (`reading`: a GET of a
+        public version they never judged), or nothing. A mirrored copy is asked only once a
+        release signal denies it (report mode, then enforced)."""
+        denial = record.denial
+        if denial is not None and denial.rule not in RELEASE_SIGNALS:
+            return NOTHING
+        if record.private and denial is None:
+            return NOTHING
+        verdict = self.remembered(name.full, record.version)
+        if verdict is not None and verdict.in_force(self.now()):
+            return AtPull(verdict, None)
+        if verdict is None and reading and denial is None and self.applies(record):
+            return AtPull(None, lambda: self.check(name, gated, record))
+        return NOTHING
 
     def refused_versions(self, name: str) -> dict[str, Denial]:
         """The versions of `name` a release signal refuses now, as the gate denies them."""
@@ -237,9 +296,10 @@ class ReleaseJudge:
         return ReleaseCheck(self, name, gated, record)
 
     async def fetch_previous(self, name: PackageName, record: VersionRecord) -> bytes | str:
-        """The previous version's tarball, verified, or why it cannot be had (a sentence)."""
+        """A release's tarball, verified (the baseline's, or one judged off the relay:
+        `read_and_judge`), or why it cannot be had (a sentence)."""
         url = record.upstream_tarball
-        assert url is not None  # `_previous` picks only versions with a public URL
+        assert url is not None  # only versions with a public URL are baselines or judged
         try:
             verifier = StreamVerifier(record.digests, expected_size=None,
                                       limit=self.previous_max_bytes)
@@ -306,6 +366,89 @@ class ReleaseJudge:
                    for text in names[MAX_DEPENDENCIES_ASKED:]]
         return found, failed
 
+    def clean(self, name: str, version: str) -> bool | None:
+        """Whether a version's kept verdict lets it vouch for a later release: nothing but
+        typosquat (a word on the name, not on these bytes) fired, or what fired the rules
+        now let through whole (an allow entry, a signal turned off); None: never judged."""
+        kept = self.facts.verdict(name, version)
+        facts = _Facts.of(kept) if kept is not None else None
+        if facts is None:
+            return None
+        fired = [found for found in facts.fired if found.signal != TYPOSQUAT]
+        if not fired:
+            return True
+        verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
+                        facts.compared_with)
+        return not (verdict.denied or verdict.reported or verdict.excepted)
+
+    async def baseline(self, name: PackageName, gated: Gated, version: str,
+                       budget: Budget) -> Baseline | Unsettled:
+        """The release `version` is compared with (`gate.baseline`): releases never judged
+        are read and judged first, on `budget`."""
+        return await choose_baseline(
+            gated, version, judged=lambda record: self.clean(name.full, record.version),
+            judge_first=lambda record: self.judge_read(name, gated, record, budget),
+            budget=budget, settled_after=self.rules.release.quarantine)
+
+    async def judge_read(self, name: PackageName, gated: Gated, record: VersionRecord,
+                         budget: Budget | None = None) -> bool | None:
+        """Read `record`'s bytes and judge them now (`read_and_judge`): True when the verdict
+        kept is clean, False when it is not or no clean release could be compared with within
+        the bound, None when its bytes could not be read (an outage, not a verdict)."""
+        judged = await self.read_and_judge(name, gated, record, budget)
+        clean = self.clean(name.full, record.version)
+        if clean is not None:
+            return clean
+        return None if judged.unread or not judged.unsettled else False
+
+    async def read_and_judge(self, name: PackageName, gated: Gated, record: VersionRecord,
+                             budget: Budget | None = None) -> Judged:
+        """Read `record`'s bytes from public (bounded, verified) and judge them as a first
+        pull would (a read that failed is never a verdict: nothing is kept, and it is read
+        again next time). One read per version at a time, however many ask."""
+        key = (name.full, record.version)
+        running = self._judging.get(key)
+        if running is None:
+            running = asyncio.get_running_loop().create_task(
+                self._read_and_judge(name, gated, record, budget or Budget()))
+            self._judging[key] = running
+            running.add_done_callback(lambda _task: self._judging.pop(key, None))
+        return await asyncio.shield(running)
+
+    async def _read_and_judge(self, name: PackageName, gated: Gated, record: VersionRecord,
+                              budget: Budget) -> Judged:
+        check = ReleaseCheck(self, name, gated, record, budget)
+        try:
+            check.begin()  # the baseline chosen and fetched beside this read
+            fetched = await self.fetch_previous(name, record)
+            if isinstance(fetched, str):
+                log.warning("release_read_failed", package=name.full, version=record.version,
+                            reason=fetched)
+                return Judged(f"its bytes could not be read: {fetched}", unread=True)
+            await asyncio.to_thread(_feed, check.scan, fetched)
+            refused = await check.verdict()
+            return Judged(refused, unsettled=check.unsettled is not None)
+        finally:
+            check.close()
+
+    async def verdict_for(self, name: PackageName, version: str) -> ReleaseVerdict | str | None:
+        """The verdict on `name@version` under the rules in force, its bytes read and judged
+        now when they never were (the worker's re-gate, `prewarm`, `check`); a sentence when
+        no verdict can be kept (unchecked, unsettled: a refusal for whoever asks); None when
+        the signals do not apply to it (off, a first-party or unknown version)."""
+        if not self.rules.release.on:
+            return None
+        remembered = self.remembered(name.full, version)
+        if remembered is not None:
+            return remembered
+        gated = await self.packument(name)
+        record = gated.versions.get(version) if gated is not None else None
+        if gated is None or record is None or not self.applies(record):
+            return None
+        judged = await self.read_and_judge(name, gated, record)
+        remembered = self.remembered(name.full, version)
+        return remembered if remembered is not None else judged.refused
+
     def remember(self, name: str, version: str, integrity: str, facts: _Facts) -> None:
         """Keep what the signals found as the version's verdict (memory now, the store in the
         background), read back under the rules in force at each pull (`remembered`)."""
@@ -323,14 +466,18 @@ class ReleaseCheck:
     held back meanwhile), and `close()` in any case."""
 
     def __init__(self, judge_: ReleaseJudge, name: PackageName, gated: Gated,
-                 record: VersionRecord) -> None:
+                 record: VersionRecord, budget: Budget | None = None) -> None:
         self.judge = judge_
         self.name = name
         self.gated = gated
         self.record = record
         self.reading = ContentReading()
-        self.previous = _previous(gated, record.version)
-        self._task: asyncio.Task[bytes | str] | None = None
+        self.budget = budget if budget is not None else Budget()
+        self.previous: VersionRecord | None = None
+        """The release compared with, once `baseline` chose it (`gate.baseline`)."""
+        self.unsettled: str | None = None
+        """Why no clean release could be compared with, when none could (a refusal)."""
+        self._task: asyncio.Task[bytes | str | None] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
 
@@ -358,10 +505,27 @@ class ReleaseCheck:
             return ""
 
     def begin(self) -> None:
-        """Start fetching the previous version's bytes, beside the download of these."""
-        if self.previous is not None and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self.judge.fetch_previous(self.name, self.previous))
+        """Start choosing the release to compare with and fetching its bytes, beside the
+        download of these."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._baseline_bytes())
+
+    async def _baseline_bytes(self) -> bytes | str | None:
+        """The baseline's bytes (or why they cannot be had); None when there is no baseline
+        (`previous` None: a first version, or `unsettled`)."""
+        chosen = await self.judge.baseline(self.name, self.gated, self.record.version,
+                                           self.budget)
+        if isinstance(chosen, Unsettled):
+            self.unsettled = chosen.reason
+            return None
+        if chosen.passed_over:
+            log.info("release_baseline_passed_over", package=self.name.full,
+                     version=self.record.version, passed_over=list(chosen.passed_over),
+                     compared_with=chosen.record.version if chosen.record else None)
+        self.previous = chosen.record
+        if chosen.record is None:
+            return None
+        return await self.judge.fetch_previous(self.name, chosen.record)
 
     def close(self) -> None:
         if self._task is not None and not self._task.done():
@@ -379,12 +543,13 @@ class ReleaseCheck:
         unchecked: list[str] = []
         fired: list[Fired] = []
         compared: str | None = None
+        self.begin()
+        assert self._task is not None
+        fetched = await self._task
         if contents.problem is not None:
             unchecked.append(f"its tarball cannot be read: {contents.problem}")
-        elif self.previous is not None:
-            self.begin()
-            assert self._task is not None
-            before = await judge_.read_previous(self.previous, await self._task, contents)
+        elif self.previous is not None and fetched is not None:
+            before = await judge_.read_previous(self.previous, fetched, contents)
             previous_manifest = self.previous.manifest()
             if isinstance(before, str):
                 unchecked.append(before)
@@ -417,8 +582,28 @@ class ReleaseCheck:
         if squat is not None:
             fired.append(squat)
         verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared)
-        self.refused = self._settle(verdict, fired, unchecked, published, compared)
+        if self.unsettled is not None and not verdict.denied:
+            self.refused = self._unsettled(self.unsettled)
+        else:
+            self.refused = self._settle(verdict, fired, unchecked, published, compared)
         return self.refused
+
+    def _unsettled(self, why: str) -> str | None:
+        """No clean release to compare with within the bound: refused whatever
+        `release.unavailable` says (it is the publisher's doing, not an outage), a would-deny
+        in report mode; not remembered, so a later pull judges it again."""
+        metrics = self.judge.metrics
+        metrics.release_checks.labels("unsettled").inc()
+        reason = f"no release it could be compared with was judged clean: {why}"
+        report = self.judge.rules.mode_of("release") == REPORT
+        log.warning("release_unsettled", package=self.name.full, version=self.record.version,
+                    reason=reason, refused=not report)
+        if report:
+            self._would_deny(UNSETTLED, reason, None)
+            return None
+        metrics.rule_denials.labels(UNSETTLED, "enforce").inc()
+        metrics.events.denied(self.label, UNSETTLED, reason)
+        return reason
 
     def _settle(self, verdict: ReleaseVerdict, fired: list[Fired], unchecked: list[str],
                 published: datetime | None, compared: str | None) -> str | None:

@@ -14,7 +14,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import structlog
 from aiohttp import web
@@ -23,39 +22,23 @@ from prometheus_client import Counter
 from mirrorgate import tracing
 from mirrorgate.config import Settings
 from mirrorgate.gate import (
-    Cached,
-    FirstPartyNames,
-    Gated,
-    PackumentCache,
-    PackumentEntry,
-    Packuments,
-    PackumentSource,
-    Rendered,
     RenderKey,
-    TooManyVersionsError,
 )
-from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
+from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.exposure import Exposure, exposures
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.packuments import PINS
 from mirrorgate.gate.pulllog import PullLog
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
-from mirrorgate.npm.names import InvalidNameError, PackageName
+from mirrorgate.npm.names import InvalidNameError
 from mirrorgate.npm.negotiation import (
     BadBaseError,
     BaseUrls,
     Memo,
-    accepts_gzip,
-    etag_matches,
     vary,
     wants_abbreviated,
 )
-from mirrorgate.npm.packument import FULL, on_base
 from mirrorgate.npm.paths import (
     POST_ROUTES,
     RegistryPath,
@@ -64,19 +47,16 @@ from mirrorgate.npm.paths import (
     parse_registry_path,
     parse_write_target,
 )
-from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import LiveRules, Rules
-from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
 from mirrorgate.serve.overload import Admission
+from mirrorgate.serve.packuments import PackumentRoute
 from mirrorgate.serve.publishing import PublishRoute
 from mirrorgate.serve.refusals import (
     Refused,
-    denied,
     json_response,
-    not_mirrored,
     reads_body,
 )
 from mirrorgate.serve.relay import OUTCOME, Relay
@@ -88,8 +68,7 @@ from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.serve.ui.stored import stored_counts_for
 from mirrorgate.store import StoreUnavailableError
-from mirrorgate.upstream.client import Upstream, UpstreamError
-from mirrorgate.upstream.keys import RegistryKeys
+from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.registry import PrivateRegistry
 
 __all__ = ["SERVER", "Proxy", "ProxyServer", "build_proxy_app"]
@@ -112,6 +91,8 @@ class Proxy:
     """The rules in force: re-read from the rules file as it changes (`rules.live`)."""
     metrics: Metrics
     health: Health
+    gate: Gate
+    """The process's gate (`gate.Gate`): packuments, verdicts and what they remember."""
     clients: ClientTokens | None = None
     """The client tokens in force; None leaves the proxy open (see `access`)."""
     worker_beside: bool = False
@@ -120,9 +101,6 @@ class Proxy:
     handoff: Handoff | None = None
     """A worker runs in this process: the public tarballs relayed and verified are handed to
     it with their jobs, so it need not download them again (`handoff`)."""
-    facts: KeptFacts | None = None
-    """What the gate must not forget, kept in the state store (`gate.facts`); None: this
-    process's memory only."""
     pulls: PullLog | None = None
     """The pull log (`gate.pulllog`): who pulled which tarball; None: not kept."""
 
@@ -141,10 +119,6 @@ def _pulled_by(pulls: PullLog) -> Callable[[str], Awaitable[list[Exposure] | Non
             return None
         return served
     return pulled
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _parse_or_error(rest: str) -> RegistryPath | InvalidNameError:
@@ -179,42 +153,33 @@ def _logged_refusal(route: str, refused: Refused) -> bool:
 class ProxyServer:
     """The request handlers and the state they share: the cache, memo tables, counters."""
 
-    def __init__(self, proxy: Proxy, *, clock: Callable[[], float],
-                 now: Callable[[], datetime]) -> None:
+    def __init__(self, proxy: Proxy, *, clock: Callable[[], float]) -> None:
         self.proxy = proxy
         self.clock = clock
         self.settings: Settings = proxy.settings
         self.metrics = proxy.metrics
         self._counters: dict[tuple[str, int | str], Counter] = {}
-        self._cache_results: dict[str, Counter] = {}
-        # chosen once: with tracing off a cache lookup costs exactly what it did
-        count_cache = self._count_cache_traced if tracing.enabled() else self._count_cache
-        self.keys = RegistryKeys(proxy.public, clock=clock, metrics=proxy.metrics)
-        facts = proxy.facts if proxy.facts is not None else KeptFacts()
-        self.facts = facts
-        self.release = ReleaseJudge(
-            rules=proxy.rules, public=proxy.public, metrics=proxy.metrics,
-            packument=self._gated_or_none, now=now, facts=facts,
-            previous_max_bytes=self.settings.release_previous_max_bytes,
-            timeout=self.settings.release_timeout,
-            forget=lambda name: self.packuments.forget(name))
-        self.packuments = Packuments(
-            PackumentSource(
-                private=proxy.private, public=proxy.public, rules=proxy.rules,
-                metrics=proxy.metrics, now=now, keys=self.keys,
-                first_party=FirstPartyNames(facts), withdrawals=WithdrawnVersions(facts),
-                refused=self.release.refused_versions),
-            PackumentCache(ttl=self.settings.cache_ttl,
-                           max_entries=self.settings.cache_max_entries,
-                           max_bytes=self.settings.cache_max_bytes,
-                           clock=clock, on_result=count_cache),
-            clock, pins=PINS if proxy.worker_beside else 0)
+        gate = proxy.gate
+        self.gate = gate
+        self.keys = gate.keys
+        self.facts = gate.facts
+        self.release = gate.release
+        self.packuments = gate.packuments
+        self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
+        self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
+        self._bases = BaseUrls(self.settings.public_url, self.settings.trusted_proxies)
+        self._vary = vary(fixed_base=self._bases.fixed is not None,
+                          trusted_proxies=self._bases.trusts_proxies,
+                          authenticated=proxy.clients is not None)
+        self.packument_route = PackumentRoute(gate, proxy.metrics, key=self._key,
+                                              vary=self._vary,
+                                              contact=self.settings.operator_contact)
         self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
                                   self.settings.spool_max_bytes),
                            proxy.metrics, self._send_floor)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
-                                     relay=self.relay, packument=self._gated_or_none,
+                                     relay=self.relay, packument=self.packument_route.gated_or_none,
                                      private_answered=self.packuments.private_answered,
                                      handoff=proxy.handoff,
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
@@ -223,7 +188,8 @@ class ProxyServer:
                                      contact=self.settings.operator_contact,
                                      pulls=proxy.pulls)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
-        self.search = Search(proxy.public, self._gated_or_none, self._cached_or_false,
+        self.search = Search(proxy.public, self.packument_route.gated_or_none,
+                             self.packument_route.cached_or_false,
                              ttl=self.settings.cache_ttl, clock=clock)
         self.publishing = PublishRoute(
             settings=self.settings, rules=proxy.rules, private=proxy.private,
@@ -236,25 +202,10 @@ class ProxyServer:
             on_cut=lambda reason: proxy.metrics.slow_clients.labels(reason).inc(),
             min_rate=self.settings.send_min_rate,
             min_rate_grace=self.settings.send_min_rate_grace)
-        self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
-        self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
-        self._gzip: Memo[str, bool] = Memo(accepts_gzip)
-        self._bases = BaseUrls(self.settings.public_url, self.settings.trusted_proxies)
-        self._vary = vary(fixed_base=self._bases.fixed is not None,
-                          trusted_proxies=self._bases.trusts_proxies,
-                          authenticated=proxy.clients is not None)
-        self._kept_bases: dict[str, None] = {}
-        self._rendering_once = asyncio.Semaphore(1)
-        self._unknown_bases_seen = 0
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(3).hex()
 
     # --- bookkeeping -----------------------------------------------------------------------
-
-    def footer(self, name: PackageName) -> str:
-        """The last line of a packument's `policyRestrictions` message: how to get an
-        exception (MIRRORGATE_OPERATOR_CONTACT is the proxy's, not the gate's)."""
-        return exception_how(name.full, None, self.settings.operator_contact)
 
     def _count(self, route: str, status: int | str) -> None:
         """Count every request by fixed route label and status (`mirrorgate_requests_total`)."""
@@ -263,16 +214,6 @@ class ProxyServer:
             counter = self._counters[(route, status)] = self.metrics.requests.labels(
                 route, str(status))
         counter.inc()
-
-    def _count_cache(self, result: str) -> None:
-        counter = self._cache_results.get(result)
-        if counter is None:
-            counter = self._cache_results[result] = self.metrics.cache.labels(result)
-        counter.inc()
-
-    def _count_cache_traced(self, result: str) -> None:
-        self._count_cache(result)
-        tracing.annotate({"mirrorgate.cache": result})
 
     def describe(self, request: web.Request) -> RegistryPath | InvalidNameError:
         """The request's route and package as `npm` reads them (the same memo), for its span."""
@@ -331,18 +272,10 @@ class ProxyServer:
                 except BadBaseError:
                     rendered = None
                 if rendered is not None:
-                    response = self._send(request, rendered)
+                    response = self.packument_route.send(request, rendered)
                     self._count("packument", response.status)
                     return response
         return await self._slow(request, target)
-
-    def _send(self, request: web.Request, rendered: Rendered) -> web.Response:
-        wanted = request.headers.get("If-None-Match")
-        if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
-            return web.Response(status=304, headers=rendered.not_modified_headers)
-        if rendered.gzipped and self._gzip(request.headers.get("Accept-Encoding") or ""):
-            return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
-        return web.Response(body=rendered.body, headers=rendered.headers)
 
     async def _slow(self, request: web.Request,
                     target: RegistryPath | InvalidNameError) -> web.StreamResponse:
@@ -433,11 +366,11 @@ class ProxyServer:
                     if request.query.get("write") == "true":  # npm, before a change
                         return await self.publishing.write_packument(
                             request, name, self._key(request)[1])
-                    return await self._packument(request, name)
+                    return await self.packument_route.packument(request, name)
                 if target.route == "version":
-                    return await self._version(request, name, target.detail)
+                    return await self.packument_route.version(request, name, target.detail)
                 if target.route == "dist-tags":
-                    return await self._dist_tags(name)
+                    return await self.packument_route.dist_tags(name)
                 return await self.tarballs(request, name, target.detail, deadline, slot)
         except TimeoutError:
             log.warning("request_timed_out", route=target.route,
@@ -461,131 +394,6 @@ class ProxyServer:
                           headers={"Retry-After": "30"})
         return web.Response(body=document, content_type="application/json")
 
-    # --- packuments ------------------------------------------------------------------------
-
-    async def _entry(self, name: PackageName) -> Cached[PackumentEntry]:
-        try:
-            return await self.packuments.entry(name)
-        except UpstreamError as error:
-            raise not_mirrored(error, name) from None
-        except TooManyVersionsError as error:
-            self.metrics.refusals.labels("too_many_versions").inc()
-            log.warning("packument_refused", package=name.full, reason=str(error))
-            raise Refused(502, str(error), reason="too many versions") from None
-
-    async def _gated_or_none(self, name: PackageName) -> Gated | None:
-        return (await self._entry(name)).value.gated
-
-    def _cached_or_false(self, name: PackageName) -> Gated | bool | None:
-        """The fresh cached packument of `name` (None: no upstream has it), False when none
-        is cached; never fills."""
-        slot = self.packuments.fresh(name)
-        return False if slot is None else slot.value.gated
-
-    async def _packument(self, request: web.Request, name: PackageName) -> web.Response:
-        slot = await self._entry(name)
-        gated = slot.value.gated
-        if gated is None:
-            raise Refused(404, f"{name.full} is not on the private or the public upstream",
-                          reason="not found")
-        if not gated.survivors and gated.policy_message is None:
-            # nothing was denied, so there was nothing to gate: unpublished, or only
-            # version keys that were skipped as unreadable
-            raise Refused(404, f"{name.full} has no versions on the private or the public "
-                          "upstream", reason="no versions", package=name.full)
-        if not gated.survivors:
-            raise Refused(403, f"every version of {name.full} was denied by mirrorgate's "
-                          f"admission rules: {gated.policy_message}\n{self.footer(name)}",
-                          reason=gated.policy_message, package=name.full)
-        key = self._key(request)
-        rendered = slot.value.renderings.get(key)
-        if rendered is None and self._known_base(key[1]):
-            rendered = await self._render(slot, gated, key)
-        elif rendered is None:
-            gzipped = self._gzip(request.headers.get("Accept-Encoding") or "")
-            rendered = await self._render_once(slot, gated, key, gzipped)
-        return self._send(request, rendered)
-
-    def _known_base(self, base: str) -> bool:
-        """Whether renderings for `base` are kept: MIRRORGATE_PUBLIC_URL's, or one of the first
-        `MAX_BASES` the process was asked for. A deployment is reached by a few names; a
-        client inventing `Host` values must not spend the CPU of a rendering per value, nor
-        push out the renderings other clients' warm hits are answered from."""
-        if base in self._kept_bases:
-            return True
-        if len(self._kept_bases) < MAX_BASES:
-            self._kept_bases[base] = None
-            return True
-        return False
-
-    async def _render_once(self, slot: Cached[PackumentEntry], gated: Gated,
-                           key: RenderKey, gzipped: bool) -> Rendered:
-        """A rendering for a base whose renderings are not kept: the entry's bytes on the
-        placeholder (made once per form) with the base put in, uncompressed, one at a time
-        under the request's admission slot, then dropped."""
-        if not self._unknown_bases_seen:
-            log.warning("unknown_base_rendered", base=key[1][:200], kept=list(self._kept_bases),
-                        hint="set MIRRORGATE_PUBLIC_URL to the URL clients use")
-        self._unknown_bases_seen += 1
-        self.metrics.unkept_renderings.inc()
-        abbreviated, base = key
-        entry = slot.value
-        async with self._rendering_once:
-            unplaced = entry.unplaced.get(abbreviated)
-            if unplaced is None:
-                unplaced = await in_thread_if_large(gated.size, gated.render, abbreviated, None,
-                                                    self.footer(gated.name))
-                entry.unplaced[abbreviated] = unplaced
-                self.packuments.cache.grow(slot, len(unplaced))
-            return await in_thread_if_large(len(unplaced), _placed, unplaced, abbreviated, base,
-                                            self._vary, gzipped)
-
-    async def _render(self, slot: Cached[PackumentEntry], gated: Gated, key: RenderKey) -> Rendered:
-        """Render once per key, however many requests ask at the same time."""
-        entry = slot.value
-        task = entry.pending.get(key)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._render_into(slot, gated, key))
-            entry.pending[key] = task
-        return await asyncio.shield(task)
-
-    async def _render_into(self, slot: Cached[PackumentEntry], gated: Gated,
-                           key: RenderKey) -> Rendered:
-        entry = slot.value
-        try:
-            rendered = await in_thread_if_large(gated.size, build_rendered, gated, *key,
-                                                self._vary, self.footer(gated.name))
-        finally:
-            entry.pending.pop(key, None)
-        self.packuments.cache.grow(slot, entry.keep(key, rendered))
-        return rendered
-
-    async def _version(self, request: web.Request, name: PackageName,
-                       wanted: str) -> web.Response:
-        gated = await self._gated_or_none(name)
-        if gated is None:
-            raise Refused(404, f"{name.full} is not on the private or the public upstream",
-                          reason="not found")
-        version = gated.resolve(wanted)
-        record = gated.versions.get(version) if version is not None else None
-        if record is None and isinstance(gated.public_failure, UpstreamError):
-            raise not_mirrored(gated.public_failure, name, wanted)
-        if record is None:
-            raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
-                          reason="version not found")
-        if record.denial is not None:
-            raise denied(name, record, gated.survivors, self.settings.operator_contact)
-        body = record.document(self._key(request)[1])
-        return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
-
-    async def _dist_tags(self, name: PackageName) -> web.Response:
-        """`npm dist-tag ls`: the tags of the packument served, so never a denied version."""
-        gated = await self._gated_or_none(name)
-        if gated is None or not gated.survivors:
-            raise Refused(404, f"{name.full} has no admitted versions on the private or the "
-                          "public upstream", reason="not found")
-        return json_response(200, gated.dist_tags)
-
     # --- everything else -------------------------------------------------------------------
 
     async def unknown(self, request: web.Request) -> web.Response:
@@ -603,12 +411,6 @@ class ProxyServer:
         return json_response(404, body)
 
 
-def _placed(unplaced: bytes, abbreviated: bool, base: str, vary: str,
-            gzipped: bool) -> Rendered:
-    return rendered_body(on_base(unplaced, base), abbreviated, vary, kept=False,
-                         gzipped=gzipped)
-
-
 SERVER = web.AppKey("mirrorgate_proxy_server", ProxyServer)
 
 
@@ -616,7 +418,6 @@ def build_proxy_app(
     proxy: Proxy,
     *,
     clock: Callable[[], float] = time.monotonic,
-    now: Callable[[], datetime] = _utcnow,
 ) -> web.Application:
     """The aiohttp application serving `/npm/` and the health routes at the root.
 
@@ -627,10 +428,10 @@ def build_proxy_app(
     can shadow them; POST only to npm audit's endpoints (`audit`). Anything else is a JSON
     404, a write a JSON 405. Who may ask is `access`'s business (a middleware).
 
-    `clock` (monotonic seconds, for the cache) and `now` (wall time, for release-age rules)
-    are injectable so tests move time instead of sleeping.
+    `clock` (monotonic seconds, for the memo tables and enqueue windows) is injectable so
+    tests move time instead of sleeping; the gate carries its own clocks.
     """
-    server = ProxyServer(proxy, clock=clock, now=now)
+    server = ProxyServer(proxy, clock=clock)
     app = web.Application()
     app[SERVER] = server
     if tracing.enabled():  # outermost, so a refused token's 401 is traced too
@@ -641,7 +442,7 @@ def build_proxy_app(
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
-                  packument=server._gated_or_none, over_tls=server.over_tls,
+                  packument=server.packument_route.gated_or_none, over_tls=server.over_tls,
                   base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
                   worker_beside=proxy.worker_beside, facts=server.facts,
                   waiver_granters=proxy.settings.waiver_granters,
@@ -652,7 +453,6 @@ def build_proxy_app(
         yield
         await server.tarballs.drain()
         await server.relay.close()
-        await server.keys.close()
 
     app.cleanup_ctx.append(drain_enqueues)
     return app

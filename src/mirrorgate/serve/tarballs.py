@@ -20,19 +20,27 @@ from mirrorgate import tracing
 from mirrorgate.gate import Gated, VersionRecord, mirror_job
 from mirrorgate.gate.alerts import denial_alert
 from mirrorgate.gate.pulllog import PullLog
-from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.gate.release import NOTHING, ReleaseJudge
 from mirrorgate.handoff import Handoff
 from mirrorgate.integrity import StreamVerifier, Unverifiable, Verified, strongest
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules.releasetable import RELEASE_SIGNALS
+from mirrorgate.rules.release import ReleaseVerdict
 from mirrorgate.rules.wayout import exception_how, installable_from
 from mirrorgate.serve.access import CLIENT
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, by_rule, denied, not_mirrored, upstream_failed
-from mirrorgate.serve.relay import INSTALL_SCRIPTS, OUTCOME, Relay, ScriptsRead, Withheld, remember
+from mirrorgate.serve.relay import (
+    INSTALL_SCRIPTS,
+    OUTCOME,
+    ContentsCheck,
+    Relay,
+    ScriptsRead,
+    Withheld,
+    remember,
+)
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry
 
@@ -137,9 +145,13 @@ class TarballRoute:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
         request[RECORD] = record
-        if self.release is not None and not record.private and (
-                record.denial is None or record.denial.rule in RELEASE_SIGNALS):
-            self._refuse_remembered(name, version)  # the evidence, not only the reason
+        # the release verdicts, asked once: a verdict in force is a 403 with its evidence (a
+        # mirrored copy's too, flagged in report mode and enforced since), else perhaps the
+        # check that reads these bytes as they stream
+        ruling = (self.release.at_pull(name, gated, record, request.method == "GET")
+                  if self.release is not None else NOTHING)
+        if ruling.refused is not None:
+            raise self._release_refusal(name, version, ruling.refused)
         if record.denial is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=record.denial.rule, reason=record.denial.reason)
@@ -174,7 +186,7 @@ class TarballRoute:
                 return answer
         try:
             return await self._public(request, name, record, private_error, deadline, slot,
-                                      gated)
+                                      gated, ruling.check)
         except Refused as missing:
             # public has no such tarball (a package removed there, a withdrawn tarball): the
             # same holds as for an outage, a copy mirrored since the packument was filled is
@@ -199,13 +211,10 @@ class TarballRoute:
                     return copy
             raise not_mirrored(error, name, version) from None
 
-    def _refuse_remembered(self, name: PackageName, version: str) -> None:
-        """A 403 with the evidence for a version a release signal refused at an earlier pull
-        (the verdict, made again under the rules in force, is still in force)."""
-        assert self.release is not None
-        verdict = self.release.remembered(name.full, version)
-        if verdict is None or not verdict.in_force(self.release.now()):
-            return
+    def _release_refusal(self, name: PackageName, version: str,
+                         verdict: ReleaseVerdict) -> Refused:
+        """The 403 with the evidence for a version a release signal refuses (the verdict,
+        made again under the rules in force, is in force)."""
         assert verdict.rule is not None
         assert verdict.reason is not None
         label = f"{name.full}@{version}"
@@ -215,7 +224,7 @@ class TarballRoute:
         evidence = [detail for found in verdict.fired if found.signal == verdict.rule
                     for detail in found.details]
         until = installable_from(verdict.until)
-        raise Refused(403, f"mirrorgate denied {label} by its {verdict.rule} release signal: "
+        return Refused(403, f"mirrorgate denied {label} by its {verdict.rule} release signal: "
                       f"{verdict.reason}{'; ' + until if until else ''}; "
                       f"{exception_how(name.full, version, self.contact)}",
                       reason=verdict.reason, rule=verdict.rule,
@@ -256,7 +265,8 @@ class TarballRoute:
 
     async def _public(self, request: web.Request, name: PackageName, record: VersionRecord,
                       private_error: UpstreamError | None, deadline: asyncio.Timeout,
-                      slot: Slot, gated: Gated) -> web.StreamResponse:
+                      slot: Slot, gated: Gated,
+                      release: Callable[[], ContentsCheck] | None) -> web.StreamResponse:
         version = record.version
         published = gated.time.get(version)
         # Never a URL built here: the version's own `dist.tarball`, which the gate checked is on
@@ -271,11 +281,8 @@ class TarballRoute:
         verifier = _verifier(record)
         key = ("public", url, _checked(verifier))
         judge = self.release
-        # the release signals read a first GET of a version they have no verdict for; a
-        # version they judged is refused above or relayed as any other
-        release = ((lambda: judge.check(name, gated, record))
-                   if judge is not None and request.method == "GET" and judge.applies(record)
-                   and judge.remembered(name.full, version) is None else None)
+        # `release`: the release signals read a first GET of a version they have no verdict
+        # for (`at_pull`); a version they judged is refused above or relayed as any other
         try:
             relayed = await self.relay.relay(
                 request, lambda: self.public.stream(url, method=request.method, pool=TARBALLS),
@@ -287,7 +294,9 @@ class TarballRoute:
             if withheld.rule == INSTALL_SCRIPTS:
                 raise _scripts_refusal(name, version, withheld.reason, self.contact,
                                        gated.survivors) from None
-            self._refuse_remembered(name, version)  # the release signals' evidence
+            kept = judge.remembered(name.full, version) if judge is not None else None
+            if judge is not None and kept is not None and kept.in_force(judge.now()):
+                raise self._release_refusal(name, version, kept) from None  # the evidence
             label = f"{name.full}@{version}"
             raise Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
                           reason=withheld.reason, rule="release-unchecked", package=name.full,

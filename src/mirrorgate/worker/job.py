@@ -27,6 +27,8 @@ from mirrorgate.events import Alert
 from mirrorgate.gate.entry import PublicAnswer
 from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
+from mirrorgate.gate.records import TooManyVersionsError
+from mirrorgate.gate.release import UNSETTLED, ReleaseJudge
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Heartbeat
@@ -119,6 +121,9 @@ class WorkerDeps:
     """The takedowns the serve path has seen (`gate.withdrawals`), kept in the state store: the
     proxy's own in `mirrorgate serve`, the worker's view of the same store in `mirrorgate
     worker`; None: this process's memory only (the operator commands)."""
+    release: ReleaseJudge | None = None
+    """The gate's release verdicts (`gate.release`): a job whose version has none under rules
+    that ask for one is read and judged before it is published; None: not consulted."""
     handoff: Handoff | None = None
     """The tarballs the proxy beside this worker verified as it relayed them (`handoff`):
     taken instead of a second download, hashed against the job's digest all the same. None
@@ -300,6 +305,7 @@ class JobRunner:
                          f"public registry (first seen {seen})", first_seen=seen)
         with tracing.span("mirrorgate.regate"):
             job = await self._regate(job, name)
+        await self._release_verdict(job, name)
         url = job.artifact.tarball_url
         # public's digests: the gate denies a version without one this worker can compute
         verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
@@ -364,6 +370,25 @@ class JobRunner:
             if fresh is answer:  # revalidated unchanged: the verdict is the same
                 raise
             return await self._judge(job, name, fresh)
+
+    async def _release_verdict(self, job: MirrorJob, name: PackageName) -> None:
+        """The version's release verdict, read and judged now when it has none (a sidecar's
+        job, one written by hand): a refusal in force retires the job, as on the serve path."""
+        judge = self.deps.release
+        if judge is None:
+            return
+        with tracing.span("mirrorgate.release_verdict"):
+            try:
+                verdict = await self._public(
+                    lambda named: judge.verdict_for(named, job.version), name)
+            except TooManyVersionsError as error:
+                raise Retire("release-signal", str(error), rule=UNSETTLED) from None
+        if isinstance(verdict, str):
+            raise Retire("release-signal", f"{job.name}@{job.version}: {verdict}",
+                         rule=UNSETTLED)
+        if verdict is not None and verdict.in_force(self.deps.now()):
+            raise Retire("release-signal", f"{job.name}@{job.version}: {verdict.reason}",
+                         rule=verdict.rule, compared_with=verdict.compared_with)
 
     @staticmethod
     async def _public(read: Callable[[PackageName], Awaitable[_T]], name: PackageName) -> _T:

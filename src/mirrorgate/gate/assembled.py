@@ -1,0 +1,111 @@
+"""The gate of one process, assembled once: packuments (source and cache), first-party names,
+withdrawals, the registry's keys and the release verdicts, built by the composition root
+(`process`, a command's parts, a test's rig) and handed to the proxy, the worker and the
+commands, which never assemble these parts themselves. docs/architecture.md#the-gate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from prometheus_client import Counter
+
+from mirrorgate import tracing
+from mirrorgate.config import Settings
+from mirrorgate.gate.cache import Cached, PackumentCache
+from mirrorgate.gate.entry import PackumentEntry
+from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.fill import PackumentSource
+from mirrorgate.gate.firstparty import FirstPartyNames
+from mirrorgate.gate.packuments import Packuments
+from mirrorgate.gate.records import Gated
+from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.gate.withdrawals import WithdrawnVersions
+from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName
+from mirrorgate.rules import LiveRules, Rules
+from mirrorgate.upstream.client import Upstream
+from mirrorgate.upstream.keys import RegistryKeys
+from mirrorgate.upstream.registry import PrivateRegistry
+
+__all__ = ["Gate"]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Gate:
+    """Everything that decides what is admitted, one of each per process. `release` reads the
+    packuments through `gated` and drops a refused version's entry through `forget`: the loop
+    between the verdicts and the fill closes here, not in an application."""
+
+    def __init__(self, *, settings: Settings, public: Upstream, private: PrivateRegistry,
+                 rules: Rules | LiveRules, metrics: Metrics, facts: KeptFacts | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 now: Callable[[], datetime] = _utcnow, pins: int = 0,
+                 first_party_kept: bool = True) -> None:
+        self.settings = settings
+        self.public = public
+        self.private = private
+        self.rules = rules
+        self.metrics = metrics
+        self.now = now
+        self.facts = facts if facts is not None else KeptFacts()
+        self.keys = RegistryKeys(public, clock=clock, metrics=metrics)
+        self.release = ReleaseJudge(
+            rules=rules, public=public, metrics=metrics, packument=self.gated, now=now,
+            facts=self.facts, previous_max_bytes=settings.release_previous_max_bytes,
+            timeout=settings.release_timeout, forget=self.forget)
+        # a command's check never writes the proxy's list of first-party names
+        first_party = FirstPartyNames(self.facts) if first_party_kept else FirstPartyNames()
+        self._cache_results: dict[str, Counter] = {}
+        # chosen once: with tracing off a cache lookup costs exactly what it did
+        counted = self._count_cache_traced if tracing.enabled() else self._count_cache
+        self.packuments = Packuments(
+            PackumentSource(
+                private=private, public=public, rules=rules, metrics=metrics, now=now,
+                keys=self.keys, first_party=first_party,
+                withdrawals=WithdrawnVersions(self.facts),
+                refused=self.release.refused_versions),
+            PackumentCache(ttl=settings.cache_ttl, max_entries=settings.cache_max_entries,
+                           max_bytes=settings.cache_max_bytes, clock=clock, on_result=counted),
+            clock, pins=pins)
+
+    @property
+    def source(self) -> PackumentSource:
+        return self.packuments.source
+
+    @property
+    def withdrawals(self) -> WithdrawnVersions:
+        return self.packuments.source.withdrawals
+
+    @property
+    def first_party(self) -> FirstPartyNames:
+        return self.packuments.source.first_party
+
+    async def entry(self, name: PackageName) -> Cached[PackumentEntry]:
+        """The cached entry of `name`, filled when missing or stale (`Packuments.entry`)."""
+        return await self.packuments.entry(name)
+
+    async def gated(self, name: PackageName) -> Gated | None:
+        return (await self.packuments.entry(name)).value.gated
+
+    def forget(self, name: PackageName) -> None:
+        """Drop `name`'s entry: the next read gates it again (a refusal, a write)."""
+        self.packuments.forget(name)
+
+    def _count_cache(self, result: str) -> None:
+        counter = self._cache_results.get(result)
+        if counter is None:
+            counter = self._cache_results[result] = self.metrics.cache.labels(result)
+        counter.inc()
+
+    def _count_cache_traced(self, result: str) -> None:
+        self._count_cache(result)
+        tracing.annotate({"mirrorgate.cache": result})
+
+    async def close(self) -> None:
+        await self.keys.close()

@@ -1,0 +1,199 @@
+"""The packument routes, `GET|HEAD /npm/<name>`, `/npm/<name>/<version>` and dist-tags: the
+gate's cached entry, rendered once per (form, base URL) and answered as npm reads it.
+
+The warm path (`app.ProxyServer.npm`) answers a fresh rendering before anything runs; this is
+the slow path behind it, and the one place a packument is rendered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import structlog
+from aiohttp import web
+
+from mirrorgate.gate import (
+    Cached,
+    Gated,
+    PackumentEntry,
+    Rendered,
+    RenderKey,
+    TooManyVersionsError,
+)
+from mirrorgate.gate.assembled import Gate
+from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
+from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
+from mirrorgate.npm.packument import FULL, on_base
+from mirrorgate.offload import in_thread_if_large
+from mirrorgate.rules.wayout import exception_how
+from mirrorgate.serve.refusals import Refused, denied, json_response, not_mirrored
+from mirrorgate.upstream.client import UpstreamError
+
+__all__ = ["PackumentRoute"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+
+class PackumentRoute:
+    """Packuments, version documents and dist-tags from the gate's cache. `key` is a request's
+    (abbreviated, base URL), raising BadBaseError for hostile headers; `vary` the Vary header."""
+
+    def __init__(self, gate: Gate, metrics: Metrics, *, key: Callable[[web.Request], RenderKey],
+                 vary: str, contact: str | None) -> None:
+        self.gate = gate
+        self.packuments = gate.packuments
+        self.metrics = metrics
+        self._key = key
+        self._vary = vary
+        self.contact = contact
+        """MIRRORGATE_OPERATOR_CONTACT, named in a refusal's way out."""
+        self._gzip: Memo[str, bool] = Memo(accepts_gzip)
+        self._kept_bases: dict[str, None] = {}
+        self._rendering_once = asyncio.Semaphore(1)
+        self._unknown_bases_seen = 0
+
+    def footer(self, name: PackageName) -> str:
+        """The last line of a packument's `policyRestrictions` message: how to get an
+        exception (MIRRORGATE_OPERATOR_CONTACT is the proxy's, not the gate's)."""
+        return exception_how(name.full, None, self.contact)
+
+    def send(self, request: web.Request, rendered: Rendered) -> web.Response:
+        wanted = request.headers.get("If-None-Match")
+        if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
+            return web.Response(status=304, headers=rendered.not_modified_headers)
+        if rendered.gzipped and self._gzip(request.headers.get("Accept-Encoding") or ""):
+            return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
+        return web.Response(body=rendered.body, headers=rendered.headers)
+
+    async def entry(self, name: PackageName) -> Cached[PackumentEntry]:
+        try:
+            return await self.packuments.entry(name)
+        except UpstreamError as error:
+            raise not_mirrored(error, name) from None
+        except TooManyVersionsError as error:
+            self.metrics.refusals.labels("too_many_versions").inc()
+            log.warning("packument_refused", package=name.full, reason=str(error))
+            raise Refused(502, str(error), reason="too many versions") from None
+
+    async def gated_or_none(self, name: PackageName) -> Gated | None:
+        return (await self.entry(name)).value.gated
+
+    def cached_or_false(self, name: PackageName) -> Gated | bool | None:
+        """The fresh cached packument of `name` (None: no upstream has it), False when none
+        is cached; never fills."""
+        slot = self.packuments.fresh(name)
+        return False if slot is None else slot.value.gated
+
+    async def packument(self, request: web.Request, name: PackageName) -> web.Response:
+        slot = await self.entry(name)
+        gated = slot.value.gated
+        if gated is None:
+            raise Refused(404, f"{name.full} is not on the private or the public upstream",
+                          reason="not found")
+        if not gated.survivors and gated.policy_message is None:
+            # nothing was denied, so there was nothing to gate: unpublished, or only
+            # version keys that were skipped as unreadable
+            raise Refused(404, f"{name.full} has no versions on the private or the public "
+                          "upstream", reason="no versions", package=name.full)
+        if not gated.survivors:
+            raise Refused(403, f"every version of {name.full} was denied by mirrorgate's "
+                          f"admission rules: {gated.policy_message}\n{self.footer(name)}",
+                          reason=gated.policy_message, package=name.full)
+        key = self._key(request)
+        rendered = slot.value.renderings.get(key)
+        if rendered is None and self._known_base(key[1]):
+            rendered = await self._render(slot, gated, key)
+        elif rendered is None:
+            gzipped = self._gzip(request.headers.get("Accept-Encoding") or "")
+            rendered = await self._render_once(slot, gated, key, gzipped)
+        return self.send(request, rendered)
+
+    def _known_base(self, base: str) -> bool:
+        """Whether renderings for `base` are kept: MIRRORGATE_PUBLIC_URL's, or one of the first
+        `MAX_BASES` the process was asked for. A deployment is reached by a few names; a
+        client inventing `Host` values must not spend the CPU of a rendering per value, nor
+        push out the renderings other clients' warm hits are answered from."""
+        if base in self._kept_bases:
+            return True
+        if len(self._kept_bases) < MAX_BASES:
+            self._kept_bases[base] = None
+            return True
+        return False
+
+    async def _render_once(self, slot: Cached[PackumentEntry], gated: Gated,
+                           key: RenderKey, gzipped: bool) -> Rendered:
+        """A rendering for a base whose renderings are not kept: the entry's bytes on the
+        placeholder (made once per form) with the base put in, uncompressed, one at a time
+        under the request's admission slot, then dropped."""
+        if not self._unknown_bases_seen:
+            log.warning("unknown_base_rendered", base=key[1][:200], kept=list(self._kept_bases),
+                        hint="set MIRRORGATE_PUBLIC_URL to the URL clients use")
+        self._unknown_bases_seen += 1
+        self.metrics.unkept_renderings.inc()
+        abbreviated, base = key
+        entry = slot.value
+        async with self._rendering_once:
+            unplaced = entry.unplaced.get(abbreviated)
+            if unplaced is None:
+                unplaced = await in_thread_if_large(gated.size, gated.render, abbreviated, None,
+                                                    self.footer(gated.name))
+                entry.unplaced[abbreviated] = unplaced
+                self.packuments.cache.grow(slot, len(unplaced))
+            return await in_thread_if_large(len(unplaced), _placed, unplaced, abbreviated, base,
+                                            self._vary, gzipped)
+
+    async def _render(self, slot: Cached[PackumentEntry], gated: Gated, key: RenderKey) -> Rendered:
+        """Render once per key, however many requests ask at the same time."""
+        entry = slot.value
+        task = entry.pending.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._render_into(slot, gated, key))
+            entry.pending[key] = task
+        return await asyncio.shield(task)
+
+    async def _render_into(self, slot: Cached[PackumentEntry], gated: Gated,
+                           key: RenderKey) -> Rendered:
+        entry = slot.value
+        try:
+            rendered = await in_thread_if_large(gated.size, build_rendered, gated, *key,
+                                                self._vary, self.footer(gated.name))
+        finally:
+            entry.pending.pop(key, None)
+        self.packuments.cache.grow(slot, entry.keep(key, rendered))
+        return rendered
+
+    async def version(self, request: web.Request, name: PackageName,
+                       wanted: str) -> web.Response:
+        gated = await self.gated_or_none(name)
+        if gated is None:
+            raise Refused(404, f"{name.full} is not on the private or the public upstream",
+                          reason="not found")
+        version = gated.resolve(wanted)
+        record = gated.versions.get(version) if version is not None else None
+        if record is None and isinstance(gated.public_failure, UpstreamError):
+            raise not_mirrored(gated.public_failure, name, wanted)
+        if record is None:
+            raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
+                          reason="version not found")
+        if record.denial is not None:
+            raise denied(name, record, gated.survivors, self.contact)
+        body = record.document(self._key(request)[1])
+        return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
+
+    async def dist_tags(self, name: PackageName) -> web.Response:
+        """`npm dist-tag ls`: the tags of the packument served, so never a denied version."""
+        gated = await self.gated_or_none(name)
+        if gated is None or not gated.survivors:
+            raise Refused(404, f"{name.full} has no admitted versions on the private or the "
+                          "public upstream", reason="not found")
+        return json_response(200, gated.dist_tags)
+
+
+def _placed(unplaced: bytes, abbreviated: bool, base: str, vary: str,
+            gzipped: bool) -> Rendered:
+    return rendered_body(on_base(unplaced, base), abbreviated, vary, kept=False,
+                         gzipped=gzipped)
+

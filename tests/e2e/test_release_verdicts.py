@@ -1,0 +1,349 @@
+"""A release verdict is a record of the version: judged once against a release that was itself
+judged, kept in the state store, and honoured by every path that admits or mirrors
+(docs/verdicts.md). Through the real npm client, real `mirrorgate serve` processes and real
+Verdaccio, against a fixture registry playing the public one.
+
+The attacks: two bad releases published together, the second compared with the first (nothing
+new); the same after a restart, or with the first judged by another replica; a version
+published below the whole history with `latest` pointed at it; a version flagged in report
+mode and mirrored, then enforced; `mirrorgate prewarm` of a lockfile pinning a version the
+proxy refuses. Each beside its plain control (one bad release after a clean one, refused) and
+a clean release of the same package, admitted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sqlite3
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from mirrorgate.mirror import encode_job
+from tests.commands.mirrored import run_command
+from tests.e2e.sidecar import registry_environment, start_sidecar
+from tests.e2e.test_untrusted_queue import send_raw
+from tests.faults.worker_jobs import admitted_job
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.incidents import _fresh, entry_file, minified_bundle, shai_hulud_shape
+from tests.servers.npm import NpmClient
+from tests.servers.packages import EPOCH, FixturePackage, make_package, make_version
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.servers.verdaccio import Verdaccio
+
+RULES = '[age]\nminimum = "0"\n\n[release]\n'
+"""Every signal at its default action (`quarantine`), the cooldown off so the signals, not the
+age rule, refuse the minutes-old versions."""
+REPORT = RULES + 'mode = "report"\n'
+HOOK = "new-install-script"
+
+
+def burst_shape(name: str = "burst-host") -> FixturePackage:
+    """1.4.1 and 1.4.2 run nothing at install; 1.4.3 and 1.4.4, published a minute apart a
+    few minutes ago, both run `node bundle.js`, the same new 1.5 MB bundle."""
+    files = {"index.js": entry_file(name), "README.md": b"# burst host\n"}
+    bad = {**files, "bundle.js": minified_bundle(1_500_000)}
+    hook = {"postinstall": "node bundle.js"}
+    return make_package(name, [
+        make_version(name, "1.4.1", files=files, published=EPOCH - timedelta(days=30)),
+        make_version(name, "1.4.2", files=files, published=EPOCH),
+        make_version(name, "1.4.3", files=bad, published=_fresh(timedelta(minutes=6)),
+                     scripts=hook),
+        make_version(name, "1.4.4", files=bad, published=_fresh(timedelta(minutes=5)),
+                     scripts=hook)])
+
+
+def below_shape(name: str = "below-host") -> FixturePackage:
+    """1.0.0 to 1.2.0, clean and long published; 0.0.1, published minutes ago below the whole
+    history with a new postinstall bundle, and `latest` pointed at it."""
+    files = {"index.js": entry_file(name), "README.md": b"# below host\n"}
+    history = [make_version(name, version, files=files, published=EPOCH + timedelta(days=day))
+               for day, version in enumerate(("1.0.0", "1.1.0", "1.2.0"))]
+    low = make_version(name, "0.0.1", files={**files, "bundle.js": minified_bundle(1_500_000)},
+                       published=_fresh(), scripts={"postinstall": "node bundle.js"})
+    return make_package(name, [*history, low], dist_tags={"latest": "0.0.1"})
+
+
+def serve(mirrorgate: MirrorgateFactory, public: FixtureRegistry, verdaccio: Verdaccio,
+          data: Path, rules: Path, **extra: str) -> MirrorgateProcess:
+    if not rules.exists():
+        rules.write_text(RULES, encoding="utf-8")
+    return mirrorgate("serve", {
+        **registry_environment(public, verdaccio), "MIRRORGATE_METRICS_OPEN": "true",
+        "MIRRORGATE_RULES_FILE": str(rules), "MIRRORGATE_DATA_DIR": str(data), **extra})
+
+
+def install(npm: NpmClient, proxy: MirrorgateProcess,
+            dependencies: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    npm.clear_cache()
+    # a fresh resolution each time: no lockfile, nothing installed before
+    shutil.rmtree(npm.project / "node_modules", ignore_errors=True)
+    (npm.project / "package-lock.json").unlink(missing_ok=True)
+    npm.write_project(dependencies)
+    return npm.install(registry=proxy.registry_url)
+
+
+def refused(npm: NpmClient, proxy: MirrorgateProcess, name: str, wanted: str) -> None:
+    done = install(npm, proxy, {name: wanted})
+    assert done.returncode != 0, done.stdout
+    assert "E403" in done.stderr, done.stderr
+
+
+def refusals(proxy: MirrorgateProcess, name: str) -> dict[str, dict[str, object]]:
+    """The release signals' refusals of `name` this process logged, by version."""
+    return {str(event["version"]): event for event in proxy.events("release_signal_refused")
+            if event["package"] == name}
+
+
+def tarball_reads(public: FixtureRegistry, name: str, version: str) -> int:
+    return sum(1 for seen in public.requests
+               if seen.path.startswith(f"/{name}/-/{name}-{version}.tgz"))
+
+
+def test_two_bad_releases_published_together_never_vouch_for_each_other(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    public_registry.add(burst_shape(), shai_hulud_shape())
+    proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data",
+                  tmp_path / "rules.toml")
+
+    refused(npm_client, proxy, "burst-host", "^1.4.0")  # takes 1.4.4
+
+    found = refusals(proxy, "burst-host")
+    # 1.4.3, never judged, was read and judged first against 1.4.2, and found bad: so 1.4.4
+    # is compared with 1.4.2, where its postinstall is new
+    assert (found["1.4.3"]["rule"], found["1.4.3"]["compared_with"]) == (HOOK, "1.4.2")
+    assert (found["1.4.4"]["rule"], found["1.4.4"]["compared_with"]) == (HOOK, "1.4.2")
+    assert any("postinstall" in str(item) for item in found["1.4.4"]["evidence"])  # type: ignore[attr-defined]
+    passed = [event for event in proxy.events("release_baseline_passed_over")
+              if event["version"] == "1.4.4"]
+    assert passed
+    assert passed[0]["passed_over"] == ["1.4.3"]
+
+    again = install(npm_client, proxy, {"burst-host": "^1.4.0"})
+    assert again.returncode == 0, again.stderr
+    assert npm_client.installed()["burst-host"] == "1.4.2"  # the clean release, admitted
+    refused(npm_client, proxy, "worm-host", "^1.4.0")  # the plain control
+    assert refusals(proxy, "worm-host")["1.4.3"]["compared_with"] == "1.4.2"
+
+
+def test_a_refusal_kept_before_a_restart_is_neither_forgotten_nor_read_again(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    public_registry.add(burst_shape())
+    data, rules = tmp_path / "data", tmp_path / "rules.toml"
+    first = serve(mirrorgate, public_registry, verdaccio, data, rules)
+    refused(npm_client, first, "burst-host", "1.4.3")
+    assert refusals(first, "burst-host")["1.4.3"]["compared_with"] == "1.4.2"
+    assert first.running.stop(timeout=15) == 0  # SIGTERM: what was learned is written
+    public_registry.clear_requests()
+
+    second = serve(mirrorgate, public_registry, verdaccio, data, rules)  # the same SQLite
+    refused(npm_client, second, "burst-host", "^1.4.0")
+
+    found = refusals(second, "burst-host")
+    assert set(found) == {"1.4.4"}  # 1.4.3's refusal came from the store, not a new read
+    assert found["1.4.4"]["compared_with"] == "1.4.2"
+    assert tarball_reads(public_registry, "burst-host", "1.4.3") == 0
+    assert second.get("npm/burst-host/1.4.3").status == 403
+    again = install(npm_client, second, {"burst-host": "^1.4.0"})
+    assert again.returncode == 0, again.stderr
+    assert npm_client.installed()["burst-host"] == "1.4.2"
+
+
+def test_two_replicas_on_one_postgresql_agree_on_a_refusal_either_read(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, postgres_server: PostgresServer, tmp_path: Path,
+) -> None:
+    public_registry.add(burst_shape())
+    database = postgres_server.new_database_now()
+    rules = tmp_path / "rules.toml"
+    one = serve(mirrorgate, public_registry, verdaccio, tmp_path / "one", rules,
+                MIRRORGATE_DATABASE_URL=database)
+    other = serve(mirrorgate, public_registry, verdaccio, tmp_path / "two", rules,
+                  MIRRORGATE_DATABASE_URL=database)
+    assert other.get("npm/burst-host/1.4.3").status == 200  # cached here, before the verdict
+
+    refused(npm_client, one, "burst-host", "1.4.3")
+    wait_for(lambda: other.get("npm/burst-host/1.4.3").status == 403, timeout=10,
+             message="the other replica to refuse 1.4.3 from the store")
+    public_registry.clear_requests()
+    refused(npm_client, other, "burst-host", "^1.4.0")
+
+    assert set(refusals(other, "burst-host")) == {"1.4.4"}
+    assert refusals(other, "burst-host")["1.4.4"]["compared_with"] == "1.4.2"
+    assert tarball_reads(public_registry, "burst-host", "1.4.3") == 0
+    wait_for(lambda: one.get("npm/burst-host/1.4.4").status == 403, timeout=10,
+             message="the first replica to refuse 1.4.4 from the store")
+    for replica in (one, other):
+        assert sorted(replica.get("npm/burst-host").json()["versions"]) == ["1.4.1", "1.4.2"]
+
+
+def test_a_version_published_below_the_whole_history_is_compared_with_the_one_before_it(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    public_registry.add(below_shape(), shai_hulud_shape())
+    proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data",
+                  tmp_path / "rules.toml")
+
+    refused(npm_client, proxy, "below-host", "latest")
+
+    found = refusals(proxy, "below-host")["0.0.1"]
+    assert (found["rule"], found["compared_with"]) == (HOOK, "1.2.0")  # published before it
+    clean = install(npm_client, proxy, {"below-host": "^1.0.0"})
+    assert clean.returncode == 0, clean.stderr
+    assert npm_client.installed()["below-host"] == "1.2.0"
+    refused(npm_client, proxy, "worm-host", "^1.4.0")  # the plain control
+
+
+def test_a_version_flagged_in_report_mode_and_mirrored_is_refused_from_the_mirror_once_enforced(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    public_registry.add(shai_hulud_shape())
+    rules = tmp_path / "rules.toml"
+    rules.write_text(REPORT, encoding="utf-8")
+    proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data", rules)
+
+    served = install(npm_client, proxy, {"worm-host": "1.4.3"})
+    assert served.returncode == 0, served.stderr  # report mode: served, and said so
+    assert any(event["package"] == "worm-host" and event["rule"] == HOOK
+               for event in proxy.events("version_would_deny"))
+    wait_for(lambda: "1.4.3" in verdaccio.versions("worm-host"), timeout=60,
+             message="the worker to mirror worm-host@1.4.3")
+
+    # enforced, re-read without a restart (a comment added: the file in force cut short is
+    # refused as a truncated save)
+    rules.write_text(RULES + "# enforced now\n", encoding="utf-8")
+    wait_for(lambda: proxy.get("npm/worm-host/1.4.3").status == 403, timeout=15,
+             message="the rules change to reach the mirrored copy")
+    # the lockfile written in report mode pins 1.4.3: `npm ci` asks for the mirrored tarball
+    npm_client.clear_cache()
+    shutil.rmtree(npm_client.project / "node_modules")
+    pinned = npm_client.ci(registry=proxy.registry_url)
+    assert pinned.returncode != 0, pinned.stdout
+    assert "E403" in pinned.stderr, pinned.stderr
+
+    assert "1.4.3" in verdaccio.versions("worm-host")  # in the mirror, and never served
+    answer = proxy.get("npm/worm-host/-/worm-host-1.4.3.tgz")
+    assert answer.status == 403
+    body = answer.json()
+    assert (body["rule"], body["compared_with"]) == (HOOK, "1.4.2")
+    assert body["evidence"] == ["postinstall (node bundle.js)"]
+    refused(npm_client, proxy, "worm-host", "1.4.3")  # a fresh resolution, as before
+    clean = install(npm_client, proxy, {"worm-host": "^1.4.0"})
+    assert clean.returncode == 0, clean.stderr
+    assert npm_client.installed()["worm-host"] == "1.4.2"
+
+
+def test_prewarm_of_a_lockfile_pinning_a_refused_version_publishes_nothing_and_says_so(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    tmp_path: Path,
+) -> None:
+    public_registry.add(shai_hulud_shape())
+    npm_client.write_project({"worm-host": "1.4.3"})
+    locked = npm_client.install(registry=public_registry.url)  # the lockfile, from public
+    assert locked.returncode == 0, locked.stderr
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES, encoding="utf-8")
+    env = {**registry_environment(public_registry, verdaccio),
+           "MIRRORGATE_RULES_FILE": str(rules)}
+
+    done = run_command(["prewarm", str(npm_client.project / "package-lock.json"), "--json"],
+                       env, tmp_path)
+
+    report = json.loads(done.stdout)
+    assert done.statuses() == {"worm-host@1.4.3": "refused"}, done.stdout
+    [result] = report["results"]
+    assert HOOK in result["reason"]
+    assert "1.4.2" in result["reason"]
+    assert "1.4.3" not in verdaccio.versions("worm-host")
+
+    npm_client.write_project({"worm-host": "1.4.2"})  # a clean release of the same package
+    clean = npm_client.install(registry=public_registry.url)
+    assert clean.returncode == 0, clean.stderr
+    warmed = run_command(["prewarm", str(npm_client.project / "package-lock.json"), "--json"],
+                         env, tmp_path)
+    assert warmed.statuses() == {"worm-host@1.4.2": "published"}, warmed.stdout
+
+
+def test_check_of_a_lockfile_pinning_a_refused_version_names_the_signal_and_evidence(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    tmp_path: Path,
+) -> None:
+    public_registry.add(burst_shape())
+    npm_client.write_project({"burst-host": "1.4.4"})
+    locked = npm_client.install(registry=public_registry.url)
+    assert locked.returncode == 0, locked.stderr
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES, encoding="utf-8")
+    env = {**registry_environment(public_registry, verdaccio),
+           "MIRRORGATE_RULES_FILE": str(rules)}
+    lockfile = str(npm_client.project / "package-lock.json")
+
+    done = run_command(["check", lockfile, "--json"], env, tmp_path)
+
+    assert done.returncode == 1, done.stderr
+    [result] = done.json()["results"]
+    assert (result["status"], result["rule"]) == ("denied", HOOK)
+    assert "compared with 1.4.2" in result["reason"]  # 1.4.3, published with it, judged bad
+
+    npm_client.write_project({"burst-host": "1.4.2"})  # a clean release of the same package
+    clean = npm_client.install(registry=public_registry.url)
+    assert clean.returncode == 0, clean.stderr
+    admitted = run_command(["check", lockfile, "--json"], env, tmp_path)
+    assert admitted.returncode == 0, admitted.stdout
+    assert admitted.statuses() == {"burst-host@1.4.2": "admitted"}
+
+
+def kept_in(data: Path, name: str, version: str) -> bool:
+    """Whether the SQLite store in `data` holds a verdict on `name@version` (read-only)."""
+    with contextlib.closing(sqlite3.connect(f"file:{data / 'state.sqlite3'}?mode=ro",
+                                            uri=True)) as db:
+        found = db.execute("SELECT 1 FROM verdicts WHERE name = ? AND version = ?",
+                           (name, version)).fetchone()
+    return found is not None
+
+
+@pytest.mark.parametrize("queue_backend", ["sqs"], indirect=True)
+async def test_the_sidecar_worker_on_the_same_sqlite_retires_a_job_the_proxy_refused_unread(
+    queue_backend: str, queue_environment: dict[str, str], public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, npm_client: NpmClient, mirrorgate: MirrorgateFactory,
+    tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:
+    """The proxy and its sidecar worker, two processes on one volume's SQLite file: the job a
+    queue writer sends for the version the proxy refused is retired on the proxy's verdict,
+    its tarball never fetched by the worker."""
+    public_registry.add(shai_hulud_shape())
+    rules, data = tmp_path / "rules.toml", tmp_path / "volume"
+    rules.write_text(RULES, encoding="utf-8")
+    env = {**registry_environment(public_registry, verdaccio), **queue_environment,
+           "MIRRORGATE_RULES_FILE": str(rules), "MIRRORGATE_DATA_DIR": str(data),
+           "MIRRORGATE_METRICS_OPEN": "true"}
+    pod = start_sidecar(mirrorgate, env)
+    refused(npm_client, pod.proxy, "worm-host", "1.4.3")
+    wait_for(lambda: kept_in(data, "worm-host", "1.4.3"), timeout=10,
+             message="the proxy's verdict to reach the SQLite file")
+    public_registry.clear_requests()
+
+    await send_raw(queue_backend, env, request,
+                   encode_job(admitted_job(public_registry, "worm-host", "1.4.3")))
+
+    wait_for(lambda: pod.worker.metric("mirrorgate_jobs_retired_total",
+                                       reason="release-signal") == 1,
+             timeout=30, message="the worker to retire the job on the proxy's verdict")
+    assert tarball_reads(public_registry, "worm-host", "1.4.3") == 0
+    assert "1.4.3" not in verdaccio.versions("worm-host")
+    clean = install(npm_client, pod.proxy, {"worm-host": "^1.4.0"})  # the clean release
+    assert clean.returncode == 0, clean.stderr
+    wait_for(lambda: "1.4.2" in verdaccio.versions("worm-host"), timeout=30,
+             message="the sidecar to mirror worm-host@1.4.2")
