@@ -22,6 +22,7 @@ from mirrorgate.serve.tokens import new_token
 from tests.access.rig import tokens_file
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.incidents import shai_hulud_shape
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, make_version
 from tests.servers.postgres_server import PostgresServer
@@ -193,3 +194,47 @@ def test_a_deny_entry_added_for_a_version_already_served_warns_once_naming_who_p
     assert "is now denied by the deny-list rule" in notified.event["text"]
     assert len(proxy.events("version_exposed")) == 1
     assert proxy.metric("mirrorgate_exposures_total", cause="deny-list") == 1
+
+
+def test_a_release_signal_reported_then_enforced_warns_the_clients_that_installed_it(
+    mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio,
+    webhook: WebhookReceiver, tmp_path: Path,
+) -> None:
+    """The attack: a team trials the release signals in report mode, and the worm's release
+    (a new postinstall running a new 1.5 MB bundle) is served with a would-deny; when the
+    team switches to enforcing, the builds that installed it must be told, not only the next
+    ones refused."""
+    public_registry.add(shai_hulud_shape())
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[age]\nminimum = "0"\n[release]\nnew_install_script = "report"\n',
+                     encoding="utf-8")
+    proxy = mirrorgate("serve", {
+        "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+        "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+        "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token, "MIRRORGATE_METRICS_OPEN": "true",
+        "MIRRORGATE_CACHE_TTL": "1", "MIRRORGATE_RULES_FILE": str(rules),
+        "MIRRORGATE_DATA_DIR": str(tmp_path / "data"),
+        "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET})
+    npm = NpmClient(tmp_path / "npm")
+    npm.write_project({"worm-host": "^1.4.0"})
+    installed = npm.install(registry=proxy.registry_url)
+    assert installed.returncode == 0, installed.stderr
+    assert npm.installed()["worm-host"] == "1.4.3"  # report mode: served, and said
+    wait_for(lambda: proxy.events("version_would_deny"), timeout=15, message="the would-deny")
+    assert not webhook.of_type("dev.mirrorgate.exposure")  # nothing refuses it yet
+
+    rules.write_text('[age]\nminimum = "0"\n[release]\nnew_install_script = "quarantine"\n',
+                     encoding="utf-8")
+    wait_for(lambda: proxy.events("rules_reloaded"), timeout=15, message="the new rules")
+    wait_for(lambda: "1.4.3" not in http_request(
+        "GET", proxy.registry_url + "worm-host").json()["versions"], timeout=15,
+        message="1.4.3 refused under the enforced signal")
+    wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
+             message="the exposure notification")
+    [notified] = webhook.of_type("dev.mirrorgate.exposure")
+    assert notified.event["subject"] == "worm-host@1.4.3"
+    assert notified.event["data"]["cause"] == "new-install-script"
+    assert [c["client"] for c in notified.event["data"]["clients"]] == ["anonymous"]
+    assert "node bundle.js" in notified.event["data"]["reason"]
+    [line] = proxy.events("version_exposed")
+    assert line["cause"] == "new-install-script"

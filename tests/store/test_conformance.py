@@ -117,8 +117,9 @@ async def test_facts_and_verdicts_share_one_order_of_changes(store: Store) -> No
 
 async def test_the_pull_log_answers_by_version_and_by_client_oldest_first(
         store: Store) -> None:
-    await store.append_pulls([pull("ci-web", "1.14.1", 30), pull("ci-api", "1.14.1", 10),
-                              pull("ci-web", "1.14.0", 5, source="mirror")])
+    await store.append_pulls([pull("ci-web", "1.14.1", 30).row(),
+                              pull("ci-api", "1.14.1", 10).row(),
+                              pull("ci-web", "1.14.0", 5, source="mirror").row()])
     by_version = await store.pulls(name="axios", version="1.14.1")
     assert [(p.client, p.at) for p in by_version] == [("ci-api", T0 + timedelta(minutes=10)),
                                                       ("ci-web", T0 + timedelta(minutes=30))]
@@ -129,7 +130,7 @@ async def test_the_pull_log_answers_by_version_and_by_client_oldest_first(
 
 
 async def test_the_retention_drops_only_pulls_older_than_it(store: Store) -> None:
-    await store.append_pulls([pull("ci-web", "1.14.1", minutes) for minutes in (1, 2, 60)])
+    await store.append_pulls([pull("ci-web", "1.14.1", minutes).row() for minutes in (1, 2, 60)])
     assert await store.prune_pulls(T0 + timedelta(minutes=30)) == 2
     assert [p.at for p in await store.pulls(name="axios")] == [T0 + timedelta(minutes=60)]
 

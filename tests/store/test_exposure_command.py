@@ -50,7 +50,7 @@ def exposure(place: Place, *args: str, **more: str) -> subprocess.CompletedProce
 async def filled(place: Place) -> None:
     store = await place.open()
     try:
-        await store.append_pulls(PULLS)
+        await store.append_pulls([p.row() for p in PULLS])
     finally:
         await store.close()
 

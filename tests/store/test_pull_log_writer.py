@@ -54,8 +54,10 @@ async def test_pulls_wait_for_a_lost_store_bounded_and_are_written_when_it_retur
 async def test_the_retention_prunes_older_pulls_at_start_up(place: Place) -> None:
     store = await place.open()
     await store.append_pulls([
-        Pull("web-ci", "axios", "1.0.0", "sha512-AAAA", "public", NOW - timedelta(days=91), "old"),
-        Pull("web-ci", "axios", "1.0.1", "sha512-AAAA", "public", NOW - timedelta(days=89), "kept"),
+        Pull("web-ci", "axios", "1.0.0", "sha512-AAAA", "public", NOW - timedelta(days=91),
+             "old").row(),
+        Pull("web-ci", "axios", "1.0.1", "sha512-AAAA", "public", NOW - timedelta(days=89),
+             "kept").row(),
     ])
     await store.close()
     facts = KeptFacts(place.open)

@@ -23,7 +23,14 @@ from mirrorgate.gate.facts import RETRY
 from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.gate.records import Gated
 from mirrorgate.metrics import Metrics
-from mirrorgate.rules import ADVISORY_MALWARE, ADVISORY_SEVERITY, DENY_LIST
+from mirrorgate.rules import (
+    ADVISORY_MALWARE,
+    ADVISORY_SEVERITY,
+    DENY_LIST,
+    PROVENANCE_CONTINUITY,
+    PUBLISHER_CHANGE,
+)
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.store import Pull, StoreUnavailableError
 
 __all__ = ["SENT", "Exposure", "ExposureWarnings", "exposures", "iso"]
@@ -34,9 +41,12 @@ SENT = "exposure-sent"
 """Fact kind: `name@version#cause` warned about (value: when), so a fleet warns once."""
 _CLIENTS_LISTED = 50  # in one notification; the rest are counted (`mirrorgate exposure` lists all)
 _PENDING = 1_000  # versions waiting to be checked; a flood past it is logged, not queued
-TURNED_BAD = frozenset({DENY_LIST, ADVISORY_MALWARE, ADVISORY_SEVERITY})
-"""Rules whose denial of a version says it is bad (a deny entry, a malware or qualifying
-advisory), not merely held back (too young, unsigned): those are checked against the log."""
+TURNED_BAD = frozenset({DENY_LIST, ADVISORY_MALWARE, ADVISORY_SEVERITY, PUBLISHER_CHANGE,
+                        PROVENANCE_CONTINUITY, *RELEASE_SIGNALS})
+"""Rules whose denial of a version says something is wrong with it (a deny entry, a malware or
+qualifying advisory, a takeover's marks, a release signal: flagged in report mode and served,
+then enforced), not merely that it is held back (too young, unsigned): those are checked
+against the log."""
 _CHECKED = 100_000  # (version, rule) pairs this process already checked, the oldest forgotten
 
 

@@ -62,7 +62,7 @@ from mirrorgate.serve.refusals import (
 from mirrorgate.serve.relay import OUTCOME, Relay
 from mirrorgate.serve.search import Search
 from mirrorgate.serve.spool import SPOOL_DIR, Spools
-from mirrorgate.serve.tarballs import TarballRoute
+from mirrorgate.serve.tarballs import REQUEST_ID, TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
@@ -285,7 +285,7 @@ class ProxyServer:
         writing = request.method in WRITE_METHODS
         route: Route = target.route if isinstance(target, RegistryPath) else "unknown"
         route = "write" if writing else route
-        request_id = self._request_id(request)
+        request_id = request[REQUEST_ID] = self._request_id(request)
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             response: web.StreamResponse
             try:

@@ -57,6 +57,9 @@ ENQUEUE_WINDOW = 300.0
 SOURCE = web.RequestKey("mirrorgate_pull_source", str)
 """Where a tarball answer's bytes come from ("mirror" or "public"), for the pull log."""
 RECORD = web.RequestKey("mirrorgate_pull_record", VersionRecord)
+REQUEST_ID = web.RequestKey("mirrorgate_request_id", str)
+"""The request's id as its log lines carry it, for the pull log: read off the request, not out
+of the log context (a copy of every bound variable, per pull)."""
 """The version a tarball request asked for, once the gated packument knows it."""
 
 
@@ -122,8 +125,7 @@ class TarballRoute:
         client = request.get(CLIENT)
         # the client's name (and its CI identity), never its token
         who = client.who if client is not None else "anonymous"
-        request_id = structlog.contextvars.get_contextvars().get("request_id", "")
-        pulls.record(who, name.full, version, integrity, source, str(request_id))
+        pulls.record(who, name.full, version, integrity, source, request.get(REQUEST_ID, ""))
 
     async def _answer(self, request: web.Request, name: PackageName, filename: str,
                       deadline: asyncio.Timeout, slot: Slot) -> web.StreamResponse:

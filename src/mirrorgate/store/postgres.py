@@ -18,6 +18,7 @@ from mirrorgate.store.records import (
     Changes,
     Fact,
     Pull,
+    PullRow,
     StoreInfo,
     StoreUnavailableError,
     Verdict,
@@ -164,17 +165,17 @@ class PostgresStore:
         result: Changes = await self._call(work)
         return result
 
-    async def append_pulls(self, pulls: Sequence[Pull]) -> None:
-        if not pulls:
+    async def append_pulls(self, rows: Sequence[PullRow]) -> None:
+        if not rows:
             return
 
         async def work(db: asyncpg.Connection) -> None:
             async with db.transaction():
+                # the time as the row carries it (seconds since the epoch), made a timestamp
+                # by the server: no datetime per pull on the event loop
                 await db.executemany(
                     "INSERT INTO pulls (client, name, version, integrity, source, at, "
-                    "request_id) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                    [(p.client, p.name, p.version, p.integrity, p.source, p.at, p.request_id)
-                     for p in pulls])
+                    "request_id) VALUES ($1, $2, $3, $4, $5, to_timestamp($6), $7)", rows)
         await self._call(work)
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,

@@ -23,6 +23,7 @@ __all__ = [
     "Fact",
     "MigrationError",
     "Pull",
+    "PullRow",
     "Store",
     "StoreInfo",
     "StoreSetupError",
@@ -93,6 +94,15 @@ class Pull:
     at: datetime
     request_id: str
 
+    def row(self) -> PullRow:
+        return (self.client, self.name, self.version, self.integrity, self.source,
+                self.at.timestamp(), self.request_id)
+
+
+PullRow = tuple[str, str, str, str, str, float, str]
+"""A pull as it is written: `Pull`'s fields in order, its time in seconds since the epoch (the
+request path builds a tuple, not an object, per tarball: bench/pull_log.py)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Changes:
@@ -132,8 +142,8 @@ class Store(Protocol):
         """Write the fact (`kind`, `key`) = `value` unless it exists: True for the one caller
         of a fleet that wrote it (a notification sent once, whichever replica saw the event)."""
 
-    async def append_pulls(self, pulls: Sequence[Pull]) -> None:
-        """Append `pulls` to the pull log in one transaction."""
+    async def append_pulls(self, rows: Sequence[PullRow]) -> None:
+        """Append `rows` to the pull log in one transaction."""
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
                     client: str | None = None, since: datetime | None = None,
