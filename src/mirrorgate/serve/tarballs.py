@@ -274,7 +274,7 @@ class TarballRoute:
         # the release signals read a first GET of a version they have no verdict for; a
         # version they judged is refused above or relayed as any other
         release = ((lambda: judge.check(name, gated, record))
-                   if judge is not None and request.method == "GET" and judge.applies(record)
+                   if judge is not None and request.method == "GET" and judge.applies(record, gated)
                    and judge.remembered(name.full, version) is None else None)
         try:
             relayed = await self.relay.relay(
