@@ -233,8 +233,8 @@ def check_dependencies(new: Release, previous: Release, first: FirstPublished,
         elif new.provenance is not None and new.provenance in known.provenance:
             continue
         elif when is not None and now - when < young:
-            target = f" (`{package}`)" if how.package != how.key else ""
-            details.append(f"{label}{target} was first published {stamp(when)}, less than "
+            verb = "," if how.package != how.key else " was"
+            details.append(f"{label}{verb} first published {stamp(when)}, less than "
                            f"{young_text} ago")
     if not details:
         return None
