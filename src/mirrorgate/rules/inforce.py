@@ -67,12 +67,12 @@ def in_force(rules: Rules) -> list[str]:
             lines.append(f"{name}: {signal.mode}, over the previous {signal.window} versions")
     release = rules.release
     if release.only_young_package:
-        action = release.action(YOUNG_PACKAGE_INSTALL_SCRIPT)
+        held = {"deny": "denied", "report": "reported",
+                "quarantine": f"quarantined until {release.quarantine_text} after its "
+                              "publication"}[release.action(YOUNG_PACKAGE_INSTALL_SCRIPT)]
         lines.append(f"{YOUNG_PACKAGE_INSTALL_SCRIPT}: a release that runs code at install, of "
                      f"a package first published less than {release.young_package_text} ago, "
-                     f"is {'quarantined' if action == 'quarantine' else action + 'ed'}"
-                     f"{' until ' + release.quarantine_text + ' after its publication' if action == 'quarantine' else ''}"
-                     f"{_mode(rules, 'release')}")
+                     f"is {held}{_mode(rules, 'release')}")
     elif release.on:
         acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
