@@ -284,6 +284,38 @@ def test_a_dependency_moved_to_a_tarball_url_is_refused_as_fetched_outside_the_g
                         "had `^1.3.0`)"]
 
 
+def git_repository(where: Path, name: str) -> str:
+    """A git repository holding a package, as a `git+file://` spec npm clones itself."""
+    where.mkdir()
+    (where / "package.json").write_text(f'{{"name": "{name}", "version": "1.0.0"}}\n',
+                                        encoding="utf-8")
+    (where / "index.js").write_text("console.log('fixture payload from git');\n",
+                                    encoding="utf-8")
+    for argv in (["init", "-q", "-b", "main"], ["add", "."],
+                 ["-c", "user.name=thief", "-c", "user.email=thief@example.com", "commit",
+                  "-q", "-m", "payload"]):
+        subprocess.run(["git", *argv], cwd=where, check=True, capture_output=True)
+    return f"git+file://{where}"
+
+
+def test_an_existing_dependency_changed_to_a_git_url_is_refused_as_fetched_outside_the_gate(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    name = "git-host"
+    spec = git_repository(tmp_path / "payload-repo", "left-pad")
+    public_registry.add(host(name, version(name, "1.0.0", {"left-pad": "^1.3.0"}),
+                             version(name, "1.0.1", {"left-pad": spec}, published=_fresh())),
+                        old("left-pad"))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path)
+
+    evidence = refused(npm_client, proxy, verdaccio, name, "^1.0.0", "1.0.1", "1.0.0",
+                       "new-dependency-outside", "1.0.0")
+
+    assert evidence == [f"`left-pad` ({spec}) is fetched from a git repository, outside the "
+                        "gate (1.0.0 had `^1.3.0`)"]
+
+
 # --- an exemption an attacker cannot mint -----------------------------------------------------
 
 
