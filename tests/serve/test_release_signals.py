@@ -9,6 +9,7 @@ analysis that cannot finish is said, never a silent pass.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +288,39 @@ async def test_a_refused_version_leaves_the_packument_so_a_range_resolves_to_the
     denial = document["policyRestrictions"]["denials"]["5.6.1"]
     assert denial["rule"] == "obfuscated-code"
     assert "quarantined until" in denial["reason"]
+
+
+async def test_a_previous_version_over_the_byte_bound_is_the_publishers_doing_and_refused(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # a padded release would otherwise leave the next one unread: fail closed, remembered
+    padding = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(600))
+    files = {"index.js": entry_file("padded"), "data.txt": padding.encode()}  # ~20 KB
+    package = make_package("padded-kit", [
+        make_version("padded-kit", "1.0.0", files=files),
+        fresh_version("padded-kit", "1.0.1", files={**files, "README.md": b"# padded\n"})])
+    public_registry.add(package)
+    proxy = await start_proxy(public_registry.url, rules=RULES,
+                              release_previous_max_bytes=4096)
+
+    body = await refused_then_403(proxy, package)
+
+    assert body["rule"] == "unreadable-release"
+    [evidence] = body["evidence"]
+    assert evidence.startswith("1.0.0's tarball was not read: ")
+    assert proxy.metric("mirrorgate_release_checks_total", outcome="unchecked") == 0
+
+
+async def test_a_new_dependency_the_public_registry_fails_to_answer_for_is_still_unchecked(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # an outage of mirrorgate's own source, not the publisher's doing: release.unavailable
+    package, dependency = axios_shape()
+    public_registry.add(package, dependency, follow_redirects())
+    public_registry.fault(f"/{AXIOS_DEPENDENCY}", Fault(status=503), exact=True)
+    proxy = await start_proxy(public_registry.url, rules=RULES)
+
+    with capture_logs() as logs:
+        served = await proxy.get("npm" + tarball_path(package.name, "1.14.1"))
+
+    assert served.status == 200  # admitted, and said
+    [line] = [entry for entry in logs if entry["event"] == "release_unchecked"]
+    assert f"the dependency {AXIOS_DEPENDENCY} " in line["reason"]
