@@ -58,7 +58,11 @@ from mirrorgate.rules.release import (
     check_young_package,
     judge,
 )
-from mirrorgate.rules.releasetable import RELEASE_SIGNALS, TYPOSQUAT
+from mirrorgate.rules.releasetable import (
+    RELEASE_SIGNALS,
+    TYPOSQUAT,
+    YOUNG_PACKAGE_INSTALL_SCRIPT,
+)
 from mirrorgate.rules.takeover import publishers_of
 from mirrorgate.rules.typosquat import NameIndex, popular_names
 from mirrorgate.store import INSTALLED, Verdict
@@ -76,6 +80,7 @@ MAX_DEPENDENCIES_ASKED = 20
 refusal (`unreadable-release`): the publisher chose how many to add."""
 _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
 _STEP = 256 * 1024  # bytes fed to a reading at a time
+_ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT})  # not a baseline's flaw
 UNSETTLED = "release-unchecked"
 """The rule a version is refused by when no release it could be compared with was judged
 clean within the bound (`gate.baseline`): the signals' own "could not check"."""
@@ -415,13 +420,17 @@ class ReleaseJudge:
 
     def clean(self, name: str, version: str) -> bool | None:
         """Whether a version's kept verdict lets it vouch for a later release: nothing but
-        typosquat (a word on the name, not on these bytes) fired, or what fired the rules
-        now let through whole (an allow entry, a signal turned off); None: never judged."""
+        typosquat or young-package-install-script (words on the name and the package's age,
+        not on what changed in these bytes) fired, or what fired the rules now let through
+        whole (an allow entry, a signal turned off); None: never judged."""
         kept = self.facts.verdict(name, version)
         facts = _Facts.of(kept) if kept is not None else None
         if facts is None:
             return None
-        fired = [found for found in facts.fired if found.signal != TYPOSQUAT]
+        # a young package's every release with a hook fires young-package-install-script: were
+        # it to count, none of its first month's releases could vouch, and each later one
+        # would be judged as a first version, nothing compared
+        fired = [found for found in facts.fired if found.signal not in _ON_THE_NAME]
         if not fired:
             return True
         verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
