@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -80,6 +81,8 @@ MAX_DEPENDENCIES_ASKED = 20
 refusal (`unreadable-release`): the publisher chose how many to add."""
 _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
 _STEP = 256 * 1024  # bytes fed to a reading at a time
+_AGES_KEPT = 16_384  # names whose first publish a pull noted, at most (oldest go)
+_AGE_NOTED_FOR = timedelta(minutes=10)  # how long a pull's note answers a job (`verdict_for`)
 _ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT})  # not a baseline's flaw
 UNSETTLED = "release-unchecked"
 """The rule a version is refused by when no release it could be compared with was judged
@@ -219,6 +222,8 @@ class ReleaseJudge:
         self._flagged: dict[str, set[str]] | None = None  # name -> versions a signal fired for
         self._counts: dict[str, int] = {}
         self._often: NameIndex | None = None
+        self._ages: OrderedDict[str, tuple[datetime | None, datetime]] = OrderedDict()
+        """name -> its first publish, as the last pull's packument said, and when noted."""
         self.facts.listeners.append(self._changed)
 
     def _changed(self, kind: str) -> None:
@@ -252,8 +257,27 @@ class ReleaseJudge:
             return False
         if release.only_young_package and gated is not None:
             first = _first_published(gated)
+            self._note_age(gated.name.full, first)
             return first is not None and self.now() - first < release.young_package
         return True
+
+    def _note_age(self, name: str, first: datetime | None) -> None:
+        self._ages[name] = (first, self.now())
+        self._ages.move_to_end(name)
+        while len(self._ages) > _AGES_KEPT:
+            self._ages.popitem(last=False)
+
+    def _old_at_pull(self, name: str) -> bool:
+        """Whether a pull of `name` minutes ago found it an old package, so that with the
+        default's young-package signal alone nothing of it is read (`verdict_for`)."""
+        release = self.rules.release
+        noted = self._ages.get(name)
+        if not release.only_young_package or noted is None:
+            return False
+        first, when = noted
+        now = self.now()
+        return (now - when < _AGE_NOTED_FOR and first is not None
+                and now - first >= release.young_package)
 
     def remembered(self, name: str, version: str) -> ReleaseVerdict | None:
         """The verdict for a version read before, under the rules in force now."""
@@ -497,6 +521,12 @@ class ReleaseJudge:
         remembered = self.remembered(name.full, version)
         if remembered is not None:
             return remembered
+        if self._old_at_pull(name.full):
+            # the worker beside the proxy, seconds after the pull that enqueued the job: the
+            # pull found an old package, which the default's young-package signal alone does
+            # not read; filling its packument again (evicted since, on a cold install of
+            # thousands of names) only to learn that would cost a fill per job
+            return None
         gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None or not self.applies(record, gated):
