@@ -230,8 +230,8 @@ VARIABLES: tuple[Var, ...] = (
         read_by=(PROXY,), see="serving.md#one-download-per-version"),
     Var("MIRRORGATE_RELEASE_PREVIOUS_MAX_BYTES", str(64 * 1024 * 1024), "bytes of the "
         "previous version's tarball the release signals fetch at most to compare a first pull "
-        "with; a larger one leaves the version unchecked (release.unavailable decides)",
-        read_by=(PROXY,), see="serving.md#release-signals"),
+        "with; a larger one is the publisher's doing, and the version is refused as "
+        "unreadable-release", read_by=(PROXY,), see="serving.md#release-signals-causes"),
     Var("MIRRORGATE_RELEASE_TIMEOUT", "20", "seconds the release signals may take to fetch "
         "the previous version's tarball, and to look up each new dependency; past it the "
         "version is unchecked (release.unavailable decides)",

@@ -19,10 +19,14 @@ from mirrorgate.gate.baseline import (
     earlier_releases,
 )
 from mirrorgate.gate.facts import MAX_VERDICTS, KeptFacts
-from mirrorgate.npm.names import parse_name
+from mirrorgate.gate.release import ReleaseJudge, _Facts
+from mirrorgate.metrics import Metrics
+from mirrorgate.npm.names import PackageName, parse_name
 from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import parse_rules
+from mirrorgate.rules.release import Fired
 from mirrorgate.store import Verdict
+from mirrorgate.upstream.client import Upstream
 from tests.servers.packages import make_package, make_version
 
 UPSTREAM = "http://127.0.0.1:9/"
@@ -131,6 +135,47 @@ async def test_a_first_version_has_no_baseline_and_nothing_passed_over() -> None
 
     assert chosen == Baseline(None, ())
     assert judged == []
+
+
+def _judge() -> ReleaseJudge:
+    metrics = Metrics()
+    public = Upstream("public", UPSTREAM, timeout=1.0, max_metadata_bytes=1 << 20,
+                      metrics=metrics)
+
+    async def no_packument(_name: PackageName) -> Gated | None:
+        return None
+    return ReleaseJudge(rules=RULES, public=public, metrics=metrics, packument=no_packument,
+                        now=lambda: NOW, facts=KeptFacts(), previous_max_bytes=1 << 20,
+                        timeout=1.0)
+
+
+async def test_a_young_packages_releases_with_their_build_hook_vouch_once_it_is_old() -> None:
+    # a native addon's first month: every release runs `node-gyp rebuild` and was held by
+    # young-package-install-script (a word on the package's age, not on what changed). Once
+    # the package is old, a release whose install hook now pipes a download to a shell must
+    # be compared with them; were they not clean, it would be judged as a first version
+    packument = gated("gyp-addon", {"1.0.0": NOW - timedelta(days=45),
+                                    "1.0.1": NOW - timedelta(days=38),
+                                    "1.0.2": NOW - timedelta(days=36),
+                                    "1.1.0": NOW - timedelta(minutes=5)})
+    judge = _judge()
+    young = Fired("young-package-install-script", "it runs code at install (install "
+                  "(node-gyp rebuild)) and the package was first published 45 days ago",
+                  ("install (node-gyp rebuild)",))
+    worm = Fired("new-install-script", "it runs code at install (postinstall (node x.js))",
+                 ("postinstall (node x.js)",))
+    for version, fired, compared in (("1.0.0", (young,), None), ("1.0.1", (young,), "1.0.0"),
+                                     ("1.0.2", (young, worm), "1.0.1")):
+        judge.remember("gyp-addon", version, "sha512-" + "A" * 86 + "==",
+                       _Facts(fired, NOW - timedelta(days=40), compared))
+
+    chosen = await judge.baseline(parse_name("gyp-addon"), packument, "1.1.0", Budget())
+
+    assert judge.clean("gyp-addon", "1.0.1") is True
+    assert judge.clean("gyp-addon", "1.0.2") is False  # its new postinstall still counts
+    assert isinstance(chosen, Baseline)
+    assert chosen.record is not None
+    assert (chosen.record.version, chosen.passed_over) == ("1.0.1", ("1.0.2",))
 
 
 def test_no_burst_of_clean_verdicts_pushes_a_refusal_out_of_memory() -> None:

@@ -452,6 +452,9 @@ def test_the_rules_run_in_the_documented_order() -> None:
         "new-dependency-young",
         "obfuscated-code",
         "typosquat",
+        "new-dependency-outside",
+        "unreadable-release",
+        "young-package-install-script",
     )
 
 

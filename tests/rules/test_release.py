@@ -148,13 +148,29 @@ def test_axios_a_new_dependency_first_published_the_day_before_fires() -> None:
                              "less than 30 days ago",)
 
 
-def test_a_young_dependency_published_by_the_releases_own_publisher_does_not_fire() -> None:
-    # esbuild's and typescript's platform packages: new, and the project's own
+def test_a_young_dependency_built_from_the_releases_own_repository_does_not_fire() -> None:
+    # esbuild's and typescript's platform packages: new, and the project's own, both built
+    # with provenance by the same repository's CI (rules.kinship)
     old = release("6.0.3", {})
     new = Release("7.0.2", Contents(), (), {"@typescript/typescript-linux-x64": "7.0.2"},
-                  NOW, frozenset({"typescript-bot"}))
-    first = {"@typescript/typescript-linux-x64": Dependency(NOW, frozenset({"typescript-bot"}))}
+                  NOW, frozenset({"typescript-bot"}),
+                  provenance="github.com/microsoft/typescript")
+    first = {"@typescript/typescript-linux-x64": Dependency(
+        NOW, frozenset({"typescript-bot"}), frozenset({"github.com/microsoft/typescript"}))}
     assert check_dependencies(new, old, first, DAYS_30, "30 days", NOW) is None
+
+
+def test_a_young_dependency_the_same_stolen_token_published_still_fires() -> None:
+    # the thief publishes the payload and the release from one account: a shared publisher
+    # is exactly what one stolen token mints, so it exempts nothing any more
+    old = release("1.14.0", {})
+    new = Release("1.14.1", Contents(), (), {"plain-crypto-js": "^4.2.1"}, NOW,
+                  frozenset({"maintainer"}))
+    first = {"plain-crypto-js": Dependency(NOW - timedelta(days=1), frozenset({"maintainer"}))}
+    found = check_dependencies(new, old, first, DAYS_30, "30 days", NOW)
+    assert found is not None
+    assert found.details == ("`plain-crypto-js` was first published 2026-11-30T12:00:00Z, "
+                             "less than 30 days ago",)
 
 
 def test_a_new_dependency_missing_from_the_public_registry_fires() -> None:
@@ -263,10 +279,16 @@ def test_the_table_turns_every_signal_on_as_quarantine_unless_it_says_otherwise(
                         'unavailable = "deny"\n', "r.toml").release
     assert dict(rules.actions) == {"new-install-script": "quarantine",
                                    "new-dependency-young": "quarantine",
-                                   "obfuscated-code": "quarantine", "typosquat": "off"}
+                                   "obfuscated-code": "quarantine", "typosquat": "off",
+                                   "new-dependency-outside": "deny",
+                                   "unreadable-release": "deny",
+                                   "young-package-install-script": "quarantine"}
     assert (rules.young, rules.quarantine, rules.unavailable) == (
         timedelta(days=10), timedelta(days=3), "deny")
-    assert not parse_rules("", "r.toml").release.on
+    # without the table, a young package's install scripts alone (issue 44's default)
+    default = parse_rules("", "r.toml").release
+    assert default.only_young_package
+    assert not default.compares
 
 
 def test_the_worked_example_in_the_docs_loads() -> None:

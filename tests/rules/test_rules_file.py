@@ -36,9 +36,13 @@ def only_problem(text: str) -> str:
 
 FIRST_PARTY = rules_summary(DEFAULT_RULES)["private"]["first_party"]
 PUBLISHERS = rules_summary(DEFAULT_RULES)["publish"]["who"]
-RELEASE_OFF = {"new-install-script": "off", "new-dependency-young": "off",
-               "obfuscated-code": "off", "typosquat": "off", "young": "30 days",
-               "quarantine": "7 days", "allow": [], "unavailable": "admit"}
+RELEASE_DEFAULT = {"new-install-script": "off", "new-dependency-young": "off",
+                   "obfuscated-code": "off", "typosquat": "off",
+                   "new-dependency-outside": "off", "unreadable-release": "off",
+                   "young-package-install-script": "quarantine", "young": "30 days",
+                   "young_package": "30 days", "quarantine": "7 days", "allow": [],
+                   "unavailable": "admit"}
+"""Without a `[release]` table, a young package's install scripts alone (issue 44)."""
 
 
 def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:
@@ -109,6 +113,9 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
             "new-dependency-young",
             "obfuscated-code",
             "typosquat",
+            "new-dependency-outside",
+            "unreadable-release",
+            "young-package-install-script",
         ],
         "integrity": {"presence": "always on", "minimum": "sha1",
                       "sha1_only": "admitted, flagged weak"},
@@ -121,7 +128,7 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "signatures": {"verify": False, "missing": "admit"},
         "provenance": {"mode": "off", "window": 5, "quarantine": "7 days", "allow": []},
         "publisher": {"mode": "off", "window": 20, "quarantine": "7 days", "allow": []},
-        "release": RELEASE_OFF,
+        "release": RELEASE_DEFAULT,
         "private": {"names": [], "merge_public": [], "first_party": FIRST_PARTY},
         "mode": "enforce",
         "modes": {table: "enforce" for table in POLICY_TABLES},

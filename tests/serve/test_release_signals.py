@@ -9,6 +9,7 @@ analysis that cannot finish is said, never a silent pass.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +110,11 @@ async def test_a_new_dependency_published_the_day_before_is_quarantined(
     [evidence] = body["evidence"]
     assert evidence.startswith(f"`{AXIOS_DEPENDENCY}` was first published ")
     assert "less than 30 days ago" in evidence
-    # the dependency itself is a first version: nothing to compare it with, so it is served
-    dropper = "npm" + tarball_path(AXIOS_DEPENDENCY, "4.2.1")
-    assert (await proxy.get(dropper)).status == 200
-    assert proxy.metric("mirrorgate_release_checks_total", outcome="first-version") == 1
+    # the dependency itself is a first version, nothing to compare it with, but a package a
+    # day old whose release runs code at install: refused by a signal of its own
+    dropper = await proxy.get("npm" + tarball_path(AXIOS_DEPENDENCY, "4.2.1"))
+    assert (dropper.status, dropper.json()["rule"]) == (403, "young-package-install-script")
+    assert dropper.json()["evidence"] == ["postinstall (node setup.js)"]
 
 
 async def test_a_dependency_missing_from_the_public_registry_fires_too(
@@ -191,40 +193,57 @@ async def test_an_allow_entry_releases_a_refused_version_without_reading_it_agai
 
 async def test_a_previous_version_that_cannot_be_fetched_leaves_the_version_unchecked(
         public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # an outage of the public registry, not the publisher's doing: release.unavailable decides
+    package = chalk_shape()
+    public_registry.add(package)
+    public_registry.fault(tarball_path(package.name, "5.6.0"), Fault(status=503))
+    proxy = await start_proxy(public_registry.url, rules=RULES)
+
+    with capture_logs() as logs:
+        served = await proxy.get("npm" + tarball_path(package.name, "5.6.1"))
+
+    assert served.status == 200  # release.unavailable defaults to admit: said, not silent
+    [line] = [entry for entry in logs if entry["event"] == "release_unchecked"]
+    assert "5.6.0's tarball could not be fetched" in line["reason"]
+    assert proxy.metric("mirrorgate_release_checks_total", outcome="unchecked") == 1
+    page = (await proxy.get("ui/")).body.decode()
+    assert "could not check" in page
+    assert "colour-kit@5.6.1" in page
+
+
+async def test_a_postinstall_the_manifest_declares_is_compared_even_when_the_bytes_are_not(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # the previous tarball is unavailable, but the registry manifests alone show 1.4.3 adds
+    # a postinstall 1.4.2 did not declare: no "unchecked" pass for it
     package = shai_hulud_shape()
     public_registry.add(package)
     public_registry.fault(tarball_path(package.name, "1.4.2"), Fault(status=503))
     proxy = await start_proxy(public_registry.url, rules=RULES)
 
-    with capture_logs() as logs:
-        served = await proxy.get("npm" + tarball_path(package.name, "1.4.3"))
+    refused = await proxy.get("npm" + tarball_path(package.name, "1.4.3"))
 
-    assert served.status == 200  # release.unavailable defaults to admit: said, not silent
-    [line] = [entry for entry in logs if entry["event"] == "release_unchecked"]
-    assert "1.4.2's tarball could not be fetched" in line["reason"]
-    assert proxy.metric("mirrorgate_release_checks_total", outcome="unchecked") == 1
-    page = (await proxy.get("ui/")).body.decode()
-    assert "could not check" in page
-    assert "worm-host@1.4.3" in page
+    assert (refused.status, refused.json()["rule"]) == (403, "new-install-script")
+    assert refused.json()["evidence"] == ["postinstall (node bundle.js)"]
+    assert refused.json()["compared_with"] == "1.4.2"
 
 
 async def test_unavailable_deny_refuses_a_version_whose_previous_cannot_be_read(
         public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
-    package = shai_hulud_shape()
+    package = chalk_shape()
     public_registry.add(package)
-    public_registry.fault(tarball_path(package.name, "1.4.2"), Fault(status=503))
+    public_registry.fault(tarball_path(package.name, "5.6.0"), Fault(status=503))
     rules = parse_rules('[age]\nminimum = "0"\n\n[release]\nunavailable = "deny"\n', "r.toml")
     proxy = await start_proxy(public_registry.url, rules=rules)
 
-    path = "npm" + tarball_path(package.name, "1.4.3")
+    path = "npm" + tarball_path(package.name, "5.6.1")
     first = await proxy.get(path)
 
     assert first.status == 403
     assert first.json()["rule"] == "release-unchecked"
-    assert "1.4.2's tarball could not be fetched" in first.json()["reason"]
+    assert "5.6.0's tarball could not be fetched" in first.json()["reason"]
     public_registry.clear_faults()  # not remembered: the analysis runs again at the next pull
     again = await proxy.get(path)
-    assert again.json()["rule"] == "new-install-script"
+    assert again.json()["rule"] == "obfuscated-code"
 
 
 async def test_a_tarball_too_large_to_withhold_is_cut_before_its_end_and_then_refused(
@@ -269,3 +288,39 @@ async def test_a_refused_version_leaves_the_packument_so_a_range_resolves_to_the
     denial = document["policyRestrictions"]["denials"]["5.6.1"]
     assert denial["rule"] == "obfuscated-code"
     assert "quarantined until" in denial["reason"]
+
+
+async def test_a_previous_version_over_the_byte_bound_is_the_publishers_doing_and_refused(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # a padded release would otherwise leave the next one unread: fail closed, remembered
+    padding = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(600))
+    files = {"index.js": entry_file("padded"), "data.txt": padding.encode()}  # ~20 KB
+    package = make_package("padded-kit", [
+        make_version("padded-kit", "1.0.0", files=files),
+        fresh_version("padded-kit", "1.0.1", files={**files, "README.md": b"# padded\n"})])
+    public_registry.add(package)
+    proxy = await start_proxy(public_registry.url, rules=RULES,
+                              release_previous_max_bytes=4096)
+
+    body = await refused_then_403(proxy, package)
+
+    assert body["rule"] == "unreadable-release"
+    [evidence] = body["evidence"]
+    assert evidence.startswith("1.0.0's tarball was not read: ")
+    assert proxy.metric("mirrorgate_release_checks_total", outcome="unchecked") == 0
+
+
+async def test_a_new_dependency_the_public_registry_fails_to_answer_for_is_still_unchecked(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # an outage of mirrorgate's own source, not the publisher's doing: release.unavailable
+    package, dependency = axios_shape()
+    public_registry.add(package, dependency, follow_redirects())
+    public_registry.fault(f"/{AXIOS_DEPENDENCY}", Fault(status=503), exact=True)
+    proxy = await start_proxy(public_registry.url, rules=RULES)
+
+    with capture_logs() as logs:
+        served = await proxy.get("npm" + tarball_path(package.name, "1.14.1"))
+
+    assert served.status == 200  # admitted, and said
+    [line] = [entry for entry in logs if entry["event"] == "release_unchecked"]
+    assert f"the dependency {AXIOS_DEPENDENCY} " in line["reason"]

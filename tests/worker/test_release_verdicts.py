@@ -7,17 +7,18 @@ refuse. The attack: the Shai-Hulud shape's 1.4.3 enqueued straight onto the queu
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from mirrorgate.npm.names import parse_name
-from mirrorgate.rules import parse_rules
+from mirrorgate.rules import DEFAULT_RULES, parse_rules
 from mirrorgate.upstream.filestore import FileStore
 from tests.serve.rig import RunningProxy, make_settings, open_proxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.incidents import shai_hulud_shape
-from tests.servers.packages import tarball_path
+from tests.servers.packages import make_package, make_version, tarball_path
 from tests.worker.rig import handled, in_process_worker, job_from
 
 RULES = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
@@ -53,3 +54,43 @@ async def test_a_job_for_a_version_never_judged_is_judged_first_and_a_refusal_re
 
     clean = await handled(worker, job_from(public_registry, "worm-host", "1.4.2"))
     assert clean == "published"  # the clean release of the same package
+
+
+@pytest.fixture
+async def default_proxy(public_registry: FixtureRegistry,
+                        tmp_path: Path) -> AsyncIterator[RunningProxy]:
+    """As `mirrorgate serve` with no rules file: young-package-install-script alone is on."""
+    private = tmp_path / "private"
+    settings = make_settings(public_registry.url, f"file://{private}", tmp_path / "data")
+    stack = await open_proxy(settings, store=private, rules=DEFAULT_RULES, queue=None,
+                             worker_beside=True)
+    yield stack.running
+    await stack.close()
+
+
+async def test_with_no_rules_file_a_young_packages_install_script_job_is_judged_and_retired(
+        public_registry: FixtureRegistry, default_proxy: RunningProxy, tmp_path: Path) -> None:
+    # a week-old package whose 1.0.1 adds `node setup.js` at install, enqueued by hand: the
+    # default's own signal judges it before anything is published, as the relay would
+    now = datetime.now(UTC)
+    files = {"index.js": b"module.exports = 1;\n", "setup.js": b"require('https');\n"}
+    public_registry.add(make_package("fresh-setup", [
+        make_version("fresh-setup", "1.0.0", files=files, published=now - timedelta(days=7)),
+        make_version("fresh-setup", "1.0.1", files=files, published=now - timedelta(days=2),
+                     scripts={"postinstall": "node setup.js"})]))
+    public_registry.add(make_package("old-native", ["1.0.0"], install_script=True))
+    worker = in_process_worker(default_proxy, tmp_path / "store")
+
+    refused = await handled(worker, job_from(public_registry, "fresh-setup", "1.0.1"))
+    public_registry.clear_requests()
+    old = await handled(worker, job_from(public_registry, "old-native", "1.0.0"))
+
+    assert refused == "retired"
+    verdict = default_proxy.server.gate.release.remembered("fresh-setup", "1.0.1")
+    assert verdict is not None
+    assert (verdict.rule, verdict.compared_with) == ("young-package-install-script", None)
+    # an old package (first published in 2020) is not read by the default: the worker's own
+    # download is its one tarball request
+    assert old == "published"
+    assert [seen.path for seen in public_registry.requests
+            if seen.path.endswith(".tgz")] == [tarball_path("old-native", "1.0.0")]

@@ -107,7 +107,8 @@ async def choose_baseline(gated: Gated, version: str, *, judged: Judged,
             clean = await judge_first(record)
             if clean is None:
                 # unread (public failing, its tarball over the bound): compared with as it
-                # is, so the version is `unchecked` as before, never a first version
+                # is, so the version says why (`unchecked`, or `unreadable-release` when the
+                # publisher's shape is the cause), never a first version
                 return Baseline(record, tuple(passed))
         if clean:
             return Baseline(record, tuple(passed))

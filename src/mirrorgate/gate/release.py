@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -37,21 +38,32 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.moments import moment
 from mirrorgate.npm.contents import ContentReading, Contents, contents_of, manifest_runs
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
+from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.versions import newest_first
 from mirrorgate.rules import REPORT, LiveRules, Rules
+from mirrorgate.rules.kinship import provenance_repository
 from mirrorgate.rules.release import (
     Dependency,
     Fired,
     Release,
     ReleaseVerdict,
+    added_packages,
     check_dependencies,
     check_install,
     check_obfuscation,
+    check_outside,
     check_typosquat,
+    check_unreadable,
+    check_young_package,
     judge,
 )
-from mirrorgate.rules.releasetable import RELEASE_SIGNALS, TYPOSQUAT
+from mirrorgate.rules.releasetable import (
+    RELEASE_SIGNALS,
+    TYPOSQUAT,
+    YOUNG_PACKAGE_INSTALL_SCRIPT,
+)
 from mirrorgate.rules.takeover import publishers_of
 from mirrorgate.rules.typosquat import NameIndex, popular_names
 from mirrorgate.store import INSTALLED, Verdict
@@ -65,9 +77,13 @@ log = structlog.get_logger("mirrorgate.serve")
 OFTEN = 3
 """Pulls of a name that make it one the organisation "installs often" (typosquat's own list)."""
 MAX_DEPENDENCIES_ASKED = 20
-"""New dependencies of one release whose first publish is looked up at most; more are said."""
+"""New dependencies of one release whose first publish is looked up at most; more are a
+refusal (`unreadable-release`): the publisher chose how many to add."""
 _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
 _STEP = 256 * 1024  # bytes fed to a reading at a time
+_AGES_KEPT = 16_384  # names whose first publish a pull noted, at most (oldest go)
+_AGE_NOTED_FOR = timedelta(minutes=10)  # how long a pull's note answers a job (`verdict_for`)
+_ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT})  # not a baseline's flaw
 UNSETTLED = "release-unchecked"
 """The rule a version is refused by when no release it could be compared with was judged
 clean within the bound (`gate.baseline`): the signals' own "could not check"."""
@@ -108,21 +124,47 @@ def _first_published(gated: Gated) -> datetime | None:
     return min(candidates) if candidates else None
 
 
-def _publishers(gated: Gated) -> frozenset[str]:
-    """Who publishes a package: its maintainers and the publishers of its newest versions."""
+def _publishers(gated: Gated) -> tuple[frozenset[str], frozenset[str]]:
+    """Who publishes a package (its maintainers and the publishers of its newest versions),
+    and the repositories its newest versions' provenance names."""
     found = set(publishers_of({"maintainers": gated.head.get("maintainers")}))
+    repositories: set[str] = set()
     for version in newest_first(gated.versions)[:_PUBLISHERS_READ]:
-        found |= publishers_of(gated.versions[version].manifest())
-    return frozenset(found)
+        manifest = gated.versions[version].manifest()
+        found |= publishers_of(manifest)
+        repository = provenance_repository(manifest)
+        if repository is not None:
+            repositories.add(repository)
+    return frozenset(found), frozenset(repositories)
 
 
 def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for key in ("dependencies", "optionalDependencies"):
-        listed = manifest.get(key)
-        if isinstance(listed, Mapping):
-            found.update((str(k), str(v)) for k, v in list(listed.items())[:1000])
-    return found
+    """What npm installs for it, by key (peers included), as the specs it reads them from."""
+    return {key: how.spec for key, how in installed_dependencies(manifest).items()}
+
+
+def _commands(manifest: Mapping[str, Any]) -> dict[str, str]:
+    scripts = manifest.get("scripts")
+    if not isinstance(scripts, Mapping):
+        return {}
+    return {key: scripts[key] for key in INSTALL_SCRIPT_KEYS
+            if isinstance(scripts.get(key), str) and scripts[key]}
+
+
+def _release(version: str, manifest: dict[str, Any], contents: Contents,
+             published: datetime | None = None) -> Release:
+    return Release(version, contents, manifest_runs(manifest), _dependencies(manifest),
+                   published, publishers_of(manifest), _commands(manifest),
+                   provenance_repository(manifest))
+
+
+@dataclass(frozen=True, slots=True)
+class _Unread:
+    """Why the previous version's bytes could not be had, and whether the publisher's own
+    shape is the cause (over the bound, unreadable) or an outage of mirrorgate's sources."""
+
+    reason: str
+    publishers: bool = False
 
 
 def _feed(scan: ScriptScan, tarball: bytes) -> None:
@@ -180,6 +222,8 @@ class ReleaseJudge:
         self._flagged: dict[str, set[str]] | None = None  # name -> versions a signal fired for
         self._counts: dict[str, int] = {}
         self._often: NameIndex | None = None
+        self._ages: OrderedDict[str, tuple[datetime | None, datetime]] = OrderedDict()
+        """name -> its first publish, as the last pull's packument said, and when noted."""
         self.facts.listeners.append(self._changed)
 
     def _changed(self, kind: str) -> None:
@@ -203,11 +247,37 @@ class ReleaseJudge:
         rules = self._rules
         return rules.current if isinstance(rules, LiveRules) else rules
 
-    def applies(self, record: VersionRecord) -> bool:
+    def applies(self, record: VersionRecord, gated: Gated | None = None) -> bool:
         """Whether a pull of this version is read by the signals: they are on, and it is a
-        public version not yet mirrored (a mirrored copy passed them, or predates them)."""
-        return (self.rules.release.on and not record.private
-                and record.upstream_tarball is not None)
+        public version not yet mirrored (a mirrored copy passed them, or predates them).
+        With `young-package-install-script` alone on (no `[release]` table), only a young
+        package's versions are read: an old package's first pulls cost nothing."""
+        release = self.rules.release
+        if not release.on or record.private or record.upstream_tarball is None:
+            return False
+        if release.only_young_package and gated is not None:
+            first = _first_published(gated)
+            self._note_age(gated.name.full, first)
+            return first is not None and self.now() - first < release.young_package
+        return True
+
+    def _note_age(self, name: str, first: datetime | None) -> None:
+        self._ages[name] = (first, self.now())
+        self._ages.move_to_end(name)
+        while len(self._ages) > _AGES_KEPT:
+            self._ages.popitem(last=False)
+
+    def _old_at_pull(self, name: str) -> bool:
+        """Whether a pull of `name` minutes ago found it an old package, so that with the
+        default's young-package signal alone nothing of it is read (`verdict_for`)."""
+        release = self.rules.release
+        noted = self._ages.get(name)
+        if not release.only_young_package or noted is None:
+            return False
+        first, when = noted
+        now = self.now()
+        return (now - when < _AGE_NOTED_FOR and first is not None
+                and now - first >= release.young_package)
 
     def remembered(self, name: str, version: str) -> ReleaseVerdict | None:
         """The verdict for a version read before, under the rules in force now."""
@@ -240,7 +310,7 @@ class ReleaseJudge:
         verdict = self.remembered(name.full, record.version)
         if verdict is not None and verdict.in_force(self.now()):
             return AtPull(verdict, None)
-        if verdict is None and reading and denial is None and self.applies(record):
+        if verdict is None and reading and denial is None and self.applies(record, gated):
             return AtPull(None, lambda: self.check(name, gated, record))
         return NOTHING
 
@@ -295,44 +365,52 @@ class ReleaseJudge:
     def check(self, name: PackageName, gated: Gated, record: VersionRecord) -> ReleaseCheck:
         return ReleaseCheck(self, name, gated, record)
 
-    async def fetch_previous(self, name: PackageName, record: VersionRecord) -> bytes | str:
+    async def fetch_previous(self, name: PackageName, record: VersionRecord) -> bytes | _Unread:
         """A release's tarball, verified (the baseline's, or one judged off the relay:
-        `read_and_judge`), or why it cannot be had (a sentence)."""
+        `read_and_judge`), or why it cannot be had (`_Unread`: the publisher's doing or an
+        outage)."""
         url = record.upstream_tarball
         assert url is not None  # only versions with a public URL are baselines or judged
         try:
             verifier = StreamVerifier(record.digests, expected_size=None,
                                       limit=self.previous_max_bytes)
         except Unverifiable:
-            return f"{record.version} carries no digest to verify its bytes against"
+            return _Unread(f"{record.version} carries no digest to verify its bytes against")
         chunks: list[bytes] = []
         try:
             async with asyncio.timeout(self.timeout), self.public.stream(
                     url, pool=TARBALLS) as body:
                 if body is None:
-                    return f"the public registry has no tarball for {record.version}"
+                    return _Unread(f"the public registry has no tarball for {record.version}")
                 verifier.declared_length(body.size)
                 async for chunk in body.chunks:
                     verifier.update(chunk)
                     chunks.append(chunk)
             verifier.finish()
-        except (TooLarge, SizeMismatch, DigestMismatch) as error:
-            return f"{record.version}'s tarball was not read: {error}"
+        except TooLarge as error:
+            # the publisher chose the size: a padded previous version would otherwise
+            # leave the next one unchecked (MIRRORGATE_RELEASE_PREVIOUS_MAX_BYTES)
+            return _Unread(f"{record.version}'s tarball was not read: {error}", publishers=True)
+        except (SizeMismatch, DigestMismatch) as error:
+            # the public registry's bytes are not those its document names: its fault
+            return _Unread(f"{record.version}'s tarball was not read: {error}")
         except UpstreamError as error:
-            return f"{record.version}'s tarball could not be fetched: {error}"
+            return _Unread(f"{record.version}'s tarball could not be fetched: {error}")
         except TimeoutError:
-            return f"{record.version}'s tarball was not fetched within {self.timeout:g} s"
+            return _Unread(f"{record.version}'s tarball was not fetched within "
+                           f"{self.timeout:g} s")
         return b"".join(chunks)
 
-    async def read_previous(self, record: VersionRecord, fetched: bytes | str,
-                            new: Contents) -> Contents | str:
+    async def read_previous(self, record: VersionRecord, fetched: bytes | _Unread,
+                            new: Contents) -> Contents | _Unread:
         """The previous version's contents (its files unchanged in `new` not measured again),
         or why they cannot be had."""
-        if isinstance(fetched, str):
+        if isinstance(fetched, _Unread):
             return fetched
         contents = await asyncio.to_thread(contents_of, fetched, new.code)
         if contents.problem is not None:
-            return f"{record.version}'s tarball cannot be read: {contents.problem}"
+            return _Unread(f"{record.version}'s tarball cannot be read: {contents.problem}",
+                           publishers=True)
         return contents
 
     async def first_published(self, names: list[str]) -> tuple[dict[str, Dependency | None],
@@ -359,22 +437,24 @@ class ReleaseJudge:
             if gated is None:
                 found[text] = None
             elif not gated.first_party:
-                found[text] = Dependency(_first_published(gated), _publishers(gated))
+                found[text] = Dependency(_first_published(gated), *_publishers(gated))
 
         await asyncio.gather(*(one(text) for text in asked))  # cached, single-flight fills
-        failed += [f"{text} (past the first {MAX_DEPENDENCIES_ASKED})"
-                   for text in names[MAX_DEPENDENCIES_ASKED:]]
         return found, failed
 
     def clean(self, name: str, version: str) -> bool | None:
         """Whether a version's kept verdict lets it vouch for a later release: nothing but
-        typosquat (a word on the name, not on these bytes) fired, or what fired the rules
-        now let through whole (an allow entry, a signal turned off); None: never judged."""
+        typosquat or young-package-install-script (words on the name and the package's age,
+        not on what changed in these bytes) fired, or what fired the rules now let through
+        whole (an allow entry, a signal turned off); None: never judged."""
         kept = self.facts.verdict(name, version)
         facts = _Facts.of(kept) if kept is not None else None
         if facts is None:
             return None
-        fired = [found for found in facts.fired if found.signal != TYPOSQUAT]
+        # a young package's every release with a hook fires young-package-install-script: were
+        # it to count, none of its first month's releases could vouch, and each later one
+        # would be judged as a first version, nothing compared
+        fired = [found for found in facts.fired if found.signal not in _ON_THE_NAME]
         if not fired:
             return True
         verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
@@ -421,10 +501,10 @@ class ReleaseJudge:
         try:
             check.begin()  # the baseline chosen and fetched beside this read
             fetched = await self.fetch_previous(name, record)
-            if isinstance(fetched, str):
+            if isinstance(fetched, _Unread):
                 log.warning("release_read_failed", package=name.full, version=record.version,
-                            reason=fetched)
-                return Judged(f"its bytes could not be read: {fetched}", unread=True)
+                            reason=fetched.reason, publishers=fetched.publishers)
+                return Judged(f"its bytes could not be read: {fetched.reason}", unread=True)
             await asyncio.to_thread(_feed, check.scan, fetched)
             refused = await check.verdict()
             return Judged(refused, unsettled=check.unsettled is not None)
@@ -441,9 +521,15 @@ class ReleaseJudge:
         remembered = self.remembered(name.full, version)
         if remembered is not None:
             return remembered
+        if self._old_at_pull(name.full):
+            # the worker beside the proxy, seconds after the pull that enqueued the job: the
+            # pull found an old package, which the default's young-package signal alone does
+            # not read; filling its packument again (evicted since, on a cold install of
+            # thousands of names) only to learn that would cost a fill per job
+            return None
         gated = await self.packument(name)
         record = gated.versions.get(version) if gated is not None else None
-        if gated is None or record is None or not self.applies(record):
+        if gated is None or record is None or not self.applies(record, gated):
             return None
         judged = await self.read_and_judge(name, gated, record)
         remembered = self.remembered(name.full, version)
@@ -474,10 +560,11 @@ class ReleaseCheck:
         self.reading = ContentReading()
         self.budget = budget if budget is not None else Budget()
         self.previous: VersionRecord | None = None
-        """The release compared with, once `baseline` chose it (`gate.baseline`)."""
+        """The release compared with, once `baseline` chose it (`gate.baseline`); stays None
+        when no signal that compares is on (`release.compares`)."""
         self.unsettled: str | None = None
         """Why no clean release could be compared with, when none could (a refusal)."""
-        self._task: asyncio.Task[bytes | str | None] | None = None
+        self._task: asyncio.Task[bytes | _Unread | None] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
 
@@ -510,9 +597,13 @@ class ReleaseCheck:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._baseline_bytes())
 
-    async def _baseline_bytes(self) -> bytes | str | None:
+    async def _baseline_bytes(self) -> bytes | _Unread | None:
         """The baseline's bytes (or why they cannot be had); None when there is no baseline
-        (`previous` None: a first version, or `unsettled`)."""
+        (`previous` None: a first version, `unsettled`, or no signal that compares on)."""
+        if not self.judge.rules.release.compares:
+            # only a signal that compares reads an earlier release: with the default's one
+            # (young-package-install-script) no baseline is chosen, judged or fetched
+            return None
         chosen = await self.judge.baseline(self.name, self.gated, self.record.version,
                                            self.budget)
         if isinstance(chosen, Unsettled):
@@ -540,41 +631,63 @@ class ReleaseCheck:
         published = moment(self.gated.time.get(version))
         manifest = self.record.manifest()
         contents = self.reading.contents()
-        unchecked: list[str] = []
+        unchecked: list[str] = []  # outages of mirrorgate's sources: release.unavailable
+        unreadable: list[str] = []  # the publisher's own shape: a refusal (fail closed)
         fired: list[Fired] = []
         compared: str | None = None
         self.begin()
         assert self._task is not None
         fetched = await self._task
         if contents.problem is not None:
-            unchecked.append(f"its tarball cannot be read: {contents.problem}")
-        elif self.previous is not None and fetched is not None:
-            before = await judge_.read_previous(self.previous, fetched, contents)
+            unreadable.append(f"its tarball cannot be read: {contents.problem}")
+        if self.previous is not None:
             previous_manifest = self.previous.manifest()
-            if isinstance(before, str):
-                unchecked.append(before)
+            before: Contents | _Unread = _Unread("its own tarball cannot be read")
+            if contents.problem is None and fetched is not None:
+                before = await judge_.read_previous(self.previous, fetched, contents)
+            if isinstance(before, _Unread):
+                if contents.problem is None:
+                    (unreadable if before.publishers else unchecked).append(before.reason)
+                # what the registry manifests say runs and installs needs no bytes: still
+                # compared, so an unread tarball never hides a declared postinstall
+                new = _release(version, manifest, Contents(), published)
+                old = _release(self.previous.version, previous_manifest, Contents())
             else:
-                compared = self.previous.version
-                new = Release(version, contents, manifest_runs(manifest),
-                              _dependencies(manifest), published, publishers_of(manifest))
-                old = Release(self.previous.version, before, manifest_runs(previous_manifest),
-                              _dependencies(previous_manifest))
-                fired += [found for found in (check_install(new, old),
-                                              check_obfuscation(new, old)) if found]
-                added = sorted(set(new.dependencies) - set(old.dependencies))
-                if added:
-                    first, failed = await judge_.first_published(added)
-                    unchecked += [f"the dependency {text} could not be looked up"
-                                  for text in failed]
-                    rules = judge_.rules.release
-                    found = check_dependencies(new, old, first, rules.young, rules.young_text,
-                                               now)
-                    if found is not None:
-                        fired.append(found)
+                new = _release(version, manifest, contents, published)
+                old = _release(self.previous.version, previous_manifest, before)
+                found = check_obfuscation(new, old)
+                if found is not None:
+                    fired.append(found)
+            compared = self.previous.version
+            fired += [found for found in (check_install(new, old), check_outside(new, old))
+                      if found]
+            added = sorted(added_packages(new, old))
+            if added:
+                if len(added) > MAX_DEPENDENCIES_ASKED:
+                    unreadable.append(
+                        f"it adds {len(added)} dependencies, more than the "
+                        f"{MAX_DEPENDENCIES_ASKED} looked up ({', '.join(added[:3])}...)")
+                first, failed = await judge_.first_published(added)
+                unchecked += [f"the dependency {text} could not be looked up"
+                              for text in failed]
+                rules = judge_.rules.release
+                found = check_dependencies(new, old, first, rules.young, rules.young_text,
+                                           now)
+                if found is not None:
+                    fired.append(found)
             if contents.unread:
                 log.info("release_read_partly", package=self.name.full, version=version,
                          unread=list(contents.unread))
+        unread_fired = check_unreadable(unreadable)
+        if unread_fired is not None:
+            fired.append(unread_fired)
         rules = judge_.rules.release
+        young_package = check_young_package(
+            _release(version, manifest, contents if contents.problem is None else Contents(),
+                     published), _first_published(self.gated), rules.young_package,
+            rules.young_package_text, now)
+        if young_package is not None:
+            fired.append(young_package)
         popular = await asyncio.to_thread(popular_names)  # read once, on first use
         squat = check_typosquat(self.name.full, _first_published(self.gated),
                                 judge_.installed_before(self.name.full), judge_.often(),

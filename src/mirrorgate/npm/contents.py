@@ -38,6 +38,9 @@ class Contents:
     code: dict[str, FileMarks] = field(default_factory=dict)
     unread: tuple[str, ...] = ()
     problem: str | None = None
+    scripts: dict[str, str] = field(default_factory=dict)
+    """The root package.json's install hooks, each command whole (`runs` cuts them short):
+    what `rules.release` compares with the previous version's."""
 
     @property
     def hooks(self) -> frozenset[str]:
@@ -103,7 +106,9 @@ class ContentReading:
         if self._skipped_files:
             unread.append(f"{self._skipped_files} JavaScript files past the first "
                           f"{MAX_CODE_FILES} or past {MAX_CODE_BYTES} bytes")
-        return Contents(tuple(runs), dict(self._code), tuple(unread))
+        whole = {hook: command for hook, command in commands.items()
+                 if hook in INSTALL_SCRIPT_KEYS and isinstance(command, str) and command}
+        return Contents(tuple(runs), dict(self._code), tuple(unread), scripts=whole)
 
 
 def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None) -> Contents:

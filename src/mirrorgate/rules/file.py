@@ -36,7 +36,7 @@ from mirrorgate.rules.policy import (
     Rules,
     plural,
 )
-from mirrorgate.rules.releasetable import ACTIONS, RELEASE_SIGNALS, ReleaseRules
+from mirrorgate.rules.releasetable import ACTIONS, DEFAULT_ACTIONS, RELEASE_SIGNALS, ReleaseRules
 from mirrorgate.rules.signatures import SignatureRule
 from mirrorgate.rules.table import POLICY_RULES
 from mirrorgate.rules.takeover import MODES, SignalRule
@@ -68,7 +68,8 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
     "provenance": ("continuity", "window", "quarantine", "allow", "mode"),
     "publisher": ("change", "window", "quarantine", "allow", "mode"),
     "release": ("new_install_script", "new_dependency_young", "obfuscated_code", "typosquat",
-                "young", "quarantine", "allow", "unavailable", "mode"),
+                "new_dependency_outside", "unreadable_release", "young_package_install_script",
+                "young", "young_package", "quarantine", "allow", "unavailable", "mode"),
     "private": ("names", "merge_public"),
     "publish": ("names",),
 }
@@ -359,10 +360,11 @@ def _release(read: _Reader, table: dict[str, Any]) -> ReleaseRules:
     actions: dict[str, str] = {}
     for signal in RELEASE_SIGNALS:
         key = signal.replace("-", "_")
-        action = read.string(f"release.{key}", table.get(key, "quarantine"), ACTIONS)
-        actions[signal] = action or "quarantine"
+        default = DEFAULT_ACTIONS.get(signal, "quarantine")
+        action = read.string(f"release.{key}", table.get(key, default), ACTIONS)
+        actions[signal] = action or default
     settings["actions"] = actions
-    for key in ("young", "quarantine"):
+    for key in ("young", "young_package", "quarantine"):
         if key in table:
             parsed = read.duration(f"release.{key}", table[key])
             if parsed is not None:

@@ -8,7 +8,7 @@ and docs/configuration.md state the policy without a rules file from the code th
 from __future__ import annotations
 
 from mirrorgate.rules.policy import DEFAULT_RULES, REPORT, Rules
-from mirrorgate.rules.releasetable import RELEASE_SIGNALS
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS, YOUNG_PACKAGE_INSTALL_SCRIPT
 from mirrorgate.rules.table import (
     DENY_LIST,
     DIGEST_FLOOR,
@@ -65,8 +65,16 @@ def in_force(rules: Rules) -> list[str]:
         if signal.on:
             name = "provenance-continuity" if signal is rules.provenance else "publisher-change"
             lines.append(f"{name}: {signal.mode}, over the previous {signal.window} versions")
-    if rules.release.on:
-        acting = [s for s in RELEASE_SIGNALS if rules.release.action(s) != "off"]
+    release = rules.release
+    if release.only_young_package:
+        held = {"deny": "denied", "report": "reported",
+                "quarantine": f"quarantined until {release.quarantine_text} after its "
+                              "publication"}[release.action(YOUNG_PACKAGE_INSTALL_SCRIPT)]
+        lines.append(f"{YOUNG_PACKAGE_INSTALL_SCRIPT}: a release that runs code at install, of "
+                     f"a package first published less than {release.young_package_text} ago, "
+                     f"is {held}{_mode(rules, 'release')}")
+    elif release.on:
+        acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
     return lines
 

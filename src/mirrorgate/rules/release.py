@@ -11,6 +11,7 @@ and report mode make of it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -18,18 +19,23 @@ from datetime import datetime, timedelta
 from mirrorgate.moments import stamp
 from mirrorgate.npm.contents import Contents
 from mirrorgate.npm.jsmarks import LONG_LINE, STRONG, FileMarks
+from mirrorgate.npm.specs import Installed, installed_as
 from mirrorgate.rules.patterns import Subject
 from mirrorgate.rules.policy import REPORT, Rules
 from mirrorgate.rules.releasetable import (
+    NEW_DEPENDENCY_OUTSIDE,
     NEW_DEPENDENCY_YOUNG,
     NEW_INSTALL_SCRIPT,
     OBFUSCATED_CODE,
     TYPOSQUAT,
+    UNREADABLE_RELEASE,
+    YOUNG_PACKAGE_INSTALL_SCRIPT,
 )
 from mirrorgate.rules.typosquat import NameIndex
 
 __all__ = ["Dependency", "Fired", "FirstPublished", "Release", "ReleaseVerdict",
-           "check_dependencies", "check_install", "check_obfuscation", "check_typosquat",
+           "added_packages", "check_dependencies", "check_install", "check_obfuscation",
+           "check_outside", "check_typosquat", "check_unreadable", "check_young_package",
            "judge"]
 
 _STRENGTH = {"deny": 3, "quarantine": 2, "report": 1, "off": 0}
@@ -48,11 +54,26 @@ class Release:
     published: datetime | None = None
     publishers: frozenset[str] = frozenset()
     """The accounts that published it (`_npmUser`, else its `maintainers`)."""
+    commands: Mapping[str, str] = field(default_factory=dict)
+    """The registry manifest's install hooks, each command whole (the tarball's own are
+    `contents.scripts`)."""
+    provenance: str | None = None
+    """The repository its provenance attestation names (`rules.kinship`), if it has one."""
 
     @property
     def hooks(self) -> frozenset[str]:
         manifest = frozenset(run.split(" (", 1)[0] for run in self.runs)
         return manifest | self.contents.hooks
+
+    def commands_of(self, hook: str) -> frozenset[str]:
+        """What `hook` runs, from the registry manifest and the tarball's package.json (npm
+        runs the unpacked one; both are compared, so neither can change unseen)."""
+        found = {self.commands.get(hook), self.contents.scripts.get(hook)}
+        return frozenset(command for command in found if command)
+
+    def installed(self) -> dict[str, Installed]:
+        """Its dependencies as npm installs them (`npm.specs`), by key."""
+        return {key: installed_as(key, spec) for key, spec in self.dependencies.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,17 +91,61 @@ def _listed(items: list[str]) -> str:
     return shown + (f"; and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
 
 
+_TOKENS = re.compile(r"""[\s;&|()<>'"`=]+""")
+
+
+def _files_run(command: str, contents: Contents) -> list[str]:
+    """The package's JavaScript files a command names (`node setup.js`, `node ./lib/x`), as
+    node would find them: the path, then `.js`, then `/index.js`."""
+    found: list[str] = []
+    for token in _TOKENS.split(command)[:200]:
+        path = token.removeprefix("./")
+        for candidate in (path, f"{path}.js", f"{path}/index.js"):
+            if path and candidate in contents.code:
+                found.append(candidate)
+                break
+    return list(dict.fromkeys(found))
+
+
+def _changed_runs(new: Release, previous: Release) -> list[str]:
+    """A hook both versions have whose command text changed (a funding banner that now
+    pipes a download to a shell), or that runs a file whose bytes changed (by their digest:
+    the same `node setup.js` over a new 300 KB setup.js)."""
+    details: list[str] = []
+    for hook in sorted(new.hooks & previous.hooks):
+        now, then = new.commands_of(hook), previous.commands_of(hook)
+        if now and now != then:
+            was = ("`" + "`, `".join(sorted(c[:200] for c in then)) + "`" if then
+                   else "a command not shown")
+            details += [f"{hook} now runs `{command[:200]}` ({previous.version} ran {was})"
+                        for command in sorted(now - then)]
+            continue
+        for command in sorted(now):
+            for path in _files_run(command, new.contents):
+                after, before = new.contents.code[path], previous.contents.code.get(path)
+                if before is None:
+                    details.append(f"{hook} runs {path} ({after.size:,} bytes), which "
+                                   f"{previous.version} did not have")
+                elif before.digest != after.digest or before.size != after.size:
+                    details.append(f"{hook} runs {path}, whose bytes changed since "
+                                   f"{previous.version} ({before.size:,} bytes, now "
+                                   f"{after.size:,})")
+    return details
+
+
 def check_install(new: Release, previous: Release) -> Fired | None:
     """Stops the Shai-Hulud shape: a release that runs code at install where the one before
     it ran none of that (manifest scripts, the tarball's package.json, binding.gyp, bundled
-    dependencies')."""
+    dependencies'), or runs other code under the same hook: compared by what runs, not by
+    the hook's name."""
     added = new.hooks - previous.hooks
-    if not added:
+    changed = _changed_runs(new, previous)
+    if not added and not changed:
         return None
     runs = [run for run in (*new.runs, *new.contents.runs) if run.split(" (", 1)[0] in added]
     before = (f"{previous.version} ran {', '.join(sorted(previous.hooks))}" if previous.hooks
               else f"{previous.version} ran nothing at install")
-    details = tuple(dict.fromkeys(runs))
+    details = tuple(dict.fromkeys([*runs, *changed]))
     return Fired(NEW_INSTALL_SCRIPT, f"it runs code at install ({_listed(list(details))}); "
                  f"{before}", details)
 
@@ -122,40 +187,102 @@ def check_obfuscation(new: Release, previous: Release) -> Fired | None:
 
 @dataclass(frozen=True, slots=True)
 class Dependency:
-    """A dependency as the public registry knows it: its first publish, and the accounts that
-    publish it (its maintainers, its versions' publishers)."""
+    """A dependency as the public registry knows it: its first publish, the accounts that
+    publish it, and the repositories its versions' provenance names (`rules.kinship`)."""
 
     first: datetime | None
     publishers: frozenset[str] = frozenset()
+    provenance: frozenset[str] = frozenset()
 
 
 FirstPublished = Mapping[str, Dependency | None]
 """What the public registry says of each dependency; None: it has no such package."""
 
 
+def added_packages(new: Release, previous: Release) -> dict[str, Installed]:
+    """The registry packages `new` installs that `previous` did not, by the name npm fetches
+    (an `npm:` alias counts as its target, whatever its key; a peer as any dependency)."""
+    before = {how.package for how in previous.installed().values() if how.package}
+    found: dict[str, Installed] = {}
+    for _key, how in sorted(new.installed().items()):
+        if how.package is not None and how.package not in before:
+            found.setdefault(how.package, how)
+    return found
+
+
 def check_dependencies(new: Release, previous: Release, first: FirstPublished,
                        young: timedelta, young_text: str, now: datetime) -> Fired | None:
-    """Stops the axios shape: a runtime dependency added since the previous version whose own
-    first publish is younger than `young`, or that the public registry does not have. A young
-    dependency published by an account that publishes this package too is the project's own
-    new package (esbuild's, typescript's platform binaries), not an outsider's."""
+    """Stops the axios shape: a package npm installs for this release (a dependency, an
+    optional one, a peer npm 7+ installs, an `npm:` alias's target) and not for the previous
+    one, first published less than `young` ago, or missing from the public registry.
+
+    The one exemption is the project's own new package (esbuild's platform binaries): this
+    release and the dependency both carry provenance naming the same repository. A shared
+    publisher no longer suffices: a thief with one stolen token publishes the payload and the
+    release from the same account; provenance needs a CI run of the project's repository
+    (docs/serving.md#an-exemption-an-attacker-cannot-mint)."""
     details: list[str] = []
-    for dependency in sorted(set(new.dependencies) - set(previous.dependencies)):
-        if dependency not in first:
+    for package, how in sorted(added_packages(new, previous).items()):
+        if package not in first:
             continue  # not asked (a first-party name): no public age to measure
-        known = first[dependency]
+        known = first[package]
+        label = how.describe() if how.package != how.key else f"`{package}`"
         when = known.first if known is not None else None
         if known is None:
-            details.append(f"`{dependency}` is not on the public registry")
-        elif known.publishers & new.publishers:
+            details.append(f"{label} is not on the public registry")
+        elif new.provenance is not None and new.provenance in known.provenance:
             continue
         elif when is not None and now - when < young:
-            details.append(f"`{dependency}` was first published {stamp(when)}, less than "
+            verb = "," if how.package != how.key else " was"
+            details.append(f"{label}{verb} first published {stamp(when)}, less than "
                            f"{young_text} ago")
     if not details:
         return None
     return Fired(NEW_DEPENDENCY_YOUNG, f"it adds a dependency {previous.version} did not "
                  f"have: {_listed(details)}", tuple(details))
+
+
+def check_outside(new: Release, previous: Release) -> Fired | None:
+    """A dependency npm fetches from a git repository, a URL or a path: bytes no registry
+    serves, so no gate reads them. New, or changed since the previous version, it fires
+    (an existing key moved to `git+https://...` is the same door as a new one)."""
+    details: list[str] = []
+    for key, how in sorted(new.installed().items()):
+        if how.outside is None or previous.dependencies.get(key) == how.spec:
+            continue
+        was = previous.dependencies.get(key)
+        since = (f"{previous.version} had `{was[:200]}`" if was is not None
+                 else f"not in {previous.version}")
+        details.append(f"{how.describe()}, outside the gate ({since})")
+    if not details:
+        return None
+    return Fired(NEW_DEPENDENCY_OUTSIDE, f"it installs a dependency from outside any "
+                 f"registry: {_listed(details)}", tuple(details))
+
+
+def check_young_package(new: Release, package_first: datetime | None, young: timedelta,
+                        young_text: str, now: datetime) -> Fired | None:
+    """A new package is not a blind spot: nothing to compare its first releases with, and
+    most malicious first releases run their payload at install. A release that runs code at
+    install, of a package first published less than `young` ago (the package's age, not the
+    version's: a new version of an old package is compared instead), fires."""
+    if not new.hooks or package_first is None or now - package_first >= young:
+        return None
+    runs = list(dict.fromkeys((*new.runs, *new.contents.runs)))
+    detail = (f"it runs code at install ({_listed(runs)}) and the package was first "
+              f"published {stamp(package_first)}, less than {young_text} ago")
+    return Fired(YOUNG_PACKAGE_INSTALL_SCRIPT, detail, tuple(runs))
+
+
+def check_unreadable(causes: list[str]) -> Fired | None:
+    """Fail closed on what the publisher controls: a release that cannot be read whole
+    because of its own shape (a tarball the reader refuses, a previous version over the
+    bound, more new dependencies than are looked up) is not cleared by what could be read.
+    An outage of mirrorgate's own sources is not a cause here (`release.unavailable`)."""
+    if not causes:
+        return None
+    return Fired(UNREADABLE_RELEASE, f"the release signals cannot read it whole: "
+                 f"{_listed(causes)}", tuple(causes))
 
 
 def check_typosquat(name: str, first_published: datetime | None, installed_before: bool,

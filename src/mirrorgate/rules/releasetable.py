@@ -13,16 +13,31 @@ from typing import Literal
 
 from mirrorgate.rules.patterns import PatternList
 
-__all__ = ["ACTIONS", "NEW_DEPENDENCY_YOUNG", "NEW_INSTALL_SCRIPT", "OBFUSCATED_CODE",
-           "RELEASE_SIGNALS", "TYPOSQUAT", "Action", "ReleaseRules"]
+__all__ = ["ACTIONS", "COMPARING", "DEFAULT_ACTIONS", "NEW_DEPENDENCY_OUTSIDE",
+           "NEW_DEPENDENCY_YOUNG", "NEW_INSTALL_SCRIPT", "OBFUSCATED_CODE", "RELEASE_SIGNALS",
+           "TYPOSQUAT", "UNREADABLE_RELEASE", "YOUNG_PACKAGE_INSTALL_SCRIPT", "Action",
+           "ReleaseRules"]
 
 NEW_INSTALL_SCRIPT = "new-install-script"
 NEW_DEPENDENCY_YOUNG = "new-dependency-young"
 OBFUSCATED_CODE = "obfuscated-code"
 TYPOSQUAT = "typosquat"
+NEW_DEPENDENCY_OUTSIDE = "new-dependency-outside"
+UNREADABLE_RELEASE = "unreadable-release"
+YOUNG_PACKAGE_INSTALL_SCRIPT = "young-package-install-script"
 RELEASE_SIGNALS: tuple[str, ...] = (NEW_INSTALL_SCRIPT, NEW_DEPENDENCY_YOUNG, OBFUSCATED_CODE,
-                                    TYPOSQUAT)
+                                    TYPOSQUAT, NEW_DEPENDENCY_OUTSIDE, UNREADABLE_RELEASE,
+                                    YOUNG_PACKAGE_INSTALL_SCRIPT)
 """In the order they are reported; the rules file's keys are these with `_` for `-`."""
+COMPARING: tuple[str, ...] = (NEW_INSTALL_SCRIPT, NEW_DEPENDENCY_YOUNG, OBFUSCATED_CODE,
+                              NEW_DEPENDENCY_OUTSIDE, UNREADABLE_RELEASE)
+"""The signals that read the previous version (the others read this one alone)."""
+DEFAULT_ACTIONS: Mapping[str, str] = {
+    # fetched outside the gate, or not readable whole: time makes neither any more checked,
+    # so a quarantine that ends by itself would admit it unread; `release.allow` releases one
+    NEW_DEPENDENCY_OUTSIDE: "deny", UNREADABLE_RELEASE: "deny",
+}
+"""A signal's action when the `[release]` table does not name it (the rest: `quarantine`)."""
 Action = Literal["deny", "quarantine", "report", "off"]
 ACTIONS: tuple[str, ...] = ("deny", "quarantine", "report", "off")
 
@@ -32,9 +47,16 @@ class ReleaseRules:
     """The `[release]` table: each signal's action, how young a name is suspicious, how long
     a quarantine lasts, the allow list, and what a version whose analysis cannot finish gets."""
 
-    actions: Mapping[str, str] = field(default_factory=dict)
+    actions: Mapping[str, str] = field(
+        # with no `[release]` table only this one runs (issue 44): a young package's release
+        # that runs code at install, the shape of six of seven malicious first releases
+        default_factory=lambda: {YOUNG_PACKAGE_INSTALL_SCRIPT: "quarantine"})
     young: timedelta = timedelta(days=30)
     young_text: str = "30 days"
+    young_package: timedelta = timedelta(days=30)
+    young_package_text: str = "30 days"
+    """How young a PACKAGE (its first publish, not this version's) is for
+    `young-package-install-script`."""
     quarantine: timedelta = timedelta(days=7)
     quarantine_text: str = "7 days"
     allow: PatternList = field(default_factory=PatternList)
@@ -47,3 +69,15 @@ class ReleaseRules:
     @property
     def on(self) -> bool:
         return any(self.action(signal) != "off" for signal in RELEASE_SIGNALS)
+
+    @property
+    def compares(self) -> bool:
+        """Whether a signal that reads the previous version is on (else it is not fetched)."""
+        return any(self.action(signal) != "off" for signal in COMPARING)
+
+    @property
+    def only_young_package(self) -> bool:
+        """Whether the one signal on is `young-package-install-script`: then only a young
+        package's releases are read at all (the default, at no cost to the rest)."""
+        return [s for s in RELEASE_SIGNALS if self.action(s) != "off"] == [
+            YOUNG_PACKAGE_INSTALL_SCRIPT]

@@ -52,7 +52,9 @@ def rules_summary(rules: Rules) -> dict[str, Any]:
            for key, signal in (("provenance", rules.provenance), ("publisher", rules.publisher))},
         "release": {
             **{signal: rules.release.action(signal) for signal in RELEASE_SIGNALS},
-            "young": rules.release.young_text, "quarantine": rules.release.quarantine_text,
+            "young": rules.release.young_text,
+            "young_package": rules.release.young_package_text,
+            "quarantine": rules.release.quarantine_text,
             "allow": rules.release.allow.texts(), "unavailable": rules.release.unavailable,
         },
         "private": {

@@ -29,10 +29,13 @@ from mirrorgate.rules.context import Context
 from mirrorgate.rules.patterns import Subject, quoted
 from mirrorgate.rules.policy import ALGORITHMS, REPORT, Rules, Verdict, plural
 from mirrorgate.rules.releasetable import (
+    NEW_DEPENDENCY_OUTSIDE,
     NEW_DEPENDENCY_YOUNG,
     NEW_INSTALL_SCRIPT,
     OBFUSCATED_CODE,
     TYPOSQUAT,
+    UNREADABLE_RELEASE,
+    YOUNG_PACKAGE_INSTALL_SCRIPT,
 )
 from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, check_signature
 from mirrorgate.rules.takeover import (
@@ -294,11 +297,13 @@ RULES: tuple[Rule, ...] = (
          _takeover(check_publisher, lambda rules: rules.publisher), "publisher"),
     Rule((NEW_INSTALL_SCRIPT,), "`[release]`: its tarball or manifest runs code at install "
          "(a `preinstall`, `install` or `postinstall`, a `binding.gyp`, a bundled "
-         "dependency's) that the previous version did not. Read from the bytes at the first "
+         "dependency's) that the previous version did not, or a hook both have now runs "
+         "another command or a file whose bytes changed. Read from the bytes at the first "
          "pull; see [Release signals](#release-signals).", _at_first_pull, "release"),
-    Rule((NEW_DEPENDENCY_YOUNG,), "`[release]`: it adds a runtime dependency, since the "
-         "previous version, first published less than `release.young` ago (30 days) or "
-         "missing from the public registry.", _at_first_pull, "release"),
+    Rule((NEW_DEPENDENCY_YOUNG,), "`[release]`: it adds a package npm installs (a "
+         "dependency, an optional one, a peer, an `npm:` alias's target), since the previous "
+         "version, first published less than `release.young` ago (30 days) or missing from "
+         "the public registry.", _at_first_pull, "release"),
     Rule((OBFUSCATED_CODE,), "`[release]`: a JavaScript file carries marks of obfuscation "
          "(a very long line, dense hex or unicode escapes, `_0x` identifiers, eval or "
          "Function over a decoded string, a large base64 literal) that the same file of the "
@@ -306,6 +311,17 @@ RULES: tuple[Rule, ...] = (
     Rule((TYPOSQUAT,), "`[release]`: its name is one edit from a widely used package or one "
          "the organisation installs often, was never installed here, and was first "
          "published less than `release.young` ago.", _at_first_pull, "release"),
+    Rule((NEW_DEPENDENCY_OUTSIDE,), "`[release]`: a dependency new or changed since the "
+         "previous version is fetched from a git repository, a URL or a path: outside any "
+         "registry, and so outside the gate.", _at_first_pull, "release"),
+    Rule((UNREADABLE_RELEASE,), "`[release]`: the release cannot be read whole because of "
+         "its own shape (its tarball, or the previous version's, refused by the reader or "
+         "over the bound; more new dependencies than are looked up): see [which causes are "
+         "which](#release-signals-causes).", _at_first_pull, "release"),
+    Rule((YOUNG_PACKAGE_INSTALL_SCRIPT,), "on by default: a release that runs code at "
+         "install, of a package first published less than `release.young_package` ago (30 "
+         "days). See [A young package's install scripts]"
+         "(#a-young-packages-install-scripts).", _at_first_pull, "release"),
 )
 
 _DENY_ROW = next(rule for rule in RULES if DENY_LIST in rule.names)
