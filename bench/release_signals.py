@@ -2,7 +2,9 @@
 most depended-on public packages, read against the release before it.
 
 Run by hand from the repository root (it reaches the public registry; never in CI):
-`.venv/bin/python -m bench.release_signals --count 500 --out /tmp/release-fp.json`. The
+`.venv/bin/python -m bench.release_signals --count 1000 --out /tmp/release-fp.json --cache
+/tmp/release-fp-cache` (with `--cache`, packuments and tarballs are kept there and read from
+there on the next run: a rerun after a change measures the same releases, offline). The
 registry is the one mirrorgate would use: `MIRRORGATE_PUBLIC_UPSTREAM`, else npm's own
 (`npm config get registry`). The names are `bench/data/top-dependents.txt` (most dependents
 first). For each: the packument, the `latest` version and the one before it
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import sys
@@ -70,8 +73,10 @@ def _path(name: str) -> str:
 
 
 class Reader:
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+    def __init__(self, session: aiohttp.ClientSession, base: str,
+                 cache: Path | None = None) -> None:
         self.session = session
+        self.cache = cache
         self.base = base
         self.origin = urlsplit(base)[:2]
         self._packuments: dict[str, asyncio.Task[dict[str, Any] | None]] = {}
@@ -83,14 +88,28 @@ class Reader:
             self._packuments[name] = asyncio.ensure_future(self._packument(name))
         return await self._packuments[name]
 
+    def _kept(self, kind: str, key: str) -> Path | None:
+        if self.cache is None:
+            return None
+        folder = self.cache / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / hashlib.sha256(key.encode()).hexdigest()
+
     async def _packument(self, name: str) -> dict[str, Any] | None:
+        kept = self._kept("packuments", name)
+        if kept is not None and kept.exists():
+            document: dict[str, Any] | None = json.loads(kept.read_bytes())
+            return document
         async with self.session.get(self.base + _path(name),
                                     headers={"Accept": "application/json"}) as answer:
             if answer.status == 404:
-                return None
-            answer.raise_for_status()
-            document: dict[str, Any] = await answer.json(content_type=None)
-            return document
+                document = None
+            else:
+                answer.raise_for_status()
+                document = await answer.json(content_type=None)
+        if kept is not None:
+            kept.write_text(json.dumps(document), encoding="utf-8")
+        return document
 
     async def contents(self, manifest: Mapping[str, Any],
                        reuse: Contents | None = None) -> Contents:
@@ -101,13 +120,20 @@ class Reader:
         verifier = StreamVerifier(digests_from_dist(dist), expected_size=None,
                                   limit=MAX_TARBALL)
         chunks = []
-        async with self.session.get(url) as answer:
-            answer.raise_for_status()
-            async for chunk in answer.content.iter_chunked(256 * 1024):
-                verifier.update(chunk)
-                chunks.append(chunk)
+        kept = self._kept("tarballs", url)
+        if kept is not None and kept.exists():
+            chunks.append(kept.read_bytes())
+            verifier.update(chunks[0])
+        else:
+            async with self.session.get(url) as answer:
+                answer.raise_for_status()
+                async for chunk in answer.content.iter_chunked(256 * 1024):
+                    verifier.update(chunk)
+                    chunks.append(chunk)
         verifier.finish()
         body = b"".join(chunks)
+        if kept is not None and not kept.exists():
+            kept.write_bytes(body)
 
         def timed() -> Contents:
             started = time.thread_time()
@@ -188,14 +214,14 @@ async def one(reader: Reader, name: str, popular: NameIndex) -> dict[str, Any]:
             "seconds": round(time.monotonic() - started, 2)}
 
 
-async def run(count: int, concurrency: int) -> list[dict[str, Any]]:
+async def run(count: int, concurrency: int, cache: Path | None) -> list[dict[str, Any]]:
     base = registry()
     popular = popular_names()
     timeout = aiohttp.ClientTimeout(total=180)
     results: list[dict[str, Any]] = []
     gate = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        reader = Reader(session, base)
+        reader = Reader(session, base, cache)
 
         async def guarded(name: str) -> None:
             async with gate:
@@ -260,8 +286,10 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None, help="write every result as JSON")
+    parser.add_argument("--cache", type=Path, default=None, help="a folder keeping packuments "
+                        "and tarballs between runs (e.g. /tmp/release-fp-cache)")
     args = parser.parse_args()
-    results = asyncio.run(run(args.count, args.concurrency))
+    results = asyncio.run(run(args.count, args.concurrency, args.cache))
     if args.out is not None:
         args.out.write_text(json.dumps(sorted(results, key=lambda r: r["name"]), indent=1),
                             encoding="utf-8")
