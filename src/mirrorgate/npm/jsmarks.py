@@ -13,17 +13,19 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["BASE64_BLOB", "ESCAPES", "EVAL_DECODED", "HEX_IDENTIFIERS", "LONG_LINE",
-           "MARK_TEXT", "READ_PER_FILE", "STRONG", "FileMarks", "Mark", "digest_of", "is_code",
-           "marks_of"]
+           "MARK_TEXT", "READ_PER_FILE", "STRONG", "UNMEASURED", "FileMarks", "Mark",
+           "digest_of", "is_code", "marks_of"]
 
 READ_PER_FILE = 2 * 1024 * 1024
-"""Bytes of one file measured at most: the head of a larger file (the rest is not read)."""
+"""Bytes of one file measured at most: the head of a larger file (the rest is not read). A
+file that runs (`npm.entrypoints`) is measured whole, up to `npm.contents.READ_RUN_FILE`."""
 LONG_LINE = "long-line"
 ESCAPES = "escapes"
 HEX_IDENTIFIERS = "hex-identifiers"
 EVAL_DECODED = "eval-decoded"
 BASE64_BLOB = "base64-blob"
-STRONG = frozenset((ESCAPES, HEX_IDENTIFIERS, EVAL_DECODED, BASE64_BLOB))
+UNMEASURED = "unmeasured"
+STRONG = frozenset((ESCAPES, HEX_IDENTIFIERS, EVAL_DECODED, BASE64_BLOB, UNMEASURED))
 """The marks that fire alone; a long line fires only where the file had none before (a
 minified build is common, a minified blob appended to a hand-written file is not)."""
 MARK_TEXT = {
@@ -32,6 +34,7 @@ MARK_TEXT = {
     HEX_IDENTIFIERS: "obfuscator-style `_0x` identifiers",
     EVAL_DECODED: "eval or Function over a decoded string",
     BASE64_BLOB: "a large base64 literal",
+    UNMEASURED: "code that runs, not measured",
 }
 
 LONG_LINE_CHARS = 10_000
@@ -79,6 +82,8 @@ class Mark:
     measure: str
 
     def text(self) -> str:
+        if self.kind == UNMEASURED:  # nowhere in the file: none of it was measured
+            return f"{MARK_TEXT[self.kind]} ({self.measure})"
         return f"{MARK_TEXT[self.kind]} ({self.measure}) at line {self.line}, byte {self.offset}"
 
 

@@ -79,6 +79,9 @@ _JS_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Infini
 _JS_RADIX = re.compile(r"0([xXoObB])([0-9a-fA-F]+)")
 _SAFE = 2**53 - 1
 
+# isal's stub types `error` as an instance of Exception; it is the class IsalError
+_ISAL_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
+
 
 class _RefusedError(MirrorgateError):
     """Why the tarball is refused: raised where the reading stops."""
@@ -257,7 +260,7 @@ class TarballReader:
             self._feed(chunk)
         except _RefusedError as refused:
             self.problem = str(refused)
-        except (zlib.error, isal_zlib.error):
+        except (zlib.error, _ISAL_ERROR):
             self.problem = "its gzip stream does not inflate"
         except zstandard.ZstdError:
             self.problem = "its zstd stream does not decompress"

@@ -1,0 +1,140 @@
+"""The files of a package that run: what its package.json starts (`main`, `bin`, `exports`
+targets, files its install scripts name) and what those `require` or `import` by a relative
+path, resolved as node resolves them, whatever their extension (node runs a required `.dat` as
+JavaScript). The release signals measure these whole (`npm.contents`). Pure, bounded.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping
+
+from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
+
+__all__ = ["MAX_RUN_FILES", "entry_points", "requires_of", "resolve", "run_files"]
+
+MAX_RUN_FILES = 10_000
+"""Files followed from the entry points at most (a package's whole tree, for the largest)."""
+_REQUIRES_KEPT = 1_000
+_LOOKS = 10_000  # occurrences of `require`/`import`/`from` looked at per file, at most
+_EXPORTS_DEPTH = 8
+_SPECIFIER = re.compile(
+    rb"(?:require\s*\(\s*|import\s*\(\s*|from\s*|import\s+)"
+    rb"([\"'`])(\.\.?/[^\"'`\n\\]{1,256})\1")
+_WORDS = (b"require", b"import", b"from")
+# what node tries for `require(x)` (LOAD_AS_FILE, then LOAD_INDEX); an ES import names its file
+_SUFFIXES = ("", ".js", ".json", ".node", "/index.js", "/index.json", "/index.node")
+
+
+def requires_of(data: bytes) -> tuple[str, ...]:
+    """The relative specifiers a file requires or imports (`./lib/x`, `../y.dat`), found from
+    the words themselves (`bytes.find`), each matched where it stands."""
+    found: dict[str, None] = {}
+    for word in _WORDS:
+        at = data.find(word)
+        looks = 0
+        while at >= 0 and looks < _LOOKS and len(found) < _REQUIRES_KEPT:
+            looks += 1
+            matched = _SPECIFIER.match(data, at)
+            if matched is not None:
+                found[matched.group(2).decode("utf-8", "replace")] = None
+            at = data.find(word, at + len(word))
+    return tuple(found)
+
+
+def resolve(path: str, files: Collection[str]) -> str | None:
+    """The file `path` (inside the package, already joined) names as node resolves it."""
+    path = posixpath.normpath(path)
+    if path.startswith("../") or path == "..":
+        return None  # outside the package: another package's files, read at their own pull
+    for suffix in _SUFFIXES:
+        if path + suffix in files:
+            return path + suffix
+    return None
+
+
+def _targets(exports: object, depth: int = 0) -> Iterable[str]:
+    """Every path an `exports` map (conditions and subpaths, nested) may resolve to."""
+    if depth > _EXPORTS_DEPTH:
+        return
+    if isinstance(exports, str):
+        yield exports
+    elif isinstance(exports, list):
+        for item in exports[:100]:
+            yield from _targets(item, depth + 1)
+    elif isinstance(exports, dict):
+        for item in list(exports.values())[:1000]:
+            yield from _targets(item, depth + 1)
+
+
+def _script_files(command: str) -> Iterable[str]:
+    """The words of an install command that may name a file (`node setup.js`, `./run.sh`)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unbalanced quote: sh refuses it, but read its words anyway
+        words = command.split()
+    for word in words[:100]:
+        for part in re.split(r"[;&|<>()]", word):
+            if part and not part.startswith("-"):
+                yield part
+
+
+def entry_points(manifest: Mapping[str, object] | None,
+                 files: Collection[str]) -> list[tuple[str, str]]:
+    """(file, why) for each file the package.json starts: `main` (else `index.js`), `bin`,
+    `exports` targets (a `*` pattern: every file it may match), install scripts' files."""
+    document = manifest or {}
+    found: list[tuple[str, str]] = []
+
+    def named(path: object, why: str, suffixes: bool = False) -> None:
+        if not isinstance(path, str) or not path:
+            return
+        joined = posixpath.normpath(path.lstrip("/"))
+        hit = resolve(joined, files) if suffixes else (
+            joined if joined in files else None)
+        if hit is not None:
+            found.append((hit, why))
+
+    main = document.get("main")
+    named(main if isinstance(main, str) and main else "index.js", "main", suffixes=True)
+    bins = document.get("bin")
+    for path in (list(bins.values()) if isinstance(bins, dict) else [bins])[:1000]:
+        named(path, "bin")
+    for target in _targets(document.get("exports")):
+        if "*" in target:
+            head, _, tail = posixpath.normpath(target.lstrip("/")).partition("*")
+            found += [(file, "exports") for file in files
+                      if file.startswith(head) and file.endswith(tail)]
+        else:
+            named(target, "exports")
+    scripts = document.get("scripts")
+    if isinstance(scripts, dict):
+        for key in INSTALL_SCRIPT_KEYS:
+            command = scripts.get(key)
+            if isinstance(command, str):
+                for word in _script_files(command):
+                    named(word, key, suffixes=True)
+    return found
+
+
+def run_files(manifest: Mapping[str, object] | None, files: Collection[str],
+              requires: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """Every file that runs, each with why (`main`, `bin`, `required by lib/a.js`...): the
+    entry points and, transitively, what they require by a relative path, at most
+    `MAX_RUN_FILES`."""
+    found: dict[str, str] = {}
+    pending = deque(entry_points(manifest, files))
+    while pending and len(found) < MAX_RUN_FILES:
+        path, why = pending.popleft()
+        if path in found:
+            continue
+        found[path] = why
+        folder = posixpath.dirname(path)
+        for specifier in requires.get(path, ()):
+            hit = resolve(posixpath.join(folder, specifier), files)
+            if hit is not None and hit not in found:
+                pending.append((hit, f"required by {path}"))
+    return found
