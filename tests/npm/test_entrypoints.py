@@ -39,7 +39,7 @@ def test_bin_exports_and_the_files_install_scripts_name_are_entry_points() -> No
 def test_what_a_file_requires_or_imports_by_a_relative_path_runs_too_any_extension() -> None:
     code = (b"const a = require('./data/x.dat');\nimport b from \"../esm/a.mjs\";\n"
             b"const c = await import('./lib');\nrequire('fs'); require(name);\n")
-    assert requires_of(code) == ("./data/x.dat", "./lib", "../esm/a.mjs")
+    assert set(requires_of(code)) == {"./data/x.dat", "./lib", "../esm/a.mjs"}
     found = run_files({}, FILES, {"index.js": ("./data/x.dat", "./lib", "../outside.js")})
     assert found == {"index.js": "main", "data/x.dat": "required by index.js",
                      "lib/index.js": "required by index.js"}

@@ -33,7 +33,13 @@ from mirrorgate.integrity import (
 )
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import moment
-from mirrorgate.npm.contents import ContentReading, Contents, contents_of, manifest_runs
+from mirrorgate.npm.contents import (
+    ContentReading,
+    Contents,
+    KeptReadings,
+    contents_of,
+    manifest_runs,
+)
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.versions import newest_first, version_before
@@ -126,6 +132,14 @@ def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+def _kept_as(name: PackageName, record: VersionRecord) -> tuple[str, str, str]:
+    """A version's reading is kept by its name, version and bytes (its strongest digest)."""
+    try:
+        return (name.full, record.version, strongest_of(record.digests).sri())
+    except Unverifiable:
+        return (name.full, record.version, "")
+
+
 class ReleaseJudge:
     """The release signals of one process: what they remember, and the I/O they need."""
 
@@ -148,6 +162,8 @@ class ReleaseJudge:
         self._flagged: dict[str, set[str]] | None = None  # name -> versions a signal fired for
         self._counts: dict[str, int] = {}
         self._often: NameIndex | None = None
+        self.readings = KeptReadings()
+        """The last versions' readings: a predecessor read before is not fetched again."""
         self.facts.listeners.append(self._changed)
 
     def _changed(self, kind: str) -> None:
@@ -358,8 +374,10 @@ class ReleaseCheck:
             return ""
 
     def begin(self) -> None:
-        """Start fetching the previous version's bytes, beside the download of these."""
-        if self.previous is not None and self._task is None:
+        """Start fetching the previous version's bytes, beside the download of these (unless
+        they were read before)."""
+        if (self.previous is not None and self._task is None
+                and self.judge.readings.get(_kept_as(self.name, self.previous)) is None):
             self._task = asyncio.get_running_loop().create_task(
                 self.judge.fetch_previous(self.name, self.previous))
 
@@ -376,15 +394,21 @@ class ReleaseCheck:
         published = moment(self.gated.time.get(version))
         manifest = self.record.manifest()
         contents = self.reading.contents()
+        judge_.readings.keep(_kept_as(self.name, self.record), contents)  # the next's previous
         unchecked: list[str] = []
         fired: list[Fired] = []
         compared: str | None = None
         if contents.problem is not None:
             unchecked.append(f"its tarball cannot be read: {contents.problem}")
         elif self.previous is not None:
-            self.begin()
-            assert self._task is not None
-            before = await judge_.read_previous(self.previous, await self._task, contents)
+            before: Contents | str | None = judge_.readings.get(
+                _kept_as(self.name, self.previous))
+            if before is None:
+                self.begin()
+                assert self._task is not None
+                before = await judge_.read_previous(self.previous, await self._task, contents)
+                if not isinstance(before, str):
+                    judge_.readings.keep(_kept_as(self.name, self.previous), before)
             previous_manifest = self.previous.manifest()
             if isinstance(before, str):
                 unchecked.append(before)

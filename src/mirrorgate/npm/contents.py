@@ -11,6 +11,7 @@ bytes measured, each file's first `jsmarks.READ_PER_FILE` bytes, what was not re
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,8 +28,8 @@ from mirrorgate.npm.jsmarks import (
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.tarscripts import ScriptScan
 
-__all__ = ["MAX_CODE_BYTES", "MAX_CODE_FILES", "MAX_RUN_BYTES", "READ_RUN_FILE",
-           "ContentReading", "Contents", "contents_of", "manifest_runs"]
+__all__ = ["KEPT_FILES", "MAX_CODE_BYTES", "MAX_CODE_FILES", "MAX_RUN_BYTES", "READ_RUN_FILE",
+           "ContentReading", "Contents", "KeptReadings", "contents_of", "manifest_runs"]
 
 MAX_CODE_FILES = 5_000
 """JavaScript files measured at most per tarball (the largest packages ship a few thousand)."""
@@ -41,8 +42,15 @@ MAX_RUN_BYTES = 128 * 1024 * 1024
 """Bytes measured at most per tarball past what `MAX_CODE_BYTES` counts: JavaScript files past
 their first `READ_PER_FILE` bytes, and files of other kinds (any may be required and run);
 a file that runs and falls past it is refused, never passed unread."""
+KEPT_FILES = 200_000
+"""Files' marks `KeptReadings` holds at most (about 200 bytes each: some 40 MB)."""
 _STEP = 256 * 1024
 _NOT_RUN = (".json", ".node")  # node parses a required .json, and loads a .node natively
+_NOT_CODE = (".map", ".d.ts", ".d.mts", ".d.cts", ".md", ".markdown", ".txt", ".png", ".jpg",
+             ".jpeg", ".gif", ".webp", ".ico", ".woff", ".woff2", ".ttf", ".otf", ".eot",
+             ".wasm", ".flow", ".lock", ".yml", ".yaml")
+"""Kinds of file nothing requires in practice, and the largest share of a package's bytes
+(source maps, type declarations): not read, so one that does run is `unmeasured` (refused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,16 +95,18 @@ class ContentReading:
         for read in (self._unmeasured, self._whole, self._requires):
             read.pop(path, None)
         head = 0
+        lower = path.lower()
         if is_code(path):
             if len(self._code) >= MAX_CODE_FILES or self._measured >= MAX_CODE_BYTES:
-                self._skipped_files += 1
-                self._unmeasured[path] = (f"past the first {MAX_CODE_FILES} JavaScript files "
-                                          f"or {MAX_CODE_BYTES} bytes of them")
-                return 0
-            head = min(size, READ_PER_FILE, MAX_CODE_BYTES - self._measured)
-            self._measured += head
-            self._heads[path] = head
-        elif path.lower().endswith(_NOT_RUN):
+                self._skipped_files += 1  # not read as before; read whole below if it may run
+            else:
+                head = min(size, READ_PER_FILE, MAX_CODE_BYTES - self._measured)
+                self._measured += head
+                self._heads[path] = head
+        elif lower.endswith(_NOT_RUN):
+            return 0
+        elif lower.endswith(_NOT_CODE):
+            self._unmeasured[path] = "not read: files of its kind are not code"
             return 0
         # the rest of the file, in case it runs: known only once every file has been seen
         more = min(size, READ_RUN_FILE) - head
@@ -167,6 +177,32 @@ class ContentReading:
 
     def _read_of(self, path: str) -> int:
         return self._heads[path]
+
+
+class KeptReadings:
+    """The readings of the versions read last, by (name, version, integrity): the next
+    release of a package is compared with one of them, whose tarball then needs neither a
+    fetch nor a read (the same bytes read the same). The oldest go first past `KEPT_FILES`."""
+
+    def __init__(self, files: int = KEPT_FILES) -> None:
+        self._files = files
+        self._kept: OrderedDict[tuple[str, str, str], Contents] = OrderedDict()
+        self._count = 0
+
+    def get(self, key: tuple[str, str, str]) -> Contents | None:
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+        return found
+
+    def keep(self, key: tuple[str, str, str], read: Contents) -> None:
+        if read.problem is not None or not key[2] or key in self._kept:
+            return  # a version without a digest has no bytes to name
+        self._kept[key] = read
+        self._count += len(read.code) + 1
+        while self._count > self._files and self._kept:
+            _key, dropped = self._kept.popitem(last=False)
+            self._count -= len(dropped.code) + 1
 
 
 def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None) -> Contents:

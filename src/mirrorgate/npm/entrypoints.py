@@ -19,29 +19,31 @@ __all__ = ["MAX_RUN_FILES", "entry_points", "requires_of", "resolve", "run_files
 MAX_RUN_FILES = 10_000
 """Files followed from the entry points at most (a package's whole tree, for the largest)."""
 _REQUIRES_KEPT = 1_000
-_LOOKS = 10_000  # occurrences of `require`/`import`/`from` looked at per file, at most
+_LOOKS = 100_000  # `./` looked at per file, at most
 _EXPORTS_DEPTH = 8
-_SPECIFIER = re.compile(
-    rb"(?:require\s*\(\s*|import\s*\(\s*|from\s*|import\s+)"
-    rb"([\"'`])(\.\.?/[^\"'`\n\\]{1,256})\1")
-_WORDS = (b"require", b"import", b"from")
+_SPECIFIER = re.compile(rb"([\"'`])(\.\.?/[^\"'`\n\\]{1,256})\1")
+_QUOTES = (b"'", b'"', b"`")
+_BEFORE = re.compile(rb"(?:\brequire\s*\(|\bimport\s*\(|\bfrom|\bimport)\s*$")
 # what node tries for `require(x)` (LOAD_AS_FILE, then LOAD_INDEX); an ES import names its file
 _SUFFIXES = ("", ".js", ".json", ".node", "/index.js", "/index.json", "/index.node")
 
 
 def requires_of(data: bytes) -> tuple[str, ...]:
     """The relative specifiers a file requires or imports (`./lib/x`, `../y.dat`), found from
-    the words themselves (`bytes.find`), each matched where it stands."""
+    the `./` of each quoted relative path (`bytes.find`, at memory speed: far rarer than the
+    words `require`, `import` and `from`), each kept where one of those words stands before."""
     found: dict[str, None] = {}
-    for word in _WORDS:
-        at = data.find(word)
-        looks = 0
-        while at >= 0 and looks < _LOOKS and len(found) < _REQUIRES_KEPT:
-            looks += 1
-            matched = _SPECIFIER.match(data, at)
+    at = data.find(b"./")
+    looks = 0
+    while at >= 0 and looks < _LOOKS and len(found) < _REQUIRES_KEPT:
+        looks += 1
+        quote = at - 1 if data[at - 1:at] in _QUOTES else (
+            at - 2 if data[at - 1:at] == b"." and data[at - 2:at - 1] in _QUOTES else -1)
+        if quote >= 0 and _BEFORE.search(data, max(0, quote - 24), quote) is not None:
+            matched = _SPECIFIER.match(data, quote)
             if matched is not None:
                 found[matched.group(2).decode("utf-8", "replace")] = None
-            at = data.find(word, at + len(word))
+        at = data.find(b"./", at + 2)
     return tuple(found)
 
 
