@@ -45,12 +45,15 @@ a file that runs and falls past it is refused, never passed unread."""
 KEPT_FILES = 200_000
 """Files' marks `KeptReadings` holds at most (about 200 bytes each: some 40 MB)."""
 _STEP = 256 * 1024
-_NOT_RUN = (".json", ".node")  # node parses a required .json, and loads a .node natively
-_NOT_CODE = (".map", ".d.ts", ".d.mts", ".d.cts", ".md", ".markdown", ".txt", ".png", ".jpg",
-             ".jpeg", ".gif", ".webp", ".ico", ".woff", ".woff2", ".ttf", ".otf", ".eot",
-             ".wasm", ".flow", ".lock", ".yml", ".yaml")
-"""Kinds of file nothing requires in practice, and the largest share of a package's bytes
-(source maps, type declarations): not read, so one that does run is `unmeasured` (refused)."""
+_NOT_RUN = (".json", ".node", ".d.ts", ".d.mts", ".d.cts", ".flow")
+"""Never run as JavaScript: node parses a required .json and loads a .node natively; a type
+declaration is TypeScript's or Flow's (JSDoc `import('./x.d.ts')` and Flow's `import type`
+name them)."""
+_NOT_CODE = (".map", ".md", ".markdown", ".txt", ".woff", ".woff2", ".ttf", ".otf", ".eot",
+             ".wasm", ".lock", ".yml", ".yaml")
+"""Kinds of file nothing requires in practice, and a large share of a package's bytes (source
+maps above all): not read, so one that is required is `unmeasured` (refused). Images are
+read: React Native's packages require them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +162,10 @@ class ContentReading:
         code = dict(self._code)
         run = run_files(scan.manifest, self._files, self._requires)
         for path in sorted(run):
-            if path.lower().endswith(_NOT_RUN):
-                continue
+            lower = path.lower()
+            if lower.endswith(_NOT_RUN) or (lower.endswith(_NOT_CODE)
+                                            and not run[path].startswith("required by ")):
+                continue  # an `exports` pattern's README or declarations: node runs code only
             why = self._unmeasured.get(path)
             if why is not None:  # a bound overrun: refused, never passed unread
                 code[path] = FileMarks(self._files[path], (

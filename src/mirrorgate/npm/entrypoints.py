@@ -68,8 +68,9 @@ def _targets(exports: object, depth: int = 0) -> Iterable[str]:
         for item in exports[:100]:
             yield from _targets(item, depth + 1)
     elif isinstance(exports, dict):
-        for item in list(exports.values())[:1000]:
-            yield from _targets(item, depth + 1)
+        for key, item in list(exports.items())[:1000]:
+            if key != "types":  # TypeScript's declarations: node never loads them
+                yield from _targets(item, depth + 1)
 
 
 def _script_files(command: str) -> Iterable[str]:
