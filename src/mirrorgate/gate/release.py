@@ -344,8 +344,11 @@ class ReleaseCheck:
         self.name = name
         self.gated = gated
         self.record = record
-        self.reading = ContentReading()
         self.previous = _previous(gated, record.version)
+        kept = (judge_.readings.get(_kept_as(name, self.previous))
+                if self.previous is not None else None)
+        # a predecessor read before lends its marks to this version's unchanged files
+        self.reading = ContentReading(kept.code if kept is not None else None)
         self._task: asyncio.Task[bytes | str] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mirrorgate.npm.entrypoints import requires_of, run_files
 from mirrorgate.npm.jsmarks import (
@@ -125,21 +125,24 @@ class ContentReading:
         # a JavaScript file's head is measured as the bounds have always read it; a file read
         # past its head (any file, in case it runs) is measured whole as well
         head = self._heads.get(path, 0)
+        whole = self._measure(path, data, size) if len(data) > head else None
         if head:
-            self._code[path] = self._measure(path, data[:head] if head < len(data) else data,
-                                             size)
-        if len(data) > head:
-            self._whole[path] = self._measure(path, data, size)
-        self._requires[path] = requires_of(data)
+            self._code[path] = self._measure(path, data, size, head)
+        if whole is not None:
+            self._whole[path] = whole
+        read = whole if whole is not None else self._code.get(path)
+        self._requires[path] = read.requires if read is not None else ()
 
-    def _measure(self, path: str, data: bytes, size: int) -> FileMarks:
-        """The marks of `data`, taken from the other version's same file where its bytes are
-        these (the last entry of a path wins, as on disk)."""
-        digest = digest_of(data)
+    def _measure(self, path: str, data: bytes, size: int, head: int | None = None) -> FileMarks:
+        """The marks of `data` (its first `head` bytes), taken from the other version's same
+        file where its bytes are these (the last entry of a path wins, as on disk)."""
+        part = data[:head] if head is not None and head < len(data) else data
+        digest = digest_of(part)
         known = self._reuse.get(path)
         if known is not None and known.digest == digest and known.size == size:
             return known
-        return marks_of(data, size, digest)
+        marks = marks_of(part, size, digest)
+        return replace(marks, requires=requires_of(data)) if part is data else marks
 
     def contents(self) -> Contents:
         scan = self.scan

@@ -89,13 +89,15 @@ class Mark:
 
 @dataclass(frozen=True, slots=True)
 class FileMarks:
-    """What one file carries: its marks by kind, its size, whether it was read whole, and a
-    digest of the bytes read (the same bytes carry the same marks: they are not read twice)."""
+    """What one file carries: its marks by kind, its size, whether it was read whole, a digest
+    of the bytes read (the same bytes carry the same marks: they are not read twice), and the
+    relative paths it requires (`npm.entrypoints.requires_of`, of a file read whole)."""
 
     size: int
     marks: tuple[Mark, ...] = ()
     whole: bool = True
     digest: bytes = b""
+    requires: tuple[str, ...] = ()
 
     @property
     def kinds(self) -> frozenset[str]:
