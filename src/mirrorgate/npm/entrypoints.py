@@ -9,8 +9,10 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
+from itertools import islice
 
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 
@@ -18,6 +20,9 @@ __all__ = ["MAX_RUN_FILES", "entry_points", "requires_of", "resolve", "run_files
 
 MAX_RUN_FILES = 10_000
 """Files followed from the entry points at most (a package's whole tree, for the largest)."""
+_EDGES = 100_000  # requires resolved at most per package
+_TARGETS = 10_000  # `exports` targets read at most (a map nests conditions in subpaths)
+_PATTERN_STEPS = 200_000  # files looked at for `exports` `*` patterns, at most in all
 _REQUIRES_KEPT = 1_000
 _LOOKS = 100_000  # `./` looked at per file, at most
 _EXPORTS_DEPTH = 8
@@ -106,13 +111,22 @@ def entry_points(manifest: Mapping[str, object] | None,
     bins = document.get("bin")
     for path in (list(bins.values()) if isinstance(bins, dict) else [bins])[:1000]:
         named(path, "bin")
-    for target in _targets(document.get("exports")):
-        if "*" in target:
-            head, _, tail = posixpath.normpath(target.lstrip("/")).partition("*")
-            found += [(file, "exports") for file in files
-                      if file.startswith(head) and file.endswith(tail)]
-        else:
+    ordered: list[str] | None = None
+    steps = 0
+    for target in islice(_targets(document.get("exports")), _TARGETS):
+        if "*" not in target:
             named(target, "exports")
+            continue
+        # the files a pattern may match, from its fixed head on (sorted once), within a budget
+        ordered = sorted(files) if ordered is None else ordered
+        head, _, tail = posixpath.normpath(target.lstrip("/")).partition("*")
+        at = bisect_left(ordered, head)
+        while (at < len(ordered) and steps < _PATTERN_STEPS and len(found) < MAX_RUN_FILES
+               and ordered[at].startswith(head)):
+            steps += 1
+            if ordered[at].endswith(tail):
+                found.append((ordered[at], "exports"))
+            at += 1
     scripts = document.get("scripts")
     if isinstance(scripts, dict):
         for key in INSTALL_SCRIPT_KEYS:
@@ -130,13 +144,15 @@ def run_files(manifest: Mapping[str, object] | None, files: Collection[str],
     `MAX_RUN_FILES`."""
     found: dict[str, str] = {}
     pending = deque(entry_points(manifest, files))
+    edges = 0
     while pending and len(found) < MAX_RUN_FILES:
         path, why = pending.popleft()
         if path in found:
             continue
         found[path] = why
         folder = posixpath.dirname(path)
-        for specifier in requires.get(path, ()):
+        for specifier in requires.get(path, ())[:max(0, _EDGES - edges)]:
+            edges += 1
             hit = resolve(posixpath.join(folder, specifier), files)
             if hit is not None and hit not in found:
                 pending.append((hit, f"required by {path}"))
