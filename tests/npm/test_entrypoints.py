@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mirrorgate.npm import contents
+from mirrorgate.npm import contents, entrypoints
 from mirrorgate.npm.contents import contents_of
 from mirrorgate.npm.entrypoints import entry_points, requires_of, run_files
 from mirrorgate.npm.jsmarks import EVAL_DECODED, UNMEASURED, marks_of
@@ -40,7 +40,8 @@ def test_what_a_file_requires_or_imports_by_a_relative_path_runs_too_any_extensi
     code = (b"const a = require('./data/x.dat');\nimport b from \"../esm/a.mjs\";\n"
             b"const c = await import('./lib');\nrequire('fs'); require(name);\n")
     assert set(requires_of(code)) == {"./data/x.dat", "./lib", "../esm/a.mjs"}
-    found = run_files({}, FILES, {"index.js": ("./data/x.dat", "./lib", "../outside.js")})
+    found, overrun = run_files({}, FILES, {"index.js": ("./data/x.dat", "./lib", "../outside.js")})
+    assert overrun is None
     assert found == {"index.js": "main", "data/x.dat": "required by index.js",
                      "lib/index.js": "required by index.js"}
 
@@ -78,3 +79,14 @@ def test_an_indirect_eval_over_a_decoding_call_is_eval_decoded(call: bytes) -> N
 
 def test_an_eval_of_a_plain_value_is_not() -> None:
     assert marks_of(b"(0, eval)(code); evaluate(atob(x));", 100).kinds == frozenset()
+
+
+def test_a_walk_past_its_bound_refuses_rather_than_passing_what_it_did_not_follow(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entrypoints, "_EDGES", 2)
+    files = {"index.js": b"require('./a'); require('./b'); require('./c');\n",
+             "a.js": b"1", "b.js": b"2", "c.js": b"3"}
+    read = contents_of(build_tarball({"package.json": b"{}", **files}))
+    assert read.code["package.json"].marks[0].text() == (
+        "code that runs, not measured (the files that run were not all followed: past 2 "
+        "requires followed)")

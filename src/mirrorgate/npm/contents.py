@@ -163,7 +163,11 @@ class ContentReading:
         runs += [f"{folder}: binding.gyp" if folder else "binding.gyp"
                  for folder in scan.gyp_runs()]
         code = dict(self._code)
-        run = run_files(scan.manifest, self._files, self._requires)
+        run, overrun = run_files(scan.manifest, self._files, self._requires)
+        if overrun is not None:  # a walk that stopped at its bound refuses, as an unread file
+            code["package.json"] = FileMarks(0, (
+                Mark(UNMEASURED, 0, 1, f"the files that run were not all followed: {overrun}"),),
+                whole=False)
         for path in sorted(run):
             lower = path.lower()
             if lower.endswith(_NOT_RUN) or (lower.endswith(_NOT_CODE)

@@ -18,11 +18,13 @@ from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 
 __all__ = ["MAX_RUN_FILES", "entry_points", "requires_of", "resolve", "run_files"]
 
-MAX_RUN_FILES = 10_000
-"""Files followed from the entry points at most (a package's whole tree, for the largest)."""
-_EDGES = 100_000  # requires resolved at most per package
+MAX_RUN_FILES = 200_000
+"""Files followed from the entry points at most: as many as a tarball may hold. Each walk
+below is bounded too (about a second of CPU for a hostile package.json), and the walk that
+stops at a bound says so (`run_files`): the version is refused, not passed half-followed."""
+_EDGES = 500_000  # requires resolved at most per package
 _TARGETS = 10_000  # `exports` targets read at most (a map nests conditions in subpaths)
-_PATTERN_STEPS = 200_000  # files looked at for `exports` `*` patterns, at most in all
+_PATTERN_STEPS = 1_000_000  # files looked at for `exports` `*` patterns, at most in all
 _REQUIRES_KEPT = 1_000
 _LOOKS = 100_000  # `./` looked at per file, at most
 _EXPORTS_DEPTH = 8
@@ -94,6 +96,13 @@ def entry_points(manifest: Mapping[str, object] | None,
                  files: Collection[str]) -> list[tuple[str, str]]:
     """(file, why) for each file the package.json starts: `main` (else `index.js`), `bin`,
     `exports` targets (a `*` pattern: every file it may match), install scripts' files."""
+    return _entry_points(manifest, files)[0]
+
+
+def _entry_points(manifest: Mapping[str, object] | None,
+                  files: Collection[str]) -> tuple[list[tuple[str, str]], str | None]:
+    """`entry_points`, and the bound it stopped at (None: it read every one)."""
+    overrun: str | None = None
     document = manifest or {}
     found: list[tuple[str, str]] = []
 
@@ -113,7 +122,10 @@ def entry_points(manifest: Mapping[str, object] | None,
         named(path, "bin")
     ordered: list[str] | None = None
     steps = 0
-    for target in islice(_targets(document.get("exports")), _TARGETS):
+    for count, target in enumerate(islice(_targets(document.get("exports")), _TARGETS + 1)):
+        if count == _TARGETS:
+            overrun = f"past {_TARGETS} `exports` targets"
+            break
         if "*" not in target:
             named(target, "exports")
             continue
@@ -121,8 +133,10 @@ def entry_points(manifest: Mapping[str, object] | None,
         ordered = sorted(files) if ordered is None else ordered
         head, _, tail = posixpath.normpath(target.lstrip("/")).partition("*")
         at = bisect_left(ordered, head)
-        while (at < len(ordered) and steps < _PATTERN_STEPS and len(found) < MAX_RUN_FILES
-               and ordered[at].startswith(head)):
+        while at < len(ordered) and ordered[at].startswith(head):
+            if steps == _PATTERN_STEPS:
+                overrun = f"past {_PATTERN_STEPS} files matched against `exports` patterns"
+                break
             steps += 1
             if ordered[at].endswith(tail):
                 found.append((ordered[at], "exports"))
@@ -134,26 +148,34 @@ def entry_points(manifest: Mapping[str, object] | None,
             if isinstance(command, str):
                 for word in _script_files(command):
                     named(word, key, suffixes=True)
-    return found
+    return found, overrun
 
 
 def run_files(manifest: Mapping[str, object] | None, files: Collection[str],
-              requires: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+              requires: Mapping[str, tuple[str, ...]]) -> tuple[dict[str, str], str | None]:
     """Every file that runs, each with why (`main`, `bin`, `required by lib/a.js`...): the
-    entry points and, transitively, what they require by a relative path, at most
-    `MAX_RUN_FILES`."""
+    entry points and, transitively, what they require by a relative path; and the bound the
+    walk stopped at, if one did (None: every file that runs is in the first)."""
     found: dict[str, str] = {}
-    pending = deque(entry_points(manifest, files))
+    starts, overrun = _entry_points(manifest, files)
+    pending = deque(starts)
     edges = 0
-    while pending and len(found) < MAX_RUN_FILES:
+    while pending and overrun is None:
         path, why = pending.popleft()
         if path in found:
             continue
+        if len(found) == MAX_RUN_FILES:
+            overrun = f"past {MAX_RUN_FILES} files that run"
+            break
         found[path] = why
         folder = posixpath.dirname(path)
-        for specifier in requires.get(path, ())[:max(0, _EDGES - edges)]:
-            edges += 1
+        listed = requires.get(path, ())
+        if edges + len(listed) > _EDGES:
+            overrun = f"past {_EDGES} requires followed"
+            break
+        edges += len(listed)
+        for specifier in listed:
             hit = resolve(posixpath.join(folder, specifier), files)
             if hit is not None and hit not in found:
                 pending.append((hit, f"required by {path}"))
-    return found
+    return found, overrun
