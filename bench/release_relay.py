@@ -41,6 +41,7 @@ from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.healthz import Health
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
+from mirrorgate.npm.contents import KeptReadings
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
 from mirrorgate.upstream.client import Upstream
@@ -48,7 +49,7 @@ from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.upstream.registry import StoreRegistry
 
 PROXY_CPU = 0
-MODES = ("off", "on")
+MODES = ("off", "on", "on-cold")
 RULES = parse_rules("[release]\n", "bench.toml")
 """Every signal on; the fixture versions are years old, so the default cooldown admits them."""
 
@@ -124,12 +125,18 @@ async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, 
 @contextlib.contextmanager
 def mode(name: str) -> Iterator[None]:
     """`off`: the signals read nothing (as without a `[release]` table); `on`: every pull is a
-    first pull (no verdict is ever found remembered)."""
+    first pull (no verdict is ever found remembered), the previous version's reading kept from
+    the round before (as when it was pulled through this process earlier); `on-cold`: the
+    previous version fetched and read at every pull too, the worst case."""
     if name == "off":
         with mock.patch.object(ReleaseJudge, "applies", return_value=False):
             yield
-    else:
+    elif name == "on":
         with mock.patch.object(ReleaseJudge, "remembered", return_value=None):
+            yield
+    else:
+        with mock.patch.object(ReleaseJudge, "remembered", return_value=None), \
+                mock.patch.object(KeptReadings, "get", return_value=None):
             yield
 
 
@@ -169,13 +176,19 @@ def scenario(args: argparse.Namespace, packages: list[FixturePackage],
         upstream.join()
 
 
-def paired(results: dict[str, list[Round]], cpu: bool = False) -> float:
+def paired(results: dict[str, list[Round]], cpu: bool = False, on: str = "on") -> float:
     """The median of the per-round ratios on/off (MB/s; with `cpu`, the inverse of the
     process's CPU per MB: what a relay bound by its CPU would reach)."""
-    pairs = zip(results["on"], results["off"], strict=True)
+    pairs = zip(results[on], results["off"], strict=True)
     if cpu:
         return statistics.median(off.process_ms / on.process_ms for on, off in pairs)
     return statistics.median(on.mbps / off.mbps for on, off in pairs)
+
+
+def signals_cost(results: dict[str, list[Round]], on: str) -> float:
+    """The signals' own CPU per MB pulled: the process's, on minus off, per round."""
+    return statistics.median(a.process_ms - b.process_ms
+                             for a, b in zip(results[on], results["off"], strict=True))
 
 
 def main() -> int:
@@ -203,8 +216,11 @@ def main() -> int:
             print(f"  signals {name:<3} {statistics.median(r.mbps for r in rounds):7.1f} MB/s  "
                   f"process {statistics.median(r.process_ms for r in rounds):6.2f} ms/MB  "
                   f"(MB/s: {', '.join(f'{r.mbps:.1f}' for r in rounds)})")
-        print(f"  ratio on/off: {paired(results):.3f} MB/s, {paired(results, cpu=True):.3f} "
-              "by the process's CPU per MB (medians of per-round ratios)")
+        for on in MODES[1:]:
+            print(f"  ratio {on}/off: {paired(results, on=on):.3f} MB/s, "
+                  f"{paired(results, cpu=True, on=on):.3f} by the process's CPU per MB; the "
+                  "signals' own CPU "
+                  f"{signals_cost(results, on):.1f} ms per MB (medians of per-round figures)")
     return 0
 
 

@@ -2,9 +2,9 @@
 most depended-on public packages, read against the release before it.
 
 Run by hand from the repository root (it reaches the public registry; never in CI):
-`.venv/bin/python -m bench.release_signals --count 1000 --out /tmp/release-fp.json
---cache /tmp/release-fp-tarballs` (the cache keeps each tarball read, so a rerun reads no
-network for them). The
+`.venv/bin/python -m bench.release_signals --count 1000 --out /tmp/release-fp.json --cache
+/tmp/release-fp-cache` (with `--cache`, packuments and tarballs are kept there and read from
+there on the next run: a rerun after a change measures the same releases, offline). The
 registry is the one mirrorgate would use: `MIRRORGATE_PUBLIC_UPSTREAM`, else npm's own
 (`npm config get registry`). The names are `bench/data/top-dependents.txt` (most dependents
 first). For each: the packument, the `latest` version and the one before it
@@ -96,14 +96,28 @@ class Reader:
             self._packuments[name] = asyncio.ensure_future(self._packument(name))
         return await self._packuments[name]
 
+    def _kept(self, kind: str, key: str) -> Path | None:
+        if self.cache is None:
+            return None
+        folder = self.cache / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / hashlib.sha256(key.encode()).hexdigest()
+
     async def _packument(self, name: str) -> dict[str, Any] | None:
+        kept = self._kept("packuments", name)
+        if kept is not None and kept.exists():
+            document: dict[str, Any] | None = json.loads(kept.read_bytes())
+            return document
         async with self.session.get(self.base + _path(name),
                                     headers={"Accept": "application/json"}) as answer:
             if answer.status == 404:
-                return None
-            answer.raise_for_status()
-            document: dict[str, Any] = await answer.json(content_type=None)
-            return document
+                document = None
+            else:
+                answer.raise_for_status()
+                document = await answer.json(content_type=None)
+        if kept is not None:
+            kept.write_text(json.dumps(document), encoding="utf-8")
+        return document
 
     async def contents(self, manifest: Mapping[str, Any],
                        reuse: Contents | None = None) -> Contents:
@@ -113,23 +127,22 @@ class Reader:
             raise ValueError(f"tarball URL off the registry's origin: {url!r}")
         verifier = StreamVerifier(digests_from_dist(dist), expected_size=None,
                                   limit=MAX_TARBALL)
-        kept = (self.cache / hashlib.sha256(url.encode()).hexdigest()
-                if self.cache is not None else None)
+        chunks = []
+        kept = self._kept("tarballs", url)
         if kept is not None and kept.exists():
-            body = kept.read_bytes()
-            verifier.update(body)  # verified again: a cache is no more trusted than a network
-            verifier.finish()
+            # verified again below: a cache is no more trusted than a network
+            chunks.append(kept.read_bytes())
+            verifier.update(chunks[0])
         else:
-            chunks = []
             async with self.session.get(url) as answer:
                 answer.raise_for_status()
                 async for chunk in answer.content.iter_chunked(256 * 1024):
                     verifier.update(chunk)
                     chunks.append(chunk)
-            verifier.finish()
-            body = b"".join(chunks)
-            if kept is not None:
-                kept.write_bytes(body)
+        verifier.finish()
+        body = b"".join(chunks)
+        if kept is not None and not kept.exists():
+            kept.write_bytes(body)
 
         def timed() -> Contents:
             started = time.thread_time()
@@ -360,8 +373,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None, help="write every result as JSON")
-    parser.add_argument("--cache", type=Path, default=None,
-                        help="a folder keeping each tarball read (reruns read it from there)")
+    parser.add_argument("--cache", type=Path, default=None, help="a folder keeping packuments "
+                        "and tarballs between runs (e.g. /tmp/release-fp-cache)")
     parser.add_argument("--lockfile", type=Path, default=None,
                         help="instead: young-package-install-script over a lockfile's pins")
     args = parser.parse_args()

@@ -65,3 +65,16 @@ def test_an_unchanged_file_takes_its_marks_from_the_other_version_unmeasured(
 def test_unreadable_contents_are_a_problem_not_an_empty_release() -> None:
     assert contents_of(b"\x1f\x8b\x08 broken").problem is not None
     assert contents_of(build_tarball({"package.json": b"{}"})[:-40]).problem is not None
+
+
+def test_kept_readings_hold_the_last_versions_within_their_file_bound() -> None:
+    read = contents_of(build_tarball({"package.json": b"{}", "a.js": b"a", "b.js": b"b"}))
+    kept = contents.KeptReadings(files=7)  # each reading counts its files and one
+    for version in ("1.0.0", "1.0.1", "1.0.2"):
+        kept.keep(("x", version, "sha512-x"), read)
+    assert kept.get(("x", "1.0.0", "sha512-x")) is None  # the oldest went first
+    assert kept.get(("x", "1.0.2", "sha512-x")) is read
+    kept.keep(("x", "2.0.0", ""), read)  # no digest: no bytes to name
+    kept.keep(("x", "2.0.1", "sha512-y"), contents_of(b"\x1f\x8b\x08 broken"))
+    assert kept.get(("x", "2.0.0", "")) is None
+    assert kept.get(("x", "2.0.1", "sha512-y")) is None

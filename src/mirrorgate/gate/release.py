@@ -36,7 +36,13 @@ from mirrorgate.integrity import (
 )
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import moment
-from mirrorgate.npm.contents import ContentReading, Contents, contents_of, manifest_runs
+from mirrorgate.npm.contents import (
+    ContentReading,
+    Contents,
+    KeptReadings,
+    contents_of,
+    manifest_runs,
+)
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.specs import installed_dependencies
@@ -199,6 +205,14 @@ class Judged:
     """No release it could be compared with was judged clean within the bound."""
 
 
+def _kept_as(name: PackageName, record: VersionRecord) -> tuple[str, str, str]:
+    """A version's reading is kept by its name, version and bytes (its strongest digest)."""
+    try:
+        return (name.full, record.version, strongest_of(record.digests).sri())
+    except Unverifiable:
+        return (name.full, record.version, "")
+
+
 class ReleaseJudge:
     """The release signals of one process: what they remember, and the I/O they need."""
 
@@ -224,6 +238,8 @@ class ReleaseJudge:
         self._often: NameIndex | None = None
         self._ages: OrderedDict[str, tuple[datetime | None, datetime]] = OrderedDict()
         """name -> its first publish, as the last pull's packument said, and when noted."""
+        self.readings = KeptReadings()
+        """The last versions' readings: a predecessor read before is not fetched again."""
         self.facts.listeners.append(self._changed)
 
     def _changed(self, kind: str) -> None:
@@ -564,7 +580,7 @@ class ReleaseCheck:
         when no signal that compares is on (`release.compares`)."""
         self.unsettled: str | None = None
         """Why no clean release could be compared with, when none could (a refusal)."""
-        self._task: asyncio.Task[bytes | _Unread | None] | None = None
+        self._task: asyncio.Task[bytes | Contents | _Unread | None] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
 
@@ -597,9 +613,11 @@ class ReleaseCheck:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._baseline_bytes())
 
-    async def _baseline_bytes(self) -> bytes | _Unread | None:
-        """The baseline's bytes (or why they cannot be had); None when there is no baseline
-        (`previous` None: a first version, `unsettled`, or no signal that compares on)."""
+    async def _baseline_bytes(self) -> bytes | Contents | _Unread | None:
+        """The baseline's bytes (or why they cannot be had), or its reading when this process
+        read it before (`KeptReadings`: neither fetched nor read again); None when there is no
+        baseline (`previous` None: a first version, `unsettled`, or no signal that compares
+        on)."""
         if not self.judge.rules.release.compares:
             # only a signal that compares reads an earlier release: with the default's one
             # (young-package-install-script) no baseline is chosen, judged or fetched
@@ -616,6 +634,12 @@ class ReleaseCheck:
         self.previous = chosen.record
         if chosen.record is None:
             return None
+        kept = self.judge.readings.get(_kept_as(self.name, chosen.record))
+        if kept is not None:
+            # a baseline read before lends its marks to this version's unchanged files (from
+            # the bytes fed next on), and needs no fetch: the same bytes read the same
+            self.reading.lend(kept.code)
+            return kept
         return await self.judge.fetch_previous(self.name, chosen.record)
 
     def close(self) -> None:
@@ -631,6 +655,7 @@ class ReleaseCheck:
         published = moment(self.gated.time.get(version))
         manifest = self.record.manifest()
         contents = self.reading.contents()
+        judge_.readings.keep(_kept_as(self.name, self.record), contents)  # a later baseline
         unchecked: list[str] = []  # outages of mirrorgate's sources: release.unavailable
         unreadable: list[str] = []  # the publisher's own shape: a refusal (fail closed)
         fired: list[Fired] = []
@@ -644,7 +669,12 @@ class ReleaseCheck:
             previous_manifest = self.previous.manifest()
             before: Contents | _Unread = _Unread("its own tarball cannot be read")
             if contents.problem is None and fetched is not None:
-                before = await judge_.read_previous(self.previous, fetched, contents)
+                if isinstance(fetched, Contents):
+                    before = fetched  # kept from an earlier read (`_baseline_bytes`)
+                else:
+                    before = await judge_.read_previous(self.previous, fetched, contents)
+                    if isinstance(before, Contents):
+                        judge_.readings.keep(_kept_as(self.name, self.previous), before)
             if isinstance(before, _Unread):
                 if contents.problem is None:
                     (unreadable if before.publishers else unchecked).append(before.reason)

@@ -3,28 +3,57 @@ the marks of each JavaScript file.
 
 Read in the same pass as the install-scripts scan (`tarscripts.ScriptScan`, which reads
 the entries as npm unpacks them, `tarball`), so a tarball is inflated once whatever reads
-it. Pure, incremental,
-bounded: at most `MAX_CODE_FILES` files and `MAX_CODE_BYTES` bytes measured, each file's first
-`jsmarks.READ_PER_FILE` bytes; what was not read is said in `Contents.unread`.
+it. Pure, incremental, bounded: at most `MAX_CODE_FILES` JavaScript files and `MAX_CODE_BYTES`
+bytes measured, each file's first `jsmarks.READ_PER_FILE` bytes, what was not read said in
+`Contents.unread`; a file that runs (`npm.entrypoints`, any extension) whole, up to
+`READ_RUN_FILE`, and one past the bounds carries the `unmeasured` mark, which refuses.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from mirrorgate.npm.jsmarks import READ_PER_FILE, FileMarks, digest_of, is_code, marks_of
+from mirrorgate.npm.entrypoints import requires_of, run_files
+from mirrorgate.npm.jsmarks import (
+    READ_PER_FILE,
+    UNMEASURED,
+    FileMarks,
+    Mark,
+    digest_of,
+    is_code,
+    marks_of,
+)
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.tarscripts import ScriptScan
 
-__all__ = ["MAX_CODE_BYTES", "MAX_CODE_FILES", "ContentReading", "Contents", "contents_of",
-           "manifest_runs"]
+__all__ = ["KEPT_FILES", "MAX_CODE_BYTES", "MAX_CODE_FILES", "MAX_RUN_BYTES", "READ_RUN_FILE",
+           "ContentReading", "Contents", "KeptReadings", "contents_of", "manifest_runs"]
 
 MAX_CODE_FILES = 5_000
 """JavaScript files measured at most per tarball (the largest packages ship a few thousand)."""
 MAX_CODE_BYTES = 64 * 1024 * 1024
 """JavaScript bytes measured at most per tarball: about a second of CPU."""
+READ_RUN_FILE = 32 * 1024 * 1024
+"""Bytes of one file that runs measured at most: it is measured whole or refused (the
+largest entry files of real packages, typescript's, are under 10 MiB)."""
+MAX_RUN_BYTES = 128 * 1024 * 1024
+"""Bytes measured at most per tarball past what `MAX_CODE_BYTES` counts: JavaScript files past
+their first `READ_PER_FILE` bytes, and files of other kinds (any may be required and run);
+a file that runs and falls past it is refused, never passed unread."""
+KEPT_FILES = 200_000
+"""Files' marks `KeptReadings` holds at most (about 200 bytes each: some 40 MB)."""
 _STEP = 256 * 1024
+_NOT_RUN = (".json", ".node", ".d.ts", ".d.mts", ".d.cts", ".flow")
+"""Never run as JavaScript: node parses a required .json and loads a .node natively; a type
+declaration is TypeScript's or Flow's (JSDoc `import('./x.d.ts')` and Flow's `import type`
+name them)."""
+_NOT_CODE = (".map", ".md", ".markdown", ".txt", ".woff", ".woff2", ".ttf", ".otf", ".eot",
+             ".wasm", ".lock", ".yml", ".yaml")
+"""Kinds of file nothing requires in practice, and a large share of a package's bytes (source
+maps above all): not read, so one that is required is `unmeasured` (refused). Images are
+read: React Native's packages require them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,29 +89,70 @@ class ContentReading:
         self._code: dict[str, FileMarks] = {}
         self._measured = 0
         self._skipped_files = 0
-        self._partial: list[str] = []
+        self._beyond = 0  # bytes measured past what `MAX_CODE_BYTES` counts
+        self._whole: dict[str, FileMarks] = {}  # files measured whole past their head
+        self._unmeasured: dict[str, str] = {}  # files not measured whole, and why
+        self._requires: dict[str, tuple[str, ...]] = {}
+        self._files: dict[str, int] = {}  # every file with bytes, and its size
+        self._heads: dict[str, int] = {}  # JavaScript files: the bytes measured as before
+
+    def lend(self, reuse: Mapping[str, FileMarks]) -> None:
+        """Take `reuse` from here on: the release compared with is known only once the gate
+        chose it (`gate.baseline`), often after the first bytes were fed. Files measured
+        before were measured in full, the same marks; one replacing assignment, so a feed on
+        the hashing lane sees either mapping whole."""
+        self._reuse = reuse
 
     def wants(self, path: str, size: int) -> int:
-        if not is_code(path):
+        self._files[path] = size  # a later entry of the same path replaces what was read
+        for read in (self._unmeasured, self._whole, self._requires):
+            read.pop(path, None)
+        head = 0
+        lower = path.lower()
+        if is_code(path):
+            if len(self._code) >= MAX_CODE_FILES or self._measured >= MAX_CODE_BYTES:
+                self._skipped_files += 1  # not read as before; read whole below if it may run
+            else:
+                head = min(size, READ_PER_FILE, MAX_CODE_BYTES - self._measured)
+                self._measured += head
+                self._heads[path] = head
+        elif lower.endswith(_NOT_RUN):
             return 0
-        if len(self._code) >= MAX_CODE_FILES or self._measured >= MAX_CODE_BYTES:
-            self._skipped_files += 1
+        elif lower.endswith(_NOT_CODE):
+            self._unmeasured[path] = "not read: files of its kind are not code"
             return 0
-        keep = min(size, READ_PER_FILE, MAX_CODE_BYTES - self._measured)
-        self._measured += keep
-        return keep
+        # the rest of the file, in case it runs: known only once every file has been seen
+        more = min(size, READ_RUN_FILE) - head
+        if size > READ_RUN_FILE or self._beyond + more > MAX_RUN_BYTES:
+            self._unmeasured[path] = (f"{size:,} bytes, past the {READ_RUN_FILE:,} measured "
+                                      "of a file that runs" if size > READ_RUN_FILE else
+                                      f"past the {MAX_RUN_BYTES:,} bytes measured in all")
+            return head
+        self._beyond += more
+        return head + more
 
     def read(self, path: str, data: bytes, size: int) -> None:
-        inside = path  # where npm writes it, inside the package
-        digest = digest_of(data)
-        known = self._reuse.get(inside)
+        # a JavaScript file's head is measured as the bounds have always read it; a file read
+        # past its head (any file, in case it runs) is measured whole as well
+        head = self._heads.get(path, 0)
+        whole = self._measure(path, data, size) if len(data) > head else None
+        if head:
+            self._code[path] = self._measure(path, data, size, head)
+        if whole is not None:
+            self._whole[path] = whole
+        read = whole if whole is not None else self._code.get(path)
+        self._requires[path] = read.requires if read is not None else ()
+
+    def _measure(self, path: str, data: bytes, size: int, head: int | None = None) -> FileMarks:
+        """The marks of `data` (its first `head` bytes), taken from the other version's same
+        file where its bytes are these (the last entry of a path wins, as on disk)."""
+        part = data[:head] if head is not None and head < len(data) else data
+        digest = digest_of(part)
+        known = self._reuse.get(path)
         if known is not None and known.digest == digest and known.size == size:
-            marks = known
-        else:
-            marks = marks_of(data, size, digest)
-        if not marks.whole and len(self._partial) < 5:
-            self._partial.append(f"{inside} read to byte {len(data)} of {size}")
-        self._code[inside] = marks  # the last entry of a path wins, as on disk
+            return known
+        marks = marks_of(part, size, digest)
+        return replace(marks, requires=requires_of(data)) if part is data else marks
 
     def contents(self) -> Contents:
         scan = self.scan
@@ -102,13 +172,61 @@ class ContentReading:
                             else where)
         runs += [f"{folder}: binding.gyp" if folder else "binding.gyp"
                  for folder in scan.gyp_runs()]
-        unread = list(self._partial)
+        code = dict(self._code)
+        run, overrun = run_files(scan.manifest, self._files, self._requires)
+        if overrun is not None:  # a walk that stopped at its bound refuses, as an unread file
+            code["package.json"] = FileMarks(0, (
+                Mark(UNMEASURED, 0, 1, f"the files that run were not all followed: {overrun}"),),
+                whole=False)
+        for path in sorted(run):
+            lower = path.lower()
+            if lower.endswith(_NOT_RUN) or (lower.endswith(_NOT_CODE)
+                                            and not run[path].startswith("required by ")):
+                continue  # an `exports` pattern's README or declarations: node runs code only
+            why = self._unmeasured.get(path)
+            if why is not None:  # a bound overrun: refused, never passed unread
+                code[path] = FileMarks(self._files[path], (
+                    Mark(UNMEASURED, 0, 1, f"{run[path]}: {why}"),), whole=False)
+            elif path in self._whole:
+                code[path] = self._whole[path]
+        unread = [f"{path} read to byte {self._read_of(path)} of {marks.size}"
+                  for path, marks in self._code.items()
+                  if not marks.whole and path not in run][:5]
         if self._skipped_files:
             unread.append(f"{self._skipped_files} JavaScript files past the first "
                           f"{MAX_CODE_FILES} or past {MAX_CODE_BYTES} bytes")
         whole = {hook: command for hook, command in commands.items()
                  if hook in INSTALL_SCRIPT_KEYS and isinstance(command, str) and command}
-        return Contents(tuple(runs), dict(self._code), tuple(unread), scripts=whole)
+        return Contents(tuple(runs), code, tuple(unread), scripts=whole)
+
+    def _read_of(self, path: str) -> int:
+        return self._heads[path]
+
+
+class KeptReadings:
+    """The readings of the versions read last, by (name, version, integrity): the next
+    release of a package is compared with one of them, whose tarball then needs neither a
+    fetch nor a read (the same bytes read the same). The oldest go first past `KEPT_FILES`."""
+
+    def __init__(self, files: int = KEPT_FILES) -> None:
+        self._files = files
+        self._kept: OrderedDict[tuple[str, str, str], Contents] = OrderedDict()
+        self._count = 0
+
+    def get(self, key: tuple[str, str, str]) -> Contents | None:
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+        return found
+
+    def keep(self, key: tuple[str, str, str], read: Contents) -> None:
+        if read.problem is not None or not key[2] or key in self._kept:
+            return  # a version without a digest has no bytes to name
+        self._kept[key] = read
+        self._count += len(read.code) + 1
+        while self._count > self._files and self._kept:
+            _key, dropped = self._kept.popitem(last=False)
+            self._count -= len(dropped.code) + 1
 
 
 def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None) -> Contents:

@@ -13,17 +13,19 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["BASE64_BLOB", "ESCAPES", "EVAL_DECODED", "HEX_IDENTIFIERS", "LONG_LINE",
-           "MARK_TEXT", "READ_PER_FILE", "STRONG", "FileMarks", "Mark", "digest_of", "is_code",
-           "marks_of"]
+           "MARK_TEXT", "READ_PER_FILE", "STRONG", "UNMEASURED", "FileMarks", "Mark",
+           "digest_of", "is_code", "marks_of"]
 
 READ_PER_FILE = 2 * 1024 * 1024
-"""Bytes of one file measured at most: the head of a larger file (the rest is not read)."""
+"""Bytes of one file measured at most: the head of a larger file (the rest is not read). A
+file that runs (`npm.entrypoints`) is measured whole, up to `npm.contents.READ_RUN_FILE`."""
 LONG_LINE = "long-line"
 ESCAPES = "escapes"
 HEX_IDENTIFIERS = "hex-identifiers"
 EVAL_DECODED = "eval-decoded"
 BASE64_BLOB = "base64-blob"
-STRONG = frozenset((ESCAPES, HEX_IDENTIFIERS, EVAL_DECODED, BASE64_BLOB))
+UNMEASURED = "unmeasured"
+STRONG = frozenset((ESCAPES, HEX_IDENTIFIERS, EVAL_DECODED, BASE64_BLOB, UNMEASURED))
 """The marks that fire alone; a long line fires only where the file had none before (a
 minified build is common, a minified blob appended to a hand-written file is not)."""
 MARK_TEXT = {
@@ -32,6 +34,7 @@ MARK_TEXT = {
     HEX_IDENTIFIERS: "obfuscator-style `_0x` identifiers",
     EVAL_DECODED: "eval or Function over a decoded string",
     BASE64_BLOB: "a large base64 literal",
+    UNMEASURED: "code that runs, not measured",
 }
 
 LONG_LINE_CHARS = 10_000
@@ -50,17 +53,17 @@ BASE64_CHARS = 4096
 breaks the run, are not counted)."""
 
 _JS = (".js", ".cjs", ".mjs")
-# anchored at line starts: unanchored, a line just short of the bound is rescanned from each
-# of its characters (quadratic in its length)
-_LONG = re.compile(rb"^[^\n]{%d,}" % LONG_LINE_CHARS, re.MULTILINE)
 _ESCAPE = re.compile(rb"\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}")
 _HEX_ID = re.compile(rb"\b_0x[0-9a-f]{4,6}\b")
+# `eval(`, and the indirect spellings that run in the global scope: `(0,eval)(`,
+# `window["eval"](`, `eval?.(`; the decoding call may come through one wrapper (`x.y(atob(`)
 _EVAL = re.compile(
-    rb"(?:eval|Function)\s*\(\s*(?:[\w$.]+\s*\(\s*)?"
+    rb"(?:eval|Function)(?:[\"'`]\])?\s*\)?\s*(?:\?\.)?\(\s*(?:[\w$.]+\s*\(\s*)?"
     rb"(?:atob|unescape|decodeURIComponent|String\.fromCharCode|Buffer\.from)\s*\(")
 _EVAL_WORDS = (b"eval", b"Function")
 _EVAL_LOOKS = 10_000
 """Occurrences of `eval`/`Function` looked at per file at most (each one regex match)."""
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _BASE64 = re.compile(rb"[\"'`]([A-Za-z0-9+/]{%d,}={0,2})[\"'`]" % BASE64_CHARS)
 
 
@@ -79,18 +82,22 @@ class Mark:
     measure: str
 
     def text(self) -> str:
+        if self.kind == UNMEASURED:  # nowhere in the file: none of it was measured
+            return f"{MARK_TEXT[self.kind]} ({self.measure})"
         return f"{MARK_TEXT[self.kind]} ({self.measure}) at line {self.line}, byte {self.offset}"
 
 
 @dataclass(frozen=True, slots=True)
 class FileMarks:
-    """What one file carries: its marks by kind, its size, whether it was read whole, and a
-    digest of the bytes read (the same bytes carry the same marks: they are not read twice)."""
+    """What one file carries: its marks by kind, its size, whether it was read whole, a digest
+    of the bytes read (the same bytes carry the same marks: they are not read twice), and the
+    relative paths it requires (`npm.entrypoints.requires_of`, of a file read whole)."""
 
     size: int
     marks: tuple[Mark, ...] = ()
     whole: bool = True
     digest: bytes = b""
+    requires: tuple[str, ...] = ()
 
     @property
     def kinds(self) -> frozenset[str]:
@@ -122,23 +129,82 @@ def _line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
+def _first_long_line(data: bytes) -> tuple[int, int] | None:
+    """(start, length) of the first line of `LONG_LINE_CHARS` or more, as a multi-line
+    `^[^\n]{10000,}` finds it. A line that long holds a whole block of half its length,
+    aligned to that length, so only the blocks without a newline (`bytes.find` at memory
+    speed) are looked at closer."""
+    step = LONG_LINE_CHARS // 2
+    block = 0
+    while block + step <= len(data):
+        if data.find(b"\n", block, block + step) >= 0:
+            block += step
+            continue
+        start = data.rfind(b"\n", 0, block) + 1
+        end = data.find(b"\n", block + step)
+        end = len(data) if end < 0 else end
+        if end - start >= LONG_LINE_CHARS:
+            return start, end - start
+        block = (end // step + 1) * step
+    return None
+
+
+def _first_base64(data: bytes) -> re.Match[bytes] | None:
+    """The first match of `_BASE64`, found as `_first_long_line` finds a line: a run of
+    `BASE64_CHARS` holds a whole aligned block of half that length that is all base64
+    (`bytes.strip` of the alphabet leaves nothing, and gives up at the first other byte)."""
+    step = BASE64_CHARS // 2
+    block = 0
+    size = len(data)
+    while block + step <= size:
+        if data[block:block + step].strip(_BASE64_ALPHABET):
+            block += step
+            continue
+        start = block  # the run of base64 around the block, both ways
+        while start > 0:
+            piece = data[max(0, start - step):start]
+            kept = len(piece.rstrip(_BASE64_ALPHABET))
+            start -= len(piece) - kept
+            if kept:
+                break
+        end = block + step
+        while end < size:
+            piece = data[end:end + step]
+            rest = len(piece.lstrip(_BASE64_ALPHABET))
+            end += len(piece) - rest
+            if rest:
+                break
+        if end - start >= BASE64_CHARS and start > 0:
+            found = _BASE64.match(data, start - 1)  # its quote, its padding and closing quote
+            if found is not None:
+                return found
+        block = (end // step + 1) * step
+    return None
+
+
+def _may_hold_escapes(data: bytes) -> bool:
+    """Whether the backslashes are many enough for `ESCAPES_AT_LEAST` escapes of at most six
+    bytes each to make up `ESCAPE_SHARE` of the bytes (most files: far from it)."""
+    slashes = data.count(b"\\")
+    return slashes >= ESCAPES_AT_LEAST and 6 * slashes >= ESCAPE_SHARE * len(data) * 0.99
+
+
 def digest_of(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
+    # sha256: collision-resistant (a file of the other version vouches for one of this by
+    # it) and, with the CPU's SHA extensions, twice as fast as blake2b
+    return hashlib.sha256(data).digest()
 
 
 def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
-    """The marks in `data`, the first bytes of a file of `size` bytes."""
+    """The marks in `data`, the first bytes of a file of `size` bytes. Each mark is the first
+    match of its regular expression; each is looked for only where a pass at memory speed
+    (`bytes.find`, `count`, `strip`) shows it may be, since the regular expressions hold the
+    interpreter lock and run several times slower (docs/serving.md#release-signals)."""
     found: list[Mark] = []
-    # the longest line, measured at memory speed: a file of short lines (most hand-written
-    # code) can hold neither a long line nor a base64 run, so neither regex runs over it
-    longest = max(map(len, data.split(b"\n")), default=0)
-    long = _LONG.search(data) if longest >= LONG_LINE_CHARS else None
+    long = _first_long_line(data)
     if long is not None:
-        end = data.find(b"\n", long.start())
-        length = (len(data) if end < 0 else end) - long.start()
-        found.append(Mark(LONG_LINE, long.start(), _line(data, long.start()),
-                          f"{length:,} characters"))
-    escapes = _ESCAPE.findall(data)
+        found.append(Mark(LONG_LINE, long[0], _line(data, long[0]), f"{long[1]:,} characters"))
+    escapes = _ESCAPE.findall(data) if _may_hold_escapes(data) else []
     if len(escapes) >= ESCAPES_AT_LEAST:
         share = sum(map(len, escapes)) / max(1, len(data))
         if share >= ESCAPE_SHARE:
@@ -157,7 +223,7 @@ def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
         shown = decoded.group(0).decode("ascii", "replace")[:60]
         found.append(Mark(EVAL_DECODED, decoded.start(), _line(data, decoded.start()),
                           f"`{shown}`"))
-    blob = _BASE64.search(data) if longest >= BASE64_CHARS else None
+    blob = _first_base64(data)
     if blob is not None:
         found.append(Mark(BASE64_BLOB, blob.start(), _line(data, blob.start()),
                           f"{len(blob.group(1)):,} characters"))

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from mirrorgate.moments import stamp
 from mirrorgate.npm.contents import Contents
-from mirrorgate.npm.jsmarks import LONG_LINE, STRONG, FileMarks
+from mirrorgate.npm.jsmarks import LONG_LINE, STRONG, UNMEASURED, FileMarks
 from mirrorgate.npm.specs import Installed, installed_as
 from mirrorgate.rules.patterns import Subject
 from mirrorgate.rules.policy import REPORT, Rules
@@ -153,7 +153,7 @@ def check_install(new: Release, previous: Release) -> Fired | None:
 def _new_marks(path: str, marks: FileMarks, had: frozenset[str]) -> list[str]:
     found = []
     for mark in marks.marks:
-        if mark.kind in had:
+        if mark.kind in had and mark.kind != UNMEASURED:  # an overrun refuses, every time
             continue
         # a long line alone is any minifier's or code generator's output (webpack's schema
         # checks, a new dist build): it is evidence beside a strong mark, never a firing
