@@ -78,3 +78,30 @@ def test_kept_readings_hold_the_last_versions_within_their_file_bound() -> None:
     kept.keep(("x", "2.0.1", "sha512-y"), contents_of(b"\x1f\x8b\x08 broken"))
     assert kept.get(("x", "2.0.0", "")) is None
     assert kept.get(("x", "2.0.1", "sha512-y")) is None
+
+
+def test_marks_lent_once_the_baseline_is_chosen_serve_the_files_fed_from_then_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the relay feeds the new version while `gate.baseline` chooses what it is compared with:
+    # a kept reading is lent partway, and the marks come out as a fresh read's
+    same, changed = entry_file("same"), entry_file("changed") + obfuscated_blob("changed")
+    files = {"package.json": b"{}", "a.js": changed, "b.js": same}
+    old = contents_of(build_tarball({"package.json": b"{}", "a.js": b"old", "b.js": same}))
+    fresh = contents_of(build_tarball(files))
+    measured: list[int] = []
+    real = jsmarks.marks_of
+
+    def counting(data: bytes, size: int, digest: bytes | None = None) -> jsmarks.FileMarks:
+        measured.append(size)
+        return real(data, size, digest)
+
+    monkeypatch.setattr(contents, "marks_of", counting)
+    tarball = build_tarball(files)
+    reading = contents.ContentReading()
+    reading.scan.feed(tarball[:10])  # the first bytes in before the baseline is known
+    reading.lend(old.code)
+    reading.scan.feed(tarball[10:])
+    read = reading.contents()
+    assert read.code == fresh.code
+    assert read.code["b.js"] is old.code["b.js"]  # unchanged: lent, not measured
+    assert measured == [len(changed)]
