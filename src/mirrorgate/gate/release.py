@@ -655,7 +655,10 @@ class ReleaseCheck:
         published = moment(self.gated.time.get(version))
         manifest = self.record.manifest()
         contents = self.reading.contents()
-        judge_.readings.keep(_kept_as(self.name, self.record), contents)  # a later baseline
+        if judge_.rules.release.compares:
+            # a later release's baseline, read once; with no signal that compares (the
+            # default's young-package one) no baseline is ever read, so nothing is held
+            judge_.readings.keep(_kept_as(self.name, self.record), contents)
         unchecked: list[str] = []  # outages of mirrorgate's sources: release.unavailable
         unreadable: list[str] = []  # the publisher's own shape: a refusal (fail closed)
         fired: list[Fired] = []
