@@ -123,8 +123,13 @@ class _Facts:
 
 
 def _first_published(gated: Gated) -> datetime | None:
-    created = moment(gated.time.get("created"))
-    times = [when for key, value in gated.time.items() if key not in ("created", "modified")
+    return first_published(gated.time)
+
+
+def first_published(time: Mapping[str, Any]) -> datetime | None:
+    """A package's first publish, from its packument's `time` map."""
+    created = moment(time.get("created"))
+    times = [when for key, value in time.items() if key not in ("created", "modified")
              and (when := moment(value)) is not None]
     candidates = [*times, *([created] if created is not None else [])]
     return min(candidates) if candidates else None
@@ -276,6 +281,12 @@ class ReleaseJudge:
             self._note_age(gated.name.full, first)
             return first is not None and self.now() - first < release.young_package
         return True
+
+    def note_public(self, name: str, time: Mapping[str, Any]) -> None:
+        """The package's age as public's packument says it (`time`), read by the worker's own
+        re-gate: a sidecar's `verdict_for` under the default's young-package signal alone then
+        fills no packument only to learn that the package is old."""
+        self._note_age(name, first_published(time))
 
     def _note_age(self, name: str, first: datetime | None) -> None:
         self._ages[name] = (first, self.now())
