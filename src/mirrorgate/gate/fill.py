@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+import orjson
 import structlog
 
 from mirrorgate import tracing
@@ -24,6 +25,7 @@ from mirrorgate.gate.merge import gate
 from mirrorgate.gate.records import Denial, Gated
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
+from mirrorgate.npm.lazydoc import lazy_packument
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.packument import versions_of
 from mirrorgate.offload import Budget, in_thread_if_large
@@ -121,17 +123,30 @@ class PackumentSource:
                         kind=error.kind, detail=str(error))
             return error
 
-    async def load(self, name: PackageName,
-                   previous: Cached[PackumentEntry] | None) -> Loaded[PackumentEntry]:
+    async def load(self, name: PackageName, previous: Cached[PackumentEntry] | None, *,
+                   only: str | None = None) -> Loaded[PackumentEntry]:
         """The entry for `name`, or the previous one when a revalidation says it still holds.
-        Raises UpstreamError when nothing is installable because an upstream failed, and
-        TooManyVersionsError for a packument too large to gate."""
+        With `only`, that one version is judged (a tarball's admission), read from the
+        public packument lazily (`npm.lazydoc`). Raises UpstreamError when nothing is
+        installable because an upstream failed, and TooManyVersionsError for a packument too
+        large to gate."""
         with tracing.span("mirrorgate.fill", {"mirrorgate.package": name.full,
                                               "mirrorgate.revalidation": previous is not None}):
-            return await self._load(name, previous)
+            return await self._load(name, previous, only)
 
-    async def _load(self, name: PackageName,
-                    previous: Cached[PackumentEntry] | None) -> Loaded[PackumentEntry]:
+    async def _document(self, name: PackageName, answer: JsonAnswer,
+                        only: str | None) -> Mapping[str, Any] | None:
+        """The document of a 200, checked to be `name`'s packument: read lazily for a
+        one-version fill (`npm.lazydoc`), else (or when it must be) parsed whole."""
+        if only is not None:
+            document = await in_thread_if_large(answer.size, lazy_packument, answer.body)
+            if document is not None:
+                self.public.check_packument(name, document)
+                return document
+        return self.public.packument_of(name, await self.public.parsed(answer)).document
+
+    async def _load(self, name: PackageName, previous: Cached[PackumentEntry] | None,
+                    only: str | None) -> Loaded[PackumentEntry]:
         now = self.now()
         full = name.full
         # A name `[private].names` covers, or one remembered as first-party (`firstparty`),
@@ -174,17 +189,17 @@ class PackumentSource:
         # `FILL_BYTES` of packuments are worked on at once (a larger one alone); the others
         # wait with their bytes alone, unparsed.
         async with self.in_flight.hold(answer.size if answer is not None else 0):
+            public_doc: Mapping[str, Any] | None = None
             if answer is not None and answer.status == 200:
                 try:
                     # in a thread when large; a 200 that is not this name's packument is a
                     # failed answer (stale-if-error), never a withdrawal of what it lacks
-                    answer = self.public.packument_of(name, await self.public.parsed(answer))
+                    public_doc = await self._document(name, answer, only)
+                    answer = JsonAnswer(200, None, answer.etag, answer.size)  # the bytes go
                 except UpstreamError as error:
                     log.warning("upstream_failed", upstream="public", package=full,
                                 kind=error.kind, detail=str(error))
                     answer, public_error = None, error
-            public_doc = (answer.document if answer is not None and answer.status == 200
-                          else None)
             failure = public_error or private_error
             if failure is not None and not (self.first_party.known and self.withdrawals.known):
                 # what the state store remembers is not loaded yet (/readyz says why): an
@@ -202,7 +217,7 @@ class PackumentSource:
             # the event loop for every other client
             with tracing.span("mirrorgate.gate", {"mirrorgate.package": full}) as judged:
                 gated = await in_thread_if_large(size, self._gate, name, private, public_doc,
-                                                 now, keys)
+                                                 now, keys, only)
                 judged.set("mirrorgate.versions", len(gated.versions))
                 judged.set("mirrorgate.denied", sum(gated.denials.values()))
             etag = answer.etag if answer is not None else None
@@ -216,7 +231,11 @@ class PackumentSource:
         elif private_error is None:
             self.first_party.forget(full)
         if private is not None:
-            self._note_withdrawals(gated, versions_of(private))
+            private_versions = versions_of(private)
+            if only is not None:  # what was judged: the others' memory stands as it is
+                private_versions = ({only: private_versions[only]} if only in private_versions
+                                    else {})
+            self._note_withdrawals(gated, private_versions)
         self._report(gated)
         # gated before the advisory index's first load, or without the keys signatures need:
         # held briefly, like a degraded answer, so either applies within seconds of landing
@@ -274,12 +293,19 @@ class PackumentSource:
 
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
               public: Mapping[str, Any] | None, now: datetime,
-              keys: KeySet | None) -> Gated:
+              keys: KeySet | None, only: str | None = None) -> Gated:
         withdrawn = (self.withdrawals.of(name.full, versions_of(private))
                      if private is not None else None)
         refused = self.refused(name.full) if self.refused is not None else None
-        return gate(name, private, public, rules=self.rules, now=now,
-                    origin=self.public.origin, keys=keys, withdrawn=withdrawn, refused=refused)
+        try:
+            return gate(name, private, public, rules=self.rules, now=now,
+                        origin=self.public.origin, keys=keys, withdrawn=withdrawn,
+                        refused=refused, only=only)
+        except orjson.JSONDecodeError as error:
+            # a value of a lazily read packument that orjson refuses (`npm.lazydoc`): the
+            # document is not usable, as a whole parse would have found
+            raise UpstreamError("public", "invalid", f"the document is not usable JSON "
+                                f"({str(error)[:120]})") from None
 
     def _note_withdrawals(self, gated: Gated, private_versions: Mapping[str, Any]) -> None:
         """Remember what this fill found withdrawn (and forget what public lists again with

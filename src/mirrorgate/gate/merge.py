@@ -386,4 +386,5 @@ def gate(
         first_party=first_party,
         rules_generation=rules.generation,
         withdrawals=judging.withdrawals,
+        alone=only,
     )
