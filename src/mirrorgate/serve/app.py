@@ -216,7 +216,7 @@ class ProxyServer:
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      relay=self.relay, packument=self._gated_or_none,
                                      private_answered=self.packuments.private_answered,
-                                     for_tarball=self.packuments.for_tarball,
+                                     for_tarball=self._for_tarball,
                                      handoff=proxy.handoff,
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
                                                   else None),
@@ -476,6 +476,13 @@ class ProxyServer:
 
     async def _gated_or_none(self, name: PackageName) -> Gated | None:
         return (await self._entry(name)).value.gated
+
+    async def _for_tarball(self, name: PackageName, version: str) -> Gated | None:
+        """`Packuments.for_tarball`, its failures answered as `_entry`'s are."""
+        try:
+            return await self.packuments.for_tarball(name, version)
+        except (UpstreamError, TooManyVersionsError):
+            return await self._gated_or_none(name)  # the whole fill's answer, and its refusal
 
     def _cached_or_false(self, name: PackageName) -> Gated | bool | None:
         """The fresh cached packument of `name` (None: no upstream has it), False when none
