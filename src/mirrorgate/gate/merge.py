@@ -339,7 +339,7 @@ def gate(
     (`gate.release`), denied as they say. `only` judges that one version alone (the worker's
     re-gate reads one record): ownership, the size bound and the history the rules read still
     come from the whole documents, but no other version is judged or serialised, so the tags,
-    times and size describe it alone.
+    times and size describe it alone, and the head (readme, description...) is left empty.
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
@@ -365,7 +365,8 @@ def gate(
 
     records = judging.records
     survivors = [v for v, record in records.items() if record.denial is None]
-    head = merge_head(private, public, first_party)
+    # one version judged alone is read for its record, never rendered: no readme to keep
+    head = merge_head(private, public, first_party) if only is None else {}
     size = len(orjson.dumps(head)) + sum(
         len(r.full) + len(r.abbreviated) + RECORD_BYTES for r in records.values())
     return Gated(

@@ -111,12 +111,16 @@ class Packuments:
         return slot
 
     async def for_tarball(self, name: PackageName, version: str) -> Gated | None:
-        """What admits a tarball of `name@version`: the packument's entry when it is fresh or
-        being filled, else that version judged alone (filled from the public packument read
+        """What admits a tarball of `name@version` (`version_entry`'s gating)."""
+        return (await self.version_entry(name, version)).value.gated
+
+    async def version_entry(self, name: PackageName, version: str) -> Cached[PackumentEntry]:
+        """The entry that judges `name@version`: the packument's when it is fresh or being
+        filled, else that version's judged alone (filled from the public packument read
         lazily, `npm.lazydoc`): the same verdict on it, at a fraction of the cost. Raises as
         `entry` does."""
         if self.cache.filling(name.full) or self.fresh(name) is not None:
-            return (await self.entry(name)).value.gated
+            return await self.entry(name)
         key = f"{name.full}@{version}"
 
         def load(previous: Cached[PackumentEntry] | None) -> Awaitable[Loaded[PackumentEntry]]:
@@ -130,7 +134,7 @@ class Packuments:
         if not self._current(slot):
             raise UpstreamError("public", "unreachable", "the rules changed and the upstreams "
                                 "could not be asked to gate this package again")
-        return slot.value.gated
+        return slot
 
     def _current(self, slot: Cached[PackumentEntry]) -> bool:
         gated = slot.value.gated
