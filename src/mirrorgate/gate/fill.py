@@ -187,8 +187,11 @@ class PackumentSource:
         # The parse and the gate hold their bytes against the fills' budget: a parsed packument
         # is four times its bytes and its gated versions another one and a half, so at most
         # `FILL_BYTES` of packuments are worked on at once (a larger one alone); the others
-        # wait with their bytes alone, unparsed.
-        async with self.in_flight.hold(answer.size if answer is not None else 0):
+        # wait with their bytes alone, unparsed. Read lazily for one version, a packument
+        # adds a tenth of its bytes or less (where each value lies, one version parsed): a
+        # cold install's tarballs do not queue behind one another's 20 MB packuments.
+        held = answer.size if answer is not None else 0
+        async with self.in_flight.hold(held if only is None else held // 8):
             public_doc: Mapping[str, Any] | None = None
             if answer is not None and answer.status == 200:
                 try:
