@@ -28,6 +28,9 @@ from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import DEFAULT_RULES, Rules, parse_keys, parse_rules
 from tests.rules.signing import SigningKey, keys_document
+from tests.serve.rig import StartProxy
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.packages import make_package, make_version
 
 UPSTREAM = "http://127.0.0.1:9/"
 ORIGIN = Origin.of(UPSTREAM)
@@ -244,3 +247,31 @@ def test_a_value_orjson_refuses_is_refused_when_it_is_read() -> None:
     first = next(iter(public["versions"]))
     with pytest.raises(orjson.JSONDecodeError):
         document["versions"][first]
+
+
+# --- through the proxy ---------------------------------------------------------------------
+
+
+async def test_a_cold_tarball_is_admitted_by_its_version_alone_and_the_packument_stays_whole(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # A lockfile install asks for tarballs only: each is judged from its own version, public's
+    # packument fetched once for both versions of the name, and the packument npm asks for
+    # afterwards is every version, gated whole, with the same verdicts.
+    versions = [make_version("many", f"1.{minor}.0") for minor in range(40)]
+    versions.append(make_version("many", "2.0.0", digests="none"))  # denied: no digest
+    public_registry.add(make_package("many", versions))
+    proxy = await start_proxy(public_registry.url, cache_ttl=60.0)
+
+    first = await proxy.get("npm/many/-/many-1.3.0.tgz")
+    second = await proxy.get("npm/many/-/many-1.39.0.tgz")
+    assert "many" not in proxy.server.packuments.cache  # no one-version gating stands for it
+    denied = await proxy.get("npm/many/-/many-2.0.0.tgz")  # its 403 names the others: whole
+
+    assert (first.status, second.status, denied.status) == (200, 200, 403)
+    assert "1.39.0" in denied.json()["error"]
+    packuments = [seen for seen in public_registry.requests if "/-/" not in seen.path]
+    assert len(packuments) == 1  # the bytes fetched for 1.3.0 served the other two fills
+    whole = (await proxy.get("npm/many")).json()
+    assert len(whole["versions"]) == 40
+    assert list(whole["policyRestrictions"]["versions"]) == ["2.0.0"]

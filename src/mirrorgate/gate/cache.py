@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 __all__ = ["HIT", "MISS", "REFRESH", "STALE", "Cached", "Loaded", "PackumentCache"]
 
 V = TypeVar("V")
+W = TypeVar("W")
 
 HIT = "hit"
 MISS = "miss"
@@ -214,8 +215,9 @@ class PackumentCache(Generic[V]):
             self._bytes += delta
             self._evict()
 
-    def sibling(self, max_bytes: int) -> PackumentCache[V]:
-        """An empty cache with these clocks and windows, and its own byte budget."""
+    def sibling(self, max_bytes: int) -> PackumentCache[W]:
+        """An empty cache (of any values) with these clocks and windows, and its own byte
+        budget."""
         return PackumentCache(ttl=self.ttl, max_entries=self.max_entries, max_bytes=max_bytes,
                               stale_if_error=self.stale_if_error,
                               revalidate_wait=self.revalidate_wait,

@@ -18,7 +18,7 @@ import structlog
 
 from mirrorgate import tracing
 from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
-from mirrorgate.gate.cache import Cached, Loaded
+from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.gate.merge import gate
@@ -95,6 +95,9 @@ class PackumentSource:
         self.withdrawals = withdrawals if withdrawals is not None else WithdrawnVersions()
         self.refused = refused
         """The versions of a name the release signals refused (`gate.release`)."""
+        self.recent: PackumentCache[JsonAnswer] | None = None
+        """Public's answers as sent (bytes), kept for the one-version fills of other versions
+        of the same name (`Packuments` sets it; None: every such fill asks public)."""
         self.on_gated: Callable[[Gated], None] | None = None
         """Called with every packument gated (`gate.exposure`: a version denied now that the
         pull log says was served); never awaited."""
@@ -121,6 +124,31 @@ class PackumentSource:
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         kind=error.kind, detail=str(error))
+            return error
+
+    async def _public_for(self, name: PackageName, etag: str | None, *,
+                          keep: bool) -> JsonAnswer | UpstreamError:
+        """Public's answer: revalidated with `etag`, else the bytes a one-version fill of the
+        name fetched within the TTL (`recent`), else fetched now (and, with `keep`, for a
+        one-version fill, kept for the next)."""
+        recent = self.recent
+        if etag is not None or recent is None:
+            return await self._public_answer(name, etag)
+        slot = recent.fresh(name.full)
+        if slot is not None:
+            return slot.value
+        if not keep:
+            return await self._public_answer(name, None)
+
+        async def load(_previous: Cached[JsonAnswer] | None) -> Loaded[JsonAnswer]:
+            answer = await self._public_answer(name, None)
+            if isinstance(answer, UpstreamError):
+                raise answer
+            return Loaded(answer, len(answer.body) + 256, answer.etag)
+
+        try:
+            return (await recent.refresh(name.full, load)).value
+        except UpstreamError as error:
             return error
 
     async def load(self, name: PackageName, previous: Cached[PackumentEntry] | None, *,
@@ -168,7 +196,8 @@ class PackumentSource:
         # Either upstream may fail on its own (logged `upstream_failed`): the packument is built
         # from what answered, held only DEGRADED_FRESH_FOR so the missing half is asked again.
         (private, private_error), public, keys = await asyncio.gather(
-            self._private_document(name), self._public_answer(name, etag), self._keys())
+            self._private_document(name),
+            self._public_for(name, etag, keep=only is not None), self._keys())
         # A first-party name whose private side fails raises (503): the cache serves its stale
         # entry within `stale_if_error`, never a public-only packument. A name never seen
         # first-party is built from public alone meanwhile.

@@ -23,7 +23,9 @@ __all__ = ["PINS", "Packuments", "Pinned"]
 PINS = 4096
 """Versions whose records are pinned for the worker beside the proxy, at most (oldest go)."""
 ALONE_SHARE = 8
-"""The one-version entries (`for_tarball`) keep this fraction of the cache's byte budget."""
+"""The one-version entries (`for_tarball`) keep this fraction of the cache's byte budget, and
+the public answers they were read from as much again: the packuments' entries keep the rest,
+so MIRRORGATE_CACHE_MAX_BYTES counts all three."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,13 @@ class Packuments:
         # A tarball's admission needs its own version judged, not the thousands its packument
         # may list (a cold `npm ci` asks for tarballs alone): such one-version entries live in
         # a cache of their own, keyed `name@version`, so one never stands for the packument.
-        self.alone = cache.sibling(cache.max_bytes // ALONE_SHARE)
+        share = cache.max_bytes // ALONE_SHARE
+        self.alone: PackumentCache[PackumentEntry] = cache.sibling(share)
+        # ... and the public packument's bytes, for another version of the name a moment
+        # later (a cold install's tarballs of one name come one by one): read again lazily,
+        # not fetched again
+        source.recent = cache.sibling(share)
+        cache.max_bytes -= 2 * share
 
     def pin(self, name: PackageName, version: str) -> None:
         """Keep the cached record of `name@version` for the job just enqueued for it."""
