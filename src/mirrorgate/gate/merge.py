@@ -27,6 +27,7 @@ from mirrorgate.gate.records import (
 )
 from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity
 from mirrorgate.moments import iso_now, moment
+from mirrorgate.npm.lazydoc import reduced
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
@@ -51,6 +52,7 @@ from mirrorgate.rules import (
     scripts_reported,
     state_token,
 )
+from mirrorgate.rules.takeover import HISTORY_FIELDS
 
 __all__ = ["PUBLIC_WITHDRAWN", "TARBALL_ORIGIN", "Withdrawn", "gate"]
 
@@ -353,8 +355,10 @@ def gate(
     # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse this
     advisories = state_token(rules.advisories, now)
     # The history the takeover rules read is built once here, not once per version.
-    context = Context.of(public_versions, times_of(public), needs_history=needs_history(rules),
-                         keys=keys)
+    # Read lazily (a tarball's one-version fill), the history parses the fields it reads alone.
+    history = needs_history(rules)
+    context = Context.of(reduced(public_versions, HISTORY_FIELDS) if history else {},
+                         times_of(public), needs_history=history, keys=keys)
     judging = _Judging(name, rules, now, context)
     if rules.signatures.verify and keys is None and public_versions:
         # gated without the keys it should have had: gated again at its next fill (now), so a
