@@ -29,7 +29,7 @@ from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import DEFAULT_RULES, Rules, parse_keys, parse_rules
 from tests.rules.signing import SigningKey, keys_document
 from tests.serve.rig import StartProxy
-from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version
 
 UPSTREAM = "http://127.0.0.1:9/"
@@ -275,3 +275,23 @@ async def test_a_cold_tarball_is_admitted_by_its_version_alone_and_the_packument
     whole = (await proxy.get("npm/many")).json()
     assert len(whole["versions"]) == 40
     assert list(whole["policyRestrictions"]["versions"]) == ["2.0.0"]
+
+
+@pytest.mark.parametrize("where", ["name", "time"])
+async def test_a_value_no_whole_parse_takes_fails_the_tarballs_fill_as_it_fails_the_packument(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, where: str,
+) -> None:
+    # A number past a double's range where the one-version fill reads it: the same 502 as
+    # the whole parse gives the packument, never a 500 or an admission
+    public_registry.add(make_package("overflow", ["1.0.0"]))
+    body = orjson.dumps(public_registry.packument("overflow"))
+    spoiled = (body.replace(b'"name":"overflow"', b'"name":1e400', 1) if where == "name"
+               else body.replace(b'"time":{', b'"time":{"x":1e400,', 1))
+    assert spoiled != body
+    public_registry.fault("/overflow", Fault(body=spoiled), exact=True)
+    proxy = await start_proxy(public_registry.url, cache_ttl=60.0)
+
+    tarball = await proxy.get("npm/overflow/-/overflow-1.0.0.tgz")
+    packument = await proxy.get("npm/overflow")
+
+    assert (tarball.status, packument.status) == (502, 502)

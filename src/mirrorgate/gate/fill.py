@@ -62,6 +62,13 @@ def _fresh_for(gated: Gated | None, now: datetime, *, degraded: bool) -> float |
     return fresh_for
 
 
+def _unusable(error: orjson.JSONDecodeError) -> UpstreamError:
+    """A value of a lazily read packument that orjson refuses (`npm.lazydoc`): the document is
+    not usable, as a whole parse would have found."""
+    return UpstreamError("public", "invalid", f"the document is not usable JSON "
+                         f"({str(error)[:120]})")
+
+
 class FirstPartyOutageError(UpstreamError):
     """The private upstream failed for a first-party name: 503, never public in its place."""
 
@@ -169,7 +176,10 @@ class PackumentSource:
         if only is not None:
             document = await in_thread_if_large(answer.size, lazy_packument, answer.body)
             if document is not None:
-                self.public.check_packument(name, document)
+                try:
+                    self.public.check_packument(name, document)
+                except orjson.JSONDecodeError as error:  # a value it reads (`npm.lazydoc`)
+                    raise _unusable(error) from None
                 return document
         return self.public.packument_of(name, await self.public.parsed(answer)).document
 
@@ -334,10 +344,7 @@ class PackumentSource:
                         origin=self.public.origin, keys=keys, withdrawn=withdrawn,
                         refused=refused, only=only)
         except orjson.JSONDecodeError as error:
-            # a value of a lazily read packument that orjson refuses (`npm.lazydoc`): the
-            # document is not usable, as a whole parse would have found
-            raise UpstreamError("public", "invalid", f"the document is not usable JSON "
-                                f"({str(error)[:120]})") from None
+            raise _unusable(error) from None
 
     def _note_withdrawals(self, gated: Gated, private_versions: Mapping[str, Any]) -> None:
         """Remember what this fill found withdrawn (and forget what public lists again with

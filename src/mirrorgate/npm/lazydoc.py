@@ -108,6 +108,8 @@ def lazy_packument(body: bytes) -> LazyMapping | None:
         except UnicodeDecodeError:
             return None
     try:
-        return LazyMapping(_OBJECT.decode(body), frozenset({"versions"}))
+        document = LazyMapping(_OBJECT.decode(body), frozenset({"versions"}))
+        document.get("versions")  # every reader needs where each version lies: found here,
+        return document           # where the caller put this (a thread, for a large one)
     except (msgspec.DecodeError, RecursionError):
         return None
