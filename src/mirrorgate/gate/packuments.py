@@ -161,7 +161,9 @@ class Packuments:
         with the private upstream's answer."""
         slot = self.fresh(name)
         if slot is None and version is not None:
-            slot = self.alone.fresh(f"{name.full}@{version}")
+            slot = self.alone.peek(f"{name.full}@{version}")  # a look, not a client's read
+            if slot is not None and self.clock() >= slot.fresh_until:
+                slot = None
         return slot is not None and slot.value.private_answered
 
     def forget(self, name: PackageName) -> None:
