@@ -132,7 +132,11 @@ class TarballRoute:
         # The gated packument (cached) is read first, so the rules reach every version: a denied
         # one is a 403 wherever its bytes are, mirrored and first-party versions included, and a
         # version no upstream lists is a 404 before any tarball is asked for.
-        gated = await (self.packument(name) if self.for_tarball is None
+        # With the release signals on, a first pull compares with the version before: the
+        # whole packument's gating, read at once rather than after the version's own.
+        whole = self.for_tarball is None or (self.release is not None
+                                             and self.release.rules.release.on)
+        gated = await (self.packument(name) if whole or self.for_tarball is None
                        else self.for_tarball(name, version))
         record = gated.versions.get(version) if gated is not None else None
         if gated is not None and record is None and isinstance(gated.public_failure,
