@@ -127,7 +127,9 @@ class Packuments:
         filled, else that version's judged alone (filled from the public packument read
         lazily, `npm.lazydoc`): the same verdict on it, at a fraction of the cost. Raises as
         `entry` does."""
-        if self.cache.filling(name.full) or self.fresh(name) is not None:
+        cached = self.cache.peek(name.full)  # a look: `entry` counts the read
+        if self.cache.filling(name.full) or (cached is not None
+                                             and self.clock() < cached.fresh_until):
             return await self.entry(name)
         key = f"{name.full}@{version}"
 
