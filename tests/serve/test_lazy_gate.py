@@ -295,3 +295,19 @@ async def test_a_value_no_whole_parse_takes_fails_the_tarballs_fill_as_it_fails_
     packument = await proxy.get("npm/overflow")
 
     assert (tarball.status, packument.status) == (502, 502)
+
+
+def test_repeated_keys_are_read_lazily_as_a_whole_parse_reads_them() -> None:
+    # JSON lets a key repeat; every reader here keeps the last value (in the first one's
+    # place): a forged first copy of a version, or of `versions`, is what neither path reads
+    public = real_shaped("twice", 12, seed=3)
+    body = orjson.dumps(public)
+    forged = orjson.dumps({"dist": {"tarball": "https://elsewhere.example/x.tgz"}})
+    first = next(iter(public["versions"]))
+    body = body.replace(b'"versions":{', b'"versions":{"' + first.encode() + b'":' + forged
+                        + b",", 1)
+    body = body.replace(b'"versions":', b'"versions":{"9.9.9":' + forged + b'},"versions":', 1)
+    assert orjson.loads(body)["versions"][first] == public["versions"][first]
+    rules = parse_rules(EVERY_PROTECTION)
+    assert_same_verdicts("twice", None, body, rules, sample=100)
+    assert _lazily("twice", None, body, rules, "9.9.9").versions == {}
