@@ -27,6 +27,7 @@ from mirrorgate.gate.records import (
 )
 from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity
 from mirrorgate.moments import iso_now, moment
+from mirrorgate.npm.lazydoc import reduced
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
@@ -51,6 +52,7 @@ from mirrorgate.rules import (
     scripts_reported,
     state_token,
 )
+from mirrorgate.rules.takeover import HISTORY_FIELDS
 
 __all__ = ["PUBLIC_WITHDRAWN", "TARBALL_ORIGIN", "Withdrawn", "gate"]
 
@@ -345,7 +347,7 @@ def gate(
     (`gate.release`), denied as they say. `only` judges that one version alone (the worker's
     re-gate reads one record): ownership, the size bound and the history the rules read still
     come from the whole documents, but no other version is judged or serialised, so the tags,
-    times and size describe it alone.
+    times and size describe it alone, and the head (readme, description...) is left empty.
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
@@ -359,8 +361,10 @@ def gate(
     # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse this
     advisories = state_token(rules.advisories, now)
     # The history the takeover rules read is built once here, not once per version.
-    context = Context.of(public_versions, times_of(public), needs_history=needs_history(rules),
-                         keys=keys)
+    # Read lazily (a tarball's one-version fill), the history parses the fields it reads alone.
+    history = needs_history(rules)
+    context = Context.of(reduced(public_versions, HISTORY_FIELDS) if history else {},
+                         times_of(public), needs_history=history, keys=keys)
     judging = _Judging(name, rules, now, context)
     if rules.signatures.verify and keys is None and public_versions:
         # gated without the keys it should have had: gated again at its next fill (now), so a
@@ -372,7 +376,8 @@ def gate(
 
     records = judging.records
     survivors = [v for v, record in records.items() if record.denial is None]
-    head = merge_head(private, public, first_party)
+    # one version judged alone is read for its record, never rendered: no readme to keep
+    head = merge_head(private, public, first_party) if only is None else {}
     size = len(orjson.dumps(head)) + sum(
         len(r.full) + len(r.abbreviated) + RECORD_BYTES for r in records.values())
     return Gated(
@@ -393,4 +398,5 @@ def gate(
         first_party=first_party,
         rules_generation=rules.generation,
         withdrawals=judging.withdrawals,
+        alone=only,
     )
