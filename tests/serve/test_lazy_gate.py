@@ -297,6 +297,42 @@ async def test_a_value_no_whole_parse_takes_fails_the_tarballs_fill_as_it_fails_
     assert (tarball.status, packument.status) == (502, 502)
 
 
+async def test_under_the_default_rules_a_cold_tarball_is_judged_alone_and_a_young_package_still_quarantined(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # No rules file: young-package-install-script is on and reads the package's first publish,
+    # not its history, so a lockfile install's tarballs stay on the one-version path. A week-old
+    # package's release that runs code at install is refused from its version alone; a package
+    # years old whose packument lacks `created` is known old by its first version's time,
+    # which one version's gating carries (its own time is two days: judged young without it).
+    now = datetime.now(UTC)
+    files = {"index.js": b"module.exports = 1;\n", "setup.js": b"console.log('setup ran');\n"}
+
+    def release(name: str, first: datetime) -> None:
+        public_registry.add(make_package(name, [
+            make_version(name, "1.0.0", files=files, published=first),
+            make_version(name, "1.0.1", files=files, published=now - timedelta(days=2),
+                         scripts={"postinstall": "node setup.js"})]))
+
+    release("young-setup", now - timedelta(days=7))
+    release("old-setup", now - timedelta(days=3 * 365))
+    document = public_registry.packument("old-setup")
+    del document["time"]["created"]
+    public_registry.fault("/old-setup", Fault(body=orjson.dumps(document)), exact=True)
+    proxy = await start_proxy(public_registry.url, cache_ttl=60.0)
+
+    young = await proxy.get("npm/young-setup/-/young-setup-1.0.1.tgz")
+    old = await proxy.get("npm/old-setup/-/old-setup-1.0.1.tgz")
+
+    assert (young.status, young.json()["rule"]) == (403, "young-package-install-script")
+    assert young.json()["evidence"] == ["postinstall (node setup.js)"]
+    assert old.status == 200
+    assert "old-setup" not in proxy.server.packuments.cache  # judged alone: no whole fill
+    assert "old-setup@1.0.1" in proxy.server.packuments.alone
+    again = await proxy.get("npm/young-setup/-/young-setup-1.0.1.tgz")  # the verdict kept
+    assert (again.status, again.json()["rule"]) == (403, "young-package-install-script")
+
+
 def test_repeated_keys_are_read_lazily_as_a_whole_parse_reads_them() -> None:
     # JSON lets a key repeat; every reader here keeps the last value (in the first one's
     # place): a forged first copy of a version, or of `versions`, is what neither path reads

@@ -293,15 +293,19 @@ def _mirrored_time(manifest: object) -> str | None:
 
 
 def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
-                records: Mapping[str, VersionRecord]) -> dict[str, str]:
+                records: Mapping[str, VersionRecord], only: str | None = None) -> dict[str, str]:
     """`created`, `modified` and the survivors' times; a mirrored version's is the public time
-    its mark carries (`_mirrored_time`)."""
+    its mark carries (`_mirrored_time`). With `only` (one version judged alone), `created` is
+    the package's first publish (`_first_publish`)."""
     private_times, public_times = times_of(private), times_of(public)
     merged: dict[str, str] = {}
     for key, pick in (("created", min), ("modified", max)):
         found = [t[key] for t in (public_times, private_times) if isinstance(t.get(key), str)]
         if found:
             merged[key] = pick(found)
+    first = _first_publish(public_times, private_times) if only is not None else None
+    if first is not None:
+        merged["created"] = first
     private_versions = versions_of(private)
     for version, record in records.items():
         if record.denial is not None:
@@ -315,6 +319,18 @@ def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
         if isinstance(stamp, str):
             merged[version] = stamp
     return merged
+
+
+def _first_publish(*times: Mapping[str, Any]) -> str | None:
+    """The earliest of `created` and every version's time: the package's first publish, which
+    the release signals read (`gate.release`: young-package-install-script, on by default,
+    and typosquat) where the whole packument has its other versions' times. One version's
+    gating (a tarball's cold admission) keeps it as its `created`, so it is judged young or
+    old as the whole packument's gating judges it (with `created` written, as npm writes it,
+    the same time); the other versions' times are not otherwise kept."""
+    found = [(when, text) for each in times for key, text in each.items()
+             if key != "modified" and (when := moment(text)) is not None]
+    return min(found)[1] if found else None
 
 
 def _check_sizes(name: PackageName, private: Mapping[str, Any],
@@ -384,7 +400,7 @@ def gate(
         name=name,
         head=head,
         dist_tags=merge_tags(private, public, survivors, first_party),
-        time=_merge_time(private, public, records),
+        time=_merge_time(private, public, records, only),
         versions=records,
         policy_message=(policy_message(name, judging.denied, survivors) if judging.denied
                         else None),
