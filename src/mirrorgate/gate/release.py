@@ -604,7 +604,18 @@ class ReleaseCheck:
             # only a signal that compares reads an earlier release: with the default's one
             # (young-package-install-script) no baseline is chosen, judged or fetched
             return None
-        chosen = await self.judge.baseline(self.name, self.gated, self.record.version,
+        gated = self.gated
+        if gated.alone is not None:
+            # one version's gating (a tarball's cold admission, `gate(only=)`) has no history
+            # to choose from: the whole packument's, lest a release look like a first version
+            # (the proxy reads it up front when a comparing signal is on; rules reloaded
+            # meanwhile reach here)
+            try:
+                gated = await self.judge.packument(self.name) or gated
+            except Exception as error:  # an upstream failure, whatever the fill raised
+                self.unsettled = f"its packument could not be read ({type(error).__name__})"
+                return None
+        chosen = await self.judge.baseline(self.name, gated, self.record.version,
                                            self.budget)
         if isinstance(chosen, Unsettled):
             self.unsettled = chosen.reason
