@@ -297,7 +297,7 @@ async def test_a_value_no_whole_parse_takes_fails_the_tarballs_fill_as_it_fails_
     assert (tarball.status, packument.status) == (502, 502)
 
 
-async def test_under_the_default_rules_a_cold_tarball_is_judged_alone_and_a_young_package_still_quarantined(
+async def test_by_default_a_cold_tarball_is_judged_alone_and_a_young_package_quarantined(
     public_registry: FixtureRegistry, start_proxy: StartProxy,
 ) -> None:
     # No rules file: young-package-install-script is on and reads the package's first publish,
