@@ -13,6 +13,7 @@ a clean release of the same package, admitted.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import shutil
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from mirrorgate.gate.facts import POLL
 from mirrorgate.mirror import encode_job
 from tests.commands.mirrored import run_command
 from tests.e2e.sidecar import registry_environment, start_sidecar
@@ -333,6 +335,9 @@ async def test_the_sidecar_worker_on_the_same_sqlite_retires_a_job_the_proxy_ref
     refused(npm_client, pod.proxy, "worm-host", "1.4.3")
     wait_for(lambda: kept_in(data, "worm-host", "1.4.3"), timeout=10,
              message="the proxy's verdict to reach the SQLite file")
+    # ... and the sidecar's own look at the file (every `POLL`): a job within one poll of the
+    # verdict finds none and is judged by the worker, reading the bytes (the same refusal)
+    await asyncio.sleep(4 * POLL)
     public_registry.clear_requests()
 
     await send_raw(queue_backend, env, request,

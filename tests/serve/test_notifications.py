@@ -88,8 +88,10 @@ async def test_tampered_bytes_and_a_malware_denial_each_reach_the_receiver_once_
     assert malware.event["data"]["rule"] == "advisory-malware"
     assert "MAL-2026-1001" in malware.event["text"]
     assert len(webhook.received) == 2
-    # malware: withheld at the fill, then three tarball requests; tampered: three transfers
-    assert proxy.metric("mirrorgate_notifications_total", outcome="deduplicated") == 3 + 2
+    # malware: withheld at the fill of the version alone and at the whole packument's fill
+    # (which the 403 reads for the versions it names instead), then three tarball requests;
+    # tampered: three transfers
+    assert proxy.metric("mirrorgate_notifications_total", outcome="deduplicated") == 4 + 2
     assert proxy.metric("mirrorgate_notifications_total", outcome="delivered") == 2
 
 

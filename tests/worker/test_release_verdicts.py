@@ -94,3 +94,6 @@ async def test_with_no_rules_file_a_young_packages_install_script_job_is_judged_
     assert old == "published"
     assert [seen.path for seen in public_registry.requests
             if seen.path.endswith(".tgz")] == [tarball_path("old-native", "1.0.0")]
+    # nor is its packument gated whole: the re-gate and the verdict read the version alone
+    assert "old-native" not in default_proxy.server.packuments.cache
+    assert "old-native@1.0.0" in default_proxy.server.packuments.alone

@@ -58,7 +58,7 @@ class Gate:
         self.release = ReleaseJudge(
             rules=rules, public=public, metrics=metrics, packument=self.gated, now=now,
             facts=self.facts, previous_max_bytes=settings.release_previous_max_bytes,
-            timeout=settings.release_timeout, forget=self.forget)
+            timeout=settings.release_timeout, forget=self.forget, one_version=self.one_version)
         # a command's check never writes the proxy's list of first-party names
         first_party = FirstPartyNames(self.facts) if first_party_kept else FirstPartyNames()
         self._cache_results: dict[str, Counter] = {}
@@ -92,6 +92,11 @@ class Gate:
 
     async def gated(self, name: PackageName) -> Gated | None:
         return (await self.packuments.entry(name)).value.gated
+
+    async def one_version(self, name: PackageName, version: str) -> Gated | None:
+        """`name@version` judged alone unless its packument is at hand
+        (`Packuments.for_tarball`)."""
+        return await self.packuments.for_tarball(name, version)
 
     def forget(self, name: PackageName) -> None:
         """Drop `name`'s entry: the next read gates it again (a refusal, a write)."""

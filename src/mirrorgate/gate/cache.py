@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 __all__ = ["HIT", "MISS", "REFRESH", "STALE", "Cached", "Loaded", "PackumentCache"]
 
 V = TypeVar("V")
+W = TypeVar("W")
 
 HIT = "hit"
 MISS = "miss"
@@ -214,6 +215,19 @@ class PackumentCache(Generic[V]):
             self._bytes += delta
             self._evict()
 
+    def sibling(self, max_bytes: int) -> PackumentCache[W]:
+        """An empty cache (of any values) with these clocks and windows, and its own byte
+        budget."""
+        return PackumentCache(ttl=self.ttl, max_entries=self.max_entries, max_bytes=max_bytes,
+                              stale_if_error=self.stale_if_error,
+                              revalidate_wait=self.revalidate_wait,
+                              retry_interval=self.retry_interval, clock=self._clock,
+                              on_result=self._on_result)
+
+    def filling(self, key: str) -> bool:
+        """Whether a fill of `key` is under way."""
+        return key in self._flights
+
     # --- inspection ------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -235,6 +249,11 @@ class PackumentCache(Generic[V]):
         flight = self._flights.pop(key, None)
         if flight is not None:
             self._forgotten.add(flight)
+
+    def forget_under(self, prefix: str) -> None:
+        """`forget` every key that begins with `prefix`."""
+        for key in [key for key in (*self._slots, *self._flights) if key.startswith(prefix)]:
+            self.forget(key)
 
     def clear(self) -> None:
         self._slots.clear()

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from mirrorgate.gate.records import Gated
+from mirrorgate.npm.lazydoc import lazy_packument
 from mirrorgate.npm.packument import ABBREVIATED, FULL
 
 __all__ = ["MAX_BASES", "VARY", "PackumentEntry", "PublicAnswer", "RenderKey", "Rendered",
@@ -59,10 +60,14 @@ class PublicAnswer:
     def size(self) -> int:
         return len(self.body) if self.body is not None else 0
 
-    def document(self) -> dict[str, Any] | None:
-        """A fresh parse (the bytes passed the upstream client's bounds when they arrived)."""
+    def document(self) -> Mapping[str, Any] | None:
+        """A fresh parse (the bytes passed the upstream client's bounds, and a whole parse,
+        when they arrived), read lazily (`npm.lazydoc`): a job reads one version of it."""
         if self.body is None:
             return None
+        lazy = lazy_packument(self.body)
+        if lazy is not None:
+            return lazy
         parsed: dict[str, Any] = orjson.loads(self.body)
         return parsed
 

@@ -13,17 +13,19 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+import orjson
 import structlog
 
 from mirrorgate import tracing
 from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
-from mirrorgate.gate.cache import Cached, Loaded
+from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.gate.merge import gate
 from mirrorgate.gate.records import Denial, Gated
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
+from mirrorgate.npm.lazydoc import lazy_packument
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.packument import versions_of
 from mirrorgate.offload import Budget, in_thread_if_large
@@ -60,6 +62,13 @@ def _fresh_for(gated: Gated | None, now: datetime, *, degraded: bool) -> float |
     return fresh_for
 
 
+def _unusable(error: orjson.JSONDecodeError) -> UpstreamError:
+    """A value of a lazily read packument that orjson refuses (`npm.lazydoc`): the document is
+    not usable, as a whole parse would have found."""
+    return UpstreamError("public", "invalid", f"the document is not usable JSON "
+                         f"({str(error)[:120]})")
+
+
 class FirstPartyOutageError(UpstreamError):
     """The private upstream failed for a first-party name: 503, never public in its place."""
 
@@ -93,6 +102,9 @@ class PackumentSource:
         self.withdrawals = withdrawals if withdrawals is not None else WithdrawnVersions()
         self.refused = refused
         """The versions of a name the release signals refused (`gate.release`)."""
+        self.recent: PackumentCache[JsonAnswer] | None = None
+        """Public's answers as sent (bytes), kept for the one-version fills of other versions
+        of the same name (`Packuments` sets it; None: every such fill asks public)."""
         self.on_gated: Callable[[Gated], None] | None = None
         """Called with every packument gated (`gate.exposure`: a version denied now that the
         pull log says was served); never awaited."""
@@ -121,17 +133,58 @@ class PackumentSource:
                         kind=error.kind, detail=str(error))
             return error
 
-    async def load(self, name: PackageName,
-                   previous: Cached[PackumentEntry] | None) -> Loaded[PackumentEntry]:
+    async def _public_for(self, name: PackageName, etag: str | None, *,
+                          keep: bool) -> JsonAnswer | UpstreamError:
+        """Public's answer: revalidated with `etag`, else the bytes a one-version fill of the
+        name fetched within the TTL (`recent`), else fetched now (and, with `keep`, for a
+        one-version fill, kept for the next)."""
+        recent = self.recent
+        if etag is not None or recent is None:
+            return await self._public_answer(name, etag)
+        slot = recent.fresh(name.full)
+        if slot is not None:
+            return slot.value
+        if not keep:
+            return await self._public_answer(name, None)
+
+        async def load(_previous: Cached[JsonAnswer] | None) -> Loaded[JsonAnswer]:
+            answer = await self._public_answer(name, None)
+            if isinstance(answer, UpstreamError):
+                raise answer
+            return Loaded(answer, len(answer.body) + 256, answer.etag)
+
+        try:
+            return (await recent.refresh(name.full, load)).value
+        except UpstreamError as error:
+            return error
+
+    async def load(self, name: PackageName, previous: Cached[PackumentEntry] | None, *,
+                   only: str | None = None) -> Loaded[PackumentEntry]:
         """The entry for `name`, or the previous one when a revalidation says it still holds.
-        Raises UpstreamError when nothing is installable because an upstream failed, and
-        TooManyVersionsError for a packument too large to gate."""
+        With `only`, that one version is judged (a tarball's admission), read from the
+        public packument lazily (`npm.lazydoc`). Raises UpstreamError when nothing is
+        installable because an upstream failed, and TooManyVersionsError for a packument too
+        large to gate."""
         with tracing.span("mirrorgate.fill", {"mirrorgate.package": name.full,
                                               "mirrorgate.revalidation": previous is not None}):
-            return await self._load(name, previous)
+            return await self._load(name, previous, only)
 
-    async def _load(self, name: PackageName,
-                    previous: Cached[PackumentEntry] | None) -> Loaded[PackumentEntry]:
+    async def _document(self, name: PackageName, answer: JsonAnswer,
+                        only: str | None) -> Mapping[str, Any] | None:
+        """The document of a 200, checked to be `name`'s packument: read lazily for a
+        one-version fill (`npm.lazydoc`), else (or when it must be) parsed whole."""
+        if only is not None:
+            document = await in_thread_if_large(answer.size, lazy_packument, answer.body)
+            if document is not None:
+                try:
+                    self.public.check_packument(name, document)
+                except orjson.JSONDecodeError as error:  # a value it reads (`npm.lazydoc`)
+                    raise _unusable(error) from None
+                return document
+        return self.public.packument_of(name, await self.public.parsed(answer)).document
+
+    async def _load(self, name: PackageName, previous: Cached[PackumentEntry] | None,
+                    only: str | None) -> Loaded[PackumentEntry]:
         now = self.now()
         full = name.full
         # A name `[private].names` covers, or one remembered as first-party (`firstparty`),
@@ -153,7 +206,8 @@ class PackumentSource:
         # Either upstream may fail on its own (logged `upstream_failed`): the packument is built
         # from what answered, held only DEGRADED_FRESH_FOR so the missing half is asked again.
         (private, private_error), public, keys = await asyncio.gather(
-            self._private_document(name), self._public_answer(name, etag), self._keys())
+            self._private_document(name),
+            self._public_for(name, etag, keep=only is not None), self._keys())
         # A first-party name whose private side fails raises (503): the cache serves its stale
         # entry within `stale_if_error`, never a public-only packument. A name never seen
         # first-party is built from public alone meanwhile.
@@ -172,19 +226,22 @@ class PackumentSource:
         # The parse and the gate hold their bytes against the fills' budget: a parsed packument
         # is four times its bytes and its gated versions another one and a half, so at most
         # `FILL_BYTES` of packuments are worked on at once (a larger one alone); the others
-        # wait with their bytes alone, unparsed.
-        async with self.in_flight.hold(answer.size if answer is not None else 0):
+        # wait with their bytes alone, unparsed. Read lazily for one version, a packument
+        # adds a tenth of its bytes or less (where each value lies, one version parsed): a
+        # cold install's tarballs do not queue behind one another's 20 MB packuments.
+        held = answer.size if answer is not None else 0
+        async with self.in_flight.hold(held if only is None else held // 8):
+            public_doc: Mapping[str, Any] | None = None
             if answer is not None and answer.status == 200:
                 try:
                     # in a thread when large; a 200 that is not this name's packument is a
                     # failed answer (stale-if-error), never a withdrawal of what it lacks
-                    answer = self.public.packument_of(name, await self.public.parsed(answer))
+                    public_doc = await self._document(name, answer, only)
+                    answer = JsonAnswer(200, None, answer.etag, answer.size)  # the bytes go
                 except UpstreamError as error:
                     log.warning("upstream_failed", upstream="public", package=full,
                                 kind=error.kind, detail=str(error))
                     answer, public_error = None, error
-            public_doc = (answer.document if answer is not None and answer.status == 200
-                          else None)
             failure = public_error or private_error
             if failure is not None and not (self.first_party.known and self.withdrawals.known):
                 # what the state store remembers is not loaded yet (/readyz says why): an
@@ -202,7 +259,7 @@ class PackumentSource:
             # the event loop for every other client
             with tracing.span("mirrorgate.gate", {"mirrorgate.package": full}) as judged:
                 gated = await in_thread_if_large(size, self._gate, name, private, public_doc,
-                                                 now, keys)
+                                                 now, keys, only)
                 judged.set("mirrorgate.versions", len(gated.versions))
                 judged.set("mirrorgate.denied", sum(gated.denials.values()))
             etag = answer.etag if answer is not None else None
@@ -216,7 +273,11 @@ class PackumentSource:
         elif private_error is None:
             self.first_party.forget(full)
         if private is not None:
-            self._note_withdrawals(gated, versions_of(private))
+            private_versions = versions_of(private)
+            if only is not None:  # what was judged: the others' memory stands as it is
+                private_versions = ({only: private_versions[only]} if only in private_versions
+                                    else {})
+            self._note_withdrawals(gated, private_versions)
         self._report(gated)
         # gated before the advisory index's first load, or without the keys signatures need:
         # held briefly, like a degraded answer, so either applies within seconds of landing
@@ -274,12 +335,16 @@ class PackumentSource:
 
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
               public: Mapping[str, Any] | None, now: datetime,
-              keys: KeySet | None) -> Gated:
+              keys: KeySet | None, only: str | None = None) -> Gated:
         withdrawn = (self.withdrawals.of(name.full, versions_of(private))
                      if private is not None else None)
         refused = self.refused(name.full) if self.refused is not None else None
-        return gate(name, private, public, rules=self.rules, now=now,
-                    origin=self.public.origin, keys=keys, withdrawn=withdrawn, refused=refused)
+        try:
+            return gate(name, private, public, rules=self.rules, now=now,
+                        origin=self.public.origin, keys=keys, withdrawn=withdrawn,
+                        refused=refused, only=only)
+        except orjson.JSONDecodeError as error:
+            raise _unusable(error) from None
 
     def _note_withdrawals(self, gated: Gated, private_versions: Mapping[str, Any]) -> None:
         """Remember what this fill found withdrawn (and forget what public lists again with

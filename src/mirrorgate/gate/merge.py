@@ -27,6 +27,7 @@ from mirrorgate.gate.records import (
 )
 from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity
 from mirrorgate.moments import iso_now, moment
+from mirrorgate.npm.lazydoc import reduced
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
@@ -51,6 +52,7 @@ from mirrorgate.rules import (
     scripts_reported,
     state_token,
 )
+from mirrorgate.rules.takeover import HISTORY_FIELDS
 
 __all__ = ["PUBLIC_WITHDRAWN", "TARBALL_ORIGIN", "Withdrawn", "gate"]
 
@@ -291,15 +293,19 @@ def _mirrored_time(manifest: object) -> str | None:
 
 
 def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
-                records: Mapping[str, VersionRecord]) -> dict[str, str]:
+                records: Mapping[str, VersionRecord], only: str | None = None) -> dict[str, str]:
     """`created`, `modified` and the survivors' times; a mirrored version's is the public time
-    its mark carries (`_mirrored_time`)."""
+    its mark carries (`_mirrored_time`). With `only` (one version judged alone), `created` is
+    the package's first publish (`_first_publish`)."""
     private_times, public_times = times_of(private), times_of(public)
     merged: dict[str, str] = {}
     for key, pick in (("created", min), ("modified", max)):
         found = [t[key] for t in (public_times, private_times) if isinstance(t.get(key), str)]
         if found:
             merged[key] = pick(found)
+    first = _first_publish(public_times, private_times) if only is not None else None
+    if first is not None:
+        merged["created"] = first
     private_versions = versions_of(private)
     for version, record in records.items():
         if record.denial is not None:
@@ -313,6 +319,18 @@ def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
         if isinstance(stamp, str):
             merged[version] = stamp
     return merged
+
+
+def _first_publish(*times: Mapping[str, Any]) -> str | None:
+    """The earliest of `created` and every version's time: the package's first publish, which
+    the release signals read (`gate.release`: young-package-install-script, on by default,
+    and typosquat) where the whole packument has its other versions' times. One version's
+    gating (a tarball's cold admission) keeps it as its `created`, so it is judged young or
+    old as the whole packument's gating judges it (with `created` written, as npm writes it,
+    the same time); the other versions' times are not otherwise kept."""
+    found = [(when, text) for each in times for key, text in each.items()
+             if key != "modified" and (when := moment(text)) is not None]
+    return min(found)[1] if found else None
 
 
 def _check_sizes(name: PackageName, private: Mapping[str, Any],
@@ -345,7 +363,7 @@ def gate(
     (`gate.release`), denied as they say. `only` judges that one version alone (the worker's
     re-gate reads one record): ownership, the size bound and the history the rules read still
     come from the whole documents, but no other version is judged or serialised, so the tags,
-    times and size describe it alone.
+    times and size describe it alone, and the head (readme, description...) is left empty.
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
@@ -359,8 +377,10 @@ def gate(
     # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse this
     advisories = state_token(rules.advisories, now)
     # The history the takeover rules read is built once here, not once per version.
-    context = Context.of(public_versions, times_of(public), needs_history=needs_history(rules),
-                         keys=keys)
+    # Read lazily (a tarball's one-version fill), the history parses the fields it reads alone.
+    history = needs_history(rules)
+    context = Context.of(reduced(public_versions, HISTORY_FIELDS) if history else {},
+                         times_of(public), needs_history=history, keys=keys)
     judging = _Judging(name, rules, now, context)
     if rules.signatures.verify and keys is None and public_versions:
         # gated without the keys it should have had: gated again at its next fill (now), so a
@@ -372,14 +392,15 @@ def gate(
 
     records = judging.records
     survivors = [v for v, record in records.items() if record.denial is None]
-    head = merge_head(private, public, first_party)
+    # one version judged alone is read for its record, never rendered: no readme to keep
+    head = merge_head(private, public, first_party) if only is None else {}
     size = len(orjson.dumps(head)) + sum(
         len(r.full) + len(r.abbreviated) + RECORD_BYTES for r in records.values())
     return Gated(
         name=name,
         head=head,
         dist_tags=merge_tags(private, public, survivors, first_party),
-        time=_merge_time(private, public, records),
+        time=_merge_time(private, public, records, only),
         versions=records,
         policy_message=(policy_message(name, judging.denied, survivors) if judging.denied
                         else None),
@@ -393,4 +414,5 @@ def gate(
         first_party=first_party,
         rules_generation=rules.generation,
         withdrawals=judging.withdrawals,
+        alone=only,
     )

@@ -8,10 +8,10 @@ person always see the same verdicts, and a cold name costs one fill however many
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from mirrorgate.gate.cache import Cached, PackumentCache
+from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry
 from mirrorgate.gate.fill import PackumentSource
 from mirrorgate.gate.records import Gated, VersionRecord
@@ -22,6 +22,10 @@ __all__ = ["PINS", "Packuments", "Pinned"]
 
 PINS = 4096
 """Versions whose records are pinned for the worker beside the proxy, at most (oldest go)."""
+ALONE_SHARE = 8
+"""The one-version entries (`for_tarball`) keep this fraction of the cache's byte budget, and
+the public answers they were read from as much again: the packuments' entries keep the rest,
+so MIRRORGATE_CACHE_MAX_BYTES counts all three."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +55,22 @@ class Packuments:
         self._pins: OrderedDict[tuple[str, str], Pinned] | None = (
             OrderedDict() if pins > 0 else None)
         self._max_pins = pins
+        # A tarball's admission needs its own version judged, not the thousands its packument
+        # may list (a cold `npm ci` asks for tarballs alone): such one-version entries live in
+        # a cache of their own, keyed `name@version`, so one never stands for the packument.
+        share = cache.max_bytes // ALONE_SHARE
+        self.alone: PackumentCache[PackumentEntry] = cache.sibling(share)
+        # ... and the public packument's bytes, for another version of the name a moment
+        # later (a cold install's tarballs of one name come one by one): read again lazily,
+        # not fetched again
+        source.recent = cache.sibling(share)
+        cache.max_bytes -= 2 * share
 
     def pin(self, name: PackageName, version: str) -> None:
         """Keep the cached record of `name@version` for the job just enqueued for it."""
         slot = self.cache.peek(name.full)
+        if slot is None or slot.value.gated is None:
+            slot = self.alone.peek(f"{name.full}@{version}")
         if self._pins is None or slot is None or slot.value.gated is None:
             return
         gated = slot.value.gated
@@ -102,6 +118,34 @@ class Packuments:
                                 "could not be asked to gate this package again")
         return slot
 
+    async def for_tarball(self, name: PackageName, version: str) -> Gated | None:
+        """What admits a tarball of `name@version` (`version_entry`'s gating)."""
+        return (await self.version_entry(name, version)).value.gated
+
+    async def version_entry(self, name: PackageName, version: str) -> Cached[PackumentEntry]:
+        """The entry that judges `name@version`: the packument's when it is fresh or being
+        filled, else that version's judged alone (filled from the public packument read
+        lazily, `npm.lazydoc`): the same verdict on it, at a fraction of the cost. Raises as
+        `entry` does."""
+        cached = self.cache.peek(name.full)  # a look: `entry` counts the read
+        if self.cache.filling(name.full) or (cached is not None
+                                             and self.clock() < cached.fresh_until):
+            return await self.entry(name)
+        key = f"{name.full}@{version}"
+
+        def load(previous: Cached[PackumentEntry] | None) -> Awaitable[Loaded[PackumentEntry]]:
+            return self.source.load(name, previous, only=version)
+
+        slot = self.alone.fresh(key)
+        if slot is not None and not self._current(slot):
+            slot = await self.alone.refresh(key, load)
+        elif slot is None:
+            slot = await self.alone.get(key, load)
+        if not self._current(slot):
+            raise UpstreamError("public", "unreachable", "the rules changed and the upstreams "
+                                "could not be asked to gate this package again")
+        return slot
+
     def _current(self, slot: Cached[PackumentEntry]) -> bool:
         gated = slot.value.gated
         return gated is None or gated.rules_generation == self.source.rules.generation
@@ -114,11 +158,17 @@ class Packuments:
     async def gated(self, name: PackageName) -> Gated | None:
         return (await self.entry(name)).value.gated
 
-    def private_answered(self, name: PackageName) -> bool:
-        """Whether the fresh entry of `name` was built with the private upstream's answer."""
+    def private_answered(self, name: PackageName, version: str | None = None) -> bool:
+        """Whether the fresh entry of `name` (else of `name@version` judged alone) was built
+        with the private upstream's answer."""
         slot = self.fresh(name)
+        if slot is None and version is not None:
+            slot = self.alone.peek(f"{name.full}@{version}")  # a look, not a client's read
+            if slot is not None and self.clock() >= slot.fresh_until:
+                slot = None
         return slot is not None and slot.value.private_answered
 
     def forget(self, name: PackageName) -> None:
-        """Drop `name`'s entry after a write changed it."""
+        """Drop `name`'s entries after a write changed it."""
         self.cache.forget(name.full)
+        self.alone.forget_under(f"{name.full}@")

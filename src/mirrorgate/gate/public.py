@@ -99,7 +99,8 @@ class ServedPublic:
             # verdict the entry would still give, no fill needed
             return (PublicVerdict(pinned.record, pinned.published)
                     if not pinned.record.private else None)
-        slot: Cached[PackumentEntry] = await self.packuments.entry(name)
+        # its version judged alone unless the whole packument is at hand (`version_entry`)
+        slot: Cached[PackumentEntry] = await self.packuments.version_entry(name, version)
         gated = slot.value.gated
         # a stale entry (served while a fill fails) never admits a job, as `_usable` says
         if gated is None or self.packuments.clock() >= slot.fresh_until:

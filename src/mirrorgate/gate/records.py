@@ -169,6 +169,9 @@ class Gated:
     withdrawals: dict[str, str] = field(default_factory=dict)
     """Mirrored versions the public registry withdrew, and when that was first seen: the fill
     remembers them, so that a public outage or a restart does not bring one back."""
+    alone: str | None = None
+    """The one version judged (`gate(only=...)`): a tarball's admission, or the worker's
+    re-gate; the tags, times, survivors and size then describe it alone."""
     public_failure: MirrorgateError | None = field(default=None, compare=False)
     """The public upstream failed at this fill (its `UpstreamError`): a version missing here
     may exist there, and is then "not mirrored" rather than not found."""

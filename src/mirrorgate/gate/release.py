@@ -225,8 +225,13 @@ class ReleaseJudge:
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
                  now: Callable[[], datetime], facts: KeptFacts | None = None,
                  previous_max_bytes: int, timeout: float,
-                 forget: Callable[[PackageName], None] = lambda _name: None) -> None:
+                 forget: Callable[[PackageName], None] = lambda _name: None,
+                 one_version: Callable[[PackageName, str], Awaitable[Gated | None]] | None = None,
+                 ) -> None:
         self._rules = rules
+        self.one_version = one_version
+        """One version's gating (`Packuments.for_tarball`: the packument's when at hand), which
+        `verdict_for` reads when no signal that compares is on; None: the whole packument."""
         self.forget = forget
         """Drops a name's cached packument: a refusal then reaches it at once."""
         self.public = public
@@ -554,7 +559,11 @@ class ReleaseJudge:
             # not read; filling its packument again (evicted since, on a cold install of
             # thousands of names) only to learn that would cost a fill per job
             return None
-        gated = await self.packument(name)
+        # with no signal that compares on (the default's young-package signal alone), the
+        # version's own gating carries what is read (its record, the package's first publish):
+        # a job's packument is not filled whole to learn a package is old
+        gated = await (self.packument(name) if self.one_version is None
+                       or self.rules.release.compares else self.one_version(name, version))
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None or not self.applies(record, gated):
             return None
@@ -633,7 +642,18 @@ class ReleaseCheck:
             # only a signal that compares reads an earlier release: with the default's one
             # (young-package-install-script) no baseline is chosen, judged or fetched
             return None
-        chosen = await self.judge.baseline(self.name, self.gated, self.record.version,
+        gated = self.gated
+        if gated.alone is not None:
+            # one version's gating (a tarball's cold admission, `gate(only=)`) has no history
+            # to choose from: the whole packument's, lest a release look like a first version
+            # (the proxy reads it up front when a comparing signal is on; rules reloaded
+            # meanwhile reach here)
+            try:
+                gated = await self.judge.packument(self.name) or gated
+            except Exception as error:  # an upstream failure, whatever the fill raised
+                self.unsettled = f"its packument could not be read ({type(error).__name__})"
+                return None
+        chosen = await self.judge.baseline(self.name, gated, self.record.version,
                                            self.budget)
         if isinstance(chosen, Unsettled):
             self.unsettled = chosen.reason

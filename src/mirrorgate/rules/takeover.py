@@ -70,6 +70,10 @@ class Release:
     provenance: bool
 
 
+HISTORY_FIELDS = ("_npmUser", "maintainers", "dist")
+"""What `History.of` reads of each version (`publishers_of`, `_has_provenance`)."""
+
+
 def publishers_of(manifest: Mapping[str, Any]) -> frozenset[str]:
     """The accounts that published a version (`_npmUser`, else its `maintainers`)."""
     # `_npmUser` names the account that ran the publish; old documents lack it, and then the

@@ -181,6 +181,7 @@ class ProxyServer:
                                      queue=proxy.queue, metrics=proxy.metrics,
                                      relay=self.relay, packument=self.packument_route.gated_or_none,
                                      private_answered=self.packuments.private_answered,
+                                     for_tarball=self.packument_route.for_tarball,
                                      handoff=proxy.handoff,
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
                                                   else None),

@@ -81,6 +81,15 @@ class PackumentRoute:
     async def gated_or_none(self, name: PackageName) -> Gated | None:
         return (await self.entry(name)).value.gated
 
+    async def for_tarball(self, name: PackageName, version: str) -> Gated | None:
+        """`Packuments.for_tarball` (`name@version` judged alone when its packument is not at
+        hand), its failures answered as `entry`'s are: by the whole fill, whose stale copy,
+        503 for an owned name or refusal is the answer."""
+        try:
+            return await self.packuments.for_tarball(name, version)
+        except (UpstreamError, TooManyVersionsError):
+            return await self.gated_or_none(name)
+
     def cached_or_false(self, name: PackageName) -> Gated | bool | None:
         """The fresh cached packument of `name` (None: no upstream has it), False when none
         is cached; never fills."""

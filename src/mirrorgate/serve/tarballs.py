@@ -67,7 +67,8 @@ class TarballRoute:
     def __init__(self, *, private: PrivateRegistry, public: Upstream, queue: MirrorQueue,
                  metrics: Metrics, relay: Relay,
                  packument: Callable[[PackageName], Awaitable[Gated | None]],
-                 private_answered: Callable[[PackageName], bool] = lambda _name: False,
+                 private_answered: Callable[[PackageName, str], bool] = lambda _n, _v: False,
+                 for_tarball: Callable[[PackageName, str], Awaitable[Gated | None]] | None = None,
                  handoff: Handoff | None = None,
                  on_enqueued: Callable[[PackageName, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
@@ -79,6 +80,9 @@ class TarballRoute:
         self.metrics = metrics
         self.relay = relay
         self.packument = packument
+        self.for_tarball = for_tarball
+        """The gating a tarball needs (`Packuments.for_tarball`): its version judged alone
+        when the packument is not cached; `packument` when None."""
         self.private_answered = private_answered
         self.handoff = handoff
         self.on_enqueued = on_enqueued
@@ -138,7 +142,15 @@ class TarballRoute:
         # The gated packument (cached) is read first, so the rules reach every version: a denied
         # one is a 403 wherever its bytes are, mirrored and first-party versions included, and a
         # version no upstream lists is a 404 before any tarball is asked for.
-        gated = await self.packument(name)
+        # Its own version judged alone suffices (`for_tarball`) unless a release signal that
+        # compares with an earlier release is on (`release.compares`): a first pull then
+        # chooses its baseline from the history, so the whole packument's gating is read at
+        # once rather than after the version's own. The default's young-package signal reads
+        # the package's first publish alone, which one version's gating carries.
+        whole = self.for_tarball is None or (self.release is not None
+                                             and self.release.rules.release.compares)
+        gated = await (self.packument(name) if whole or self.for_tarball is None
+                       else self.for_tarball(name, version))
         record = gated.versions.get(version) if gated is not None else None
         if gated is not None and record is None and isinstance(gated.public_failure,
                                                                 UpstreamError):
@@ -162,16 +174,17 @@ class TarballRoute:
             alert = denial_alert(name.full, version, record.denial, "tarball")
             if alert is not None:
                 self.metrics.events.alert(alert)
-            raise denied(name, record, gated.survivors, self.contact)
+            raise denied(name, record, await self._survivors(name, gated), self.contact)
         # bytes the scan refused at an earlier pull (report mode serves them, and said so)
         found = (self.relay.scripts_found.get(f"{name.full}@{version}")
                  if record.scan_scripts and not record.scan_reports else None)
         if found is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=INSTALL_SCRIPTS, reason=found)
-            raise _scripts_refusal(name, version, found, self.contact, gated.survivors)
+            raise _scripts_refusal(name, version, found, self.contact,
+                                   await self._survivors(name, gated))
         private_error: UpstreamError | None = None
-        skipped = not record.private and self.private_answered(name)
+        skipped = not record.private and self.private_answered(name, version)
         if skipped:
             # the packument, built with the private upstream's answer, says the version is
             # public-only: asking private again would cost a round trip per tarball for a miss
@@ -212,6 +225,17 @@ class TarballRoute:
                 if copy is not None:
                     return copy
             raise not_mirrored(error, name, version) from None
+
+    async def _whole(self, name: PackageName, gated: Gated) -> Gated:
+        """The whole packument's gating where one version's (`Gated.alone`) is not enough."""
+        if gated.alone is None:
+            return gated
+        whole = await self.packument(name)
+        return whole if whole is not None else gated
+
+    async def _survivors(self, name: PackageName, gated: Gated) -> list[str]:
+        """The versions a refusal names as installable instead (the whole packument's)."""
+        return (await self._whole(name, gated)).survivors
 
     def _release_refusal(self, name: PackageName, version: str,
                          verdict: ReleaseVerdict) -> Refused:
@@ -295,7 +319,7 @@ class TarballRoute:
             # refused before a byte was sent: the 403 with the reason, at the first pull
             if withheld.rule == INSTALL_SCRIPTS:
                 raise _scripts_refusal(name, version, withheld.reason, self.contact,
-                                       gated.survivors) from None
+                                       await self._survivors(name, gated)) from None
             kept = judge.remembered(name.full, version) if judge is not None else None
             if judge is not None and kept is not None and kept.in_force(judge.now()):
                 raise self._release_refusal(name, version, kept) from None  # the evidence

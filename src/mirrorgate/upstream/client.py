@@ -365,9 +365,14 @@ class Upstream:
         200 whose object is not (`not_a_packument`): a failed answer, never public's word."""
         if answer.status != 200 or answer.document is None:
             return answer
-        wrong = not_a_packument(name, answer.document)
+        self.check_packument(name, answer.document)
+        return answer
+
+    def check_packument(self, name: PackageName, document: Mapping[str, Any]) -> None:
+        """`packument_of` for a document read another way (`npm.lazydoc`)."""
+        wrong = not_a_packument(name, document)
         if wrong is None:
-            return answer
+            return
         log.warning("upstream_not_a_packument", upstream=self.label, package=name.full,
                     reason=wrong)
         raise self._failure(UpstreamError(self.label, "not-packument", f"answered 200 for "

@@ -1,0 +1,115 @@
+"""A packument read lazily: its fields, and each of its versions, parsed only when read.
+
+A tarball request needs one version of a packument that may list thousands (20 MB). msgspec
+finds where each value's bytes lie (`Raw`) at a fifth of a whole parse's cost; orjson parses
+the values read, exactly as it parses them in a whole document. docs/serving.md ("The cold
+path at scale") has the measurements and the one departure (`lazy_packument`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgspec
+import orjson
+
+__all__ = ["LazyMapping", "lazy_packument", "reduced"]
+
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+@functools.cache
+def _fields_decoder(fields: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
+    """A decoder keeping `fields` of a JSON object (each as `Raw`, None when absent) and
+    skipping the rest without building it."""
+    struct = msgspec.defstruct("Fields", [(f"f{at}", msgspec.Raw | None, None)
+                                          for at in range(len(fields))],
+                               rename={f"f{at}": field for at, field in enumerate(fields)})
+    return msgspec.json.Decoder(struct)
+
+
+class LazyMapping(Mapping[str, Any]):
+    """A JSON object whose values are parsed when first read (and kept); `nested` names the
+    keys whose values are themselves objects read lazily (a packument's `versions`)."""
+
+    __slots__ = ("_nested", "_parsed", "_raw")
+
+    def __init__(self, raw: dict[str, msgspec.Raw], nested: frozenset[str] = frozenset()) -> None:
+        self._raw = raw
+        self._nested = nested
+        self._parsed: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._parsed[key]
+        except KeyError:
+            pass
+        raw = memoryview(self._raw[key])
+        value: Any
+        try:
+            if key not in self._nested:
+                raise msgspec.ValidationError
+            value = LazyMapping(_OBJECT.decode(raw))
+        except msgspec.ValidationError:  # not nested, or no object: parsed as it is
+            value = orjson.loads(raw)
+        self._parsed[key] = value
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+    def reduced(self, fields: tuple[str, ...]) -> dict[str, Any]:
+        """Each value that is an object with only `fields` kept (a value that is no object as
+        it is): what a reader of those fields alone sees, at a fraction of a parse."""
+        decoder = _fields_decoder(fields)
+        found: dict[str, Any] = {}
+        for key, raw in self._raw.items():
+            if key in self._parsed:  # parsed already: read it from there
+                value = self._parsed[key]
+                found[key] = ({f: value[f] for f in fields if f in value}
+                              if isinstance(value, dict) else value)
+                continue
+            view = memoryview(raw)
+            try:
+                kept = decoder.decode(view)
+            except msgspec.ValidationError:  # not an object
+                found[key] = orjson.loads(view)
+                continue
+            found[key] = {field: orjson.loads(memoryview(part)) for field, part
+                          in zip(fields, msgspec.structs.astuple(kept), strict=True)
+                          if part is not None}
+        return found
+
+
+def reduced(mapping: Mapping[str, Any], fields: tuple[str, ...]) -> Mapping[str, Any]:
+    """`mapping` for a reader of `fields` of its values alone: read lazily, only those are
+    parsed (`LazyMapping.reduced`); a parsed mapping is handed back as it is."""
+    return mapping.reduced(fields) if isinstance(mapping, LazyMapping) else mapping
+
+
+def lazy_packument(body: bytes) -> LazyMapping | None:
+    """`body` (a registry's 200 for a packument) read lazily, its `versions` one by one; None
+    when it must be parsed whole, which then accepts or refuses it as always: not a JSON
+    object, JSON msgspec refuses (malformed, or nested deeper than its limit, below orjson's
+    1,024), or bytes that are not UTF-8 (msgspec does not check inside the strings it skips).
+    The departure: a number beyond a double's range (`1e400`) in a value never read is not
+    seen, where a whole parse refuses the document; read, it raises `orjson.JSONDecodeError`."""
+    if not body.isascii():
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    try:
+        document = LazyMapping(_OBJECT.decode(body), frozenset({"versions"}))
+        document.get("versions")  # every reader needs where each version lies: found here,
+        return document           # where the caller put this (a thread, for a large one)
+    except (msgspec.DecodeError, RecursionError):
+        return None
