@@ -19,7 +19,8 @@ from mirrorgate.gate.baseline import (
     earlier_releases,
 )
 from mirrorgate.gate.facts import MAX_VERDICTS, KeptFacts
-from mirrorgate.gate.release import ReleaseJudge, _Facts
+from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.gate.releasefacts import Findings
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName, parse_name
 from mirrorgate.npm.origins import Origin
@@ -167,7 +168,7 @@ async def test_a_young_packages_releases_with_their_build_hook_vouch_once_it_is_
     for version, fired, compared in (("1.0.0", (young,), None), ("1.0.1", (young,), "1.0.0"),
                                      ("1.0.2", (young, worm), "1.0.1")):
         judge.remember("gyp-addon", version, "sha512-" + "A" * 86 + "==",
-                       _Facts(fired, NOW - timedelta(days=40), compared))
+                       Findings(fired, NOW - timedelta(days=40), compared))
 
     chosen = await judge.baseline(parse_name("gyp-addon"), packument, "1.1.0", Budget())
 

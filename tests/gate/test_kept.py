@@ -10,7 +10,8 @@ from pathlib import Path
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.imported import import_files
 from mirrorgate.gate.records import Gated
-from mirrorgate.gate.release import ReleaseJudge, _Facts
+from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.gate.releasefacts import Findings
 from mirrorgate.gate.waivers import follow_waivers, held_waivers
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
@@ -110,7 +111,7 @@ async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_
     path = tmp_path / "state.sqlite3"
     before = _judge(RELEASE_RULES, await kept_on(path))
     before.remember("colour-kit", "5.6.1", "sha512-" + "A" * 86 + "==",
-                    _Facts((fired,), None, "5.6.0"))
+                    Findings((fired,), None, "5.6.0"))
     refused = before.remembered("colour-kit", "5.6.1")
     assert refused is not None
     assert refused.rule == "new-install-script"

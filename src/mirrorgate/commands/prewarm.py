@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from mirrorgate.gate import PackumentSource, mirror_job
-from mirrorgate.gate.release import UNSETTLED, ReleaseJudge
+from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.gate.releasefacts import UNSETTLED
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.upstream.client import UpstreamError

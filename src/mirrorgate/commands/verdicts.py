@@ -20,7 +20,7 @@ from mirrorgate.config import Secret, Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import Denial
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.release import UNSETTLED
+from mirrorgate.gate.releasefacts import UNSETTLED
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import Rules

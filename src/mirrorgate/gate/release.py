@@ -1,19 +1,17 @@
-"""The release signals' I/O: the baseline's bytes, the new dependencies' first publish, the
-names the organisation installs, and each version's verdict, kept as a record of the version.
+"""The release signals' judge: each version's verdict, kept as a record of the version, and
+the I/O the verdicts need (the baseline's bytes, the new dependencies' first publish, the names
+the organisation installs).
 
-`ReleaseCheck` rides on the relay of a version's first public pull: the relay feeds its reading
-(`npm.contents`, on the hashing lane, beside the loop) while this chooses the baseline
-(`gate.baseline`) and fetches its tarball (bounded, verified, read in a thread) and, once the
-last byte is in, the checks of `rules.release` run and the verdict is kept in the state store
-(`facts`). The worker, `prewarm` and `check` judge off the relay (`verdict_for`).
-docs/serving.md#release-signals tells why it runs there; docs/verdicts.md, the record.
+A pull asks `at_pull` once: a verdict in force, or a `ReleaseCheck` (`gate.releasecheck`) to
+read the bytes as they relay. The worker, `prewarm` and `check` judge off the relay
+(`verdict_for`). docs/serving.md#release-signals tells why it runs there; docs/verdicts.md,
+the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -22,47 +20,38 @@ from typing import Any
 
 import structlog
 
-from mirrorgate.events import Alert
 from mirrorgate.gate.baseline import Baseline, Budget, Unsettled, choose_baseline
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.records import Denial, Gated, VersionRecord
+from mirrorgate.gate.releasecheck import ReleaseCheck
+from mirrorgate.gate.releasefacts import (
+    MAX_DEPENDENCIES_ASKED,
+    Findings,
+    Unread,
+    first_published,
+    package_first_published,
+)
 from mirrorgate.integrity import (
     DigestMismatch,
     SizeMismatch,
     StreamVerifier,
     TooLarge,
     Unverifiable,
-    strongest_of,
 )
 from mirrorgate.metrics import Metrics
-from mirrorgate.moments import moment
 from mirrorgate.npm.contents import (
-    ContentReading,
     Contents,
     KeptReadings,
     contents_of,
-    manifest_runs,
 )
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
-from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
-from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.versions import newest_first
-from mirrorgate.rules import REPORT, LiveRules, Rules
+from mirrorgate.rules import LiveRules, Rules
 from mirrorgate.rules.kinship import provenance_repository
 from mirrorgate.rules.release import (
     Dependency,
-    Fired,
-    Release,
     ReleaseVerdict,
-    added_packages,
-    check_dependencies,
-    check_install,
-    check_obfuscation,
-    check_outside,
-    check_typosquat,
-    check_unreadable,
-    check_young_package,
     judge,
 )
 from mirrorgate.rules.releasetable import (
@@ -71,68 +60,21 @@ from mirrorgate.rules.releasetable import (
     YOUNG_PACKAGE_INSTALL_SCRIPT,
 )
 from mirrorgate.rules.takeover import publishers_of
-from mirrorgate.rules.typosquat import NameIndex, popular_names
+from mirrorgate.rules.typosquat import NameIndex
 from mirrorgate.store import INSTALLED, Verdict
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 
-__all__ = ["MAX_DEPENDENCIES_ASKED", "OFTEN", "UNSETTLED", "AtPull", "ReleaseCheck",
-           "ReleaseJudge"]
+__all__ = ["NOTHING", "OFTEN", "AtPull", "Judged", "ReleaseJudge"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
 OFTEN = 3
 """Pulls of a name that make it one the organisation "installs often" (typosquat's own list)."""
-MAX_DEPENDENCIES_ASKED = 20
-"""New dependencies of one release whose first publish is looked up at most; more are a
-refusal (`unreadable-release`): the publisher chose how many to add."""
 _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
 _STEP = 256 * 1024  # bytes fed to a reading at a time
 _AGES_KEPT = 16_384  # names whose first publish a pull noted, at most (oldest go)
 _AGE_NOTED_FOR = timedelta(minutes=10)  # how long a pull's note answers a job (`verdict_for`)
 _ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT})  # not a baseline's flaw
-UNSETTLED = "release-unchecked"
-"""The rule a version is refused by when no release it could be compared with was judged
-clean within the bound (`gate.baseline`): the signals' own "could not check"."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Facts:
-    """What one analysis found, kept per version: the verdict is made again from it under the
-    rules in force at each pull (an allow entry added later releases it without a new read)."""
-
-    fired: tuple[Fired, ...]
-    published: datetime | None
-    compared_with: str | None
-
-    def evidence(self) -> str:
-        return json.dumps({"fired": [[f.signal, f.evidence, list(f.details)] for f in self.fired],
-                           "published": self.published.isoformat() if self.published else None})
-
-    @classmethod
-    def of(cls, verdict: Verdict) -> _Facts | None:
-        """The facts a kept verdict carries; None when its evidence cannot be read (then the
-        version is read again at its next first pull)."""
-        try:
-            data = json.loads(verdict.evidence)
-            fired = tuple(Fired(str(signal), str(evidence), tuple(str(d) for d in details))
-                          for signal, evidence, details in data["fired"])
-            published = moment(data["published"]) if data["published"] else None
-        except (ValueError, KeyError, TypeError):
-            return None
-        return cls(fired, published, verdict.compared_with)
-
-
-def _first_published(gated: Gated) -> datetime | None:
-    return first_published(gated.time)
-
-
-def first_published(time: Mapping[str, Any]) -> datetime | None:
-    """A package's first publish, from its packument's `time` map."""
-    created = moment(time.get("created"))
-    times = [when for key, value in time.items() if key not in ("created", "modified")
-             and (when := moment(value)) is not None]
-    candidates = [*times, *([created] if created is not None else [])]
-    return min(candidates) if candidates else None
 
 
 def _publishers(gated: Gated) -> tuple[frozenset[str], frozenset[str]]:
@@ -147,35 +89,6 @@ def _publishers(gated: Gated) -> tuple[frozenset[str], frozenset[str]]:
         if repository is not None:
             repositories.add(repository)
     return frozenset(found), frozenset(repositories)
-
-
-def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
-    """What npm installs for it, by key (peers included), as the specs it reads them from."""
-    return {key: how.spec for key, how in installed_dependencies(manifest).items()}
-
-
-def _commands(manifest: Mapping[str, Any]) -> dict[str, str]:
-    scripts = manifest.get("scripts")
-    if not isinstance(scripts, Mapping):
-        return {}
-    return {key: scripts[key] for key in INSTALL_SCRIPT_KEYS
-            if isinstance(scripts.get(key), str) and scripts[key]}
-
-
-def _release(version: str, manifest: dict[str, Any], contents: Contents,
-             published: datetime | None = None) -> Release:
-    return Release(version, contents, manifest_runs(manifest), _dependencies(manifest),
-                   published, publishers_of(manifest), _commands(manifest),
-                   provenance_repository(manifest))
-
-
-@dataclass(frozen=True, slots=True)
-class _Unread:
-    """Why the previous version's bytes could not be had, and whether the publisher's own
-    shape is the cause (over the bound, unreadable) or an outage of mirrorgate's sources."""
-
-    reason: str
-    publishers: bool = False
 
 
 def _feed(scan: ScriptScan, tarball: bytes) -> None:
@@ -210,14 +123,6 @@ class Judged:
     """No release it could be compared with was judged clean within the bound."""
 
 
-def _kept_as(name: PackageName, record: VersionRecord) -> tuple[str, str, str]:
-    """A version's reading is kept by its name, version and bytes (its strongest digest)."""
-    try:
-        return (name.full, record.version, strongest_of(record.digests).sri())
-    except Unverifiable:
-        return (name.full, record.version, "")
-
-
 class ReleaseJudge:
     """The release signals of one process: what they remember, and the I/O they need."""
 
@@ -241,7 +146,7 @@ class ReleaseJudge:
         self.previous_max_bytes = previous_max_bytes
         self.timeout = timeout
         self.facts = facts if facts is not None else KeptFacts()
-        self._decoded: dict[tuple[str, str], tuple[Verdict, _Facts | None]] = {}
+        self._decoded: dict[tuple[str, str], tuple[Verdict, Findings | None]] = {}
         self._judging: dict[tuple[str, str], asyncio.Task[Judged]] = {}
         self._flagged: dict[str, set[str]] | None = None  # name -> versions a signal fired for
         self._counts: dict[str, int] = {}
@@ -282,7 +187,7 @@ class ReleaseJudge:
         if not release.on or record.private or record.upstream_tarball is None:
             return False
         if release.only_young_package and gated is not None:
-            first = _first_published(gated)
+            first = package_first_published(gated)
             self._note_age(gated.name.full, first)
             return first is not None and self.now() - first < release.young_package
         return True
@@ -318,7 +223,7 @@ class ReleaseJudge:
             return None
         decoded = self._decoded.get((name, version))
         if decoded is None or decoded[0] is not kept:
-            decoded = (kept, _Facts.of(kept))
+            decoded = (kept, Findings.of(kept))
             self._decoded[(name, version)] = decoded
             if len(self._decoded) > 2 * len(self._flagged_index()) + 10_000:
                 self._decoded.clear()
@@ -397,9 +302,9 @@ class ReleaseJudge:
     def check(self, name: PackageName, gated: Gated, record: VersionRecord) -> ReleaseCheck:
         return ReleaseCheck(self, name, gated, record)
 
-    async def fetch_previous(self, name: PackageName, record: VersionRecord) -> bytes | _Unread:
+    async def fetch_previous(self, name: PackageName, record: VersionRecord) -> bytes | Unread:
         """A release's tarball, verified (the baseline's, or one judged off the relay:
-        `read_and_judge`), or why it cannot be had (`_Unread`: the publisher's doing or an
+        `read_and_judge`), or why it cannot be had (`Unread`: the publisher's doing or an
         outage)."""
         url = record.upstream_tarball
         assert url is not None  # only versions with a public URL are baselines or judged
@@ -407,13 +312,13 @@ class ReleaseJudge:
             verifier = StreamVerifier(record.digests, expected_size=None,
                                       limit=self.previous_max_bytes)
         except Unverifiable:
-            return _Unread(f"{record.version} carries no digest to verify its bytes against")
+            return Unread(f"{record.version} carries no digest to verify its bytes against")
         chunks: list[bytes] = []
         try:
             async with asyncio.timeout(self.timeout), self.public.stream(
                     url, pool=TARBALLS) as body:
                 if body is None:
-                    return _Unread(f"the public registry has no tarball for {record.version}")
+                    return Unread(f"the public registry has no tarball for {record.version}")
                 verifier.declared_length(body.size)
                 async for chunk in body.chunks:
                     verifier.update(chunk)
@@ -422,26 +327,26 @@ class ReleaseJudge:
         except TooLarge as error:
             # the publisher chose the size: a padded previous version would otherwise
             # leave the next one unchecked (MIRRORGATE_RELEASE_PREVIOUS_MAX_BYTES)
-            return _Unread(f"{record.version}'s tarball was not read: {error}", publishers=True)
+            return Unread(f"{record.version}'s tarball was not read: {error}", publishers=True)
         except (SizeMismatch, DigestMismatch) as error:
             # the public registry's bytes are not those its document names: its fault
-            return _Unread(f"{record.version}'s tarball was not read: {error}")
+            return Unread(f"{record.version}'s tarball was not read: {error}")
         except UpstreamError as error:
-            return _Unread(f"{record.version}'s tarball could not be fetched: {error}")
+            return Unread(f"{record.version}'s tarball could not be fetched: {error}")
         except TimeoutError:
-            return _Unread(f"{record.version}'s tarball was not fetched within "
+            return Unread(f"{record.version}'s tarball was not fetched within "
                            f"{self.timeout:g} s")
         return b"".join(chunks)
 
-    async def read_previous(self, record: VersionRecord, fetched: bytes | _Unread,
-                            new: Contents) -> Contents | _Unread:
+    async def read_previous(self, record: VersionRecord, fetched: bytes | Unread,
+                            new: Contents) -> Contents | Unread:
         """The previous version's contents (its files unchanged in `new` not measured again),
         or why they cannot be had."""
-        if isinstance(fetched, _Unread):
+        if isinstance(fetched, Unread):
             return fetched
         contents = await asyncio.to_thread(contents_of, fetched, new.code)
         if contents.problem is not None:
-            return _Unread(f"{record.version}'s tarball cannot be read: {contents.problem}",
+            return Unread(f"{record.version}'s tarball cannot be read: {contents.problem}",
                            publishers=True)
         return contents
 
@@ -469,7 +374,7 @@ class ReleaseJudge:
             if gated is None:
                 found[text] = None
             elif not gated.first_party:
-                found[text] = Dependency(_first_published(gated), *_publishers(gated))
+                found[text] = Dependency(package_first_published(gated), *_publishers(gated))
 
         await asyncio.gather(*(one(text) for text in asked))  # cached, single-flight fills
         return found, failed
@@ -480,7 +385,7 @@ class ReleaseJudge:
         not on what changed in these bytes) fired, or what fired the rules now let through
         whole (an allow entry, a signal turned off); None: never judged."""
         kept = self.facts.verdict(name, version)
-        facts = _Facts.of(kept) if kept is not None else None
+        facts = Findings.of(kept) if kept is not None else None
         if facts is None:
             return None
         # a young package's every release with a hook fires young-package-install-script: were
@@ -533,7 +438,7 @@ class ReleaseJudge:
         try:
             check.begin()  # the baseline chosen and fetched beside this read
             fetched = await self.fetch_previous(name, record)
-            if isinstance(fetched, _Unread):
+            if isinstance(fetched, Unread):
                 log.warning("release_read_failed", package=name.full, version=record.version,
                             reason=fetched.reason, publishers=fetched.publishers)
                 return Judged(f"its bytes could not be read: {fetched.reason}", unread=True)
@@ -571,7 +476,7 @@ class ReleaseJudge:
         remembered = self.remembered(name.full, version)
         return remembered if remembered is not None else judged.refused
 
-    def remember(self, name: str, version: str, integrity: str, facts: _Facts) -> None:
+    def remember(self, name: str, version: str, integrity: str, facts: Findings) -> None:
         """Keep what the signals found as the version's verdict (memory now, the store in the
         background), read back under the rules in force at each pull (`remembered`)."""
         kept = Verdict(name, version, integrity, "flagged" if facts.fired else "clean",
@@ -580,276 +485,3 @@ class ReleaseJudge:
         self._decoded[(name, version)] = (kept, facts)
         if facts.fired:
             self._flagged_index().setdefault(name, set()).add(version)
-
-
-class ReleaseCheck:
-    """One version's first pull, read by the release signals. The relay feeds `scan` and calls
-    `begin()` when its download starts, `verdict()` once every byte is read (the last chunk
-    held back meanwhile), and `close()` in any case."""
-
-    def __init__(self, judge_: ReleaseJudge, name: PackageName, gated: Gated,
-                 record: VersionRecord, budget: Budget | None = None) -> None:
-        self.judge = judge_
-        self.name = name
-        self.gated = gated
-        self.record = record
-        self.reading = ContentReading()
-        self.budget = budget if budget is not None else Budget()
-        self.previous: VersionRecord | None = None
-        """The release compared with, once `baseline` chose it (`gate.baseline`); stays None
-        when no signal that compares is on (`release.compares`)."""
-        self.unsettled: str | None = None
-        """Why no clean release could be compared with, when none could (a refusal)."""
-        self._task: asyncio.Task[bytes | Contents | _Unread | None] | None = None
-        self.refused: str | None = None
-        """Why `verdict()` refused the bytes, once it has."""
-
-    @property
-    def scan(self) -> ScriptScan:
-        return self.reading.scan
-
-    @property
-    def label(self) -> str:
-        return f"{self.name.full}@{self.record.version}"
-
-    @property
-    def may_refuse(self) -> bool:
-        """Whether the verdict may refuse the bytes: never in the table's or the file's report
-        mode, where every signal (and `unavailable = "deny"`) is a would-deny, so a report-mode
-        rollout is not held until the last byte (`relay.HOLD_AT_MOST`)."""
-        return self.judge.rules.mode_of("release") != REPORT
-
-    @property
-    def integrity(self) -> str:
-        """The bytes judged, by their strongest digest ("" for a version with none)."""
-        try:
-            return strongest_of(self.record.digests).sri()
-        except Unverifiable:
-            return ""
-
-    def begin(self) -> None:
-        """Start choosing the release to compare with and fetching its bytes, beside the
-        download of these."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._baseline_bytes())
-
-    async def _baseline_bytes(self) -> bytes | Contents | _Unread | None:
-        """The baseline's bytes (or why they cannot be had), or its reading when this process
-        read it before (`KeptReadings`: neither fetched nor read again); None when there is no
-        baseline (`previous` None: a first version, `unsettled`, or no signal that compares
-        on)."""
-        if not self.judge.rules.release.compares:
-            # only a signal that compares reads an earlier release: with the default's one
-            # (young-package-install-script) no baseline is chosen, judged or fetched
-            return None
-        gated = self.gated
-        if gated.alone is not None:
-            # one version's gating (a tarball's cold admission, `gate(only=)`) has no history
-            # to choose from: the whole packument's, lest a release look like a first version
-            # (the proxy reads it up front when a comparing signal is on; rules reloaded
-            # meanwhile reach here)
-            try:
-                gated = await self.judge.packument(self.name) or gated
-            except Exception as error:  # an upstream failure, whatever the fill raised
-                self.unsettled = f"its packument could not be read ({type(error).__name__})"
-                return None
-        chosen = await self.judge.baseline(self.name, gated, self.record.version,
-                                           self.budget)
-        if isinstance(chosen, Unsettled):
-            self.unsettled = chosen.reason
-            return None
-        if chosen.passed_over:
-            log.info("release_baseline_passed_over", package=self.name.full,
-                     version=self.record.version, passed_over=list(chosen.passed_over),
-                     compared_with=chosen.record.version if chosen.record else None)
-        self.previous = chosen.record
-        if chosen.record is None:
-            return None
-        kept = self.judge.readings.get(_kept_as(self.name, chosen.record))
-        if kept is not None:
-            # a baseline read before lends its marks to this version's unchanged files (from
-            # the bytes fed next on), and needs no fetch: the same bytes read the same
-            self.reading.lend(kept.code)
-            return kept
-        return await self.judge.fetch_previous(self.name, chosen.record)
-
-    def close(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-
-    async def verdict(self) -> str | None:
-        """Every byte read: None when the bytes may leave, else the reason they may not (the
-        denial is remembered, logged, counted and on the status page)."""
-        judge_ = self.judge
-        version = self.record.version
-        now = judge_.now()
-        published = moment(self.gated.time.get(version))
-        manifest = self.record.manifest()
-        contents = self.reading.contents()
-        if judge_.rules.release.compares:
-            # a later release's baseline, read once; with no signal that compares (the
-            # default's young-package one) no baseline is ever read, so nothing is held
-            judge_.readings.keep(_kept_as(self.name, self.record), contents)
-        unchecked: list[str] = []  # outages of mirrorgate's sources: release.unavailable
-        unreadable: list[str] = []  # the publisher's own shape: a refusal (fail closed)
-        fired: list[Fired] = []
-        compared: str | None = None
-        self.begin()
-        assert self._task is not None
-        fetched = await self._task
-        if contents.problem is not None:
-            unreadable.append(f"its tarball cannot be read: {contents.problem}")
-        if self.previous is not None:
-            previous_manifest = self.previous.manifest()
-            before: Contents | _Unread = _Unread("its own tarball cannot be read")
-            if contents.problem is None and fetched is not None:
-                if isinstance(fetched, Contents):
-                    before = fetched  # kept from an earlier read (`_baseline_bytes`)
-                else:
-                    before = await judge_.read_previous(self.previous, fetched, contents)
-                    if isinstance(before, Contents):
-                        judge_.readings.keep(_kept_as(self.name, self.previous), before)
-            if isinstance(before, _Unread):
-                if contents.problem is None:
-                    (unreadable if before.publishers else unchecked).append(before.reason)
-                # what the registry manifests say runs and installs needs no bytes: still
-                # compared, so an unread tarball never hides a declared postinstall
-                new = _release(version, manifest, Contents(), published)
-                old = _release(self.previous.version, previous_manifest, Contents())
-            else:
-                new = _release(version, manifest, contents, published)
-                old = _release(self.previous.version, previous_manifest, before)
-                found = check_obfuscation(new, old)
-                if found is not None:
-                    fired.append(found)
-            compared = self.previous.version
-            fired += [found for found in (check_install(new, old), check_outside(new, old))
-                      if found]
-            added = sorted(added_packages(new, old))
-            if added:
-                if len(added) > MAX_DEPENDENCIES_ASKED:
-                    unreadable.append(
-                        f"it adds {len(added)} dependencies, more than the "
-                        f"{MAX_DEPENDENCIES_ASKED} looked up ({', '.join(added[:3])}...)")
-                first, failed = await judge_.first_published(added)
-                unchecked += [f"the dependency {text} could not be looked up"
-                              for text in failed]
-                rules = judge_.rules.release
-                found = check_dependencies(new, old, first, rules.young, rules.young_text,
-                                           now)
-                if found is not None:
-                    fired.append(found)
-            if contents.unread:
-                log.info("release_read_partly", package=self.name.full, version=version,
-                         unread=list(contents.unread))
-        unread_fired = check_unreadable(unreadable)
-        if unread_fired is not None:
-            fired.append(unread_fired)
-        rules = judge_.rules.release
-        young_package = check_young_package(
-            _release(version, manifest, contents if contents.problem is None else Contents(),
-                     published), _first_published(self.gated), rules.young_package,
-            rules.young_package_text, now)
-        if young_package is not None:
-            fired.append(young_package)
-        popular = await asyncio.to_thread(popular_names)  # read once, on first use
-        squat = check_typosquat(self.name.full, _first_published(self.gated),
-                                judge_.installed_before(self.name.full), judge_.often(),
-                                popular, rules.young, rules.young_text, now)
-        if squat is not None:
-            fired.append(squat)
-        verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared)
-        if self.unsettled is not None and not verdict.denied:
-            self.refused = self._unsettled(self.unsettled)
-        else:
-            self.refused = self._settle(verdict, fired, unchecked, published, compared)
-        return self.refused
-
-    def _unsettled(self, why: str) -> str | None:
-        """No clean release to compare with within the bound: refused whatever
-        `release.unavailable` says (it is the publisher's doing, not an outage), a would-deny
-        in report mode; not remembered, so a later pull judges it again."""
-        metrics = self.judge.metrics
-        metrics.release_checks.labels("unsettled").inc()
-        reason = f"no release it could be compared with was judged clean: {why}"
-        report = self.judge.rules.mode_of("release") == REPORT
-        log.warning("release_unsettled", package=self.name.full, version=self.record.version,
-                    reason=reason, refused=not report)
-        if report:
-            self._would_deny(UNSETTLED, reason, None)
-            return None
-        metrics.rule_denials.labels(UNSETTLED, "enforce").inc()
-        metrics.events.denied(self.label, UNSETTLED, reason)
-        return reason
-
-    def _settle(self, verdict: ReleaseVerdict, fired: list[Fired], unchecked: list[str],
-                published: datetime | None, compared: str | None) -> str | None:
-        judge_ = self.judge
-        metrics = judge_.metrics
-        version = self.record.version
-        for found in fired:
-            outcome = ("denied" if verdict.rule == found.signal
-                       else "reported" if any(r == found.signal for r, _ in verdict.reported)
-                       else "excepted" if any(e.startswith(found.signal)
-                                              for e in verdict.excepted)
-                       else "allowed")
-            metrics.release_signals.labels(found.signal, outcome).inc()
-        if unchecked and not verdict.denied:
-            # the analysis could not finish: never a silent pass. `unavailable = "deny"`
-            # refuses it (not remembered: the next pull tries again), else it is served,
-            # logged and counted as unchecked; in report mode the refusal is a would-deny
-            metrics.release_checks.labels("unchecked").inc()
-            deny = judge_.rules.release.unavailable == "deny"
-            report = deny and judge_.rules.mode_of("release") == REPORT
-            reason = (f"the release signals could not check it: {'; '.join(unchecked)}")
-            log.warning("release_unchecked", package=self.name.full, version=version,
-                        reason=reason, refused=deny and not report)
-            metrics.events.record("release_unchecked", self.label, reason)
-            if report:
-                self._would_deny("release-unchecked", reason + ' (release.unavailable is '
-                                 '"deny")', compared)
-            elif deny:
-                metrics.rule_denials.labels("release-unchecked", "enforce").inc()
-                metrics.events.denied(self.label, "release-unchecked", reason)
-                return reason + " (release.unavailable is \"deny\")"
-            if not fired:
-                return None
-        judge_.remember(self.name.full, version, self.integrity,
-                        _Facts(tuple(fired), published, compared))
-        for rule, reason in verdict.reported:
-            self._would_deny(rule, reason, compared)
-        if not verdict.in_force(judge_.now()):
-            outcome = "first-version" if self.previous is None else (
-                "flagged" if fired else "clean")
-            metrics.release_checks.labels(outcome).inc()
-            log.info("release_checked", package=self.name.full, version=version,
-                     outcome=outcome, compared_with=compared,
-                     signals=[found.signal for found in fired])
-            return None
-        assert verdict.rule is not None
-        assert verdict.reason is not None
-        metrics.release_checks.labels("refused").inc()
-        metrics.rule_denials.labels(verdict.rule, "enforce").inc()
-        metrics.events.denied(self.label, verdict.rule, verdict.reason)
-        judge_.forget(self.name)  # the packument is gated again, without this version
-        details = [detail for found in fired if found.signal == verdict.rule
-                   for detail in found.details]
-        log.warning("release_signal_refused", security=True, package=self.name.full,
-                    version=version, rule=verdict.rule, reason=verdict.reason,
-                    compared_with=compared, evidence=details[:20])
-        metrics.events.alert(Alert(
-                "release-signal", self.label, f"{self.label} was refused by the "
-                f"{verdict.rule} release signal: {verdict.reason}", self.name.full, version,
-                {"where": "proxy", "rule": verdict.rule, "compared_with": compared or "",
-                 "evidence": "; ".join(details[:20])}))
-        return verdict.reason
-
-    def _would_deny(self, rule: str, reason: str, compared: str | None) -> None:
-        """What a release signal in report mode would have refused: served, and said as the
-        packument rules say it (`version_would_deny`, the metric under `mode="report"`, the
-        status page's would-deny list)."""
-        metrics = self.judge.metrics
-        metrics.rule_denials.labels(rule, REPORT).inc()
-        metrics.events.record("would-deny", self.label, f"{rule}: {reason}")
-        log.info("version_would_deny", package=self.name.full, version=self.record.version,
-                 rule=rule, reason=reason, compared_with=compared, where="tarball")

@@ -94,7 +94,7 @@ class ScriptsRead:
 
 class ContentsCheck(Protocol):
     """A reader of the bytes' contents that may refuse them once the last one is in (the
-    release signals, `gate.release.ReleaseCheck`): fed through `scan` on the hashing lane;
+    release signals, `gate.releasecheck.ReleaseCheck`): fed through `scan` on the hashing lane;
     `refused` holds the reason once `verdict()` refused."""
 
     refused: str | None

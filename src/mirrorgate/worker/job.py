@@ -28,7 +28,8 @@ from mirrorgate.gate.entry import PublicAnswer
 from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
 from mirrorgate.gate.records import TooManyVersionsError
-from mirrorgate.gate.release import UNSETTLED, ReleaseJudge
+from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.gate.releasefacts import UNSETTLED
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Heartbeat

@@ -1,0 +1,329 @@
+"""One version's first read by the release signals (`ReleaseCheck`), riding on its relay.
+
+The relay feeds the reading (`npm.contents`, on the hashing lane) while `begin()` chooses the
+baseline (`gate.baseline`) and fetches its tarball; once the last byte is in, `verdict()` runs
+the checks of `rules.release` and the judge (`gate.release`) keeps the findings as the
+version's record. Apart from the judge so that the judge stays what a pull asks, and this what
+one reading does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import structlog
+
+from mirrorgate.events import Alert
+from mirrorgate.gate.baseline import Budget, Unsettled
+from mirrorgate.gate.records import Gated, VersionRecord
+from mirrorgate.gate.releasefacts import (
+    MAX_DEPENDENCIES_ASKED,
+    UNSETTLED,
+    Findings,
+    Unread,
+    kept_as,
+    package_first_published,
+    release_of,
+)
+from mirrorgate.integrity import Unverifiable, strongest_of
+from mirrorgate.moments import moment
+from mirrorgate.npm.contents import ContentReading, Contents
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.tarscripts import ScriptScan
+from mirrorgate.rules import REPORT
+from mirrorgate.rules.release import (
+    Fired,
+    ReleaseVerdict,
+    added_packages,
+    check_dependencies,
+    check_install,
+    check_obfuscation,
+    check_outside,
+    check_typosquat,
+    check_unreadable,
+    check_young_package,
+    judge,
+)
+from mirrorgate.rules.typosquat import popular_names
+
+if TYPE_CHECKING:
+    from mirrorgate.gate.release import ReleaseJudge
+
+__all__ = ["ReleaseCheck"]
+
+log = structlog.get_logger("mirrorgate.serve")
+
+
+class ReleaseCheck:
+    """One version's first pull, read by the release signals. The relay feeds `scan` and calls
+    `begin()` when its download starts, `verdict()` once every byte is read (the last chunk
+    held back meanwhile), and `close()` in any case."""
+
+    def __init__(self, judge_: ReleaseJudge, name: PackageName, gated: Gated,
+                 record: VersionRecord, budget: Budget | None = None) -> None:
+        self.judge = judge_
+        self.name = name
+        self.gated = gated
+        self.record = record
+        self.reading = ContentReading()
+        self.budget = budget if budget is not None else Budget()
+        self.previous: VersionRecord | None = None
+        """The release compared with, once `baseline` chose it (`gate.baseline`); stays None
+        when no signal that compares is on (`release.compares`)."""
+        self.unsettled: str | None = None
+        """Why no clean release could be compared with, when none could (a refusal)."""
+        self._task: asyncio.Task[bytes | Contents | Unread | None] | None = None
+        self.refused: str | None = None
+        """Why `verdict()` refused the bytes, once it has."""
+
+    @property
+    def scan(self) -> ScriptScan:
+        return self.reading.scan
+
+    @property
+    def label(self) -> str:
+        return f"{self.name.full}@{self.record.version}"
+
+    @property
+    def may_refuse(self) -> bool:
+        """Whether the verdict may refuse the bytes: never in the table's or the file's report
+        mode, where every signal (and `unavailable = "deny"`) is a would-deny, so a report-mode
+        rollout is not held until the last byte (`relay.HOLD_AT_MOST`)."""
+        return self.judge.rules.mode_of("release") != REPORT
+
+    @property
+    def integrity(self) -> str:
+        """The bytes judged, by their strongest digest ("" for a version with none)."""
+        try:
+            return strongest_of(self.record.digests).sri()
+        except Unverifiable:
+            return ""
+
+    def begin(self) -> None:
+        """Start choosing the release to compare with and fetching its bytes, beside the
+        download of these."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._baseline_bytes())
+
+    async def _baseline_bytes(self) -> bytes | Contents | Unread | None:
+        """The baseline's bytes (or why they cannot be had), or its reading when this process
+        read it before (`KeptReadings`: neither fetched nor read again); None when there is no
+        baseline (`previous` None: a first version, `unsettled`, or no signal that compares
+        on)."""
+        if not self.judge.rules.release.compares:
+            # only a signal that compares reads an earlier release: with the default's one
+            # (young-package-install-script) no baseline is chosen, judged or fetched
+            return None
+        gated = self.gated
+        if gated.alone is not None:
+            # one version's gating (a tarball's cold admission, `gate(only=)`) has no history
+            # to choose from: the whole packument's, lest a release look like a first version
+            # (the proxy reads it up front when a comparing signal is on; rules reloaded
+            # meanwhile reach here)
+            try:
+                gated = await self.judge.packument(self.name) or gated
+            except Exception as error:  # an upstream failure, whatever the fill raised
+                self.unsettled = f"its packument could not be read ({type(error).__name__})"
+                return None
+        chosen = await self.judge.baseline(self.name, gated, self.record.version,
+                                           self.budget)
+        if isinstance(chosen, Unsettled):
+            self.unsettled = chosen.reason
+            return None
+        if chosen.passed_over:
+            log.info("release_baseline_passed_over", package=self.name.full,
+                     version=self.record.version, passed_over=list(chosen.passed_over),
+                     compared_with=chosen.record.version if chosen.record else None)
+        self.previous = chosen.record
+        if chosen.record is None:
+            return None
+        kept = self.judge.readings.get(kept_as(self.name, chosen.record))
+        if kept is not None:
+            # a baseline read before lends its marks to this version's unchanged files (from
+            # the bytes fed next on), and needs no fetch: the same bytes read the same
+            self.reading.lend(kept.code)
+            return kept
+        return await self.judge.fetch_previous(self.name, chosen.record)
+
+    def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def verdict(self) -> str | None:
+        """Every byte read: None when the bytes may leave, else the reason they may not (the
+        denial is remembered, logged, counted and on the status page)."""
+        judge_ = self.judge
+        version = self.record.version
+        now = judge_.now()
+        published = moment(self.gated.time.get(version))
+        manifest = self.record.manifest()
+        contents = self.reading.contents()
+        if judge_.rules.release.compares:
+            # a later release's baseline, read once; with no signal that compares (the
+            # default's young-package one) no baseline is ever read, so nothing is held
+            judge_.readings.keep(kept_as(self.name, self.record), contents)
+        unchecked: list[str] = []  # outages of mirrorgate's sources: release.unavailable
+        unreadable: list[str] = []  # the publisher's own shape: a refusal (fail closed)
+        fired: list[Fired] = []
+        compared: str | None = None
+        self.begin()
+        assert self._task is not None
+        fetched = await self._task
+        if contents.problem is not None:
+            unreadable.append(f"its tarball cannot be read: {contents.problem}")
+        if self.previous is not None:
+            previous_manifest = self.previous.manifest()
+            before: Contents | Unread = Unread("its own tarball cannot be read")
+            if contents.problem is None and fetched is not None:
+                if isinstance(fetched, Contents):
+                    before = fetched  # kept from an earlier read (`_baseline_bytes`)
+                else:
+                    before = await judge_.read_previous(self.previous, fetched, contents)
+                    if isinstance(before, Contents):
+                        judge_.readings.keep(kept_as(self.name, self.previous), before)
+            if isinstance(before, Unread):
+                if contents.problem is None:
+                    (unreadable if before.publishers else unchecked).append(before.reason)
+                # what the registry manifests say runs and installs needs no bytes: still
+                # compared, so an unread tarball never hides a declared postinstall
+                new = release_of(version, manifest, Contents(), published)
+                old = release_of(self.previous.version, previous_manifest, Contents())
+            else:
+                new = release_of(version, manifest, contents, published)
+                old = release_of(self.previous.version, previous_manifest, before)
+                found = check_obfuscation(new, old)
+                if found is not None:
+                    fired.append(found)
+            compared = self.previous.version
+            fired += [found for found in (check_install(new, old), check_outside(new, old))
+                      if found]
+            added = sorted(added_packages(new, old))
+            if added:
+                if len(added) > MAX_DEPENDENCIES_ASKED:
+                    unreadable.append(
+                        f"it adds {len(added)} dependencies, more than the "
+                        f"{MAX_DEPENDENCIES_ASKED} looked up ({', '.join(added[:3])}...)")
+                first, failed = await judge_.first_published(added)
+                unchecked += [f"the dependency {text} could not be looked up"
+                              for text in failed]
+                rules = judge_.rules.release
+                found = check_dependencies(new, old, first, rules.young, rules.young_text,
+                                           now)
+                if found is not None:
+                    fired.append(found)
+            if contents.unread:
+                log.info("release_read_partly", package=self.name.full, version=version,
+                         unread=list(contents.unread))
+        unread_fired = check_unreadable(unreadable)
+        if unread_fired is not None:
+            fired.append(unread_fired)
+        rules = judge_.rules.release
+        young_package = check_young_package(
+            release_of(version, manifest, contents if contents.problem is None else Contents(),
+                     published), package_first_published(self.gated), rules.young_package,
+            rules.young_package_text, now)
+        if young_package is not None:
+            fired.append(young_package)
+        popular = await asyncio.to_thread(popular_names)  # read once, on first use
+        squat = check_typosquat(self.name.full, package_first_published(self.gated),
+                                judge_.installed_before(self.name.full), judge_.often(),
+                                popular, rules.young, rules.young_text, now)
+        if squat is not None:
+            fired.append(squat)
+        verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared)
+        if self.unsettled is not None and not verdict.denied:
+            self.refused = self._unsettled(self.unsettled)
+        else:
+            self.refused = self._settle(verdict, fired, unchecked, published, compared)
+        return self.refused
+
+    def _unsettled(self, why: str) -> str | None:
+        """No clean release to compare with within the bound: refused whatever
+        `release.unavailable` says (it is the publisher's doing, not an outage), a would-deny
+        in report mode; not remembered, so a later pull judges it again."""
+        metrics = self.judge.metrics
+        metrics.release_checks.labels("unsettled").inc()
+        reason = f"no release it could be compared with was judged clean: {why}"
+        report = self.judge.rules.mode_of("release") == REPORT
+        log.warning("release_unsettled", package=self.name.full, version=self.record.version,
+                    reason=reason, refused=not report)
+        if report:
+            self._would_deny(UNSETTLED, reason, None)
+            return None
+        metrics.rule_denials.labels(UNSETTLED, "enforce").inc()
+        metrics.events.denied(self.label, UNSETTLED, reason)
+        return reason
+
+    def _settle(self, verdict: ReleaseVerdict, fired: list[Fired], unchecked: list[str],
+                published: datetime | None, compared: str | None) -> str | None:
+        judge_ = self.judge
+        metrics = judge_.metrics
+        version = self.record.version
+        for found in fired:
+            outcome = ("denied" if verdict.rule == found.signal
+                       else "reported" if any(r == found.signal for r, _ in verdict.reported)
+                       else "excepted" if any(e.startswith(found.signal)
+                                              for e in verdict.excepted)
+                       else "allowed")
+            metrics.release_signals.labels(found.signal, outcome).inc()
+        if unchecked and not verdict.denied:
+            # the analysis could not finish: never a silent pass. `unavailable = "deny"`
+            # refuses it (not remembered: the next pull tries again), else it is served,
+            # logged and counted as unchecked; in report mode the refusal is a would-deny
+            metrics.release_checks.labels("unchecked").inc()
+            deny = judge_.rules.release.unavailable == "deny"
+            report = deny and judge_.rules.mode_of("release") == REPORT
+            reason = (f"the release signals could not check it: {'; '.join(unchecked)}")
+            log.warning("release_unchecked", package=self.name.full, version=version,
+                        reason=reason, refused=deny and not report)
+            metrics.events.record("release_unchecked", self.label, reason)
+            if report:
+                self._would_deny("release-unchecked", reason + ' (release.unavailable is '
+                                 '"deny")', compared)
+            elif deny:
+                metrics.rule_denials.labels("release-unchecked", "enforce").inc()
+                metrics.events.denied(self.label, "release-unchecked", reason)
+                return reason + " (release.unavailable is \"deny\")"
+            if not fired:
+                return None
+        judge_.remember(self.name.full, version, self.integrity,
+                        Findings(tuple(fired), published, compared))
+        for rule, reason in verdict.reported:
+            self._would_deny(rule, reason, compared)
+        if not verdict.in_force(judge_.now()):
+            outcome = "first-version" if self.previous is None else (
+                "flagged" if fired else "clean")
+            metrics.release_checks.labels(outcome).inc()
+            log.info("release_checked", package=self.name.full, version=version,
+                     outcome=outcome, compared_with=compared,
+                     signals=[found.signal for found in fired])
+            return None
+        assert verdict.rule is not None
+        assert verdict.reason is not None
+        metrics.release_checks.labels("refused").inc()
+        metrics.rule_denials.labels(verdict.rule, "enforce").inc()
+        metrics.events.denied(self.label, verdict.rule, verdict.reason)
+        judge_.forget(self.name)  # the packument is gated again, without this version
+        details = [detail for found in fired if found.signal == verdict.rule
+                   for detail in found.details]
+        log.warning("release_signal_refused", security=True, package=self.name.full,
+                    version=version, rule=verdict.rule, reason=verdict.reason,
+                    compared_with=compared, evidence=details[:20])
+        metrics.events.alert(Alert(
+                "release-signal", self.label, f"{self.label} was refused by the "
+                f"{verdict.rule} release signal: {verdict.reason}", self.name.full, version,
+                {"where": "proxy", "rule": verdict.rule, "compared_with": compared or "",
+                 "evidence": "; ".join(details[:20])}))
+        return verdict.reason
+
+    def _would_deny(self, rule: str, reason: str, compared: str | None) -> None:
+        """What a release signal in report mode would have refused: served, and said as the
+        packument rules say it (`version_would_deny`, the metric under `mode="report"`, the
+        status page's would-deny list)."""
+        metrics = self.judge.metrics
+        metrics.rule_denials.labels(rule, REPORT).inc()
+        metrics.events.record("would-deny", self.label, f"{rule}: {reason}")
+        log.info("version_would_deny", package=self.name.full, version=self.record.version,
+                 rule=rule, reason=reason, compared_with=compared, where="tarball")

@@ -1,0 +1,111 @@
+"""What a release verdict is made from, shared by the judge (`gate.release`) and the reading
+of one version (`gate.releasecheck`): the findings kept as the version's record, the release
+as the checks of `rules.release` compare it, and why a tarball could not be had.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mirrorgate.gate.records import Gated, VersionRecord
+from mirrorgate.integrity import Unverifiable, strongest_of
+from mirrorgate.moments import moment
+from mirrorgate.npm.contents import Contents, manifest_runs
+from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
+from mirrorgate.npm.specs import installed_dependencies
+from mirrorgate.rules.kinship import provenance_repository
+from mirrorgate.rules.release import Fired, Release
+from mirrorgate.rules.takeover import publishers_of
+from mirrorgate.store import Verdict
+
+__all__ = ["MAX_DEPENDENCIES_ASKED", "UNSETTLED", "Findings", "Unread", "first_published",
+           "kept_as", "package_first_published", "release_of"]
+
+MAX_DEPENDENCIES_ASKED = 20
+"""New dependencies of one release whose first publish is looked up at most; more are a
+refusal (`unreadable-release`): the publisher chose how many to add."""
+UNSETTLED = "release-unchecked"
+"""The rule a version is refused by when no release it could be compared with was judged
+clean within the bound (`gate.baseline`): the signals' own "could not check"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Findings:
+    """What one analysis found, kept per version: the verdict is made again from it under the
+    rules in force at each pull (an allow entry added later releases it without a new read)."""
+
+    fired: tuple[Fired, ...]
+    published: datetime | None
+    compared_with: str | None
+
+    def evidence(self) -> str:
+        return json.dumps({"fired": [[f.signal, f.evidence, list(f.details)] for f in self.fired],
+                           "published": self.published.isoformat() if self.published else None})
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Findings | None:
+        """The facts a kept verdict carries; None when its evidence cannot be read (then the
+        version is read again at its next first pull)."""
+        try:
+            data = json.loads(verdict.evidence)
+            fired = tuple(Fired(str(signal), str(evidence), tuple(str(d) for d in details))
+                          for signal, evidence, details in data["fired"])
+            published = moment(data["published"]) if data["published"] else None
+        except (ValueError, KeyError, TypeError):
+            return None
+        return cls(fired, published, verdict.compared_with)
+
+
+def package_first_published(gated: Gated) -> datetime | None:
+    return first_published(gated.time)
+
+
+def first_published(time: Mapping[str, Any]) -> datetime | None:
+    """A package's first publish, from its packument's `time` map."""
+    created = moment(time.get("created"))
+    times = [when for key, value in time.items() if key not in ("created", "modified")
+             and (when := moment(value)) is not None]
+    candidates = [*times, *([created] if created is not None else [])]
+    return min(candidates) if candidates else None
+
+
+def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """What npm installs for it, by key (peers included), as the specs it reads them from."""
+    return {key: how.spec for key, how in installed_dependencies(manifest).items()}
+
+
+def _commands(manifest: Mapping[str, Any]) -> dict[str, str]:
+    scripts = manifest.get("scripts")
+    if not isinstance(scripts, Mapping):
+        return {}
+    return {key: scripts[key] for key in INSTALL_SCRIPT_KEYS
+            if isinstance(scripts.get(key), str) and scripts[key]}
+
+
+def release_of(version: str, manifest: dict[str, Any], contents: Contents,
+             published: datetime | None = None) -> Release:
+    return Release(version, contents, manifest_runs(manifest), _dependencies(manifest),
+                   published, publishers_of(manifest), _commands(manifest),
+                   provenance_repository(manifest))
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """Why the previous version's bytes could not be had, and whether the publisher's own
+    shape is the cause (over the bound, unreadable) or an outage of mirrorgate's sources."""
+
+    reason: str
+    publishers: bool = False
+
+
+def kept_as(name: PackageName, record: VersionRecord) -> tuple[str, str, str]:
+    """A version's reading is kept by its name, version and bytes (its strongest digest)."""
+    try:
+        return (name.full, record.version, strongest_of(record.digests).sri())
+    except Unverifiable:
+        return (name.full, record.version, "")
