@@ -361,8 +361,11 @@ class PackumentSource:
                                           first_seen=gated.withdrawals[version])
 
     def _report(self, gated: Gated) -> None:
-        for rule, count in gated.denials.items():
-            self.metrics.rule_denials.labels(rule, ENFORCE).inc(count)
+        if gated.alone is None:
+            # one version gated alone that is denied is gated again whole (its refusal names
+            # the versions to use instead), which counts it: one refused pull, one denial
+            for rule, count in gated.denials.items():
+                self.metrics.rule_denials.labels(rule, ENFORCE).inc(count)
         self._report_would_deny(gated)
         denied = gated.denied
         if denied:
