@@ -31,27 +31,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from aiohttp import web
 from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
-from bench.tarball_relay import _download, serve_upstream
+from bench.tarball_relay import _download, serve_upstream, start_proxy
 from mirrorgate import runtime
-from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
-from mirrorgate.config import load_settings
-from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.pulllog import PullLog
-from mirrorgate.healthz import Health
 from mirrorgate.logs import configure_logging
-from mirrorgate.metrics import Metrics
-from mirrorgate.rules import DEFAULT_RULES
-from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.serve.tarballs import REQUEST_ID
 from mirrorgate.store.sqlite import FILENAME, open_sqlite
-from mirrorgate.upstream.client import Upstream
-from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.upstream.registry import StoreRegistry
 
 MODES = ("without", "with", "control")
 """`control` is a second proxy without the log: its ratio to `without` is the bench's own noise
@@ -103,28 +92,6 @@ async def parts(data: Path, count: int = 2000) -> tuple[float, float]:
     return recorded / (5 * count), written / (5 * count)
 
 
-async def start(public_url: str, data: Path, pulls: PullLog | None) -> tuple[
-        web.AppRunner, str, Upstream]:
-    settings = load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": public_url,
-                              "MIRRORGATE_DATA_DIR": str(data)}, npm_registry=lambda: None)
-    metrics = Metrics()
-    public = Upstream("public", settings.public_upstream, timeout=30,
-                      max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
-    await public.start()
-    queue = bounded_memory_queue(MemoryQueueSettings(1_000_000, 1.0), lambda _n: None)
-    private = StoreRegistry(FileStore(data / "store"))
-    gate = Gate(settings=settings, public=public, private=private, rules=DEFAULT_RULES,
-                metrics=metrics)
-    proxy = Proxy(settings=settings, public=public, private=private, queue=queue,
-                  rules=DEFAULT_RULES, metrics=metrics, health=Health(ready=True), gate=gate,
-                  pulls=pulls)
-    runner = web.AppRunner(build_proxy_app(proxy), access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}/", public
-
-
 async def measure(args: argparse.Namespace, packages: list[FixturePackage],
                   public_url: str, data: Path) -> dict[str, list[float]]:
     facts = KeptFacts(lambda: open_sqlite(data / FILENAME))
@@ -132,9 +99,9 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage],
     pulls = PullLog(facts, retention_days=90)
     stop = asyncio.Event()
     writing = asyncio.create_task(pulls.run(stop))
-    proxies = {"without": await start(public_url, data / "without", None),
-               "with": await start(public_url, data / "with", pulls),
-               "control": await start(public_url, data / "control", None)}
+    proxies = {"without": await start_proxy(public_url, data / "without"),
+               "with": await start_proxy(public_url, data / "with", pulls=pulls),
+               "control": await start_proxy(public_url, data / "control")}
     results: dict[str, list[float]] = {name: [] for name in MODES}
     try:
         for _, base, _ in proxies.values():  # warm: every packument cached

@@ -28,25 +28,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
-from aiohttp import web
 from tests.servers.incidents import entry_file
 from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
-from bench.tarball_relay import Round, _pin, one_round, serve_upstream
-from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
-from mirrorgate.config import load_settings
-from mirrorgate.gate.assembled import Gate
+from bench.tarball_relay import Round, _pin, one_round, serve_upstream, start_proxy
 from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.healthz import Health
 from mirrorgate.logs import configure_logging
-from mirrorgate.metrics import Metrics
 from mirrorgate.npm.contents import KeptReadings
 from mirrorgate.rules import parse_rules
-from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
-from mirrorgate.upstream.client import Upstream
-from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.upstream.registry import StoreRegistry
 
 PROXY_CPU = 0
 MODES = ("off", "on", "on-cold")
@@ -98,30 +88,6 @@ def build_packages(count: int, seed: int = 33) -> list[FixturePackage]:
     return packages
 
 
-async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, Upstream]:
-    settings = load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": public_url,
-                              "MIRRORGATE_DATA_DIR": str(data)}, npm_registry=lambda: None)
-    metrics = Metrics()
-    public = Upstream("public", settings.public_upstream, timeout=30,
-                      max_metadata_bytes=settings.max_metadata_bytes, metrics=metrics)
-    await public.start()
-    queue = bounded_memory_queue(MemoryQueueSettings(100_000, 1.0), lambda _n: None)
-    private = StoreRegistry(FileStore(data / "store"))
-    gate = Gate(settings=settings, public=public, private=private, rules=RULES,
-                metrics=metrics)
-    proxy = Proxy(settings=settings, public=public, private=private, queue=queue,
-                  rules=RULES, metrics=metrics, health=Health(ready=True), gate=gate)
-    app = build_proxy_app(proxy)
-    # a finished download's spool lingers 30 s for the next reader; here every pull must be
-    # a first pull (a download of its own), in both modes
-    app[SERVER].relay.spools.linger = 0
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}/", public
-
-
 @contextlib.contextmanager
 def mode(name: str) -> Iterator[None]:
     """`off`: the signals read nothing (as without a `[release]` table); `on`: every pull is a
@@ -143,7 +109,9 @@ def mode(name: str) -> Iterator[None]:
 async def measure(args: argparse.Namespace, packages: list[FixturePackage],
                   public_url: str, data: Path) -> dict[str, list[Round]]:
     _pin(PROXY_CPU)
-    runner, base, public = await start_proxy(public_url, data)
+    # a finished download's spool lingers 30 s for the next reader; here every pull must be
+    # a first pull (a download of its own), in every mode
+    runner, base, public = await start_proxy(public_url, data, rules=RULES, linger=0)
     urls = [f"{base}npm/{p.name}/-/{p.name}-1.0.1.tgz" for p in packages] * args.passes
     results: dict[str, list[Round]] = {name: [] for name in MODES}
     try:

@@ -55,13 +55,14 @@ from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
 from mirrorgate.gate import VersionRecord
 from mirrorgate.gate.assembled import Gate
+from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.healthz import Health
 from mirrorgate.integrity import StreamVerifier
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
-from mirrorgate.rules import DEFAULT_RULES
+from mirrorgate.rules import DEFAULT_RULES, Rules
 from mirrorgate.serve import relayhash, tarballs
-from mirrorgate.serve.app import Proxy, build_proxy_app
+from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.upstream.registry import StoreRegistry
@@ -136,7 +137,12 @@ def load(urls: list[str], connections: int, answer: Connection) -> None:
     answer.send(asyncio.run(_download(urls, connections)))
 
 
-async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, Upstream]:
+async def start_proxy(public_url: str, data: Path, *, rules: Rules = DEFAULT_RULES,
+                      pulls: PullLog | None = None, linger: float | None = None
+                      ) -> tuple[web.AppRunner, str, Upstream]:
+    """The proxy as `mirrorgate serve` builds it, in this process, on a free port (the benches
+    of the relay, the spool, the release signals and the pull log share it). `linger`: how long
+    a finished download's spool waits for the next reader (None: as shipped)."""
     settings = load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": public_url,
                               "MIRRORGATE_DATA_DIR": str(data)}, npm_registry=lambda: None)
     metrics = Metrics()
@@ -145,11 +151,15 @@ async def start_proxy(public_url: str, data: Path) -> tuple[web.AppRunner, str, 
     await public.start()
     queue = bounded_memory_queue(MemoryQueueSettings(100_000, 1.0), lambda _n: None)
     private = StoreRegistry(FileStore(data / "store"))
-    gate = Gate(settings=settings, public=public, private=private, rules=DEFAULT_RULES,
+    gate = Gate(settings=settings, public=public, private=private, rules=rules,
                 metrics=metrics)
     proxy = Proxy(settings=settings, public=public, private=private, queue=queue,
-                  rules=DEFAULT_RULES, metrics=metrics, health=Health(ready=True), gate=gate)
-    runner = web.AppRunner(build_proxy_app(proxy), access_log=None)
+                  rules=rules, metrics=metrics, health=Health(ready=True), gate=gate,
+                  pulls=pulls)
+    app = build_proxy_app(proxy)
+    if linger is not None:
+        app[SERVER].relay.spools.linger = linger
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
