@@ -255,10 +255,12 @@ def report(args: argparse.Namespace, results: dict[str, list[Cpu]], written: int
               f"ratios; 95% bootstrap interval {low:.3f} to {high:.3f}; "
               f"{min(ratios):.3f} to {max(ratios):.3f} over the rounds)")
     loops = [m.loop / w.loop for m, w in zip(results["with"], results["without"], strict=True)]
+    low, high = median_interval(loops)
     shares = [r.store / r.process for r in results["with"]]
     share = statistics.median(shares)
-    print(f"  the event loop alone, with/without: {statistics.median(loops):.3f}; the store's "
-          f"thread (the log's writes): {share:.1%} of the with-proxy's CPU (target <= 5%)")
+    print(f"  where it goes: the event loop alone, with/without {statistics.median(loops):.3f} "
+          f"(interval {low:.3f} to {high:.3f}); the store's thread, the log's writes, "
+          f"{share:.1%} of the with-proxy's CPU (target <= {WRITES_TARGET:.0%})")
     print(f"  records written: {written} of {per * args.rounds + args.packages} pulls; left "
           f"unwritten at a round's end: {max(r.buffered for r in results['with'])} at most")
     tarball = statistics.median(r.process for r in results["without"]) / per
