@@ -6,19 +6,21 @@ Run by hand from the repository root: `.venv/bin/python -m bench.pull_log`. One 
 - builds `--packages` real tarballs of 10 to 60 KB (npm's typical sizes; fixed seed), served
   by the fixture public upstream in a child process;
 - runs three proxies (`build_proxy_app`, as `mirrorgate serve` does), each in a child process
-  of its own: `with` the pull log (`gate.pulllog` over the SQLite state store, written once a
-  second, as shipped), `without` it, and a `control`, a second proxy without it;
-- each round, one load generator GETs every tarball `--passes` times from all three at once,
-  `--connections` keep-alive connections each (a warm replay of packages x passes tarballs,
-  2,000 by default, after one unmeasured pass that warms the packuments), then waits for the
-  log's last write; each proxy reports its own CPU for the round, per thread (the event loop,
-  the store's writer, the rest).
+  of its own and built alike: the SQLite state store open, the pull log's writer running
+  (`gate.pulllog`, written once a second, as shipped);
+- each round, the log is on in one of them (`with`) and off in the two others (`without`, and
+  a `control`), in turn, so each process plays each part as often; one load generator GETs
+  every tarball `--passes` times from all three at once, `--connections` keep-alive
+  connections each (a warm replay of packages x passes tarballs, 2,000 by default, after one
+  unmeasured pass that warms the packuments), then waits for the log's last write; each proxy
+  reports its own CPU for the round, per thread (the event loop, the store's thread, the rest).
 
 The three run at the same moments, so what the machine does to one round (a neighbour's job, a
 hypervisor's steal: CPU time per tarball swings by a third between rounds on the shared test
-machine) it does to all three; the per-round ratio to `without` cancels it, and the control's
-ratio shows what is left. Printed: each mode's median CPU per tarball, the median of the
-per-round ratios with a 95% bootstrap confidence interval, the store writer's share.
+machine) it does to all three, and the parts turning cancels what differs between processes;
+the per-round ratio to `without` keeps the log's cost, and the control's ratio shows what is
+left of the noise. Printed: each part's median CPU per tarball, the median of the per-round
+ratios with a 95% bootstrap confidence interval, the store writer's share.
 
 Targets (issue 45): the warm tarball path at most 3% slower, the records' writes at most 5% of
 the replay's CPU. Exit 0: the interval's upper end is within 3% and the writes within 5%;
@@ -49,12 +51,14 @@ from mirrorgate import runtime
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.logs import configure_logging
+from mirrorgate.serve.app import SERVER
 from mirrorgate.serve.tarballs import REQUEST_ID
 from mirrorgate.store.sqlite import FILENAME, open_sqlite
 
 MODES = ("without", "with", "control")
-"""`control` is a second proxy without the log: its ratio to `without` is the bench's own noise
-on the machine it ran on, the floor under which the log's cost cannot be told."""
+"""The parts the three proxies play each round, in turn. `control` is a second proxy without
+the log: its ratio to `without` is the bench's own noise on the machine it ran on, the floor
+under which the log's cost cannot be told."""
 TARGET = 1.03
 WRITES_TARGET = 0.05
 TAIL = 1.3  # seconds after a round's last tarball: the log's last write (FLUSH 1 s) is inside
@@ -95,55 +99,53 @@ def _cpu(pulls: PullLog | None) -> Cpu:
                pulls.buffered if pulls is not None else 0)
 
 
-def proxy(mode: str, public_url: str, data: Path, orders: Connection) -> None:
+def proxy(public_url: str, data: Path, orders: Connection) -> None:
     """Child process: one proxy, as `mirrorgate serve` runs it (its collector, its event loop),
-    answering `orders` ("cpu", "records", "stop") until stopped."""
+    answering `orders` ("on", "off": the pull log; "cpu", "records", "stop") until stopped."""
     configure_logging("warning", "json")  # as bench.tarball_relay: the lines are not measured
     runtime.tune_collector()
     factory, _ = runtime.loop_factory("auto")
     with asyncio.Runner(loop_factory=factory) as run:
-        run.run(_serve(mode, public_url, data, orders))
+        run.run(_serve(public_url, data, orders))
 
 
-async def _serve(mode: str, public_url: str, data: Path, orders: Connection) -> None:
-    pulls: PullLog | None = None
-    facts: KeptFacts | None = None
+async def _serve(public_url: str, data: Path, orders: Connection) -> None:
+    facts = KeptFacts(lambda: open_sqlite(data / FILENAME))
+    await facts.open()
+    pulls = PullLog(facts, retention_days=90)
     stop = asyncio.Event()
-    writing: asyncio.Task[None] | None = None
-    if mode == "with":
-        facts = KeptFacts(lambda: open_sqlite(data / FILENAME))
-        await facts.open()
-        pulls = PullLog(facts, retention_days=90)
-        writing = asyncio.create_task(pulls.run(stop))
-    runner, base, public = await start_proxy(public_url, data / mode, pulls=pulls)
+    writing = asyncio.create_task(pulls.run(stop))
+    runner, base, public = await start_proxy(public_url, data / "proxy", pulls=pulls)
+    route = runner.app[SERVER].tarballs
+    route.pulls = None  # off until a round turns it on: the route as without a log
     orders.send(base)
     loop = asyncio.get_running_loop()
     try:
         while (order := await loop.run_in_executor(None, orders.recv)) != "stop":
-            if order == "cpu":
+            if order in ("on", "off"):
+                route.pulls = pulls if order == "on" else None
+                orders.send(order)
+            elif order == "cpu":
                 orders.send(_cpu(pulls))
             elif order == "records":
-                store = facts.store if facts is not None else None
+                store = facts.store
                 orders.send(len(await store.pulls(limit=10_000_000)) if store else 0)
     finally:
         stop.set()
-        if writing is not None:
-            await writing
+        await writing
         await runner.cleanup()
         await public.close()
-        if facts is not None:
-            await facts.close()
+        await facts.close()
 
 
-def load(urls: dict[str, list[str]], connections: int) -> None:
-    """Child process: every mode's URLs fetched at once, each over its own connections."""
+def load(urls: list[list[str]], connections: int) -> None:
+    """Child process: every proxy's URLs fetched at once, each over its own connections."""
     async def everything() -> None:
-        await asyncio.gather(*(_download(mode_urls, connections)
-                               for mode_urls in urls.values()))
+        await asyncio.gather(*(_download(each, connections) for each in urls))
     asyncio.run(everything())
 
 
-def replay(urls: dict[str, list[str]], connections: int) -> None:
+def replay(urls: list[list[str]], connections: int) -> None:
     child = multiprocessing.Process(target=load, args=(urls, connections))
     child.start()
     child.join()
@@ -151,54 +153,56 @@ def replay(urls: dict[str, list[str]], connections: int) -> None:
         raise RuntimeError(f"the load generator failed (exit {child.exitcode})")
 
 
-def ask(proxies: dict[str, Connection], order: str) -> dict[str, object]:
-    for orders in proxies.values():
-        orders.send(order)
-    return {mode: orders.recv() for mode, orders in proxies.items()}
+def ask(proxies: list[Connection], orders: list[str]) -> list[object]:
+    for child, order in zip(proxies, orders, strict=True):
+        child.send(order)
+    return [child.recv() for child in proxies]
 
 
-def cpu_of(proxies: dict[str, Connection]) -> dict[str, Cpu]:
-    return {mode: value for mode, value in ask(proxies, "cpu").items()
-            if isinstance(value, Cpu)}
+def cpu_of(proxies: list[Connection]) -> list[Cpu]:
+    return [value for value in ask(proxies, ["cpu"] * len(proxies)) if isinstance(value, Cpu)]
 
 
 def measure(args: argparse.Namespace, packages: list[FixturePackage], public_url: str,
             data: Path) -> tuple[dict[str, list[Cpu]], int]:
-    """Per mode, each round's CPU; and the records the log wrote."""
-    proxies: dict[str, Connection] = {}
+    """Per part, each round's CPU; and the records the logs wrote."""
+    proxies: list[Connection] = []
     children = []
     try:
-        bases = {}
-        for mode in MODES:
+        bases = []
+        for index in range(len(MODES)):
             ours, theirs = multiprocessing.Pipe()
-            child = multiprocessing.Process(target=proxy, args=(mode, public_url, data, theirs))
+            child = multiprocessing.Process(target=proxy,
+                                            args=(public_url, data / str(index), theirs))
             child.start()
             children.append(child)
-            proxies[mode] = ours
-            bases[mode] = ours.recv()
+            proxies.append(ours)
+            bases.append(ours.recv())
 
-        def urls(passes: int, turn: int) -> dict[str, list[str]]:
-            order = MODES[turn % 3:] + MODES[:turn % 3]  # who is asked first, in turn
-            return {mode: [f"{bases[mode]}npm/{p.name}/-/{p.name}-1.0.0.tgz"
-                           for p in packages] * passes for mode in order}
+        def urls(passes: int, turn: int) -> list[list[str]]:
+            order = [(turn + n) % len(bases) for n in range(len(bases))]  # asked first in turn
+            return [[f"{bases[n]}npm/{p.name}/-/{p.name}-1.0.0.tgz" for p in packages] * passes
+                    for n in order]
 
         replay(urls(1, 0), args.connections)  # warm: every packument cached, unmeasured
-        time.sleep(TAIL)
         results: dict[str, list[Cpu]] = {mode: [] for mode in MODES}
         for index in range(args.rounds):
+            # the parts turn: process `index % 3` logs this round, the next one is `without`
+            parts_of = {MODES[(n - index) % 3]: n for n in range(3)}
+            ask(proxies, ["on" if n == parts_of["with"] else "off" for n in range(3)])
             before = cpu_of(proxies)
             replay(urls(args.passes, index), args.connections)
             time.sleep(TAIL)  # the round's last records written inside its own time
             after = cpu_of(proxies)
-            for mode in MODES:
-                results[mode].append(after[mode] - before[mode])
-        written = ask({"with": proxies["with"]}, "records")["with"]
-        return results, int(written) if isinstance(written, int) else 0
+            for mode, n in parts_of.items():
+                results[mode].append(after[n] - before[n])
+        written = ask(proxies, ["records"] * 3)
+        return results, sum(n for n in written if isinstance(n, int))
     finally:
-        for orders in proxies.values():
+        for orders in proxies:
             orders.send("stop")
-        for child in children:
-            child.join(timeout=30)
+        for process in children:
+            process.join(timeout=30)
 
 
 async def parts(data: Path, names: list[str], count: int = 2000) -> tuple[float, float]:
@@ -261,7 +265,7 @@ def report(args: argparse.Namespace, results: dict[str, list[Cpu]], written: int
     print(f"  where it goes: the event loop alone, with/without {statistics.median(loops):.3f} "
           f"(interval {low:.3f} to {high:.3f}); the store's thread, the log's writes, "
           f"{share:.1%} of the with-proxy's CPU (target <= {WRITES_TARGET:.0%})")
-    print(f"  records written: {written} of {per * args.rounds + args.packages} pulls; left "
+    print(f"  records written: {written} of {per * args.rounds} pulls; left "
           f"unwritten at a round's end: {max(r.buffered for r in results['with'])} at most")
     tarball = statistics.median(r.process for r in results["without"]) / per
     print(f"  one record alone: {recorded * 1e6:.1f} us on the request path "
