@@ -4,13 +4,12 @@ admitted installed nothing, and is logged refused with the cause; a HEAD is no p
 
 from __future__ import annotations
 
+from mirrorgate.gate.pulllog import PullLog
 from tests.serve.rig import FILE_STORE, StartProxy
 from tests.serve.test_notifications import EVIL, cut
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, tarball_path
 from tests.servers.processes import until
-
-from mirrorgate.gate.pulllog import PullLog
 
 
 async def test_a_served_tarball_is_a_public_pull_and_a_cut_transfer_a_refusal_with_its_cause(
