@@ -187,7 +187,7 @@ def measure(args: argparse.Namespace, packages: list[FixturePackage], public_url
         replay(urls(1, 0), args.connections)  # warm: every packument cached, unmeasured
         results: dict[str, list[Cpu]] = {mode: [] for mode in MODES}
         for index in range(args.rounds):
-            # the parts turn: process `index % 3` logs this round, the next one is `without`
+            # the parts turn: process `index % 3` is `without` this round, the next one logs
             parts_of = {MODES[(n - index) % 3]: n for n in range(3)}
             ask(proxies, ["on" if n == parts_of["with"] else "off" for n in range(3)])
             before = cpu_of(proxies)
