@@ -57,10 +57,10 @@ ENQUEUE_WINDOW = 300.0
 SOURCE = web.RequestKey("mirrorgate_pull_source", str)
 """Where a tarball answer's bytes come from ("mirror" or "public"), for the pull log."""
 RECORD = web.RequestKey("mirrorgate_pull_record", VersionRecord)
+"""The version a tarball request asked for, once the gated packument knows it."""
 REQUEST_ID = web.RequestKey("mirrorgate_request_id", str)
 """The request's id as its log lines carry it, for the pull log: read off the request, not out
 of the log context (a copy of every bound variable, per pull)."""
-"""The version a tarball request asked for, once the gated packument knows it."""
 
 
 class TarballRoute:
@@ -101,6 +101,10 @@ class TarballRoute:
         served (mirror or public) or refused by a rule (403) passes. A 404, an upstream
         failure and a HEAD are not pulls."""
         pulls = self.pulls if request.method == "GET" else None
+        if pulls is not None:
+            # read back with `[]`: a key a request lacks costs `.get` a KeyError raised and
+            # caught, a microsecond per pull (bench/pull_log.py); the mirror path overwrites it
+            request[SOURCE] = "public"
         try:
             answer = await self._answer(request, name, filename, deadline, slot)
         except Refused as refused:
@@ -115,10 +119,12 @@ class TarballRoute:
             # a transfer cut before its last byte (bytes that did not match, scripts the
             # manifest hid) installed nothing: a refusal; a client that hung up or an upstream
             # that failed mid-body, no pull
-            cut = answer.get(OUTCOME)
+            # an answer holds no state unless the relay marked it cut: `len` first spares the
+            # whole transfer's pull the KeyError of a missing key
+            cut = answer.get(OUTCOME) if len(answer) else None
             if cut is None:
                 self._log_pull(pulls, request, name, record.version, _integrity(record),
-                               request.get(SOURCE, "public"))
+                               request[SOURCE])
             elif cut not in ("client_gone", "aborted"):
                 self._log_pull(pulls, request, name, record.version, _integrity(record),
                                f"refused:{cut}")

@@ -32,8 +32,12 @@ FILENAME = "state.sqlite3"
 _BUSY_SECONDS = 5.0  # another process's write holds the lock this long at most before we fail
 _T = TypeVar("_T")
 _PULL_COLUMNS = 7
-_INSERT_PULLS = ("INSERT INTO pulls (client, name, version, integrity, source, at, request_id) "
-                 "VALUES ")
+# OR FAIL: a multi-row INSERT otherwise keeps a statement journal (each index page's first
+# image, spilled to a temporary file past 64 KiB) to undo its own rows on a failure; the
+# transaction around it is rolled back whole on any failure, so the journal is never needed,
+# and it was a quarter of the write's CPU (bench/pull_log.py, docs/exposure.md)
+_INSERT_PULLS = ("INSERT OR FAIL INTO pulls (client, name, version, integrity, source, at, "
+                 "request_id) VALUES ")
 _PULL_VALUES = "(?, ?, ?, ?, ?, ?, ?)"
 _ROWS_PER_INSERT = 500  # statements of 3,500 parameters: under every SQLite's default limit
 _Row = tuple[str, tuple[Any, ...]]  # a statement and its parameters
