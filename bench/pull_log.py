@@ -22,10 +22,12 @@ the per-round ratio to `without` keeps the log's cost, and the control's ratio s
 left of the noise. Printed: each part's median CPU per tarball, the median of the per-round
 ratios with a 95% bootstrap confidence interval, the store writer's share.
 
-Targets (issue 45): the warm tarball path at most 3% slower, the records' writes at most 5% of
-the replay's CPU. Exit 0: the interval's upper end is within 3% and the writes within 5%;
-1: the median is past 3% or the writes past 5%; 2: undecided (the median within, the interval
-not: more `--rounds`). Figures: docs/exposure.md.
+Targets (issue 45), two budgets: the warm tarball path at most 3% slower (the event loop's
+thread, where every request runs, with/without), and the records' writes, which run off that
+path in the store's thread, at most 5% of the replay's CPU. The whole process's ratio is both
+together and is printed beside them. Exit 0: the path's interval within 3% and the writes
+within 5%; 1: the path's median past 3% or the writes past 5%; 2: undecided (the median
+within, the interval not: more `--rounds`). Figures: docs/exposure.md.
 """
 
 from __future__ import annotations
@@ -249,12 +251,10 @@ def report(args: argparse.Namespace, results: dict[str, list[Cpu]], written: int
               f"tarball (its event loop {statistics.median(r.loop for r in rounds) * us:.1f}, "
               f"the store's thread {statistics.median(r.store for r in rounds) * us:.1f}), "
               f"median of {args.rounds} replays of {per} ({shown})")
-    verdicts = {}
     for mode in ("with", "control"):
         ratios = [m.process / w.process for m, w in zip(results[mode], results["without"],
                                                         strict=True)]
         low, high = median_interval(ratios)
-        verdicts[mode] = (statistics.median(ratios), high)
         print(f"  ratio {mode}/without: {statistics.median(ratios):.3f} (median of per-round "
               f"ratios; 95% bootstrap interval {low:.3f} to {high:.3f}; "
               f"{min(ratios):.3f} to {max(ratios):.3f} over the rounds)")
@@ -271,14 +271,17 @@ def report(args: argparse.Namespace, results: dict[str, list[Cpu]], written: int
     print(f"  one record alone: {recorded * 1e6:.1f} us on the request path "
           f"({recorded / tarball:.1%} of a warm tarball's CPU), {write * 1e6:.1f} us to write "
           f"it ({write / tarball:.1%})")
-    ratio, high = verdicts["with"]
+    # the issue's two budgets: the path is the loop's thread, the writes the store's share;
+    # the whole process's ratio (above) is both at once, so it is shown, not judged
+    ratio = statistics.median(loops)
     if ratio > TARGET or share > WRITES_TARGET:
         print(f"  verdict: over the target ({TARGET - 1:.0%} slower, writes {WRITES_TARGET:.0%})")
         return 1
     if high > TARGET:
         print(f"  verdict: undecided: the interval reaches past {TARGET:.2f}; run more --rounds")
         return 2
-    print(f"  verdict: within the target: at most {TARGET - 1:.0%} slower, at 95% confidence")
+    print(f"  verdict: within the targets: the path at most {TARGET - 1:.0%} slower at 95% "
+          f"confidence, the writes {share:.1%} of the CPU")
     return 0
 
 
