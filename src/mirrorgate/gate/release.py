@@ -74,6 +74,7 @@ OFTEN = 3
 _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
 _STEP = 256 * 1024  # bytes fed to a reading at a time
 _AGES_KEPT = 16_384  # names whose first publish a pull noted, at most (oldest go)
+_UNKEPT_NOTED = 16_384  # versions a report-mode pull judged and kept nothing for, at most
 _AGE_NOTED_FOR = timedelta(minutes=10)  # how long a pull's note answers a job (`verdict_for`)
 _ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT})  # not a baseline's flaw
 
@@ -213,7 +214,7 @@ class ReleaseJudge:
         baseline, no clean release within the bound): served, and said as a would-deny."""
         self._unkept[(name, version)] = (self.rules.generation, self.now())
         self._unkept.move_to_end((name, version))
-        while len(self._unkept) > _AGES_KEPT:
+        while len(self._unkept) > _UNKEPT_NOTED:
             self._unkept.popitem(last=False)
 
     def _unkept_at_pull(self, name: str, version: str) -> bool:
