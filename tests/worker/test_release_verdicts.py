@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from mirrorgate.npm.names import parse_name
-from mirrorgate.rules import DEFAULT_RULES, parse_rules
+from mirrorgate.rules import DEFAULT_RULES, LiveRules, parse_rules
+from mirrorgate.rules.release import ReleaseVerdict
 from mirrorgate.upstream.filestore import FileStore
 from tests.serve.rig import RunningProxy, make_settings, open_proxy
-from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.incidents import shai_hulud_shape
+from tests.servers.fixture_registry import Fault, FixtureRegistry
+from tests.servers.incidents import chalk_shape, shai_hulud_shape
 from tests.servers.packages import make_package, make_version, tarball_path
 from tests.worker.rig import handled, in_process_worker, job_from
 
@@ -97,3 +98,67 @@ async def test_with_no_rules_file_a_young_packages_install_script_job_is_judged_
     # nor is its packument gated whole: the re-gate and the verdict read the version alone
     assert "old-native" not in default_proxy.server.packuments.cache
     assert "old-native@1.0.0" in default_proxy.server.packuments.alone
+
+
+def tarballs_asked(public: FixtureRegistry) -> list[str]:
+    return [seen.path for seen in public.requests if seen.path.endswith(".tgz")]
+
+
+async def test_a_job_after_an_unchecked_pull_judges_again_without_fetching_the_bytes_again(
+        public_registry: FixtureRegistry, proxy: RunningProxy) -> None:
+    # 5.6.1 appends an obfuscated blob; 5.6.0, its baseline, fails at the pull (an outage):
+    # served unchecked, no verdict kept. The worker's job seconds later judges it again (the
+    # outage may be over), reading the bytes the relay read, not downloading them again.
+    package = chalk_shape()
+    public_registry.add(package)
+    public_registry.fault(tarball_path(package.name, "5.6.0"), Fault(status=503))
+    served = await proxy.get("npm" + tarball_path(package.name, "5.6.1"))
+    assert served.status == 200
+    judge = proxy.server.gate.release
+    assert judge.remembered(package.name, "5.6.1") is None  # unchecked: not kept
+    public_registry.clear_faults()
+    public_registry.clear_requests()
+
+    verdict = await judge.verdict_for(parse_name(package.name), "5.6.1")
+
+    assert isinstance(verdict, ReleaseVerdict)  # as strict as a pull judging it again
+    assert (verdict.rule, verdict.compared_with) == ("obfuscated-code", "5.6.0")
+    assert tarballs_asked(public_registry) == [tarball_path(package.name, "5.6.0")]
+
+
+async def test_in_report_mode_a_job_after_an_unchecked_pull_reads_nothing_again_until_a_reload(
+        public_registry: FixtureRegistry, tmp_path: Path) -> None:
+    # report mode refuses nothing: the pull served 5.6.1 unchecked and said so; judging it
+    # again for the job could only say so again. A reload to enforce judges it again.
+    package = chalk_shape()
+    public_registry.add(package)
+    public_registry.fault(tarball_path(package.name, "5.6.0"), Fault(status=503))
+    path = tmp_path / "rules.toml"
+    path.write_text('mode = "report"\n\n[age]\nminimum = "0"\n\n[release]\n',
+                    encoding="utf-8")
+    rules = LiveRules.load(path)
+    private = tmp_path / "private"
+    settings = make_settings(public_registry.url, f"file://{private}", tmp_path / "data")
+    stack = await open_proxy(settings, store=private, rules=rules, queue=None,
+                             worker_beside=True)
+    try:
+        proxy = stack.running
+        served = await proxy.get("npm" + tarball_path(package.name, "5.6.1"))
+        assert served.status == 200
+        public_registry.clear_requests()
+        worker = in_process_worker(proxy, tmp_path / "store")
+
+        outcome = await handled(worker, job_from(public_registry, package.name, "5.6.1"))
+
+        assert outcome == "published"
+        assert tarball_path(package.name, "5.6.0") not in tarballs_asked(public_registry)
+        judge = proxy.server.gate.release
+        path.write_text('[age]\nminimum = "0"\n\n[release]\n', encoding="utf-8")
+        assert rules.reload()
+        public_registry.clear_faults()
+        verdict = await judge.verdict_for(parse_name(package.name), "5.6.1")
+        assert isinstance(verdict, ReleaseVerdict)
+        assert (verdict.rule, verdict.compared_with) == ("obfuscated-code", "5.6.0")
+        assert verdict.in_force(judge.now())
+    finally:
+        await stack.close()

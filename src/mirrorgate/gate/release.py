@@ -29,6 +29,7 @@ from mirrorgate.gate.releasefacts import (
     Findings,
     Unread,
     first_published,
+    kept_as,
     package_first_published,
 )
 from mirrorgate.integrity import (
@@ -47,7 +48,7 @@ from mirrorgate.npm.contents import (
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.versions import newest_first
-from mirrorgate.rules import LiveRules, Rules
+from mirrorgate.rules import REPORT, LiveRules, Rules
 from mirrorgate.rules.kinship import provenance_repository
 from mirrorgate.rules.release import (
     Dependency,
@@ -73,6 +74,7 @@ OFTEN = 3
 _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
 _STEP = 256 * 1024  # bytes fed to a reading at a time
 _AGES_KEPT = 16_384  # names whose first publish a pull noted, at most (oldest go)
+_UNKEPT_NOTED = 16_384  # versions a report-mode pull judged and kept nothing for, at most
 _AGE_NOTED_FOR = timedelta(minutes=10)  # how long a pull's note answers a job (`verdict_for`)
 _ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT})  # not a baseline's flaw
 
@@ -153,6 +155,9 @@ class ReleaseJudge:
         self._often: NameIndex | None = None
         self._ages: OrderedDict[str, tuple[datetime | None, datetime]] = OrderedDict()
         """name -> its first publish, as the last pull's packument said, and when noted."""
+        self._unkept: OrderedDict[tuple[str, str], tuple[int, datetime]] = OrderedDict()
+        """(name, version) -> the rules' generation and the moment a pull in report mode
+        judged it and kept no verdict (`unchecked`, `unsettled`): `note_unkept`."""
         self.readings = KeptReadings()
         """The last versions' readings: a predecessor read before is not fetched again."""
         self.facts.listeners.append(self._changed)
@@ -203,6 +208,25 @@ class ReleaseJudge:
         self._ages.move_to_end(name)
         while len(self._ages) > _AGES_KEPT:
             self._ages.popitem(last=False)
+
+    def note_unkept(self, name: str, version: str) -> None:
+        """A pull in report mode judged `name@version` and kept no verdict (an unreadable
+        baseline, no clean release within the bound): served, and said as a would-deny."""
+        self._unkept[(name, version)] = (self.rules.generation, self.now())
+        self._unkept.move_to_end((name, version))
+        while len(self._unkept) > _UNKEPT_NOTED:
+            self._unkept.popitem(last=False)
+
+    def _unkept_at_pull(self, name: str, version: str) -> bool:
+        """Whether a pull minutes ago judged `name@version` in report mode, under the rules
+        in force now, and kept nothing (`verdict_for`)."""
+        noted = self._unkept.get((name, version))
+        if noted is None:
+            return False
+        rules = self.rules
+        generation, when = noted
+        return (generation == rules.generation and rules.mode_of("release") == REPORT
+                and self.now() - when < _AGE_NOTED_FOR)
 
     def _old_at_pull(self, name: str) -> bool:
         """Whether a pull of `name` minutes ago found it an old package, so that with the
@@ -434,15 +458,22 @@ class ReleaseJudge:
 
     async def _read_and_judge(self, name: PackageName, gated: Gated, record: VersionRecord,
                               budget: Budget) -> Judged:
-        check = ReleaseCheck(self, name, gated, record, budget)
+        # bytes read before (the relay's pull seconds before the worker's job asks, or a
+        # baseline's) are neither fetched nor read again: the same bytes, by their strongest
+        # digest, read the same (`KeptReadings`)
+        kept = self.readings.get(kept_as(name, record))
+        check = ReleaseCheck(self, name, gated, record, budget, read=kept)
         try:
             check.begin()  # the baseline chosen and fetched beside this read
-            fetched = await self.fetch_previous(name, record)
-            if isinstance(fetched, Unread):
-                log.warning("release_read_failed", package=name.full, version=record.version,
-                            reason=fetched.reason, publishers=fetched.publishers)
-                return Judged(f"its bytes could not be read: {fetched.reason}", unread=True)
-            await asyncio.to_thread(_feed, check.scan, fetched)
+            if kept is None:
+                fetched = await self.fetch_previous(name, record)
+                if isinstance(fetched, Unread):
+                    log.warning("release_read_failed", package=name.full,
+                                version=record.version, reason=fetched.reason,
+                                publishers=fetched.publishers)
+                    return Judged(f"its bytes could not be read: {fetched.reason}",
+                                  unread=True)
+                await asyncio.to_thread(_feed, check.scan, fetched)
             refused = await check.verdict()
             return Judged(refused, unsettled=check.unsettled is not None)
         finally:
@@ -463,6 +494,13 @@ class ReleaseJudge:
             # pull found an old package, which the default's young-package signal alone does
             # not read; filling its packument again (evicted since, on a cold install of
             # thousands of names) only to learn that would cost a fill per job
+            return None
+        if self._unkept_at_pull(name.full, version):
+            # the worker beside the proxy, seconds after the pull that judged these bytes in
+            # report mode and kept nothing: judged again, the verdict could be no more than a
+            # would-deny (report mode refuses nothing) and the job is mirrored either way; the
+            # whole packument filled again, the baselines fetched again, for a log line. The
+            # next pull judges it again; a reload (another generation, enforce) judges here.
             return None
         # with no signal that compares on (the default's young-package signal alone), the
         # version's own gating carries what is read (its record, the package's first publish):

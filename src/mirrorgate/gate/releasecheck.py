@@ -62,8 +62,12 @@ class ReleaseCheck:
     held back meanwhile), and `close()` in any case."""
 
     def __init__(self, judge_: ReleaseJudge, name: PackageName, gated: Gated,
-                 record: VersionRecord, budget: Budget | None = None) -> None:
+                 record: VersionRecord, budget: Budget | None = None,
+                 read: Contents | None = None) -> None:
         self.judge = judge_
+        self.read = read
+        """These bytes' reading when it is kept from an earlier read (`KeptReadings`: the
+        relay's, seconds before a job asks): `verdict()` takes it, nothing is fed."""
         self.name = name
         self.gated = gated
         self.record = record
@@ -159,7 +163,7 @@ class ReleaseCheck:
         now = judge_.now()
         published = moment(self.gated.time.get(version))
         manifest = self.record.manifest()
-        contents = self.reading.contents()
+        contents = self.read if self.read is not None else self.reading.contents()
         if judge_.rules.release.compares:
             # a later release's baseline, read once; with no signal that compares (the
             # default's young-package one) no baseline is ever read, so nothing is held
@@ -251,6 +255,7 @@ class ReleaseCheck:
                     reason=reason, refused=not report)
         if report:
             self._would_deny(UNSETTLED, reason, None)
+            self.judge.note_unkept(self.name.full, self.record.version)
             return None
         metrics.rule_denials.labels(UNSETTLED, "enforce").inc()
         metrics.events.denied(self.label, UNSETTLED, reason)
@@ -287,6 +292,8 @@ class ReleaseCheck:
                 metrics.events.denied(self.label, "release-unchecked", reason)
                 return reason + " (release.unavailable is \"deny\")"
             if not fired:
+                if judge_.rules.mode_of("release") == REPORT:
+                    judge_.note_unkept(self.name.full, version)  # the worker's job: served
                 return None
         judge_.remember(self.name.full, version, self.integrity,
                         Findings(tuple(fired), published, compared))
