@@ -184,6 +184,12 @@ class Handoff:
         self._bytes = 0
 
     def _current(self, size: int) -> _Segment | None:
+        if self._segments and self._segments[-1].live == 0 and size <= SEGMENT_BYTES:
+            # every tarball in the newest file was taken (a worker keeping up): written again
+            # from its start, over pages the page cache holds already; a fresh page costs the
+            # kernel more than the copy into it
+            self._segments[-1].size = 0
+            return self._segments[-1]
         if self._segments and self._segments[-1].size + size <= SEGMENT_BYTES:
             return self._segments[-1]
         if self._segments and self._segments[-1].size == 0:

@@ -126,6 +126,23 @@ def test_the_bytes_wait_in_unnamed_files_that_close_once_every_tarball_in_them_i
     assert handoff.held_bytes == 0
 
 
+def test_a_worker_keeping_up_writes_over_the_same_file_from_its_start(tmp_path: Path) -> None:
+    """Once every tarball in the newest file is taken, the next is written from its start:
+    pages the page cache holds already, cheaper than fresh ones, and no growing file."""
+    handoff = Handoff(tmp_path, 10 * MIB)
+    for index in range(4):
+        assert handoff.offer(f"u{index}", bytes([index]) * MIB, SHA)
+        assert taken(handoff, f"u{index}") == bytes([index]) * MIB
+    assert handoff.files == 1
+    (fd,) = handoff_files(tmp_path)
+    assert os.fstat(fd).st_size == MIB
+    assert handoff.offer("kept", b"k" * MIB, SHA)
+    assert handoff.offer("next", b"n" * MIB, SHA)  # one still waits: appended after it
+    assert os.fstat(fd).st_size == 2 * MIB
+    assert taken(handoff, "kept") == b"k" * MIB
+    assert taken(handoff, "next") == b"n" * MIB
+
+
 def test_an_unwritable_directory_means_downloads_not_a_failure(tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
