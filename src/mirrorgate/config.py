@@ -224,7 +224,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_HANDOFF_MAX_BYTES", None, "bytes of public tarballs the proxy verified "
         "that it keeps, in unnamed files under MIRRORGATE_DATA_DIR/handoff for at most 10 "
         "minutes, for the worker beside it (`mirrorgate serve` with its worker) to mirror "
-        "without downloading them again; the worker hashes them against its job all the same "
+        "without downloading them again, with the digest they matched (the worker checks the "
+        "bytes read back with the sha1 it publishes) "
         "(0: the worker downloads every one; default: a quarter of the free space there, at "
         "most 1 GiB)",
         read_by=(PROXY,), see="serving.md#one-download-per-version"),

@@ -1,9 +1,11 @@
 """The tarballs the serve path verified, handed to the worker of the same process.
 
 In `mirrorgate serve` with its worker, the worker takes the bytes the relay just downloaded and
-verified instead of downloading them a second time, and hashes them against its own job all the
-same: the handoff saves a download, never a check. They wait on disk, in unnamed files, bounded
-by bytes and age. docs/serving.md ("One download per version") tells the story.
+verified instead of downloading them a second time, with the digest the relay matched them
+against: a claim only this object carries (never a queue message or a file's name), which the
+worker weighs against its own re-gated job and checks the bytes read back with the sha1 it
+computes for the publish anyway. They wait on disk, in unnamed files, bounded by bytes and age.
+docs/serving.md ("One download per version") and docs/untrusted-queue.md tell the story.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import structlog
 
 from mirrorgate.integrity import Digest, same_digest
 
-__all__ = ["HANDOFF_DIR", "MAX_AGE", "MAX_SEGMENTS", "SEGMENT_BYTES", "Handoff"]
+__all__ = ["HANDOFF_DIR", "MAX_AGE", "MAX_SEGMENTS", "SEGMENT_BYTES", "Handed", "Handoff"]
 
 log = structlog.get_logger("mirrorgate")
 
@@ -52,6 +54,15 @@ class _Held:
     digest: Digest
     """What the relay matched the bytes against."""
     at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """Bytes the relay of this process verified, read back, and the digest they matched there
+    (`matched`: the relay's hash of the very chunks it relayed and wrote, not a re-hash)."""
+
+    body: bytes
+    matched: Digest
 
 
 class Handoff:
@@ -94,7 +105,7 @@ class Handoff:
         place = self.reserve(url, len(body), digest)
         if place is None:
             return False
-        return self.commit(url, place, self.write(place, lambda: body))
+        return self.commit(url, place, self.write(place, lambda: [body]))
 
     def reserve(self, url: str, size: int, digest: Digest) -> _Held | None:
         """Room for `size` bytes of `url`'s tarball, or None; the caller `write`s them (in a
@@ -114,14 +125,14 @@ class Handoff:
         return place
 
     @staticmethod
-    def write(place: _Held, body: Callable[[], bytes | None]) -> OSError | bool:
-        """Write what `body` returns into `place`: True, False (no bytes, or not the size
-        reserved), or the error. Safe in a thread."""
+    def write(place: _Held, body: Callable[[], list[bytes] | None]) -> OSError | bool:
+        """Write the parts `body` returns, in order, into `place`: True, False (no bytes, or
+        not the size reserved), or the error. Safe in a thread."""
         try:
-            data = body()
-            if data is None or len(data) != place.length:
+            parts = body()
+            if parts is None or sum(len(part) for part in parts) != place.length:
                 return False
-            _write_all(place.segment.fd, data, place.offset)
+            _write_all(place.segment.fd, parts, place.offset)
         except OSError as error:
             return error
         return True
@@ -143,9 +154,9 @@ class Handoff:
         if held is not None:
             self._release(held)
 
-    def take(self, url: str, digests: tuple[Digest, ...]) -> bytes | None:
-        """The bytes offered for `url`, when they were matched against one of `digests` (the
-        job's, re-gated): gone from here either way. None: download them."""
+    def take(self, url: str, digests: tuple[Digest, ...]) -> Handed | None:
+        """The bytes offered for `url` and the digest they matched, when it is one of
+        `digests` (the job's, re-gated): gone from here either way. None: download them."""
         self._expire()
         held = self._held.pop(url, None)
         if held is None:
@@ -161,8 +172,8 @@ class Handoff:
             return None
         finally:
             self._release(held)
-        # a short read is a file changed under it; the worker's hash would refuse it anyway
-        return body if len(body) == held.length else None
+        # a short read is a file changed under it; the worker's check would refuse it anyway
+        return Handed(body, held.digest) if len(body) == held.length else None
 
     def close(self) -> None:
         self._held.clear()
@@ -173,6 +184,12 @@ class Handoff:
         self._bytes = 0
 
     def _current(self, size: int) -> _Segment | None:
+        if self._segments and self._segments[-1].live == 0 and size <= SEGMENT_BYTES:
+            # every tarball in the newest file was taken (a worker keeping up): written again
+            # from its start, over pages the page cache holds already; a fresh page costs the
+            # kernel more than the copy into it
+            self._segments[-1].size = 0
+            return self._segments[-1]
         if self._segments and self._segments[-1].size + size <= SEGMENT_BYTES:
             return self._segments[-1]
         if self._segments and self._segments[-1].size == 0:
@@ -225,8 +242,18 @@ class Handoff:
         self._broken = True
 
 
-def _write_all(fd: int, body: bytes, offset: int) -> None:
-    view = memoryview(body)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
+_IOV_MAX = 1024  # Linux's bound on the parts of one pwritev
+
+
+def _write_all(fd: int, parts: list[bytes], offset: int) -> None:
+    # the spool's chunks as they are, in one call (no join: a fresh copy of the whole tarball
+    # costs more than writing it, its pages being new)
+    pending = [memoryview(part) for part in parts if part]
+    while pending:
+        written = os.pwritev(fd, pending[:_IOV_MAX], offset)
+        offset += written
+        while pending and written >= len(pending[0]):
+            written -= len(pending[0])
+            del pending[0]
+        if written:
+            pending[0] = pending[0][written:]

@@ -2,15 +2,18 @@
 
 In `mirrorgate serve` with its worker, a public tarball a client pulls is downloaded, hashed
 and spooled by the relay; the worker used to download it again to mirror it (twice the egress
-of a cold install). The proxy now hands the verified bytes over with the job (`handoff`), and
-the worker hashes them against its own job's digest before it publishes, so the handoff saves a
-download and never a check. The attacks: bytes that changed between the proxy's check and the
-worker's (a bug, or another job's bytes under the same URL) are never published, and a job
-whose re-gated digest is not the one the bytes were checked against downloads afresh.
+of a cold install). The proxy now hands the verified bytes over with the job (`handoff`), with
+the digest its relay matched: the worker takes that sha512 from the in-process handoff alone and
+checks what it reads back with the sha1 the publish needs anyway. The attacks: bytes that
+changed between the proxy's hash and the worker's read (in the handoff's file, a bug, another
+job's bytes under the same URL) are never published; a forged job for the handed version with
+other digests takes nothing; a job whose re-gated digest is not the one the bytes were checked
+against downloads afresh.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +23,7 @@ from typing import Any
 import pytest
 
 from mirrorgate import handoff as handoff_module
+from mirrorgate import integrity
 from mirrorgate.handoff import Handoff
 from mirrorgate.integrity import Digest, parse_integrity
 from mirrorgate.npm.names import parse_name
@@ -49,6 +53,14 @@ SHA = Digest("sha512", "A" * 86 + "==")
 OTHER = Digest("sha512", "B" * 86 + "==")
 
 
+def taken(handoff: Handoff, url: str) -> bytes:
+    """The bytes a job for `url` takes, whose digest is `SHA`."""
+    handed = handoff.take(url, (SHA,))
+    assert handed is not None
+    assert handed.matched == SHA  # the relay's claim, carried with them
+    return handed.body
+
+
 def test_an_offer_past_the_bound_is_refused_and_the_oldest_are_kept(tmp_path: Path) -> None:
     """The worker takes jobs oldest first: when full, the newest offer is the one refused."""
     handoff = Handoff(tmp_path, 3 * MIB)
@@ -56,7 +68,7 @@ def test_an_offer_past_the_bound_is_refused_and_the_oldest_are_kept(tmp_path: Pa
     assert handoff.offer("u2", b"x" * (2 * MIB), SHA)
     assert not handoff.offer("u3", b"x", SHA)
     assert handoff.held_bytes == 3 * MIB
-    assert handoff.take("u1", (SHA,)) == b"x" * MIB
+    assert taken(handoff, "u1") == b"x" * MIB
     assert handoff.offer("u3", b"x", SHA)  # taking gave the room back
     assert handoff.held_bytes == 2 * MIB + 1
 
@@ -104,14 +116,31 @@ def test_the_bytes_wait_in_unnamed_files_that_close_once_every_tarball_in_them_i
         assert handoff.offer(f"u{index}", bytes([index]) * 60, SHA)
     assert handoff.files == 5
     assert os.listdir(tmp_path) == []
-    assert handoff.take("u0", (SHA,)) == bytes([0]) * 60
-    assert handoff.take("u2", (SHA,)) == bytes([2]) * 60
+    assert taken(handoff, "u0") == bytes([0]) * 60
+    assert taken(handoff, "u2") == bytes([2]) * 60
     assert handoff.files == 3  # each file went with its last tarball
     handoff.discard("u1")
     handoff.discard("u3")
-    assert handoff.take("u4", (SHA,)) == bytes([4]) * 60
+    assert taken(handoff, "u4") == bytes([4]) * 60
     assert handoff.files == 1  # the newest, which has room for more
     assert handoff.held_bytes == 0
+
+
+def test_a_worker_keeping_up_writes_over_the_same_file_from_its_start(tmp_path: Path) -> None:
+    """Once every tarball in the newest file is taken, the next is written from its start:
+    pages the page cache holds already, cheaper than fresh ones, and no growing file."""
+    handoff = Handoff(tmp_path, 10 * MIB)
+    for index in range(4):
+        assert handoff.offer(f"u{index}", bytes([index]) * MIB, SHA)
+        assert taken(handoff, f"u{index}") == bytes([index]) * MIB
+    assert handoff.files == 1
+    (fd,) = handoff_files(tmp_path)
+    assert os.fstat(fd).st_size == MIB
+    assert handoff.offer("kept", b"k" * MIB, SHA)
+    assert handoff.offer("next", b"n" * MIB, SHA)  # one still waits: appended after it
+    assert os.fstat(fd).st_size == 2 * MIB
+    assert taken(handoff, "kept") == b"k" * MIB
+    assert taken(handoff, "next") == b"n" * MIB
 
 
 def test_an_unwritable_directory_means_downloads_not_a_failure(tmp_path: Path) -> None:
@@ -187,6 +216,109 @@ async def test_bytes_changed_after_the_proxy_checked_them_are_never_published(
 
     assert await FileStore(tmp_path / "store").packument(parse_name("swapped")) is None
     assert proxy.metric("mirrorgate_tampered_total") == 1
+
+
+def handoff_files(directory: Path) -> list[int]:
+    """This process's descriptors open on the handoff's unnamed files: what an attacker with
+    the process's files (or a bug between the relay's hash and the worker) could write to."""
+    found = []
+    for entry in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{entry}").startswith(str(directory)):
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("shasum", [True, False], ids=["with-shasum", "sha512-only"])
+async def test_bytes_changed_in_the_handoff_file_after_the_relay_hashed_them_are_never_published(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path,
+        shasum: bool) -> None:
+    """The attack the worker's remaining check stops: the relay hashed the chunks it relayed,
+    and the bytes then sat in an unnamed file until the job came. One byte changed there is
+    caught by the sha1 the publish computes anyway (checked against the admitted shasum), or,
+    for a version that publishes no shasum, by hashing the bytes whole: tampered either way,
+    nothing stored."""
+    name = f"rewritten-{'sha1' if shasum else 'sha512'}"
+    public_registry.add(make_package(name, [make_version(
+        name, "1.0.0", size=3_000_000, dist={} if shasum else {"shasum": None})]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path(name, "1.0.0").lstrip("/"))
+    assert reply.status == 200
+    (job,) = await proxy.jobs()
+    (fd,) = handoff_files(tmp_path / "handoff")
+    middle = len(reply.body) // 2
+    assert os.pread(fd, 1, middle) == reply.body[middle:middle + 1]  # the bytes relayed
+    os.pwrite(fd, bytes([reply.body[middle] ^ 0xFF]), middle)
+
+    assert await handled(worker, job) == "tampered"
+
+    assert proxy.metric("mirrorgate_handoffs_total", outcome="taken") == 1
+    assert await FileStore(tmp_path / "store").packument(parse_name(name)) is None
+    assert proxy.metric("mirrorgate_tampered_total") == 1
+
+
+async def test_a_handed_over_tarball_costs_the_worker_one_sha1_and_no_second_sha512(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What trusting the relay's digest saves: the worker beside the proxy hashes the bytes
+    it publishes once, with the sha1 their `shasum` needs, and takes the sha512 the relay
+    matched while relaying them (a download, or a sidecar's job, is hashed whole)."""
+    public_registry.add(make_package("hashed-once", [make_version(
+        "hashed-once", "1.0.0", size=2_000_000)]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path("hashed-once", "1.0.0").lstrip("/"))
+    assert reply.status == 200
+    (job,) = await proxy.jobs()
+    hashed: list[tuple[str, int]] = []
+    update, digest_of = integrity.StreamVerifier.update, integrity.digest_of
+
+    def counted_update(self: integrity.StreamVerifier, chunk: bytes) -> None:
+        hashed.append((self.expected.algorithm, len(chunk)))
+        update(self, chunk)
+
+    def counted_digest(algorithm: str, data: bytes) -> Digest:
+        hashed.append((algorithm, len(data)))
+        return digest_of(algorithm, data)
+
+    monkeypatch.setattr(integrity.StreamVerifier, "update", counted_update)
+    monkeypatch.setattr(integrity, "digest_of", counted_digest)
+
+    assert await handled(worker, job) == "published"
+
+    assert hashed == [("sha1", len(reply.body))]
+    stored = await FileStore(tmp_path / "store").packument(parse_name("hashed-once"))
+    assert stored is not None
+    published = public_registry.packument("hashed-once")["versions"]["1.0.0"]["dist"]
+    assert stored["versions"]["1.0.0"]["dist"]["integrity"] == published["integrity"]
+    assert stored["versions"]["1.0.0"]["dist"]["shasum"] == published["shasum"]
+
+
+async def test_a_forged_job_naming_the_handed_version_with_other_digests_takes_nothing(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path) -> None:
+    """The relay's digest is a claim only the in-process handoff carries, weighed against the
+    re-gated job: a job off the queue for the same version, carrying the digests of other
+    bytes, is refused before the handoff is read, and the version's own job then mirrors the
+    relay's bytes, with public's digests."""
+    public_registry.add(make_package("claimed", [make_version("claimed", "1.0.0",
+                                                              size=500_000)]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path("claimed", "1.0.0").lstrip("/"))
+    assert reply.status == 200
+    (job,) = await proxy.jobs()
+    other = b"other bytes" * 1000
+    forged = dataclasses.replace(job, artifact=dataclasses.replace(
+        job.artifact, digests=(integrity.digest_of("sha512", other),
+                               integrity.digest_of("sha1", other))))
+
+    assert await handled(worker, forged) == "retired"
+
+    assert proxy.metric("mirrorgate_jobs_retired_total", reason="digest-mismatch") == 1
+    handoff = worker.deps.handoff
+    assert handoff is not None
+    assert len(handoff) == 1  # not taken, not spent
+    assert await FileStore(tmp_path / "store").packument(parse_name("claimed")) is None
+    assert await handled(worker, job) == "published"
+    assert tarball_gets(public_registry, "claimed", "1.0.0") == ["mirrorgate (tarballs)"]
 
 
 async def test_bytes_for_a_version_already_mirrored_are_given_back_at_once(

@@ -152,18 +152,19 @@ class Spool:
         return os.pread(self._file, min(end, self._starts[0] if self._starts else end) - offset,
                         offset)
 
-    def contents(self) -> bytes | None:
-        """The whole body of a complete spool (what the worker beside the proxy takes instead
-        of downloading it again, `handoff`); None for one not complete, or closed. Raises
-        OSError when the file cannot be read."""
+    def contents(self) -> list[bytes] | None:
+        """The whole body of a complete spool, in order, as the chunks it holds (what the
+        worker beside the proxy takes instead of downloading it again, `handoff`, which
+        writes them as they are: no joined copy); None for one not complete, or closed.
+        Raises OSError when the file cannot be read."""
         if self.outcome is not SpoolOutcome.COMPLETE or self._closed:
             return None
         if self.in_memory:
-            return b"".join(self._chunks)
+            return list(self._chunks)
         head = self._starts[0] if self._starts else self.filled
         assert self._file is not None or head == 0
         written = os.pread(self._file, head, 0) if self._file is not None and head else b""
-        return b"".join([written, *self._chunks])
+        return [written, *self._chunks]
 
     def changed(self) -> asyncio.Future[None]:
         """Wait until more bytes are readable, or the spool is done. The wait begins when this

@@ -31,7 +31,7 @@ from mirrorgate.gate.records import TooManyVersionsError
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.releasefacts import UNSETTLED
 from mirrorgate.gate.withdrawals import WithdrawnVersions
-from mirrorgate.handoff import Handoff
+from mirrorgate.handoff import Handed, Handoff
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import (
     Digest,
@@ -43,6 +43,7 @@ from mirrorgate.integrity import (
     Unverifiable,
     Verified,
     dist_digests,
+    same_digest,
     strongest_of,
 )
 from mirrorgate.logs import loggable_url
@@ -127,8 +128,8 @@ class WorkerDeps:
     that ask for one is read and judged before it is published; None: not consulted."""
     handoff: Handoff | None = None
     """The tarballs the proxy beside this worker verified as it relayed them (`handoff`):
-    taken instead of a second download, hashed against the job's digest all the same. None
-    (a sidecar worker) downloads every tarball."""
+    taken instead of a second download, with the digest the relay matched (`_check`). None
+    (a sidecar worker) downloads every tarball and hashes it whole."""
 
 
 class Retire(Exception):  # noqa: N818 - control flow inside one job, never escapes it
@@ -322,8 +323,9 @@ class JobRunner:
                                                verifier.expected.algorithm}) as fetched:
             handed = self._handed(job)
             fetched.set("mirrorgate.handoff", handed is not None)
+            known: TarballDigests | None = None
             if handed is not None:
-                tarball, verified = await self._check(handed, verifier, job)
+                tarball, verified, known = await self._check(handed, verifier, job)
             else:
                 tarball, verified = await self._fetch(url, verifier)
             fetched.set("mirrorgate.bytes", verified.size)
@@ -339,7 +341,7 @@ class JobRunner:
                 # report mode: the proxy served these bytes and said so; mirrored as served
                 log.info("version_would_deny", package=job.name, version=job.version,
                          rule="install-scripts", reason=reason, where="worker")
-        digests: TarballDigests = await in_thread_if_large(
+        digests: TarballDigests = known if known is not None else await in_thread_if_large(
             len(tarball), dist_digests, tarball, verified, job.artifact.digests)
         with tracing.span("mirrorgate.publish", {"mirrorgate.target": target.label}) as put:
             result = await self._target_call(target.publish(job, tarball, digests))
@@ -424,27 +426,43 @@ class JobRunner:
                 raise Retry(error.reason, str(error)) from None
             raise Retire(error.reason, str(error)) from None
 
-    def _handed(self, job: MirrorJob) -> bytes | None:
+    def _handed(self, job: MirrorJob) -> Handed | None:
         """The bytes the proxy beside this worker relayed for the job's version, if it holds
         them (matched against one of the re-gated job's digests)."""
         handoff = self.deps.handoff
         if handoff is None:
             return None
-        body = handoff.take(job.artifact.tarball_url, job.artifact.digests)
-        self.deps.metrics.handoffs.labels("taken" if body is not None else "missed").inc()
-        return body
+        handed = handoff.take(job.artifact.tarball_url, job.artifact.digests)
+        self.deps.metrics.handoffs.labels("taken" if handed is not None else "missed").inc()
+        return handed
 
-    async def _check(self, body: bytes, verifier: StreamVerifier,
-                     job: MirrorJob) -> tuple[bytes, Verified]:
-        """Handed-over bytes, hashed against the job's digest exactly as a download is: the
-        proxy's own check is not taken on trust (a bug there must not publish other bytes)."""
-        def verify() -> Verified:
+    async def _check(self, handed: Handed, verifier: StreamVerifier, job: MirrorJob,
+                     ) -> tuple[bytes, Verified, TarballDigests | None]:
+        """Handed-over bytes, and their digests for the publish when already known.
+
+        The strongest digest is the relay's (`Handed.matched`): its hash of the chunks it
+        relayed and wrote, a claim only the in-process handoff carries (a queue message or a
+        file cannot), equal to the re-gated job's (`Handoff.take`), so sha512 is not run a
+        second time here. What was read back is checked all the same, by the sha1 the
+        publish's `shasum` needs anyway, against the admitted one (`dist_digests`): bytes
+        changed since the relay hashed them (its spool or handoff file, a bug between) are
+        tampered, never published. A job with no sha1 to check them against, or whose
+        strongest is sha1, has its bytes hashed whole, exactly as a download's."""
+        body = handed.body
+        relayed = (handed.matched.algorithm != "sha1"
+                   and same_digest(handed.matched, verifier.expected)
+                   and any(digest.algorithm == "sha1" for digest in job.artifact.digests))
+
+        def verify() -> tuple[Verified, TarballDigests | None]:
             verifier.declared_length(len(body))
+            if relayed:
+                matched = Verified(handed.matched, len(body))
+                return matched, dist_digests(body, matched, job.artifact.digests)
             verifier.update(body)
-            return verifier.finish()
+            return verifier.finish(), None
 
         try:
-            verified = await in_thread_if_large(len(body), verify)
+            verified, known = await in_thread_if_large(len(body), verify)
         except SizeMismatch as mismatch:
             actual = Digest(verifier.expected.algorithm, base64.b64encode(
                 hashlib.new(verifier.expected.algorithm, body).digest()).decode("ascii"))
@@ -453,7 +471,7 @@ class JobRunner:
         except TooLarge as error:
             raise Retire("oversized", str(error), url=loggable_url(job.artifact.tarball_url),
                          size=error.size) from None
-        return body, verified
+        return body, verified, known
 
     async def _fetch(self, url: str, verifier: StreamVerifier) -> tuple[bytes, Verified]:
         """The tarball from the public origin only (checked before anything is sent), never
