@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests.metric_samples import metric_value, text_samples
 from tests.serve.rig import FILE_STORE, NPM_ACCEPT, SharedPrivate, StartProxy, publish_private
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version
@@ -30,6 +31,31 @@ async def test_a_warm_packument_is_served_without_asking_the_upstream(
     assert len(packument_requests(public_registry, "/warm-one")) == 1
     assert proxy.metric("mirrorgate_cache_total", result="hit") == 4
     assert proxy.metric("mirrorgate_requests_total", route="packument", status="200") == 5
+
+
+async def test_the_metrics_page_counts_each_warm_hit_once_however_often_it_is_scraped(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # warm hits are tallied as plain ints and folded into the counters when the registry is
+    # read: a scrape must see every hit before it, and a second scrape must not count them again
+    public_registry.add(make_package("tallied-one"))
+    proxy = await start_proxy(public_registry.url)
+
+    async def scraped(name: str, **labels: str) -> float:
+        page = await proxy.get("metrics")
+        return metric_value(text_samples(page.body.decode()), name, **labels)
+
+    first = await proxy.get("npm/tallied-one", Accept=NPM_ACCEPT)
+    for _ in range(3):
+        await proxy.get("npm/tallied-one", Accept=NPM_ACCEPT)
+    once = await scraped("mirrorgate_requests_total", route="packument", status="200")
+    twice = await scraped("mirrorgate_requests_total", route="packument", status="200")
+    await proxy.get("npm/tallied-one", Accept=NPM_ACCEPT, If_None_Match=first.headers["ETag"])
+
+    assert (once, twice) == (4, 4)
+    assert await scraped("mirrorgate_cache_total", result="hit") == 4  # the 304 was one too
+    assert await scraped("mirrorgate_requests_total", route="packument", status="304") == 1
+    assert proxy.metric("mirrorgate_requests_total", route="packument", status="200") == 4
 
 
 async def test_a_matching_if_none_match_answers_304_and_gzip_is_sent_when_accepted(

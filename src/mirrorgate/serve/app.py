@@ -31,11 +31,12 @@ from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
-from mirrorgate.npm.names import InvalidNameError
+from mirrorgate.npm.names import InvalidNameError, PackageName
 from mirrorgate.npm.negotiation import (
     BadBaseError,
     BaseUrls,
     Memo,
+    accepts_gzip,
     vary,
     wants_abbreviated,
 )
@@ -77,6 +78,12 @@ log = structlog.get_logger("mirrorgate.serve")
 
 PREFIX = "/npm/"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_READS = frozenset({"GET", "HEAD"})
+_NEGOTIATED_MEMO_BYTES = 512
+"""Accept, Accept-Encoding and Host together longer than this are read without the memo."""
+
+Negotiated = tuple[RenderKey, bool]
+"""A request's rendering key and whether it takes gzip."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,9 @@ class ProxyServer:
         self.release = gate.release
         self.packuments = gate.packuments
         self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
+        self._reads: Memo[str, PackageName | None] = Memo(self._packument_read)
+        self._negotiations: Memo[tuple[str, str, str, str], Negotiated | None] = Memo(
+            self._negotiate)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._bases = BaseUrls(self.settings.public_url, self.settings.trusted_proxies)
         self._vary = vary(fixed_base=self._bases.fixed is not None,
@@ -204,6 +214,10 @@ class ProxyServer:
             min_rate=self.settings.send_min_rate,
             min_rate_grace=self.settings.send_min_rate_grace)
         self._ids = itertools.count(1)
+        # `Counter.inc` cost a warm hit more than its lookups: counted as plain ints, folded
+        # into mirrorgate_requests_total at every scrape
+        self._warm_counts = {status: proxy.metrics.tally(proxy.metrics.requests.labels(
+            "packument", str(status))) for status in (200, 304)}
         self._id_prefix = os.urandom(3).hex()
 
     # --- bookkeeping -----------------------------------------------------------------------
@@ -255,28 +269,63 @@ class ProxyServer:
     async def npm(self, request: web.Request) -> web.StreamResponse:
         """Every `/npm/...` request; a warm packument returns before anything else runs.
 
-        The warm path is a memoised parse of the path, a cache lookup within the TTL, and the
-        bytes rendered for (form, base URL), plain or gzip'd, or a 304. Merging, gating,
-        rendering and compressing happen once per cache fill (`fill`, `rendered`), never per
-        request, and the warm path takes no admission slot, so it is never shed."""
-        raw = request.raw_path
-        query = raw.find("?")
-        rest = raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):]
-        target = self._targets(rest)
-        if (isinstance(target, RegistryPath) and target.route == "packument"
-                and target.name is not None and request.method in ("GET", "HEAD")
-                and (query < 0 or "write=" not in raw[query:])):  # ?write=true: publishing
-            slot = self.packuments.fresh(target.name)
+        The warm path is three memo lookups (the path's package, the headers' form, base and
+        coding), a cache lookup within the TTL, and the bytes rendered for (form, base URL),
+        plain or gzip'd, or a 304, counted by tallies. Merging, gating, rendering and
+        compressing happen once per cache fill (`fill`, `rendered`), never per request, and the
+        warm path takes no admission slot, so it is never shed."""
+        name = self._reads(request.raw_path)
+        if name is not None and request.method in _READS:
+            slot = self.packuments.fresh(name)
             if slot is not None:
-                try:
-                    rendered = slot.value.renderings.get(self._key(request))
-                except BadBaseError:
-                    rendered = None
-                if rendered is not None:
-                    response = self.packument_route.send(request, rendered)
-                    self._count("packument", response.status)
-                    return response
-        return await self._slow(request, target)
+                negotiated = self._negotiated(request)
+                if negotiated is not None:
+                    rendered = slot.value.renderings.get(negotiated[0])
+                    if rendered is not None:
+                        response = self.packument_route.answer(request, rendered,
+                                                               negotiated[1])
+                        self._warm_counts[response.status].inc()
+                        return response
+        return await self._slow(request, self.describe(request))
+
+    def _packument_read(self, raw: str) -> PackageName | None:
+        """The package whose packument a raw path reads (`/npm/<name>`, not npm's
+        `?write=true` before a change), else None: `_reads`' memo."""
+        query = raw.find("?")
+        target = self._targets(raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):])
+        if (isinstance(target, RegistryPath) and target.route == "packument"
+                and (query < 0 or "write=" not in raw[query:])):
+            return target.name
+        return None
+
+    def _negotiated(self, request: web.Request) -> Negotiated | None:
+        """(form and base URL, gzip or not) for a request; None when its headers cannot make a
+        base URL (the slow path answers that). Memoised on the headers they are read from,
+        unless forwarded headers count (a trusted proxy) or the headers are long: a memo keyed
+        by a client's headers is bounded in bytes as well as in entries."""
+        headers = request.headers
+        accept = headers.get("Accept") or ""
+        coding = headers.get("Accept-Encoding") or ""
+        # the Host only matters without MIRRORGATE_PUBLIC_URL (and `request.host` looks up
+        # the machine's name when a client sent none)
+        host = request.host if self._bases.fixed is None else ""
+        if (self._bases.trusts_proxies
+                or len(accept) + len(coding) + len(host) > _NEGOTIATED_MEMO_BYTES):
+            try:
+                return self._key(request), self.packument_route.takes_gzip(request)
+            except BadBaseError:
+                return None
+        return self._negotiations((accept, coding, host, request.scheme))
+
+    def _negotiate(self, headers: tuple[str, str, str, str]) -> Negotiated | None:
+        accept, coding, host, scheme = headers
+        base = self._bases.fixed
+        if base is None:
+            try:
+                base = self._bases({}, scheme, host)  # no peer: forwarded headers are not read
+            except BadBaseError:
+                return None
+        return (wants_abbreviated(accept), base), accepts_gzip(coding)
 
     async def _slow(self, request: web.Request,
                     target: RegistryPath | InvalidNameError) -> web.StreamResponse:
