@@ -14,9 +14,11 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 import structlog
 from aiohttp import web
+from multidict import CIMultiDictProxy
 from prometheus_client import Counter
 
 from mirrorgate import tracing
@@ -79,11 +81,20 @@ log = structlog.get_logger("mirrorgate.serve")
 PREFIX = "/npm/"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _READS = frozenset({"GET", "HEAD"})
-_NEGOTIATED_MEMO_BYTES = 512
-"""Accept, Accept-Encoding and Host together longer than this are read without the memo."""
+_READ_MEMO_BYTES = 512
+"""The raw path, Accept, Accept-Encoding and Host together longer than this are read without
+the memo."""
 
-Negotiated = tuple[RenderKey, bool]
-"""A request's rendering key and whether it takes gzip."""
+ReadKey = tuple[str, str, str, str, str]
+"""The raw path, Accept, Accept-Encoding, Host and scheme: what a warm answer depends on."""
+
+
+class WarmRead(NamedTuple):
+    """What a packument GET reads: the package, the rendering's key, whether it takes gzip."""
+
+    name: PackageName
+    key: RenderKey
+    gzip: bool
 
 
 @dataclass(frozen=True)
@@ -173,9 +184,7 @@ class ProxyServer:
         self.release = gate.release
         self.packuments = gate.packuments
         self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
-        self._reads: Memo[str, PackageName | None] = Memo(self._packument_read)
-        self._negotiations: Memo[tuple[str, str, str, str], Negotiated | None] = Memo(
-            self._negotiate)
+        self._reads: Memo[ReadKey, WarmRead | Literal[False]] = Memo(self._reading)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._bases = BaseUrls(self.settings.public_url, self.settings.trusted_proxies)
         self._vary = vary(fixed_base=self._bases.fixed is not None,
@@ -269,63 +278,76 @@ class ProxyServer:
     async def npm(self, request: web.Request) -> web.StreamResponse:
         """Every `/npm/...` request; a warm packument returns before anything else runs.
 
-        The warm path is three memo lookups (the path's package, the headers' form, base and
-        coding), a cache lookup within the TTL, and the bytes rendered for (form, base URL),
-        plain or gzip'd, or a 304, counted by tallies. Merging, gating, rendering and
-        compressing happen once per cache fill (`fill`, `rendered`), never per request, and the
-        warm path takes no admission slot, so it is never shed."""
-        name = self._reads(request.raw_path)
-        if name is not None and request.method in _READS:
-            slot = self.packuments.fresh(name)
-            if slot is not None:
-                negotiated = self._negotiated(request)
-                if negotiated is not None:
-                    rendered = slot.value.renderings.get(negotiated[0])
+        The warm path is one memo lookup (the raw path and the headers the answer depends on
+        give the package, the rendering's key and the coding), a cache lookup within the TTL,
+        and the bytes rendered for (form, base URL), plain or gzip'd, or a 304, counted by
+        tallies. Merging, gating, rendering and compressing happen once per cache fill
+        (`fill`, `rendered`), never per request, and the warm path takes no admission slot, so
+        it is never shed."""
+        if request.method in _READS:
+            headers = request.headers
+            read = self._read(request, headers)
+            if read:
+                slot = self.packuments.fresh(read.name)
+                if slot is not None:
+                    rendered = slot.value.renderings.get(read.key)
                     if rendered is not None:
-                        response = self.packument_route.answer(request, rendered,
-                                                               negotiated[1])
+                        response = self.packument_route.answer(headers, rendered, read.gzip)
                         self._warm_counts[response.status].inc()
                         return response
         return await self._slow(request, self.describe(request))
 
+    def _read(self, request: web.Request,
+              headers: CIMultiDictProxy[str]) -> WarmRead | Literal[False]:
+        """What a GET or HEAD reads when it is a packument (False when it is not, or when its
+        headers cannot make a base URL: the slow path answers that). Memoised on the raw path
+        and the headers read, unless forwarded headers count (a trusted proxy), the Host is
+        missing, or they are long: a memo keyed by what a client sends is bounded in bytes as
+        well as in entries."""
+        raw = request.raw_path
+        accept = headers.get("Accept") or ""
+        coding = headers.get("Accept-Encoding") or ""
+        # the Host only matters without MIRRORGATE_PUBLIC_URL
+        host = headers.get("Host") if self._bases.fixed is None else ""
+        if (host is None or self._bases.trusts_proxies
+                or len(raw) + len(accept) + len(coding) + len(host) > _READ_MEMO_BYTES):
+            return self._read_now(request, raw, coding)
+        key = (raw, accept, coding, host, request.scheme)
+        read = self._reads.known(key)
+        return self._reads(key) if read is None else read
+
+    def _reading(self, key: ReadKey) -> WarmRead | Literal[False]:
+        raw, accept, coding, host, scheme = key
+        name = self._packument_read(raw)
+        if name is None:
+            return False
+        base = self._bases.fixed
+        if base is None:
+            try:
+                base = self._bases({}, scheme, host)  # no peer: forwarded headers are not read
+            except BadBaseError:
+                return False
+        return WarmRead(name, (wants_abbreviated(accept), base), accepts_gzip(coding))
+
+    def _read_now(self, request: web.Request, raw: str, coding: str) -> WarmRead | Literal[False]:
+        name = self._packument_read(raw)
+        if name is None:
+            return False
+        try:
+            key = self._key(request)
+        except BadBaseError:
+            return False
+        return WarmRead(name, key, self.packument_route.takes_gzip(coding))
+
     def _packument_read(self, raw: str) -> PackageName | None:
         """The package whose packument a raw path reads (`/npm/<name>`, not npm's
-        `?write=true` before a change), else None: `_reads`' memo."""
+        `?write=true` before a change), else None."""
         query = raw.find("?")
         target = self._targets(raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):])
         if (isinstance(target, RegistryPath) and target.route == "packument"
                 and (query < 0 or "write=" not in raw[query:])):
             return target.name
         return None
-
-    def _negotiated(self, request: web.Request) -> Negotiated | None:
-        """(form and base URL, gzip or not) for a request; None when its headers cannot make a
-        base URL (the slow path answers that). Memoised on the headers they are read from,
-        unless forwarded headers count (a trusted proxy) or the headers are long: a memo keyed
-        by a client's headers is bounded in bytes as well as in entries."""
-        headers = request.headers
-        accept = headers.get("Accept") or ""
-        coding = headers.get("Accept-Encoding") or ""
-        # the Host only matters without MIRRORGATE_PUBLIC_URL (and `request.host` looks up
-        # the machine's name when a client sent none)
-        host = request.host if self._bases.fixed is None else ""
-        if (self._bases.trusts_proxies
-                or len(accept) + len(coding) + len(host) > _NEGOTIATED_MEMO_BYTES):
-            try:
-                return self._key(request), self.packument_route.takes_gzip(request)
-            except BadBaseError:
-                return None
-        return self._negotiations((accept, coding, host, request.scheme))
-
-    def _negotiate(self, headers: tuple[str, str, str, str]) -> Negotiated | None:
-        accept, coding, host, scheme = headers
-        base = self._bases.fixed
-        if base is None:
-            try:
-                base = self._bases({}, scheme, host)  # no peer: forwarded headers are not read
-            except BadBaseError:
-                return None
-        return (wants_abbreviated(accept), base), accepts_gzip(coding)
 
     async def _slow(self, request: web.Request,
                     target: RegistryPath | InvalidNameError) -> web.StreamResponse:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import structlog
 from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from mirrorgate.gate import (
     Cached,
@@ -61,15 +62,19 @@ class PackumentRoute:
         return exception_how(name.full, None, self.contact)
 
     def send(self, request: web.Request, rendered: Rendered) -> web.Response:
-        return self.answer(request, rendered, self.takes_gzip(request))
+        headers = request.headers
+        return self.answer(headers, rendered,
+                           self.takes_gzip(headers.get("Accept-Encoding") or ""))
 
-    def takes_gzip(self, request: web.Request) -> bool:
-        return self._gzip(request.headers.get("Accept-Encoding") or "")
+    def takes_gzip(self, accept_encoding: str) -> bool:
+        return self._gzip(accept_encoding)
 
-    def answer(self, request: web.Request, rendered: Rendered, gzip: bool) -> web.Response:
-        """`rendered` as the request asked: a 304 when its If-None-Match matches, gzip'd when
-        `gzip` says the client takes it (and a gzip was made), else plain."""
-        wanted = request.headers.get("If-None-Match")
+    def answer(self, headers: CIMultiDictProxy[str], rendered: Rendered,
+               gzip: bool) -> web.Response:
+        """`rendered` as a request with these headers asked: a 304 when its If-None-Match
+        matches, gzip'd when `gzip` says the client takes it (and a gzip was made), else
+        plain."""
+        wanted = headers.get("If-None-Match")
         if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
             return web.Response(status=304, headers=rendered.not_modified_headers)
         if gzip and rendered.gzipped:
@@ -124,7 +129,8 @@ class PackumentRoute:
         if rendered is None and self._known_base(key[1]):
             rendered = await self._render(slot, gated, key)
         elif rendered is None:
-            rendered = await self._render_once(slot, gated, key, self.takes_gzip(request))
+            rendered = await self._render_once(
+                slot, gated, key, self.takes_gzip(request.headers.get("Accept-Encoding") or ""))
         return self.send(request, rendered)
 
     def _known_base(self, base: str) -> bool:
