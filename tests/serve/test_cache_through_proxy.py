@@ -58,6 +58,36 @@ async def test_the_metrics_page_counts_each_warm_hit_once_however_often_it_is_sc
     assert proxy.metric("mirrorgate_requests_total", route="packument", status="200") == 4
 
 
+async def test_long_negotiation_headers_are_read_without_the_memo_and_answered_alike(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # the warm path memoises on the headers it reads only while they are short (a client's
+    # headers as memo keys are bounded in bytes): longer ones take the unmemoised reading,
+    # which must negotiate the form and the coding exactly as the memoised one does
+    public_registry.add(make_package("long-headers"))
+    proxy = await start_proxy(public_registry.url)
+    padding = ", ".join(f"text/x-filler-{n}; q=0.1" for n in range(40))
+    long_accept = f"{NPM_ACCEPT}, {padding}"
+    long_coding = ", ".join(f"x-filler-{n}; q=0.1" for n in range(20)) + ", gzip"
+    assert len(long_accept) + len(long_coding) > 512
+
+    answers = []
+    for accept, coding in ((NPM_ACCEPT, "gzip"), (long_accept, long_coding),
+                           (long_accept, long_coding), (long_accept, "identity")):
+        answers.append(await proxy.request("GET", "npm/long-headers", decompress=False,
+                                           headers={"Accept": accept, "Accept-Encoding": coding}))
+
+    short, long_first, long_warm, long_plain = answers
+    for answer in (long_first, long_warm):
+        assert answer.status == 200
+        assert answer.headers["Content-Type"] == short.headers["Content-Type"]
+        assert answer.headers["Content-Encoding"] == "gzip"
+        assert answer.body == short.body
+    assert "Content-Encoding" not in long_plain.headers
+    assert long_plain.headers["ETag"] == short.headers["ETag"]
+    assert proxy.metric("mirrorgate_cache_total", result="hit") == 3  # each a warm hit
+
+
 async def test_a_matching_if_none_match_answers_304_and_gzip_is_sent_when_accepted(
     public_registry: FixtureRegistry, start_proxy: StartProxy,
 ) -> None:
