@@ -7,6 +7,7 @@ package names or URLs, so the series count stays bounded and no client input bec
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -16,9 +17,47 @@ from prometheus_client.registry import Collector
 from mirrorgate.events import Recent
 from mirrorgate.mirror import QueueStats
 
-__all__ = ["CONTENT_TYPE", "Metrics"]
+__all__ = ["CONTENT_TYPE", "Metrics", "Tally"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Tally:
+    """One counter series counted by a C-level tick, added to the series whenever the registry
+    is collected (`Metrics.tally`): for the warm path, where `Counter.inc` (a lock and two
+    checks in Python) cost more than the lookups it counted. `inc` is `itertools.count`'s own
+    `__next__`, so counting runs no Python frame and is atomic."""
+
+    __slots__ = ("_folded", "_series", "_ticks", "inc")
+
+    def __init__(self, series: Counter) -> None:
+        self._series = series
+        self._ticks = itertools.count(1)
+        self._folded = 0
+        """Ticks taken by the last fold, its own included."""
+        self.inc: Callable[[], object] = self._ticks.__next__
+
+    def fold(self) -> None:
+        tick = next(self._ticks)  # this fold's own tick, not a count
+        pending, self._folded = tick - 1 - self._folded, tick
+        if pending:
+            self._series.inc(pending)
+
+
+class _Folding(Collector):
+    """Registered before every metric, so a scrape (and any read of the registry) folds the
+    tallies into their counters before it reads them; it yields nothing itself."""
+
+    def __init__(self) -> None:
+        self.tallies: list[Tally] = []
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        for tally in self.tallies:
+            tally.fold()
+        return iter(())
 
 
 class _QueueCollector(Collector):
@@ -106,6 +145,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._folding = _Folding()
+        r.register(self._folding)  # first: the registry collects in the order registered
         self.requests = Counter("mirrorgate_requests", "client requests by route and status",
                                 ["route", "status"], registry=r)
         self.upstream_seconds = Histogram(
@@ -200,6 +241,12 @@ class Metrics:
         # not Prometheus: the status page's bounded ring of recent events, kept beside the
         # counters because every place that counts a denial or a failure already holds these
         self.events = Recent()
+
+    def tally(self, series: Counter) -> Tally:
+        """A `Tally` of `series` (a counter, or one labelled child of it)."""
+        tally = Tally(series)
+        self._folding.tallies.append(tally)
+        return tally
 
     def watch_queue(self, stats: Callable[[], QueueStats], provider: str) -> None:
         self.registry.register(_QueueCollector(stats, provider))

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests.metric_samples import metric_value, text_samples
 from tests.serve.rig import FILE_STORE, NPM_ACCEPT, SharedPrivate, StartProxy, publish_private
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.packages import make_package, make_version
@@ -30,6 +31,61 @@ async def test_a_warm_packument_is_served_without_asking_the_upstream(
     assert len(packument_requests(public_registry, "/warm-one")) == 1
     assert proxy.metric("mirrorgate_cache_total", result="hit") == 4
     assert proxy.metric("mirrorgate_requests_total", route="packument", status="200") == 5
+
+
+async def test_the_metrics_page_counts_each_warm_hit_once_however_often_it_is_scraped(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # warm hits are tallied as plain ints and folded into the counters when the registry is
+    # read: a scrape must see every hit before it, and a second scrape must not count them again
+    public_registry.add(make_package("tallied-one"))
+    proxy = await start_proxy(public_registry.url)
+
+    async def scraped(name: str, **labels: str) -> float:
+        page = await proxy.get("metrics")
+        return metric_value(text_samples(page.body.decode()), name, **labels)
+
+    first = await proxy.get("npm/tallied-one", Accept=NPM_ACCEPT)
+    for _ in range(3):
+        await proxy.get("npm/tallied-one", Accept=NPM_ACCEPT)
+    once = await scraped("mirrorgate_requests_total", route="packument", status="200")
+    twice = await scraped("mirrorgate_requests_total", route="packument", status="200")
+    await proxy.get("npm/tallied-one", Accept=NPM_ACCEPT, If_None_Match=first.headers["ETag"])
+
+    assert (once, twice) == (4, 4)
+    assert await scraped("mirrorgate_cache_total", result="hit") == 4  # the 304 was one too
+    assert await scraped("mirrorgate_requests_total", route="packument", status="304") == 1
+    assert proxy.metric("mirrorgate_requests_total", route="packument", status="200") == 4
+
+
+async def test_long_negotiation_headers_are_read_without_the_memo_and_answered_alike(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # the warm path memoises on the headers it reads only while they are short (a client's
+    # headers as memo keys are bounded in bytes): longer ones take the unmemoised reading,
+    # which must negotiate the form and the coding exactly as the memoised one does
+    public_registry.add(make_package("long-headers"))
+    proxy = await start_proxy(public_registry.url)
+    padding = ", ".join(f"text/x-filler-{n}; q=0.1" for n in range(40))
+    long_accept = f"{NPM_ACCEPT}, {padding}"
+    long_coding = ", ".join(f"x-filler-{n}; q=0.1" for n in range(20)) + ", gzip"
+    assert len(long_accept) + len(long_coding) > 512
+
+    answers = []
+    for accept, coding in ((NPM_ACCEPT, "gzip"), (long_accept, long_coding),
+                           (long_accept, long_coding), (long_accept, "identity")):
+        answers.append(await proxy.request("GET", "npm/long-headers", decompress=False,
+                                           headers={"Accept": accept, "Accept-Encoding": coding}))
+
+    short, long_first, long_warm, long_plain = answers
+    for answer in (long_first, long_warm):
+        assert answer.status == 200
+        assert answer.headers["Content-Type"] == short.headers["Content-Type"]
+        assert answer.headers["Content-Encoding"] == "gzip"
+        assert answer.body == short.body
+    assert "Content-Encoding" not in long_plain.headers
+    assert long_plain.headers["ETag"] == short.headers["ETag"]
+    assert proxy.metric("mirrorgate_cache_total", result="hit") == 3  # each a warm hit
 
 
 async def test_a_matching_if_none_match_answers_304_and_gzip_is_sent_when_accepted(

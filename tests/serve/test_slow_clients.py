@@ -146,6 +146,24 @@ async def test_a_keep_alive_connection_serves_again_then_times_out_a_later_half_
     assert listening.cuts == ["head_timeout"]
 
 
+async def test_a_half_head_after_quick_requests_gets_the_whole_timeout_from_its_first_byte(
+        listening: Listening) -> None:
+    # The head timer is armed once per connection and outlives the heads that end before it
+    # fires: one armed by the first quick request fires while the half head below is young,
+    # and must wait for that head's own timeout rather than cut it early (or never).
+    loop = asyncio.get_running_loop()
+    sock = await connect(listening.port)
+    for _ in range(2):  # quicker than the head timeout, each head whole
+        await loop.sock_sendall(sock, b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await loop.sock_recv(sock, 65536)).startswith(b"HTTP/1.1 200")
+        await asyncio.sleep(HEAD_TIMEOUT / 4)
+    await loop.sock_sendall(sock, b"GET /ok HTTP/1.1\r\n")
+    waited = await closed_within(sock, HEAD_TIMEOUT + 3)
+    sock.close()
+    assert HEAD_TIMEOUT - 0.1 < waited < HEAD_TIMEOUT + 2
+    assert listening.cuts == ["head_timeout"]
+
+
 async def test_an_idle_keep_alive_connection_is_closed_after_the_keepalive_timeout(
         listening: Listening) -> None:
     loop = asyncio.get_running_loop()

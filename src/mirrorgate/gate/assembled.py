@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from prometheus_client import Counter
-
 from mirrorgate import tracing
 from mirrorgate.config import Settings
 from mirrorgate.gate.cache import Cached, PackumentCache
@@ -23,7 +21,7 @@ from mirrorgate.gate.packuments import Packuments
 from mirrorgate.gate.records import Gated
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.withdrawals import WithdrawnVersions
-from mirrorgate.metrics import Metrics
+from mirrorgate.metrics import Metrics, Tally
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import LiveRules, Rules
 from mirrorgate.upstream.client import Upstream
@@ -61,7 +59,7 @@ class Gate:
             timeout=settings.release_timeout, forget=self.forget, one_version=self.one_version)
         # a command's check never writes the proxy's list of first-party names
         first_party = FirstPartyNames(self.facts) if first_party_kept else FirstPartyNames()
-        self._cache_results: dict[str, Counter] = {}
+        self._cache_results: dict[str, Tally] = {}  # a hit per warm request: `Tally`
         # chosen once: with tracing off a cache lookup costs exactly what it did
         counted = self._count_cache_traced if tracing.enabled() else self._count_cache
         self.packuments = Packuments(
@@ -105,7 +103,8 @@ class Gate:
     def _count_cache(self, result: str) -> None:
         counter = self._cache_results.get(result)
         if counter is None:
-            counter = self._cache_results[result] = self.metrics.cache.labels(result)
+            counter = self._cache_results[result] = self.metrics.tally(
+                self.metrics.cache.labels(result))
         counter.inc()
 
     def _count_cache_traced(self, result: str) -> None:

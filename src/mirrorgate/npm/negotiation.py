@@ -37,12 +37,15 @@ V = TypeVar("V")
 class Memo(Generic[K, V]):
     """A bounded memo table: computed once per key, emptied when it reaches `limit`."""
 
-    __slots__ = ("_compute", "_limit", "_table")
+    __slots__ = ("_compute", "_limit", "_table", "known")
 
     def __init__(self, compute: Callable[[K], V], limit: int = 4096) -> None:
         self._compute = compute
         self._limit = limit
         self._table: dict[K, V] = {}
+        self.known: Callable[[K], V | None] = self._table.get
+        """The value when it was computed, else None, computing nothing: the table's own
+        `get`, so a hit runs no Python frame (the warm path's lookups)."""
 
     def __call__(self, key: K) -> V:
         try:

@@ -14,9 +14,11 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 import structlog
 from aiohttp import web
+from multidict import CIMultiDictProxy
 from prometheus_client import Counter
 
 from mirrorgate import tracing
@@ -31,11 +33,12 @@ from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorQueue
-from mirrorgate.npm.names import InvalidNameError
+from mirrorgate.npm.names import InvalidNameError, PackageName
 from mirrorgate.npm.negotiation import (
     BadBaseError,
     BaseUrls,
     Memo,
+    accepts_gzip,
     vary,
     wants_abbreviated,
 )
@@ -77,6 +80,21 @@ log = structlog.get_logger("mirrorgate.serve")
 
 PREFIX = "/npm/"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_READS = frozenset({"GET", "HEAD"})
+_READ_MEMO_BYTES = 512
+"""The raw path, Accept, Accept-Encoding and Host together longer than this are read without
+the memo."""
+
+ReadKey = tuple[str, str, str, str, str]
+"""The raw path, Accept, Accept-Encoding, Host and scheme: what a warm answer depends on."""
+
+
+class WarmRead(NamedTuple):
+    """What a packument GET reads: the package, the rendering's key, whether it takes gzip."""
+
+    name: PackageName
+    key: RenderKey
+    gzip: bool
 
 
 @dataclass(frozen=True)
@@ -166,6 +184,7 @@ class ProxyServer:
         self.release = gate.release
         self.packuments = gate.packuments
         self._targets: Memo[str, RegistryPath | InvalidNameError] = Memo(_parse_or_error)
+        self._reads: Memo[ReadKey, WarmRead | Literal[False]] = Memo(self._reading)
         self._abbreviated: Memo[str, bool] = Memo(wants_abbreviated)
         self._bases = BaseUrls(self.settings.public_url, self.settings.trusted_proxies)
         self._vary = vary(fixed_base=self._bases.fixed is not None,
@@ -204,6 +223,10 @@ class ProxyServer:
             min_rate=self.settings.send_min_rate,
             min_rate_grace=self.settings.send_min_rate_grace)
         self._ids = itertools.count(1)
+        # `Counter.inc` cost a warm hit more than its lookups: counted as plain ints, folded
+        # into mirrorgate_requests_total at every scrape
+        self._warm_counts = {status: proxy.metrics.tally(proxy.metrics.requests.labels(
+            "packument", str(status))) for status in (200, 304)}
         self._id_prefix = os.urandom(3).hex()
 
     # --- bookkeeping -----------------------------------------------------------------------
@@ -255,28 +278,76 @@ class ProxyServer:
     async def npm(self, request: web.Request) -> web.StreamResponse:
         """Every `/npm/...` request; a warm packument returns before anything else runs.
 
-        The warm path is a memoised parse of the path, a cache lookup within the TTL, and the
-        bytes rendered for (form, base URL), plain or gzip'd, or a 304. Merging, gating,
-        rendering and compressing happen once per cache fill (`fill`, `rendered`), never per
-        request, and the warm path takes no admission slot, so it is never shed."""
+        The warm path is one memo lookup (the raw path and the headers the answer depends on
+        give the package, the rendering's key and the coding), a cache lookup within the TTL,
+        and the bytes rendered for (form, base URL), plain or gzip'd, or a 304, counted by
+        tallies. Merging, gating, rendering and compressing happen once per cache fill
+        (`fill`, `rendered`), never per request, and the warm path takes no admission slot, so
+        it is never shed."""
+        if request.method in _READS:
+            headers = request.headers
+            read = self._read(request, headers)
+            if read:
+                slot = self.packuments.fresh(read.name)
+                if slot is not None:
+                    rendered = slot.value.renderings.get(read.key)
+                    if rendered is not None:
+                        response = self.packument_route.answer(headers, rendered, read.gzip)
+                        self._warm_counts[response.status].inc()
+                        return response
+        return await self._slow(request, self.describe(request))
+
+    def _read(self, request: web.Request,
+              headers: CIMultiDictProxy[str]) -> WarmRead | Literal[False]:
+        """What a GET or HEAD reads when it is a packument (False when it is not, or when its
+        headers cannot make a base URL: the slow path answers that). Memoised on the raw path
+        and the headers read, unless forwarded headers count (a trusted proxy), the Host is
+        missing, or they are long: a memo keyed by what a client sends is bounded in bytes as
+        well as in entries."""
         raw = request.raw_path
+        accept = headers.get("Accept") or ""
+        coding = headers.get("Accept-Encoding") or ""
+        # the Host only matters without MIRRORGATE_PUBLIC_URL
+        host = headers.get("Host") if self._bases.fixed is None else ""
+        if (host is None or self._bases.trusts_proxies
+                or len(raw) + len(accept) + len(coding) + len(host) > _READ_MEMO_BYTES):
+            return self._read_now(request, raw, coding)
+        key = (raw, accept, coding, host, request.scheme)
+        read = self._reads.known(key)
+        return self._reads(key) if read is None else read
+
+    def _reading(self, key: ReadKey) -> WarmRead | Literal[False]:
+        raw, accept, coding, host, scheme = key
+        name = self._packument_read(raw)
+        if name is None:
+            return False
+        base = self._bases.fixed
+        if base is None:
+            try:
+                base = self._bases({}, scheme, host)  # no peer: forwarded headers are not read
+            except BadBaseError:
+                return False
+        return WarmRead(name, (wants_abbreviated(accept), base), accepts_gzip(coding))
+
+    def _read_now(self, request: web.Request, raw: str, coding: str) -> WarmRead | Literal[False]:
+        name = self._packument_read(raw)
+        if name is None:
+            return False
+        try:
+            key = self._key(request)
+        except BadBaseError:
+            return False
+        return WarmRead(name, key, self.packument_route.takes_gzip(coding))
+
+    def _packument_read(self, raw: str) -> PackageName | None:
+        """The package whose packument a raw path reads (`/npm/<name>`, not npm's
+        `?write=true` before a change), else None."""
         query = raw.find("?")
-        rest = raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):]
-        target = self._targets(rest)
+        target = self._targets(raw[len(PREFIX):query] if query >= 0 else raw[len(PREFIX):])
         if (isinstance(target, RegistryPath) and target.route == "packument"
-                and target.name is not None and request.method in ("GET", "HEAD")
-                and (query < 0 or "write=" not in raw[query:])):  # ?write=true: publishing
-            slot = self.packuments.fresh(target.name)
-            if slot is not None:
-                try:
-                    rendered = slot.value.renderings.get(self._key(request))
-                except BadBaseError:
-                    rendered = None
-                if rendered is not None:
-                    response = self.packument_route.send(request, rendered)
-                    self._count("packument", response.status)
-                    return response
-        return await self._slow(request, target)
+                and (query < 0 or "write=" not in raw[query:])):
+            return target.name
+        return None
 
     async def _slow(self, request: web.Request,
                     target: RegistryPath | InvalidNameError) -> web.StreamResponse:

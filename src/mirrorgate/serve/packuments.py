@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import structlog
 from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from mirrorgate.gate import (
     Cached,
@@ -61,10 +62,22 @@ class PackumentRoute:
         return exception_how(name.full, None, self.contact)
 
     def send(self, request: web.Request, rendered: Rendered) -> web.Response:
-        wanted = request.headers.get("If-None-Match")
+        headers = request.headers
+        return self.answer(headers, rendered,
+                           self.takes_gzip(headers.get("Accept-Encoding") or ""))
+
+    def takes_gzip(self, accept_encoding: str) -> bool:
+        return self._gzip(accept_encoding)
+
+    def answer(self, headers: CIMultiDictProxy[str], rendered: Rendered,
+               gzip: bool) -> web.Response:
+        """`rendered` as a request with these headers asked: a 304 when its If-None-Match
+        matches, gzip'd when `gzip` says the client takes it (and a gzip was made), else
+        plain."""
+        wanted = headers.get("If-None-Match")
         if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
             return web.Response(status=304, headers=rendered.not_modified_headers)
-        if rendered.gzipped and self._gzip(request.headers.get("Accept-Encoding") or ""):
+        if gzip and rendered.gzipped:
             return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
         return web.Response(body=rendered.body, headers=rendered.headers)
 
@@ -116,8 +129,8 @@ class PackumentRoute:
         if rendered is None and self._known_base(key[1]):
             rendered = await self._render(slot, gated, key)
         elif rendered is None:
-            gzipped = self._gzip(request.headers.get("Accept-Encoding") or "")
-            rendered = await self._render_once(slot, gated, key, gzipped)
+            rendered = await self._render_once(
+                slot, gated, key, self.takes_gzip(request.headers.get("Accept-Encoding") or ""))
         return self.send(request, rendered)
 
     def _known_base(self, base: str) -> bool:
