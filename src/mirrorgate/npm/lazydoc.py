@@ -17,10 +17,10 @@ import orjson
 
 __all__ = ["LazyMapping", "lazy_packument", "reduced"]
 
-_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ABSENT = msgspec.Raw()
 """A field's value when the object lacks it: empty, which no JSON value is (msgspec takes no
 union of `Raw` with anything, None included)."""
+
 
 class _OneVersion(msgspec.Struct):
     """A packument as the gate reads it to judge one version (`gate(..., only=)`), in one
@@ -107,11 +107,11 @@ def reduced(mapping: Mapping[str, Any], fields: tuple[str, ...]) -> Mapping[str,
 def lazy_packument(body: bytes) -> LazyMapping | None:
     """`body` (a registry's 200 for a packument) read lazily for a one-version gating: its
     `versions` one by one, and of its other fields those that gating reads (`_OneVersion`).
-    None when it must be parsed whole, which then accepts or refuses
-    it as always: not a JSON object, no `versions` object (an unpublished tombstone, or no
-    packument: its refusal names the keys it has), JSON msgspec refuses (malformed, or nested
-    deeper than its limit, below orjson's 1,024), or bytes that are not UTF-8 (msgspec does
-    not check inside the strings it skips). The departure: a number beyond a double's range
+    None when it must be parsed whole, which then accepts or refuses it as always: not a JSON
+    object, no `versions` object (an unpublished tombstone, or no packument: its refusal names
+    the keys it has), JSON msgspec refuses (malformed, or nested deeper than its limit, below
+    orjson's 1,024), or bytes that are not UTF-8 (msgspec does not check inside the strings it
+    skips). The departure: a number beyond a double's range
     (`1e400`) in a value never read is not seen, where a whole parse refuses the document;
     read, it raises `orjson.JSONDecodeError`."""
     if not body.isascii():
