@@ -107,7 +107,7 @@ def main() -> int:
         asyncio.run(run())
 
     steps: dict[str, Callable[[], object]] = {
-        "count": lambda: [_json_values(body) for body in bodies.values()],
+        "count": lambda: [_json_values(body, 0) for body in bodies.values()],
         "parse": lambda: [orjson.loads(body) for body in bodies.values()],
         "gate": gate_all,
         "worker": worker_all,

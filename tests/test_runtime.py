@@ -4,13 +4,20 @@
 from __future__ import annotations
 
 import gc
+import gzip
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
+from aiohttp import compression_utils, web
+from aiohttp.test_utils import TestServer
+from isal import isal_zlib
 
 from mirrorgate import runtime
 from mirrorgate.config import ConfigError, load_settings
+from mirrorgate.upstream.client import Upstream, UpstreamError
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.packages import make_package, tarball_path
@@ -79,3 +86,43 @@ def test_mirrorgate_serve_relays_and_mirrors_on_either_loop(
     assert loaded_uvloop(proxy.pid) is on_uvloop
     [line] = proxy.events("runtime")
     assert line["event_loop"] == ("uvloop" if on_uvloop else "asyncio")
+
+
+@pytest.fixture
+def isal_inflate() -> Iterator[None]:
+    before = compression_utils.ZLibBackend._zlib_backend
+    runtime.inflate_with_isal()
+    yield
+    compression_utils.set_zlib_backend(before)
+
+
+async def test_a_gzipd_packument_is_inflated_by_isal_and_its_inflated_bytes_are_capped(
+        isal_inflate: None) -> None:
+    assert compression_utils.ZLibBackend._zlib_backend is isal_zlib
+    # 3 MB of packument, 10 KB on the wire: read whole under a 4 MiB cap, refused under 1 MiB
+    document = {"name": "padded", "versions": {}, "readme": "words " * 500_000}
+    body = gzip.compress(orjson.dumps(document))
+
+    async def packument(_request: web.Request) -> web.Response:
+        return web.Response(body=body, headers={"Content-Type": "application/json",
+                                                "Content-Encoding": "gzip"})
+
+    app = web.Application()
+    app.router.add_get("/padded", packument)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        for cap, fits in ((4 * 1024 * 1024, True), (1024 * 1024, False)):
+            upstream = Upstream("public", str(server.make_url("/")), timeout=5.0,
+                                max_metadata_bytes=cap)
+            await upstream.start()
+            try:
+                if fits:
+                    assert (await upstream.get_json("padded")).document == document
+                else:
+                    with pytest.raises(UpstreamError, match="exceeds 1048576 bytes"):
+                        await upstream.get_json("padded")
+            finally:
+                await upstream.close()
+    finally:
+        await server.close()

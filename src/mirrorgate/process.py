@@ -492,6 +492,7 @@ def run(settings: Settings, shape: Shape) -> int:
     factory, loop_name = runtime.loop_factory(settings.event_loop)
     runtime.tune_allocator()  # before the first thread (a fill's parse) makes an arena
     runtime.tune_collector()
+    runtime.inflate_with_isal()
     log.info("runtime", event_loop=loop_name, gc_threshold=list(runtime.THRESHOLDS))
     try:
         with asyncio.Runner(loop_factory=factory) as loop:

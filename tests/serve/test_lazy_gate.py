@@ -22,11 +22,12 @@ import orjson
 import pytest
 
 from mirrorgate.gate import Gated, gate
-from mirrorgate.npm.lazydoc import lazy_packument
+from mirrorgate.npm.lazydoc import lazy_packument, reduced
 from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import DEFAULT_RULES, Rules, parse_keys, parse_rules
+from mirrorgate.rules.takeover import HISTORY_FIELDS
 from tests.rules.signing import SigningKey, keys_document
 from tests.serve.rig import StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
@@ -247,6 +248,26 @@ def test_a_value_orjson_refuses_is_refused_when_it_is_read() -> None:
     first = next(iter(public["versions"]))
     with pytest.raises(orjson.JSONDecodeError):
         document["versions"][first]
+
+
+def test_the_takeover_history_parses_the_fields_it_reads_and_no_others() -> None:
+    public = real_shaped("small", 30, seed=1)
+    # a value no parse takes outside the history's fields: never read, so never refused
+    body = orjson.dumps(public).replace(b'"engines":{"node":">=14"}', b'"engines":1e400')
+    document = lazy_packument(body)
+    assert document is not None
+    history = reduced(document["versions"], HISTORY_FIELDS)
+    whole = orjson.loads(orjson.dumps(public))["versions"]
+    assert history == {version: ({field: manifest[field] for field in HISTORY_FIELDS
+                                  if field in manifest} if isinstance(manifest, dict)
+                                 else manifest) for version, manifest in whole.items()}
+
+
+def test_a_document_without_a_versions_object_is_parsed_whole() -> None:
+    # npm's tombstone, a rate limiter's answer: the whole parse's refusal names their keys
+    assert lazy_packument(b'{"name":"gone","time":{"unpublished":{"time":"2020"}}}') is None
+    assert lazy_packument(b'{"error":"rate limited"}') is None
+    assert lazy_packument(b'{"name":"odd","versions":[]}') is None
 
 
 # --- through the proxy ---------------------------------------------------------------------

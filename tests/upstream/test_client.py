@@ -40,6 +40,17 @@ async def deep(_request: web.Request) -> web.Response:
     return web.Response(body=b"[" * 1100 + b"]" * 1100, content_type="application/json")
 
 
+def _values(count: int) -> bytes:
+    """A dense array of `count` JSON values in all (itself and `count - 1` zeros), long enough
+    that every byte of it is counted."""
+    return b"[" + b",".join([b"0"] * (count - 1)) + b"]"
+
+
+async def dense(request: web.Request) -> web.Response:
+    return web.Response(body=_values(int(request.match_info["count"])),
+                        content_type="application/json")
+
+
 async def hang(_request: web.Request) -> web.Response:
     await asyncio.sleep(30)
     return web.Response()
@@ -61,6 +72,7 @@ async def server() -> AsyncIterator[TestServer]:
     app.router.add_get("/huge-declared", huge_declared)
     app.router.add_get("/huge-streamed", huge_streamed)
     app.router.add_get("/deep", deep)
+    app.router.add_get("/dense/{count}", dense)
     app.router.add_get("/hang", hang)
     app.router.add_get("/status/{code}", status)
     app.router.add_get("/redirect", redirect)
@@ -97,6 +109,26 @@ async def test_the_token_goes_only_to_the_upstreams_own_origin(upstream: Upstrea
 
 async def test_an_unknown_package_is_a_404_answer_not_an_error(upstream: Upstream) -> None:
     assert (await upstream.get_json("nothing-here")).status == 404
+
+
+async def test_one_json_value_past_the_bound_refuses_a_document_and_one_fewer_does_not(
+        server: TestServer) -> None:
+    # 4 MiB allows 262,144 values: dense arrays of exactly that many and one more, half a
+    # million bytes each, counted across windows
+    client = Upstream("public", str(server.make_url("/")), timeout=5.0,
+                      max_metadata_bytes=4 * 1024 * 1024)
+    await client.start()
+    try:
+        bound = 4 * 1024 * 1024 // 16
+        assert len(_values(bound)) > bound
+        answer = await client.get_json(f"dense/{bound}", parse=False)
+        assert answer.status == 200
+        with pytest.raises(UpstreamError) as caught:
+            await client.get_json(f"dense/{bound + 1}", parse=False)
+        assert caught.value.kind == "too-large"
+        assert f"holds up to {bound + 1} JSON values; the limit is {bound}" in str(caught.value)
+    finally:
+        await client.close()
 
 
 @pytest.mark.parametrize("path", ["huge-declared", "huge-streamed"])

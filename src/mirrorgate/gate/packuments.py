@@ -18,14 +18,18 @@ from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.upstream.client import UpstreamError
 
-__all__ = ["PINS", "Packuments", "Pinned"]
+__all__ = ["ALONE_SHARE", "PINS", "RECENT_SHARE", "Packuments", "Pinned"]
 
 PINS = 4096
 """Versions whose records are pinned for the worker beside the proxy, at most (oldest go)."""
 ALONE_SHARE = 8
-"""The one-version entries (`for_tarball`) keep this fraction of the cache's byte budget, and
-the public answers they were read from as much again: the packuments' entries keep the rest,
-so MIRRORGATE_CACHE_MAX_BYTES counts all three."""
+"""The one-version entries (`for_tarball`) keep this fraction of the cache's byte budget..."""
+RECENT_SHARE = 32
+"""... and the public answers they were read from this one (16 MiB of the default 512): the
+packuments' entries keep the rest, so MIRRORGATE_CACHE_MAX_BYTES counts all three. A cold
+`npm ci` asks for a name's versions far apart (each under another parent in the lockfile):
+a quarter of this budget kept its answers long enough for 7 of 217 such versions of the scale
+tree, and was 64 MiB of its peak (docs/serving.md, "The cold path at scale")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +62,13 @@ class Packuments:
         # A tarball's admission needs its own version judged, not the thousands its packument
         # may list (a cold `npm ci` asks for tarballs alone): such one-version entries live in
         # a cache of their own, keyed `name@version`, so one never stands for the packument.
-        share = cache.max_bytes // ALONE_SHARE
-        self.alone: PackumentCache[PackumentEntry] = cache.sibling(share)
+        alone, recent = cache.max_bytes // ALONE_SHARE, cache.max_bytes // RECENT_SHARE
+        self.alone: PackumentCache[PackumentEntry] = cache.sibling(alone)
         # ... and the public packument's bytes, for another version of the name a moment
         # later (a cold install's tarballs of one name come one by one): read again lazily,
         # not fetched again
-        source.recent = cache.sibling(share)
-        cache.max_bytes -= 2 * share
+        source.recent = cache.sibling(recent)
+        cache.max_bytes -= alone + recent
 
     def pin(self, name: PackageName, version: str) -> None:
         """Keep the cached record of `name@version` for the job just enqueued for it."""
