@@ -277,7 +277,9 @@ def test_an_allow_entry_or_an_exception_releases_the_version() -> None:
 def test_the_table_turns_every_signal_on_as_quarantine_unless_it_says_otherwise() -> None:
     rules = parse_rules('[release]\ntyposquat = "off"\nyoung = "10d"\nquarantine = "3d"\n'
                         'unavailable = "deny"\n', "r.toml").release
-    assert dict(rules.actions) == {"new-install-script": "quarantine",
+    assert dict(rules.actions) == {"new-capability": "quarantine",
+                                   "young-package-capability": "quarantine",
+                                   "new-install-script": "quarantine",
                                    "new-dependency-young": "quarantine",
                                    "obfuscated-code": "quarantine", "typosquat": "off",
                                    "new-dependency-outside": "deny",

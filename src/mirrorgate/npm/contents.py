@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from mirrorgate.npm.capabilities import Capabilities, Layout, capabilities_of
 from mirrorgate.npm.entrypoints import requires_of, run_files
 from mirrorgate.npm.jsmarks import (
     READ_PER_FILE,
@@ -25,6 +26,7 @@ from mirrorgate.npm.jsmarks import (
     is_code,
     marks_of,
 )
+from mirrorgate.npm.jsuses import ReadBudget, uses_of
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.tarscripts import ScriptScan
 
@@ -70,6 +72,10 @@ class Contents:
     scripts: dict[str, str] = field(default_factory=dict)
     """The root package.json's install hooks, each command whole (`runs` cuts them short):
     what `rules.release` compares with the previous version's."""
+    layout: Layout = field(default_factory=Layout)
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    """What its code can do at install and at load (`npm.capabilities`), as its own
+    package.json runs it (`rules.capabilities` adds the registry manifest's hooks)."""
 
     @property
     def hooks(self) -> frozenset[str]:
@@ -95,6 +101,7 @@ class ContentReading:
         self._requires: dict[str, tuple[str, ...]] = {}
         self._files: dict[str, int] = {}  # every file with bytes, and its size
         self._heads: dict[str, int] = {}  # JavaScript files: the bytes measured as before
+        self._budget = ReadBudget()  # the code parsed for capabilities (`npm.jsuses`)
 
     def lend(self, reuse: Mapping[str, FileMarks]) -> None:
         """Take `reuse` from here on: the release compared with is known only once the gate
@@ -152,7 +159,9 @@ class ContentReading:
         if known is not None and known.digest == digest and known.size == size:
             return known
         marks = marks_of(part, size, digest)
-        return replace(marks, requires=requires_of(data)) if part is data else marks
+        if part is not data:
+            return marks
+        return replace(marks, requires=requires_of(data), uses=uses_of(data, self._budget))
 
     def contents(self) -> Contents:
         scan = self.scan
@@ -197,7 +206,10 @@ class ContentReading:
                           f"{MAX_CODE_FILES} or past {MAX_CODE_BYTES} bytes")
         whole = {hook: command for hook, command in commands.items()
                  if hook in INSTALL_SCRIPT_KEYS and isinstance(command, str) and command}
-        return Contents(tuple(runs), code, tuple(unread), scripts=whole)
+        layout = Layout(scan.manifest or {}, frozenset(self._files), dict(scan.bundled),
+                        tuple(scan.gyp_runs()))
+        return Contents(tuple(runs), code, tuple(unread), scripts=whole, layout=layout,
+                        capabilities=capabilities_of(layout, code))
 
     def _read_of(self, path: str) -> int:
         return self._heads[path]

@@ -12,6 +12,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from mirrorgate.npm.jsuses import Uses
+
 __all__ = ["BASE64_BLOB", "ESCAPES", "EVAL_DECODED", "HEX_IDENTIFIERS", "LONG_LINE",
            "MARK_TEXT", "READ_PER_FILE", "STRONG", "UNMEASURED", "FileMarks", "Mark",
            "digest_of", "is_code", "marks_of"]
@@ -91,13 +93,15 @@ class Mark:
 class FileMarks:
     """What one file carries: its marks by kind, its size, whether it was read whole, a digest
     of the bytes read (the same bytes carry the same marks: they are not read twice), and the
-    relative paths it requires (`npm.entrypoints.requires_of`, of a file read whole)."""
+    relative paths it requires (`npm.entrypoints.requires_of`, of a file read whole), and
+    what its code can do (`npm.jsuses`, of a file read whole; None: not read so)."""
 
     size: int
     marks: tuple[Mark, ...] = ()
     whole: bool = True
     digest: bytes = b""
     requires: tuple[str, ...] = ()
+    uses: Uses | None = None
 
     @property
     def kinds(self) -> frozenset[str]:

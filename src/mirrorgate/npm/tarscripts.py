@@ -117,6 +117,9 @@ class ScriptScan:
         """Package folders whose own package.json says `"gypfile": false`."""
         self.manifest: dict[str, object] | None = None
         """The root package.json, parsed (the last one in the tar wins, as on disk)."""
+        self.bundled: dict[str, dict[str, object]] = {}
+        """Each bundled dependency's package.json (its `main` and `scripts`), by its folder:
+        what `npm.capabilities` follows into it."""
         self.escapes: list[str] = []
         """Entries that would land outside `package/`: absolute paths, or links out of it
         (a publish carrying any is refused)."""
@@ -219,6 +222,9 @@ class ScriptScan:
                 del self.scripts[folder]
             if not folder and entry.placed == "package.json":
                 self.manifest = document if isinstance(document, dict) else None
+            elif folder and isinstance(document, dict):
+                self.bundled[folder] = {key: document[key] for key in ("main", "scripts")
+                                        if key in document}
 
 
 def scripts_in(tarball: bytes) -> str | None:

@@ -13,10 +13,10 @@ from typing import Literal
 
 from mirrorgate.rules.patterns import PatternList
 
-__all__ = ["ACTIONS", "COMPARING", "DEFAULT_ACTIONS", "NEW_DEPENDENCY_OUTSIDE",
+__all__ = ["ACTIONS", "COMPARING", "DEFAULT_ACTIONS", "NEW_CAPABILITY", "NEW_DEPENDENCY_OUTSIDE",
            "NEW_DEPENDENCY_YOUNG", "NEW_INSTALL_SCRIPT", "OBFUSCATED_CODE", "RELEASE_SIGNALS",
-           "TYPOSQUAT", "UNREADABLE_RELEASE", "YOUNG_PACKAGE_INSTALL_SCRIPT", "Action",
-           "ReleaseRules"]
+           "TYPOSQUAT", "UNREADABLE_RELEASE", "YOUNG_PACKAGE_CAPABILITY",
+           "YOUNG_PACKAGE_INSTALL_SCRIPT", "Action", "ReleaseRules"]
 
 NEW_INSTALL_SCRIPT = "new-install-script"
 NEW_DEPENDENCY_YOUNG = "new-dependency-young"
@@ -25,12 +25,15 @@ TYPOSQUAT = "typosquat"
 NEW_DEPENDENCY_OUTSIDE = "new-dependency-outside"
 UNREADABLE_RELEASE = "unreadable-release"
 YOUNG_PACKAGE_INSTALL_SCRIPT = "young-package-install-script"
-RELEASE_SIGNALS: tuple[str, ...] = (NEW_INSTALL_SCRIPT, NEW_DEPENDENCY_YOUNG, OBFUSCATED_CODE,
-                                    TYPOSQUAT, NEW_DEPENDENCY_OUTSIDE, UNREADABLE_RELEASE,
+NEW_CAPABILITY = "new-capability"
+YOUNG_PACKAGE_CAPABILITY = "young-package-capability"
+RELEASE_SIGNALS: tuple[str, ...] = (NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY, NEW_INSTALL_SCRIPT,
+                                    NEW_DEPENDENCY_YOUNG, OBFUSCATED_CODE, TYPOSQUAT,
+                                    NEW_DEPENDENCY_OUTSIDE, UNREADABLE_RELEASE,
                                     YOUNG_PACKAGE_INSTALL_SCRIPT)
 """In the order they are reported; the rules file's keys are these with `_` for `-`."""
-COMPARING: tuple[str, ...] = (NEW_INSTALL_SCRIPT, NEW_DEPENDENCY_YOUNG, OBFUSCATED_CODE,
-                              NEW_DEPENDENCY_OUTSIDE, UNREADABLE_RELEASE)
+COMPARING: tuple[str, ...] = (NEW_CAPABILITY, NEW_INSTALL_SCRIPT, NEW_DEPENDENCY_YOUNG,
+                              OBFUSCATED_CODE, NEW_DEPENDENCY_OUTSIDE, UNREADABLE_RELEASE)
 """The signals that read the previous version (the others read this one alone)."""
 DEFAULT_ACTIONS: Mapping[str, str] = {
     # fetched outside the gate, or not readable whole: time makes neither any more checked,
