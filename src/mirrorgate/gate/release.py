@@ -58,6 +58,7 @@ from mirrorgate.rules.release import (
 from mirrorgate.rules.releasetable import (
     RELEASE_SIGNALS,
     TYPOSQUAT,
+    YOUNG_PACKAGE_CAPABILITY,
     YOUNG_PACKAGE_INSTALL_SCRIPT,
 )
 from mirrorgate.rules.takeover import publishers_of
@@ -76,7 +77,8 @@ _STEP = 256 * 1024  # bytes fed to a reading at a time
 _AGES_KEPT = 16_384  # names whose first publish a pull noted, at most (oldest go)
 _UNKEPT_NOTED = 16_384  # versions a report-mode pull judged and kept nothing for, at most
 _AGE_NOTED_FOR = timedelta(minutes=10)  # how long a pull's note answers a job (`verdict_for`)
-_ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT})  # not a baseline's flaw
+_ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT, YOUNG_PACKAGE_CAPABILITY})
+"""Not a baseline's flaw: words on the name and the package's age, not on what changed."""
 
 
 def _publishers(gated: Gated) -> tuple[frozenset[str], frozenset[str]]:
@@ -506,7 +508,8 @@ class ReleaseJudge:
         # version's own gating carries what is read (its record, the package's first publish):
         # a job's packument is not filled whole to learn a package is old
         gated = await (self.packument(name) if self.one_version is None
-                       or self.rules.release.compares else self.one_version(name, version))
+                       or self.rules.release.compares_early
+                       else self.one_version(name, version))
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None or not self.applies(record, gated):
             return None

@@ -17,6 +17,7 @@ import structlog
 
 from mirrorgate.events import Alert
 from mirrorgate.gate.baseline import Budget, Unsettled
+from mirrorgate.gate.capabilitycheck import capability_findings
 from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.gate.releasefacts import (
     MAX_DEPENDENCIES_ASKED,
@@ -33,8 +34,10 @@ from mirrorgate.npm.contents import ContentReading, Contents
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.rules import REPORT
+from mirrorgate.rules.capabilities import can_gain, of_release
 from mirrorgate.rules.release import (
     Fired,
+    Release,
     ReleaseVerdict,
     added_packages,
     check_dependencies,
@@ -46,6 +49,7 @@ from mirrorgate.rules.release import (
     check_young_package,
     judge,
 )
+from mirrorgate.rules.releasetable import NEW_CAPABILITY
 from mirrorgate.rules.typosquat import popular_names
 
 if TYPE_CHECKING:
@@ -81,6 +85,8 @@ class ReleaseCheck:
         self._task: asyncio.Task[bytes | Contents | Unread | None] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
+        self.looked = False
+        """Whether a release to compare with was looked for (`verdict()`)."""
 
     @property
     def scan(self) -> ScriptScan:
@@ -105,10 +111,11 @@ class ReleaseCheck:
         except Unverifiable:
             return ""
 
-    def begin(self) -> None:
+    def begin(self, *, late: bool = False) -> None:
         """Start choosing the release to compare with and fetching its bytes, beside the
-        download of these."""
-        if self._task is None:
+        download of these; with `new-capability` the only signal that compares, only once
+        the bytes are read (`late`) and show a capability that could be gained."""
+        if self._task is None and (late or self.judge.rules.release.compares_early):
             self._task = asyncio.get_running_loop().create_task(self._baseline_bytes())
 
     async def _baseline_bytes(self) -> bytes | Contents | Unread | None:
@@ -172,9 +179,13 @@ class ReleaseCheck:
         unreadable: list[str] = []  # the publisher's own shape: a refusal (fail closed)
         fired: list[Fired] = []
         compared: str | None = None
-        self.begin()
-        assert self._task is not None
-        fetched = await self._task
+        before_capabilities: Release | None = None  # the baseline, when its bytes were read
+        own = release_of(version, manifest, contents if contents.problem is None else Contents(),
+                         published)
+        looked = self.looked = judge_.rules.release.compares_early or (
+            judge_.rules.release.action(NEW_CAPABILITY) != "off" and can_gain(of_release(own)))
+        self.begin(late=looked)
+        fetched = await self._task if self._task is not None else None
         if contents.problem is not None:
             unreadable.append(f"its tarball cannot be read: {contents.problem}")
         if self.previous is not None:
@@ -197,6 +208,7 @@ class ReleaseCheck:
             else:
                 new = release_of(version, manifest, contents, published)
                 old = release_of(self.previous.version, previous_manifest, before)
+                before_capabilities = old
                 found = check_obfuscation(new, old)
                 if found is not None:
                     fired.append(found)
@@ -224,12 +236,12 @@ class ReleaseCheck:
         if unread_fired is not None:
             fired.append(unread_fired)
         rules = judge_.rules.release
-        young_package = check_young_package(
-            release_of(version, manifest, contents if contents.problem is None else Contents(),
-                     published), package_first_published(self.gated), rules.young_package,
-            rules.young_package_text, now)
+        young_package = check_young_package(own, package_first_published(self.gated),
+                                            rules.young_package, rules.young_package_text, now)
         if young_package is not None:
             fired.append(young_package)
+        fired += capability_findings(own, self.previous, before_capabilities, self.gated,
+                                     rules, now, looked=looked and self.unsettled is None)
         popular = await asyncio.to_thread(popular_names)  # read once, on first use
         squat = check_typosquat(self.name.full, package_first_published(self.gated),
                                 judge_.installed_before(self.name.full), judge_.often(),
@@ -300,7 +312,7 @@ class ReleaseCheck:
         for rule, reason in verdict.reported:
             self._would_deny(rule, reason, compared)
         if not verdict.in_force(judge_.now()):
-            outcome = "first-version" if self.previous is None else (
+            outcome = "first-version" if self.previous is None and self.looked else (
                 "flagged" if fired else "clean")
             metrics.release_checks.labels(outcome).inc()
             log.info("release_checked", package=self.name.full, version=version,

@@ -29,7 +29,8 @@ from mirrorgate.npm.jsuses import (
 from mirrorgate.rules.release import Fired, Release
 from mirrorgate.rules.releasetable import NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY
 
-__all__ = ["ALONE_AT_INSTALL", "ALONE_AT_LOAD", "GAINED_AT_LOAD", "alone", "check_alone",
+__all__ = ["ALONE_AT_INSTALL", "ALONE_AT_LOAD", "GAINED_AT_LOAD", "alone", "can_gain",
+           "check_alone",
            "check_gained", "gained", "of_release", "verdict"]
 
 GAINED_AT_LOAD = frozenset({WRITES, DECODED, INTERCEPTS, OBFUSCATED, UNREAD})
@@ -87,6 +88,13 @@ def alone(new: Capabilities) -> list[str]:
         details += [_detail(new, capability, LOAD, "can use, together,")
                     for capability in [NETWORK, *sorted(new.at_load & _READS)]]
     return details
+
+
+def can_gain(new: Capabilities) -> bool:
+    """Whether a release reading `new` could have gained anything `gained` holds (most
+    releases run nothing at install and nothing at load it looks for): if not, the release
+    before it need not be read."""
+    return bool(new.at_install or new.at_load & GAINED_AT_LOAD) or _sends(new, LOAD)
 
 
 def verdict(new: Capabilities, previous: Capabilities | None) -> list[str]:

@@ -8,7 +8,12 @@ and docs/configuration.md state the policy without a rules file from the code th
 from __future__ import annotations
 
 from mirrorgate.rules.policy import DEFAULT_RULES, REPORT, Rules
-from mirrorgate.rules.releasetable import RELEASE_SIGNALS, YOUNG_PACKAGE_INSTALL_SCRIPT
+from mirrorgate.rules.releasetable import (
+    NEW_CAPABILITY,
+    RELEASE_SIGNALS,
+    YOUNG_PACKAGE_CAPABILITY,
+    YOUNG_PACKAGE_INSTALL_SCRIPT,
+)
 from mirrorgate.rules.table import (
     DENY_LIST,
     DIGEST_FLOOR,
@@ -66,15 +71,32 @@ def in_force(rules: Rules) -> list[str]:
             name = "provenance-continuity" if signal is rules.provenance else "publisher-change"
             lines.append(f"{name}: {signal.mode}, over the previous {signal.window} versions")
     release = rules.release
-    if release.only_young_package:
-        held = {"deny": "denied", "report": "reported",
+    acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
+
+    def held(signal: str) -> str:
+        return {"deny": "denied", "report": "reported",
                 "quarantine": f"quarantined until {release.quarantine_text} after its "
-                              "publication"}[release.action(YOUNG_PACKAGE_INSTALL_SCRIPT)]
+                              "publication"}[release.action(signal)] + _mode(rules, "release")
+
+    if release.only_young_package:
         lines.append(f"{YOUNG_PACKAGE_INSTALL_SCRIPT}: a release that runs code at install, of "
                      f"a package first published less than {release.young_package_text} ago, "
-                     f"is {held}{_mode(rules, 'release')}")
+                     f"is {held(YOUNG_PACKAGE_INSTALL_SCRIPT)}")
+    elif acting and set(acting) <= {NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY}:
+        if NEW_CAPABILITY in acting:
+            lines.append(f"{NEW_CAPABILITY}: what a release's code can do at install and at "
+                         "load (the network, processes, the environment, files outside the "
+                         "package, dynamic and native code, interception of globals) is read "
+                         "at its first pull and compared with the release before it, and a "
+                         f"capability gained is {held(NEW_CAPABILITY)}")
+        if YOUNG_PACKAGE_CAPABILITY in acting:
+            lines.append(f"{YOUNG_PACKAGE_CAPABILITY}: a release nothing vouches for (no "
+                         "earlier release, or a package first published less than "
+                         f"{release.young_package_text} ago) whose code can reach the network, "
+                         "run processes or read the environment or credentials files at "
+                         "install, or at load run decoded code, intercept globals or send what "
+                         f"it reads, is {held(YOUNG_PACKAGE_CAPABILITY)}")
     elif release.on:
-        acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
     return lines
 

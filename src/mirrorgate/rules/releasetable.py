@@ -51,9 +51,11 @@ class ReleaseRules:
     a quarantine lasts, the allow list, and what a version whose analysis cannot finish gets."""
 
     actions: Mapping[str, str] = field(
-        # with no `[release]` table only this one runs (issue 44): a young package's release
-        # that runs code at install, the shape of six of seven malicious first releases
-        default_factory=lambda: {YOUNG_PACKAGE_INSTALL_SCRIPT: "quarantine"})
+        # with no `[release]` table only these run (issue 55): what a release's code can do,
+        # gained over the release before it or, where nothing vouches for it, alone; they
+        # subsume `young-package-install-script` (a script that can do nothing of that passes)
+        default_factory=lambda: {NEW_CAPABILITY: "quarantine",
+                                 YOUNG_PACKAGE_CAPABILITY: "quarantine"})
     young: timedelta = timedelta(days=30)
     young_text: str = "30 days"
     young_package: timedelta = timedelta(days=30)
@@ -77,6 +79,15 @@ class ReleaseRules:
     def compares(self) -> bool:
         """Whether a signal that reads the previous version is on (else it is not fetched)."""
         return any(self.action(signal) != "off" for signal in COMPARING)
+
+    @property
+    def compares_early(self) -> bool:
+        """Whether a baseline is chosen as soon as a first pull starts: a signal that compares
+        is on besides `new-capability`, which asks for one only once the bytes show a
+        capability that could be gained (most releases show none: no baseline, no history
+        read for them)."""
+        return any(self.action(signal) != "off" for signal in COMPARING
+                   if signal != NEW_CAPABILITY)
 
     @property
     def only_young_package(self) -> bool:
