@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import structlog
@@ -370,7 +371,8 @@ class ReleaseJudge:
         or why they cannot be had."""
         if isinstance(fetched, Unread):
             return fetched
-        contents = await asyncio.to_thread(contents_of, fetched, new.code)
+        contents = await asyncio.to_thread(partial(contents_of, lean=new.lean), fetched,
+                                           new.code)
         if contents.problem is not None:
             return Unread(f"{record.version}'s tarball cannot be read: {contents.problem}",
                            publishers=True)
@@ -464,6 +466,8 @@ class ReleaseJudge:
         # baseline's) are neither fetched nor read again: the same bytes, by their strongest
         # digest, read the same (`KeptReadings`)
         kept = self.readings.get(kept_as(name, record))
+        if kept is not None and kept.lean != self.rules.release.lean:
+            kept = None  # read for other signals than those in force now: read again
         check = ReleaseCheck(self, name, gated, record, budget, read=kept)
         try:
             check.begin()  # the baseline chosen and fetched beside this read

@@ -75,7 +75,7 @@ class ReleaseCheck:
         self.name = name
         self.gated = gated
         self.record = record
-        self.reading = ContentReading()
+        self.reading = ContentReading(lean=judge_.rules.release.lean)
         self.budget = budget if budget is not None else Budget()
         self.previous: VersionRecord | None = None
         """The release compared with, once `baseline` chose it (`gate.baseline`); stays None
@@ -151,7 +151,7 @@ class ReleaseCheck:
         if chosen.record is None:
             return None
         kept = self.judge.readings.get(kept_as(self.name, chosen.record))
-        if kept is not None:
+        if kept is not None and kept.lean == self.reading.lean:
             # a baseline read before lends its marks to this version's unchanged files (from
             # the bytes fed next on), and needs no fetch: the same bytes read the same
             self.reading.lend(kept.code)

@@ -25,6 +25,7 @@ from mirrorgate.npm.jsmarks import (
     digest_of,
     is_code,
     marks_of,
+    obfuscator_marks,
 )
 from mirrorgate.npm.jsuses import ReadBudget, uses_of
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
@@ -76,6 +77,9 @@ class Contents:
     capabilities: Capabilities = field(default_factory=Capabilities)
     """What its code can do at install and at load (`npm.capabilities`), as its own
     package.json runs it (`rules.capabilities` adds the registry manifest's hooks)."""
+    lean: bool = False
+    """Read for the capability signals alone (`ContentReading`): no mark but the
+    obfuscator's, no digest; not a baseline for the other signals."""
 
     @property
     def hooks(self) -> frozenset[str]:
@@ -89,9 +93,14 @@ class ContentReading:
     path in `reuse` (the other version's reading) takes its marks from there unmeasured: in a
     patch release most files are unchanged, and measuring is most of the cost."""
 
-    def __init__(self, reuse: Mapping[str, FileMarks] | None = None) -> None:
+    def __init__(self, reuse: Mapping[str, FileMarks] | None = None, *,
+                 lean: bool = False) -> None:
         self.scan = ScriptScan(self)
-        self._reuse = reuse or {}
+        self._lean = lean
+        """Only what the capability signals read (the default rules): each file's
+        capabilities, requires and obfuscator's marks, no digest, no other mark, nothing
+        lent (docs/serving.md "What a release's code can do": half the CPU)."""
+        self._reuse = {} if lean else (reuse or {})
         self._code: dict[str, FileMarks] = {}
         self._measured = 0
         self._skipped_files = 0
@@ -103,12 +112,17 @@ class ContentReading:
         self._heads: dict[str, int] = {}  # JavaScript files: the bytes measured as before
         self._budget = ReadBudget()  # the code parsed for capabilities (`npm.jsuses`)
 
+    @property
+    def lean(self) -> bool:
+        return self._lean
+
     def lend(self, reuse: Mapping[str, FileMarks]) -> None:
         """Take `reuse` from here on: the release compared with is known only once the gate
         chose it (`gate.baseline`), often after the first bytes were fed. Files measured
         before were measured in full, the same marks; one replacing assignment, so a feed on
-        the hashing lane sees either mapping whole."""
-        self._reuse = reuse
+        the hashing lane sees either mapping whole. A lean reading takes nothing lent."""
+        if not self._lean:
+            self._reuse = reuse
 
     def wants(self, path: str, size: int) -> int:
         self._files[path] = size  # a later entry of the same path replaces what was read
@@ -154,6 +168,12 @@ class ContentReading:
         """The marks of `data` (its first `head` bytes), taken from the other version's same
         file where its bytes are these (the last entry of a path wins, as on disk)."""
         part = data[:head] if head is not None and head < len(data) else data
+        if self._lean:
+            if part is not data:
+                return FileMarks(size, whole=False)  # a head: nothing the capabilities read
+            uses = uses_of(data, self._budget)
+            return FileMarks(size, tuple(obfuscator_marks(data)), len(data) >= size,
+                             requires=uses.requires, uses=uses)
         digest = digest_of(part)
         known = self._reuse.get(path)
         if known is not None and known.digest == digest and known.size == size:
@@ -209,7 +229,7 @@ class ContentReading:
         layout = Layout(scan.manifest or {}, frozenset(self._files), dict(scan.bundled),
                         tuple(scan.gyp_runs()))
         return Contents(tuple(runs), code, tuple(unread), scripts=whole, layout=layout,
-                        capabilities=capabilities_of(layout, code))
+                        capabilities=capabilities_of(layout, code), lean=self._lean)
 
     def _read_of(self, path: str) -> int:
         return self._heads[path]
@@ -241,10 +261,11 @@ class KeptReadings:
             self._count -= len(dropped.code) + 1
 
 
-def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None) -> Contents:
+def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None, *,
+                lean: bool = False) -> Contents:
     """`ContentReading` over a whole tarball held in memory (the previous version's, read
     once the new one's `reuse` is known)."""
-    reading = ContentReading(reuse)
+    reading = ContentReading(reuse, lean=lean)
     view = memoryview(tarball)
     for start in range(0, len(view), _STEP):
         reading.scan.feed(bytes(view[start:start + _STEP]))

@@ -16,7 +16,7 @@ from mirrorgate.npm.jsuses import Uses
 
 __all__ = ["BASE64_BLOB", "ESCAPES", "EVAL_DECODED", "HEX_IDENTIFIERS", "LONG_LINE",
            "MARK_TEXT", "READ_PER_FILE", "STRONG", "UNMEASURED", "FileMarks", "Mark",
-           "digest_of", "is_code", "marks_of"]
+           "digest_of", "is_code", "marks_of", "obfuscator_marks"]
 
 READ_PER_FILE = 2 * 1024 * 1024
 """Bytes of one file measured at most: the head of a larger file (the rest is not read). A
@@ -199,15 +199,11 @@ def digest_of(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
-    """The marks in `data`, the first bytes of a file of `size` bytes. Each mark is the first
-    match of its regular expression; each is looked for only where a pass at memory speed
-    (`bytes.find`, `count`, `strip`) shows it may be, since the regular expressions hold the
-    interpreter lock and run several times slower (docs/serving.md#release-signals)."""
+def obfuscator_marks(data: bytes) -> list[Mark]:
+    """The marks javascript-obfuscator leaves (dense escapes, `_0x` names): the two that
+    the capability reading counts too (`npm.capabilities`, `obfuscated`), apart so it pays
+    for these alone."""
     found: list[Mark] = []
-    long = _first_long_line(data)
-    if long is not None:
-        found.append(Mark(LONG_LINE, long[0], _line(data, long[0]), f"{long[1]:,} characters"))
     escapes = _ESCAPE.findall(data) if _may_hold_escapes(data) else []
     if len(escapes) >= ESCAPES_AT_LEAST:
         share = sum(map(len, escapes)) / max(1, len(data))
@@ -222,6 +218,19 @@ def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
         at = first.start() if first is not None else 0
         found.append(Mark(HEX_IDENTIFIERS, at, _line(data, at),
                           f"{len(hex_ids):,} of them"))
+    return found
+
+
+def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
+    """The marks in `data`, the first bytes of a file of `size` bytes. Each mark is the first
+    match of its regular expression; each is looked for only where a pass at memory speed
+    (`bytes.find`, `count`, `strip`) shows it may be, since the regular expressions hold the
+    interpreter lock and run several times slower (docs/serving.md#release-signals)."""
+    found: list[Mark] = []
+    long = _first_long_line(data)
+    if long is not None:
+        found.append(Mark(LONG_LINE, long[0], _line(data, long[0]), f"{long[1]:,} characters"))
+    found += obfuscator_marks(data)
     decoded = _eval_decoded(data)
     if decoded is not None:
         shown = decoded.group(0).decode("ascii", "replace")[:60]

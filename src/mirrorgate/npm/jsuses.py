@@ -12,6 +12,7 @@ docs/serving.md "What a release's code can do" tells the story.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -85,6 +86,9 @@ _DECODING = (b"atob", b"Buffer.from", b"decodeURIComponent", b"unescape", b"from
 _HOME_VARIABLES = frozenset({"HOME", "USERPROFILE", "HOMEPATH", "APPDATA", "LOCALAPPDATA",
                              "XDG_CONFIG_HOME", "XDG_DATA_HOME"})
 _OUTSIDE_VARIABLES = _HOME_VARIABLES | {"INIT_CWD"}
+_OUTSIDE_WORDS = (b"homedir", b"HOME", b"USERPROFILE", b"APPDATA", b"INIT_CWD", b"XDG_",
+                  b"cwd(", b"'/", b'"/', b"`/", b"~", b"..")
+"""What a path outside the package is written with (`_outside`)."""
 _SCRATCH = ("/" + "tmp", "/dev/null")  # absolute paths a write there changes nothing of the user's
 _WRITERS = {"writeFile": 0, "writeFileSync": 0, "appendFile": 0, "appendFileSync": 0,
             "createWriteStream": 0, "copyFile": 1, "copyFileSync": 1, "cp": 1, "cpSync": 1,
@@ -130,6 +134,9 @@ _PATHS = [ahocorasick_rs.BytesAhoCorasick(words, matchkind=ahocorasick_rs.MatchK
 one automaton leave its vectorised prefilter (0.6 ms a MB) for its slow path (1.8); three
 automatons cost 1.0."""
 _LONGEST = max(len(word) for word, _ in _WORDS)
+_KINDS = [kind for _, kind in _WORDS]
+_OPENING = frozenset(b"([")
+_DOT = ord(".")
 _WHOLE_WORD = frozenset({"require", "require-call", "homedir", "eval", "function", "wasm",
                          "worker", "fetch", "xhr", "socket", "beacon", "ethereum", "write",
                          "global-index"})
@@ -147,11 +154,16 @@ class Use:
 @dataclass(frozen=True, slots=True)
 class Uses:
     """What a file's code can do: its `found` uses, the bare modules it requires (a bundled
-    dependency's name among them), and why it was not read whole (None: it was)."""
+    dependency's name among them), why it was not read whole (None: it was), and the files
+    it requires by a relative path."""
 
     found: tuple[Use, ...] = ()
     modules: tuple[str, ...] = ()
     unread: str | None = None
+    requires: tuple[str, ...] = ()
+    """The relative specifiers it requires or imports (`./lib/x`, `../y.dat`), as
+    `npm.entrypoints.requires_of` finds them, from the same places: what the capability
+    signals alone follow (`npm.contents`, lean)."""
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -202,26 +214,30 @@ def _ident_at(data: bytes, at: int) -> bool:
     return 0 <= at < len(data) and data[at] in _IDENT
 
 
-def _hits(data: bytes, modules: dict[str, None]) -> list[_Hit] | None:
+def _hits(data: bytes, modules: dict[str, None],
+          relative: dict[str, None]) -> list[_Hit] | None:
     """Where a capability may be, the words cut at identifier boundaries (`evaluate` is not
     `eval`), each narrowed to the identifier or string the tree holds; None past
     `MAX_HITS`. A module loaded by a plain string is settled here, its name kept."""
     found: list[_Hit] = []
+    ident, size, kinds, whole = _IDENT, len(data), _KINDS, _WHOLE_WORD  # the hot loop's
     for index, start, end in _matches(_AUTOMATON, data):
-        kind = _WORDS[index][1]
-        if kind in _WHOLE_WORD and (_ident_at(data, start - 1) or (
-                kind != "write" and _ident_at(data, end) and _ident_at(data, end - 1))):
+        kind = kinds[index]
+        if kind in whole and ((start > 0 and data[start - 1] in ident) or (
+                kind != "write" and end < size and data[end] in ident
+                and data[end - 1] in ident)):
             continue
-        if data[end - 1:end] in (b"(", b"["):
+        if data[end - 1] in _OPENING:
             end -= 1
-        if data[start:start + 1] == b".":
+        if data[start] == _DOT:
             start += 1
-        hit = _quick(data, _Hit(start, end, kind), modules)
+        hit = _quick(data, _Hit(start, end, kind), modules, relative)
         if hit is not None:
             found.append(hit)
     for automaton, kind in zip(_PATHS, ("credentials", "home-path"), strict=True):
         found += [hit for _index, start, end in _matches(automaton, data)
-                  if (hit := _quick(data, _Hit(start, end, kind), modules)) is not None]
+                  if (hit := _quick(data, _Hit(start, end, kind), modules, relative))
+                  is not None]
     if len(found) > MAX_HITS:
         return None
     found.sort(key=lambda hit: hit.start)
@@ -232,6 +248,9 @@ def _matches(automaton: ahocorasick_rs.BytesAhoCorasick,
              data: bytes) -> list[tuple[int, int, int]]:
     """The automaton's matches, a chunk at a time, stopped past `MAX_HITS` (a hostile
     file of `eval;eval;...` would otherwise make millions of tuples)."""
+    if len(data) <= _CHUNK:  # most files: one call
+        matches: list[tuple[int, int, int]] = automaton.find_matches_as_indexes(data)
+        return matches
     found: list[tuple[int, int, int]] = []
     view = memoryview(data)
     size = len(data)
@@ -258,23 +277,20 @@ _FOLLOWED_BY: dict[str, tuple[bytes, ...]] = {
 }
 
 
-def _literal_at(data: bytes, at: int) -> bytes | None:
-    """The plain string starting at `at` (a quote), when it closes within 256 bytes."""
-    quote = data[at:at + 1]
-    if quote not in (b"'", b'"', b"`"):
-        return None
-    close = data.find(quote, at + 1, at + 258)
-    text = data[at + 1:close] if close > at else b""
-    if close < 0 or b"\\" in text or b"\n" in text or b"${" in text:
-        return None
-    return text
+_CALLED_WITH = re.compile(rb"\s{0,8}\(\s{0,8}(['\"`])([^'\"`\\\n$]{0,256})\1\s{0,8}[),]")
+_QUOTED = re.compile(rb"(['\"])([^'\"\\\n]{0,256})\1")
+"""A call's first argument that is a plain string (no escape, no `${`), and a quoted name:
+matched where the word ends (one anchored match, not a scan)."""
 
 
-def _quick(data: bytes, hit: _Hit, modules: dict[str, None]) -> _Hit | None:
+def _quick(data: bytes, hit: _Hit, modules: dict[str, None],
+           relative: dict[str, None]) -> _Hit | None:
     """What the bytes around a word already settle without a parse: most words are not a
     capability (`process.env.NODE_ENV`, `require('./x')`, `x.constructor.name`)."""
     end, kind = hit.end, hit.kind
-    after = data[end:end + 24]
+    if kind == "require-call" or (kind == "require" and data[end:end + 1] == b"("):
+        kind = hit.kind = "require-call"  # the common case first: one anchored match
+    after = data[end:end + 24] if kind != "require-call" else b""
     if kind == "require":
         following = after.lstrip()[:1]
         if following == b".":
@@ -283,16 +299,16 @@ def _quick(data: bytes, hit: _Hit, modules: dict[str, None]) -> _Hit | None:
             return hit  # `require` read as a value: parsed
         kind = hit.kind = "require-call"
     if kind in ("require-call", "module"):
-        at = data.find(b"(", end, end + 8) + 1 if kind == "require-call" else end - 1
-        while 0 < at < len(data) and data[at] in b" \n\t":
-            at += 1
-        literal = _literal_at(data, at) if at > 0 else None
-        closing = data[at + len(literal) + 2:at + len(literal) + 40].lstrip()[:1] \
-            if literal is not None else b""
-        if literal is None or (kind == "require-call" and closing not in (b")", b",")):
+        # `require('name')` / `from 'name'`: the plain string, settled without a parse
+        found = (_CALLED_WITH if kind == "require-call" else _QUOTED).match(
+            data, end if kind == "require-call" else end - 1)
+        if found is None:
             return hit if kind == "require-call" else None  # a computed name: parsed
+        at, literal = found.start(1), found.group(2)
         name = literal.decode("utf-8", "replace")
-        if name and not name.startswith((".", "/")):
+        if name.startswith("."):
+            relative[name] = None
+        elif name and not name.startswith("/"):
             modules[name] = None  # maybe a bundled dependency: a superset is harmless
         if name.removeprefix("node:") in _CAPABLE_MODULES:
             return _Hit(at, at + len(literal) + 2, "module")  # confirmed by the parse
@@ -313,7 +329,20 @@ def _quick(data: bytes, hit: _Hit, modules: dict[str, None]) -> _Hit | None:
         return hit if after.lstrip()[:1] == b"(" or before == b"module" else None
     if kind == "write":
         rest = after[4:] if after.startswith(b"Sync") else after
-        return hit if rest.lstrip()[:1] == b"(" else None
+        if rest.lstrip()[:1] != b"(":
+            return None
+        if data[hit.start:end] == b"chmod":
+            return hit  # its mode is read, not its path
+        # a write outside the package names the outside within the window `_outside` reads
+        # (the path, or the declaration of the variable handed in): none there, none at all
+        around = data[max(0, hit.start - WINDOW):end + WINDOW]
+        return hit if any(word in around for word in _OUTSIDE_WORDS) else None
+    if kind == "credentials":
+        # a store's path: a dot-name (`.npmrc`) is one; a bare word (`Chrome`, `Exodus`) is
+        # one beside a path separator (not a browser's name in a user-agent test)
+        word = data[hit.start:end]
+        around = data[max(0, hit.start - 64):end + 64]
+        return hit if word[:1] == b"." or b"/" in around or b"\\" in around else None
     followers = _FOLLOWED_BY.get(kind)
     if followers is not None:
         return hit if after.lstrip()[:1] in followers else None
@@ -372,23 +401,25 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
     """What the code in `data` (one file's bytes) can do, read as described above."""
     budget = budget if budget is not None else ReadBudget()
     modules: dict[str, None] = {}
-    hits = _hits(data, modules)
+    relative: dict[str, None] = {}
+    hits = _hits(data, modules, relative)
     if hits is None:
         return Uses(unread=f"past {MAX_HITS:,} places where a capability may be")
-    if not hits:
-        return Uses(modules=tuple(modules))  # most files: nothing to parse
+    if not hits:  # most files: nothing to parse
+        return Uses(modules=tuple(modules), requires=tuple(relative))
     reading = _Reading(data, _parser(), budget, modules=modules)
     for start, end, group in _windows(data, hits):
         if not budget.take(end - start):
             return Uses(tuple(reading.found.values()), tuple(reading.modules),
-                        f"past the {PARSED_PER_TARBALL:,} bytes of code parsed per tarball")
+                        f"past the {PARSED_PER_TARBALL:,} bytes of code parsed per tarball",
+                        tuple(relative))
         root = reading.parser.parse(data[start:end]).root_node
         for hit in group:
             node = root.descendant_for_byte_range(hit.start - start, hit.end - start)
             if node is not None and _in_code(node, hit.kind):
                 _classify(reading, node, hit, start, root)
     found = sorted(reading.found.values(), key=lambda use: (use.line, use.capability))
-    return Uses(tuple(found), tuple(reading.modules))
+    return Uses(tuple(found), tuple(reading.modules), requires=tuple(relative))
 
 
 # -- the parsed code ----------------------------------------------------------------------

@@ -81,6 +81,13 @@ class ReleaseRules:
         return any(self.action(signal) != "off" for signal in COMPARING)
 
     @property
+    def lean(self) -> bool:
+        """Whether the bytes are read for the capability signals alone: no signal that reads
+        every mark of obfuscation or the digest of a file is on (`npm.contents`, lean)."""
+        return all(self.action(signal) == "off"
+                   for signal in (NEW_INSTALL_SCRIPT, OBFUSCATED_CODE))
+
+    @property
     def compares_early(self) -> bool:
         """Whether a baseline is chosen as soon as a first pull starts: a signal that compares
         is on besides `new-capability`, which asks for one only once the bytes show a
