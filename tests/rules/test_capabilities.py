@@ -5,14 +5,15 @@ compare with, what the code can do at install and at load. On real releases' fil
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from mirrorgate.npm.capabilities import release_capabilities
 from mirrorgate.npm.contents import Contents, contents_of
+from mirrorgate.rules import parse_rules
 from mirrorgate.rules.capabilities import check_alone, check_gained, verdict
-from mirrorgate.rules.release import Release
+from mirrorgate.rules.release import Fired, Release, judge
 from mirrorgate.rules.releasetable import NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY
 from tests.npm.test_capabilities import real, with_manifest
 from tests.servers.packages import build_tarball
@@ -164,3 +165,39 @@ def test_an_unreadable_tarball_judged_alone_is_held_by_its_manifests_hooks() -> 
 
     assert fired is not None
     assert "curl" in fired.evidence
+
+
+# --- the way through, as for every rule -----------------------------------------------------
+
+
+NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+def gained_fired() -> Fired:
+    files = appended("debug-4.4.1", "src/node.js", stealer())
+    fired = check_gained(Release("4.4.2", contents_of(build_tarball(files))),
+                         Release("4.4.1", contents_of(build_tarball(real("debug-4.4.1")))))
+    assert fired is not None
+    return fired
+
+
+def test_by_default_a_gain_is_quarantined_a_week_after_publication() -> None:
+    verdict = judge(parse_rules("", "r.toml"), "debug", "4.4.2", NOW, [gained_fired()], NOW,
+                    "4.4.1")
+
+    assert (verdict.rule, verdict.until) == (NEW_CAPABILITY, NOW + timedelta(days=7))
+    assert 'add "debug@4.4.2" (or "debug") to release.allow' in (verdict.reason or "")
+
+
+@pytest.mark.parametrize("rules", [
+    '[release]\nmode = "report"\n',
+    '[release]\nallow = ["debug@4.4.2"]\n',
+    '[release]\nnew_capability = "off"\n',
+    '[[exception]]\npackage = "debug@4.4.2"\nuntil = 2027-01-31\nreason = "reviewed"\n'
+    'by = "ops"\nrules = ["new-capability"]\n',
+], ids=["report-mode", "allow", "off", "exception"])
+def test_report_mode_an_allow_entry_an_exception_or_off_let_a_gain_through(rules: str) -> None:
+    verdict = judge(parse_rules(rules, "r.toml"), "debug", "4.4.2", NOW, [gained_fired()], NOW,
+                    "4.4.1")
+
+    assert not verdict.denied
