@@ -3,10 +3,11 @@ environment, files outside the package, dynamic code, native code, interception 
 each with its line and the call, read with a JavaScript parser (tree-sitter) where a word
 that may show one stands. `npm.capabilities` gathers these over the files that run.
 
-Pure and bounded. One pass at memory speed (an Aho-Corasick automaton over a few dozen words)
-finds where a capability may be; only the code around those places is parsed (a window of
-about 2 KB each, merged), so a 10 MB bundle costs its scan and a few hundred windows, not a
-whole parse (over 100 ms a MB). Past `ReadBudget` the file is `unread`, never clean.
+Pure and bounded. One pass at memory speed (Aho-Corasick automata over a few dozen words)
+finds where a capability may be; the bytes around settle most places; only the code around
+the rest is parsed (windows of about 512 bytes, merged), so a 10 MB bundle costs its scan and
+a few dozen windows, not a whole parse (over 100 ms a MB). Past `ReadBudget` or `MAX_HITS`
+the file is `unread`, never clean.
 docs/serving.md "What a release's code can do" tells the story.
 """
 
@@ -264,7 +265,6 @@ def _matches(automaton: ahocorasick_rs.BytesAhoCorasick,
     return found
 
 
-_LOADERS = (b"require(", b"import(", b"from", b"import")
 _FOLLOWED_BY: dict[str, tuple[bytes, ...]] = {
     # what may follow a word that uses a capability: a call, an assignment, a reference
     # handed on; prose (a JSDoc `{Function}`, "fetch the data") is not parsed
