@@ -172,7 +172,8 @@ class ContentReading:
             if part is not data:
                 return FileMarks(size, whole=False)  # a head: nothing the capabilities read
             uses = uses_of(data, self._budget)
-            return FileMarks(size, tuple(obfuscator_marks(data)), len(data) >= size,
+            return FileMarks(size, tuple(obfuscator_marks(data, escapes=False)),
+                             len(data) >= size,
                              requires=uses.requires, uses=uses)
         digest = digest_of(part)
         known = self._reuse.get(path)

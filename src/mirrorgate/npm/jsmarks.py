@@ -199,10 +199,24 @@ def digest_of(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def obfuscator_marks(data: bytes) -> list[Mark]:
-    """The marks javascript-obfuscator leaves (dense escapes, `_0x` names): the two that
-    the capability reading counts too (`npm.capabilities`, `obfuscated`), apart so it pays
-    for these alone."""
+def obfuscator_marks(data: bytes, escapes: bool = True) -> list[Mark]:
+    """The marks javascript-obfuscator leaves (dense escapes, `_0x` names), apart so the
+    capability reading (`npm.capabilities`, `obfuscated`) pays for these alone; without
+    `escapes`, its `_0x` names alone (a pass over the bytes less: an appended blob of
+    escapes is too small a share of its file to show anyway, its names are not)."""
+    found: list[Mark] = []
+    if escapes:
+        found += _escape_marks(data)
+    hex_ids = _HEX_ID.findall(data) if data.count(b"_0x") >= HEX_IDENTIFIERS_AT_LEAST else []
+    if len(hex_ids) >= HEX_IDENTIFIERS_AT_LEAST:
+        first = _HEX_ID.search(data)
+        at = first.start() if first is not None else 0
+        found.append(Mark(HEX_IDENTIFIERS, at, _line(data, at),
+                          f"{len(hex_ids):,} of them"))
+    return found
+
+
+def _escape_marks(data: bytes) -> list[Mark]:
     found: list[Mark] = []
     escapes = _ESCAPE.findall(data) if _may_hold_escapes(data) else []
     if len(escapes) >= ESCAPES_AT_LEAST:
@@ -212,12 +226,6 @@ def obfuscator_marks(data: bytes) -> list[Mark]:
             at = first.start() if first is not None else 0
             found.append(Mark(ESCAPES, at, _line(data, at),
                               f"{len(escapes):,} escapes, {share:.0%} of the bytes"))
-    hex_ids = _HEX_ID.findall(data) if data.count(b"_0x") >= HEX_IDENTIFIERS_AT_LEAST else []
-    if len(hex_ids) >= HEX_IDENTIFIERS_AT_LEAST:
-        first = _HEX_ID.search(data)
-        at = first.start() if first is not None else 0
-        found.append(Mark(HEX_IDENTIFIERS, at, _line(data, at),
-                          f"{len(hex_ids):,} of them"))
     return found
 
 
