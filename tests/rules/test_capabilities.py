@@ -201,3 +201,16 @@ def test_report_mode_an_allow_entry_an_exception_or_off_let_a_gain_through(rules
                     "4.4.1")
 
     assert not verdict.denied
+
+
+def test_a_tarball_that_cannot_be_read_is_unread_not_clean() -> None:
+    old = Release("1.0.0", contents_of(build_tarball(real("chalk-5.6.0"))))
+    new = Release("1.0.1", Contents(problem="a pax header's size is not the entry's ustar size"))
+
+    gained = check_gained(new, old)
+    alone = check_alone(new, "1.0.1 has no earlier release whose code vouches for it")
+
+    assert gained is not None
+    assert "install-time code gains unread" in gained.evidence
+    assert alone is not None
+    assert "pax header" in alone.evidence

@@ -180,8 +180,8 @@ class ReleaseCheck:
         fired: list[Fired] = []
         compared: str | None = None
         before_capabilities: Release | None = None  # the baseline, when its bytes were read
-        own = release_of(version, manifest, contents if contents.problem is None else Contents(),
-                         published)
+        own = release_of(version, manifest, contents if contents.problem is None
+                         else Contents(problem=contents.problem), published)
         looked = self.looked = judge_.rules.release.compares_early or (
             judge_.rules.release.action(NEW_CAPABILITY) != "off" and can_gain(of_release(own)))
         self.begin(late=looked)

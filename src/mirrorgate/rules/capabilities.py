@@ -111,9 +111,15 @@ def of_release(release: Release) -> Capabilities:
     contents = release.contents
     extra = {hook: command for hook, command in release.commands.items()
              if contents.scripts.get(hook) != command}
-    if not extra:
-        return contents.capabilities
-    return capabilities_of(contents.layout, contents.code, extra)
+    read = capabilities_of(contents.layout, contents.code, extra) if extra \
+        else contents.capabilities
+    if contents.problem is None:
+        return read
+    # a tarball that cannot be read as npm unpacks it is not clean: what runs in it, at
+    # install and at load, is unread
+    unread = tuple(Found(UNREAD, phase, "package.json", 0, contents.problem[:100])
+                   for phase in (INSTALL, LOAD))
+    return Capabilities(read.found + unread)
 
 
 def check_gained(new: Release, previous: Release) -> Fired | None:
