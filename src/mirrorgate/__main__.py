@@ -30,8 +30,9 @@ __all__ = ["main"]
 def _variables_help() -> str:
     from mirrorgate.rules.inforce import DEFAULT_POLICY
 
+    # never split at a hyphen: a rule's name (`advisory-malware`) is read and searched whole
     lines = ["default policy:", *textwrap.wrap(DEFAULT_POLICY, 88, initial_indent="  ",
-                                               subsequent_indent="  "),
+                                               subsequent_indent="  ", break_on_hyphens=False),
              "", "environment variables:"]
     for var in VARIABLES:
         default = f" (default: {var.default})" if var.default is not None else ""
@@ -184,7 +185,7 @@ def _check_config(settings: Settings, as_json: bool) -> int:
     from mirrorgate.rules import RulesError, load_rules, rules_summary
 
     try:
-        rules = load_rules(settings.rules_file)
+        rules = load_rules(settings.rules_file, settings.malware_feed)
     except RulesError as error:
         print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
         for problem in error.problems:
@@ -224,7 +225,12 @@ def _check_config(settings: Settings, as_json: bool) -> int:
     if rules.advisories is not None:
         readable = _probe_advisories(rules.advisories.source)
         policy["advisories"]["readable"] = readable
-        if not readable["ok"]:
+        if not readable["ok"] and rules.advisories.by_default:
+            problems.append(
+                f"the known-malware feed cannot be read: {readable['detail']}; versions are "
+                "admitted as if it knew none until it can; point MIRRORGATE_MALWARE_FEED at a "
+                "reachable copy, or set it to off to say so on purpose")
+        elif not readable["ok"]:
             problems.append(f"the advisory source is not readable: {readable['detail']}")
     report["store"] = _probe_store(settings)
     if not report["store"].get("reachable"):

@@ -51,6 +51,11 @@ COMMANDS = "commands"
 """Read by the operator commands (`mirrorgate check`...), never by a running proxy or worker."""
 
 
+OSV_NPM_EXPORT = "https://osv-vulnerabilities.storage.googleapis.com/npm/all.zip"
+"""OSV's public export of the npm ecosystem: the default source of known malware (its `MAL-`
+records), fetched at start-up and hourly with conditional requests (docs/serving.md#known-
+malware-by-default)."""
+
 SQS_URL_HINT = ("set it to the QueueUrl that `aws sqs get-queue-url --queue-name mirrorgate` "
                 "prints (docs/queues.md#amazon-sqs)")
 """What to do about a missing MIRROR_SQS_QUEUE_URL, said once for config and the backend."""
@@ -139,6 +144,10 @@ VARIABLES: tuple[Var, ...] = (
         "only unsetting this means no rules file (default: the default policy, stated below "
         "the table)",
         see="serving.md#admission-rules"),
+    Var("MIRRORGATE_MALWARE_FEED", OSV_NPM_EXPORT, "where known malware comes from when the "
+        "rules file has no [advisories] table: the MAL- records of an OSV npm export, as an "
+        "https URL of its zip, a path to a copy (a zip or a directory of records), or off",
+        read_by=(PROXY, WORKER, COMMANDS), see="serving.md#known-malware-by-default"),
     Var("MIRRORGATE_OPERATOR_CONTACT", None, "who a person asks for an exception to the "
         "admission rules (an address, a channel, a URL), named in every refusal a client "
         "prints (default: \"mirrorgate's operator\")",
@@ -429,6 +438,9 @@ class Settings:
     """The PostgreSQL state store (`store`); None: the SQLite file under `data_dir`."""
     pull_log_retention_days: int = 90
     """MIRRORGATE_PULL_LOG_RETENTION: how long the pull log keeps a record."""
+    malware_feed: str | None = None
+    """MIRRORGATE_MALWARE_FEED: the known-malware source the rules use when the rules file
+    names none (an https URL or a path); None: off."""
 
     def secrets(self) -> tuple[Secret, ...]:
         """Every secret these settings hold, for the log scrubber (`logs.register_secret`);
@@ -855,6 +867,27 @@ def _max_in_flight(read: _Reader) -> int:
     return read.integer("MIRRORGATE_MAX_IN_FLIGHT", 1, 100_000, str(default_max_in_flight()))
 
 
+def _malware_feed(read: _Reader) -> str | None:
+    name = "MIRRORGATE_MALWARE_FEED"
+    value = read.raw(name) or OSV_NPM_EXPORT
+    if value.lower() == "off":
+        return None
+    if "://" in value:
+        if not value.startswith("https://"):
+            read.problem(name, "is a URL but not https; known malware is fetched over https "
+                         f"only, e.g. {name}={OSV_NPM_EXPORT}, or off")
+            return None
+        return value
+    path = Path(value).expanduser()
+    if not path.exists():
+        # a copy kept on disk (an air-gapped site) must be there at start: a typo would
+        # otherwise leave the gate without known malware, saying so only in a log line
+        read.problem(name, f"{path} does not exist; point it at a copy of the OSV npm export "
+                     "(a zip, or a directory of its records), an https URL of one, or off")
+        return None
+    return str(path)
+
+
 def load_settings(
     environ: Mapping[str, str] | None = None,
     npm_registry: Callable[[], str | None] = npm_configured_registry,
@@ -953,6 +986,7 @@ def load_settings(
             if name.strip())),
         database_url=_database_url(read),
         pull_log_retention_days=read.integer("MIRRORGATE_PULL_LOG_RETENTION", 1, 3650, "90"),
+        malware_feed=_malware_feed(read),
     )
     if settings.pool_worker < settings.worker_concurrency:
         read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "

@@ -221,7 +221,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
         metrics.watch_heartbeat(heartbeat.age)
 
     try:  # the worker re-gates every job with the same rules the proxy gates with
-        rules = LiveRules.load(settings.rules_file,
+        rules = LiveRules.load(settings.rules_file, malware_feed=settings.malware_feed,
                                on_reload_failed=metrics.rules_reload_failures.inc)
     except RulesError as error:
         raise StartupError(f"MIRRORGATE_RULES_FILE: {error}") from None

@@ -158,7 +158,7 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
                                max_bytes=settings.max_metadata_bytes)
     else:
         try:
-            rules = load_rules(settings.rules_file)
+            rules = load_rules(settings.rules_file, settings.malware_feed)
         except RulesError as error:
             return usage_error(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}")
         from mirrorgate.commands.parts import with_waivers

@@ -93,6 +93,15 @@ def _clients(clients: Mapping[str, Any] | None) -> list[str]:
     return found
 
 
+def _advisories(advisories: Mapping[str, Any], read: str) -> str:
+    if not advisories:
+        return "off (no [advisories] table, MIRRORGATE_MALWARE_FEED=off)"
+    if advisories.get("by_default"):
+        return (f"known malware (MAL- records) from {advisories['source']} ({read}; "
+                "MIRRORGATE_MALWARE_FEED)")
+    return f"{advisories['source']} ({read})"
+
+
 def human_report(settings: Settings, rules: Rules, report: Mapping[str, Any],
                  problems: list[str]) -> str:
     """What `check-config` prints on a terminal; `problems` (warnings: nothing that stops the
@@ -114,8 +123,7 @@ def human_report(settings: Settings, rules: Rules, report: Mapping[str, Any],
         _line("upstreams", f"public {settings.public_upstream}"),
         _line("data", f"{settings.data_dir} (MIRRORGATE_DATA_DIR)"),
         *_rules(rules),
-        _line("advisories", "off" if not advisories else
-              f"{advisories['source']} ({read})"),
+        _line("advisories", _advisories(advisories, read)),
         _line("access", f"client tokens from {settings.client_tokens_file}"
               if settings.client_tokens_file is not None
               else "open to whoever reaches it (no MIRRORGATE_CLIENT_TOKENS_FILE)"),

@@ -107,7 +107,7 @@ async def advisory_question(settings: Settings, advisory: str,
     from mirrorgate.rules import RulesError, load_rules
 
     try:
-        rules = load_rules(settings.rules_file)
+        rules = load_rules(settings.rules_file, settings.malware_feed)
     except RulesError as error:
         raise QuestionError(f"the rules file cannot be read: {error}") from None
     if rules.advisories is None:

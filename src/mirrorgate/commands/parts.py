@@ -82,7 +82,7 @@ async def with_waivers(settings: Settings, rules: Rules) -> Rules:
 async def open_parts(settings: Settings, report: Report | None = None,
                      mirroring: MirroringFactory | None = None) -> AsyncIterator[Parts]:
     try:
-        rules = load_rules(settings.rules_file)
+        rules = load_rules(settings.rules_file, settings.malware_feed)
     except RulesError as error:
         raise PartsError(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}") from None
     gate = await GateVerdicts.open(settings, await with_waivers(settings, rules))

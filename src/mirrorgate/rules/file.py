@@ -18,7 +18,7 @@ from typing import Any
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.moments import moment
-from mirrorgate.rules.advisory import AdvisoryRules
+from mirrorgate.rules.advisory import AdvisoryRules, known_malware
 from mirrorgate.rules.patterns import (
     PATTERN_EXAMPLES,
     PackagePattern,
@@ -41,7 +41,7 @@ from mirrorgate.rules.signatures import SignatureRule
 from mirrorgate.rules.table import POLICY_RULES
 from mirrorgate.rules.takeover import MODES, SignalRule
 
-__all__ = ["RulesError", "load_rules", "parse_rules", "rules_text"]
+__all__ = ["RulesError", "load_rules", "parse_rules", "rules_text", "with_known_malware"]
 
 _ZERO = timedelta(0)
 
@@ -490,14 +490,22 @@ def _advisories(read: _Reader, table: dict[str, Any], rules_source: str) -> Advi
         feed=AdvisoryFeed(location, refresh[0]))
 
 
-def load_rules(path: Path | None) -> Rules:
-    """The policy in the rules file at `path`; None means `DEFAULT_RULES`.
+def load_rules(path: Path | None, malware_feed: str | None = None) -> Rules:
+    """The policy in the rules file at `path`; None means `DEFAULT_RULES`; either with the
+    known-malware feed `malware_feed` (MIRRORGATE_MALWARE_FEED) where it names no source.
 
     A file that cannot be read or honoured raises RulesError; the caller refuses to start.
     """
-    if path is None:
-        return DEFAULT_RULES
-    return parse_rules(rules_text(path), str(path))
+    rules = DEFAULT_RULES if path is None else parse_rules(rules_text(path), str(path))
+    return with_known_malware(rules, malware_feed)
+
+
+def with_known_malware(rules: Rules, malware_feed: str | None) -> Rules:
+    """`rules` with the default known-malware feed, unless an `[advisories]` table chose a
+    source of its own (whose `malware` setting then decides) or the feed is off (None)."""
+    if rules.advisories is not None or malware_feed is None:
+        return rules
+    return replace(rules, advisories=known_malware(malware_feed))
 
 
 def rules_text(path: Path) -> str:

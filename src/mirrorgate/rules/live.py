@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from mirrorgate.rules.file import RulesError, parse_rules, rules_text
+from mirrorgate.rules.file import RulesError, parse_rules, rules_text, with_known_malware
 from mirrorgate.rules.policy import DEFAULT_RULES, RuleException, Rules
 
 __all__ = ["POLL_SECONDS", "LiveRules", "live"]
@@ -82,7 +82,11 @@ class LiveRules:
     `problem`: why the file as it is now is not in force (None when it is)."""
 
     def __init__(self, rules: Rules, path: Path | None = None, text: str = "", *,
-                 on_reload_failed: Callable[[], None] = lambda: None) -> None:
+                 on_reload_failed: Callable[[], None] = lambda: None,
+                 malware_feed: str | None = None) -> None:
+        self.malware_feed = malware_feed
+        """The known-malware feed each reading of the file gets where it names no source."""
+        rules = with_known_malware(rules, malware_feed)
         self.current = rules
         self.from_file = rules
         """The rules as the file says them, before the waivers (`use_waivers`) join them."""
@@ -97,13 +101,16 @@ class LiveRules:
 
     @classmethod
     def load(cls, path: Path | None, *,
-             on_reload_failed: Callable[[], None] = lambda: None) -> LiveRules:
+             on_reload_failed: Callable[[], None] = lambda: None,
+             malware_feed: str | None = None) -> LiveRules:
         """The rules at `path` (None: the defaults, never re-read); raises RulesError.
-        `on_reload_failed` hears each rewrite that cannot be used (a metric)."""
+        `on_reload_failed` hears each rewrite that cannot be used (a metric); `malware_feed`
+        is MIRRORGATE_MALWARE_FEED (`with_known_malware`)."""
         if path is None:
-            return cls(DEFAULT_RULES)
+            return cls(DEFAULT_RULES, malware_feed=malware_feed)
         text = rules_text(path)
-        return cls(parse_rules(text, str(path)), path, text, on_reload_failed=on_reload_failed)
+        return cls(parse_rules(text, str(path)), path, text, on_reload_failed=on_reload_failed,
+                   malware_feed=malware_feed)
 
     @property
     def generation(self) -> int:
@@ -132,7 +139,7 @@ class LiveRules:
             if _digest(text) == self.digest:  # touched, not changed
                 self.problem = None
                 return False
-            fresh = parse_rules(text, str(self.path))
+            fresh = with_known_malware(parse_rules(text, str(self.path)), self.malware_feed)
             short = _cut_short(text, self._text)
             if short is not None:
                 raise RulesError([short], str(self.path))

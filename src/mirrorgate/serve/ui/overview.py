@@ -87,10 +87,16 @@ def _advisories(found: Samples) -> list[str]:
     if records is None:
         return []
     age = _one(found, "mirrorgate_advisory_age_seconds")
+    loads = _by(found, "mirrorgate_advisory_loads_total", "outcome")
+    # a feed that never loaded and has failed says so: "not loaded yet" would read as patience
+    unloaded = ("could not be fetched (advisories_load_failed in the logs)"
+                if loads.get("failed") and not records else "not loaded yet")
     return [_figure("advisory records", _number(records), "advisory-records",
                     "OSV records in the index in force"),
-            _figure("advisory data age", _seconds(age) if age is not None
-                    else "not loaded yet", "advisory-age", "since the copy in force was made")]
+            _figure("advisory data age", _seconds(age) if age is not None else unloaded,
+                    "advisory-age", "since the copy in force was made"),
+            _figure("advisory loads failed", _number(loads.get("failed", 0.0)),
+                    "advisory-failed", "since start; the index in force is kept")]
 
 
 def _events(events: list[Event], *, empty: str) -> str:
