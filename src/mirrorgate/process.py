@@ -44,7 +44,7 @@ from mirrorgate.rules import LiveRules, Rules, RulesError
 from mirrorgate.serve.access import install_access
 from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
-from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
+from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, policy_problem
 from mirrorgate.store import Store, StoreSetupError, open_store
 from mirrorgate.upstream.clients import Upstreams
 from mirrorgate.upstream.filestore import StoreError
@@ -198,15 +198,21 @@ async def _listening(app: web.Application, host: str, port: int, settings: Setti
     yield runner
 
 
-def _client_tokens(settings: Settings, metrics: Metrics) -> ClientTokens | None:
-    if settings.client_tokens_file is None:
+def _client_tokens(settings: Settings, metrics: Metrics,
+                   rules: LiveRules) -> ClientTokens | None:
+    """The tokens file, checked against the rules file both ways (`policy_problem`): at start
+    and whenever either is read again, every policy set a line names must be defined."""
+    path = settings.client_tokens_file
+    if path is None:
         return None
     try:
-        clients = ClientTokens(settings.client_tokens_file,
-                               on_reload_failed=lambda _problem:
-                               metrics.client_tokens_reload_failures.inc())
+        clients = ClientTokens(path, on_reload_failed=lambda _problem:
+                               metrics.client_tokens_reload_failures.inc(),
+                               check=lambda found: policy_problem(found, rules.current,
+                                                                  str(path)))
     except ClientTokensError as error:
         raise StartupError(f"MIRRORGATE_CLIENT_TOKENS_FILE: {error}") from None
+    rules.check = lambda fresh: policy_problem(clients.file, fresh, str(path))
     log.info("client_tokens_loaded", path=str(settings.client_tokens_file),
              clients=len(clients.clients))
     return clients
@@ -231,7 +237,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
         _ensure_store(settings.private_upstream)
     if shape.runs_worker:
         _ensure_store(settings.mirror_target)
-    clients = _client_tokens(settings, metrics)
+    clients = _client_tokens(settings, metrics, rules)
 
     def dropped(total: int) -> None:
         # A network backend's send buffer logs its own drops (with its depth); logging them

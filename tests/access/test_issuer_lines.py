@@ -42,7 +42,8 @@ def test_issuer_lines_sit_beside_static_clients_in_file_order_with_their_grants(
     assert read.issuers == (GITHUB, GITLAB)
     assert read.mappings[1].summary() == {
         "name": "gitlab-ci", "issuer": GITLAB,
-        "claims": ["project_path=acme/**", "ref=main", "ref_protected=true"], "publish": []}
+        "claims": ["project_path=acme/**", "ref=main", "ref_protected=true"], "publish": [],
+        "policy": None}
 
 
 @pytest.mark.parametrize(("claims", "met"), [
@@ -154,9 +155,9 @@ def test_check_config_lists_the_issuers_and_their_lines_and_no_digest(tmp_path: 
     report = json.loads(done.stdout)["clients"]
     assert report["issuers"] == [GITHUB, GITLAB]
     assert report["audience"] == "mg-prod"
-    assert report["static"] == [{"name": "dashboard", "publish": []}]
+    assert report["static"] == [{"name": "dashboard", "publish": [], "policy": None}]
     assert report["issuer_lines"][0] == {
         "name": "payments-ci", "issuer": GITHUB,
         "claims": ["repository=acme/payments-*", "ref=refs/heads/main"],
-        "publish": ["@acme-payments/*"]}
+        "publish": ["@acme-payments/*"], "policy": None}
     assert "0" * 64 not in done.stdout

@@ -51,7 +51,7 @@ from mirrorgate.npm.paths import (
     parse_write_target,
 )
 from mirrorgate.rules import LiveRules, Rules
-from mirrorgate.serve.access import install_access, whoami
+from mirrorgate.serve.access import CLIENT, install_access, policy_of, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
 from mirrorgate.serve.overload import Admission
@@ -223,6 +223,8 @@ class ProxyServer:
             min_rate=self.settings.send_min_rate,
             min_rate_grace=self.settings.send_min_rate_grace)
         self._ids = itertools.count(1)
+        self._authenticated = proxy.clients is not None
+        """Every /npm/ request carries its client (`access.CLIENT`), and perhaps a policy set."""
         # `Counter.inc` cost a warm hit more than its lookups: counted as plain ints, folded
         # into mirrorgate_requests_total at every scrape
         self._warm_counts = {status: proxy.metrics.tally(proxy.metrics.requests.labels(
@@ -288,7 +290,10 @@ class ProxyServer:
             headers = request.headers
             read = self._read(request, headers)
             if read:
-                slot = self.packuments.fresh(read.name)
+                # the client's policy set's entry (`policy:NAME` in the tokens file): one
+                # policy's packument is never another's (`gate.packuments.cache_key`)
+                slot = self.packuments.fresh(
+                    read.name, request[CLIENT].policy if self._authenticated else None)
                 if slot is not None:
                     rendered = slot.value.renderings.get(read.key)
                     if rendered is not None:
@@ -433,7 +438,8 @@ class ProxyServer:
             async with self.admission.slot(target.route) as slot, \
                     asyncio.timeout(limit) as deadline:
                 if name is None:  # the search route, the only one without a package name
-                    return json_response(200, await self.search(request.query))
+                    return json_response(200, await self.search(request.query,
+                                                                policy_of(request)))
                 if target.route == "packument":
                     if request.query.get("write") == "true":  # npm, before a change
                         return await self.publishing.write_packument(
@@ -442,7 +448,7 @@ class ProxyServer:
                 if target.route == "version":
                     return await self.packument_route.version(request, name, target.detail)
                 if target.route == "dist-tags":
-                    return await self.packument_route.dist_tags(name)
+                    return await self.packument_route.dist_tags(name, policy_of(request))
                 return await self.tarballs(request, name, target.detail, deadline, slot)
         except TimeoutError:
             log.warning("request_timed_out", route=target.route,
@@ -518,7 +524,9 @@ def build_proxy_app(
                   base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
                   worker_beside=proxy.worker_beside, facts=server.facts,
                   waiver_granters=proxy.settings.waiver_granters,
-                  pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None)
+                  pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None,
+                  policy_clients=(proxy.clients.file.policies if proxy.clients is not None
+                                  else dict))
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

@@ -29,7 +29,7 @@ from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_fil
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.release import ReleaseVerdict
 from mirrorgate.rules.wayout import exception_how, installable_from
-from mirrorgate.serve.access import CLIENT
+from mirrorgate.serve.access import CLIENT, policy_of
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, by_rule, denied, not_mirrored, upstream_failed
 from mirrorgate.serve.relay import (
@@ -66,9 +66,11 @@ of the log context (a copy of every bound variable, per pull)."""
 class TarballRoute:
     def __init__(self, *, private: PrivateRegistry, public: Upstream, queue: MirrorQueue,
                  metrics: Metrics, relay: Relay,
-                 packument: Callable[[PackageName], Awaitable[Gated | None]],
-                 private_answered: Callable[[PackageName, str], bool] = lambda _n, _v: False,
-                 for_tarball: Callable[[PackageName, str], Awaitable[Gated | None]] | None = None,
+                 packument: Callable[[PackageName, str | None], Awaitable[Gated | None]],
+                 private_answered: Callable[[PackageName, str, str | None], bool] = (
+                     lambda _n, _v, _p: False),
+                 for_tarball: Callable[[PackageName, str, str | None],
+                                       Awaitable[Gated | None]] | None = None,
                  handoff: Handoff | None = None,
                  on_enqueued: Callable[[PackageName, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
@@ -153,10 +155,12 @@ class TarballRoute:
         # chooses its baseline from the history, so the whole packument's gating is read at
         # once rather than after the version's own. The default's young-package signal reads
         # the package's first publish alone, which one version's gating carries.
+        # By the client's policy set (`policy:NAME` on its tokens-file line), as its packument.
         whole = self.for_tarball is None or (self.release is not None
                                              and self.release.rules.release.compares)
-        gated = await (self.packument(name) if whole or self.for_tarball is None
-                       else self.for_tarball(name, version))
+        policy = policy_of(request)
+        gated = await (self.packument(name, policy) if whole or self.for_tarball is None
+                       else self.for_tarball(name, version, policy))
         record = gated.versions.get(version) if gated is not None else None
         if gated is not None and record is None and isinstance(gated.public_failure,
                                                                 UpstreamError):
@@ -180,7 +184,8 @@ class TarballRoute:
             alert = denial_alert(name.full, version, record.denial, "tarball")
             if alert is not None:
                 self.metrics.events.alert(alert)
-            raise denied(name, record, await self._survivors(name, gated), self.contact)
+            raise denied(name, record, await self._survivors(name, gated, policy),
+                         self.contact)
         # bytes the scan refused at an earlier pull (report mode serves them, and said so)
         found = (self.relay.scripts_found.get(f"{name.full}@{version}")
                  if record.scan_scripts and not record.scan_reports else None)
@@ -188,9 +193,9 @@ class TarballRoute:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=INSTALL_SCRIPTS, reason=found)
             raise _scripts_refusal(name, version, found, self.contact,
-                                   await self._survivors(name, gated))
+                                   await self._survivors(name, gated, policy))
         private_error: UpstreamError | None = None
-        skipped = not record.private and self.private_answered(name, version)
+        skipped = not record.private and self.private_answered(name, version, policy)
         if skipped:
             # the packument, built with the private upstream's answer, says the version is
             # public-only: asking private again would cost a round trip per tarball for a miss
@@ -232,16 +237,17 @@ class TarballRoute:
                     return copy
             raise not_mirrored(error, name, version) from None
 
-    async def _whole(self, name: PackageName, gated: Gated) -> Gated:
+    async def _whole(self, name: PackageName, gated: Gated, policy: str | None) -> Gated:
         """The whole packument's gating where one version's (`Gated.alone`) is not enough."""
         if gated.alone is None:
             return gated
-        whole = await self.packument(name)
+        whole = await self.packument(name, policy)
         return whole if whole is not None else gated
 
-    async def _survivors(self, name: PackageName, gated: Gated) -> list[str]:
+    async def _survivors(self, name: PackageName, gated: Gated,
+                         policy: str | None) -> list[str]:
         """The versions a refusal names as installable instead (the whole packument's)."""
-        return (await self._whole(name, gated)).survivors
+        return (await self._whole(name, gated, policy)).survivors
 
     def _release_refusal(self, name: PackageName, version: str,
                          verdict: ReleaseVerdict) -> Refused:
@@ -325,7 +331,8 @@ class TarballRoute:
             # refused before a byte was sent: the 403 with the reason, at the first pull
             if withheld.rule == INSTALL_SCRIPTS:
                 raise _scripts_refusal(name, version, withheld.reason, self.contact,
-                                       await self._survivors(name, gated)) from None
+                                       await self._survivors(name, gated,
+                                                             policy_of(request))) from None
             kept = judge.remembered(name.full, version) if judge is not None else None
             if judge is not None and kept is not None and kept.in_force(judge.now()):
                 raise self._release_refusal(name, version, kept) from None  # the evidence
