@@ -116,8 +116,8 @@ class TokensFile:
         return tuple(dict.fromkeys(m.issuer for m in self.mappings))
 
     def policies(self) -> dict[str, list[str]]:
-        """Each policy set a line names, with the names of the lines (clients and issuer
-        lines) that name it, in file order."""
+        """Each policy set a line names, with the names of the lines that name it: the static
+        clients', then the issuer lines', each in file order."""
         named: dict[str, list[str]] = {}
         lines: list[Client | ClaimMapping] = [*self.clients, *self.mappings]
         for line in lines:
@@ -164,7 +164,8 @@ def parse_tokens_file(text: str, source: str) -> TokensFile:
         where = f"{source} line {number}"
         words = line.split()
         if len(words) < 2:
-            raise ClientTokensError(f"{where}: expected `NAME sha256:HEX [publish:NAMES]`, "
+            raise ClientTokensError(f"{where}: expected `NAME sha256:HEX [publish:NAMES] "
+                                    "[policy:NAME]`, "
                                     "e.g. `ci-builds sha256:<64 hex digits>` (`mirrorgate token "
                                     "new NAME` prints one)")
         name, digest_text, *grants = words
