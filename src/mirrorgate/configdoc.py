@@ -121,8 +121,9 @@ proto-ci      https://token.actions.githubusercontent.com repository=acme/proto-
   lists the sets, who they apply to and their rules; `mirrorgate check --policy NAME
   LOCKFILE` answers as the proxy answers a client of that set.
 - **What stays one for everyone**: the release signals' verdicts and first-party names (above);
-  the mirror, whose worker re-gates a job with the default rules, so a version only a laxer set
-  admits is served to its clients from public and mirrored once the default rules admit it;
+  the mirror, whose worker re-gates a job with the default rules: a version only a laxer set
+  admits is served to its clients from public, and no job is sent for it (a `job_not_enqueued`
+  line) until a pull after the default rules admit it;
   `/npm/-/npm/v1/security/*` (npm audit, answered from the advisory index by the default
   rules); the status page's package view (the default rules); the exposure warnings (a
   version turned bad by the default rules' word); and `mirrorgate_rule_denials_total`, counted

@@ -218,3 +218,47 @@ def test_a_reload_applies_a_policy_change_within_seconds_and_never_strands_a_cli
     assert listed(packument(proxy, payments_token)) == ["1.0.0", "1.1.0"]
     assert proxy.metric("mirrorgate_client_tokens_reload_failures_total") == 1
     assert proxy.metric("mirrorgate_rules_reload_failures_total") == 1
+
+
+def test_a_version_only_a_laxer_policy_admits_is_served_but_never_sent_to_the_worker(
+    guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, secret_dir: SecretDir, tmp_path: Path, issuer: LoopbackIssuer,
+) -> None:
+    """The worker re-gates every job with the default rules: a job for a version only a laxer
+    set admits would be refused there as a forged job (a security line and a notification)
+    at every pull. The proxy sends none; the version is served from public to that set."""
+    now = datetime.now(UTC)
+    public_registry.add(make_package("quick-fix", [
+        make_version("quick-fix", "2.0.0", published=now - timedelta(days=40)),
+        make_version("quick-fix", "2.0.1", published=now - timedelta(hours=3))]))
+    reader = new_token()
+    rules = tmp_path / "rules.toml"
+    proxy = start(guarded, guard, public_registry, verdaccio, secret_dir, rules, issuer, reader)
+    rules.write_text(RULES + '[policy.prototype.age]\nminimum = "0"\n', encoding="utf-8")
+    secret_dir.write(tokens_text(issuer, reader)
+                     + f"proto-ci {issuer.issuer} repository=acme/proto-* policy:prototype\n")
+    wait_for(lambda: proxy.events("client_tokens_reloaded"), timeout=12)
+    proto_token, web_token = issuer.mint("acme/proto-app"), issuer.mint(WEB)
+    for token in (proto_token, web_token):
+        guard.watch(proxy, token)
+
+    proto = job(tmp_path, proxy, proto_token, "proto")
+    proto.write_project({"quick-fix": "2.0.1"})
+    lax = proto.install()
+    web = job(tmp_path, proxy, web_token, "web")
+    web.write_project({"quick-fix": "^2.0.0"})
+    default = web.install()
+    for run in (lax, default):
+        guard.seen(run.stdout + run.stderr, "npm's output")
+
+    assert lax.returncode == 0, lax.stderr
+    assert proto.installed() == {"quick-fix": "2.0.1"}
+    assert default.returncode == 0, default.stderr
+    assert web.installed() == {"quick-fix": "2.0.0"}  # the control: the default's day holds
+    wait_for(lambda: verdaccio.versions("quick-fix") == ["2.0.0"], timeout=20,
+             message="the default's pull mirrored")
+    [skipped] = proxy.events("job_not_enqueued")
+    assert (skipped["package"], skipped["version"]) == ("quick-fix", "2.0.1")
+    assert "pulled under a policy set" in skipped["reason"]
+    assert proxy.events("mirror_job_refused") == []  # no forged-job alarm
+    assert proxy.metric("mirrorgate_jobs_total", outcome="retired") == 0

@@ -206,7 +206,7 @@ class ProxyServer:
                                                   else None),
                                      clock=clock, release=self.release,
                                      contact=self.settings.operator_contact,
-                                     pulls=proxy.pulls)
+                                     pulls=proxy.pulls, mirrored=self._default_admits)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self.packument_route.gated_or_none,
                              self.packument_route.cached_or_false,
@@ -230,6 +230,13 @@ class ProxyServer:
         self._warm_counts = {status: proxy.metrics.tally(proxy.metrics.requests.labels(
             "packument", str(status))) for status in (200, 304)}
         self._id_prefix = os.urandom(3).hex()
+
+    async def _default_admits(self, name: PackageName, version: str) -> bool:
+        """Whether the default rules admit `name@version` (a pull under a policy set is
+        mirrored only then: `TarballRoute.mirrored`)."""
+        gated = await self.packuments.for_tarball(name, version)
+        record = gated.versions.get(version) if gated is not None else None
+        return record is not None and record.denial is None
 
     # --- bookkeeping -----------------------------------------------------------------------
 

@@ -75,7 +75,9 @@ class TarballRoute:
                  on_enqueued: Callable[[PackageName, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  release: ReleaseJudge | None = None, contact: str | None = None,
-                 pulls: PullLog | None = None) -> None:
+                 pulls: PullLog | None = None,
+                 mirrored: Callable[[PackageName, str], Awaitable[bool]] | None = None,
+                 ) -> None:
         self.private = private
         self.public = public
         self.queue = queue
@@ -94,6 +96,9 @@ class TarballRoute:
         """MIRRORGATE_OPERATOR_CONTACT, named in a denied tarball's 403."""
         self.pulls = pulls
         """The pull log (`gate.pulllog`): one record per tarball GET served or refused."""
+        self.mirrored = mirrored
+        """Whether the default rules admit `name@version`: a version pulled under a policy set
+        is mirrored only then, as the worker re-gates every job with the default rules."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
 
@@ -357,7 +362,8 @@ class TarballRoute:
             if judge is not None:
                 judge.installed(name.full)
             self._enqueue(name, record, url, verified.size, published,
-                          hand_over=lambda: self._hand_over(key, url, verified))
+                          hand_over=lambda: self._hand_over(key, url, verified),
+                          policy=policy_of(request))
         return answer
 
     async def _hand_over(self, key: tuple[str, str, str | None], url: str,
@@ -393,11 +399,14 @@ class TarballRoute:
 
     def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
                  published: str | None, *,
-                 hand_over: Callable[[], Awaitable[None]] | None = None) -> bool:
+                 hand_over: Callable[[], Awaitable[None]] | None = None,
+                 policy: str | None = None) -> bool:
         """Enqueue the version's job (`mirror_job`, with the size relayed) in a background task:
         the response never waits on the queue and never fails because of it. `hand_over` runs
         in that task before the job is sent, so the worker finds the bytes when the job comes.
-        False when no job is sent (one was sent in the window, or none can be made)."""
+        A pull under a policy set (`policy`) sends one only if the default rules admit the
+        version too. False when no job is sent (one was sent in the window, or none can be
+        made)."""
         if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return False
@@ -407,7 +416,8 @@ class TarballRoute:
             log.warning("job_not_enqueued", package=name.full, version=record.version,
                         reason=str(error))
             return False
-        task = asyncio.get_running_loop().create_task(self._send(job, hand_over))
+        task = asyncio.get_running_loop().create_task(self._send(
+            job, hand_over, name if policy is not None else None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if self.on_enqueued is not None:
@@ -415,7 +425,11 @@ class TarballRoute:
         return True
 
     async def _send(self, job: MirrorJob,
-                    hand_over: Callable[[], Awaitable[None]] | None = None) -> None:
+                    hand_over: Callable[[], Awaitable[None]] | None = None,
+                    judged: PackageName | None = None) -> None:
+        if judged is not None and self.mirrored is not None \
+                and not await self._default_admits(judged, job):
+            return
         if hand_over is not None:
             try:
                 await hand_over()
@@ -432,6 +446,24 @@ class TarballRoute:
                 job = dataclasses.replace(job, traceparent=parent)
             taken = await self._enqueue_now(job)
             span.set("mirrorgate.taken", taken)
+
+    async def _default_admits(self, name: PackageName, job: MirrorJob) -> bool:
+        """Whether a version pulled under a policy set may be mirrored: the worker re-gates a
+        job with the default rules, and a version only a laxer set admits would reach it as a
+        job the rules deny, which reads as a forged one. Such a version is served from public
+        to its set's clients, and mirrored at a pull once the default rules admit it."""
+        assert self.mirrored is not None
+        try:
+            admitted = await self.mirrored(name, job.version)
+        except Exception as error:  # an upstream failed: the next pull enqueues it again
+            admitted, why = False, f"{type(error).__name__}: {error}"
+        else:
+            why = "the default rules do not admit it (pulled under a policy set)"
+        if not admitted:
+            log.info("job_not_enqueued", package=job.name, version=job.version, reason=why)
+            self._enqueued.pop(job.label, None)
+            self._withdraw_handoff(job)
+        return admitted
 
     async def _enqueue_now(self, job: MirrorJob) -> bool:
         try:
