@@ -87,7 +87,7 @@ packages = ["moment@<2.29.4"]
 
 ```text
 # MIRRORGATE_CLIENT_TOKENS_FILE
-dashboard     sha256:9e02d4c1...                                                   # the default rules
+dashboard     sha256:9e02d4c1...   # no policy: the default rules
 payments-ci   https://token.actions.githubusercontent.com repository=acme/payments-* policy:payments
 payments-bot  sha256:5f1c0b7a... publish:@acme-payments/* policy:payments
 proto-ci      https://token.actions.githubusercontent.com repository=acme/proto-* policy:prototype

@@ -198,7 +198,8 @@ def test_a_reload_applies_a_policy_change_within_seconds_and_never_strands_a_cli
     [failed] = proxy.events("rules_reload_failed")
     problem = " ".join(failed["problems"])
     assert "policy:payments" in problem
-    assert str(secret_dir.path) in problem and str(rules) in problem
+    assert str(secret_dir.path) in problem
+    assert str(rules) in problem
     assert listed(packument(proxy, payments_token)) == ["1.0.0"]  # the last good rules
 
     # a shorter cooldown for the team: in force within seconds, no restart
@@ -213,7 +214,8 @@ def test_a_reload_applies_a_policy_change_within_seconds_and_never_strands_a_cli
     wait_for(lambda: proxy.events("client_tokens_reload_failed"), timeout=12,
              message="the tokens file's rewrite refused")
     [refused] = proxy.events("client_tokens_reload_failed")
-    assert "policy:payment " in refused["reason"] and str(rules) in refused["reason"]
+    assert "policy:payment " in refused["reason"]
+    assert str(rules) in refused["reason"]
     assert "payments-ci" in refused["reason"]
     assert listed(packument(proxy, payments_token)) == ["1.0.0", "1.1.0"]
     assert proxy.metric("mirrorgate_client_tokens_reload_failures_total") == 1

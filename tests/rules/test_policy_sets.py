@@ -56,7 +56,8 @@ def test_a_policy_set_overrides_the_keys_it_writes_and_inherits_the_rest() -> No
     assert (rules.block_install_scripts, payments.block_install_scripts) == (False, True)
     assert prototype.deny.texts() == ["left-pad"]  # the policy's list replaces the default's
     assert (rules.mode_of("deny"), prototype.mode_of("deny")) == ("enforce", "report")
-    assert payments.policy_name == "payments" and rules.policy_name is None
+    assert payments.policy_name == "payments"
+    assert rules.policy_name is None
     assert rules.policies.keys() == {"payments", "prototype"}
     # the default rules are untouched by what the policies say (the control)
     assert replace(rules, policies={}) == parse_rules(TEAMS.split("[policy.")[0], "rules.toml")
@@ -119,7 +120,8 @@ def test_every_policy_set_shares_the_default_rules_advisory_feed(tmp_path: Path)
                         '[policy.strict.advisories]\nseverity = "medium"\n', "rules.toml")
     strict = rules.policy("strict")
 
-    assert rules.advisories is not None and strict.advisories is not None
+    assert rules.advisories is not None
+    assert strict.advisories is not None
     assert strict.advisories.severity == "medium"
     assert rules.advisories.severity == "high"
     assert strict.advisories.feed is rules.advisories.feed  # one download, one index
@@ -187,5 +189,6 @@ def test_the_worked_example_in_the_configuration_reference_compiles() -> None:
     payments = rules.policy("payments")
     assert payments.minimum_age == timedelta(days=7)
     assert payments.age_exempt.texts() == ["@acme/*"]
-    assert payments.block_install_scripts and not rules.block_install_scripts
+    assert payments.block_install_scripts
+    assert not rules.block_install_scripts
     assert rules.policy("prototype").mode_of("deny") == "report"
