@@ -7,8 +7,11 @@ package names or URLs, so the series count stays bounded and no client input bec
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Iterator
+
+import structlog
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -18,6 +21,8 @@ from mirrorgate.events import Recent
 from mirrorgate.mirror import QueueStats
 
 __all__ = ["CONTENT_TYPE", "Metrics", "Tally"]
+
+log = structlog.get_logger("mirrorgate")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -235,6 +240,10 @@ class Metrics:
             "mirrorgate_pulls_logged", "pull log records by outcome: written (to the state "
             "store), dropped (the buffer was full while the store was unreachable)",
             ["outcome"], registry=r)
+        self.task_failures = Counter(
+            "mirrorgate_background_task_failures", "background tasks that ended with an "
+            "error, by task (`watch_task`): what the task did has stopped until the process "
+            "restarts", ["task"], registry=r)
         self.exposures = Counter(
             "mirrorgate_exposures", "versions already served that became refused, by cause "
             "(withdrawn...), each reported once (`version_exposed`)", ["cause"], registry=r)
@@ -247,6 +256,24 @@ class Metrics:
         tally = Tally(series)
         self._folding.tallies.append(tally)
         return tally
+
+    def watch_task(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
+        """Count and log `task` if it ends with an error (`background_task_failed`, by its
+        name): a loop the process relies on (the state store's writer, the rules watcher, the
+        advisory feed...) that died says so, instead of stopping silently. Its series starts
+        at 0 here, so an alert's `increase()` sees the first failure."""
+        self.task_failures.labels(task.get_name())
+
+        def ended(done: asyncio.Task[None]) -> None:
+            if done.cancelled() or done.exception() is None:
+                return
+            error = done.exception()
+            log.error("background_task_failed", task=done.get_name(),
+                      error=f"{type(error).__name__}: {error}"[:500])
+            self.task_failures.labels(done.get_name()).inc()
+
+        task.add_done_callback(ended)
+        return task
 
     def watch_queue(self, stats: Callable[[], QueueStats], provider: str) -> None:
         self.registry.register(_QueueCollector(stats, provider))

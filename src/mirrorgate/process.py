@@ -330,7 +330,8 @@ class _Feeds:
             feed.on_outcome = lambda outcome: self.metrics.advisory_loads.labels(outcome).inc()
             # loading never blocks serving: the first load runs beside the listener, and
             # until it lands the rules' `unavailable` setting decides
-            self.task = asyncio.create_task(feed.run(self.stop), name="advisory-feed")
+            self.task = self.metrics.watch_task(
+                asyncio.create_task(feed.run(self.stop), name="advisory-feed"))
 
     async def close(self) -> None:
         if self.task is not None:
@@ -391,12 +392,15 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     worker_stop = asyncio.Event()
     feeds = _Feeds(rules, metrics, worker_stop)
     async with _listening(app, host, port, settings, metrics) as runner:
-        keeping = asyncio.create_task(facts.run(worker_stop), name="state-store")
-        logging_pulls = asyncio.create_task(pulls.run(worker_stop), name="pull-log")
-        warning = asyncio.create_task(warnings.run(worker_stop), name="exposure-warnings")
+        # each counted and logged if it ends with an error (`Metrics.watch_task`)
+        watched = metrics.watch_task
+        keeping = watched(asyncio.create_task(facts.run(worker_stop), name="state-store"))
+        logging_pulls = watched(asyncio.create_task(pulls.run(worker_stop), name="pull-log"))
+        warning = watched(asyncio.create_task(warnings.run(worker_stop),
+                                              name="exposure-warnings"))
         feeds.follow(rules.current)
-        watcher = asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
-                                      name="rules-watcher")
+        watcher = watched(asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
+                                              name="rules-watcher"))
         if shape.runs_worker:
             assert health.heartbeat is not None
             target: MirrorTarget = open_target(
@@ -407,7 +411,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                                        heartbeat=health.heartbeat, rules=rules,
                                        packuments=packuments, withdrawals=withdrawals,
                                        release=gate.release, handoff=handoff))
-            worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
+            worker_task = watched(asyncio.create_task(worker.run(worker_stop),
+                                                      name="mirror-worker"))
         health.ready = True
         runtime.freeze_startup()
         # a person starting it reads where to point npm and where to look

@@ -141,7 +141,8 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
         return response
 
     async def watch(_app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.get_running_loop().create_task(tokens.watch(), name="client-tokens")
+        task = metrics.watch_task(asyncio.get_running_loop().create_task(
+            tokens.watch(), name="client-tokens"))
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
