@@ -12,7 +12,6 @@ import itertools
 from collections.abc import Callable, Iterator
 
 import structlog
-
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
