@@ -79,6 +79,7 @@ __all__ = ["SERVER", "Proxy", "ProxyServer", "build_proxy_app"]
 log = structlog.get_logger("mirrorgate.serve")
 
 PREFIX = "/npm/"
+_clock = time.perf_counter
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _READS = frozenset({"GET", "HEAD"})
 _READ_MEMO_BYTES = 512
@@ -230,6 +231,9 @@ class ProxyServer:
         self._warm_counts = {status: proxy.metrics.tally(proxy.metrics.requests.labels(
             "packument", str(status))) for status in (200, 304)}
         self._id_prefix = os.urandom(3).hex()
+        # `mirrorgate_request_seconds`: a list increment per request (`metrics.Durations`)
+        self._warm_seconds = proxy.metrics.request_seconds.series("packument", "warm")
+        self._slow_seconds: dict[str, Callable[[float], None]] = {}
 
     async def _default_admits(self, name: PackageName, version: str) -> bool:
         """Whether the default rules admit `name@version` (a pull under a policy set is
@@ -293,6 +297,7 @@ class ProxyServer:
         tallies. Merging, gating, rendering and compressing happen once per cache fill
         (`fill`, `rendered`), never per request, and the warm path takes no admission slot, so
         it is never shed."""
+        started = _clock()
         if request.method in _READS:
             headers = request.headers
             read = self._read(request, headers)
@@ -306,8 +311,9 @@ class ProxyServer:
                     if rendered is not None:
                         response = self.packument_route.answer(headers, rendered, read.gzip)
                         self._warm_counts[response.status].inc()
+                        self._warm_seconds(_clock() - started)
                         return response
-        return await self._slow(request, self.describe(request))
+        return await self._slow(request, self.describe(request), started)
 
     def _read(self, request: web.Request,
               headers: CIMultiDictProxy[str]) -> WarmRead | Literal[False]:
@@ -361,8 +367,8 @@ class ProxyServer:
             return target.name
         return None
 
-    async def _slow(self, request: web.Request,
-                    target: RegistryPath | InvalidNameError) -> web.StreamResponse:
+    async def _slow(self, request: web.Request, target: RegistryPath | InvalidNameError,
+                    started: float) -> web.StreamResponse:
         """Everything but a warm packument: a request id bound to the log context, refusals
         turned into JSON answers, and any unexpected error logged and answered 500, never
         raised."""
@@ -409,6 +415,11 @@ class ProxyServer:
                     "error": "mirrorgate failed to answer this request; the error is in its "
                              "log", "request_id": request_id})
             self._count(route, response.get(OUTCOME, response.status))
+            timed = self._slow_seconds.get(route)
+            if timed is None:
+                timed = self._slow_seconds[route] = self.metrics.request_seconds.series(
+                    route, "slow")
+            timed(_clock() - started)
             return response
 
     async def _write(self, request: web.Request) -> web.StreamResponse:
