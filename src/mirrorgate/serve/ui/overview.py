@@ -264,7 +264,8 @@ def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: He
     recent: Recent = metrics.events
     jobs = _by(found, "mirrorgate_jobs_total", "outcome")
     hour = recent.outcomes_last_hour()
-    outcomes = sorted(set(jobs) | set(hour))
+    # the series start at 0 (for the alerts' increase()): an outcome shows once it happened
+    outcomes = sorted({outcome for outcome, count in jobs.items() if count} | set(hour))
     failures = _by(found, "mirrorgate_upstream_failures_total", "upstream")
     last = recent.last_failures()
     upstreams = sorted(set(failures) | set(last))
