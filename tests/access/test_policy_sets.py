@@ -56,6 +56,15 @@ def start(guarded: GuardedFactory, guard: SecretGuard, public: FixtureRegistry,
                          MIRRORGATE_RULES_FILE=str(rules), MIRRORGATE_OIDC_AUDIENCE=AUDIENCE)
 
 
+def minted(proxy: MirrorgateProcess, guard: SecretGuard, issuer: LoopbackIssuer,
+           *repositories: str) -> list[str]:
+    """An ID token for each repository's job, each handed to the guard."""
+    tokens = [issuer.mint(repository) for repository in repositories]
+    for token in tokens:
+        guard.watch(proxy, token)
+    return tokens
+
+
 def job(tmp_path: Path, proxy: MirrorgateProcess, token: str, name: str) -> NpmClient:
     """A CI job's npm: a workspace, cache and npmrc of its own, its ID token for the proxy."""
     npm = NpmClient(tmp_path / name, registry=proxy.registry_url)
@@ -83,9 +92,7 @@ def test_the_job_under_a_7_day_cooldown_is_refused_a_3_day_old_version_the_other
     reader = new_token()
     proxy = start(guarded, guard, public_registry, verdaccio, secret_dir,
                   tmp_path / "rules.toml", issuer, reader)
-    payments_token, web_token = issuer.mint(PAYMENTS), issuer.mint(WEB)
-    for token in (payments_token, web_token):
-        guard.watch(proxy, token)
+    payments_token, web_token = minted(proxy, guard, issuer, PAYMENTS, WEB)
     web = job(tmp_path, proxy, web_token, "web")
     payments = job(tmp_path, proxy, payments_token, "payments")
 
@@ -139,9 +146,7 @@ def test_a_packument_cached_for_one_policy_is_never_served_to_the_other(
     reader = new_token()
     proxy = start(guarded, guard, public_registry, verdaccio, secret_dir,
                   tmp_path / "rules.toml", issuer, reader)
-    payments_token, web_token = issuer.mint(PAYMENTS), issuer.mint(WEB)
-    for token in (payments_token, web_token):
-        guard.watch(proxy, token)
+    payments_token, web_token = minted(proxy, guard, issuer, PAYMENTS, WEB)
 
     # the same path and headers each time (the warm memo's key), alternating identities: every
     # answer after the first two is a warm hit, and each is its own policy's
@@ -240,9 +245,7 @@ def test_a_version_only_a_laxer_policy_admits_is_served_but_never_sent_to_the_wo
     secret_dir.write(tokens_text(issuer, reader)
                      + f"proto-ci {issuer.issuer} repository=acme/proto-* policy:prototype\n")
     wait_for(lambda: proxy.events("client_tokens_reloaded"), timeout=12)
-    proto_token, web_token = issuer.mint("acme/proto-app"), issuer.mint(WEB)
-    for token in (proto_token, web_token):
-        guard.watch(proxy, token)
+    proto_token, web_token = minted(proxy, guard, issuer, "acme/proto-app", WEB)
 
     proto = job(tmp_path, proxy, proto_token, "proto")
     proto.write_project({"quick-fix": "2.0.1"})
