@@ -75,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml, "
                        "yarn.lock or bun.lock")
     add_common_arguments(check)
+    check.add_argument("--policy", metavar="NAME",
+                       help="judge by the rules file's policy set [policy.NAME], as the proxy "
+                       "judges a client whose tokens-file line says policy:NAME (default: the "
+                       "default rules; with --proxy the token's own policy set decides)")
     _add_mirror_commands(commands)
     _add_allow_command(commands)
     exposure = commands.add_parser(
@@ -193,17 +197,19 @@ def _check_config(settings: Settings, as_json: bool) -> int:
                   file=sys.stderr)
         return 2
     if settings.client_tokens_file is not None:
-        from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
+        from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, policy_problem
 
+        path = settings.client_tokens_file
         try:
-            tokens = ClientTokens(settings.client_tokens_file)
+            tokens = ClientTokens(path, check=lambda found: policy_problem(found, rules,
+                                                                           str(path)))
         except ClientTokensError as error:
             print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
             print(f"  - MIRRORGATE_CLIENT_TOKENS_FILE: {error}", file=sys.stderr)
             return 2
         # names and grants only: the file holds digests, and check-config prints none of them
-        clients = {"static": [{"name": c.name, "publish": c.publish.texts()}
-                              for c in tokens.clients],
+        clients = {"static": [{"name": c.name, "publish": c.publish.texts(),
+                               "policy": c.policy} for c in tokens.clients],
                    "issuers": list(dict.fromkeys(m.issuer for m in tokens.mappings)),
                    "issuer_lines": [m.summary() for m in tokens.mappings],
                    "audience": settings.oidc.audience}
@@ -220,6 +226,13 @@ def _check_config(settings: Settings, as_json: bool) -> int:
     policy = rules_summary(rules)
     report: dict[str, Any] = {"settings": settings.summary(), "rules": policy,
                               "rules_in_force": in_force(rules), "tracing": plan().summary()}
+    if rules.policies:
+        # each policy set whole, and the lines of the tokens file that are judged by it
+        named = tokens.file.policies() if settings.client_tokens_file is not None else {}
+        report["policies"] = {name: {"rules_in_force": in_force(found),
+                                     "clients": named.get(name, []),
+                                     "rules": rules_summary(found)}
+                              for name, found in rules.policies.items()}
     if settings.client_tokens_file is not None:
         report["clients"] = clients
     if rules.advisories is not None:
@@ -286,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mirrorgate.commands.check import run_check
 
         configure_command_logging(settings)
-        return run_check(settings, args.lockfiles, proxy=args.proxy, as_json=args.json)
+        return run_check(settings, args.lockfiles, proxy=args.proxy, as_json=args.json,
+                         policy=args.policy)
     if args.command == "allow":
         from mirrorgate.commands.allow import run_allow
 

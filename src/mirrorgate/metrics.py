@@ -7,19 +7,38 @@ package names or URLs, so the series count stays bounded and no client input bec
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from mirrorgate.events import Recent
 from mirrorgate.mirror import QueueStats
 
-__all__ = ["CONTENT_TYPE", "Metrics", "Tally"]
+__all__ = ["CONTENT_TYPE", "RELEASE_CHECK_OUTCOMES", "REQUEST_BUCKETS", "Durations", "Metrics",
+           "Tally"]
+
+log = structlog.get_logger("mirrorgate")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REQUEST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                   0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""`mirrorgate_request_seconds`' buckets: a warm hit takes tens of microseconds, a cold fill
+up to seconds, a tarball's transfer longer."""
+RELEASE_CHECK_OUTCOMES = ("clean", "flagged", "refused", "first-version", "unchecked",
+                          "unsettled")
+"""`mirrorgate_release_checks{outcome}`: each series is there at 0 from the start, so an
+alert's increase() sees the first refused or unchecked release."""
 
 
 class Tally:
@@ -58,6 +77,45 @@ class _Folding(Collector):
         for tally in self.tallies:
             tally.fold()
         return iter(())
+
+
+class Durations(Collector):
+    """A histogram family observed by a list increment (`series(...)` gives the observer),
+    folded into `HistogramMetricFamily` at scrape: for the warm path, where
+    `Histogram.observe` (a lock, a loop over the buckets in Python) cost a tenth of a hit.
+    Observed on the event loop's thread only."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 buckets: tuple[float, ...]) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labelnames = labelnames
+        self._bounds = buckets
+        self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def series(self, *labels: str) -> Callable[[float], None]:
+        """The observer of one labelled series (seconds in); its series exists from now."""
+        counts, total = self._series.setdefault(labels, ([0] * (len(self._bounds) + 1), [0.0]))
+        bounds = self._bounds
+
+        def observe(seconds: float) -> None:
+            counts[bisect_left(bounds, seconds)] += 1  # the first bucket with le >= seconds
+            total[0] += seconds
+
+        return observe
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self._name, self._documentation, labels=self._labelnames)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._documentation,
+                                       labels=self._labelnames)
+        for labels, (counts, total) in list(self._series.items()):
+            cumulative = list(itertools.accumulate(counts))
+            buckets = [(repr(bound), count)
+                       for bound, count in zip(self._bounds, cumulative, strict=False)]
+            family.add_metric(list(labels), [*buckets, ("+Inf", cumulative[-1])], total[0])
+        yield family
 
 
 class _QueueCollector(Collector):
@@ -149,6 +207,12 @@ class Metrics:
         r.register(self._folding)  # first: the registry collects in the order registered
         self.requests = Counter("mirrorgate_requests", "client requests by route and status",
                                 ["route", "status"], registry=r)
+        self.request_seconds = Durations(
+            "mirrorgate_request_seconds", "time from a request's head to its answer in "
+            "mirrorgate's handler, by route and path: `warm` (a packument answered from its "
+            "rendering, before anything else runs) or `slow` (everything else; a tarball's "
+            "includes its transfer)", ("route", "path"), REQUEST_BUCKETS)
+        r.register(self.request_seconds)
         self.upstream_seconds = Histogram(
             "mirrorgate_upstream_seconds", "upstream call latency",
             ["upstream", "kind"], registry=r,
@@ -179,6 +243,8 @@ class Metrics:
             "first-version (nothing before it to compare), unchecked (the analysis could not "
             "finish), unsettled (no clean release to compare with within the bound)",
             ["outcome"], registry=r)
+        for outcome in RELEASE_CHECK_OUTCOMES:
+            self.release_checks.labels(outcome)
         self.release_signals = Counter(
             "mirrorgate_release_signals", "release signals that fired, by signal and what came "
             "of it: denied, reported, excepted, allowed", ["signal", "outcome"], registry=r)
@@ -235,6 +301,10 @@ class Metrics:
             "mirrorgate_pulls_logged", "pull log records by outcome: written (to the state "
             "store), dropped (the buffer was full while the store was unreachable)",
             ["outcome"], registry=r)
+        self.task_failures = Counter(
+            "mirrorgate_background_task_failures", "background tasks that ended with an "
+            "error, by task (`watch_task`): what the task did has stopped until the process "
+            "restarts", ["task"], registry=r)
         self.exposures = Counter(
             "mirrorgate_exposures", "versions already served that became refused, by cause "
             "(withdrawn...), each reported once (`version_exposed`)", ["cause"], registry=r)
@@ -247,6 +317,24 @@ class Metrics:
         tally = Tally(series)
         self._folding.tallies.append(tally)
         return tally
+
+    def watch_task(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
+        """Count and log `task` if it ends with an error (`background_task_failed`, by its
+        name): a loop the process relies on (the state store's writer, the rules watcher, the
+        advisory feed...) that died says so, instead of stopping silently. Its series starts
+        at 0 here, so an alert's `increase()` sees the first failure."""
+        self.task_failures.labels(task.get_name())
+
+        def ended(done: asyncio.Task[None]) -> None:
+            if done.cancelled() or done.exception() is None:
+                return
+            error = done.exception()
+            log.error("background_task_failed", task=done.get_name(),
+                      error=f"{type(error).__name__}: {error}"[:500])
+            self.task_failures.labels(done.get_name()).inc()
+
+        task.add_done_callback(ended)
+        return task
 
     def watch_queue(self, stats: Callable[[], QueueStats], provider: str) -> None:
         self.registry.register(_QueueCollector(stats, provider))

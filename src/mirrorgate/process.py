@@ -44,7 +44,7 @@ from mirrorgate.rules import LiveRules, Rules, RulesError
 from mirrorgate.serve.access import install_access
 from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
-from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
+from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, policy_problem
 from mirrorgate.store import Store, StoreSetupError, open_store
 from mirrorgate.upstream.clients import Upstreams
 from mirrorgate.upstream.filestore import StoreError
@@ -198,15 +198,21 @@ async def _listening(app: web.Application, host: str, port: int, settings: Setti
     yield runner
 
 
-def _client_tokens(settings: Settings, metrics: Metrics) -> ClientTokens | None:
-    if settings.client_tokens_file is None:
+def _client_tokens(settings: Settings, metrics: Metrics,
+                   rules: LiveRules) -> ClientTokens | None:
+    """The tokens file, checked against the rules file both ways (`policy_problem`): at start
+    and whenever either is read again, every policy set a line names must be defined."""
+    path = settings.client_tokens_file
+    if path is None:
         return None
     try:
-        clients = ClientTokens(settings.client_tokens_file,
-                               on_reload_failed=lambda _problem:
-                               metrics.client_tokens_reload_failures.inc())
+        clients = ClientTokens(path, on_reload_failed=lambda _problem:
+                               metrics.client_tokens_reload_failures.inc(),
+                               check=lambda found: policy_problem(found, rules.current,
+                                                                  str(path)))
     except ClientTokensError as error:
         raise StartupError(f"MIRRORGATE_CLIENT_TOKENS_FILE: {error}") from None
+    rules.check = lambda fresh: policy_problem(clients.file, fresh, str(path))
     log.info("client_tokens_loaded", path=str(settings.client_tokens_file),
              clients=len(clients.clients))
     return clients
@@ -231,7 +237,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
         _ensure_store(settings.private_upstream)
     if shape.runs_worker:
         _ensure_store(settings.mirror_target)
-    clients = _client_tokens(settings, metrics)
+    clients = _client_tokens(settings, metrics, rules)
 
     def dropped(total: int) -> None:
         # A network backend's send buffer logs its own drops (with its depth); logging them
@@ -324,7 +330,8 @@ class _Feeds:
             feed.on_outcome = lambda outcome: self.metrics.advisory_loads.labels(outcome).inc()
             # loading never blocks serving: the first load runs beside the listener, and
             # until it lands the rules' `unavailable` setting decides
-            self.task = asyncio.create_task(feed.run(self.stop), name="advisory-feed")
+            self.task = self.metrics.watch_task(
+                asyncio.create_task(feed.run(self.stop), name="advisory-feed"))
 
     async def close(self) -> None:
         if self.task is not None:
@@ -385,12 +392,15 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     worker_stop = asyncio.Event()
     feeds = _Feeds(rules, metrics, worker_stop)
     async with _listening(app, host, port, settings, metrics) as runner:
-        keeping = asyncio.create_task(facts.run(worker_stop), name="state-store")
-        logging_pulls = asyncio.create_task(pulls.run(worker_stop), name="pull-log")
-        warning = asyncio.create_task(warnings.run(worker_stop), name="exposure-warnings")
+        # each counted and logged if it ends with an error (`Metrics.watch_task`)
+        watched = metrics.watch_task
+        keeping = watched(asyncio.create_task(facts.run(worker_stop), name="state-store"))
+        logging_pulls = watched(asyncio.create_task(pulls.run(worker_stop), name="pull-log"))
+        warning = watched(asyncio.create_task(warnings.run(worker_stop),
+                                              name="exposure-warnings"))
         feeds.follow(rules.current)
-        watcher = asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
-                                      name="rules-watcher")
+        watcher = watched(asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
+                                              name="rules-watcher"))
         if shape.runs_worker:
             assert health.heartbeat is not None
             target: MirrorTarget = open_target(
@@ -401,7 +411,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                                        heartbeat=health.heartbeat, rules=rules,
                                        packuments=packuments, withdrawals=withdrawals,
                                        release=gate.release, handoff=handoff))
-            worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
+            worker_task = watched(asyncio.create_task(worker.run(worker_stop),
+                                                      name="mirror-worker"))
         health.ready = True
         runtime.freeze_startup()
         # a person starting it reads where to point npm and where to look

@@ -78,17 +78,24 @@ def _rules(rules: Rules) -> list[str]:
     return found
 
 
+def _judged(line: Mapping[str, Any]) -> str:
+    """` (policy X)` for a tokens-file line that names a policy set, else nothing."""
+    return f" (policy {line['policy']})" if line.get("policy") else ""
+
+
 def _clients(clients: Mapping[str, Any] | None) -> list[str]:
     """The tokens file's clients and CI issuer lines (names and conditions, never digests)."""
     if not clients:
         return []
     found = [_line("", f"- {len(clients['static'])} static client(s): "
-                       f"{', '.join(c['name'] for c in clients['static']) or 'none'}")]
+                       f"{', '.join(c['name'] + _judged(c) for c in clients['static'])}"
+                       if clients["static"] else "- 0 static client(s): none")]
     if clients["issuer_lines"]:
         found.append(_line("", f"- CI ID tokens for audience {clients['audience']!r} from "
                                f"{', '.join(clients['issuers'])}:"))
         found += [f"{'':<{_WIDTH}}    {line['name']}: {' '.join(line['claims'])} -> "
                   f"{'publish:' + ','.join(line['publish']) if line['publish'] else 'read'}"
+                  f"{_judged(line)}"
                   for line in clients["issuer_lines"]]
     return found
 
@@ -100,6 +107,27 @@ def _advisories(advisories: Mapping[str, Any], read: str) -> str:
         return (f"known malware (MAL- records) from {advisories['source']} ({read}; "
                 "MIRRORGATE_MALWARE_FEED)")
     return f"{advisories['source']} ({read})"
+
+
+def _policies(rules: Rules, policies: Mapping[str, Any] | None) -> list[str]:
+    """Each policy set (`[policy.NAME]`): who is judged by it, and its rules where they differ
+    from the default's."""
+    if not rules.policies or not policies:
+        return []
+    default = set(in_force(rules))
+    found: list[str] = []
+    for name, policy in policies.items():
+        who = ", ".join(policy["clients"]) or "no client yet (no tokens-file line names it)"
+        found.append(_line("policy", f"{name}: for {who}"))
+        changed = [line for line in policy["rules_in_force"] if line not in default]
+        dropped = len([line for line in default if line not in policy["rules_in_force"]])
+        found += [f"{'':<{_WIDTH}}- {line}" for line in changed]
+        if dropped:
+            found.append(f"{'':<{_WIDTH}}- ({dropped} default rule(s) off or changed)")
+        if not changed and not dropped:
+            found.append(f"{'':<{_WIDTH}}- the default rules, unchanged")
+    found.append(_line("", "- every other client: the default rules above"))
+    return found
 
 
 def human_report(settings: Settings, rules: Rules, report: Mapping[str, Any],
@@ -123,6 +151,7 @@ def human_report(settings: Settings, rules: Rules, report: Mapping[str, Any],
         _line("upstreams", f"public {settings.public_upstream}"),
         _line("data", f"{settings.data_dir} (MIRRORGATE_DATA_DIR)"),
         *_rules(rules),
+        *_policies(rules, report.get("policies")),
         _line("advisories", _advisories(advisories, read)),
         _line("access", f"client tokens from {settings.client_tokens_file}"
               if settings.client_tokens_file is not None

@@ -25,7 +25,7 @@ from mirrorgate.serve.ui import OPEN_PATHS as UI_OPEN_PATHS
 from mirrorgate.serve.ui import PREFIX as UI_PREFIX
 from mirrorgate.serve.ui.session import COOKIE, LOGIN_PATH, SESSIONS, Sessions, see_other
 
-__all__ = ["CLIENT", "install_access", "whoami"]
+__all__ = ["CLIENT", "install_access", "policy_of", "whoami"]
 
 log = structlog.get_logger("mirrorgate.access")
 
@@ -141,7 +141,8 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
         return response
 
     async def watch(_app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.get_running_loop().create_task(tokens.watch(), name="client-tokens")
+        task = metrics.watch_task(asyncio.get_running_loop().create_task(
+            tokens.watch(), name="client-tokens"))
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -150,6 +151,13 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
 
     app.middlewares.append(authenticate)
     app.cleanup_ctx.append(watch)
+
+
+def policy_of(request: web.Request) -> str | None:
+    """The policy set the request's client is judged by (`policy:NAME` on its tokens-file
+    line); None: the default rules (no such column, or an open proxy)."""
+    client = request.get(CLIENT)
+    return client.policy if client is not None else None
 
 
 def whoami(request: web.Request) -> web.Response:

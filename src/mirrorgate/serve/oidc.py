@@ -268,7 +268,7 @@ class Verifier:
         identity = Identity.of(issuer, claims)
         for mapping in ours:
             if mapping.unmet(claims) is None:
-                return Client(mapping.name, b"", mapping.publish, identity)
+                return Client(mapping.name, b"", mapping.publish, identity, mapping.policy)
         missing = "; ".join(f"`{m.name}` needs {unmet.text} ({unmet.miss(claims)})"
                             for m in ours[:3] if (unmet := m.unmet(claims)) is not None)
         raise SignInRefused(403, "no issuer line applies",

@@ -73,7 +73,7 @@ from mirrorgate.worker.target import (
     PublishResult,
 )
 
-__all__ = ["JobRunner", "Outcome", "WorkerDeps", "subject"]
+__all__ = ["FORGED_JOB_REASONS", "JobRunner", "Outcome", "WorkerDeps", "subject"]
 
 log = structlog.get_logger("mirrorgate.worker")
 
@@ -165,11 +165,24 @@ class _VersionLock:
     users: int = 0
 
 
+FORGED_JOB_REASONS = ("unsigned", "bad-signature", "digest-mismatch", "manifest-mismatch",
+                      "tarball-mismatch")
+"""`mirrorgate_jobs_retired{reason}` values that say a job was written by someone who can send
+to the queue, not by a proxy (deploy/prometheus's MirrorgateForgedJob alerts on them): no job
+key vouches for it, or it describes other bytes or another manifest than public publishes. A
+job the rules now deny or public no longer lists is as likely stale as forged, and left out."""
+
+
 class JobRunner:
     """The steps of one job, shared by every message the worker holds."""
 
     def __init__(self, deps: WorkerDeps, keys: RegistryKeys) -> None:
         self.deps = deps
+        # the series an alert reads start at 0, so its increase() sees the first one
+        for outcome in Outcome:
+            deps.metrics.jobs.labels(outcome.value)
+        for reason in FORGED_JOB_REASONS:
+            deps.metrics.retired.labels(reason)
         self._keys = keys  # the registry's keys, for the signature rule
         self._packuments = (deps.packuments if deps.packuments is not None
                             else CachedPublic(deps.public, deps.settings))

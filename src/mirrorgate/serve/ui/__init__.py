@@ -7,7 +7,7 @@ business, as for `/npm/`; the browser's cookie is `ui.session`'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib.resources import files
 
@@ -40,9 +40,11 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
                   base: Callable[[web.Request], str], stored: StoredCounts,
                   worker_beside: bool = False, facts: KeptFacts | None = None,
                   waiver_granters: tuple[str, ...] = (),
-                  pulled: PulledBy | None = None) -> None:
+                  pulled: PulledBy | None = None,
+                  policy_clients: Callable[[], Mapping[str, list[str]]] = dict) -> None:
     """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
-    box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
+    box's `/ui/package?name=`), the login form and the stylesheet on the proxy app.
+    `policy_clients`: the tokens-file lines naming each policy set, as the file says now."""
     started = datetime.now(UTC)
     in_force = live(rules)
     style = files("mirrorgate.serve.ui").joinpath("style.css").read_bytes()
@@ -55,7 +57,8 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
                         heartbeat=health.heartbeat, now=now,
                         stored=await stored(), state=in_force,
                         registry_url=base(request) + "npm/", worker_beside=worker_beside,
-                        waiver_forms=granting.forms(request, now) if granting else "")
+                        waiver_forms=granting.forms(request, now) if granting else "",
+                        policy_clients=policy_clients())
 
     async def show_package(request: web.Request) -> web.Response:
         # the raw path: the name is decoded once, by parse_name, exactly as under /npm/

@@ -10,6 +10,7 @@ provider. What happened in the last hour comes from the bounded in-memory ring i
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -171,6 +172,26 @@ def _exceptions(rules: Rules, now: datetime) -> str:
                        "mirrorgate allow")
 
 
+def _policies(rules: Rules, named: Mapping[str, list[str]]) -> str:
+    """Each policy set (`[policy.NAME]`): the tokens-file lines judged by it and its rules in
+    force; every other client is judged by the rules above."""
+    if not rules.policies:
+        return ('<p class="meta" data-key="policies">None: every client is judged by the rules '
+                "above (a rules file's [policy.NAME] tables and a tokens-file line's "
+                "policy:NAME make one).</p>")
+    rows = []
+    for name, policy in rules.policies.items():
+        who = ", ".join(named.get(name, [])) or "no client (no tokens-file line names it)"
+        lines = "".join(f"<li>{esc(line)}</li>" for line in in_force(policy))
+        rows.append([f'<code data-key="policy-{esc(name)}">{esc(name)}</code>',
+                     f'<span data-key="policy-clients-{esc(name)}">{esc(who)}</span>',
+                     f'<ul class="in-force">{lines}</ul>'])
+    return (table(["policy set", "clients and issuer lines", "rules in force"], rows,
+                  empty="none", cls="policies")
+            + '<p class="note">A client no policy set names is judged by the rules in force '
+              "below.</p>")
+
+
 def _reload(state: LiveRules | None) -> str:
     if state is None or state.problem is None:
         return ""
@@ -243,12 +264,14 @@ is kept for a client's `npm publish` through mirrorgate."""
 def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: Heartbeat | None,
              now: datetime, stored: Stored, state: LiveRules | None = None,
              registry_url: str = "", worker_beside: bool = False,
-             waiver_forms: str = "") -> web.Response:
+             waiver_forms: str = "",
+             policy_clients: Mapping[str, list[str]] | None = None) -> web.Response:
     found = samples(metrics)
     recent: Recent = metrics.events
     jobs = _by(found, "mirrorgate_jobs_total", "outcome")
     hour = recent.outcomes_last_hour()
-    outcomes = sorted(set(jobs) | set(hour))
+    # the series start at 0 (for the alerts' increase()): an outcome shows once it happened
+    outcomes = sorted({outcome for outcome, count in jobs.items() if count} | set(hour))
     failures = _by(found, "mirrorgate_upstream_failures_total", "upstream")
     last = recent.last_failures()
     upstreams = sorted(set(failures) | set(last))
@@ -330,6 +353,7 @@ starts them at zero.</p>
 {_events(recent.latest("pulled"), empty="no tarball pulled by a signed-in client since start")}
 </section>
 <section><h2>Exceptions and waivers</h2>{_exceptions(rules, now)}{waiver_forms}</section>
+<section><h2>Policy sets</h2>{_policies(rules, policy_clients or {})}</section>
 <section><h2>Rules in force</h2>{_reload(state)}{_rules(rules)}</section>
 <p class="note">Recent events are kept in memory only, at most {CAPACITY} of each kind; a
 restart empties them. The counters above are the durable record: scrape /metrics.</p>
