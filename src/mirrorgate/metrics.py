@@ -233,8 +233,14 @@ class Metrics:
             "store's write buffer while it was unreachable (the oldest first)", registry=r)
         self.pulls_logged = Counter(
             "mirrorgate_pulls_logged", "pull log records by outcome: written (to the state "
-            "store), dropped (the buffer was full while the store was unreachable)",
+            "store), dropped (the buffer was full while the store was unreachable), escaped "
+            "(refused as given, written with what the store cannot hold escaped; counted in "
+            "written too), unwritable (refused even escaped)",
             ["outcome"], registry=r)
+        self.task_restarts = Counter(
+            "mirrorgate_task_restarts", "background tasks (the store's poll, the pull log's "
+            "writer, the advisory feed...) started again after they died, by task "
+            "(`task_restarting`)", ["task"], registry=r)
         self.exposures = Counter(
             "mirrorgate_exposures", "versions already served that became refused, by cause "
             "(withdrawn...), each reported once (`version_exposed`)", ["cause"], registry=r)

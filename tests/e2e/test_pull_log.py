@@ -43,6 +43,10 @@ def read_pulls(data: Path, database: str | None) -> list[Pull]:
     return asyncio.run(read())
 
 
+def read_refusals(data: Path, database: str | None) -> list[Pull]:
+    return [pull for pull in read_pulls(data, database) if pull.source.startswith("refused:")]
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_a_kill_9_during_a_burst_of_pulls_loses_at_most_the_last_second(
         kind: str, mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
@@ -91,3 +95,52 @@ def test_a_kill_9_during_a_burst_of_pulls_loses_at_most_the_last_second(
     assert (first.client, first.name, first.version, first.source) == (
         "anonymous", "burst-pkg", "1.0.0", "public")
     assert first.integrity == VERSIONS[0].integrity
+
+
+NUL_INTEGRITY = "sha512-" + "A" * 43 + "\x00" + "B" * 42 + "=="
+HOSTILE = make_version("burst-pkg", "3.0.0", digests="none",
+                       dist={"integrity": NUL_INTEGRITY})
+"""A version whose `dist.integrity` holds a NUL, which PostgreSQL's text cannot hold: refused
+(no digest mirrorgate can read), and logged with that integrity, as every refusal is."""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_nul_in_an_integrity_neither_stops_the_pull_log_nor_loses_the_pulls_after_it(
+        kind: str, mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    # the attack: one request for a version a public packument gave a NUL in its integrity;
+    # before, PostgreSQL refused the batch, the writer's task died unwatched, and no later
+    # pull was ever logged (`mirrorgate exposure` then answered "no client pulled")
+    public_registry.add(make_package("burst-pkg", [*VERSIONS, HOSTILE]))
+    database: str | None = None
+    if kind == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        database = server.new_database_now()
+    data = tmp_path / "data"
+    with FixtureRegistry() as private:
+        proxy = mirrorgate("serve", {
+            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+            "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATA_DIR": str(data),
+            "MIRRORGATE_METRICS_OPEN": "true",
+            **({"MIRRORGATE_DATABASE_URL": database} if database is not None else {})})
+        refused = proxy.get("npm/burst-pkg/-/burst-pkg-3.0.0.tgz",
+                            headers={"X-Request-Id": "hostile"})
+        assert refused.status == 403
+        for n, version in enumerate(VERSIONS):  # in the same batch, and in batches after it
+            assert proxy.get(f"npm/burst-pkg/-/burst-pkg-{version.version}.tgz",
+                             headers={"X-Request-Id": f"after-{n}"}).status == 200
+            time.sleep(0.6)
+        wanted = {f"after-{n}" for n in range(len(VERSIONS))}
+        deadline = time.monotonic() + 10
+        while not wanted <= {p.request_id for p in read_pulls(data, database)}:
+            assert time.monotonic() < deadline, "the pulls after the hostile one were not logged"
+            time.sleep(0.2)
+        assert proxy.get("readyz").status == 200
+        assert proxy.metric("mirrorgate_task_restarts_total") == 0  # nothing died
+        assert proxy.metric("mirrorgate_pulls_logged_total", outcome="unwritable") == 0
+        [hostile] = [r for r in read_refusals(data, database) if r.request_id == "hostile"]
+    # the defined form: SQLite keeps the NUL as it came; PostgreSQL's text cannot, so the
+    # record is written with it escaped as Python prints it, and counted
+    assert hostile.integrity == (NUL_INTEGRITY if kind == "sqlite"
+                                 else NUL_INTEGRITY.replace("\x00", "\\x00"))
+    assert len(proxy.events("pull_log_record_escaped")) == (1 if kind == "postgresql" else 0)

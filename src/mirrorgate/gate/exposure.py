@@ -116,8 +116,9 @@ class ExposureWarnings:
         self.pulls = pulls
         self.metrics = metrics
         self.now = now
-        self._queue: asyncio.Queue[TurnedBad] | None = None
-        self._early: list[TurnedBad] = []  # heard before `run` started
+        # held by the object, not by `run`: a run started again after a death (`tasks`)
+        # finds what was heard meanwhile
+        self._queue: asyncio.Queue[TurnedBad] = asyncio.Queue()
         self._checked: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     def gated(self, gated: Gated) -> None:
@@ -144,9 +145,7 @@ class ExposureWarnings:
         if not self.pulls.enabled:
             return
         event = TurnedBad(name, version, cause, reason)
-        if self._queue is None:
-            self._early.append(event)
-        elif self._queue.qsize() < _PENDING:
+        if self._queue.qsize() < _PENDING:
             self._queue.put_nowait(event)
         else:
             log.warning("exposure_unchecked", package=name, version=version, cause=cause,
@@ -156,10 +155,6 @@ class ExposureWarnings:
     async def run(self, stop: asyncio.Event) -> None:
         if not self.pulls.enabled:
             return
-        self._queue = asyncio.Queue()
-        for event in self._early:
-            self._queue.put_nowait(event)
-        self._early.clear()
         while not stop.is_set():
             getting = asyncio.ensure_future(self._queue.get())
             stopping = asyncio.ensure_future(stop.wait())

@@ -20,7 +20,7 @@ import structlog
 
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.metrics import Metrics
-from mirrorgate.store import PullRow, StoreUnavailableError
+from mirrorgate.store import PullRow, Store, StoreUnavailableError, storable_row
 
 __all__ = ["FLUSH", "MAX_BUFFERED", "PRUNE", "PullLog"]
 
@@ -58,6 +58,7 @@ class PullLog:
         self._buffer: deque[PullRow] = deque()
         self._max = max_buffered
         self._dropped = 0
+        self._refusals = {"escaped": 0, "unwritable": 0}  # records the store refused as given
 
     @property
     def enabled(self) -> bool:
@@ -101,26 +102,73 @@ class PullLog:
 
     async def flush(self) -> int:
         """Write what is buffered in one transaction; on a store that does not answer the
-        records stay for the next attempt (the facts' loop reports the outage)."""
+        records stay for the next attempt (the facts' loop reports the outage). Rows the
+        store refuses are found by halving the batch, and each is written escaped or
+        dropped (`_refused`): one bad record never holds back the others."""
         store = self.facts.store
         if not self._buffer or store is None or not self.facts.ready:
             return 0
         batch, self._buffer = list(self._buffer), deque()
+        parts = [batch]  # a stack: the part to write next is the last
+        written = 0
         try:
-            await store.append_pulls(batch)
+            while parts:
+                part = parts[-1]
+                try:
+                    await store.append_pulls(part)
+                    written += len(part)
+                except StoreUnavailableError:
+                    raise
+                except Exception as error:
+                    if len(part) > 1:
+                        half = len(part) // 2
+                        parts[-1:] = [part[half:], part[:half]]
+                        continue
+                    written += await self._refused(store, part[0], error)
+                parts.pop()
         except StoreUnavailableError as error:
-            # back in front of those appended meanwhile, the oldest dropped past the cap
-            self._buffer.extendleft(reversed(batch))
+            # what was not written goes back in front of those appended meanwhile, in order
+            self._buffer.extendleft(reversed([row for part in reversed(parts) for row in part]))
             while len(self._buffer) > self._max:
                 self._buffer.popleft()
                 self._dropped += 1
                 if self.metrics is not None:
                     self.metrics.pulls_logged.labels("dropped").inc()
             log.debug("pull_log_unwritten", pending=len(self._buffer), reason=str(error))
-            return 0
+        if self.metrics is not None and written:
+            self.metrics.pulls_logged.labels("written").inc(written)
+        return written
+
+    async def _refused(self, store: Store, row: PullRow, error: Exception) -> int:
+        """One record the store refused: written again with what it cannot hold escaped (a
+        NUL in an integrity PostgreSQL's text refuses, `storable_row`), else dropped,
+        counted and logged; 1 when it was written."""
+        escaped = storable_row(row)
+        reason = f"{type(error).__name__}: {error}"[:300]
+        if escaped != row:
+            try:
+                await store.append_pulls([escaped])
+            except StoreUnavailableError:
+                raise
+            except Exception as again:
+                reason = f"{type(again).__name__}: {again}"[:300]
+            else:
+                self._report("escaped", escaped, reason)
+                return 1
+        self._report("unwritable", escaped, reason)
+        return 0
+
+    def _report(self, outcome: str, row: PullRow, reason: str) -> None:
+        count = self._refusals[outcome] = self._refusals[outcome] + 1
         if self.metrics is not None:
-            self.metrics.pulls_logged.labels("written").inc(len(batch))
-        return len(batch)
+            self.metrics.pulls_logged.labels(outcome).inc()
+        if count == 1 or count % _DROP_REPORT == 0:  # the first, then every 1000th
+            fields = {"package": row[1], "version": row[2], "client": row[0],
+                      "integrity": row[3][:200], "count": count, "reason": reason}
+            if outcome == "escaped":
+                log.error("pull_log_record_escaped", **fields)
+            else:
+                log.error("pull_log_record_unwritable", **fields)
 
     async def prune(self) -> int:
         store = self.facts.store

@@ -510,7 +510,8 @@ def build_proxy_app(
         app.middlewares.append(request_spans(server.describe, OUTCOME))
     add_health_routes(app, proxy.health, proxy.metrics)
     install_access(app, proxy.clients, metrics=proxy.metrics,
-                   metrics_open=proxy.settings.metrics_open, oidc=proxy.settings.oidc)
+                   metrics_open=proxy.settings.metrics_open, oidc=proxy.settings.oidc,
+                   tasks=proxy.health.tasks)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,

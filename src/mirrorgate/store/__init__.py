@@ -22,9 +22,11 @@ from mirrorgate.store.records import (
     PullRow,
     Store,
     StoreInfo,
+    StoreRefusedError,
     StoreSetupError,
     StoreUnavailableError,
     Verdict,
+    storable_row,
 )
 from mirrorgate.store.waivers import Waiver
 
@@ -40,6 +42,7 @@ __all__ = [
     "PullRow",
     "Store",
     "StoreInfo",
+    "StoreRefusedError",
     "StoreSetupError",
     "StoreUnavailableError",
     "Verdict",
@@ -47,6 +50,7 @@ __all__ = [
     "open_store",
     "probe_store",
     "read_waivers",
+    "storable_row",
 ]
 
 

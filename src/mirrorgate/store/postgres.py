@@ -20,6 +20,7 @@ from mirrorgate.store.records import (
     Pull,
     PullRow,
     StoreInfo,
+    StoreRefusedError,
     StoreUnavailableError,
     Verdict,
 )
@@ -176,7 +177,19 @@ class PostgresStore:
                 await db.executemany(
                     "INSERT INTO pulls (client, name, version, integrity, source, at, "
                     "request_id) VALUES ($1, $2, $3, $4, $5, to_timestamp($6), $7)", rows)
-        await self._call(work)
+        await self._call_refusing(work)
+
+    async def _call_refusing(self, work: Any) -> Any:
+        """`_call`, with a value the server (or asyncpg's encoder) cannot take, a NUL in a
+        text, raised as StoreRefusedError, and any other error of the server's (a table
+        dropped, a right revoked) as the store not answering: the rows wait."""
+        try:
+            return await self._call(work)
+        except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as error:
+            raise StoreRefusedError(f"the state store at {self.where} refused the rows: "
+                                    f"{type(error).__name__}: {error}"[:500]) from None
+        except asyncpg.PostgresError as error:
+            raise self._unavailable(error) from None
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
                     client: str | None = None, since: datetime | None = None,

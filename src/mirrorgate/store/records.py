@@ -7,6 +7,7 @@ memory asks only for what changed since the last number it saw (`Store.changes`)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,9 +27,11 @@ __all__ = [
     "PullRow",
     "Store",
     "StoreInfo",
+    "StoreRefusedError",
     "StoreSetupError",
     "StoreUnavailableError",
     "Verdict",
+    "storable_row",
 ]
 
 FIRST_PARTY = "first-party"
@@ -43,6 +46,11 @@ KINDS = (FIRST_PARTY, WITHDRAWN, INSTALLED)
 class StoreUnavailableError(MirrorgateError):
     """The store did not answer (a server down, a file locked or unwritable); the message says
     which store and why, without the URL's password."""
+
+
+class StoreRefusedError(MirrorgateError):
+    """The store refused the rows it was given, not the connection (a value a column cannot
+    hold): the same rows would be refused again, so they are not kept for another try."""
 
 
 class StoreSetupError(MirrorgateError):
@@ -102,6 +110,22 @@ class Pull:
 PullRow = tuple[str, str, str, str, str, float, str]
 """A pull as it is written: `Pull`'s fields in order, its time in seconds since the epoch (the
 request path builds a tuple, not an object, per tarball: bench/pull_log.py)."""
+
+# what a store's text cannot hold: a NUL (PostgreSQL's text), a lone surrogate (UTF-8)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _escaped(text: str) -> str:
+    return _UNSTORABLE.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
+
+
+def storable_row(row: PullRow) -> PullRow:
+    """`row` with each character a store's text cannot hold written as Python escapes it
+    (a NUL as the four characters `\\x00`, a lone surrogate as `\\udc80`): the form a
+    refused record is written in (`gate.pulllog`), never needed on the way in."""
+    client, name, version, integrity, source, at, request_id = row
+    return (_escaped(client), _escaped(name), _escaped(version), _escaped(integrity),
+            _escaped(source), at, _escaped(request_id))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from mirrorgate.store.records import (
     Pull,
     PullRow,
     StoreInfo,
+    StoreRefusedError,
     StoreUnavailableError,
     Verdict,
 )
@@ -41,6 +42,10 @@ _INSERT_PULLS = ("INSERT OR FAIL INTO pulls (client, name, version, integrity, s
 _PULL_VALUES = "(?, ?, ?, ?, ?, ?, ?)"
 _ROWS_PER_INSERT = 500  # statements of 3,500 parameters: under every SQLite's default limit
 _Row = tuple[str, tuple[Any, ...]]  # a statement and its parameters
+# what a row's own values raise: a constraint, a value the module cannot bind (a lone
+# surrogate cannot be encoded: UnicodeEncodeError, a ValueError), an integer too large
+_REFUSED = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError,
+            sqlite3.ProgrammingError, ValueError, OverflowError, TypeError)
 
 
 def _statements(script: str) -> list[str]:
@@ -218,6 +223,10 @@ class SqliteStore:
                     db.execute(_INSERT_PULLS + ",".join([_PULL_VALUES] * len(part)),
                                [value for row in part for value in row])
                 db.execute("COMMIT")
+            except _REFUSED as error:  # the rows' values, not the file: they would fail again
+                db.execute("ROLLBACK")
+                raise StoreRefusedError(f"the state store {self.path} refused the rows: "
+                                        f"{type(error).__name__}: {error}"[:500]) from None
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
