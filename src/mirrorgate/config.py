@@ -134,6 +134,10 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_PULL_LOG_RETENTION", "90", "days the pull log (who pulled which tarball, "
         "for `mirrorgate exposure`) keeps a record (1..3650)", read_by=(PROXY, COMMANDS),
         see="exposure.md"),
+    Var("MIRRORGATE_PULL_LOG_MAX_RECORDS", "10000000", "records the pull log keeps at most "
+        "(served pulls, and refusals counted per client, version, rule and hour), the whole "
+        "fleet's together; past it the oldest go, refusal counts first (1,000..1,000,000,000; "
+        "about 355 bytes a record on SQLite, 440 on PostgreSQL)", read_by=(PROXY,), see="exposure.md"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules, read again when it "
         "changes; a rewrite that is missing, empty or cut short keeps the rules in force, so "
         "only unsetting this means no rules file (default: the default policy, stated below "
@@ -429,6 +433,8 @@ class Settings:
     """The PostgreSQL state store (`store`); None: the SQLite file under `data_dir`."""
     pull_log_retention_days: int = 90
     """MIRRORGATE_PULL_LOG_RETENTION: how long the pull log keeps a record."""
+    pull_log_max_records: int = 10_000_000
+    """MIRRORGATE_PULL_LOG_MAX_RECORDS: how many records the pull log keeps at most."""
 
     def secrets(self) -> tuple[Secret, ...]:
         """Every secret these settings hold, for the log scrubber (`logs.register_secret`);
@@ -953,6 +959,8 @@ def load_settings(
             if name.strip())),
         database_url=_database_url(read),
         pull_log_retention_days=read.integer("MIRRORGATE_PULL_LOG_RETENTION", 1, 3650, "90"),
+        pull_log_max_records=read.integer("MIRRORGATE_PULL_LOG_MAX_RECORDS", 1_000,
+                                          1_000_000_000, "10000000"),
     )
     if settings.pool_worker < settings.worker_concurrency:
         read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "

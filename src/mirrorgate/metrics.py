@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -237,6 +237,13 @@ class Metrics:
             "(refused as given, written with what the store cannot hold escaped; counted in "
             "written too), unwritable (refused even escaped)",
             ["outcome"], registry=r)
+        self.pull_log_records = Gauge(
+            "mirrorgate_pull_log_records", "records the pull log keeps (served pulls and "
+            "refusal counts), as counted at its last prune", registry=r)
+        self.pull_log_pruned = Counter(
+            "mirrorgate_pull_log_pruned", "pull log records deleted, by reason: age (past "
+            "MIRRORGATE_PULL_LOG_RETENTION), size (past MIRRORGATE_PULL_LOG_MAX_RECORDS, "
+            "refusal counts first)", ["reason"], registry=r)
         self.task_restarts = Counter(
             "mirrorgate_task_restarts", "background tasks (the store's poll, the pull log's "
             "writer, the advisory feed...) started again after they died, by task "

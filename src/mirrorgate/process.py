@@ -345,7 +345,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes)
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
     # who pulled which tarball, written through the store the facts opened (`gate.pulllog`)
-    pulls = PullLog(facts, retention_days=settings.pull_log_retention_days, metrics=metrics)
+    pulls = PullLog(facts, retention_days=settings.pull_log_retention_days,
+                    max_records=settings.pull_log_max_records, metrics=metrics)
     # the one gate of this process: the proxy serves through it, the worker re-gates with
     # its withdrawals and verdicts (`gate.gate`)
     gate = Gate(settings=settings, public=upstreams.public,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.store import Pull
+from mirrorgate.store import Exposure, Pull
 from mirrorgate.store.postgres import open_postgres
 from mirrorgate.store.sqlite import FILENAME, open_sqlite
 from tests.servers.fixture_registry import FixtureRegistry
@@ -43,8 +43,15 @@ def read_pulls(data: Path, database: str | None) -> list[Pull]:
     return asyncio.run(read())
 
 
-def read_refusals(data: Path, database: str | None) -> list[Pull]:
-    return [pull for pull in read_pulls(data, database) if pull.source.startswith("refused:")]
+def read_refusals(data: Path, database: str | None) -> list[Exposure]:
+    async def read() -> list[Exposure]:
+        store = (await open_postgres(database) if database is not None
+                 else await open_sqlite(data / FILENAME))
+        try:
+            return await store.refused(limit=100_000)
+        finally:
+            await store.close()
+    return asyncio.run(read())
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
@@ -88,7 +95,8 @@ def test_a_kill_9_during_a_burst_of_pulls_loses_at_most_the_last_second(
     assert len(answered) > 20, "the burst was too slow to mean anything"
     assert old_enough
     assert not lost, f"{len(lost)} of {len(old_enough)} pulls lost: {lost[:5]}"
-    assert kept.pop("young").source == "refused:minimum-age"
+    [young] = read_refusals(data, database)  # the refusal, counted apart
+    assert (young.version, young.sources, young.pulls) == ("2.0.0", ("refused:minimum-age",), 1)
     assert "head" not in kept  # a HEAD is not a pull
     assert set(kept) <= set(answered)  # nothing made up
     first = kept["burst-0"]
@@ -138,9 +146,75 @@ def test_a_nul_in_an_integrity_neither_stops_the_pull_log_nor_loses_the_pulls_af
         assert proxy.get("readyz").status == 200
         assert proxy.metric("mirrorgate_task_restarts_total") == 0  # nothing died
         assert proxy.metric("mirrorgate_pulls_logged_total", outcome="unwritable") == 0
-        [hostile] = [r for r in read_refusals(data, database) if r.request_id == "hostile"]
+        [hostile] = [r for r in read_refusals(data, database) if r.version == "3.0.0"]
     # the defined form: SQLite keeps the NUL as it came; PostgreSQL's text cannot, so the
     # record is written with it escaped as Python prints it, and counted
     assert hostile.integrity == (NUL_INTEGRITY if kind == "sqlite"
-                                 else NUL_INTEGRITY.replace("\x00", "\\x00"))
+                                 else NUL_INTEGRITY.replace("\x00", "\\x00"),)
     assert len(proxy.events("pull_log_record_escaped")) == (1 if kind == "postgresql" else 0)
+
+
+BOUND = 1_000
+"""MIRRORGATE_PULL_LOG_MAX_RECORDS here, its least: the served pulls below pass it."""
+
+
+def counts(data: Path, database: str | None) -> tuple[int, int]:
+    """(served pulls, refusal counts) the store holds."""
+    async def read() -> tuple[int, int]:
+        store = (await open_postgres(database) if database is not None
+                 else await open_sqlite(data / FILENAME))
+        try:  # a prune that takes nothing (no record so old, no bound so low) counts them
+            pruned = await store.prune_pulls(datetime(2000, 1, 1, tzinfo=UTC), 10**9)
+            return len(await store.pulls(limit=10**6)), pruned.kept - len(
+                await store.pulls(limit=10**6))
+        finally:
+            await store.close()
+    return asyncio.run(read())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_loop_of_refused_pulls_costs_a_row_an_hour_and_the_log_keeps_within_its_bound(
+        kind: str, mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    # the attack: one client repeating the cheapest request, a refused pull, as fast as it
+    # can; before, a row each (1,100 to 2,400 a second, 29 to 56 GiB a day, kept 90 days).
+    # Then served pulls past the bound: the oldest go, the newest stay
+    public_registry.add(make_package("burst-pkg", [*VERSIONS, YOUNG]))
+    database: str | None = None
+    if kind == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        database = server.new_database_now()
+    data = tmp_path / "data"
+    with FixtureRegistry() as private:
+        proxy = mirrorgate("serve", {
+            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+            "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATA_DIR": str(data),
+            "MIRRORGATE_METRICS_OPEN": "true", "MIRRORGATE_PULL_LOG_MAX_RECORDS": str(BOUND),
+            **({"MIRRORGATE_DATABASE_URL": database} if database is not None else {})})
+        looped = 0
+        start = time.monotonic()
+        while time.monotonic() - start < 3.0:
+            refused = proxy.get("npm/burst-pkg/-/burst-pkg-2.0.0.tgz")
+            assert refused.status == 403
+            looped += 1
+        time.sleep(1.5)
+        served, refusal_rows = counts(data, database)
+        assert served == 0
+        assert refusal_rows in (1, 2)  # a row an hour: two if the loop crossed an hour
+        [young] = read_refusals(data, database)
+        assert young.pulls == looped > 100
+
+        for n in range(int(BOUND * 1.5)):
+            reply = proxy.get(f"npm/burst-pkg/-/burst-pkg-1.0.{n % len(VERSIONS)}.tgz",
+                              headers={"X-Request-Id": f"served-{n}"})
+            assert reply.status == 200
+        time.sleep(1.5)
+        served, refusal_rows = counts(data, database)
+        assert served + refusal_rows <= BOUND + BOUND // 10  # pruned every tenth written
+        assert refusal_rows == 0  # refusal counts go first
+        kept = {pull.request_id for pull in read_pulls(data, database)}
+        assert f"served-{int(BOUND * 1.5) - 1}" in kept  # the newest stay
+        assert "served-0" not in kept  # the oldest went
+        assert proxy.metric("mirrorgate_pull_log_pruned_total", reason="size") >= BOUND // 2
+        assert 0 < proxy.metric("mirrorgate_pull_log_records") <= BOUND
+        assert proxy.events("pull_log_full")

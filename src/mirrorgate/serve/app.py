@@ -27,7 +27,7 @@ from mirrorgate.gate import (
     RenderKey,
 )
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.exposure import Exposure, exposures
+from mirrorgate.gate.exposure import Exposure
 from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
@@ -123,6 +123,10 @@ class Proxy:
     """The pull log (`gate.pulllog`): who pulled which tarball; None: not kept."""
 
 
+PULLERS_READ = 100_000
+"""(client, version) rows of one name the package view reads; it shows the first 200."""
+
+
 def _pulled_by(pulls: PullLog) -> Callable[[str], Awaitable[list[Exposure] | None]]:
     """The package view's "who pulled it": read from the store (a person's page, never the
     warm path), this process's last second of pulls written first."""
@@ -132,10 +136,9 @@ def _pulled_by(pulls: PullLog) -> Callable[[str], Awaitable[list[Exposure] | Non
             return None
         try:
             await pulls.flush()
-            served, _ = exposures(await store.pulls(name=name, limit=100_000))
+            return await store.pulled(name=name, limit=PULLERS_READ)
         except StoreUnavailableError:
             return None
-        return served
     return pulled
 
 
