@@ -152,6 +152,11 @@ VARIABLES: tuple[Var, ...] = (
         "comma-separated, who may grant and revoke waivers from the status page once signed "
         "in (default: none; `mirrorgate allow` run where the state store is reachable always "
         "can)", read_by=(PROXY,), see="serving.md#waivers-mirrorgate-allow"),
+    Var("MIRRORGATE_OPERATORS", None, "clients of MIRRORGATE_CLIENT_TOKENS_FILE, by name, "
+        "comma-separated, who read every client's pulls on the status page (who pulled which "
+        "version, when, how often); any other client reads its own. A client "
+        "MIRRORGATE_WAIVER_GRANTERS names is one too; a CI job's ID token never is (default: "
+        "none)", read_by=(PROXY,), see="operations.md#status-page"),
     Var("MIRRORGATE_CLIENT_TOKENS_FILE", None, "file of client tokens, one `NAME sha256:HEX` a "
         "line; when set, every /npm/ request needs one of them (default: open, access control "
         "is the network's job)",
@@ -426,6 +431,9 @@ class Settings:
     """MIRRORGATE_WAIVER_GRANTERS: the signed-in clients the status page's waiver forms serve
     (a client token is npm's, so no client grants by default: a CI job's token must not waive
     what its own build was refused)."""
+    operators: tuple[str, ...] = ()
+    """MIRRORGATE_OPERATORS: the clients who read every client's pulls on the status page
+    (`serve.ui.readers`); the waiver granters are operators too."""
     proxy_token: Secret | None = None
     """The client token `--proxy` commands send; the proxy itself never reads it."""
     notify: NotifySettings = NotifySettings()
@@ -515,7 +523,7 @@ class Settings:
                 value = str(value)
             elif item.name == "trusted_proxies":
                 value = [str(network) for network in value]
-            elif item.name == "waiver_granters":
+            elif item.name in ("waiver_granters", "operators"):
                 value = list(value)
             elif isinstance(value, tuple):
                 value = f"{value[0]}:{value[1]}"
@@ -823,6 +831,12 @@ def _notify(read: _Reader) -> NotifySettings:
     return NotifySettings(url, secret)
 
 
+def _names(read: _Reader, name: str) -> tuple[str, ...]:
+    """A comma-separated list of client names, each once, in order."""
+    return tuple(dict.fromkeys(
+        part.strip() for part in (read.raw(name) or "").split(",") if part.strip()))
+
+
 def _database_url(read: _Reader) -> PasswordUrl | None:
     found = _secret(read, "MIRRORGATE_DATABASE_URL", "database URL")
     if found is None:
@@ -955,9 +969,8 @@ def load_settings(
         notify=_notify(read),
         oidc=_oidc(read),
         operator_contact=_contact(read),
-        waiver_granters=tuple(dict.fromkeys(
-            name.strip() for name in (read.raw("MIRRORGATE_WAIVER_GRANTERS") or "").split(",")
-            if name.strip())),
+        waiver_granters=_names(read, "MIRRORGATE_WAIVER_GRANTERS"),
+        operators=_names(read, "MIRRORGATE_OPERATORS"),
         database_url=_database_url(read),
         pull_log_retention_days=read.integer("MIRRORGATE_PULL_LOG_RETENTION", 1, 3650, "90"),
         pull_log_max_records=read.integer("MIRRORGATE_PULL_LOG_MAX_RECORDS", 1_000,

@@ -295,3 +295,43 @@ def test_an_unreachable_issuer_fails_its_tokens_closed_and_static_tokens_are_not
     issuer.stall = False
     wait_for(lambda: whoami(proxy, job).status == 200, timeout=REFRESH_FLOOR + 5,
              message="the issuer's keys once it answers again")
+
+
+def test_a_ci_job_reads_its_own_pulls_on_the_status_page_and_is_never_an_operator(
+    guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, secret_dir: SecretDir, tmp_path: Path, issuer: LoopbackIssuer,
+) -> None:
+    """The attack: one repository's job reading on the status page which other repositories
+    and branches pulled what. Each job sees its own identity's pulls; listing the issuer
+    line's name in MIRRORGATE_OPERATORS makes no job an operator (the line admits every job
+    its conditions match), while the static `dashboard` it names reads everyone's."""
+    tree = standard_tree()
+    public_registry.add(*tree.packages)
+    reader = new_token()
+    proxy = start(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path, issuer,
+                  reader, MIRRORGATE_OPERATORS="web-ci,dashboard")
+    app, site = issuer.mint("acme/web-app"), issuer.mint("acme/web-site")
+    for token in (app, site):
+        guard.watch(proxy, token)
+    name = tree.packages[0].name
+    version = next(iter(tree.packages[0].versions))
+    tarball = f"{proxy.registry_url}{name}/-/{name.rsplit('/', 1)[-1]}-{version}.tgz"
+    for token in (app, site):
+        assert http_request("GET", tarball, headers={"Authorization": f"Bearer {token}"}
+                            ).status == 200
+
+    def page(token: str) -> str:
+        reply = http_request("GET", f"{proxy.url}ui/package/{name.replace('/', '%2f')}",
+                             headers={"Authorization": f"Bearer {token}"})
+        assert reply.status == 200
+        return reply.body.decode().split("Who pulled it", 1)[1]
+
+    everyone = wait_for(lambda: (lambda shown: shown if "acme/web-site" in shown
+                                 and "acme/web-app" in shown else None)(page(reader)),
+                        timeout=10, message="both jobs' pulls in the pull log")
+    assert "Your pulls only" not in everyone
+    own = page(app)
+    assert "web-ci (acme/web-app, branch main)" in own
+    assert "acme/web-site" not in own
+    assert "Your pulls only" in own
+    assert "acme/web-app" not in page(site)

@@ -139,7 +139,7 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
             # the status page's recent pulls: which client (which repository and branch, for
             # a CI job) fetched which tarball
             metrics.events.record("pulled", request.path.removeprefix("/npm/")[:300],
-                                  f"by {client.who}")
+                                  f"by {client.who}", client=client.who)
         return response
 
     async def watch(_app: web.Application) -> AsyncIterator[None]:

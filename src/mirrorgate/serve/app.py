@@ -51,7 +51,7 @@ from mirrorgate.npm.paths import (
     parse_write_target,
 )
 from mirrorgate.rules import LiveRules, Rules
-from mirrorgate.serve.access import install_access, whoami
+from mirrorgate.serve.access import CLIENT, install_access, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
 from mirrorgate.serve.overload import Admission
@@ -69,6 +69,7 @@ from mirrorgate.serve.tarballs import REQUEST_ID, TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
+from mirrorgate.serve.ui.readers import PullReaders
 from mirrorgate.serve.ui.stored import stored_counts_for
 from mirrorgate.store import StoreUnavailableError
 from mirrorgate.upstream.client import Upstream
@@ -127,16 +128,17 @@ PULLERS_READ = 100_000
 """(client, version) rows of one name the package view reads; it shows the first 200."""
 
 
-def _pulled_by(pulls: PullLog) -> Callable[[str], Awaitable[list[Exposure] | None]]:
+def _pulled_by(pulls: PullLog) -> Callable[[str, str | None], Awaitable[list[Exposure] | None]]:
     """The package view's "who pulled it": read from the store (a person's page, never the
-    warm path), this process's last second of pulls written first."""
-    async def pulled(name: str) -> list[Exposure] | None:
+    warm path), this process's last second of pulls written first; one client's, or every
+    client's (None) for an operator (`ui.readers`)."""
+    async def pulled(name: str, client: str | None) -> list[Exposure] | None:
         store = pulls.facts.store
         if not pulls.enabled or store is None:
             return None
         try:
             await pulls.flush()
-            return await store.pulled(name=name, limit=PULLERS_READ)
+            return await store.pulled(name=name, client=client, limit=PULLERS_READ)
         except StoreUnavailableError:
             return None
     return pulled
@@ -522,7 +524,11 @@ def build_proxy_app(
                   base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
                   worker_beside=proxy.worker_beside, facts=server.facts,
                   waiver_granters=proxy.settings.waiver_granters,
-                  pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None)
+                  pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None,
+                  readers=PullReaders(proxy.clients is not None,
+                                      frozenset(proxy.settings.operators)
+                                      | frozenset(proxy.settings.waiver_granters),
+                                      lambda request: request.get(CLIENT)))
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

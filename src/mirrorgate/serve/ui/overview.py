@@ -99,6 +99,16 @@ def _events(events: list[Event], *, empty: str) -> str:
                  empty=empty)
 
 
+def _pulls(recent: Recent, pulls_of: str | None) -> str:
+    if pulls_of is None:
+        return _events(recent.latest("pulled"),
+                       empty="no tarball pulled by a signed-in client since start")
+    own = [e for e in recent.latest("pulled", limit=CAPACITY) if e.client == pulls_of][:20]
+    return (f'<p class="note" data-key="pulls-own">Your pulls only, as {esc(pulls_of)}: '
+            "who else pulled what is an operator's view (MIRRORGATE_OPERATORS).</p>"
+            + _events(own, empty="you pulled no tarball since start"))
+
+
 def _flat(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -237,7 +247,9 @@ is kept for a client's `npm publish` through mirrorgate."""
 def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: Heartbeat | None,
              now: datetime, stored: Stored, state: LiveRules | None = None,
              registry_url: str = "", worker_beside: bool = False,
-             waiver_forms: str = "") -> web.Response:
+             waiver_forms: str = "", pulls_of: str | None = None) -> web.Response:
+    """The overview; the recent pulls are every client's, or only `pulls_of`'s (a client that
+    is not an operator, `ui.readers`)."""
     found = samples(metrics)
     recent: Recent = metrics.events
     jobs = _by(found, "mirrorgate_jobs_total", "outcome")
@@ -321,7 +333,7 @@ starts them at zero.</p>
 {_events(recent.latest("published"), empty="nothing published through mirrorgate since start")}
 </section>
 <section><h2>Recent pulls by signed-in clients</h2>
-{_events(recent.latest("pulled"), empty="no tarball pulled by a signed-in client since start")}
+{_pulls(recent, pulls_of)}
 </section>
 <section><h2>Exceptions and waivers</h2>{_exceptions(rules, now)}{waiver_forms}</section>
 <section><h2>Rules in force</h2>{_reload(state)}{_rules(rules)}</section>
