@@ -335,3 +335,46 @@ def test_a_ci_job_reads_its_own_pulls_on_the_status_page_and_is_never_an_operato
     assert "acme/web-site" not in own
     assert "Your pulls only" in own
     assert "acme/web-app" not in page(site)
+
+
+def test_a_hung_issuer_with_its_keys_cached_answers_a_new_key_503_with_retry_after(
+    guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, secret_dir: SecretDir, tmp_path: Path, issuer: LoopbackIssuer,
+) -> None:
+    """The fault: the issuer rotates its key and then hangs while mirrorgate holds the old key
+    set. A token signed with the new key cannot be checked: it answered 401 "unknown key"
+    after the timeout (npm stops, as for a forged token), where docs/ci-identity.md promises
+    503 with Retry-After (npm retries). The old key's tokens go on working meanwhile."""
+    timeout = 2.0
+    public_registry.add(*standard_tree().packages)
+    proxy = start(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path, issuer,
+                  new_token(), MIRRORGATE_OIDC_TIMEOUT=str(timeout))
+    before = issuer.mint(PAYMENTS)
+    assert whoami(proxy, before).status == 200  # the key set fetched and cached
+    fetched = time.monotonic()
+    issuer.rotate()
+    after = issuer.mint(PAYMENTS)
+    for token in (before, after):
+        guard.watch(proxy, token)
+    issuer.stall = True
+    # past the refresh floor, so the new key's token makes mirrorgate ask the issuer again
+    time.sleep(max(0.0, REFRESH_FLOOR + 0.5 - (time.monotonic() - fetched)))
+    try:
+        started = time.monotonic()
+        refused = whoami(proxy, after, timeout=30)
+        waited = time.monotonic() - started
+        again = whoami(proxy, after)  # within the refresh floor: at once, the same answer
+        cached = whoami(proxy, before)
+    finally:
+        issuer.stall = False
+    guard.seen(refused)
+
+    assert refused.status == 503
+    assert refused.headers.get("Retry-After") == "10"
+    assert refused.json()["reason"] == "issuer keys unavailable"
+    assert f"no answer within {timeout:g} s" in refused.json()["error"]
+    assert timeout - 0.5 < waited < timeout + 3
+    assert (again.status, again.json()["reason"]) == (503, "issuer keys unavailable")
+    assert cached.status == 200
+    wait_for(lambda: whoami(proxy, after).status == 200, timeout=REFRESH_FLOOR + 5,
+             message="the new key once the issuer answers again")
