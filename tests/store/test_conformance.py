@@ -134,10 +134,10 @@ async def test_the_pull_log_answers_by_version_and_by_client_oldest_first(
 
 
 def refusal(client: str, version: str, minutes: int, rule: str = "minimum-age",
-            pulls: int = 1) -> RefusalRow:
+            pulls: int = 1, until: datetime | None = None) -> RefusalRow:
     at = (T0 + timedelta(minutes=minutes)).timestamp()
     return (client, "axios", version, rule, float(int(at) // 3600 * 3600), "sha512-AAAA", at,
-            at, pulls, f"req-{client}-{minutes}")
+            at, pulls, f"req-{client}-{minutes}", until.timestamp() if until else None)
 
 
 async def test_the_retention_drops_only_pulls_older_than_it(store: Store) -> None:
@@ -163,6 +163,16 @@ async def test_refusals_are_counted_per_client_version_rule_and_hour(store: Stor
     assert (api.client, api.pulls) == ("ci-api", 1)
     assert [e.pulls for e in await store.refused(since=T0 + timedelta(minutes=66))] == [1]
     assert await store.pulled(name="axios") == []  # refusals are not pulls served
+
+
+async def test_the_versions_refused_and_held_back_are_counted_once_each(store: Store) -> None:
+    held = T0 + timedelta(days=1)
+    await store.add_refusals([refusal("ci-web", "1.14.1", 1, rule="deny-list"),
+                              refusal("ci-api", "1.14.1", 2, rule="deny-list"),
+                              refusal("ci-web", "1.14.2", 3, until=held),
+                              refusal("ci-api", "1.14.2", 63, until=held),
+                              refusal("ci-web", "1.14.3", 4, until=T0)])  # its hold is over
+    assert await store.refusal_counts(T0 + timedelta(hours=2)) == (1, 1)
 
 
 async def test_who_was_served_what_is_summed_per_client_and_version(store: Store) -> None:

@@ -37,7 +37,7 @@ PULLS = [
 REFUSED = (T0 + timedelta(hours=4)).timestamp()
 REFUSALS: list[RefusalRow] = [  # the laptop, refused the bad version by the advisory rule
     ("laptop", "axios", "1.14.1", "advisories", REFUSED - REFUSED % 3600, "", REFUSED, REFUSED,
-     1, "r6")]
+     1, "r6", None)]
 
 
 def exposure(place: Place, *args: str, **more: str) -> subprocess.CompletedProcess[str]:

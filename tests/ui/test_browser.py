@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import re
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests.commands.mirrored import run_command
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
-from tests.servers.packages import make_package, standard_tree
+from tests.servers.packages import make_package, make_version, standard_tree
+from tests.servers.postgres_server import PostgresServer
 from tests.servers.processes import MirrorgateProcess, http_request, wait_for
 from tests.ui.screens import screenshot
 
@@ -224,3 +228,41 @@ def test_a_client_reads_only_its_own_pulls_and_an_operator_reads_every_clients(
     expect(recent.locator("td", has_text="by ")).to_have_text(["by api-ci", "by web-ci"])
     screenshot(operator, "pulls-operator")
     operator.context.close()
+
+
+def test_the_stored_counts_are_the_fleets_from_the_state_store(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+    postgres_server: PostgresServer, tmp_path: Path, page: Page,
+) -> None:
+    """The page said "not stored yet: each process keeps its own" for refused and quarantined
+    versions while the store held every refusal. Two replicas on one PostgreSQL: what one
+    refused, and a waiver granted with `mirrorgate allow`, are counted on the other's page."""
+    young = make_version("fresh-lib", "2.0.0", published=datetime.now(UTC))
+    public_registry.add(make_package("fresh-lib", [make_version("fresh-lib", "1.0.0"), young]),
+                        make_package("delta", ["0.5.0", "0.6.0"]))
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES)
+    # on a thread of its own: Playwright's driver holds an event loop running on this one
+    with ThreadPoolExecutor(1) as aside:
+        database = aside.submit(postgres_server.new_database_now).result()
+    env = {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url, "MIRRORGATE_RULES_FILE": str(rules),
+           "MIRRORGATE_DATABASE_URL": database}
+    one, other = (mirrorgate("serve", {**env, "MIRRORGATE_DATA_DIR": str(tmp_path / f"d{n}")})
+                  for n in range(2))
+    for path in ("delta/-/delta-0.5.0.tgz", "fresh-lib/-/fresh-lib-2.0.0.tgz"):
+        for _ in range(3):  # a client retrying: still one version each
+            assert http_request("GET", one.registry_url + path).status == 403
+    granted = run_command(["allow", "left-pad@1.3.1", "--why", "the fix", "--until",
+                           "2099-01-01", "--by", "alice"],
+                          {"MIRRORGATE_DATABASE_URL": database}, tmp_path)
+    assert granted.returncode == 0, granted.stderr
+
+    def counted() -> bool:
+        page.goto(other.url + "ui/")
+        return [figure(page, key) for key in ("stored-refused", "stored-quarantined",
+                                              "stored-waived")] == ["1", "1", "1"]
+    wait_for(counted, timeout=20, message="the other replica's page to count the fleet's")
+    expect(page.locator("#stored-refused .note")).to_contain_text(
+        "the state store (postgresql, every replica's)")
+    assert "not stored yet" not in page.content()
+    screenshot(page, "stored-fleet")

@@ -43,7 +43,7 @@ PRUNE = 3600.0
 _HOUR = 3600
 _DROP_REPORT = 1000  # the first drop is logged, then every 1000th
 _Row = TypeVar("_Row", PullRow, RefusalRow)
-_Held = list[Any]  # a refusal count in memory: integrity, first, last, pulls, request id
+_Held = list[Any]  # a refusal count in memory: integrity, first, last, pulls, request id, until
 
 
 class PullLog:
@@ -99,9 +99,10 @@ class PullLog:
                              request_id))
 
     def refusal(self, client: str, name: str, version: str, integrity: str, rule: str,
-                request_id: str) -> None:
-        """One pull refused by `rule`, added to its hour's count: a client repeating it
-        costs memory and the store nothing more (docs/exposure.md)."""
+                request_id: str, until: float | None = None) -> None:
+        """One pull refused by `rule` (held `until` a moment, seconds since the epoch, for a
+        cooldown or a quarantine), added to its hour's count: a client repeating it costs
+        memory and the store nothing more (docs/exposure.md)."""
         if not self.enabled:
             return
         at = self._stamp()
@@ -110,8 +111,9 @@ class PullLog:
         if held is not None:
             held[2] = at
             held[3] += 1
+            held[5] = until  # the latest refusal's word on when it ends
         elif len(self._refused) < self._max_refusals:
-            self._refused[key] = [integrity, at, at, 1, request_id]
+            self._refused[key] = [integrity, at, at, 1, request_id, until]
         else:  # a flood of distinct refusals while the store is away: the new ones go
             self._drop()
 
@@ -177,11 +179,11 @@ class PullLog:
 
     def _hold_again(self, row: RefusalRow) -> None:
         """A refusal count not written: folded back into the one counted meanwhile."""
-        client, name, version, rule, hour, integrity, first, last, pulls, request_id = row
+        client, name, version, rule, hour, integrity, first, last, pulls, request_id, until = row
         held = self._refused.get((client, name, version, rule, hour))
         if held is None:
             self._refused[(client, name, version, rule, hour)] = [
-                integrity, first, last, pulls, request_id]
+                integrity, first, last, pulls, request_id, until]
             return
         held[0], held[1], held[4] = integrity, first, request_id  # the earlier's
         held[3] += pulls

@@ -70,7 +70,7 @@ from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.serve.ui.readers import PullReaders
-from mirrorgate.serve.ui.stored import stored_counts_for
+from mirrorgate.serve.ui.stored import stored_counts_for, with_state_store
 from mirrorgate.store import StoreUnavailableError
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -521,7 +521,9 @@ def build_proxy_app(
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server.packument_route.gated_or_none, over_tls=server.over_tls,
-                  base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
+                  base=server._base,
+                  stored=with_state_store(stored_counts_for(proxy.settings.mirror_target),
+                                          server.facts),
                   worker_beside=proxy.worker_beside, facts=server.facts,
                   waiver_granters=proxy.settings.waiver_granters,
                   pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None,

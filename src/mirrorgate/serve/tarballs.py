@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 
 import structlog
 from aiohttp import web
@@ -112,7 +113,7 @@ class TarballRoute:
             record = request.get(RECORD)
             if pulls is not None and refused.status == 403 and rule and record is not None:
                 pulls.refusal(_who(request), name.full, record.version, _integrity(record),
-                              rule, request.get(REQUEST_ID, ""))
+                              rule, request.get(REQUEST_ID, ""), _ends(refused))
             raise
         record = request.get(RECORD)
         if pulls is not None and answer.status == 200 and record is not None:
@@ -470,6 +471,15 @@ def _checked(verifier: StreamVerifier | None) -> str | None:
     """The digest a relay checks its bytes against, in its spool's key: bytes admitted under
     another digest (a packument changed meanwhile) are another download."""
     return verifier.expected.sri() if verifier is not None else None
+
+
+def _ends(refused: Refused) -> float | None:
+    """When a refusal said it ends (a cooldown's, a quarantine's moment), for the pull log."""
+    said = refused.fields.get("installable_at") or refused.fields.get("until")
+    try:
+        return datetime.fromisoformat(said).timestamp() if isinstance(said, str) else None
+    except ValueError:
+        return None
 
 
 def _who(request: web.Request) -> str:

@@ -202,12 +202,14 @@ class PostgresStore:
             async with db.transaction():
                 await db.executemany(
                     "INSERT INTO refusals (client, name, version, rule, hour, integrity, "
-                    "first_at, last_at, pulls, request_id) VALUES ($1, $2, $3, $4, "
-                    "to_timestamp($5), $6, to_timestamp($7), to_timestamp($8), $9, $10) "
+                    "first_at, last_at, pulls, request_id, until_at) VALUES ($1, $2, $3, $4, "
+                    "to_timestamp($5), $6, to_timestamp($7), to_timestamp($8), $9, $10, "
+                    "to_timestamp($11)) "
                     "ON CONFLICT (client, name, version, rule, hour) DO UPDATE SET "
                     "pulls = refusals.pulls + excluded.pulls, "
                     "first_at = least(refusals.first_at, excluded.first_at), "
-                    "last_at = greatest(refusals.last_at, excluded.last_at)", rows)
+                    "last_at = greatest(refusals.last_at, excluded.last_at), "
+                    "until_at = excluded.until_at", rows)
         await self._call_refusing(work)
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
@@ -253,6 +255,17 @@ class PostgresStore:
                     for row in await db.fetch(query, *parameters)]
         found: list[Exposure] = await self._call(work)
         return found
+
+    async def refusal_counts(self, now: datetime) -> tuple[int, int]:
+        async def work(db: asyncpg.Connection) -> tuple[int, int]:
+            row = await db.fetchrow(
+                "SELECT count(DISTINCT (name, version)) FILTER (WHERE until_at IS NULL), "
+                "count(DISTINCT (name, version)) FILTER (WHERE until_at > $1) FROM refusals",
+                now)
+            assert row is not None  # an aggregate always answers one row
+            return int(row[0]), int(row[1])
+        counts: tuple[int, int] = await self._call(work)
+        return counts
 
     async def prune_pulls(self, before: datetime, max_records: int) -> Pruned:
         async def work(db: asyncpg.Connection) -> Pruned:

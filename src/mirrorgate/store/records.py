@@ -116,10 +116,11 @@ PullRow = tuple[str, str, str, str, str, float, str]
 """A pull as it is written: `Pull`'s fields in order, its time in seconds since the epoch (the
 request path builds a tuple, not an object, per tarball: bench/pull_log.py)."""
 
-RefusalRow = tuple[str, str, str, str, float, str, float, float, int, str]
+RefusalRow = tuple[str, str, str, str, float, str, float, float, int, str, float | None]
 """Refused pulls folded, as they are written: client, name, version, the rule, the hour (its
 start, seconds since the epoch), the integrity, the first and last refusal (seconds), how many,
-and the first refused request's id. A store adds a row to the one of the same (client, name,
+the first refused request's id, and when the refusal said it ends (a cooldown, a quarantine;
+None: a denial without an end). A store adds a row to the one of the same (client, name,
 version, rule, hour): a loop of refused pulls costs a row an hour, not a row a pull."""
 
 # what a store's text cannot hold: a NUL (PostgreSQL's text), a lone surrogate (UTF-8)
@@ -230,6 +231,10 @@ class Store(Protocol):
                       limit: int = 10_000) -> list[Exposure]:
         """The refusals matching every filter (`since`: refused in an hour ending after it),
         summed per (client, name, version) across rules and hours, ordered as `pulled`."""
+
+    async def refusal_counts(self, now: datetime) -> tuple[int, int]:
+        """(versions refused without an end, versions held until a moment after `now`: a
+        cooldown, a quarantine), each counted once across the fleet's refusals kept."""
 
     async def prune_pulls(self, before: datetime, max_records: int) -> Pruned:
         """Drop the served pulls and refusal counts older than `before` (the retention), then,

@@ -81,14 +81,14 @@ MIGRATIONS: tuple[Migration, ...] = (
                 client TEXT NOT NULL, name TEXT NOT NULL, version TEXT NOT NULL,
                 rule TEXT NOT NULL, hour REAL NOT NULL, integrity TEXT NOT NULL,
                 first_at REAL NOT NULL, last_at REAL NOT NULL, pulls INTEGER NOT NULL,
-                request_id TEXT NOT NULL,
+                request_id TEXT NOT NULL, until_at REAL,
                 PRIMARY KEY (client, name, version, rule, hour));
             CREATE INDEX refusals_by_version ON refusals (name, version, hour);
             CREATE INDEX refusals_by_time ON refusals (hour);
             INSERT INTO refusals
                 SELECT client, name, version, substr(source, 9),
                        CAST(at / 3600 AS INTEGER) * 3600.0, min(integrity), min(at), max(at),
-                       count(*), min(request_id)
+                       count(*), min(request_id), NULL
                 FROM pulls WHERE source LIKE 'refused:%'
                 GROUP BY client, name, version, substr(source, 9),
                          CAST(at / 3600 AS INTEGER);
@@ -99,14 +99,14 @@ MIGRATIONS: tuple[Migration, ...] = (
                 client TEXT NOT NULL, name TEXT NOT NULL, version TEXT NOT NULL,
                 rule TEXT NOT NULL, hour TIMESTAMPTZ NOT NULL, integrity TEXT NOT NULL,
                 first_at TIMESTAMPTZ NOT NULL, last_at TIMESTAMPTZ NOT NULL,
-                pulls BIGINT NOT NULL, request_id TEXT NOT NULL,
+                pulls BIGINT NOT NULL, request_id TEXT NOT NULL, until_at TIMESTAMPTZ,
                 PRIMARY KEY (client, name, version, rule, hour));
             CREATE INDEX refusals_by_version ON refusals (name, version, hour);
             CREATE INDEX refusals_by_time ON refusals (hour);
             INSERT INTO refusals
                 SELECT client, name, version, substr(source, 9),
                        to_timestamp(floor(extract(epoch FROM at) / 3600) * 3600),
-                       min(integrity), min(at), max(at), count(*), min(request_id)
+                       min(integrity), min(at), max(at), count(*), min(request_id), NULL
                 FROM pulls WHERE source LIKE 'refused:%'
                 GROUP BY client, name, version, substr(source, 9),
                          floor(extract(epoch FROM at) / 3600);

@@ -45,10 +45,10 @@ _INSERT_PULLS = ("INSERT OR FAIL INTO pulls (client, name, version, integrity, s
                  "request_id) VALUES ")
 _PULL_VALUES = "(?, ?, ?, ?, ?, ?, ?)"
 _ADD_REFUSAL = ("INSERT INTO refusals (client, name, version, rule, hour, integrity, first_at, "
-                "last_at, pulls, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "last_at, pulls, request_id, until_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (client, name, version, rule, hour) DO UPDATE SET "
                 "pulls = pulls + excluded.pulls, first_at = min(first_at, excluded.first_at), "
-                "last_at = max(last_at, excluded.last_at)")
+                "last_at = max(last_at, excluded.last_at), until_at = excluded.until_at")
 _ROWS_PER_INSERT = 500  # statements of 3,500 parameters: under every SQLite's default limit
 _Row = tuple[str, tuple[Any, ...]]  # a statement and its parameters
 # what a row's own values raise: a constraint, a value the module cannot bind (a lone
@@ -292,6 +292,16 @@ class SqliteStore:
                              datetime.fromtimestamp(row[4], UTC), int(row[5]),
                              tuple(sorted(json.loads(row[6]))), tuple(sorted(json.loads(row[7]))))
                     for row in db.execute(query, parameters)]
+        return await self._run(work)
+
+    async def refusal_counts(self, now: datetime) -> tuple[int, int]:
+        def work(db: sqlite3.Connection) -> tuple[int, int]:
+            # a version counted once: its name and version, a NUL between (no name holds one)
+            (refused, held) = db.execute(
+                "SELECT count(DISTINCT CASE WHEN until_at IS NULL THEN name || char(0) || "
+                "version END), count(DISTINCT CASE WHEN until_at > ? THEN name || char(0) || "
+                "version END) FROM refusals", (now.timestamp(),)).fetchone()
+            return int(refused), int(held)
         return await self._run(work)
 
     async def prune_pulls(self, before: datetime, max_records: int) -> Pruned:

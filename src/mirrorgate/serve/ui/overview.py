@@ -228,14 +228,19 @@ def _stored(stored: Stored) -> str:
     def shown(count: int | None) -> str:
         return str(count) if count is not None else "n/a"
 
-    alone = "not stored yet: each process keeps its own (recent denials below)"
+    kept = stored.kept_by
+    unknown = "the state store is not loaded (see the verdict and /readyz)"
     return "".join([
         _figure("versions mirrored", shown(stored.mirrored), "stored-mirrored",
                 f"held by {stored.where}"),
         _figure("versions refused", shown(stored.refused), "stored-refused",
-                alone if stored.refused is None else f"kept by {stored.where}"),
+                unknown if kept is None else f"asked for and denied, within the pull log's "
+                f"retention: {kept}"),
         _figure("versions quarantined", shown(stored.quarantined), "stored-quarantined",
-                alone if stored.quarantined is None else f"kept by {stored.where}"),
+                unknown if kept is None else f"asked for and held back until a moment still "
+                f"ahead (a cooldown, a quarantine): {kept}"),
+        _figure("waivers in force", shown(stored.waived), "stored-waived",
+                unknown if kept is None else f"granted with mirrorgate allow: {kept}"),
     ])
 
 
