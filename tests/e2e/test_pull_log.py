@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.store import Exposure, Pull
+from mirrorgate.store import Exposure, Pull, Store
 from mirrorgate.store.postgres import open_postgres
 from mirrorgate.store.sqlite import FILENAME, open_sqlite
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.packages import make_package, make_version
 from tests.servers.postgres_server import PostgresServer
-from tests.servers.processes import http_request
+from tests.servers.processes import MirrorgateProcess, http_request
 
 VERSIONS = [make_version("burst-pkg", f"1.0.{n}", size=40_000) for n in range(5)]
 YOUNG = make_version("burst-pkg", "2.0.0", published=datetime.now(UTC))
@@ -32,10 +32,30 @@ LOSS_BOUND = 1.25
 """The flush period (1 s) and a write's own time on a busy shared machine."""
 
 
+def database_for(kind: str, request: pytest.FixtureRequest) -> str | None:
+    """A fresh PostgreSQL database for `kind` "postgresql"; None (the SQLite file) otherwise."""
+    if kind != "postgresql":
+        return None
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.new_database_now()
+
+
+def serve(mirrorgate: MirrorgateFactory, public: FixtureRegistry, private: FixtureRegistry,
+          data: Path, database: str | None, **env: str) -> MirrorgateProcess:
+    return mirrorgate("serve", {
+        "MIRRORGATE_PUBLIC_UPSTREAM": public.url, "MIRRORGATE_PRIVATE_UPSTREAM": private.url,
+        "MIRRORGATE_DATA_DIR": str(data),
+        **({"MIRRORGATE_DATABASE_URL": database} if database is not None else {}), **env})
+
+
+async def opened(data: Path, database: str | None) -> Store:
+    return (await open_postgres(database) if database is not None
+            else await open_sqlite(data / FILENAME))
+
+
 def read_pulls(data: Path, database: str | None) -> list[Pull]:
     async def read() -> list[Pull]:
-        store = (await open_postgres(database) if database is not None
-                 else await open_sqlite(data / FILENAME))
+        store = await opened(data, database)
         try:
             return await store.pulls(limit=100_000)
         finally:
@@ -45,8 +65,7 @@ def read_pulls(data: Path, database: str | None) -> list[Pull]:
 
 def read_refusals(data: Path, database: str | None) -> list[Exposure]:
     async def read() -> list[Exposure]:
-        store = (await open_postgres(database) if database is not None
-                 else await open_sqlite(data / FILENAME))
+        store = await opened(data, database)
         try:
             return await store.refused(limit=100_000)
         finally:
@@ -59,16 +78,10 @@ def test_a_kill_9_during_a_burst_of_pulls_loses_at_most_the_last_second(
         kind: str, mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
         request: pytest.FixtureRequest, tmp_path: Path) -> None:
     public_registry.add(make_package("burst-pkg", [*VERSIONS, YOUNG]))
-    database: str | None = None
-    if kind == "postgresql":
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        database = server.new_database_now()
+    database = database_for(kind, request)
     with FixtureRegistry() as private:
         data = tmp_path / "data"
-        proxy = mirrorgate("serve", {
-            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
-            "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATA_DIR": str(data),
-            **({"MIRRORGATE_DATABASE_URL": database} if database is not None else {})})
+        proxy = serve(mirrorgate, public_registry, private, data, database)
         refused = proxy.get("npm/burst-pkg/-/burst-pkg-2.0.0.tgz",
                             headers={"X-Request-Id": "young"})
         assert refused.status == 403
@@ -120,17 +133,11 @@ def test_a_nul_in_an_integrity_neither_stops_the_pull_log_nor_loses_the_pulls_af
     # before, PostgreSQL refused the batch, the writer's task died unwatched, and no later
     # pull was ever logged (`mirrorgate exposure` then answered "no client pulled")
     public_registry.add(make_package("burst-pkg", [*VERSIONS, HOSTILE]))
-    database: str | None = None
-    if kind == "postgresql":
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        database = server.new_database_now()
+    database = database_for(kind, request)
     data = tmp_path / "data"
     with FixtureRegistry() as private:
-        proxy = mirrorgate("serve", {
-            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
-            "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATA_DIR": str(data),
-            "MIRRORGATE_METRICS_OPEN": "true",
-            **({"MIRRORGATE_DATABASE_URL": database} if database is not None else {})})
+        proxy = serve(mirrorgate, public_registry, private, data, database,
+                      MIRRORGATE_METRICS_OPEN="true")
         refused = proxy.get("npm/burst-pkg/-/burst-pkg-3.0.0.tgz",
                             headers={"X-Request-Id": "hostile"})
         assert refused.status == 403
@@ -161,8 +168,7 @@ BOUND = 1_000
 def counts(data: Path, database: str | None) -> tuple[int, int]:
     """(served pulls, refusal counts) the store holds."""
     async def read() -> tuple[int, int]:
-        store = (await open_postgres(database) if database is not None
-                 else await open_sqlite(data / FILENAME))
+        store = await opened(data, database)
         try:  # a prune that takes nothing (no record so old, no bound so low) counts them
             pruned = await store.prune_pulls(datetime(2000, 1, 1, tzinfo=UTC), 10**9)
             return len(await store.pulls(limit=10**6)), pruned.kept - len(
@@ -180,17 +186,12 @@ def test_a_loop_of_refused_pulls_costs_a_row_an_hour_and_the_log_keeps_within_it
     # can; before, a row each (1,100 to 2,400 a second, 29 to 56 GiB a day, kept 90 days).
     # Then served pulls past the bound: the oldest go, the newest stay
     public_registry.add(make_package("burst-pkg", [*VERSIONS, YOUNG]))
-    database: str | None = None
-    if kind == "postgresql":
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        database = server.new_database_now()
+    database = database_for(kind, request)
     data = tmp_path / "data"
     with FixtureRegistry() as private:
-        proxy = mirrorgate("serve", {
-            "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
-            "MIRRORGATE_PRIVATE_UPSTREAM": private.url, "MIRRORGATE_DATA_DIR": str(data),
-            "MIRRORGATE_METRICS_OPEN": "true", "MIRRORGATE_PULL_LOG_MAX_RECORDS": str(BOUND),
-            **({"MIRRORGATE_DATABASE_URL": database} if database is not None else {})})
+        proxy = serve(mirrorgate, public_registry, private, data, database,
+                      MIRRORGATE_METRICS_OPEN="true",
+                      MIRRORGATE_PULL_LOG_MAX_RECORDS=str(BOUND))
         looped = 0
         start = time.monotonic()
         while time.monotonic() - start < 3.0:
