@@ -213,18 +213,19 @@ async def test_a_log_of_schema_1_has_its_refusals_folded_and_its_served_pulls_ke
     # statement (generate_series, a recursive CTE), then opened, which migrates it
     start = T0.timestamp()
     if place.kind == "sqlite":
-        db = sqlite3.connect(place.spec.removeprefix("sqlite:"), isolation_level=None)
-        db.executescript(MIGRATIONS[0].sqlite)
-        db.executescript("CREATE TABLE schema_version (version INTEGER NOT NULL);"
-                         "INSERT INTO schema_version VALUES (1);")
-        db.execute("WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n "
-                   "WHERE i + 1 < ?) INSERT INTO pulls (client, name, version, integrity, "
-                   "source, at, request_id) SELECT 'laptop', 'axios', '1.14.1', 'sha512-AAAA', "
-                   "'refused:minimum-age', ? + i * 0.1, 'r' || i FROM n", (ONE_LOOP, start))
-        db.execute("INSERT INTO pulls (client, name, version, integrity, source, at, "
-                   "request_id) VALUES ('web-ci', 'axios', '1.14.1', 'sha512-AAAA', 'public', "
-                   "?, 'build')", (start + ONE_LOOP * 0.1,))
-        db.close()
+        file = sqlite3.connect(place.spec.removeprefix("sqlite:"), isolation_level=None)
+        file.executescript(MIGRATIONS[0].sqlite)
+        file.executescript("CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                           "INSERT INTO schema_version VALUES (1);")
+        file.execute("WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n "
+                     "WHERE i + 1 < ?) INSERT INTO pulls (client, name, version, integrity, "
+                     "source, at, request_id) SELECT 'laptop', 'axios', '1.14.1', "
+                     "'sha512-AAAA', 'refused:minimum-age', ? + i * 0.1, 'r' || i FROM n",
+                     (ONE_LOOP, start))
+        file.execute("INSERT INTO pulls (client, name, version, integrity, source, at, "
+                     "request_id) VALUES ('web-ci', 'axios', '1.14.1', 'sha512-AAAA', "
+                     "'public', ?, 'build')", (start + ONE_LOOP * 0.1,))
+        file.close()
     else:
         db = await asyncpg.connect(place.spec)
         await db.execute(MIGRATIONS[0].postgres)
