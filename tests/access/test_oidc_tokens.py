@@ -71,8 +71,9 @@ def test_the_payments_job_installs_and_publishes_its_scope_and_the_web_job_is_re
     tree = standard_tree()
     public_registry.add(*tree.packages)
     reader = new_token()
+    # the static reader is the operator: it reads every job's pulls on the status page
     proxy = start(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path, issuer,
-                  reader)
+                  reader, MIRRORGATE_OPERATORS="dashboard")
     payments, web = issuer.mint(PAYMENTS), issuer.mint(WEB)
     for token in (payments, web):
         guard.watch(proxy, token)
