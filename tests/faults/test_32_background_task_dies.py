@@ -1,6 +1,6 @@
-"""Row 31 of the faults table: a background task of `mirrorgate serve` killed.
+"""Row 32 of the faults table: a background task of `mirrorgate serve` killed.
 
-> | 31 | each background task of `mirrorgate serve` killed in turn (the store's poll, the pull
+> | 32 | each background task of `mirrorgate serve` killed in turn (the store's poll, the pull
 > log's writer, the exposure warnings, the rules' and the client tokens' watchers, the
 > notifier) | `task_died` logged, `mirrorgate_task_restarts_total{task}` counted, `/readyz`
 > 503 naming the task until it is started again (1 s later), then 200; the pull log writes
