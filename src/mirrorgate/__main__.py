@@ -136,7 +136,8 @@ def _add_allow_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
     allow.add_argument("--until", metavar="DATE",
                        help="when the waiver ends: a date (2027-01-31) or an RFC 3339 time "
                        "(required)")
-    allow.add_argument("--by", metavar="NAME", help="who grants it (default: $USER)")
+    allow.add_argument("--by", metavar="NAME", help="who grants or revokes it (default: the "
+                       "account running the command: $USER, else the system's name for it)")
     allow.add_argument("--list", action="store_true", help="list the waivers in the store")
     allow.add_argument("--revoke", metavar="NAME@VERSION", help="end a waiver now")
     allow.add_argument("--json", action="store_true", help="print JSON")

@@ -7,13 +7,11 @@ package names or URLs, so the series count stays bounded and no client input bec
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
-import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -28,7 +26,6 @@ from mirrorgate.mirror import QueueStats
 __all__ = ["CONTENT_TYPE", "RELEASE_CHECK_OUTCOMES", "REQUEST_BUCKETS", "Durations", "Metrics",
            "Tally"]
 
-log = structlog.get_logger("mirrorgate")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -299,12 +296,21 @@ class Metrics:
             "store's write buffer while it was unreachable (the oldest first)", registry=r)
         self.pulls_logged = Counter(
             "mirrorgate_pulls_logged", "pull log records by outcome: written (to the state "
-            "store), dropped (the buffer was full while the store was unreachable)",
+            "store), dropped (the buffer was full while the store was unreachable), escaped "
+            "(refused as given, written with what the store cannot hold escaped; counted in "
+            "written too), unwritable (refused even escaped)",
             ["outcome"], registry=r)
-        self.task_failures = Counter(
-            "mirrorgate_background_task_failures", "background tasks that ended with an "
-            "error, by task (`watch_task`): what the task did has stopped until the process "
-            "restarts", ["task"], registry=r)
+        self.pull_log_records = Gauge(
+            "mirrorgate_pull_log_records", "records the pull log keeps (served pulls and "
+            "refusal counts), as counted at its last prune", registry=r)
+        self.pull_log_pruned = Counter(
+            "mirrorgate_pull_log_pruned", "pull log records deleted, by reason: age (past "
+            "MIRRORGATE_PULL_LOG_RETENTION), size (past MIRRORGATE_PULL_LOG_MAX_RECORDS, "
+            "refusal counts first)", ["reason"], registry=r)
+        self.task_restarts = Counter(
+            "mirrorgate_task_restarts", "background tasks (the store's poll, the pull log's "
+            "writer, the advisory feed...) started again after they died, by task "
+            "(`task_restarting`)", ["task"], registry=r)
         self.exposures = Counter(
             "mirrorgate_exposures", "versions already served that became refused, by cause "
             "(withdrawn...), each reported once (`version_exposed`)", ["cause"], registry=r)
@@ -317,24 +323,6 @@ class Metrics:
         tally = Tally(series)
         self._folding.tallies.append(tally)
         return tally
-
-    def watch_task(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
-        """Count and log `task` if it ends with an error (`background_task_failed`, by its
-        name): a loop the process relies on (the state store's writer, the rules watcher, the
-        advisory feed...) that died says so, instead of stopping silently. Its series starts
-        at 0 here, so an alert's `increase()` sees the first failure."""
-        self.task_failures.labels(task.get_name())
-
-        def ended(done: asyncio.Task[None]) -> None:
-            if done.cancelled() or done.exception() is None:
-                return
-            error = done.exception()
-            log.error("background_task_failed", task=done.get_name(),
-                      error=f"{type(error).__name__}: {error}"[:500])
-            self.task_failures.labels(done.get_name()).inc()
-
-        task.add_done_callback(ended)
-        return task
 
     def watch_queue(self, stats: Callable[[], QueueStats], provider: str) -> None:
         self.registry.register(_QueueCollector(stats, provider))

@@ -46,6 +46,7 @@ from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
 from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, policy_problem
 from mirrorgate.store import Store, StoreSetupError, open_store
+from mirrorgate.tasks import Tasks
 from mirrorgate.upstream.clients import Upstreams
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.registry import open_registry, store_root
@@ -222,7 +223,8 @@ async def _run(settings: Settings, shape: Shape) -> int:
     _check_shape(settings, shape)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.heartbeat_stale_after) if shape.runs_worker else None
-    health = Health(heartbeat=heartbeat)
+    # every background loop of the process is started through `health.tasks`, watched
+    health = Health(heartbeat=heartbeat, tasks=Tasks(metrics))
     if heartbeat is not None:
         metrics.watch_heartbeat(heartbeat.age)
 
@@ -259,7 +261,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
     await upstreams.start()
     try:
         if notifier is not None:
-            await notifier.start()
+            await notifier.start(health.tasks)
             metrics.events.send_alerts_to(notifier.post)
         return await _serve(settings, shape, metrics, health, queue, upstreams, rules, clients,
                             notifier, facts)
@@ -301,10 +303,12 @@ class _Feeds:
     """The advisory feed of the rules in force, run and counted; when a reloaded rules file
     changes its `[advisories]` settings, the old feed stops and the new one starts."""
 
-    def __init__(self, rules: LiveRules, metrics: Metrics, stop: asyncio.Event) -> None:
+    def __init__(self, rules: LiveRules, metrics: Metrics, stop: asyncio.Event,
+                 tasks: Tasks) -> None:
         self.rules = rules
         self.metrics = metrics
         self.stop = stop
+        self.tasks = tasks
         self.feed: AdvisoryFeed | None = None
         self.task: asyncio.Task[None] | None = None
         if rules.current.advisories is not None:
@@ -330,8 +334,7 @@ class _Feeds:
             feed.on_outcome = lambda outcome: self.metrics.advisory_loads.labels(outcome).inc()
             # loading never blocks serving: the first load runs beside the listener, and
             # until it lands the rules' `unavailable` setting decides
-            self.task = self.metrics.watch_task(
-                asyncio.create_task(feed.run(self.stop), name="advisory-feed"))
+            self.task = self.tasks.keep("advisory-feed", lambda: feed.run(self.stop))
 
     async def close(self) -> None:
         if self.task is not None:
@@ -348,7 +351,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes)
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
     # who pulled which tarball, written through the store the facts opened (`gate.pulllog`)
-    pulls = PullLog(facts, retention_days=settings.pull_log_retention_days, metrics=metrics)
+    pulls = PullLog(facts, retention_days=settings.pull_log_retention_days,
+                    max_records=settings.pull_log_max_records, metrics=metrics)
     # the one gate of this process: the proxy serves through it, the worker re-gates with
     # its withdrawals and verdicts (`gate.gate`)
     gate = Gate(settings=settings, public=upstreams.public,
@@ -371,7 +375,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         app = web.Application()
         add_health_routes(app, health, metrics)
         install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open,
-                       oidc=settings.oidc)
+                       oidc=settings.oidc, tasks=health.tasks)
         packuments = CachedPublic(upstreams.public, settings)
         host, port = settings.worker_listen
     # a withdrawal seen for the first time: who already pulled the version (`gate.exposure`)
@@ -390,17 +394,17 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
 
     worker_task: asyncio.Task[None] | None = None
     worker_stop = asyncio.Event()
-    feeds = _Feeds(rules, metrics, worker_stop)
+    tasks = health.tasks
+    tasks.stop = worker_stop
+    feeds = _Feeds(rules, metrics, worker_stop, tasks)
     async with _listening(app, host, port, settings, metrics) as runner:
-        # each counted and logged if it ends with an error (`Metrics.watch_task`)
-        watched = metrics.watch_task
-        keeping = watched(asyncio.create_task(facts.run(worker_stop), name="state-store"))
-        logging_pulls = watched(asyncio.create_task(pulls.run(worker_stop), name="pull-log"))
-        warning = watched(asyncio.create_task(warnings.run(worker_stop),
-                                              name="exposure-warnings"))
+        # each ends with worker_stop; one that dies is started again (`tasks`)
+        keeping = tasks.keep("state-store", lambda: facts.run(worker_stop))
+        logging_pulls = tasks.keep("pull-log", lambda: pulls.run(worker_stop))
+        warning = tasks.keep("exposure-warnings", lambda: warnings.run(worker_stop))
         feeds.follow(rules.current)
-        watcher = watched(asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
-                                              name="rules-watcher"))
+        watcher = tasks.keep("rules-watcher",
+                             lambda: rules.watch(worker_stop, on_reload=feeds.follow))
         if shape.runs_worker:
             assert health.heartbeat is not None
             target: MirrorTarget = open_target(
@@ -411,8 +415,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                                        heartbeat=health.heartbeat, rules=rules,
                                        packuments=packuments, withdrawals=withdrawals,
                                        release=gate.release, handoff=handoff))
-            worker_task = watched(asyncio.create_task(worker.run(worker_stop),
-                                                      name="mirror-worker"))
+            # not kept by `tasks`: its death stops the process (`worker_crashed` below)
+            worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         runtime.freeze_startup()
         # a person starting it reads where to point npm and where to look

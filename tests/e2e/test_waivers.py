@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import pwd
 import re
+import shutil
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
+
+import pytest
 
 from mirrorgate.moments import stamp
 from mirrorgate.serve.tokens import token_line
@@ -25,7 +31,7 @@ from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, make_version
 from tests.servers.postgres_server import PostgresServer
-from tests.servers.processes import MirrorgateProcess, http_request, wait_for
+from tests.servers.processes import MirrorgateProcess, http_request, mirrorgate_argv, wait_for
 from tests.servers.webhook import SECRET, WebhookReceiver
 
 EIGHT_DAYS = '[age]\nminimum = "8d"\n'
@@ -322,3 +328,50 @@ def test_check_judges_a_locked_version_with_the_waivers_as_the_proxy_does(
     assert "minimum-age" in refused.stdout
     assert admitted.returncode == 0, admitted.stdout + admitted.stderr
     assert "the waiver for fixed-lib@1.0.1" in admitted.stdout
+
+
+def test_a_grant_without_user_names_the_account_and_one_with_no_name_at_all_is_refused(
+        tmp_path: Path) -> None:
+    # where USER is unset (a `kubectl exec` shell, a container's entrypoint) the account
+    # running the command grants; an account the system has no name for (a container run as
+    # an arbitrary uid) grants nothing: a waiver granted by nobody could not be answered for
+    state = tmp_path / "state"
+    store = {"MIRRORGATE_DATA_DIR": str(state)}  # no USER, no LOGNAME
+    done = run_command(["allow", "left-pad@1.3.1", "--why", "the fix", "--until", "2099-01-01",
+                        "--json"], store, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["by"] == pwd.getpwuid(os.getuid()).pw_name
+
+    empty = run_command(["allow", "left-pad@1.3.2", "--why", "x", "--until", "2099-01-01",
+                         "--json"], {**store, "USER": ""}, tmp_path)  # set, empty: no name
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout)["by"] == pwd.getpwuid(os.getuid()).pw_name
+    # the nameless account: a user namespace mapping this process's uid to one the system
+    # has no name for (util-linux's unshare, as root: CI runs as root), so the same files and
+    # interpreter stay readable, as in a container run with `runAsUser: 54321`
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a uid with no name needs root and util-linux's unshare (CI has both)")
+    nameless = next(uid for uid in range(54_321, 60_000) if not _named(uid))
+    as_nameless = ["unshare", "--user", f"--map-user={nameless}", f"--map-group={nameless}"]
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path),
+           "MIRRORGATE_DATA_DIR": str(state), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    grant = [*mirrorgate_argv(), "allow", "left-pad@1.3.3", "--why", "x", "--until",
+             "2099-01-01"]
+    anonymous = subprocess.run([*as_nameless, *grant], env=env, capture_output=True, text=True,
+                               timeout=60, check=False)
+    assert anonymous.returncode == 2, anonymous.stderr
+    assert (f"USER is not set and this account (uid {nameless}) has no name on this system; "
+            "give --by NAME") in anonymous.stderr
+    assert "--by alice" in anonymous.stderr  # the example shows it
+    with_by = subprocess.run([*as_nameless, *grant, "--by", "ops-oncall", "--json"], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert with_by.returncode == 0, with_by.stderr
+    assert json.loads(with_by.stdout)["by"] == "ops-oncall"
+
+
+def _named(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True

@@ -8,6 +8,7 @@ within a poll; the grant and the revoke are logged and sent to the signed webhoo
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 import socket
 import sys
@@ -58,9 +59,20 @@ def run_allow(settings: Settings, subject: str | None, *, why: str | None, until
 
 
 def _who(by: str | None) -> str:
-    who = (by if by is not None else os.environ.get("USER", "")).strip()
+    """Who grants or revokes: `--by`, else the account running the command (USER or LOGNAME,
+    else the system's name for this uid: a `kubectl exec` shell sets no USER)."""
+    if by is not None:
+        if not by.strip():
+            raise WaiverError("--by is empty: give the name of who grants it, e.g. --by alice")
+        return by.strip()
+    try:
+        who = getpass.getuser().strip()
+    except (KeyError, OSError):  # a uid the system has no name for (3.13 raises OSError)
+        who = ""
     if not who:
-        raise WaiverError("who grants it is not known: give --by NAME (or set USER)")
+        # a container running as an arbitrary uid: no waiver is granted by nobody
+        raise WaiverError(f"who grants it is not known: USER is not set and this account "
+                          f"(uid {os.getuid()}) has no name on this system; give --by NAME")
     return who
 
 

@@ -27,7 +27,7 @@ from mirrorgate.gate import (
     RenderKey,
 )
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.exposure import Exposure, exposures
+from mirrorgate.gate.exposure import Exposure
 from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
@@ -69,7 +69,8 @@ from mirrorgate.serve.tarballs import REQUEST_ID, TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
-from mirrorgate.serve.ui.stored import stored_counts_for
+from mirrorgate.serve.ui.readers import PullReaders
+from mirrorgate.serve.ui.stored import stored_counts_for, with_state_store
 from mirrorgate.store import StoreUnavailableError
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -124,19 +125,23 @@ class Proxy:
     """The pull log (`gate.pulllog`): who pulled which tarball; None: not kept."""
 
 
-def _pulled_by(pulls: PullLog) -> Callable[[str], Awaitable[list[Exposure] | None]]:
+PULLERS_READ = 100_000
+"""(client, version) rows of one name the package view reads; it shows the first 200."""
+
+
+def _pulled_by(pulls: PullLog) -> Callable[[str, str | None], Awaitable[list[Exposure] | None]]:
     """The package view's "who pulled it": read from the store (a person's page, never the
-    warm path), this process's last second of pulls written first."""
-    async def pulled(name: str) -> list[Exposure] | None:
+    warm path), this process's last second of pulls written first; one client's, or every
+    client's (None) for an operator (`ui.readers`)."""
+    async def pulled(name: str, client: str | None) -> list[Exposure] | None:
         store = pulls.facts.store
         if not pulls.enabled or store is None:
             return None
         try:
             await pulls.flush()
-            served, _ = exposures(await store.pulls(name=name, limit=100_000))
+            return await store.pulled(name=name, client=client, limit=PULLERS_READ)
         except StoreUnavailableError:
             return None
-        return served
     return pulled
 
 
@@ -534,17 +539,24 @@ def build_proxy_app(
         app.middlewares.append(request_spans(server.describe, OUTCOME))
     add_health_routes(app, proxy.health, proxy.metrics)
     install_access(app, proxy.clients, metrics=proxy.metrics,
-                   metrics_open=proxy.settings.metrics_open, oidc=proxy.settings.oidc)
+                   metrics_open=proxy.settings.metrics_open, oidc=proxy.settings.oidc,
+                   tasks=proxy.health.tasks)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server.packument_route.gated_or_none, over_tls=server.over_tls,
-                  base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
+                  base=server._base,
+                  stored=with_state_store(stored_counts_for(proxy.settings.mirror_target),
+                                          server.facts),
                   worker_beside=proxy.worker_beside, facts=server.facts,
                   waiver_granters=proxy.settings.waiver_granters,
                   pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None,
                   policy_clients=(proxy.clients.file.policies if proxy.clients is not None
-                                  else dict))
+                                  else dict),
+                  readers=PullReaders(proxy.clients is not None,
+                                      frozenset(proxy.settings.operators)
+                                      | frozenset(proxy.settings.waiver_granters),
+                                      lambda request: request.get(CLIENT)))
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

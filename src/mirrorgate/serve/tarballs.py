@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 
 import structlog
 from aiohttp import web
@@ -118,8 +119,8 @@ class TarballRoute:
             rule = refused.fields.get("rule")
             record = request.get(RECORD)
             if pulls is not None and refused.status == 403 and rule and record is not None:
-                self._log_pull(pulls, request, name, record.version, _integrity(record),
-                               f"refused:{rule}")
+                pulls.refusal(_who(request), name.full, record.version, _integrity(record),
+                              rule, request.get(REQUEST_ID, ""), _ends(refused))
             raise
         record = request.get(RECORD)
         if pulls is not None and answer.status == 200 and record is not None:
@@ -130,19 +131,12 @@ class TarballRoute:
             # whole transfer's pull the KeyError of a missing key
             cut = answer.get(OUTCOME) if len(answer) else None
             if cut is None:
-                self._log_pull(pulls, request, name, record.version, _integrity(record),
-                               request[SOURCE])
+                pulls.record(_who(request), name.full, record.version, _integrity(record),
+                             request[SOURCE], request.get(REQUEST_ID, ""))
             elif cut not in ("client_gone", "aborted"):
-                self._log_pull(pulls, request, name, record.version, _integrity(record),
-                               f"refused:{cut}")
+                pulls.refusal(_who(request), name.full, record.version, _integrity(record),
+                              cut, request.get(REQUEST_ID, ""))
         return answer
-
-    def _log_pull(self, pulls: PullLog, request: web.Request, name: PackageName,
-                  version: str, integrity: str, source: str) -> None:
-        client = request.get(CLIENT)
-        # the client's name (and its CI identity), never its token
-        who = client.who if client is not None else "anonymous"
-        pulls.record(who, name.full, version, integrity, source, request.get(REQUEST_ID, ""))
 
     async def _answer(self, request: web.Request, name: PackageName, filename: str,
                       deadline: asyncio.Timeout, slot: Slot) -> web.StreamResponse:
@@ -516,6 +510,21 @@ def _checked(verifier: StreamVerifier | None) -> str | None:
     """The digest a relay checks its bytes against, in its spool's key: bytes admitted under
     another digest (a packument changed meanwhile) are another download."""
     return verifier.expected.sri() if verifier is not None else None
+
+
+def _ends(refused: Refused) -> float | None:
+    """When a refusal said it ends (a cooldown's, a quarantine's moment), for the pull log."""
+    said = refused.fields.get("installable_at") or refused.fields.get("until")
+    try:
+        return datetime.fromisoformat(said).timestamp() if isinstance(said, str) else None
+    except ValueError:
+        return None
+
+
+def _who(request: web.Request) -> str:
+    """The client as the pull log names it: its name (and its CI identity), never its token."""
+    client = request.get(CLIENT)
+    return client.who if client is not None else "anonymous"
 
 
 def _integrity(record: VersionRecord) -> str:

@@ -16,15 +16,20 @@ from mirrorgate.store.records import (
     KINDS,
     WITHDRAWN,
     Changes,
+    Exposure,
     Fact,
     MigrationError,
+    Pruned,
     Pull,
     PullRow,
+    RefusalRow,
     Store,
     StoreInfo,
+    StoreRefusedError,
     StoreSetupError,
     StoreUnavailableError,
     Verdict,
+    storable_row,
 )
 from mirrorgate.store.waivers import Waiver
 
@@ -34,12 +39,16 @@ __all__ = [
     "KINDS",
     "WITHDRAWN",
     "Changes",
+    "Exposure",
     "Fact",
     "MigrationError",
+    "Pruned",
     "Pull",
     "PullRow",
+    "RefusalRow",
     "Store",
     "StoreInfo",
+    "StoreRefusedError",
     "StoreSetupError",
     "StoreUnavailableError",
     "Verdict",
@@ -47,6 +56,7 @@ __all__ = [
     "open_store",
     "probe_store",
     "read_waivers",
+    "storable_row",
 ]
 
 

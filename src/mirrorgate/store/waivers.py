@@ -27,7 +27,7 @@ __all__ = ["EXAMPLE", "WAIVER", "Waiver", "WaiverError", "parse_subject", "parse
 WAIVER = "waiver"
 """The fact kind: key `name@version`, value the waiver's JSON (None: revoked)."""
 EXAMPLE = ('mirrorgate allow left-pad@1.3.1 --why "the fix for CVE-2026-1234" '
-           "--until 2027-01-31")
+           "--until 2027-01-31 --by alice")
 _PAGE = 10_000
 MAX_WHY = 500  # a reason is a sentence; the status page and a chat line show it whole
 

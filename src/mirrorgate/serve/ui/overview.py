@@ -106,6 +106,16 @@ def _events(events: list[Event], *, empty: str) -> str:
                  empty=empty)
 
 
+def _pulls(recent: Recent, pulls_of: str | None) -> str:
+    if pulls_of is None:
+        return _events(recent.latest("pulled"),
+                       empty="no tarball pulled by a signed-in client since start")
+    own = [e for e in recent.latest("pulled", limit=CAPACITY) if e.client == pulls_of][:20]
+    return (f'<p class="note" data-key="pulls-own">Your pulls only, as {esc(pulls_of)}: '
+            "who else pulled what is an operator's view (MIRRORGATE_OPERATORS).</p>"
+            + _events(own, empty="you pulled no tarball since start"))
+
+
 def _flat(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -245,14 +255,19 @@ def _stored(stored: Stored) -> str:
     def shown(count: int | None) -> str:
         return str(count) if count is not None else "n/a"
 
-    alone = "not stored yet: each process keeps its own (recent denials below)"
+    kept = stored.kept_by
+    unknown = "the state store is not loaded (see the verdict and /readyz)"
     return "".join([
         _figure("versions mirrored", shown(stored.mirrored), "stored-mirrored",
                 f"held by {stored.where}"),
         _figure("versions refused", shown(stored.refused), "stored-refused",
-                alone if stored.refused is None else f"kept by {stored.where}"),
+                unknown if kept is None else f"asked for and denied, within the pull log's "
+                f"retention: {kept}"),
         _figure("versions quarantined", shown(stored.quarantined), "stored-quarantined",
-                alone if stored.quarantined is None else f"kept by {stored.where}"),
+                unknown if kept is None else f"asked for and held back until a moment still "
+                f"ahead (a cooldown, a quarantine): {kept}"),
+        _figure("waivers in force", shown(stored.waived), "stored-waived",
+                unknown if kept is None else f"granted with mirrorgate allow: {kept}"),
     ])
 
 
@@ -264,8 +279,10 @@ is kept for a client's `npm publish` through mirrorgate."""
 def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: Heartbeat | None,
              now: datetime, stored: Stored, state: LiveRules | None = None,
              registry_url: str = "", worker_beside: bool = False,
-             waiver_forms: str = "",
+             waiver_forms: str = "", pulls_of: str | None = None,
              policy_clients: Mapping[str, list[str]] | None = None) -> web.Response:
+    """The overview; the recent pulls are every client's, or only `pulls_of`'s (a client that
+    is not an operator, `ui.readers`)."""
     found = samples(metrics)
     recent: Recent = metrics.events
     jobs = _by(found, "mirrorgate_jobs_total", "outcome")
@@ -350,7 +367,7 @@ starts them at zero.</p>
 {_events(recent.latest("published"), empty="nothing published through mirrorgate since start")}
 </section>
 <section><h2>Recent pulls by signed-in clients</h2>
-{_events(recent.latest("pulled"), empty="no tarball pulled by a signed-in client since start")}
+{_pulls(recent, pulls_of)}
 </section>
 <section><h2>Exceptions and waivers</h2>{_exceptions(rules, now)}{waiver_forms}</section>
 <section><h2>Policy sets</h2>{_policies(rules, policy_clients or {})}</section>
