@@ -5,8 +5,9 @@ sha512 costs more CPU per byte than relaying the byte does, so on the event loop
 halve a CPU-bound relay; inflating a tarball to read its `package.json` files costs far more
 (a compression bomb: a megabyte that inflates to a gigabyte), so on the event loop it would
 stall every other client. `RelayHasher` hands each chunk to a thread (hashlib and zlib release
-the GIL while they work) that runs on another core; bench/tarball_relay.py measures it and
-docs/untrusted-queue.md keeps the figures.
+the GIL while they work) that runs on another core; a download whose bytes are read gets a
+thread of its own, so no reading waits in a queue behind another's. bench/tarball_relay.py
+measures it and docs/untrusted-queue.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ the hash, so a starved hashing thread never makes the proxy hold a whole tarball
 LANES_AT_MOST = 4
 """Hashing threads at most (one per spare CPU up to this): each hashes about 850 MB/s of
 sha512, more than a relay's one event loop moves."""
+IDLE_READERS_KEPT = 8
+"""Reading threads kept waiting for the next download once theirs is read; the others end."""
 
 
 def _spare_cpu() -> bool:
@@ -81,27 +84,36 @@ class _Waiter:
 class _Lane:
     """One daemon thread hashing what its queue holds, in order. A download keeps to one
     lane, so its chunks are hashed in the order they arrived. The queue is unbounded; each
-    download bounds its own share (`BEHIND_AT_MOST`)."""
+    download bounds its own share (`BEHIND_AT_MOST`). None in the queue ends the thread."""
 
-    def __init__(self, index: int) -> None:
-        self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter]] = queue.SimpleQueue()
-        threading.Thread(target=self._run, name=f"mirrorgate-relay-hash-{index}",
-                         daemon=True).start()
+    def __init__(self, name: str) -> None:
+        self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter] | None] = \
+            queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def _run(self) -> None:
-        while True:
-            hasher, item = self.queue.get()
-            if isinstance(item, _Waiter):
-                item.reached()
+        while (item := self.queue.get()) is not None:
+            hasher, work = item
+            if isinstance(work, _Waiter):
+                work.reached()
             else:
-                hasher._hash(item)
+                hasher._hash(work)
 
 
 _lanes: list[_Lane] = []
+_idle_readers: list[_Lane] = []
 _lanes_made = threading.Lock()
 _turns = itertools.count()
-# a forked child has none of its parent's threads: it starts lanes of its own
-os.register_at_fork(after_in_child=_lanes.clear)
+_readers_made = itertools.count()
+
+
+def _forked() -> None:
+    # a forked child has none of its parent's threads: it starts lanes of its own
+    _lanes.clear()
+    _idle_readers.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _next_lane() -> _Lane:
@@ -110,9 +122,35 @@ def _next_lane() -> _Lane:
     if not _lanes:
         with _lanes_made:
             if not _lanes:
-                _lanes.extend(_Lane(index) for index in
+                _lanes.extend(_Lane(f"mirrorgate-relay-hash-{index}") for index in
                               range(max(1, min(LANES_AT_MOST, _cpus() - 1))))
     return _lanes[next(_turns) % len(_lanes)]
+
+
+def _reading_lane() -> _Lane:
+    """A lane of its own for a download whose bytes are read (the install-scripts scan, the
+    release signals): an idle one, or a new thread.
+
+    Reading costs what the publisher chose (up to about 2 s of CPU for 200,000 entries or a
+    million pax records: `npm.tarball`'s bounds), so on a shared lane every chunk queued
+    behind it would wait that long: a 3 MiB download 3.5 s behind 6 MiB of empty zstd
+    frames. On a thread of its own, what a reading costs others is the interpreter's turns,
+    handed over every `sys.getswitchinterval()` (5 ms), not its whole queue; bench/
+    tarball_reader.py and tests/faults/test_31_reader_bounds.py measure both. A thread per
+    reading is bounded by the downloads in flight (`MIRRORGATE_POOL_TARBALLS`)."""
+    with _lanes_made:
+        if _idle_readers:
+            return _idle_readers.pop()
+    return _Lane(f"mirrorgate-relay-read-{next(_readers_made)}")
+
+
+def _idle(lane: _Lane) -> None:
+    """A reading lane whose download is read (or dropped): kept for the next, or ended."""
+    with _lanes_made:
+        if len(_idle_readers) < IDLE_READERS_KEPT:
+            _idle_readers.append(lane)
+            return
+    lane.queue.put(None)
 
 
 class RelayHasher:
@@ -124,18 +162,20 @@ class RelayHasher:
     back until it returns. `close()` drops what is not read yet (a relay that stopped early).
     Each chunk is one hand-over to the lane's thread, no copy and no future: the relay is
     woken only when it waits (at the end, or `BEHIND_AT_MOST` behind). A small download is
-    only hashed, at its end on the loop; a scan always goes to the lane, since what inflating
-    costs is not what the compressed bytes weigh. With one CPU (`_spare_cpu`) every chunk is
-    read on the loop as it comes.
+    only hashed, at its end on the loop. A scan always goes to a lane of its own
+    (`_reading_lane`), even with one CPU, since what inflating and reading cost is not what
+    the compressed bytes weigh: on the loop it would stall every client. Without a scan and
+    with one CPU (`_spare_cpu`), every chunk is hashed on the loop as it comes.
     """
 
-    __slots__ = ("_closed", "_error", "_fed", "_hashed", "_lane", "_offload", "_small",
+    __slots__ = ("_closed", "_error", "_fed", "_hashed", "_lane", "_offload", "_own", "_small",
                  "scan", "verifier")
 
     def __init__(self, verifier: StreamVerifier | None, scan: ScriptScan | None = None) -> None:
         self.verifier = verifier
         self.scan = scan
-        self._offload = _spare_cpu()
+        self._offload = scan is not None or _spare_cpu()
+        self._own = scan is not None  # a lane of its own, given back once read (`_release`)
         self._lane: _Lane | None = None
         self._small: list[bytes] = []  # the first chunks, until the download outgrows small
         self._fed = 0
@@ -155,7 +195,7 @@ class RelayHasher:
             self._small.append(chunk)
             if self._fed <= OFF_LOOP_ABOVE and self.scan is None:
                 return
-            self._lane = _next_lane()
+            self._lane = _reading_lane() if self._own else _next_lane()
             for held in self._small:
                 self._lane.queue.put((self, held))
             self._small = []
@@ -175,6 +215,7 @@ class RelayHasher:
         elif self.behind:
             await self._caught_up()
             self._raise()
+        self._release()
         return self.verifier.finish() if self.verifier is not None else None
 
     @property
@@ -186,6 +227,14 @@ class RelayHasher:
         """Stop hashing: what is still queued is skipped, not hashed."""
         self._closed = True
         self._small = []
+        self._release()
+
+    def _release(self) -> None:
+        """A reading lane back to the idle ones, once: what this download still has queued
+        there is skipped (`_closed`) or was read (`finish`)."""
+        if self._own and self._lane is not None:
+            self._own = False
+            _idle(self._lane)
 
     async def _caught_up(self) -> None:
         assert self._lane is not None
