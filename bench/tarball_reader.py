@@ -13,77 +13,32 @@ docs/serving.md#a-tarball-read-as-npm-reads-it keeps the figures.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import subprocess
 import sys
 import tarfile
 import tempfile
-import zlib
 from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
-import zstandard
-from tests.npm.tarshapes import END, PLAIN, file, pax
-
-MIB = 1024 * 1024
-
-
-def pax_paths(count: int = 3) -> bytes:
-    """`count` entries whose pax paths are 1,000 folders of 999 characters (issue 53's)."""
-    body = b""
-    for index in range(count):
-        folders = "/".join(f"{index}{folder:04d}".ljust(999, "d") for folder in range(1000))
-        body += pax([("path", f"package/{folders}/x.js")]) + file("package/x.js", b"1")
-    return gzip.compress(file("package/package.json", PLAIN) + body + END, mtime=0)
-
-
-def zstd_frames(size: int = 6 * MIB) -> bytes:
-    """`size` bytes of empty zstd frames, then the package in one frame."""
-    empty = zstandard.ZstdCompressor().compress(b"")
-    tar = file("package/package.json", PLAIN) + END
-    return empty * (size // len(empty)) + zstandard.ZstdCompressor().compress(tar)
-
-
-def gzip_members(size: int = 6 * MIB) -> bytes:
-    """`size` bytes of empty gzip members, then the package in one member."""
-    empty = gzip.compress(b"", mtime=0)
-    tar = file("package/package.json", PLAIN) + END
-    return empty * (size // len(empty)) + gzip.compress(tar, mtime=0)
-
-
-def pax_records(headers: int = 64) -> bytes:
-    """`headers` pax headers of 1 MiB each, every record the shortest a `path` can be."""
-    record = b"9 path=a\n"
-    body = file("PaxHeader/x", record * (MIB // len(record)), b"x")
-    deflate = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    parts = [deflate.compress(file("package/package.json", PLAIN))]
-    for _ in range(headers):
-        parts.append(deflate.compress(body + file("package/a.js", b"1")))
-    parts += [deflate.compress(END), deflate.flush()]
-    return b"".join(parts)
-
-
-def entries(count: int = 199_000) -> bytes:
-    """`count` empty files under short names."""
-    deflate = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    parts = [deflate.compress(file("package/package.json", PLAIN))]
-    parts += [deflate.compress(file(f"package/{index:x}", b"")) for index in range(count)]
-    parts += [deflate.compress(END), deflate.flush()]
-    return b"".join(parts)
-
-
-def deep_package_json(depth: int = 500_000) -> bytes:
-    document = b'{"name":"x","a":' + b"[" * depth + b"]" * depth + b"}"
-    return gzip.compress(file("package/package.json", document) + END, mtime=0)
-
+from tests.npm.bombs import (
+    BOMBS,
+    MIB,
+    entries,
+    gzip_members,
+    pax_paths,
+    pax_records,
+    zstd_frames,
+)
 
 SHAPES: dict[str, Callable[[], bytes]] = {
-    "pax-paths": pax_paths, "zstd-frames": zstd_frames, "gzip-members": gzip_members,
-    "pax-records": pax_records, "entries": entries, "deep-package-json": deep_package_json,
+    "pax-paths": pax_paths, "zstd-empty-frames": zstd_frames, "gzip-members": gzip_members,
+    "pax-records": pax_records, "entries": entries, **BOMBS,
 }
+"""issue 53's shapes (`tests/npm/bombs.py`): the two findings' first, then the costliest a
+reading can be within the bounds, then the rest of the eight bombs."""
 
 CHILD = """
 import json, resource, sys
@@ -144,7 +99,7 @@ def main() -> int:
         if arguments.before:
             commit = _baseline_source(arguments.before, work / "before")
             trees = {f"before ({commit})": work / "before" / "src", **trees}
-        for name in arguments.shapes.split(","):
+        for name in dict.fromkeys(arguments.shapes.split(",")):
             tarball = work / f"{name}.tgz"
             tarball.write_bytes(SHAPES[name]())
             print(f"{name}: {tarball.stat().st_size:,} bytes")
