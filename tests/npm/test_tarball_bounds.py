@@ -194,7 +194,7 @@ def _hook_npm_reads(result: dict[str, Any]) -> str | None:
         scripts = json.loads(read_back["value"]).get("scripts") or {}
     else:
         return None
-    return scripts.get("postinstall")  # type: ignore[no-any-return]
+    return scripts.get("postinstall")
 
 
 @pytest.mark.parametrize("name", list(CASES))
