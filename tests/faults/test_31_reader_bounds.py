@@ -132,7 +132,7 @@ def test_readings_are_bounded_in_memory_cpu_and_the_time_they_take_from_others(
     assert livez < LIVEZ_AT_MOST
 
     # 199,000 files: about two seconds of reading. Started first, the two others after it
-    # began, each on a lane of its own (a shared one would queue them behind it)
+    # began: one only hashed, one read on another reading lane (a shared one queued both)
     hostile = tarball_path("many-files", "1.0.0")
     ended: dict[str, float] = {}
 

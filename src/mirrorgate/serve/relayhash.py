@@ -5,9 +5,9 @@ sha512 costs more CPU per byte than relaying the byte does, so on the event loop
 halve a CPU-bound relay; inflating a tarball to read its `package.json` files costs far more
 (a compression bomb: a megabyte that inflates to a gigabyte), so on the event loop it would
 stall every other client. `RelayHasher` hands each chunk to a thread (hashlib and zlib release
-the GIL while they work) that runs on another core; a download whose bytes are read gets a
-thread of its own, so no reading waits in a queue behind another's. bench/tarball_relay.py
-measures it and docs/untrusted-queue.md keeps the figures.
+the GIL while they work) that runs on another core; a download whose bytes are read goes to
+a reading lane apart, the least busy (`_reading_lane`). bench/tarball_relay.py measures it
+and docs/untrusted-queue.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ the hash, so a starved hashing thread never makes the proxy hold a whole tarball
 LANES_AT_MOST = 4
 """Hashing threads at most (one per spare CPU up to this): each hashes about 850 MB/s of
 sha512, more than a relay's one event loop moves."""
-IDLE_READERS_KEPT = 8
-"""Reading threads kept waiting for the next download once theirs is read; the others end."""
+READING_LANES_AT_LEAST = 2
+"""Reading threads: one per CPU, and never fewer than this, so that one costly reading never
+holds up another (`_reading_lane`)."""
 
 
 def _spare_cpu() -> bool:
@@ -84,16 +85,17 @@ class _Waiter:
 class _Lane:
     """One daemon thread hashing what its queue holds, in order. A download keeps to one
     lane, so its chunks are hashed in the order they arrived. The queue is unbounded; each
-    download bounds its own share (`BEHIND_AT_MOST`). None in the queue ends the thread."""
+    download bounds its own share (`BEHIND_AT_MOST`)."""
 
     def __init__(self, name: str) -> None:
-        self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter] | None] = \
+        self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter]] = \
             queue.SimpleQueue()
+        self.readings = 0  # downloads being read on it (a reading lane's, `_reading_lane`)
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def _run(self) -> None:
-        while (item := self.queue.get()) is not None:
-            hasher, work = item
+        while True:
+            hasher, work = self.queue.get()
             if isinstance(work, _Waiter):
                 work.reached()
             else:
@@ -101,16 +103,15 @@ class _Lane:
 
 
 _lanes: list[_Lane] = []
-_idle_readers: list[_Lane] = []
+_readers: list[_Lane] = []
 _lanes_made = threading.Lock()
 _turns = itertools.count()
-_readers_made = itertools.count()
 
 
 def _forked() -> None:
     # a forked child has none of its parent's threads: it starts lanes of its own
     _lanes.clear()
-    _idle_readers.clear()
+    _readers.clear()
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -128,29 +129,35 @@ def _next_lane() -> _Lane:
 
 
 def _reading_lane() -> _Lane:
-    """A lane of its own for a download whose bytes are read (the install-scripts scan, the
-    release signals): an idle one, or a new thread.
+    """The reading lane with the fewest downloads on it, for a download whose bytes are read
+    (the install-scripts scan, the release signals), apart from the hashing lanes; made on
+    first use, one per CPU and at least `READING_LANES_AT_LEAST`.
 
-    Reading costs what the publisher chose (up to about 2 s of CPU for 200,000 entries or a
-    million pax records: `npm.tarball`'s bounds), so on a shared lane every chunk queued
-    behind it would wait that long: a 3 MiB download 3.5 s behind 6 MiB of empty zstd
-    frames. On a thread of its own, what a reading costs others is the interpreter's turns,
-    handed over every `sys.getswitchinterval()` (5 ms), not its whole queue; bench/
-    tarball_reader.py and tests/faults/test_31_reader_bounds.py measure both. A thread per
-    reading is bounded by the downloads in flight (`MIRRORGATE_POOL_TARBALLS`)."""
+    Reading costs what the publisher chose (up to about 2.4 s of CPU for 199,000 entries or
+    600,000 pax records: `npm.tarball`'s bounds), so every chunk queued behind a costly
+    reading on a shared lane waits for it: a 3 MiB download once waited 3.5 s behind 6 MiB
+    of empty zstd frames on the one lane. Apart, a download only hashed never waits behind a
+    reading, and a new reading takes a lane no other reading holds while there is one: one
+    costly tarball delays no other, and as many at once as there are lanes delay the next by
+    at most the least busy one's rest (the bound on a reading's CPU). More threads would
+    share the interpreter: with eight busy readers the event loop waited up to 0.6 s for its
+    turn (against 40 ms with one, measured on this machine under load), where a budget of
+    CPU per reading would not know a tarball's cost from its compressed size (a kilobyte of
+    zstd can stand for 130,000 headers). tests/faults/test_31_reader_bounds.py holds it."""
     with _lanes_made:
-        if _idle_readers:
-            return _idle_readers.pop()
-    return _Lane(f"mirrorgate-relay-read-{next(_readers_made)}")
+        lane = min(_readers, key=lambda lane: lane.readings, default=None)
+        if lane is None or (lane.readings and len(_readers) < max(READING_LANES_AT_LEAST,
+                                                                  _cpus())):
+            lane = _Lane(f"mirrorgate-relay-read-{len(_readers)}")
+            _readers.append(lane)
+        lane.readings += 1
+        return lane
 
 
-def _idle(lane: _Lane) -> None:
-    """A reading lane whose download is read (or dropped): kept for the next, or ended."""
+def _read(lane: _Lane) -> None:
+    """A download on a reading lane is read (or dropped)."""
     with _lanes_made:
-        if len(_idle_readers) < IDLE_READERS_KEPT:
-            _idle_readers.append(lane)
-            return
-    lane.queue.put(None)
+        lane.readings -= 1
 
 
 class RelayHasher:
@@ -162,7 +169,7 @@ class RelayHasher:
     back until it returns. `close()` drops what is not read yet (a relay that stopped early).
     Each chunk is one hand-over to the lane's thread, no copy and no future: the relay is
     woken only when it waits (at the end, or `BEHIND_AT_MOST` behind). A small download is
-    only hashed, at its end on the loop. A scan always goes to a lane of its own
+    only hashed, at its end on the loop. A scan always goes to a reading lane
     (`_reading_lane`), even with one CPU, since what inflating and reading cost is not what
     the compressed bytes weigh: on the loop it would stall every client. Without a scan and
     with one CPU (`_spare_cpu`), every chunk is hashed on the loop as it comes.
@@ -175,7 +182,7 @@ class RelayHasher:
         self.verifier = verifier
         self.scan = scan
         self._offload = scan is not None or _spare_cpu()
-        self._own = scan is not None  # a lane of its own, given back once read (`_release`)
+        self._own = scan is not None  # on a reading lane, counted off once read (`_release`)
         self._lane: _Lane | None = None
         self._small: list[bytes] = []  # the first chunks, until the download outgrows small
         self._fed = 0
@@ -230,11 +237,11 @@ class RelayHasher:
         self._release()
 
     def _release(self) -> None:
-        """A reading lane back to the idle ones, once: what this download still has queued
-        there is skipped (`_closed`) or was read (`finish`)."""
+        """This download off its reading lane's count, once: what it still has queued there is
+        skipped (`_closed`) or was read (`finish`)."""
         if self._own and self._lane is not None:
             self._own = False
-            _idle(self._lane)
+            _read(self._lane)
 
     async def _caught_up(self) -> None:
         assert self._lane is not None
