@@ -7,7 +7,7 @@ Run by hand from the repository root:
 some of them; `--before ''` for this tree alone). For each shape: its compressed size, the
 reading's CPU seconds (user + system, `getrusage`), the peak resident memory it added over
 the process before reading, and what the reader said (refused with which reason, or read).
-docs/serving.md#a-tarball-read-as-npm-reads-it keeps the figures.
+docs/serving.md#the-readers-bounds-against-what-npm-accepts keeps the figures.
 """
 
 from __future__ import annotations
