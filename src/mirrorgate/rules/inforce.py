@@ -13,7 +13,11 @@ from dataclasses import replace
 from mirrorgate.config import OSV_NPM_EXPORT
 from mirrorgate.rules.advisory import ADVISORY_MALWARE, known_malware
 from mirrorgate.rules.policy import DEFAULT_RULES, REPORT, Rules
-from mirrorgate.rules.releasetable import RELEASE_SIGNALS, YOUNG_PACKAGE_INSTALL_SCRIPT
+from mirrorgate.rules.releasetable import (
+    RELEASE_SIGNALS,
+    UNREADABLE_RELEASE,
+    YOUNG_PACKAGE_INSTALL_SCRIPT,
+)
 from mirrorgate.rules.table import (
     DENY_LIST,
     DIGEST_FLOOR,
@@ -80,9 +84,13 @@ def in_force(rules: Rules) -> list[str]:
         held = {"deny": "denied", "report": "reported",
                 "quarantine": f"quarantined until {release.quarantine_text} after its "
                               "publication"}[release.action(YOUNG_PACKAGE_INSTALL_SCRIPT)]
+        unread = {"deny": "denied", "report": "reported", "quarantine": "quarantined"}.get(
+            release.action(UNREADABLE_RELEASE))
         lines.append(f"{YOUNG_PACKAGE_INSTALL_SCRIPT}: a release that runs code at install, of "
                      f"a package first published less than {release.young_package_text} ago, "
-                     f"is {held}{_mode(rules, 'release')}")
+                     f"is {held}" + (f", and one whose tarball mirrorgate cannot read as npm "
+                                     f"does is {unread} ({UNREADABLE_RELEASE})" if unread
+                                     else "") + _mode(rules, "release"))
     elif release.on:
         acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")

@@ -40,6 +40,7 @@ __all__ = ["Dependency", "Fired", "FirstPublished", "Release", "ReleaseVerdict",
 
 _STRENGTH = {"deny": 3, "quarantine": 2, "report": 1, "off": 0}
 _SHOWN = 5
+_RUNS_OUTSIDE = ("git repository", "URL", "path")  # `workspace:` npm refuses to install
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,17 @@ class Release:
     def installed(self) -> dict[str, Installed]:
         """Its dependencies as npm installs them (`npm.specs`), by key."""
         return {key: installed_as(key, spec) for key, spec in self.dependencies.items()}
+
+    def fetched_outside(self) -> list[str]:
+        """The dependencies npm fetches from a git repository, a URL or a path, whose code it
+        runs at install with no registry (and so no gate) between: a git dependency's
+        `prepare` (pacote's git fetcher runs `npm install` in the clone, devDependencies and
+        their hooks included, when it has any install or build hook), an archive's own hooks.
+        Read from the registry's manifest and from the tarball's package.json alike."""
+        found = [*self.installed().values(), *(installed_as(key, spec) for key, spec
+                                               in self.contents.dependencies.items())]
+        return sorted({f"{how.describe()}, whose code npm runs at install" for how in found
+                       if how.outside in _RUNS_OUTSIDE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,10 +277,16 @@ def check_young_package(new: Release, package_first: datetime | None, young: tim
     """A new package is not a blind spot: nothing to compare its first releases with, and
     most malicious first releases run their payload at install. A release that runs code at
     install, of a package first published less than `young` ago (the package's age, not the
-    version's: a new version of an old package is compared instead), fires."""
-    if not new.hooks or package_first is None or now - package_first >= young:
+    version's: a new version of an old package is compared instead), fires: its own hooks
+    (the registry's manifest, its tarball's package.json, a `binding.gyp`, which npm builds
+    with `node-gyp rebuild`, bundled dependencies'), and dependencies npm fetches from
+    outside any registry and runs (`Release.fetched_outside`). A registry dependency is
+    judged at its own pull."""
+    if package_first is None or now - package_first >= young:
         return None
-    runs = list(dict.fromkeys((*new.runs, *new.contents.runs)))
+    runs = list(dict.fromkeys((*new.runs, *new.contents.runs, *new.fetched_outside())))
+    if not runs:
+        return None
     detail = (f"it runs code at install ({_listed(runs)}) and the package was first "
               f"published {stamp(package_first)}, less than {young_text} ago")
     return Fired(YOUNG_PACKAGE_INSTALL_SCRIPT, detail, tuple(runs))
