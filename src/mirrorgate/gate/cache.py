@@ -256,5 +256,8 @@ class PackumentCache(Generic[V]):
             self.forget(key)
 
     def clear(self) -> None:
+        """`forget` every key."""
         self._slots.clear()
         self._bytes = 0
+        self._forgotten.update(self._flights.values())
+        self._flights.clear()

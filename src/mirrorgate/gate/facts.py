@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -87,6 +87,9 @@ class KeptFacts:
         self._wake: asyncio.Event | None = None
         self.listeners: list[Callable[[str], None]] = []
         """Called with a kind ("verdict" for verdicts) when another process changed it."""
+        self.watchers: list[Callable[[str, Sequence[str]], None]] = []
+        """Called with a kind and the keys of it that changed, here or in another process
+        (the load included): what was built from the old values is dropped (`gate.Gate`)."""
         if metrics is not None:
             metrics.watch_store(lambda: (self.reachable, self.pending))
 
@@ -116,10 +119,16 @@ class KeptFacts:
             return
         self._hold(kind, key, value)
         self._queue(Fact(kind, key, value))
+        self._watched(kind, (key,))
 
     def forget(self, kind: str, key: str) -> None:
         if self._facts[kind].pop(key, None) is not None:
             self._queue(Fact(kind, key, None))
+            self._watched(kind, (key,))
+
+    def _watched(self, kind: str, keys: Sequence[str]) -> None:
+        for watcher in self.watchers:
+            watcher(kind, keys)
 
     def changed_here(self, kind: str) -> None:
         """Tell the listeners this process changed `kind` itself (they hear other processes'
@@ -283,6 +292,7 @@ class KeptFacts:
         while True:
             changes = await store.changes(self._cursor, _PAGE)
             changed: set[str] = set()
+            keys: dict[str, list[str]] = {}
             for fact in changes.facts:
                 if fact.kind == META:
                     self._meta[fact.key] = fact.value or ""
@@ -290,14 +300,20 @@ class KeptFacts:
                 if fact.kind not in self._facts or (fact.kind, fact.key) in self._pending:
                     continue  # a kind this release does not hold, or learned here since
                 if fact.value is None:
-                    self._facts[fact.kind].pop(fact.key, None)
+                    if self._facts[fact.kind].pop(fact.key, None) is None:
+                        continue  # forgotten here already
+                elif self._facts[fact.kind].get(fact.key) == fact.value:
+                    continue  # this process's own write, read back
                 else:
                     self._hold(fact.kind, fact.key, fact.value)
                 changed.add(fact.kind)
+                keys.setdefault(fact.kind, []).append(fact.key)
             for verdict in changes.verdicts:
                 self._hold_verdict(verdict)
                 changed.add("verdict")
             self._cursor = changes.cursor
+            for kind, changed_keys in keys.items():
+                self._watched(kind, changed_keys)
             if self.ready:
                 for kind in changed:
                     for listener in self.listeners:

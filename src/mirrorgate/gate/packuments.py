@@ -174,5 +174,32 @@ class Packuments:
 
     def forget(self, name: PackageName) -> None:
         """Drop `name`'s entries after a write changed it."""
-        self.cache.forget(name.full)
-        self.alone.forget_under(f"{name.full}@")
+        self.drop(name.full)
+
+    def drop(self, full: str, version: str | None = None) -> None:
+        """Drop what was gated for the name `full` (of its one-version entries, `version`'s
+        alone when given), fresh or stale, fills under way and pinned records included, and
+        public's kept answer for it: a fact it was gated without has changed (`Gate`). The
+        answer goes too, being older than the fact: a withdrawal another replica saw, judged
+        again against public's answer from before it, would read as listed again and be
+        forgotten by the whole fleet."""
+        self.cache.forget(full)
+        if self.source.recent is not None:
+            self.source.recent.forget(full)
+        if version is None:
+            self.alone.forget_under(f"{full}@")
+        else:
+            self.alone.forget(f"{full}@{version}")
+        if self._pins:
+            for key in [key for key in self._pins if key[0] == full
+                        and (version is None or key[1] == version)]:
+                del self._pins[key]
+
+    def clear(self) -> None:
+        """`drop` every name."""
+        self.cache.clear()
+        self.alone.clear()
+        if self.source.recent is not None:
+            self.source.recent.clear()
+        if self._pins:
+            self._pins.clear()
