@@ -18,6 +18,7 @@ from pathlib import Path
 
 import asyncpg
 
+from tests.commands.mirrored import run_command
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
@@ -106,6 +107,14 @@ def test_a_withdrawal_one_replica_learns_is_refused_by_anothers_tarball_route_wi
     assert locked.returncode != 0
     assert "E403" in locked.stderr
     assert "public-withdrawn" in locked.stderr
+    # the operator's command judges the lockfile as the fleet does, public down as well
+    checked = run_command(["check", str(npm_client.project / "package-lock.json")], {
+        "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+        "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+        "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token, "MIRRORGATE_DATABASE_URL": database},
+        tmp_path / "operator")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "public-withdrawn" in checked.stdout
     # the control: what nobody withdrew installs through B from the mirror, public down
     npm_client.write_project({"gone-pkg": "1.0.0"})
     (npm_client.project / "package-lock.json").unlink()

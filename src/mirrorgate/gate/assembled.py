@@ -49,8 +49,7 @@ class Gate:
     def __init__(self, *, settings: Settings, public: Upstream, private: PrivateRegistry,
                  rules: Rules | LiveRules, metrics: Metrics, facts: KeptFacts | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], datetime] = _utcnow, pins: int = 0,
-                 first_party_kept: bool = True) -> None:
+                 now: Callable[[], datetime] = _utcnow, pins: int = 0) -> None:
         self.settings = settings
         self.public = public
         self.private = private
@@ -63,15 +62,13 @@ class Gate:
             rules=rules, public=public, metrics=metrics, packument=self.gated, now=now,
             facts=self.facts, previous_max_bytes=settings.release_previous_max_bytes,
             timeout=settings.release_timeout, forget=self.forget, one_version=self.one_version)
-        # a command's check never writes the proxy's list of first-party names
-        first_party = FirstPartyNames(self.facts) if first_party_kept else FirstPartyNames()
         self._cache_results: dict[str, Tally] = {}  # a hit per warm request: `Tally`
         # chosen once: with tracing off a cache lookup costs exactly what it did
         counted = self._count_cache_traced if tracing.enabled() else self._count_cache
         self.packuments = Packuments(
             PackumentSource(
                 private=private, public=public, rules=rules, metrics=metrics, now=now,
-                keys=self.keys, first_party=first_party,
+                keys=self.keys, first_party=FirstPartyNames(self.facts),
                 withdrawals=WithdrawnVersions(self.facts),
                 refused=self.release.refused_versions),
             PackumentCache(ttl=settings.cache_ttl, max_entries=settings.cache_max_entries,
@@ -107,7 +104,7 @@ class Gate:
         """Drop `name`'s entry: the next read gates it again (a refusal, a write)."""
         self.packuments.forget(name)
 
-    def _facts_changed(self, kind: str, keys: Sequence[str]) -> None:
+    def _facts_changed(self, kind: str, keys: Sequence[str], here: bool) -> None:
         """A withdrawal or a first-party name learned or forgotten, here or by another process
         of the fleet: every entry gated without it goes (the packument's, the one-version
         entries a tarball is admitted by, fresh or kept for stale-if-error, and the records
@@ -122,9 +119,9 @@ class Gate:
         for key in keys:
             if kind == WITHDRAWN:
                 name, _, version = key.rpartition("@")
-                self.packuments.drop(name, version)
+                self.packuments.drop(name, version, here=here)
             else:
-                self.packuments.drop(key)
+                self.packuments.drop(key, here=here)
 
     def _count_cache(self, result: str) -> None:
         counter = self._cache_results.get(result)

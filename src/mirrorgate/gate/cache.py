@@ -240,20 +240,21 @@ class PackumentCache(Generic[V]):
     def bytes(self) -> int:
         return self._bytes
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: str, *, fills: bool = True) -> None:
         """Drop `key`'s entry, so the next request fills it anew (after a write changed it);
-        a fill already under way finishes for its waiters but is not kept."""
+        a fill already under way finishes for its waiters but is not kept (with `fills`
+        False it is: it was begun knowing what changed)."""
         slot = self._slots.pop(key, None)
         if slot is not None:
             self._bytes -= slot.size
-        flight = self._flights.pop(key, None)
+        flight = self._flights.pop(key, None) if fills else None
         if flight is not None:
             self._forgotten.add(flight)
 
-    def forget_under(self, prefix: str) -> None:
+    def forget_under(self, prefix: str, *, fills: bool = True) -> None:
         """`forget` every key that begins with `prefix`."""
         for key in [key for key in (*self._slots, *self._flights) if key.startswith(prefix)]:
-            self.forget(key)
+            self.forget(key, fills=fills)
 
     def clear(self) -> None:
         """`forget` every key."""

@@ -87,9 +87,10 @@ class KeptFacts:
         self._wake: asyncio.Event | None = None
         self.listeners: list[Callable[[str], None]] = []
         """Called with a kind ("verdict" for verdicts) when another process changed it."""
-        self.watchers: list[Callable[[str, Sequence[str]], None]] = []
-        """Called with a kind and the keys of it that changed, here or in another process
-        (the load included): what was built from the old values is dropped (`gate.Gate`)."""
+        self.watchers: list[Callable[[str, Sequence[str], bool], None]] = []
+        """Called with a kind, the keys of it that changed, and whether they changed here
+        (else in another process, or at the load): what was built from the old values is
+        dropped (`gate.Gate`)."""
         if metrics is not None:
             metrics.watch_store(lambda: (self.reachable, self.pending))
 
@@ -119,16 +120,16 @@ class KeptFacts:
             return
         self._hold(kind, key, value)
         self._queue(Fact(kind, key, value))
-        self._watched(kind, (key,))
+        self._watched(kind, (key,), here=True)
 
     def forget(self, kind: str, key: str) -> None:
         if self._facts[kind].pop(key, None) is not None:
             self._queue(Fact(kind, key, None))
-            self._watched(kind, (key,))
+            self._watched(kind, (key,), here=True)
 
-    def _watched(self, kind: str, keys: Sequence[str]) -> None:
+    def _watched(self, kind: str, keys: Sequence[str], *, here: bool) -> None:
         for watcher in self.watchers:
-            watcher(kind, keys)
+            watcher(kind, keys, here)
 
     def changed_here(self, kind: str) -> None:
         """Tell the listeners this process changed `kind` itself (they hear other processes'
@@ -245,6 +246,11 @@ class KeptFacts:
             with contextlib.suppress(StoreUnavailableError):
                 await self._flush(self.store)  # what was learned last, on the way out
 
+    async def read(self, store: Store) -> None:
+        """Everything `store` holds, into this memory, once, and nothing back: an operator
+        command judges by what the fleet knows without writing the fleet's store."""
+        await self._follow(store)
+
     async def close(self) -> None:
         if self.store is not None:
             await self.store.close()
@@ -313,7 +319,7 @@ class KeptFacts:
                 changed.add("verdict")
             self._cursor = changes.cursor
             for kind, changed_keys in keys.items():
-                self._watched(kind, changed_keys)
+                self._watched(kind, changed_keys, here=False)
             if self.ready:
                 for kind in changed:
                     for listener in self.listeners:

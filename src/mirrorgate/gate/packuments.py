@@ -176,20 +176,23 @@ class Packuments:
         """Drop `name`'s entries after a write changed it."""
         self.drop(name.full)
 
-    def drop(self, full: str, version: str | None = None) -> None:
+    def drop(self, full: str, version: str | None = None, *, here: bool = False) -> None:
         """Drop what was gated for the name `full` (of its one-version entries, `version`'s
-        alone when given), fresh or stale, fills under way and pinned records included, and
-        public's kept answer for it: a fact it was gated without has changed (`Gate`). The
-        answer goes too, being older than the fact: a withdrawal another replica saw, judged
-        again against public's answer from before it, would read as listed again and be
-        forgotten by the whole fleet."""
-        self.cache.forget(full)
-        if self.source.recent is not None:
-            self.source.recent.forget(full)
+        alone when given), fresh or stale, and the records pinned for the worker: a fact it
+        was gated without has changed (`Gate`). Learned `here`, by a fill of this process,
+        the fills under way stay (that fill knows it, and its entry is what stale-if-error
+        falls back on). Learned by another process, the fills under way are not kept, nor
+        public's kept answer for the name, being older than the fact: a withdrawal another
+        replica saw, judged again against public's answer from before it, would read as
+        listed again and be forgotten by the whole fleet."""
+        fills = not here
+        self.cache.forget(full, fills=fills)
         if version is None:
-            self.alone.forget_under(f"{full}@")
+            self.alone.forget_under(f"{full}@", fills=fills)
         else:
-            self.alone.forget(f"{full}@{version}")
+            self.alone.forget(f"{full}@{version}", fills=fills)
+        if not here and self.source.recent is not None:
+            self.source.recent.forget(full)
         if self._pins:
             for key in [key for key in self._pins if key[0] == full
                         and (version is None or key[1] == version)]:

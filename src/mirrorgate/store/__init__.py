@@ -7,7 +7,9 @@ MIRRORGATE_DATA_DIR. Each is imported only when chosen (asyncpg is the `postgres
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from mirrorgate.config import Settings
 from mirrorgate.store.records import (
@@ -46,8 +48,10 @@ __all__ = [
     "describe_store",
     "open_store",
     "probe_store",
-    "read_waivers",
+    "read_store",
 ]
+
+T = TypeVar("T")
 
 
 def describe_store(settings: Settings) -> tuple[str, str]:
@@ -89,18 +93,19 @@ async def probe_store(settings: Settings) -> dict[str, object]:
     return shown
 
 
-async def read_waivers(settings: Settings) -> list[Waiver]:
-    """The waivers in force now, for an operator command that judges as the proxy does
-    (`check`, `prewarm`, `audit`); none when the store is not created yet, and nothing is
-    created or migrated to find out. Raises StoreUnavailableError."""
-    from datetime import UTC, datetime
-
+async def read_store(settings: Settings, read: Callable[[Store], Awaitable[T]]) -> T | None:
+    """`read` run on the store `settings` choose, for an operator command that judges as the
+    proxy does (`check`, `prewarm`, `audit`); None when the store is not created yet, and
+    nothing is created or migrated to find out. Raises StoreUnavailableError."""
     from mirrorgate.store.schema import LATEST
 
     if (await probe_store_schema(settings)) != LATEST:
-        return []
-    now = datetime.now(UTC)
-    return [waiver for waiver in await _stored_waivers(settings) if waiver.active(now)]
+        return None
+    store = await open_store(settings)
+    try:
+        return await read(store)
+    finally:
+        await store.close()
 
 
 async def probe_store_schema(settings: Settings) -> int:
