@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["HIT", "MISS", "REFRESH", "STALE", "Cached", "Loaded", "PackumentCache"]
+__all__ = ["HIT", "MISS", "REFRESH", "STALE", "Cached", "Loaded", "NoStaleAnswer",
+           "PackumentCache"]
 
 V = TypeVar("V")
 W = TypeVar("W")
@@ -49,6 +50,11 @@ class Loaded(Generic[V]):
     size: int
     validator: str | None = None
     fresh_for: float | None = None
+
+
+class NoStaleAnswer(Exception):  # noqa: N818 - a marker, mixed into the errors it marks
+    """A loader's failure that stale-if-error must not cover: the key's previous entry is not
+    served in its place, and goes (what the fill learned makes it wrong)."""
 
 
 Loader = Callable[["Cached[V] | None"], Awaitable[Loaded[V]]]
@@ -146,6 +152,8 @@ class PackumentCache(Generic[V]):
         except TimeoutError:
             self._on_result(STALE)
             return slot
+        except NoStaleAnswer:
+            raise
         except Exception:  # the upstream failed: the bounded stale window covers for it
             slot.retry_at = self._clock() + self.retry_interval
             self._on_result(STALE)
@@ -170,6 +178,9 @@ class PackumentCache(Generic[V]):
         flight = asyncio.current_task()
         try:
             loaded = await load(previous)
+        except NoStaleAnswer:
+            self.forget(key, fills=False)  # nor is it served later, while a fill is slow
+            raise
         finally:
             if self._flights.get(key) is flight:  # a forget() may have started another since
                 del self._flights[key]
