@@ -131,7 +131,14 @@ async def _stored_waivers(settings: Settings) -> list[Waiver]:
 
 async def open_store(settings: Settings) -> Store:
     """The store `settings` choose, connected and migrated. Raises StoreUnavailableError when
-    it does not answer, StoreSetupError (MigrationError) when it cannot be used as it is."""
+    it does not answer, StoreSetupError (MigrationError) when it cannot be used as it is: an
+    empty store that MIRRORGATE_DATA_DIR says was held before included (`store.marker`)."""
+    from mirrorgate.store import marker
+
+    data_dir = Path(settings.data_dir)
+    _kind, where = describe_store(settings)
+    refuse_empty = marker.refusal(data_dir, where)
+    store: Store
     if settings.database_url is not None:
         try:
             from mirrorgate.store.postgres import open_postgres
@@ -139,7 +146,10 @@ async def open_store(settings: Settings) -> Store:
             raise StoreSetupError(
                 f"MIRRORGATE_DATABASE_URL needs the postgres extra ({error.name} is missing); "
                 "install it with: pip install 'mirrorgate[postgres]'") from None
-        return await open_postgres(settings.database_url.reveal())
-    from mirrorgate.store.sqlite import FILENAME, open_sqlite
+        store = await open_postgres(settings.database_url.reveal(), refuse_empty=refuse_empty)
+    else:
+        from mirrorgate.store.sqlite import FILENAME, open_sqlite
 
-    return await open_sqlite(Path(settings.data_dir) / FILENAME)
+        store = await open_sqlite(data_dir / FILENAME, refuse_empty=refuse_empty)
+    marker.remember(data_dir, where)
+    return store
