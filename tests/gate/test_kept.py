@@ -54,10 +54,7 @@ async def test_writes_wait_for_a_lost_store_and_a_flood_of_what_may_be_lost_drop
         await asyncio.sleep(0.8)  # the writer tries, the store refuses
         assert (facts.reachable, facts.pending) == (False, 6)
         assert "a" in facts.keys(INSTALLED)  # memory holds all five
-    for _ in range(100):
-        if facts.reachable and facts.pending == 0:
-            break
-        await asyncio.sleep(0.05)
+    await _written(facts)
     stop.set()
     await running
     await facts.close()
@@ -96,10 +93,7 @@ async def test_past_its_bound_a_fact_that_must_be_kept_is_refused_and_never_one_
         assert facts.verdict("evil-pkg", "6.6.6") is None
         assert metric_value(registry_samples(metrics.registry),
                             "mirrorgate_store_pending_kept_writes") == 2
-    for _ in range(100):
-        if facts.reachable and facts.pending == 0:
-            break
-        await asyncio.sleep(0.05)
+    await _written(facts)
     facts.put(WITHDRAWN, "gone-pkg@1.0.2", "2026-12-02T00:00:00.000Z")  # room again
     stop.set()
     await running
@@ -112,6 +106,14 @@ async def test_past_its_bound_a_fact_that_must_be_kept_is_refused_and_never_one_
     assert sorted(again.keys(WITHDRAWN)) == ["gone-pkg@1.0.1", "gone-pkg@1.0.2"]
     assert again.keys(INSTALLED) == ["chalk"]
     await again.close()
+
+
+async def _written(facts: KeptFacts) -> None:
+    """Until the store is back and has taken every waiting write (5 s at most)."""
+    for _ in range(100):
+        if facts.reachable and facts.pending == 0:
+            return
+        await asyncio.sleep(0.05)
 
 
 def _verdict(name: str, version: str, verdict: str) -> Verdict:
