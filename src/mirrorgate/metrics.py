@@ -184,16 +184,20 @@ class _InFlightCollector(Collector):
 
 
 class _StoreCollector(Collector):
-    def __init__(self, state: Callable[[], tuple[bool, int]]) -> None:
+    def __init__(self, state: Callable[[], tuple[bool, int, int]]) -> None:
         self._state = state
 
     def collect(self) -> Iterator[Metric]:
-        reachable, pending = self._state()
+        reachable, pending, kept = self._state()
         yield GaugeMetricFamily("mirrorgate_store_reachable", "1 while the state store answers "
                                 "(and its facts are loaded), 0 while it does not",
                                 value=int(reachable))
         yield GaugeMetricFamily("mirrorgate_store_pending_writes", "facts and verdicts learned "
                                 "but not yet written to the state store", value=pending)
+        yield GaugeMetricFamily("mirrorgate_store_pending_kept_writes", "of those, the ones "
+                                "never dropped (withdrawals, first-party names, refusals, "
+                                "waivers); at 100,000 what would add one is refused",
+                                value=kept)
 
 
 class Metrics:
@@ -293,7 +297,12 @@ class Metrics:
             "(open, load, write, poll)", ["operation"], registry=r)
         self.store_writes_dropped = Counter(
             "mirrorgate_store_writes_dropped", "facts and verdicts dropped from the state "
-            "store's write buffer while it was unreachable (the oldest first)", registry=r)
+            "store's write buffer while it was unreachable (the oldest first; names "
+            "installed and clean verdicts only)", registry=r)
+        self.store_writes_refused = Counter(
+            "mirrorgate_store_writes_refused", "facts the gate must keep that could not be "
+            "held for the state store (100,000 waited): the request that learned each was "
+            "refused (503)", registry=r)
         self.pulls_logged = Counter(
             "mirrorgate_pulls_logged", "pull log records by outcome: written (to the state "
             "store), dropped (the buffer was full while the store was unreachable), escaped "
@@ -337,8 +346,9 @@ class Metrics:
         """`state()` gives (records loaded, data age in seconds or None) at scrape time."""
         self.registry.register(_AdvisoryCollector(state))
 
-    def watch_store(self, state: Callable[[], tuple[bool, int]]) -> None:
-        """`state()` gives (reachable, writes waiting in the buffer) at scrape time."""
+    def watch_store(self, state: Callable[[], tuple[bool, int, int]]) -> None:
+        """`state()` gives (reachable, writes waiting, of which never dropped) at scrape
+        time."""
         self.registry.register(_StoreCollector(state))
 
     def render(self) -> bytes:

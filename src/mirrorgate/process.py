@@ -111,7 +111,9 @@ class CommandMirroring:
                           metrics=self.gate.metrics,
                           heartbeat=Heartbeat(self.settings.heartbeat_stale_after),
                           rules=self.gate.rules, on_outcome=heard,
-                          release=self.gate.gate.release)
+                          release=self.gate.gate.release,
+                          # the fleet's takedowns (`parts.as_the_fleet`): never mirrored here
+                          withdrawals=self.gate.gate.withdrawals)
         await Worker(deps, idle_pause=0.05).run(stop)
 
     async def holds(self, job: MirrorJob) -> bool:

@@ -167,9 +167,9 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
             return usage_error(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}")
         except UnknownPolicyError as error:
             return usage_error(f"--policy {policy}: {error}")
-        from mirrorgate.commands.parts import with_waivers
+        from mirrorgate.commands.parts import as_the_fleet
 
-        gate = await GateVerdicts.open(settings, await with_waivers(settings, rules))
+        gate = await GateVerdicts.open(settings, *await as_the_fleet(settings, rules))
         source = gate
         if await gate.load_advisories() == "failed":
             report.note("the advisory index could not be loaded; the rules' "

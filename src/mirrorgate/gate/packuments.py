@@ -193,7 +193,38 @@ class Packuments:
 
     def forget(self, name: PackageName) -> None:
         """Drop `name`'s entries, under every policy set, after a write changed it."""
-        self.cache.forget(name.full)
-        for policy in self.source.rules.policies:
-            self.cache.forget(cache_key(name.full, policy))
-        self.alone.forget_under(f"{name.full}@")
+        self.drop(name.full)
+
+    def drop(self, full: str, version: str | None = None, *, here: bool = False) -> None:
+        """Drop what was gated for the name `full` (of its one-version entries, `version`'s
+        alone when given), fresh or stale, and the records pinned for the worker: a fact it
+        was gated without has changed (`Gate`). Learned `here`, by a fill of this process,
+        the fills under way stay (that fill knows it, and its entry is what stale-if-error
+        falls back on). Learned by another process, the fills under way are not kept, nor
+        public's kept answer for the name, being older than the fact: a withdrawal another
+        replica saw, judged again against public's answer from before it, would read as
+        listed again and be forgotten by the whole fleet."""
+        fills = not here
+        policies = (None, *self.source.rules.policies)  # each set's entries are its own
+        for policy in policies:
+            self.cache.forget(cache_key(full, policy), fills=fills)
+        if version is None:  # every set's one-version entries start with the name and "@"
+            self.alone.forget_under(f"{full}@", fills=fills)
+        else:
+            for policy in policies:
+                self.alone.forget(cache_key(f"{full}@{version}", policy), fills=fills)
+        if not here and self.source.recent is not None:
+            self.source.recent.forget(full)
+        if self._pins:
+            for key in [key for key in self._pins if key[0] == full
+                        and (version is None or key[1] == version)]:
+                del self._pins[key]
+
+    def clear(self) -> None:
+        """`drop` every name."""
+        self.cache.clear()
+        self.alone.clear()
+        if self.source.recent is not None:
+            self.source.recent.clear()
+        if self._pins:
+            self._pins.clear()

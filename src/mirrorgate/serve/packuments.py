@@ -24,6 +24,7 @@ from mirrorgate.gate import (
 )
 from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
+from mirrorgate.gate.facts import UnrecordedError
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
@@ -97,6 +98,15 @@ class PackumentRoute:
             self.metrics.refusals.labels("too_many_versions").inc()
             log.warning("packument_refused", package=name.full, reason=str(error))
             raise Refused(502, str(error), reason="too many versions") from None
+        except UnrecordedError as error:
+            raise self._unrecorded(name, error) from None
+
+    def _unrecorded(self, name: PackageName, error: UnrecordedError) -> Refused:
+        """What a fill learned cannot be kept for the state store (its buffer of facts that
+        must not be lost is full): 503, never an answer that forgets it at a restart."""
+        self.metrics.refusals.labels("state_store_full").inc()
+        return Refused(503, str(error), reason="the state store takes no writes",
+                       package=name.full, headers={"Retry-After": str(error.retry_after)})
 
     async def gated_or_none(self, name: PackageName,
                             policy: str | None = None) -> Gated | None:
@@ -109,6 +119,8 @@ class PackumentRoute:
         503 for an owned name or refusal is the answer."""
         try:
             return await self.packuments.for_tarball(name, version, policy)
+        except UnrecordedError as error:
+            raise self._unrecorded(name, error) from None
         except (UpstreamError, TooManyVersionsError, UnknownPolicyError):
             return await self.gated_or_none(name, policy)
 

@@ -24,6 +24,7 @@ from mirrorgate.store.records import (
     RefusalRow,
     StoreInfo,
     StoreRefusedError,
+    StoreSetupError,
     StoreUnavailableError,
     Verdict,
 )
@@ -89,7 +90,9 @@ class PostgresStore:
         except _DOWN as error:
             raise self._unavailable(error) from None
 
-    async def migrate(self) -> int:
+    async def migrate(self, *, refuse_empty: str | None = None) -> int:
+        """Apply the migrations after the store's number; with `refuse_empty`, an empty store
+        is not created but refused with that message (`store.marker`)."""
         async def work(db: asyncpg.Connection) -> int:
             async with db.transaction():
                 # one replica migrates; the others wait here, then find the work done
@@ -100,6 +103,8 @@ class PostgresStore:
                                               "FROM schema_version"))
                 if found > LATEST:
                     raise newer_than_known(found, self.where)
+                if found == 0 and refuse_empty is not None:
+                    raise StoreSetupError(refuse_empty)
                 for migration in MIGRATIONS:
                     if migration.version <= found:
                         continue
@@ -329,11 +334,12 @@ async def read_schema(url: str) -> int:
     return found
 
 
-async def open_postgres(url: str) -> PostgresStore:
-    """The store at `url`, migrated; raises StoreUnavailableError or MigrationError."""
+async def open_postgres(url: str, *, refuse_empty: str | None = None) -> PostgresStore:
+    """The store at `url`, migrated; raises StoreUnavailableError or StoreSetupError
+    (MigrationError, or `refuse_empty` for an empty store)."""
     store = PostgresStore(url)
     try:
-        await store.migrate()
+        await store.migrate(refuse_empty=refuse_empty)
     except BaseException:
         await store.close()
         raise

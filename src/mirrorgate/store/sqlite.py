@@ -19,13 +19,13 @@ from mirrorgate.store.records import (
     Changes,
     Exposure,
     Fact,
-    MigrationError,
     Pruned,
     Pull,
     PullRow,
     RefusalRow,
     StoreInfo,
     StoreRefusedError,
+    StoreSetupError,
     StoreUnavailableError,
     Verdict,
 )
@@ -107,7 +107,9 @@ class SqliteStore:
             self._db = db
         return self._db
 
-    async def migrate(self) -> int:
+    async def migrate(self, *, refuse_empty: str | None = None) -> int:
+        """Apply the migrations after the store's number; with `refuse_empty`, an empty store
+        is not created but refused with that message (`store.marker`)."""
         def work(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it
             try:
@@ -116,6 +118,8 @@ class SqliteStore:
                 found = int(row[0] or 0)
                 if found > LATEST:
                     raise newer_than_known(found, str(self.path))
+                if found == 0 and refuse_empty is not None:
+                    raise StoreSetupError(refuse_empty)
                 for migration in MIGRATIONS:
                     if migration.version <= found:
                         continue
@@ -134,7 +138,7 @@ class SqliteStore:
 
         try:
             self._schema = await self._run(work)
-        except MigrationError:
+        except StoreSetupError:
             raise
         return self._schema
 
@@ -382,11 +386,13 @@ def merged(facts: list[Fact], verdicts: list[Verdict], after: int, limit: int) -
                    [item for item in order if isinstance(item, Verdict)], cursor)
 
 
-async def open_sqlite(path: Path, *, busy_seconds: float = _BUSY_SECONDS) -> SqliteStore:
-    """The store at `path`, migrated; raises StoreUnavailableError or MigrationError."""
+async def open_sqlite(path: Path, *, busy_seconds: float = _BUSY_SECONDS,
+                      refuse_empty: str | None = None) -> SqliteStore:
+    """The store at `path`, migrated; raises StoreUnavailableError or StoreSetupError
+    (MigrationError, or `refuse_empty` for an empty store)."""
     store = SqliteStore(path, busy_seconds=busy_seconds)
     try:
-        await store.migrate()
+        await store.migrate(refuse_empty=refuse_empty)
     except BaseException:
         await store.close()
         raise

@@ -25,6 +25,7 @@ from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
 from mirrorgate.gate.entry import PublicAnswer
+from mirrorgate.gate.facts import UnrecordedError
 from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
 from mirrorgate.gate.records import TooManyVersionsError
@@ -229,6 +230,9 @@ class JobRunner:
         except Retry as retry:
             log.warning("mirror_retry", reason=retry.reason, detail=str(retry))
             return Outcome.RETRIED, retry.reason
+        except UnrecordedError as error:  # a re-gate learned what cannot be kept yet
+            log.warning("mirror_retry", reason="store-unavailable", detail=str(error))
+            return Outcome.RETRIED, "store-unavailable"
         except DigestMismatch as mismatch:
             log.critical("mirror_digest_mismatch", security=True,
                          expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
