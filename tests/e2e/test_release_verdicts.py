@@ -207,6 +207,80 @@ def test_a_version_published_below_the_whole_history_is_compared_with_the_one_be
     refused(npm_client, proxy, "worm-host", "^1.4.0")  # the plain control
 
 
+# --- a verdict is bound to the bytes it read (issue 53) -----------------------------------------
+
+
+def rebyted(name: str, *, hook: bool) -> FixturePackage:
+    """A package first published five days ago (young, past the default one-day cooldown):
+    1.0.0, then 1.0.1 two days ago, neither running anything at install. `hook`: 1.0.1 listed
+    again with other bytes, whose package.json (and registry manifest) run `node setup.js`."""
+    files = {"index.js": entry_file(name), "README.md": b"# rebyte kit\n"}
+    extra: dict[str, object] = {}
+    later = files
+    if hook:
+        later = {**files, "setup.js": b"require('child_process').exec('id');\n"}
+        extra["scripts"] = {"postinstall": "node setup.js"}
+    return make_package(name, [
+        make_version(name, "1.0.0", files=files, published=_fresh(timedelta(days=5))),
+        make_version(name, "1.0.1", files=later, published=_fresh(timedelta(days=2)),
+                     **extra)])
+
+
+def serve_default(mirrorgate: MirrorgateFactory, public: FixtureRegistry, verdaccio: Verdaccio,
+                  tmp_path: Path) -> MirrorgateProcess:
+    """`mirrorgate serve` with no rules file (the young-package signal alone on), mirroring to
+    a directory the private registry does not read: what it admitted stays public's to serve,
+    so public's listing of a version, not a mirrored copy, is what each pull gets. Every
+    packument is revalidated (a TTL of 0): a republish reaches the next pull."""
+    return mirrorgate("serve", {
+        **registry_environment(public, verdaccio), "MIRRORGATE_METRICS_OPEN": "true",
+        "MIRRORGATE_DATA_DIR": str(tmp_path / "data"), "MIRRORGATE_CACHE_TTL": "0",
+        "MIRRORGATE_MIRROR_TARGET": f"file://{tmp_path / 'mirror'}"})
+
+
+def checked(proxy: MirrorgateProcess, name: str, version: str) -> int:
+    """How many times the release signals read and judged `name@version`'s bytes."""
+    return sum(1 for event in proxy.events("release_checked")
+               if (event["package"], event["version"]) == (name, version)) + len(
+        [event for event in proxy.events("release_signal_refused")
+         if (event["package"], event["version"]) == (name, version)])
+
+
+def test_other_bytes_listed_under_a_version_judged_clean_are_judged_afresh_not_vouched_for(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # the attack: a young release is judged clean, then the registry lists the same version
+    # with other bytes (a new dist.integrity) that carry a postinstall. A verdict kept by
+    # name and version alone vouched for them unread.
+    name = "rebyte-kit"
+    original = rebyted(name, hook=False)
+    public_registry.add(original)
+    proxy = serve_default(mirrorgate, public_registry, verdaccio, tmp_path)
+    first = install(npm_client, proxy, {name: "1.0.1"})
+    assert first.returncode == 0, first.stderr
+    assert checked(proxy, name, "1.0.1") == 1  # read and judged clean (a young package)
+
+    swapped = rebyted(name, hook=True)
+    assert swapped.version("1.0.1").integrity != original.version("1.0.1").integrity
+    public_registry.add(swapped)
+    refused(npm_client, proxy, name, "1.0.1")
+
+    [refusal] = refusals(proxy, name).values()
+    assert (refusal["version"], refusal["rule"]) == ("1.0.1", "young-package-install-script")
+    assert refusal["evidence"] == ["postinstall (node setup.js)"]
+    assert proxy.get(f"npm/{name}/-/{name}-1.0.1.tgz").status == 403
+
+    # the control: the bytes judged clean, listed again, are served on their own verdict,
+    # not read again, and the refusal of the others does not reach them
+    public_registry.add(original)
+    again = install(npm_client, proxy, {name: "1.0.1"})
+    assert again.returncode == 0, again.stderr
+    assert npm_client.installed()[name] == "1.0.1"
+    assert checked(proxy, name, "1.0.1") == 2  # the clean read, the refused one: no third
+    assert not (npm_client.project / "node_modules" / name / "setup.js").exists()
+
+
 def test_a_version_flagged_in_report_mode_and_mirrored_is_refused_from_the_mirror_once_enforced(
     public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
     mirrorgate: MirrorgateFactory, tmp_path: Path,

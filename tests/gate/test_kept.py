@@ -110,9 +110,8 @@ async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_
                   ("package.json: scripts.postinstall",))
     path = tmp_path / "state.sqlite3"
     before = _judge(RELEASE_RULES, await kept_on(path))
-    before.remember("colour-kit", "5.6.1", "sha512-" + "A" * 86 + "==",
-                    Findings((fired,), None, "5.6.0"))
-    refused = before.remembered("colour-kit", "5.6.1")
+    before.remember("colour-kit", "5.6.1", BYTES, Findings((fired,), None, "5.6.0"))
+    refused = before.remembered("colour-kit", "5.6.1", BYTES)
     assert refused is not None
     assert refused.rule == "new-install-script"
     stop = asyncio.Event()
@@ -121,19 +120,20 @@ async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_
     await before.facts.close()
 
     after = _judge(RELEASE_RULES, await kept_on(path))
-    again = after.remembered("colour-kit", "5.6.1")
+    again = after.remembered("colour-kit", "5.6.1", BYTES)
     allowed = _judge(parse_rules('[age]\nminimum = "0"\n\n[release]\nallow = '
                                  '["colour-kit@5.6.1"]\n', "r.toml"), after.facts)
 
     assert again is not None
     assert (again.rule, again.reason, again.fired, again.compared_with) == (
         refused.rule, refused.reason, refused.fired, refused.compared_with)
-    assert list(after.refused_versions("colour-kit")) == ["5.6.1"]
-    assert after.facts.verdict("colour-kit", "5.6.1").compared_with == "5.6.0"  # type: ignore[union-attr]
+    assert after.refused_versions("colour-kit")["5.6.1"].keys() == {BYTES}
+    assert after.facts.verdict("colour-kit", "5.6.1", BYTES).compared_with == "5.6.0"  # type: ignore[union-attr]
     assert allowed.refused_versions("colour-kit") == {}  # an allow entry added later: no read
     await after.facts.close()
 
 
+BYTES = "sha512-" + "A" * 86 + "=="
 RELEASE_RULES = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
 
 

@@ -20,12 +20,13 @@ from mirrorgate.gate.records import (
     RECORD_BYTES,
     Denial,
     Gated,
+    RefusedBytes,
     TooManyVersionsError,
     UrlRefusal,
     VersionRecord,
     policy_message,
 )
-from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity
+from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity, strongest_sri
 from mirrorgate.moments import iso_now, moment
 from mirrorgate.npm.lazydoc import reduced
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
@@ -143,7 +144,7 @@ def _chosen(versions: Mapping[str, Any], only: str | None) -> Iterable[tuple[str
 
 def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
                  private_versions: Mapping[str, Any], origin: Origin,
-                 only: str | None, refused: Mapping[str, Denial]) -> dict[str, PublicGate]:
+                 only: str | None, refused: RefusedBytes) -> dict[str, PublicGate]:
     """Judge every public version; record those the private side does not shadow. Returns
     what was kept of each, for a mirrored private copy to fall back on."""
     times = times_of(public)
@@ -164,10 +165,9 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
                                times.get(version), judging.now, context=judging.context,
                                digests=digests)
             denial = judging.denial_of(verdict)
-        if denial is None and version in refused:
-            # a release signal read this version's bytes at a pull and refused it: out of
-            # the packument too, so a range resolves to the version before it
-            denial = refused[version]
+        if denial is None and (denial := _refused(refused, version, digests)) is not None:
+            # a release signal read these bytes at a pull and refused them: out of the
+            # packument too, so a range resolves to the version before it
             judging.regate_by(denial.until)
         tarball = url if denial is None and isinstance(url, str) else None
         kept[version] = (tarball, digests)
@@ -182,6 +182,14 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
             version, False, full, abbreviated, denial, verdict is not None and verdict.weak,
             tarball, digests, **judging.scans(tarball, version), **_asides(verdict))
     return kept
+
+
+def _refused(refused: RefusedBytes, version: str,
+             digests: tuple[Digest, ...]) -> Denial | None:
+    """The release signals' refusal of these bytes of `version` (by their strongest digest):
+    a refusal of other bytes listed before under the same version is not theirs."""
+    of_version = refused.get(version)
+    return of_version.get(strongest_sri(digests)) if of_version else None
 
 
 def _asides(verdict: Verdict | None) -> dict[str, Any]:
@@ -248,7 +256,7 @@ def _same_bytes(listed: Mapping[str, Any], integrity: str) -> bool:
 def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
                   public_kept: Mapping[str, PublicGate], public: Mapping[str, Any] | None,
                   remembered: Withdrawn, only: str | None,
-                  refused: Mapping[str, Denial]) -> None:
+                  refused: RefusedBytes) -> None:
     for version, manifest in _chosen(private_versions, only):
         if not _readable(judging, version, manifest):
             continue
@@ -259,10 +267,11 @@ def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
         withdrawn = (_withdrawn(judging, version, manifest, public, remembered) if mirrored
                      else None)
         denial = withdrawn or (judging.denial_of(judged) if judged is not None else None)
-        if denial is None and mirrored and version in refused:
+        mark = mirrored_mark(manifest) if mirrored and version in refused else None
+        if denial is None and mark is not None and (denial := _refused(
+                refused, version, parse_integrity(mark.integrity))) is not None:
             # a copy of bytes a release signal refuses under today's rules (flagged in report
             # mode and mirrored, then enforced): refused from the mirror as a withdrawal is
-            denial = refused[version]
             judging.regate_by(denial.until)
         if denial is not None:
             judging.deny(version, denial)
@@ -353,7 +362,7 @@ def gate(
     keys: KeySet | None = None,
     withdrawn: Withdrawn | None = None,
     only: str | None = None,
-    refused: Mapping[str, Denial] | None = None,
+    refused: RefusedBytes | None = None,
 ) -> Gated:
     """Merge the private and public packuments (either may be None) and gate the versions.
     `keys` are the public registry's signing keys, for the signature rule (None: unavailable);

@@ -27,7 +27,6 @@ from mirrorgate.gate.releasefacts import (
     package_first_published,
     release_of,
 )
-from mirrorgate.integrity import Unverifiable, strongest_of
 from mirrorgate.moments import moment
 from mirrorgate.npm.contents import ContentReading, Contents
 from mirrorgate.npm.names import PackageName
@@ -100,10 +99,7 @@ class ReleaseCheck:
     @property
     def integrity(self) -> str:
         """The bytes judged, by their strongest digest ("" for a version with none)."""
-        try:
-            return strongest_of(self.record.digests).sri()
-        except Unverifiable:
-            return ""
+        return self.record.integrity()
 
     def begin(self) -> None:
         """Start choosing the release to compare with and fetching its bytes, beside the
@@ -255,7 +251,7 @@ class ReleaseCheck:
                     reason=reason, refused=not report)
         if report:
             self._would_deny(UNSETTLED, reason, None)
-            self.judge.note_unkept(self.name.full, self.record.version)
+            self.judge.note_unkept(self.name.full, self.record.version, self.integrity)
             return None
         metrics.rule_denials.labels(UNSETTLED, "enforce").inc()
         metrics.events.denied(self.label, UNSETTLED, reason)
@@ -292,8 +288,8 @@ class ReleaseCheck:
                 metrics.events.denied(self.label, "release-unchecked", reason)
                 return reason + " (release.unavailable is \"deny\")"
             if not fired:
-                if judge_.rules.mode_of("release") == REPORT:
-                    judge_.note_unkept(self.name.full, version)  # the worker's job: served
+                if judge_.rules.mode_of("release") == REPORT:  # the worker's job: served
+                    judge_.note_unkept(self.name.full, version, self.integrity)
                 return None
         judge_.remember(self.name.full, version, self.integrity,
                         Findings(tuple(fired), published, compared))

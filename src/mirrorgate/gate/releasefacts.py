@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from mirrorgate.gate.records import Gated, VersionRecord
-from mirrorgate.integrity import Unverifiable, strongest_of
 from mirrorgate.moments import moment
 from mirrorgate.npm.contents import Contents, manifest_runs
 from mirrorgate.npm.names import PackageName
@@ -104,8 +103,6 @@ class Unread:
 
 
 def kept_as(name: PackageName, record: VersionRecord) -> tuple[str, str, str]:
-    """A version's reading is kept by its name, version and bytes (its strongest digest)."""
-    try:
-        return (name.full, record.version, strongest_of(record.digests).sri())
-    except Unverifiable:
-        return (name.full, record.version, "")
+    """A version's reading and verdict are kept by its name, version and bytes (their
+    strongest digest, `VersionRecord.integrity`)."""
+    return (name.full, record.version, record.integrity())

@@ -326,7 +326,8 @@ class TarballRoute:
             if withheld.rule == INSTALL_SCRIPTS:
                 raise _scripts_refusal(name, version, withheld.reason, self.contact,
                                        await self._survivors(name, gated)) from None
-            kept = judge.remembered(name.full, version) if judge is not None else None
+            kept = (judge.remembered(name.full, version, record.integrity())
+                    if judge is not None else None)
             if judge is not None and kept is not None and kept.in_force(judge.now()):
                 raise self._release_refusal(name, version, kept) from None  # the evidence
             label = f"{name.full}@{version}"

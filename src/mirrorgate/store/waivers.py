@@ -14,7 +14,7 @@ from datetime import datetime
 import orjson
 
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.moments import moment, stamp
+from mirrorgate.moments import TimeTextError, moment, read_moment, stamp
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.npm.versions import parse_version
 from mirrorgate.rules import RuleException
@@ -104,10 +104,11 @@ def parse_subject(text: str) -> tuple[str, str]:
 
 def parse_until(text: str, now: datetime) -> datetime:
     """A date (its midnight UTC) or an RFC 3339 time, after `now`."""
-    when = moment(text)
-    if when is None:
-        raise WaiverError(f"--until {text!r} is not a date; write a date (2027-01-31) or an "
-                          "RFC 3339 time (2027-01-31T12:00:00Z)")
+    try:
+        when = read_moment(text)
+    except TimeTextError as error:
+        raise WaiverError(f"--until {text[:80]!r} {error}; write a date (2027-01-31) or an "
+                          "RFC 3339 time (2027-01-31T12:00:00Z)") from None
     if when <= now:
         raise WaiverError(f"--until {stamp(when)} is in the past (now {stamp(now)}); a waiver "
                           "ends later than it starts")

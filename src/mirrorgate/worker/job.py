@@ -45,6 +45,7 @@ from mirrorgate.integrity import (
     dist_digests,
     same_digest,
     strongest_of,
+    strongest_sri,
 )
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
@@ -383,7 +384,8 @@ class JobRunner:
         with tracing.span("mirrorgate.release_verdict"):
             try:
                 verdict = await self._public(
-                    lambda named: judge.verdict_for(named, job.version), name)
+                    lambda named: judge.verdict_for(named, job.version,
+                                                    strongest_sri(job.artifact.digests)), name)
             except TooManyVersionsError as error:
                 raise Retire("release-signal", str(error), rule=UNSETTLED) from None
         if isinstance(verdict, str):
