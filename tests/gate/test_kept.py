@@ -161,11 +161,12 @@ async def test_a_waiver_another_process_writes_is_in_the_rules_within_a_poll_and
     stop = asyncio.Event()
     running = asyncio.create_task(facts.run(stop))
     now = datetime.now(UTC).replace(microsecond=0)  # kept to the second
-    subject = Subject("axios", "1.14.2")
+    subject = Subject("axios", "1.14.2", BYTES)
     assert rules.current.exception_for("minimum-age", subject, now) is None
     before = rules.generation
     command = await open_sqlite(path)
-    waiver = Waiver("axios", "1.14.2", "alice", "the fix", now.replace(year=now.year + 1), now)
+    waiver = Waiver("axios", "1.14.2", "alice", "the fix", now.replace(year=now.year + 1), now,
+                    BYTES)
     await command.put_facts([waiver.fact()])
     for _ in range(40):
         if rules.current.exception_for("minimum-age", subject, now) is not None:
@@ -176,7 +177,8 @@ async def test_a_waiver_another_process_writes_is_in_the_rules_within_a_poll_and
     assert (lifted.by, lifted.waiver) == ("alice", True)
     assert rules.generation == before + 1
     assert held_waivers(facts, now) == [waiver]
-    assert rules.current.exception_for("minimum-age", Subject("axios", "1.14.3"), now) is None
+    assert rules.current.exception_for("minimum-age", Subject("axios", "1.14.3", BYTES),
+                                       now) is None
     await command.put_facts([Fact(WAIVER, waiver.subject, None)])
     for _ in range(40):
         if rules.current.exception_for("minimum-age", subject, now) is None:

@@ -215,11 +215,16 @@ def _private_verdict(judging: _Judging, version: str,
     first-party one by the deny list alone (None when nothing denies it)."""
     mark = mirrored_mark(manifest)
     if mark is None:
-        return deny_listed(judging.rules, judging.name.full, version, judging.now), False, None
+        dist = manifest.get("dist")
+        own = strongest_sri(digests_from_dist(dist) if isinstance(dist, Mapping) else ())
+        return (deny_listed(judging.rules, judging.name.full, version, judging.now, own),
+                False, None)
     # the same context as public versions: the registry's keys for its signatures (kept in
-    # what the worker published), the public history for the takeover signals
+    # what the worker published), the public history for the takeover signals; a waiver
+    # names the bytes as the mark does (`VersionRecord.integrity`)
     return (evaluate(judging.rules, judging.name.full, version, without_mark(manifest),
-                     mark.published, judging.now, context=judging.context), True,
+                     mark.published, judging.now, context=judging.context,
+                     integrity=strongest_sri(parse_integrity(mark.integrity))), True,
             mark.published)
 
 

@@ -261,7 +261,7 @@ class ReleaseJudge:
         if facts is None:
             return None
         return judge(self.rules, name, version, facts.published, list(facts.fired),
-                     self.now(), facts.compared_with)
+                     self.now(), facts.compared_with, integrity)
 
     def at_pull(self, name: PackageName, gated: Gated, record: VersionRecord,
                 reading: bool) -> AtPull:
@@ -419,8 +419,8 @@ class ReleaseJudge:
         not on what changed in these bytes) fired, or what fired the rules now let through
         whole (an allow entry, a signal turned off); None: the bytes it lists now were never
         judged."""
-        version = record.version
-        kept = self.facts.verdict(name, version, record.integrity())
+        version, integrity = record.version, record.integrity()
+        kept = self.facts.verdict(name, version, integrity)
         facts = Findings.of(kept) if kept is not None else None
         if facts is None:
             return None
@@ -431,7 +431,7 @@ class ReleaseJudge:
         if not fired:
             return True
         verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
-                        facts.compared_with)
+                        facts.compared_with, integrity)
         return not (verdict.denied or verdict.reported or verdict.excepted)
 
     async def baseline(self, name: PackageName, gated: Gated, version: str,

@@ -232,7 +232,8 @@ class ReleaseCheck:
                                 popular, rules.young, rules.young_text, now)
         if squat is not None:
             fired.append(squat)
-        verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared)
+        verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared,
+                        self.integrity)
         if self.unsettled is not None and not verdict.denied:
             self.refused = self._unsettled(self.unsettled)
         else:

@@ -327,11 +327,13 @@ class ReleaseVerdict:
 
 
 def judge(rules: Rules, name: str, version: str, published: datetime | None,
-          fired: list[Fired], now: datetime, compared_with: str | None) -> ReleaseVerdict:
+          fired: list[Fired], now: datetime, compared_with: str | None,
+          integrity: str = "") -> ReleaseVerdict:
     """The strongest action among the signals that fired, past the table's allow list, an
-    `[[exception]]` naming the rule, and report mode (the table's or the file's)."""
+    `[[exception]]` naming the rule (a waiver: naming these bytes, `integrity`), and report
+    mode (the table's or the file's)."""
     settings = rules.release
-    subject = Subject(name, version)
+    subject = Subject(name, version, integrity)
     reported: list[tuple[str, str]] = []
     excepted: list[str] = []
     if settings.allow.first_match(subject, unparseable_matches=False) is not None:
