@@ -34,7 +34,7 @@ from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.incidents import _fresh, entry_file, minified_bundle, shai_hulud_shape
 from tests.servers.npm import NpmClient
-from tests.servers.packages import EPOCH, FixturePackage, make_package, make_version
+from tests.servers.packages import EPOCH, FixturePackage, iso, make_package, make_version
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.processes import MirrorgateProcess, wait_for
 from tests.servers.verdaccio import Verdaccio
@@ -279,6 +279,127 @@ def test_other_bytes_listed_under_a_version_judged_clean_are_judged_afresh_not_v
     assert npm_client.installed()[name] == "1.0.1"
     assert checked(proxy, name, "1.0.1") == 2  # the clean read, the refused one: no third
     assert not (npm_client.project / "node_modules" / name / "setup.js").exists()
+
+
+# --- time as evidence (issue 53) ----------------------------------------------------------------
+
+
+def rewritten(name: str, time: dict[str, object] | None) -> FixturePackage:
+    """A package really first published two days ago: 1.0.0, then 1.0.1 a day and a half ago
+    running `node setup.js` at install; its `time` as a registry in front rewrote it (None:
+    as published)."""
+    files = {"index.js": entry_file(name), "setup.js": b"console.log('fixture setup ran');\n"}
+    package = make_package(name, [
+        make_version(name, "1.0.0", files=files, published=_fresh(timedelta(days=2))),
+        make_version(name, "1.0.1", files=files, published=_fresh(timedelta(hours=36)),
+                     scripts={"postinstall": "node setup.js"})])
+    if time is not None:
+        package.fields["time"] = time
+    return package
+
+
+def iso_ago(**delta: float) -> str:
+    return iso(_fresh(timedelta(**delta)))
+
+
+TIMES: dict[str, dict[str, object]] = {
+    # a registry that writes none but `modified`
+    "times-missing": {"modified": iso_ago(hours=1)},
+    # text no calendar reads, a number, `created` garbled
+    "times-garbled": {"created": "yesterday", "1.0.0": 1_700_000_000, "1.0.1": "last week",
+                      "modified": iso_ago(hours=1)},
+    # `created`, and a version no longer listed, 400 days back
+    "times-created-back": {"created": iso_ago(days=400), "0.0.1": iso_ago(days=400),
+                           "1.0.0": iso_ago(days=2), "1.0.1": iso_ago(hours=36),
+                           "modified": iso_ago(hours=36)},
+    # a version "published" before the package was created
+    "times-before-created": {"created": iso_ago(days=2), "1.0.0": iso_ago(days=400),
+                             "1.0.1": iso_ago(hours=36), "modified": iso_ago(hours=36)},
+    # offsets past the ends of the calendar: once a 500 for the whole package
+    "times-overflowing": {"created": "0001-01-01T00:00:00+01:00",
+                          "1.0.0": "9999-12-31T23:59:59-23:59",
+                          "1.0.1": "9999-12-31T23:59:59-23:59", "modified": iso_ago(hours=1)},
+}
+
+
+def test_times_missing_garbled_or_contradicting_never_make_a_young_package_old(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # the attack: a two-day-old package's 1.0.1 runs code at install; its registry's times,
+    # missing, unreadable, or 400 days back, once made it "old", and the young-package
+    # signal (on by default) did not read it; an overflowing offset answered 500
+    for name, time in TIMES.items():
+        public_registry.add(rewritten(name, time))
+    public_registry.add(rewritten("times-kept", None))  # the plain shape, times as published
+    old = make_package("times-old", [
+        make_version("times-old", "1.0.0", published=_fresh(timedelta(days=400))),
+        make_version("times-old", "1.0.1", published=_fresh(timedelta(days=399)),
+                     scripts={"postinstall": "node -e 0"})])
+    public_registry.add(old)
+    proxy = serve_default(mirrorgate, public_registry, verdaccio, tmp_path)
+
+    for name in [*TIMES, "times-kept"]:
+        assert proxy.get(f"npm/{name}").status == 200, name  # never a 500
+        refused(npm_client, proxy, name, "1.0.1")
+        refusal = refusals(proxy, name)["1.0.1"]
+        assert refusal["rule"] == "young-package-install-script", name
+        assert refusal["evidence"] == ["postinstall (node setup.js)"], name
+    said = {name: refusals(proxy, name)["1.0.1"] for name in TIMES}
+    for name in ("times-missing", "times-garbled", "times-overflowing"):
+        assert "first publish cannot be established" in str(said[name]["reason"]), name
+        assert said[name]["times"] == ["no version it lists carries a publish time mirrorgate "
+                                       "can read, so its age cannot be established"], name
+    assert "first published " + iso_ago(days=2)[:10] in str(said["times-created-back"]["reason"])
+    [doubt] = said["times-before-created"]["times"]
+    assert doubt.startswith("1.0.0 was \"published\" ")
+    assert "before the package was created" in doubt
+    assert not proxy.events("request_failed")
+
+    # the control: an old package's install hook is neither read nor refused by default
+    installed = install(npm_client, proxy, {"times-old": "1.0.1"})
+    assert installed.returncode == 0, installed.stderr
+    assert "times-old" not in refusals(proxy, "times-old") and checked(
+        proxy, "times-old", "1.0.1") == 0
+
+
+def copied(name: str, *, hook: bool) -> FixturePackage:
+    """A package a registry in front stamped with the days it copied each version, within a
+    few days of each other weeks ago and in no order (2.1.1 "published" before 2.1.0, 2.0.0
+    after 2.1.0, 2.2.0 a day after 2.0.0); `hook`: 2.2.0 adds a postinstall."""
+    files = {"index.js": entry_file(name), "README.md": b"# copied kit\n"}
+    stamps = {"1.9.0": 30, "2.0.0": 26, "2.1.0": 27, "2.1.1": 28, "2.2.0": 25}
+    return make_package(name, [
+        make_version(name, version, files=files, published=_fresh(timedelta(days=age)),
+                     **({"scripts": {"postinstall": "node -e 0"}}
+                        if hook and version == "2.2.0" else {}))
+        for version, age in stamps.items()])
+
+
+def test_where_times_contradict_version_order_a_release_is_compared_with_the_one_below_it(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # every signal on (a new hook denied: the stamps are weeks old, and a quarantine would
+    # have ended): by the copy stamps the releases before 2.2.0 were never judged and within
+    # a week of it, so a walk by time read three and stopped, the clean release refused as
+    # release-unchecked; by version order, 2.1.1 is below it, public for weeks
+    public_registry.add(copied("copied-hook", hook=True), copied("copied-clean", hook=False))
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES + 'new_install_script = "deny"\n', encoding="utf-8")
+    proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data", rules)
+
+    refused(npm_client, proxy, "copied-hook", "2.2.0")
+    refusal = refusals(proxy, "copied-hook")["2.2.0"]
+    assert (refusal["rule"], refusal["compared_with"]) == (HOOK, "2.1.1")
+    assert any("after 2.1.1" in doubt for doubt in refusal["times"])  # named: why
+
+    clean = install(npm_client, proxy, {"copied-clean": "2.2.0"})  # the control
+    assert clean.returncode == 0, clean.stderr
+    [judged] = [event for event in proxy.events("release_checked")
+                if event["package"] == "copied-clean"]
+    assert (judged["outcome"], judged["compared_with"]) == ("clean", "2.1.1")
+    assert not proxy.events("release_unsettled")
 
 
 def test_a_version_flagged_in_report_mode_and_mirrored_is_refused_from_the_mirror_once_enforced(

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from mirrorgate.gate.publishtimes import first_publish_of
 from mirrorgate.gate.records import (
     MAX_VERSIONS,
     RECORD_BYTES,
@@ -27,7 +28,7 @@ from mirrorgate.gate.records import (
     policy_message,
 )
 from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity, strongest_sri
-from mirrorgate.moments import iso_now, moment
+from mirrorgate.moments import iso_now, moment, time_text
 from mirrorgate.npm.lazydoc import reduced
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
 from mirrorgate.npm.names import PackageName
@@ -307,19 +308,18 @@ def _mirrored_time(manifest: object) -> str | None:
 
 
 def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
-                records: Mapping[str, VersionRecord], only: str | None = None) -> dict[str, str]:
+                records: Mapping[str, VersionRecord]) -> dict[str, str]:
     """`created`, `modified` and the survivors' times; a mirrored version's is the public time
-    its mark carries (`_mirrored_time`). With `only` (one version judged alone), `created` is
-    the package's first publish (`_first_publish`)."""
+    its mark carries (`_mirrored_time`). Only times `moments` reads are passed on: npm
+    refuses a version whose time it cannot parse (`Date.parse` is NaN: "No matching version
+    found") and an unreadable one says nothing; a version without one is installed."""
     private_times, public_times = times_of(private), times_of(public)
     merged: dict[str, str] = {}
     for key, pick in (("created", min), ("modified", max)):
-        found = [t[key] for t in (public_times, private_times) if isinstance(t.get(key), str)]
+        found = [(when, t[key]) for t in (public_times, private_times)
+                 if (when := moment(t.get(key))) is not None]
         if found:
-            merged[key] = pick(found)
-    first = _first_publish(public_times, private_times) if only is not None else None
-    if first is not None:
-        merged["created"] = first
+            merged[key] = pick(found)[1]
     private_versions = versions_of(private)
     for version, record in records.items():
         if record.denial is not None:
@@ -327,24 +327,12 @@ def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
         if record.private and (marked := _mirrored_time(private_versions.get(version))):
             merged[version] = marked
             continue
-        stamp = (private_times if record.private else public_times).get(version)
-        if not isinstance(stamp, str):
-            stamp = (public_times if record.private else private_times).get(version)
-        if isinstance(stamp, str):
+        stamp = time_text((private_times if record.private else public_times).get(version))
+        if stamp is None:
+            stamp = time_text((public_times if record.private else private_times).get(version))
+        if stamp is not None:
             merged[version] = stamp
     return merged
-
-
-def _first_publish(*times: Mapping[str, Any]) -> str | None:
-    """The earliest of `created` and every version's time: the package's first publish, which
-    the release signals read (`gate.release`: young-package-install-script, on by default,
-    and typosquat) where the whole packument has its other versions' times. One version's
-    gating (a tarball's cold admission) keeps it as its `created`, so it is judged young or
-    old as the whole packument's gating judges it (with `created` written, as npm writes it,
-    the same time); the other versions' times are not otherwise kept."""
-    found = [(when, text) for each in times for key, text in each.items()
-             if key != "modified" and (when := moment(text)) is not None]
-    return min(found)[1] if found else None
 
 
 def _check_sizes(name: PackageName, private: Mapping[str, Any],
@@ -408,13 +396,14 @@ def gate(
     survivors = [v for v, record in records.items() if record.denial is None]
     # one version judged alone is read for its record, never rendered: no readme to keep
     head = merge_head(private, public, first_party) if only is None else {}
+    first = first_publish_of(private, public)
     size = len(orjson.dumps(head)) + sum(
         len(r.full) + len(r.abbreviated) + RECORD_BYTES for r in records.values())
     return Gated(
         name=name,
         head=head,
         dist_tags=merge_tags(private, public, survivors, first_party),
-        time=_merge_time(private, public, records, only),
+        time=_merge_time(private, public, records),
         versions=records,
         policy_message=(policy_message(name, judging.denied, survivors) if judging.denied
                         else None),
@@ -429,4 +418,6 @@ def gate(
         rules_generation=rules.generation,
         withdrawals=judging.withdrawals,
         alone=only,
+        first_published=first.when,
+        time_doubts=first.doubts,
     )

@@ -197,6 +197,13 @@ class Gated:
     public_failure: MirrorgateError | None = field(default=None, compare=False)
     """The public upstream failed at this fill (its `UpstreamError`): a version missing here
     may exist there, and is then "not mirrored" rather than not found."""
+    first_published: datetime | None = None
+    """The package's first publish as the times of the versions it lists establish it
+    (`gate.publishtimes`), the whole packument's also when one version is judged alone; None
+    when they cannot, and the release signals treat the package as young."""
+    time_doubts: tuple[str, ...] = ()
+    """What in its times was not believed, each a sentence (named in a release verdict's
+    evidence)."""
 
     @property
     def survivors(self) -> list[str]:

@@ -22,13 +22,13 @@ import structlog
 
 from mirrorgate.gate.baseline import Baseline, Budget, Unsettled, choose_baseline
 from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.publishtimes import first_publish_of, order_contradicted
 from mirrorgate.gate.records import Denial, Gated, RefusedBytes, VersionRecord
 from mirrorgate.gate.releasecheck import ReleaseCheck
 from mirrorgate.gate.releasefacts import (
     MAX_DEPENDENCIES_ASKED,
     Findings,
     Unread,
-    first_published,
     kept_as,
     package_first_published,
 )
@@ -159,6 +159,7 @@ class ReleaseJudge:
         self._unkept: OrderedDict[tuple[str, str, str], tuple[int, datetime]] = OrderedDict()
         """(name, version, integrity) -> the rules' generation and the moment a pull in report
         mode judged these bytes and kept no verdict (`unchecked`, `unsettled`): `note_unkept`."""
+        self._order: tuple[Gated, tuple[str, ...]] | None = None
         self.readings = KeptReadings()
         """The last versions' readings: a predecessor read before is not fetched again."""
         self.facts.listeners.append(self._changed)
@@ -195,14 +196,15 @@ class ReleaseJudge:
         if release.only_young_package and gated is not None:
             first = package_first_published(gated)
             self._note_age(gated.name.full, first)
-            return first is not None and self.now() - first < release.young_package
+            # an age the times cannot establish is young's: read (`gate.publishtimes`)
+            return first is None or self.now() - first < release.young_package
         return True
 
-    def note_public(self, name: str, time: Mapping[str, Any]) -> None:
-        """The package's age as public's packument says it (`time`), read by the worker's own
-        re-gate: a sidecar's `verdict_for` under the default's young-package signal alone then
-        fills no packument only to learn that the package is old."""
-        self._note_age(name, first_published(time))
+    def note_public(self, name: str, document: Mapping[str, Any]) -> None:
+        """The package's age as public's packument says it, read by the worker's own re-gate:
+        a sidecar's `verdict_for` under the default's young-package signal alone then fills
+        no packument only to learn that the package is old."""
+        self._note_age(name, first_publish_of(None, document).when)
 
     def _note_age(self, name: str, first: datetime | None) -> None:
         self._ages[name] = (first, self.now())
@@ -441,7 +443,15 @@ class ReleaseJudge:
         return await choose_baseline(
             gated, version, judged=lambda record: self.clean(name.full, record),
             judge_first=lambda record: self.judge_read(name, gated, record, budget),
-            budget=budget, settled_after=self.rules.release.quarantine)
+            budget=budget, settled_after=self.rules.release.quarantine, now=self.now(),
+            doubts=self._order_doubts(gated))
+
+    def _order_doubts(self, gated: Gated) -> tuple[str, ...]:
+        """Where `gated`'s publish times contradict its version order (`gate.publishtimes`),
+        read once per packument: a walk's nested choices share it."""
+        if self._order is None or self._order[0] is not gated:
+            self._order = (gated, order_contradicted(gated.time))
+        return self._order[1]
 
     async def judge_read(self, name: PackageName, gated: Gated, record: VersionRecord,
                          budget: Budget | None = None) -> bool | None:

@@ -77,6 +77,9 @@ class ReleaseCheck:
         when no signal that compares is on (`release.compares`)."""
         self.unsettled: str | None = None
         """Why no clean release could be compared with, when none could (a refusal)."""
+        self.times: tuple[str, ...] = gated.time_doubts
+        """What in the packument's times was not believed (the package's first publish, and
+        why the baseline was chosen by version order), named in the verdict's evidence."""
         self._task: asyncio.Task[bytes | Contents | Unread | None] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
@@ -132,6 +135,7 @@ class ReleaseCheck:
         if isinstance(chosen, Unsettled):
             self.unsettled = chosen.reason
             return None
+        self.times = (*self.times, *chosen.doubts)
         if chosen.passed_over:
             log.info("release_baseline_passed_over", package=self.name.full,
                      version=self.record.version, passed_over=list(chosen.passed_over),
@@ -293,7 +297,7 @@ class ReleaseCheck:
                     judge_.note_unkept(self.name.full, version, self.integrity)
                 return None
         judge_.remember(self.name.full, version, self.integrity,
-                        Findings(tuple(fired), published, compared))
+                        Findings(tuple(fired), published, compared, self.times))
         for rule, reason in verdict.reported:
             self._would_deny(rule, reason, compared)
         if not verdict.in_force(judge_.now()):
@@ -302,7 +306,7 @@ class ReleaseCheck:
             metrics.release_checks.labels(outcome).inc()
             log.info("release_checked", package=self.name.full, version=version,
                      outcome=outcome, compared_with=compared,
-                     signals=[found.signal for found in fired])
+                     signals=[found.signal for found in fired], times=list(self.times))
             return None
         assert verdict.rule is not None
         assert verdict.reason is not None
@@ -314,7 +318,7 @@ class ReleaseCheck:
                    for detail in found.details]
         log.warning("release_signal_refused", security=True, package=self.name.full,
                     version=version, rule=verdict.rule, reason=verdict.reason,
-                    compared_with=compared, evidence=details[:20])
+                    compared_with=compared, evidence=details[:20], times=list(self.times))
         metrics.events.alert(Alert(
                 "release-signal", self.label, f"{self.label} was refused by the "
                 f"{verdict.rule} release signal: {verdict.reason}", self.name.full, version,

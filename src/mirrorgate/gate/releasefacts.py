@@ -22,8 +22,8 @@ from mirrorgate.rules.release import Fired, Release
 from mirrorgate.rules.takeover import publishers_of
 from mirrorgate.store import Verdict
 
-__all__ = ["MAX_DEPENDENCIES_ASKED", "UNSETTLED", "Findings", "Unread", "first_published",
-           "kept_as", "package_first_published", "release_of"]
+__all__ = ["MAX_DEPENDENCIES_ASKED", "UNSETTLED", "Findings", "Unread", "kept_as",
+           "package_first_published", "release_of"]
 
 MAX_DEPENDENCIES_ASKED = 20
 """New dependencies of one release whose first publish is looked up at most; more are a
@@ -41,10 +41,14 @@ class Findings:
     fired: tuple[Fired, ...]
     published: datetime | None
     compared_with: str | None
+    times: tuple[str, ...] = ()
+    """What in the packument's times was not believed (`gate.publishtimes`), each a
+    sentence: kept with the evidence, though no signal reads it back."""
 
     def evidence(self) -> str:
         return json.dumps({"fired": [[f.signal, f.evidence, list(f.details)] for f in self.fired],
-                           "published": self.published.isoformat() if self.published else None})
+                           "published": self.published.isoformat() if self.published else None,
+                           "times": list(self.times)})
 
     @classmethod
     def of(cls, verdict: Verdict) -> Findings | None:
@@ -55,22 +59,16 @@ class Findings:
             fired = tuple(Fired(str(signal), str(evidence), tuple(str(d) for d in details))
                           for signal, evidence, details in data["fired"])
             published = moment(data["published"]) if data["published"] else None
-        except (ValueError, KeyError, TypeError):
+            times = tuple(str(doubt) for doubt in data.get("times", ()))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
-        return cls(fired, published, verdict.compared_with)
+        return cls(fired, published, verdict.compared_with, times)
 
 
 def package_first_published(gated: Gated) -> datetime | None:
-    return first_published(gated.time)
-
-
-def first_published(time: Mapping[str, Any]) -> datetime | None:
-    """A package's first publish, from its packument's `time` map."""
-    created = moment(time.get("created"))
-    times = [when for key, value in time.items() if key not in ("created", "modified")
-             and (when := moment(value)) is not None]
-    candidates = [*times, *([created] if created is not None else [])]
-    return min(candidates) if candidates else None
+    """A package's first publish, as its listed versions' times establish it (None: they
+    cannot, and it is treated as young): `gate.publishtimes`."""
+    return gated.first_published
 
 
 def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:

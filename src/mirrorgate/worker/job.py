@@ -412,9 +412,8 @@ class JobRunner:
             # Refusing now would retire a job only a passing outage stands in the way of.
             raise Retry("public-failed", "the public registry's signing keys are unavailable")
         document = await in_thread_if_large(answer.size, answer.document)  # a parse of its own
-        time = document.get("time") if document is not None else None
-        if self.deps.release is not None and isinstance(time, dict):
-            self.deps.release.note_public(name.full, time)  # its age, for `_release_verdict`
+        if self.deps.release is not None and document is not None:
+            self.deps.release.note_public(name.full, document)  # its age: `_release_verdict`
         return await regate(job, name, document, answer.size, public=self.deps.public,
                             rules=self._rules, now=self.deps.now(), keys=keys)
 
