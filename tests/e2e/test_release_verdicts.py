@@ -32,7 +32,13 @@ from tests.e2e.test_untrusted_queue import send_raw
 from tests.faults.worker_jobs import admitted_job
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
-from tests.servers.incidents import _fresh, entry_file, minified_bundle, shai_hulud_shape
+from tests.servers.incidents import (
+    _fresh,
+    entry_file,
+    minified_bundle,
+    obfuscated_blob,
+    shai_hulud_shape,
+)
 from tests.servers.npm import NpmClient
 from tests.servers.packages import EPOCH, FixturePackage, iso, make_package, make_version
 from tests.servers.postgres_server import PostgresServer
@@ -281,6 +287,74 @@ def test_other_bytes_listed_under_a_version_judged_clean_are_judged_afresh_not_v
     assert not (npm_client.project / "node_modules" / name / "setup.js").exists()
 
 
+# --- a verdict is bound to the rules that made it (issue 53) ---------------------------------
+
+
+def young_kit(name: str, *, blob: bool) -> FixturePackage:
+    """A package first published ten days ago (young; past the default cooldown): 1.0.0, and
+    1.0.1 two days ago, `blob`: its entry file with an obfuscated blob appended (chalk's
+    shape). Neither runs anything at install: the default's young-package signal reads them
+    and finds nothing."""
+    entry = entry_file(name)
+    return make_package(name, [
+        make_version(name, "1.0.0", files={"index.js": entry},
+                     published=_fresh(timedelta(days=10))),
+        make_version(name, "1.0.1", files={"index.js": entry + (obfuscated_blob(name) if blob
+                                                                 else b"// 1.0.1\n")},
+                     published=_fresh(timedelta(days=2)))])
+
+
+def test_a_verdict_kept_under_fewer_signals_is_read_again_once_every_signal_is_on(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # the attack: 1.0.1 kept "clean" under the default (the young-package signal alone, no
+    # baseline read), mirrored; the operator then turns every signal on. Its obfuscated entry
+    # file was never compared, and the verdict vouched for it from the mirror, while the
+    # same shape first pulled after the change is refused.
+    public_registry.add(young_kit("young-blob", blob=True), young_kit("young-late", blob=True),
+                        young_kit("young-plain", blob=False), old("deny-probe"))
+    rules = tmp_path / "rules.toml"
+    rules.write_text("# the defaults\n", encoding="utf-8")
+    proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data", rules)
+    for name in ("young-blob", "young-plain"):
+        served = install(npm_client, proxy, {name: "1.0.1"})
+        assert served.returncode == 0, served.stderr
+        assert checked(proxy, name, "1.0.1") == 1  # read: a young package
+        wait_for(lambda name=name: "1.0.1" in verdaccio.versions(name),  # type: ignore[misc]
+                 timeout=60, message=f"the worker to mirror {name}@1.0.1")
+
+    # an unrelated reload (a deny entry) changes no signal: nothing is read again
+    rules.write_text('[deny]\npackages = ["deny-probe"]\n', encoding="utf-8")
+    wait_for(lambda: proxy.get(PROBE).status == 403, timeout=15, message="the deny entry")
+    again = install(npm_client, proxy, {"young-blob": "1.0.1"})
+    assert again.returncode == 0, again.stderr
+    assert checked(proxy, "young-blob", "1.0.1") == 1
+
+    rules.write_text(RULES, encoding="utf-8")  # every signal on
+    wait_for(lambda: proxy.get(PROBE).status == 200, timeout=15, message="every signal on")
+    refused(npm_client, proxy, "young-blob", "1.0.1")  # read again, from the mirror
+    refusal = refusals(proxy, "young-blob")["1.0.1"]
+    assert (refusal["rule"], refusal["compared_with"]) == ("obfuscated-code", "1.0.0")
+    assert proxy.get("npm/young-blob/-/young-blob-1.0.1.tgz").status == 403
+
+    # the controls: the same shape first pulled now, refused alike; a clean release kept
+    # under the default, read again, still installs (and is not read a third time)
+    refused(npm_client, proxy, "young-late", "1.0.1")
+    assert refusals(proxy, "young-late")["1.0.1"]["rule"] == "obfuscated-code"
+    for _ in range(2):
+        plain = install(npm_client, proxy, {"young-plain": "1.0.1"})
+        assert plain.returncode == 0, plain.stderr
+    assert checked(proxy, "young-plain", "1.0.1") == 2
+
+
+PROBE = "npm/deny-probe/-/deny-probe-1.3.0.tgz"
+
+
+def old(name: str) -> FixturePackage:
+    return make_package(name, [make_version(name, "1.3.0", published=EPOCH, size=0)])
+
+
 # --- time as evidence (issue 53) ----------------------------------------------------------------
 
 
@@ -359,8 +433,8 @@ def test_times_missing_garbled_or_contradicting_never_make_a_young_package_old(
     # the control: an old package's install hook is neither read nor refused by default
     installed = install(npm_client, proxy, {"times-old": "1.0.1"})
     assert installed.returncode == 0, installed.stderr
-    assert "times-old" not in refusals(proxy, "times-old") and checked(
-        proxy, "times-old", "1.0.1") == 0
+    assert refusals(proxy, "times-old") == {}
+    assert checked(proxy, "times-old", "1.0.1") == 0
 
 
 def copied(name: str, *, hook: bool) -> FixturePackage:

@@ -31,6 +31,8 @@ from mirrorgate.gate.releasefacts import (
     Unread,
     kept_as,
     package_first_published,
+    read_under,
+    signals_text,
 )
 from mirrorgate.integrity import (
     DigestMismatch,
@@ -38,6 +40,7 @@ from mirrorgate.integrity import (
     StreamVerifier,
     TooLarge,
     Unverifiable,
+    strongest_sri,
 )
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.contents import (
@@ -52,6 +55,7 @@ from mirrorgate.rules import REPORT, LiveRules, Rules
 from mirrorgate.rules.kinship import provenance_repository
 from mirrorgate.rules.release import (
     Dependency,
+    Fired,
     ReleaseVerdict,
     judge,
 )
@@ -262,8 +266,28 @@ class ReleaseJudge:
         facts = decoded[1]
         if facts is None:
             return None
-        return judge(self.rules, name, version, facts.published, list(facts.fired),
-                     self.now(), facts.compared_with, integrity)
+        fired, whole = self._answered(kept, facts)
+        verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
+                        facts.compared_with, integrity)
+        if whole or verdict.in_force(self.now()):
+            return verdict
+        # read under fewer or other signals than are in force: what it found refuses nothing
+        # now, and what the others would find is not in it, so the bytes are read again (a
+        # refusal by what it did read stands meanwhile: more signals only refuse more)
+        return None
+
+    def _answered(self, kept: Verdict, facts: Findings) -> tuple[list[Fired], bool]:
+        """What fired, among the signals in force a kept verdict answers for (those read under
+        the same settings, `ReleaseRules.reading`), and whether it answers for all of them.
+        A verdict an earlier release kept names no signals: what fired there still counts
+        (fail closed: a refusal stands until it ends), and it answers for nothing else."""
+        now_read = self.rules.release.reading(self.previous_max_bytes)
+        read = read_under(kept)
+        if read is not None and now_read <= read:
+            return list(facts.fired), True
+        tokens = {token.split(":", 1)[0]: token for token in now_read}
+        return [found for found in facts.fired if found.signal in tokens
+                and (read is None or tokens[found.signal] in read)], False
 
     def at_pull(self, name: PackageName, gated: Gated, record: VersionRecord,
                 reading: bool) -> AtPull:
@@ -275,7 +299,7 @@ class ReleaseJudge:
         if denial is not None and denial.rule not in RELEASE_SIGNALS:
             return NOTHING
         if record.private and denial is None:
-            return NOTHING
+            return self._read_again(name, gated, record, reading)
         # the bytes this pull would serve: a verdict on others under the same version (the
         # registry lists it again with another `dist.integrity`) neither vouches nor refuses
         verdict = self.remembered(name.full, record.version, record.integrity())
@@ -284,6 +308,21 @@ class ReleaseJudge:
         if verdict is None and reading and denial is None and self.applies(record, gated):
             return AtPull(None, lambda: self.check(name, gated, record))
         return NOTHING
+
+    def _read_again(self, name: PackageName, gated: Gated, record: VersionRecord,
+                    reading: bool) -> AtPull:
+        """A mirrored copy served as it is, unless its bytes' verdict was read under fewer or
+        other signals than are in force and finds nothing they refuse: then read again as
+        they stream from the mirror (kept clean under the young-package signal alone, say,
+        before every signal was turned on). A copy no verdict was kept for (mirrored before
+        the signals, or of a package they did not read) is served as before."""
+        if not reading or not self.rules.release.on or record.upstream_tarball is None:
+            return NOTHING  # a first-party version, or one public no longer lists the same
+        integrity = strongest_sri(record.digests)  # public's, which the copy's mark names
+        kept = self.facts.verdict(name.full, record.version, integrity)
+        if kept is None or self.remembered(name.full, record.version, integrity) is not None:
+            return NOTHING
+        return AtPull(None, lambda: self.check(name, gated, record))
 
     def refused_versions(self, name: str) -> RefusedBytes:
         """The bytes of `name`'s versions a release signal refuses now, as the gate denies
@@ -423,18 +462,21 @@ class ReleaseJudge:
         judged."""
         version, integrity = record.version, record.integrity()
         kept = self.facts.verdict(name, version, integrity)
-        facts = Findings.of(kept) if kept is not None else None
-        if facts is None:
+        if kept is None or (facts := Findings.of(kept)) is None:
             return None
+        answered, whole = self._answered(kept, facts)
         # a young package's every release with a hook fires young-package-install-script: were
         # it to count, none of its first month's releases could vouch, and each later one
         # would be judged as a first version, nothing compared
-        fired = [found for found in facts.fired if found.signal not in _ON_THE_NAME]
-        if not fired:
-            return True
-        verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
-                        facts.compared_with, integrity)
-        return not (verdict.denied or verdict.reported or verdict.excepted)
+        fired = [found for found in answered if found.signal not in _ON_THE_NAME]
+        if fired:
+            verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
+                            facts.compared_with, integrity)
+            if verdict.denied or verdict.reported or verdict.excepted:
+                return False
+        # clean by what it was read for; read under fewer signals than are in force, it
+        # cannot vouch for what the others would find: as if never judged
+        return True if whole else None
 
     async def baseline(self, name: PackageName, gated: Gated, version: str,
                        budget: Budget) -> Baseline | Unsettled:
@@ -551,7 +593,8 @@ class ReleaseJudge:
         """Keep what the signals found as the version's verdict (memory now, the store in the
         background), read back under the rules in force at each pull (`remembered`)."""
         kept = Verdict(name, version, integrity, "flagged" if facts.fired else "clean",
-                       facts.evidence(), facts.compared_with, str(self.rules.generation))
+                       facts.evidence(), facts.compared_with,
+                       signals_text(self.rules.release.reading(self.previous_max_bytes)))
         self.facts.keep(kept)
         self._decoded[(name, version, integrity)] = (kept, facts)
         if facts.fired:

@@ -23,7 +23,7 @@ from mirrorgate.rules.takeover import publishers_of
 from mirrorgate.store import Verdict
 
 __all__ = ["MAX_DEPENDENCIES_ASKED", "UNSETTLED", "Findings", "Unread", "kept_as",
-           "package_first_published", "release_of"]
+           "package_first_published", "read_under", "release_of", "signals_text"]
 
 MAX_DEPENDENCIES_ASKED = 20
 """New dependencies of one release whose first publish is looked up at most; more are a
@@ -104,3 +104,20 @@ def kept_as(name: PackageName, record: VersionRecord) -> tuple[str, str, str]:
     """A version's reading and verdict are kept by its name, version and bytes (their
     strongest digest, `VersionRecord.integrity`)."""
     return (name.full, record.version, record.integrity())
+
+
+_SIGNALS = "signals"  # the first word of what a verdict keeps of the signals it was read under
+
+
+def signals_text(reading: frozenset[str]) -> str:
+    """The signals in force a verdict was read under (`ReleaseRules.reading`), as its record
+    keeps them: in the store's `generation` column, named for the rules' generation number it
+    held before, which said nothing a later process could compare."""
+    return " ".join([_SIGNALS, *sorted(reading)])
+
+
+def read_under(verdict: Verdict) -> frozenset[str] | None:
+    """The signals a kept verdict was read under; None for one an earlier release kept (its
+    rules generation number): it answers for no signal, and its bytes are read again."""
+    words = verdict.generation.split()
+    return frozenset(words[1:]) if words[:1] == [_SIGNALS] else None
