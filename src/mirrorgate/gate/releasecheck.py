@@ -27,7 +27,7 @@ from mirrorgate.gate.releasefacts import (
     package_first_published,
     release_of,
 )
-from mirrorgate.moments import moment
+from mirrorgate.moments import moment, stamp
 from mirrorgate.npm.contents import ContentReading, Contents
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.tarscripts import ScriptScan
@@ -162,6 +162,13 @@ class ReleaseCheck:
         version = self.record.version
         now = judge_.now()
         published = moment(self.gated.time.get(version))
+        if published is None:
+            # no time its registry gives that can be read: a quarantine runs from this first
+            # read, as for a version published now (one measured from each judging would
+            # never end), and the record says so
+            published = now
+            self.times = (*self.times, f"{version} has no publish time mirrorgate can read: "
+                          f"a quarantine runs from its first read, {stamp(now)}")
         manifest = self.record.manifest()
         contents = self.read if self.read is not None else self.reading.contents()
         if judge_.rules.release.compares:
