@@ -16,15 +16,13 @@ from typing import Any
 import orjson
 
 from mirrorgate.gate import Denial, Gated, gate
-from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.releasefacts import Findings
-from mirrorgate.metrics import Metrics
-from mirrorgate.npm.names import PackageName, parse_name
+from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import parse_rules
 from mirrorgate.rules.release import Fired
-from mirrorgate.upstream.client import Upstream
+from tests.gate.judges import release_judge
 from tests.servers.packages import FixtureVersion, make_package, make_version
 
 UPSTREAM = "http://127.0.0.1:9/"
@@ -47,15 +45,7 @@ def doc(*versions: FixtureVersion) -> dict[str, Any]:
 
 
 def judge_with(packument: Gated | None = None) -> ReleaseJudge:
-    metrics = Metrics()
-    public = Upstream("public", UPSTREAM, timeout=1.0, max_metadata_bytes=1 << 20,
-                      metrics=metrics)
-
-    async def fill(_name: PackageName) -> Gated | None:
-        return packument
-    return ReleaseJudge(rules=RULES, public=public, metrics=metrics, packument=fill,
-                        now=lambda: NOW, facts=KeptFacts(), previous_max_bytes=1 << 20,
-                        timeout=1.0)
+    return release_judge(RULES, NOW, packument=packument)
 
 
 def gated(judge: ReleaseJudge, public: dict[str, Any] | None,

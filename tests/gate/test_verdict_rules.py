@@ -8,21 +8,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mirrorgate.gate import Gated
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.releasefacts import Findings, read_under
-from mirrorgate.metrics import Metrics
-from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules, parse_rules
 from mirrorgate.rules.release import Fired
 from mirrorgate.store import Verdict
-from mirrorgate.upstream.client import Upstream
+from tests.gate.judges import BOUND, release_judge
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 EVERY = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
 BYTES = "sha512-" + "A" * 86 + "=="
-BOUND = 1 << 20
 YOUNG = Fired("young-package-install-script", "it runs code at install (postinstall (node "
               "x.js)) and the package was first published 2026-11-25T00:00:00Z",
               ("postinstall (node x.js)",))
@@ -31,15 +27,7 @@ BLOB = Fired("obfuscated-code", "its code carries marks of obfuscation 1.0.0 did
 
 
 def judge_under(rules: Rules | LiveRules, facts: KeptFacts | None = None) -> ReleaseJudge:
-    metrics = Metrics()
-    public = Upstream("public", "http://127.0.0.1:9/", timeout=1.0, max_metadata_bytes=BOUND,
-                      metrics=metrics)
-
-    async def none(_name: PackageName) -> Gated | None:
-        return None
-    return ReleaseJudge(rules=rules, public=public, metrics=metrics, packument=none,
-                        now=lambda: NOW, facts=facts or KeptFacts(), previous_max_bytes=BOUND,
-                        timeout=1.0)
+    return release_judge(rules, NOW, facts=facts or KeptFacts())
 
 
 def test_the_signals_in_force_are_what_they_read_for_not_what_is_done_with_a_finding() -> None:

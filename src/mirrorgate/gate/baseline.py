@@ -122,26 +122,40 @@ async def choose_baseline(gated: Gated, version: str, *, judged: Judged,
             settled_after=settled_after, now=now, doubts=doubts or (
                 f"{version} has no publish time mirrorgate can read",))
     passed: list[str] = []
-    for record in earlier_releases(gated, version):
+    chosen = await _walk(
+        earlier_releases(gated, version), passed, judged=judged, judge_first=judge_first,
+        budget=budget, doubts=(),
+        floor=lambda when: published - when >= settled_after,
+        unsettled="{}, published just before it, was never judged, and more than {} "
+                  "releases published with it would have to be read first", gated=gated)
+    return chosen if chosen is not None else Baseline(None, tuple(passed))
+
+
+async def _walk(candidates: list[VersionRecord], passed: list[str], *, judged: Judged,
+                judge_first: JudgeFirst, budget: Budget, doubts: tuple[str, ...],
+                floor: Callable[[datetime], bool], unsettled: str,
+                gated: Gated) -> Baseline | Unsettled | None:
+    """The first of `candidates` whose verdict is clean, one never judged taken as it is when
+    its time is past the `floor`, else read and judged first on the budget; None when each
+    was passed over (named in `passed`)."""
+    for record in candidates:
         clean = judged(record)
         if clean is None:
             when = moment(gated.time.get(record.version))
-            if published is not None and when is not None and published - when >= settled_after:
-                return Baseline(record, tuple(passed))
+            if when is not None and floor(when):
+                return Baseline(record, tuple(passed), doubts)
             if not budget.take():
-                return Unsettled(
-                    f"{record.version}, published just before it, was never judged, and more "
-                    f"than {DEPTH} releases published with it would have to be read first")
+                return Unsettled(unsettled.format(record.version, DEPTH))
             clean = await judge_first(record)
             if clean is None:
                 # unread (public failing, its tarball over the bound): compared with as it
                 # is, so the version says why (`unchecked`, or `unreadable-release` when the
                 # publisher's shape is the cause), never a first version
-                return Baseline(record, tuple(passed))
+                return Baseline(record, tuple(passed), doubts)
         if clean:
-            return Baseline(record, tuple(passed))
+            return Baseline(record, tuple(passed), doubts)
         passed.append(record.version)
-    return Baseline(None, tuple(passed))
+    return None
 
 
 async def _by_version(gated: Gated, version: str, *, judged: Judged, judge_first: JudgeFirst,
@@ -153,23 +167,17 @@ async def _by_version(gated: Gated, version: str, *, judged: Judged, judge_first
     whole quarantine window before `now` (its place against `version` in time is unknown, so
     its own age is what the floor measures). Only a lower version is ever judged first, so
     walks never wait on each other in a circle."""
+    def settled(when: datetime) -> bool:
+        return now is not None and now - when >= settled_after
+
     passed: list[str] = []
-    for record in lower_releases(gated, version):
-        clean = judged(record)
-        if clean is None:
-            when = moment(gated.time.get(record.version))
-            if now is not None and when is not None and now - when >= settled_after:
-                return Baseline(record, tuple(passed), doubts)
-            if not budget.take():
-                return Unsettled(
-                    f"{record.version}, the release below it, was never judged, and more than "
-                    f"{DEPTH} releases below it would have to be read first")
-            clean = await judge_first(record)
-            if clean is None:
-                return Baseline(record, tuple(passed), doubts)
-        if clean:
-            return Baseline(record, tuple(passed), doubts)
-        passed.append(record.version)
+    chosen = await _walk(
+        lower_releases(gated, version), passed, judged=judged, judge_first=judge_first,
+        budget=budget, doubts=doubts, floor=settled,
+        unsettled="{}, the release below it, was never judged, and more than {} releases "
+                  "below it would have to be read first", gated=gated)
+    if chosen is not None:
+        return chosen
     # nothing below it vouches (it is the lowest, or every one below was refused): the
     # release published just before it, as in the time walk (a version published below the
     # whole history is still compared), but only one judged clean or standing public a
@@ -180,8 +188,7 @@ async def _by_version(gated: Gated, version: str, *, judged: Judged, judge_first
             continue
         clean = judged(record)
         when = moment(gated.time.get(record.version))
-        if clean or (clean is None and now is not None and when is not None
-                     and now - when >= settled_after):
+        if clean or (clean is None and when is not None and settled(when)):
             return Baseline(record, tuple(passed), doubts)
         skipped = skipped or clean is None
         if clean is False:
