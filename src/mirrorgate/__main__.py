@@ -138,6 +138,9 @@ def _add_allow_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
                        "(required)")
     allow.add_argument("--by", metavar="NAME", help="who grants or revokes it (default: the "
                        "account running the command: $USER, else the system's name for it)")
+    allow.add_argument("--integrity", metavar="SRI",
+                       help="the bytes it admits, as the version's dist.integrity (default: "
+                       "those the registries list for it now, looked up and shown)")
     allow.add_argument("--list", action="store_true", help="list the waivers in the store")
     allow.add_argument("--revoke", metavar="NAME@VERSION", help="end a waiver now")
     allow.add_argument("--json", action="store_true", help="print JSON")
@@ -307,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         configure_command_logging(settings)
         return run_allow(settings, args.subject, why=args.why, until=args.until, by=args.by,
-                         listing=args.list, revoke=args.revoke, as_json=args.json)
+                         listing=args.list, revoke=args.revoke, as_json=args.json,
+                         integrity=args.integrity)
     if args.command == "exposure":
         from mirrorgate.commands.exposure import run_exposure
 

@@ -90,7 +90,7 @@ async def test_past_its_bound_a_fact_that_must_be_kept_is_refused_and_never_one_
         await asyncio.sleep(0.3)
         # refused, not learned: learned again once there is room
         assert facts.get(WITHDRAWN, "gone-pkg@1.0.2") is None
-        assert facts.verdict("evil-pkg", "6.6.6") is None
+        assert facts.verdict("evil-pkg", "6.6.6", "sha512-x") is None
         assert metric_value(registry_samples(metrics.registry),
                             "mirrorgate_store_pending_kept_writes") == 2
     await _written(facts)
@@ -167,9 +167,8 @@ async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_
                   ("package.json: scripts.postinstall",))
     path = tmp_path / "state.sqlite3"
     before = _judge(RELEASE_RULES, await kept_on(path))
-    before.remember("colour-kit", "5.6.1", "sha512-" + "A" * 86 + "==",
-                    Findings((fired,), None, "5.6.0"))
-    refused = before.remembered("colour-kit", "5.6.1")
+    before.remember("colour-kit", "5.6.1", BYTES, Findings((fired,), None, "5.6.0"))
+    refused = before.remembered("colour-kit", "5.6.1", BYTES)
     assert refused is not None
     assert refused.rule == "new-install-script"
     stop = asyncio.Event()
@@ -178,19 +177,20 @@ async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_
     await before.facts.close()
 
     after = _judge(RELEASE_RULES, await kept_on(path))
-    again = after.remembered("colour-kit", "5.6.1")
+    again = after.remembered("colour-kit", "5.6.1", BYTES)
     allowed = _judge(parse_rules('[age]\nminimum = "0"\n\n[release]\nallow = '
                                  '["colour-kit@5.6.1"]\n', "r.toml"), after.facts)
 
     assert again is not None
     assert (again.rule, again.reason, again.fired, again.compared_with) == (
         refused.rule, refused.reason, refused.fired, refused.compared_with)
-    assert list(after.refused_versions("colour-kit")) == ["5.6.1"]
-    assert after.facts.verdict("colour-kit", "5.6.1").compared_with == "5.6.0"  # type: ignore[union-attr]
+    assert after.refused_versions("colour-kit")["5.6.1"].keys() == {BYTES}
+    assert after.facts.verdict("colour-kit", "5.6.1", BYTES).compared_with == "5.6.0"  # type: ignore[union-attr]
     assert allowed.refused_versions("colour-kit") == {}  # an allow entry added later: no read
     await after.facts.close()
 
 
+BYTES = "sha512-" + "A" * 86 + "=="
 RELEASE_RULES = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
 
 
@@ -218,11 +218,12 @@ async def test_a_waiver_another_process_writes_is_in_the_rules_within_a_poll_and
     stop = asyncio.Event()
     running = asyncio.create_task(facts.run(stop))
     now = datetime.now(UTC).replace(microsecond=0)  # kept to the second
-    subject = Subject("axios", "1.14.2")
+    subject = Subject("axios", "1.14.2", BYTES)
     assert rules.current.exception_for("minimum-age", subject, now) is None
     before = rules.generation
     command = await open_sqlite(path)
-    waiver = Waiver("axios", "1.14.2", "alice", "the fix", now.replace(year=now.year + 1), now)
+    waiver = Waiver("axios", "1.14.2", "alice", "the fix", now.replace(year=now.year + 1), now,
+                    BYTES)
     await command.put_facts([waiver.fact()])
     for _ in range(40):
         if rules.current.exception_for("minimum-age", subject, now) is not None:
@@ -233,7 +234,8 @@ async def test_a_waiver_another_process_writes_is_in_the_rules_within_a_poll_and
     assert (lifted.by, lifted.waiver) == ("alice", True)
     assert rules.generation == before + 1
     assert held_waivers(facts, now) == [waiver]
-    assert rules.current.exception_for("minimum-age", Subject("axios", "1.14.3"), now) is None
+    assert rules.current.exception_for("minimum-age", Subject("axios", "1.14.3", BYTES),
+                                       now) is None
     await command.put_facts([Fact(WAIVER, waiver.subject, None)])
     for _ in range(40):
         if rules.current.exception_for("minimum-age", subject, now) is None:

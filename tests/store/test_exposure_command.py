@@ -107,7 +107,7 @@ async def test_a_question_that_cannot_be_asked_exits_2_saying_what_is_wrong(
     await filled(place)
     cases = {("axios@>=1.x.3",): "neither a version nor a range",
              ("Not A Name@1.0.0",): "is not a package name",
-             ("--since", "last tuesday"): "is not a time",
+             ("--since", "last tuesday"): "is not a date or time",
              (): "name what to look for"}
     for args, said in cases.items():
         done = exposure(place, *args)

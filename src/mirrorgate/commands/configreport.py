@@ -49,7 +49,9 @@ def _waivers(found: dict[str, Any] | None) -> str:
     if not found or "waivers" not in found:
         return "unknown (the state store is not read: not answering or not created yet)"
     active = [w for w in found["waivers"] if w["active"]]
-    return "; ".join(f"{w['package']} until {w['until']} ({w['by']}: {w['why']})"
+    # a waiver an earlier release kept names no bytes, and admits nothing (`store.waivers`)
+    return "; ".join(f"{w['package']} until {w['until']} ({w['by']}: {w['why']}), bytes "
+                     f"{w.get('integrity') or 'none named: admits nothing, grant it again'}"
                      for w in active) or "none (mirrorgate allow grants one)"
 
 

@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import orjson
@@ -20,6 +20,7 @@ import orjson
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.exposure import document, iso
+from mirrorgate.moments import TimeTextError, read_moment
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.npm.versions import parse_range, parse_version
 from mirrorgate.store import (
@@ -55,12 +56,10 @@ class Question:
 
 def parse_since(text: str) -> datetime:
     try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise QuestionError(f"--since {text!r} is not a time; write it as ISO 8601, e.g. "
+        return read_moment(text)  # a time without a zone is UTC, as the log is
+    except TimeTextError as error:
+        raise QuestionError(f"--since {text[:80]!r} {error}; write it as ISO 8601, e.g. "
                             "--since 2026-03-31T00:00Z") from None
-    # a time without a zone is UTC, as the log is
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def parse_question(target: str | None, since: str | None) -> Question:

@@ -115,7 +115,8 @@ class GateVerdicts:
             if record is None or record.denial is not None:
                 continue
             try:
-                verdict = await self.gate.release.verdict_for(name, version)
+                verdict = await self.gate.release.verdict_for(name, version,
+                                                              record.integrity())
             except UpstreamError as error:
                 raise VerdictsError(str(error)) from None
             if isinstance(verdict, str):

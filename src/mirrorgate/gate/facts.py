@@ -107,8 +107,10 @@ class KeptFacts:
         self.problem: str | None = None
         """Why the store does not answer, while it does not (/readyz shows it before loading)."""
         self._facts: dict[str, OrderedDict[str, str]] = {kind: OrderedDict() for kind in LIMITS}
-        self._verdicts: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
-        self._flagged: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+        # by (name, version, integrity): a verdict speaks for the bytes it read, never for
+        # other bytes a registry later lists under the same version
+        self._verdicts: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
+        self._flagged: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
         # two buffers, so no volume of what may be lost pushes out what may not
         self._kept = _Waiting()
         self._droppable = _Waiting()
@@ -175,8 +177,10 @@ class KeptFacts:
         for listener in self.listeners:
             listener(kind)
 
-    def verdict(self, name: str, version: str) -> Verdict | None:
-        key = (name, version)
+    def verdict(self, name: str, version: str, integrity: str) -> Verdict | None:
+        """The verdict on these bytes of `name@version` (`integrity`: their strongest digest's
+        SRI, `integrity.strongest_sri`); None when they were never judged."""
+        key = (name, version, integrity)
         return self._flagged.get(key) or self._verdicts.get(key)
 
     def verdicts(self) -> list[Verdict]:
@@ -225,8 +229,8 @@ class KeptFacts:
             held.popitem(last=False)
 
     def _hold_verdict(self, verdict: Verdict) -> None:
-        key = (verdict.name, verdict.version)
-        # a version judged again lands in one map or the other, never both
+        key = (verdict.name, verdict.version, verdict.integrity)
+        # bytes judged again land in one map or the other, never both
         self._verdicts.pop(key, None)
         self._flagged.pop(key, None)
         held, limit = ((self._flagged, MAX_REFUSALS) if verdict.verdict == "flagged"

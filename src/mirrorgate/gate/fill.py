@@ -22,7 +22,7 @@ from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.gate.merge import gate
-from mirrorgate.gate.records import Denial, Gated
+from mirrorgate.gate.records import Gated, RefusedBytes
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.lazydoc import lazy_packument
@@ -90,7 +90,7 @@ class PackumentSource:
                  keys: RegistryKeys | None = None,
                  first_party: FirstPartyNames | None = None,
                  withdrawals: WithdrawnVersions | None = None,
-                 refused: Callable[[str], Mapping[str, Denial]] | None = None) -> None:
+                 refused: Callable[[str], RefusedBytes] | None = None) -> None:
         self.private = private
         self.in_flight = Budget(FILL_BYTES)
         self.keys = keys

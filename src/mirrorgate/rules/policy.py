@@ -58,12 +58,25 @@ class RuleException:
     rules: frozenset[str] | None = None
     waiver: bool = False
     """Granted with `mirrorgate allow` (kept in the state store), not written in the file."""
+    version: str | None = None
+    """The one version it lifts, as written (build metadata included: a range ignores it, so
+    `1.0.0` alone would cover `1.0.0+evil`, which npm installs for `^1.0.0`); None: what
+    `package` covers (a file's entry)."""
+    integrity: str | None = None
+    """The bytes it lifts (`integrity.strongest_sri`): other bytes later listed under the same
+    version are not lifted, nor is anything by "" (a waiver kept before waivers named their
+    bytes); None: any bytes (a file's entry)."""
 
     @property
     def text(self) -> str:
         return self.package.texts()[0]
 
     def lifts(self, rule: str, subject: Subject, now: datetime) -> bool:
+        if self.version is not None and subject.version != self.version:
+            return False
+        if self.integrity is not None and (not self.integrity
+                                           or subject.integrity != self.integrity):
+            return False
         return (now < self.until and (self.rules is None or rule in self.rules)
                 and self.package.first_match(subject, unparseable_matches=False) is not None)
 

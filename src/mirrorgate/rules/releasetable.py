@@ -85,8 +85,28 @@ class ReleaseRules:
         """Whether a signal that reads the previous version is on (else it is not fetched)."""
         return any(self.action(signal) != "off" for signal in COMPARING)
 
+    def signals_in_force(self, previous_max_bytes: int) -> frozenset[str]:
+        """The signals in force as a verdict's record keeps them: each signal on, with the
+        settings that change what it finds (`young` for a dependency's or a name's age,
+        `young_package` for the package's, the byte bound a baseline is read to). Not the
+        rules generation, which every reload moves (a waiver, an `[age]` edit) and each
+        process counts for itself; nor what is done with a finding (an action, the allow list,
+        a quarantine's length, report mode, exceptions), which is applied to the evidence at
+        each use. A verdict read under a set holding all of these answers for them; one read
+        under fewer or other signals cannot say what the others would find."""
+        settings = {NEW_DEPENDENCY_YOUNG: f"young={_seconds(self.young)}",
+                    TYPOSQUAT: f"young={_seconds(self.young)}",
+                    YOUNG_PACKAGE_INSTALL_SCRIPT: f"young={_seconds(self.young_package)}",
+                    UNREADABLE_RELEASE: f"previous-max-bytes={previous_max_bytes}"}
+        return frozenset(f"{signal}:{settings[signal]}" if signal in settings else signal
+                         for signal in RELEASE_SIGNALS if self.action(signal) != "off")
+
     @property
     def only_young_package(self) -> bool:
         """Whether the one signal on that reads is `young-package-install-script`: then only
         a young package's releases are read at all (the default, at no cost to the rest)."""
         return self.reading == (YOUNG_PACKAGE_INSTALL_SCRIPT,)
+
+
+def _seconds(span: timedelta) -> str:
+    return f"{int(span.total_seconds())}s"

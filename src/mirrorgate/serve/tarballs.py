@@ -205,8 +205,11 @@ class TarballRoute:
             # A private version is streamed from the private upstream, at the npm-standard path.
             # A miss or a private failure falls back to public (`_public`) only for a version the
             # gate kept a public URL for: a mirrored one public still admits.
-            answer, private_error = await self._from_private(request, name, filename, record,
-                                                             deadline, slot, verify=False)
+            # a copy read again by the release signals is verified first: the verdict names
+            # the bytes the mirror's mark does
+            answer, private_error = await self._from_private(
+                request, name, filename, record, deadline, slot,
+                verify=ruling.check is not None, release=ruling.check)
             if answer is not None:
                 return answer
         try:
@@ -248,6 +251,21 @@ class TarballRoute:
         """The versions a refusal names as installable instead (the whole packument's)."""
         return (await self._whole(name, gated, policy)).survivors
 
+    def _release_withheld(self, name: PackageName, record: VersionRecord,
+                          withheld: Withheld) -> Refused:
+        """The 403 for bytes the release signals refused as they streamed: the verdict's
+        evidence, or `release-unchecked` when no verdict was kept."""
+        judge, version = self.release, record.version
+        kept = (judge.remembered(name.full, version, record.integrity())
+                if judge is not None else None)
+        if judge is not None and kept is not None and kept.in_force(judge.now()):
+            return self._release_refusal(name, version, kept)
+        label = f"{name.full}@{version}"
+        return Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
+                       reason=withheld.reason, rule="release-unchecked", package=name.full,
+                       version=version, status_text=f"Forbidden: mirrorgate denied {label} "
+                       "(release signals)")
+
     def _release_refusal(self, name: PackageName, version: str,
                          verdict: ReleaseVerdict) -> Refused:
         """The 403 with the evidence for a version a release signal refuses (the verdict,
@@ -273,23 +291,27 @@ class TarballRoute:
 
     async def _from_private(self, request: web.Request, name: PackageName, filename: str,
                             record: VersionRecord, deadline: asyncio.Timeout, slot: Slot, *,
-                            verify: bool,
+                            verify: bool, release: Callable[[], ContentsCheck] | None = None,
                             ) -> tuple[web.StreamResponse | None, UpstreamError | None]:
         """The private upstream's copy, relayed: (answer, None); (None, None) when private
         lacks it; (None, error), logged, when private failed. With `verify`, the bytes are
         checked against the admitted digest (a copy of a version the packument called
         public-only); a private hit is otherwise relayed as is. A mirrored copy is read like
         public's bytes where the scripts rule applies: it may predate the rule, or this
-        check."""
+        check; and by the release signals (`release`) where its verdict was read under fewer
+        signals than are in force (`ReleaseJudge.at_pull`)."""
         verifier = _verifier(record) if verify else None
         try:
             relayed = await self.relay.relay(
                 request, lambda: self.private.tarball(name, filename),
                 key=("private", name.full, filename, _checked(verifier)), source="private",
                 name=name, version=record.version, verifier=verifier,
-                scan=_scripts_read(record), slot=slot, deadline=deadline)
-        except Withheld as withheld:  # the scan refused the copy before a byte was sent
-            raise _scripts_refusal(name, record.version, withheld.reason, self.contact) from None
+                scan=_scripts_read(record), slot=slot, deadline=deadline, release=release)
+        except Withheld as withheld:  # refused before a byte was sent
+            if withheld.rule == INSTALL_SCRIPTS:
+                raise _scripts_refusal(name, record.version, withheld.reason,
+                                       self.contact) from None
+            raise self._release_withheld(name, record, withheld) from None
         except UpstreamError as failure:
             log.warning("upstream_failed", upstream="private", package=name.full,
                         version=record.version, kind=failure.kind, detail=str(failure))
@@ -332,14 +354,7 @@ class TarballRoute:
                 raise _scripts_refusal(name, version, withheld.reason, self.contact,
                                        await self._survivors(name, gated,
                                                              policy_of(request))) from None
-            kept = judge.remembered(name.full, version) if judge is not None else None
-            if judge is not None and kept is not None and kept.in_force(judge.now()):
-                raise self._release_refusal(name, version, kept) from None  # the evidence
-            label = f"{name.full}@{version}"
-            raise Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
-                          reason=withheld.reason, rule="release-unchecked", package=name.full,
-                          version=version, status_text=f"Forbidden: mirrorgate denied {label} "
-                          "(release signals)") from None
+            raise self._release_withheld(name, record, withheld) from None
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         version=version, kind=error.kind, detail=str(error))

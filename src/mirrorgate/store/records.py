@@ -89,7 +89,8 @@ class Verdict:
     """JSON text: what the signals found, enough to judge again under other rules."""
     compared_with: str | None
     generation: str
-    """The rules generation the verdict was reached under."""
+    """The signals in force the bytes were read under (`gate.releasefacts.signals_text`); a
+    verdict kept by an earlier release holds its rules generation number here instead."""
     seq: int = 0
 
 

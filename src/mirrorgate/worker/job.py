@@ -46,6 +46,7 @@ from mirrorgate.integrity import (
     dist_digests,
     same_digest,
     strongest_of,
+    strongest_sri,
 )
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
@@ -400,7 +401,8 @@ class JobRunner:
         with tracing.span("mirrorgate.release_verdict"):
             try:
                 verdict = await self._public(
-                    lambda named: judge.verdict_for(named, job.version), name)
+                    lambda named: judge.verdict_for(named, job.version,
+                                                    strongest_sri(job.artifact.digests)), name)
             except TooManyVersionsError as error:
                 raise Retire("release-signal", str(error), rule=UNSETTLED) from None
         if isinstance(verdict, str):
@@ -427,9 +429,8 @@ class JobRunner:
             # Refusing now would retire a job only a passing outage stands in the way of.
             raise Retry("public-failed", "the public registry's signing keys are unavailable")
         document = await in_thread_if_large(answer.size, answer.document)  # a parse of its own
-        time = document.get("time") if document is not None else None
-        if self.deps.release is not None and isinstance(time, dict):
-            self.deps.release.note_public(name.full, time)  # its age, for `_release_verdict`
+        if self.deps.release is not None and document is not None:
+            self.deps.release.note_public(name.full, document)  # its age: `_release_verdict`
         return await regate(job, name, document, answer.size, public=self.deps.public,
                             rules=self._rules, now=self.deps.now(), keys=keys)
 

@@ -52,8 +52,8 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
     started = datetime.now(UTC)
     in_force = live(rules)
     style = files("mirrorgate.serve.ui").joinpath("style.css").read_bytes()
-    granting = (Granting(facts, waiver_granters, metrics, base) if facts is not None
-                else None)
+    granting = (Granting(facts, waiver_granters, metrics, base, packument)
+                if facts is not None else None)
 
     async def show_overview(request: web.Request) -> web.Response:
         now = datetime.now(UTC)

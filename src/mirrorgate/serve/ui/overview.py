@@ -169,10 +169,14 @@ def _exceptions(rules: Rules, now: datetime) -> str:
     for exception in rules.exceptions:
         left = (exception.until - now).total_seconds()
         shown = _seconds(left) if left > 0 else "ended: lifts nothing"
+        lifts = ", ".join(sorted(exception.rules)) if exception.rules else "every policy rule"
+        if exception.integrity is not None:  # a waiver: for the bytes it names alone
+            lifts = (f"{lifts}, for {exception.integrity} alone" if exception.integrity
+                     else "nothing: it names no bytes (kept before waivers did); grant it "
+                     "again")
         rows.append([esc(exception.text), esc(_when(exception.until)),
                      f'<span data-key="exception-left">{esc(shown)}</span>',
-                     esc(", ".join(sorted(exception.rules)) if exception.rules
-                         else "every policy rule"),
+                     f'<span data-key="exception-lifts">{esc(lifts)}</span>',
                      esc(exception.by), esc(exception.reason),
                      '<span data-key="waiver">mirrorgate allow</span>' if exception.waiver
                      else "the rules file"])
