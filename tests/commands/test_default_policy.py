@@ -20,6 +20,7 @@ from mirrorgate.__main__ import main
 from mirrorgate.configdoc import render
 from mirrorgate.rules import DEFAULT_RULES, evaluate
 from mirrorgate.rules.inforce import DEFAULT_POLICY, in_force
+from mirrorgate.store.schema import LATEST
 from tests.servers.packages import make_version
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +37,9 @@ def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name)
     monkeypatch.setenv("MIRRORGATE_PUBLIC_UPSTREAM", "http://127.0.0.1:9/")
     monkeypatch.setenv("MIRRORGATE_DATA_DIR", str(tmp_path / "data"))
+    # the known-malware feed off: check-config would otherwise ask OSV's host whether it
+    # answers (tests reach only loopback; tests/e2e/test_known_malware.py runs the feed)
+    monkeypatch.setenv("MIRRORGATE_MALWARE_FEED", "off")
 
 
 def test_the_statement_names_exactly_the_rules_that_deny_without_a_rules_file() -> None:
@@ -46,10 +50,14 @@ def test_the_statement_names_exactly_the_rules_that_deny_without_a_rules_file() 
 
     assert fired == {"minimum-age", "integrity-presence"}
     named = {line.split(":")[0] for line in in_force(DEFAULT_RULES)}
-    # the other two read the bytes at a first pull, not the packument (tests/e2e/
-    # test_capabilities.py refuses each incident shape with no rules file)
-    assert named == fired | {"new-capability", "young-package-capability"}
+    # the other three read the bytes at a first pull, not the packument (tests/e2e/
+    # test_capabilities.py refuses each incident shape with no rules file, and tests/e2e/
+    # test_release_unread.py what it cannot read as npm does)
+    assert named == fired | {"new-capability", "young-package-capability",
+                             "unreadable-release"}
     assert "1 day old" in DEFAULT_POLICY
+    # and known malware, from the feed MIRRORGATE_MALWARE_FEED adds unless it is off
+    assert "advisory-malware: a version that a known-malware record (MAL-)" in DEFAULT_POLICY
 
 
 def test_the_readme_and_the_configuration_reference_state_the_generated_policy() -> None:
@@ -87,10 +95,10 @@ def test_check_config_summarises_for_a_person_with_problems_first(
                             "exceptions", "advisories"]
     [state] = [line for line in out if line.startswith("state ")]
     assert "sqlite at " in state
-    assert "state.sqlite3 (not created yet; this release migrates it to 1)" in state
-    rules = out.index("rules      the default policy (no MIRRORGATE_RULES_FILE): 4 rules can "
+    assert f"state.sqlite3 (not created yet; this release migrates it to {LATEST})" in state
+    rules = out.index("rules      the default policy (no MIRRORGATE_RULES_FILE): 5 rules can "
                       "deny a version")
-    assert out[rules + 1:rules + 5] == [f"           - {line}" for line in in_force(DEFAULT_RULES)]
+    assert out[rules + 1:rules + 6] == [f"           - {line}" for line in in_force(DEFAULT_RULES)]
     assert len(out) < 25  # it was 153 lines of JSON
 
 

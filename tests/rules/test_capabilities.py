@@ -214,3 +214,49 @@ def test_a_tarball_that_cannot_be_read_is_unread_not_clean() -> None:
     assert "install-time code gains unread" in gained.evidence
     assert alone is not None
     assert "pax header" in alone.evidence
+
+
+# --- what issue 53 added to the young-package signal, under the capability signals -----------
+
+
+@pytest.mark.parametrize(("key", "spec"), [
+    ("helper", "github:someone/helper"),  # npm clones it and runs its `prepare`
+    ("helper", "https://files.example.test/helper-1.0.0.tgz"),  # its hooks run
+    ("helper", "file:../helper"),
+], ids=["git", "url", "path"])
+def test_a_first_release_whose_dependency_npm_fetches_from_outside_is_held(
+    key: str, spec: str,
+) -> None:
+    # no hook of its own: the code npm runs at install comes from where no gate reads it
+    tarball = build_tarball(real("chalk-5.6.0"))
+    control = Release("1.0.0", contents_of(tarball))
+    attack = Release("1.0.0", contents_of(tarball), dependencies={key: spec})
+
+    assert check_alone(control, "1.0.0 is the package's first release") is None
+    fired = check_alone(attack, "1.0.0 is the package's first release")
+    assert fired is not None
+    assert "install-time code can use unread" in fired.evidence
+    assert "whose code npm runs at install" in fired.evidence
+
+
+def test_a_dependency_from_outside_the_tarballs_package_json_alone_declares_counts() -> None:
+    files = with_manifest(real("chalk-5.6.0"), dependencies={"helper": "github:someone/helper"})
+
+    fired = check_alone(Release("1.0.0", contents_of(build_tarball(files))), "a first release")
+
+    assert fired is not None
+    assert "github" in fired.evidence
+
+
+def test_an_established_package_gaining_a_git_dependency_gains_unread_code_at_install() -> None:
+    tarball = build_tarball(real("chalk-5.6.0"))
+    old = Release("5.6.0", contents_of(tarball))
+    new = Release("5.6.1", contents_of(tarball), dependencies={"helper": "github:someone/helper"})
+
+    gained = check_gained(new, old)
+
+    assert gained is not None
+    assert "install-time code gains unread" in gained.evidence
+    # one it already had gains nothing
+    assert check_gained(new, Release("5.6.0", contents_of(tarball),
+                                     dependencies={"helper": "github:someone/helper"})) is None

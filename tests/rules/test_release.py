@@ -288,10 +288,11 @@ def test_the_table_turns_every_signal_on_as_quarantine_unless_it_says_otherwise(
                                    "young-package-install-script": "quarantine"}
     assert (rules.young, rules.quarantine, rules.unavailable) == (
         timedelta(days=10), timedelta(days=3), "deny")
-    # without the table, what a release's code can do alone (issue 55's default)
+    # without the table, what a release's code can do (issue 55's default), and what it
+    # cannot read refused (issue 53)
     default = parse_rules("", "r.toml").release
     assert [s for s in RELEASE_SIGNALS if default.action(s) != "off"] == [
-        "new-capability", "young-package-capability"]
+        "new-capability", "young-package-capability", "unreadable-release"]
     assert default.compares  # the release before is read: what its code could do
 
 

@@ -39,11 +39,12 @@ PUBLISHERS = rules_summary(DEFAULT_RULES)["publish"]["who"]
 RELEASE_DEFAULT = {"new-capability": "quarantine", "young-package-capability": "quarantine",
                    "new-install-script": "off", "new-dependency-young": "off",
                    "obfuscated-code": "off", "typosquat": "off",
-                   "new-dependency-outside": "off", "unreadable-release": "off",
+                   "new-dependency-outside": "off", "unreadable-release": "deny",
                    "young-package-install-script": "off", "young": "30 days",
                    "young_package": "30 days", "quarantine": "7 days", "allow": [],
                    "unavailable": "admit"}
-"""Without a `[release]` table, what a release's code can do alone (issue 55)."""
+"""Without a `[release]` table, what a release's code can do (issue 55), and what it cannot
+read refused (issue 53)."""
 
 
 def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:

@@ -27,9 +27,10 @@ def capability_findings(new: Release, previous: VersionRecord | None, before: Re
     baseline `previous`, its bytes read; None when they could not be, which `unchecked` or
     `unreadable-release` says instead), and, where nothing vouches for it (no earlier
     release clean to compare with, or a package first published less than
-    `release.young_package` ago: its earlier releases are as new as it), what its code can
-    do alone. `looked`: whether a baseline was looked for (not when the code shows nothing
-    it could have gained, nor with no signal that compares on)."""
+    `release.young_package` ago, or one whose times establish no age: its earlier releases
+    are as new as it), what its code can do alone. `looked`: whether a baseline was looked
+    for (not when the code shows nothing it could have gained, nor with no signal that
+    compares on)."""
     found: list[Fired] = []
     if before is not None and rules.action(NEW_CAPABILITY) != "off":
         gained = check_gained(new, before)
@@ -39,7 +40,10 @@ def capability_findings(new: Release, previous: VersionRecord | None, before: Re
         return found
     first = package_first_published(gated)
     why: str | None = None
-    if first is not None and now - first < rules.young_package:
+    if first is None:  # times that cannot establish its age never make it old
+        why = ("the package's first publish cannot be established from its registry's "
+               "times, so it is treated as young")
+    elif now - first < rules.young_package:
         why = (f"the package was first published {stamp(first)}, less than "
                f"{rules.young_package_text} ago")
     elif previous is None and looked:

@@ -44,6 +44,7 @@ ALONE_AT_LOAD = frozenset({DECODED, INTERCEPTS, UNREAD})
 files outside the package over the network (`_SENDS`)."""
 _READS = frozenset({ENVIRONMENT, HOME, CREDENTIALS})
 _SHOWN = 3
+_SAID = 200  # characters of a dependency's spec and why it runs kept (a URL is the sender's)
 
 
 def _places(found: Iterable[Found]) -> str:
@@ -107,19 +108,24 @@ def verdict(new: Capabilities, previous: Capabilities | None) -> list[str]:
 
 def of_release(release: Release) -> Capabilities:
     """What a release's code can do as npm and yarn run it: its tarball's reading, with the
-    hooks only the registry's manifest declares added (each client runs one or the other)."""
+    hooks only the registry's manifest declares added (each client runs one or the other),
+    and the code npm fetches from outside any registry to run at install, unread."""
     contents = release.contents
     extra = {hook: command for hook, command in release.commands.items()
              if contents.scripts.get(hook) != command}
     read = capabilities_of(contents.layout, contents.code, extra) if extra \
         else contents.capabilities
-    if contents.problem is None:
-        return read
-    # a tarball that cannot be read as npm unpacks it is not clean: what runs in it, at
-    # install and at load, is unread
-    unread = tuple(Found(UNREAD, phase, "package.json", 0, contents.problem[:100])
-                   for phase in (INSTALL, LOAD))
-    return Capabilities(read.found + unread)
+    # a git, URL or path dependency's code runs at install (a git one's `prepare`, an
+    # archive's hooks) with no registry, and so no gate, between: code at install that
+    # mirrorgate never reads (`Release.fetched_outside`, issue 53)
+    unread = [Found(UNREAD, INSTALL, "package.json", 0, outside[:_SAID])
+              for outside in release.fetched_outside()]
+    if contents.problem is not None:
+        # a tarball that cannot be read as npm unpacks it is not clean: what runs in it, at
+        # install and at load, is unread
+        unread += [Found(UNREAD, phase, "package.json", 0, contents.problem[:100])
+                   for phase in (INSTALL, LOAD)]
+    return Capabilities(read.found + tuple(unread)) if unread else read
 
 
 def check_gained(new: Release, previous: Release) -> Fired | None:

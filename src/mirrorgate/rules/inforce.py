@@ -1,16 +1,22 @@
 """The rules in force as sentences: one line per rule that can deny, and the default policy.
 
-`DEFAULT_POLICY` is `in_force(DEFAULT_RULES)` joined, so `--help`, `check-config`, the README
+`DEFAULT_POLICY` is `in_force(DEFAULT_RULES)` joined (with the known-malware feed
+MIRRORGATE_MALWARE_FEED adds by default), so `--help`, `check-config`, the README
 and docs/configuration.md state the policy without a rules file from the code that applies it
 (tests/test_docs.py holds the README and the reference to it).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from mirrorgate.config import OSV_NPM_EXPORT
+from mirrorgate.rules.advisory import ADVISORY_MALWARE, known_malware
 from mirrorgate.rules.policy import DEFAULT_RULES, REPORT, Rules
 from mirrorgate.rules.releasetable import (
     NEW_CAPABILITY,
     RELEASE_SIGNALS,
+    UNREADABLE_RELEASE,
     YOUNG_PACKAGE_CAPABILITY,
     YOUNG_PACKAGE_INSTALL_SCRIPT,
 )
@@ -51,7 +57,12 @@ def in_force(rules: Rules) -> list[str]:
     if rules.allow:
         lines.append(f"allow-list: only {_listed(rules.allow.texts())}"
                      f"{_mode(rules, 'allow')}")
-    if rules.advisories is not None:
+    if rules.advisories is not None and rules.advisories.by_default:
+        lines.append(f"{ADVISORY_MALWARE}: a version that a known-malware record (MAL-) of "
+                     "OSV's npm export names is denied (MIRRORGATE_MALWARE_FEED, refreshed "
+                     "hourly; while it cannot be fetched, versions are admitted as before)"
+                     f"{_mode(rules, 'advisories')}")
+    elif rules.advisories is not None:
         malware = "denied" if rules.advisories.malware_deny else "admitted"
         lines.append(f"advisories: malware {malware}, severity {rules.advisories.severity} "
                      "and above denied"
@@ -72,6 +83,11 @@ def in_force(rules: Rules) -> list[str]:
             lines.append(f"{name}: {signal.mode}, over the previous {signal.window} versions")
     release = rules.release
     acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
+    reading = set(release.reading)
+    capabilities = {NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY}
+    # the default's signals, and the young-package one alone, are said in sentences; any
+    # other set is listed by name
+    said = release.only_young_package or (bool(reading) and reading <= capabilities)
 
     def held(signal: str) -> str:
         return {"deny": "denied", "report": "reported",
@@ -82,29 +98,34 @@ def in_force(rules: Rules) -> list[str]:
         lines.append(f"{YOUNG_PACKAGE_INSTALL_SCRIPT}: a release that runs code at install, of "
                      f"a package first published less than {release.young_package_text} ago, "
                      f"is {held(YOUNG_PACKAGE_INSTALL_SCRIPT)}")
-    elif acting and set(acting) <= {NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY}:
-        if NEW_CAPABILITY in acting:
+    elif said:
+        if NEW_CAPABILITY in reading:
             lines.append(f"{NEW_CAPABILITY}: what a release's code can do at install and at "
                          "load (the network, processes, the environment, files outside the "
                          "package, dynamic and native code, interception of globals) is read "
                          "at its first pull and compared with the release before it, and a "
                          f"capability gained is {held(NEW_CAPABILITY)}")
-        if YOUNG_PACKAGE_CAPABILITY in acting:
+        if YOUNG_PACKAGE_CAPABILITY in reading:
             lines.append(f"{YOUNG_PACKAGE_CAPABILITY}: a release nothing vouches for (no "
                          "earlier release, or a package first published less than "
-                         f"{release.young_package_text} ago) whose code can reach the network, "
-                         "run processes or read the environment or credentials files at "
-                         "install, or at load run decoded code, intercept globals or send what "
-                         f"it reads, is {held(YOUNG_PACKAGE_CAPABILITY)}")
+                         f"{release.young_package_text} ago or whose first publish its "
+                         "registry's times cannot establish) whose code can reach the network, "
+                         "run processes, read the environment or credentials files or cannot "
+                         "be read at install (a dependency npm fetches from a git repository, "
+                         "a URL or a path included), or at load run decoded code, intercept "
+                         f"globals or send what it reads, is {held(YOUNG_PACKAGE_CAPABILITY)}")
     elif release.on:
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
+    if said and UNREADABLE_RELEASE in acting:  # riding on the signals that read
+        lines.append(f"{UNREADABLE_RELEASE}: a release whose tarball mirrorgate cannot read "
+                     f"as npm does is {held(UNREADABLE_RELEASE)}")
     return lines
 
 
-def _default_policy() -> str:
-    lines = in_force(DEFAULT_RULES)
+def _default_policy(malware_feed: str) -> str:
+    lines = in_force(replace(DEFAULT_RULES, advisories=known_malware(malware_feed)))
     return (f"Without a rules file (MIRRORGATE_RULES_FILE), {len(lines)} rules run: "
             + "; ".join(lines) + ".")
 
 
-DEFAULT_POLICY = _default_policy()
+DEFAULT_POLICY = _default_policy(OSV_NPM_EXPORT)

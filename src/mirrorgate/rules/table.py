@@ -78,10 +78,15 @@ class Judged:
     context: Context | None
     best: Digest | None
     """The strongest digest this process can compute, or None."""
+    integrity: str | None = None
+    """The bytes a waiver must name, when not `best`'s (a mirrored copy's: the digest the
+    worker verified it against)."""
 
     @property
     def subject(self) -> Subject:
-        return Subject(self.name, self.version)
+        integrity = self.integrity if self.integrity is not None else (
+            self.best.sri() if self.best is not None else "")
+        return Subject(self.name, self.version, integrity)
 
     @property
     def label(self) -> str:
@@ -306,9 +311,11 @@ RULES: tuple[Rule, ...] = (
          _at_first_pull, "release"),
     Rule((YOUNG_PACKAGE_CAPABILITY,), "on by default: nothing vouches for it (no earlier "
          "release to compare with, or a package first published less than "
-         "`release.young_package` ago) and its code can reach the network, run processes, "
-         "read the environment or credentials files at install, or at load run decoded code, "
-         "intercept globals or send the environment or files over the network.",
+         "`release.young_package` ago, or one whose times establish no age) and its code can "
+         "reach the network, run processes, read the environment or credentials files or "
+         "cannot be read at install (a git, URL or path dependency's included), or at load "
+         "run decoded code, intercept globals or send the environment or files over the "
+         "network.",
          _at_first_pull, "release"),
     Rule((NEW_INSTALL_SCRIPT,), "`[release]`: its tarball or manifest runs code at install "
          "(a `preinstall`, `install` or `postinstall`, a `binding.gyp`, a bundled "
@@ -329,7 +336,7 @@ RULES: tuple[Rule, ...] = (
     Rule((NEW_DEPENDENCY_OUTSIDE,), "`[release]`: a dependency new or changed since the "
          "previous version is fetched from a git repository, a URL or a path: outside any "
          "registry, and so outside the gate.", _at_first_pull, "release"),
-    Rule((UNREADABLE_RELEASE,), "`[release]`: the release cannot be read whole because of "
+    Rule((UNREADABLE_RELEASE,), "on by default: the release cannot be read whole because of "
          "its own shape (its tarball, or the previous version's, refused by the reader or "
          "over the bound; more new dependencies than are looked up): see [which causes are "
          "which](#release-signals-causes).", _at_first_pull, "release"),
@@ -359,6 +366,7 @@ def evaluate(
     *,
     context: Context | None = None,
     digests: tuple[Digest, ...] | None = None,
+    integrity: str | None = None,
 ) -> Verdict:
     """Whether the public version `name@version` is admitted, and if not by which rule and why.
 
@@ -366,7 +374,8 @@ def evaluate(
     and `now` the moment to measure release age against. `context` carries what the
     packument-wide rules read (history, registry keys); without it they see no history and no
     keys. `digests` are `digests_from_dist` of its `dist` when the caller has them already (the
-    gate keeps them too), so they are not read twice. Pure: no I/O, no clock, no logging.
+    gate keeps them too), so they are not read twice; `integrity`, the bytes a waiver must
+    name when not the strongest of them. Pure: no I/O, no clock, no logging.
     """
     dist = manifest.get("dist") if isinstance(manifest, Mapping) else None
     if not isinstance(dist, Mapping):
@@ -375,7 +384,7 @@ def evaluate(
         best = strongest(digests if digests is not None else digests_from_dist(dist))
     judged = Judged(name, version, manifest if isinstance(manifest, Mapping) else {},
                     published, now if now.tzinfo is not None else now.replace(tzinfo=UTC),
-                    context, best)
+                    context, best, integrity)
     # sha1-only versions are admitted but flagged weak, unless a stronger floor is set
     return _settle(rules, judged, RULES, weak=best is not None and best.algorithm == "sha1")
 
@@ -442,13 +451,14 @@ def scan_finding(found: str, manifest: Mapping[str, Any]) -> str:
             "declares")
 
 
-def deny_listed(rules: Rules, name: str, version: str, now: datetime) -> Verdict | None:
+def deny_listed(rules: Rules, name: str, version: str, now: datetime,
+                integrity: str = "") -> Verdict | None:
     """The deny list alone, for first-party versions: the organisation's own builds are not
     held to the public admission rules, but an operator's deny entry withdraws any version
-    (in its mode, and past an exception, as for a public version). None when nothing
-    denies it or would."""
+    (in its mode, and past an exception, as for a public version: `integrity`, the bytes a
+    waiver must name). None when nothing denies it or would."""
     judged = Judged(name, version, {}, None, now if now.tzinfo is not None
-                    else now.replace(tzinfo=UTC), None, None)
+                    else now.replace(tzinfo=UTC), None, None, integrity)
     verdict = _settle(rules, judged, (_DENY_ROW,), weak=False)
     return verdict if verdict is not _ADMITTED else None
 
