@@ -61,7 +61,8 @@ async def test_a_job_for_a_version_never_judged_is_judged_first_and_a_refusal_re
 @pytest.fixture
 async def default_proxy(public_registry: FixtureRegistry,
                         tmp_path: Path) -> AsyncIterator[RunningProxy]:
-    """As `mirrorgate serve` with no rules file: young-package-install-script alone is on."""
+    """As `mirrorgate serve` with no rules file: the capability signals and
+    unreadable-release are on."""
     private = tmp_path / "private"
     settings = make_settings(public_registry.url, f"file://{private}", tmp_path / "data")
     stack = await open_proxy(settings, store=private, rules=DEFAULT_RULES, queue=None,
@@ -101,7 +102,9 @@ async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judge
     # an old package (first published in 2020) whose postinstall prints a line is read (its
     # bytes, by the judge, then the worker's own download) and gains nothing: published
     assert old == "published"
-    assert default_proxy.server.gate.release.remembered("old-native", "1.0.0") is not None
+    assert default_proxy.server.gate.release.remembered(
+        "old-native", "1.0.0",
+        public_registry.package("old-native").version("1.0.0").integrity) is not None
     assert [seen.path for seen in public_registry.requests
             if seen.path.endswith(".tgz")] == [tarball_path("old-native", "1.0.0")] * 2
     # nor is its packument gated whole: the re-gate and the verdict read the version alone
