@@ -232,3 +232,42 @@ async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_o
     assert held_scan.finish() is None
     assert other.scan is not None
     assert other.scan.finish() is None
+
+
+async def test_with_every_lane_reading_a_new_reading_takes_the_lane_least_behind(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """More downloads read at once than there are lanes (the default reads every first pull):
+    two lanes, a costly reading held on one, another reading on the other and keeping up. A
+    third shares a lane: the one least behind, not the costly one's by the list's order (it
+    once waited there for the whole costly reading)."""
+    held_scan, gate = ScriptScan(), threading.Event()
+    real = relayhash._scan
+
+    def held(scan: ScriptScan, chunk: bytes) -> None:
+        if scan is held_scan:
+            gate.wait(10)
+        real(scan, chunk)
+
+    monkeypatch.setattr(relayhash, "_scan", held)
+    monkeypatch.setattr(relayhash, "_cpus", lambda: 2)
+    monkeypatch.setattr(relayhash, "_readers", [])
+    tarball = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}'})
+    costly = RelayHasher(None, held_scan)
+    await costly.feed(tarball)
+    keeping_up = RelayHasher(None, ScriptScan())
+    await keeping_up.feed(tarball)
+    async with asyncio.timeout(5):
+        await keeping_up._caught_up()  # read, and still on its lane (not finished)
+    assert keeping_up.behind == 0
+    third = RelayHasher(None, ScriptScan())
+    try:
+        async with asyncio.timeout(5):
+            await third.feed(tarball)
+            await third.finish()
+        assert not gate.is_set()  # the costly reading is still held
+        assert len(relayhash._readers) == 2
+    finally:
+        gate.set()
+    async with asyncio.timeout(5):
+        await costly.finish()
+        await keeping_up.finish()
