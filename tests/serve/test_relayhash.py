@@ -15,6 +15,7 @@ import time
 import pytest
 
 from mirrorgate.integrity import Digest, DigestMismatch, StreamVerifier, Verified, digest_of
+from mirrorgate.npm.contents import ContentReading, Contents
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.serve import relayhash
 from mirrorgate.serve.relayhash import BEHIND_AT_MOST, OFF_LOOP_ABOVE, RelayHasher
@@ -271,3 +272,31 @@ async def test_with_every_lane_reading_a_new_reading_takes_the_lane_least_behind
     async with asyncio.timeout(5):
         await costly.finish()
         await keeping_up.finish()
+
+
+async def test_a_release_reading_settles_on_its_reading_lane_not_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the bytes come to (the files that run, what their code can do: up to a second of
+    walking for 200,000 files) is worked out on the lane that read them, before `finish()`
+    returns; the verdict on the loop takes it as it is."""
+    loop_thread = threading.get_ident()
+    settled_on: list[int] = []
+    real = ContentReading._contents
+
+    def recorded(reading: ContentReading) -> Contents:
+        settled_on.append(threading.get_ident())
+        return real(reading)
+
+    monkeypatch.setattr(ContentReading, "_contents", recorded)
+    reading = ContentReading(lean=True)
+    hasher = RelayHasher(None, reading.scan)
+    tarball = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}',
+                             "index.js": b"require('https').get('https://x.invalid/');\n"})
+    for chunk in chunks(tarball, 512):
+        await hasher.feed(chunk)
+    await hasher.finish()
+    contents = reading.contents()
+
+    assert len(settled_on) == 1
+    assert settled_on != [loop_thread]
+    assert "network" in contents.capabilities.at_load

@@ -101,10 +101,12 @@ def _publishers(gated: Gated) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def _feed(scan: ScriptScan, tarball: bytes) -> None:
-    """A whole tarball held in memory, fed to a reading as the relay feeds a download."""
+    """A whole tarball held in memory, fed to a reading as the relay feeds a download, and
+    settled on the same thread (`ScriptScan.settle`)."""
     view = memoryview(tarball)
     for start in range(0, len(view), _STEP):
         scan.feed(bytes(view[start:start + _STEP]))
+    scan.settle()
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,7 @@ class ContentReading:
         self._files: dict[str, int] = {}  # every file with bytes, and its size
         self._heads: dict[str, int] = {}  # JavaScript files: the bytes measured as before
         self._budget = ReadBudget()  # the code parsed for capabilities (`npm.jsuses`)
+        self._settled: Contents | None = None  # `settle()`'s, on the thread that read the bytes
 
     @property
     def lean(self) -> bool:
@@ -188,7 +189,17 @@ class ContentReading:
             return marks
         return replace(marks, requires=requires_of(data), uses=uses_of(data, self._budget))
 
+    def settle(self) -> None:
+        """Every byte fed: `contents()` worked out now, where the bytes were read (the relay's
+        reading lane: `ScriptScan.settle`), and kept for the verdict on the event loop."""
+        if self._settled is None:
+            self._settled = self._contents()
+
     def contents(self) -> Contents:
+        """What the bytes fed hold: settled on the reading lane (`settle`), else now."""
+        return self._settled if self._settled is not None else self._contents()
+
+    def _contents(self) -> Contents:
         scan = self.scan
         scan.finish()  # a stream cut short, or ending inside an entry, is a problem too
         if scan.problem is not None:
@@ -277,6 +288,7 @@ def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None, *,
     view = memoryview(tarball)
     for start in range(0, len(view), _STEP):
         reading.scan.feed(bytes(view[start:start + _STEP]))
+    reading.scan.settle()
     return reading.contents()
 
 

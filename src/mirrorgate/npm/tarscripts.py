@@ -98,6 +98,10 @@ class FileWatch(Protocol):
 
     def read(self, path: str, data: bytes, size: int) -> None: ...
 
+    def settle(self) -> None:
+        """Every byte read: work out what the files read come to, on the thread that read
+        them (`ScriptScan.settle`)."""
+
 
 class ScriptScan:
     """Feed a tarball's bytes in order; `finish()` returns why its contents run code at install
@@ -127,6 +131,11 @@ class ScriptScan:
         self._finished = False
 
     @property
+    def watched(self) -> bool:
+        """Whether a watch reads files beside the scan (its reading then settles: `settle`)."""
+        return self._watch is not None
+
+    @property
     def problem(self) -> str | None:
         return self._problem or self._tarball.problem
 
@@ -148,6 +157,15 @@ class ScriptScan:
             return (f"its tarball runs code at install ({', '.join(found)}), which the "
                     "registry's manifest does not show")
         return None
+
+    def settle(self) -> None:
+        """Every byte fed: the tar read to its end, and the watch's reading of the files
+        settled where the bytes were read (a reading lane, `serve.relayhash`), never on the
+        event loop: walking what 200,000 files run and what their code can do costs up to a
+        second."""
+        self.finish()
+        if self._watch is not None:
+            self._watch.settle()
 
     def gyp_runs(self) -> list[str]:
         """The package folders where a client runs `node-gyp rebuild` for a `binding.gyp`."""

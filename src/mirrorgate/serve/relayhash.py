@@ -18,6 +18,7 @@ import itertools
 import os
 import queue
 import threading
+from collections.abc import Callable
 
 from mirrorgate.integrity import StreamVerifier, Verified
 from mirrorgate.npm.tarscripts import ScriptScan
@@ -64,13 +65,15 @@ def _scan(scan: ScriptScan, chunk: bytes) -> None:
 
 class _Waiter:
     """A point in a lane's queue: when the thread reaches it, every chunk queued before it
-    has been hashed, and the waiting relay is woken on its own loop."""
+    has been hashed, `then` runs there (a reading settled: `ScriptScan.settle`), and the
+    waiting relay is woken on its own loop."""
 
-    __slots__ = ("future", "loop")
+    __slots__ = ("future", "loop", "then")
 
-    def __init__(self) -> None:
+    def __init__(self, then: Callable[[], None] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self.future: asyncio.Future[None] = self.loop.create_future()
+        self.then = then
 
     def reached(self) -> None:
         # a loop that has closed meanwhile (its relay is gone) is nobody to wake
@@ -105,6 +108,8 @@ class _Lane:
         while True:
             hasher, work = self.queue.get()
             if isinstance(work, _Waiter):
+                if work.then is not None:
+                    hasher._call(work.then)
                 work.reached()
             else:
                 hasher._hash(work)
@@ -226,14 +231,19 @@ class RelayHasher:
         self._raise()
 
     async def finish(self) -> Verified | None:
-        """Wait for every chunk fed to be read, then check the digest (and the size)."""
+        """Wait for every chunk fed to be read (and the scan settled where it was read:
+        `ScriptScan.settle`), then check the digest (and the size)."""
         self._raise()
-        if self._lane is None:
+        # a scan alone (the install-scripts rule) has nothing to settle: no hand-over for it
+        settle = self.scan.settle if self.scan is not None and self.scan.watched else None
+        if self._lane is None:  # nothing fed off the loop (with a watch: nothing fed at all)
             for chunk in self._small:
                 self._read(chunk)
             self._small = []
-        elif self.behind:
-            await self._caught_up()
+            if settle is not None:
+                settle()
+        elif self.behind or settle is not None:
+            await self._caught_up(settle)
             self._raise()
         self._release()
         return self.verifier.finish() if self.verifier is not None else None
@@ -256,9 +266,9 @@ class RelayHasher:
             self._own = False
             _read(self._lane, self)
 
-    async def _caught_up(self) -> None:
+    async def _caught_up(self, then: Callable[[], None] | None = None) -> None:
         assert self._lane is not None
-        waiter = _Waiter()
+        waiter = _Waiter(then)
         self._lane.queue.put((self, waiter))
         await waiter.future
 
@@ -276,6 +286,14 @@ class RelayHasher:
             except Exception as error:  # raised to the relay by its next feed or finish
                 self._error = error
         self._hashed += len(chunk)
+
+    def _call(self, then: Callable[[], None]) -> None:
+        """On the lane's thread, after every chunk before it: what `finish()` asked for."""
+        if self._error is None and not self._closed:
+            try:
+                then()
+            except Exception as error:  # raised to the relay by its finish
+                self._error = error
 
     def _raise(self) -> None:
         if self._error is not None:
