@@ -200,11 +200,13 @@ async def test_a_cancelled_wait_for_the_hash_leaves_the_lane_working(
     assert (await verified(again)).size == len(BYTES)
 
 
-async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_only_hashed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A costly reading (a publisher's tarball of 199,000 entries) on a reading lane: another
-    download being read takes another lane, and one only hashed keeps to the hashing lanes;
-    both finish while the first is still held (on one shared lane, both waited for it)."""
+TINY = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}'})
+
+
+@pytest.fixture
+def held_reading(monkeypatch: pytest.MonkeyPatch) -> tuple[ScriptScan, threading.Event]:
+    """A costly reading (a publisher's tarball of 199,000 entries): the scan returned stops
+    on its lane before each chunk until the event is set."""
     held_scan, gate = ScriptScan(), threading.Event()
     real = relayhash._scan
 
@@ -214,8 +216,18 @@ async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_o
         real(scan, chunk)
 
     monkeypatch.setattr(relayhash, "_scan", held)
+    return held_scan, gate
+
+
+async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_only_hashed(
+        monkeypatch: pytest.MonkeyPatch, held_reading: tuple[ScriptScan, threading.Event],
+        ) -> None:
+    """A costly reading on a reading lane: another download being read takes another lane,
+    and one only hashed keeps to the hashing lanes; both finish while the first is still held
+    (on one shared lane, both waited for it)."""
+    held_scan, gate = held_reading
     monkeypatch.setattr(relayhash, "_spare_cpu", lambda: True)
-    tarball = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}'})
+    tarball = TINY
     costly = RelayHasher(None, held_scan)
     await costly.feed(tarball)
     other = RelayHasher(None, ScriptScan())
@@ -236,23 +248,16 @@ async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_o
 
 
 async def test_with_every_lane_reading_a_new_reading_takes_the_lane_least_behind(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, held_reading: tuple[ScriptScan, threading.Event],
+        ) -> None:
     """More downloads read at once than there are lanes (the default reads every first pull):
     two lanes, a costly reading held on one, another reading on the other and keeping up. A
     third shares a lane: the one least behind, not the costly one's by the list's order (it
     once waited there for the whole costly reading)."""
-    held_scan, gate = ScriptScan(), threading.Event()
-    real = relayhash._scan
-
-    def held(scan: ScriptScan, chunk: bytes) -> None:
-        if scan is held_scan:
-            gate.wait(10)
-        real(scan, chunk)
-
-    monkeypatch.setattr(relayhash, "_scan", held)
+    held_scan, gate = held_reading
     monkeypatch.setattr(relayhash, "_cpus", lambda: 2)
     monkeypatch.setattr(relayhash, "_readers", [])
-    tarball = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}'})
+    tarball = TINY
     costly = RelayHasher(None, held_scan)
     await costly.feed(tarball)
     keeping_up = RelayHasher(None, ScriptScan())
