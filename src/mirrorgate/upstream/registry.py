@@ -118,6 +118,9 @@ class PrivateRegistry(Protocol):
     takes_changes: bool
     """npm's deprecate, unpublish and dist-tag go through (the file store takes publishes only:
     its versions have no revisions or tags of their own)."""
+    keeps_tags: bool
+    """A publish's dist-tags are kept (the file store's `latest` is its highest version, and
+    `put` ignores the tags: the worker reads none for it)."""
 
     def for_worker(self) -> PrivateRegistry:
         """The same registry as the worker uses it (its own connection pool)."""
@@ -162,6 +165,7 @@ class HttpRegistry:
     `Upstream` client for it, which adds mirrorgate's token and never leaves its origin."""
 
     takes_changes = True
+    keeps_tags = True
 
     def __init__(self, upstream: Upstream, *, reads: Pool = FILLS,
                  downloads: Pool = TARBALLS) -> None:
@@ -240,6 +244,7 @@ class StoreRegistry:
 
     label = "file-store"
     takes_changes = False
+    keeps_tags = False
 
     def __init__(self, store: FileStore) -> None:
         self.store = store

@@ -304,9 +304,10 @@ class JobRunner:
         # re-gated against the public packument with today's rules, and from there on what is
         # verified and published is public's description of the version, never the job's.
         # dependency confusion: never publish a public version into the organisation's name
-        # ([private].names, or a name the target holds unmarked versions of)
-        if self._rules.private_alone(job.name) or await self._target_call(
-                self.deps.target.first_party(job)):
+        # ([private].names, or a name the target holds unmarked versions of: its packument,
+        # read once, also says after the re-gate whether the version is held already)
+        if self._rules.private_alone(job.name) or (
+                held := await self._target_call(self.deps.target.held(job))).first_party:
             raise Retire("first-party", f"{job.name} is first-party: a public version is "
                           f"never published into it")
         if not self._withdrawals.known:
@@ -327,7 +328,7 @@ class JobRunner:
                                   limit=self.deps.settings.max_tarball_bytes)
         target = self.deps.target
         # the cheap question first: a version already held costs a metadata read, no download
-        if await self._target_call(target.holds(job)):
+        if await self._target_call(target.holds(job, held)):
             if self.deps.handoff is not None:  # bytes the proxy handed over, not needed
                 self.deps.handoff.discard(url)
             log.info("mirror_already_present", target=target.label, fetched=False)
