@@ -2,7 +2,8 @@
 
 It lets `mirrorgate serve` on a fresh machine proxy, gate and mirror with no other server: the
 worker writes what it verified here, and the serve path reads the same directory as its private
-upstream. File I/O runs in a thread, so the event loop never waits on a disk.
+upstream. File I/O runs in a thread, so the event loop never waits on a disk: the reads of one
+loop tick in one thread hand-off (`offload.batched`), the fsync'd writes each on its own.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from mirrorgate.errors import MirrorgateError
 from mirrorgate.npm.mirrormark import read_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.versions import highest, is_version_string
+from mirrorgate.offload import batched
 
-__all__ = ["FileStore", "Incoming", "StoreError"]
+__all__ = ["FileStore", "Incoming", "StoreError", "StoredTarball"]
 
 CHUNK = 256 * 1024
 
@@ -76,6 +78,28 @@ class Incoming:
         if not self._landed:
             self._handle.close()
             self.path.unlink(missing_ok=True)
+
+
+class StoredTarball:
+    """A stored tarball being read: its size, its first bytes, and the open file the rest is
+    read from (None once read whole)."""
+
+    def __init__(self, size: int, head: bytes, handle: BinaryIO | None) -> None:
+        self.size = size
+        self._head = head
+        self._handle = handle
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self._head:
+            yield self._head
+        while self._handle is not None and (
+                chunk := await batched(self._handle.read, CHUNK)):
+            yield chunk
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 class FileStore:
@@ -147,7 +171,7 @@ class FileStore:
         }
 
     async def packument(self, name: PackageName) -> dict[str, Any] | None:
-        return await asyncio.to_thread(self._read_packument, name)
+        return await batched(self._read_packument, name)
 
     def _names(self) -> list[str]:
         found: list[str] = []
@@ -176,23 +200,40 @@ class FileStore:
                 return None
             return data if isinstance(data, dict) else None
 
-        return await asyncio.to_thread(read)
+        return await batched(read)
 
-    async def tarball_size(self, name: PackageName, filename: str) -> int | None:
+    async def open_tarball(self, name: PackageName, filename: str) -> StoredTarball | None:
+        """The stored tarball, opened, sized and its first `CHUNK` read in one thread
+        hand-off (most tarballs are smaller: the whole of them); None when it is not there."""
         path = self.tarball_path(name, filename)
-        try:
-            return (await asyncio.to_thread(path.stat)).st_size
-        except OSError:
-            return None
+
+        def opened() -> StoredTarball | None:
+            try:
+                handle = path.open("rb")
+            except OSError:
+                return None
+            try:
+                size = os.fstat(handle.fileno()).st_size  # the file opened, whatever replaces it
+                head = handle.read(CHUNK)
+            except BaseException:
+                handle.close()
+                raise
+            if len(head) >= size:
+                handle.close()
+                return StoredTarball(size, head, None)
+            return StoredTarball(size, head, handle)
+
+        return await batched(opened)
 
     async def tarball_chunks(self, name: PackageName, filename: str) -> AsyncIterator[bytes]:
-        path = self.tarball_path(name, filename)
-        handle = await asyncio.to_thread(path.open, "rb")
+        stored = await self.open_tarball(name, filename)
+        if stored is None:
+            raise FileNotFoundError(self.tarball_path(name, filename))
         try:
-            while chunk := await asyncio.to_thread(handle.read, CHUNK):
+            async for chunk in stored.chunks():
                 yield chunk
         finally:
-            handle.close()
+            stored.close()
 
     # --- writing -------------------------------------------------------------------------
 

@@ -276,13 +276,16 @@ class StoreRegistry:
     async def _tarball(self, name: PackageName,
                        filename: str) -> AsyncIterator[TarballBody | None]:
         try:
-            size = await self.store.tarball_size(name, filename)
+            stored = await self.store.open_tarball(name, filename)
         except StoreError:
-            size = None
-        if size is None:
+            stored = None
+        if stored is None:
             yield None
             return
-        yield TarballBody(size, self.store.tarball_chunks(name, filename))
+        try:
+            yield TarballBody(stored.size, stored.chunks())
+        finally:
+            stored.close()  # read to its end or not
 
     def tarball(self, name: PackageName, filename: str) -> AbstractTarball:
         return self._tarball(name, filename)
