@@ -55,6 +55,32 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _link(unnamed: int, path: Path) -> bool:
+    """Link the unnamed file `unnamed` (the handoff's, holding the very bytes checked) in at
+    `path`: fsynced, linked under a temporary name beside it, then `os.replace`d, like
+    `_atomic_write` without writing the bytes again. False when this file cannot be linked
+    here (another filesystem, no O_TMPFILE, no /proc): the caller writes the bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = f".incoming-{os.urandom(6).hex()}"
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(unnamed)
+        try:
+            # linkat(AT_SYMLINK_FOLLOW) through /proc: an O_TMPFILE file opened without O_EXCL
+            # may be given a name (CPython uses linkat only with a directory descriptor)
+            os.link(f"/proc/self/fd/{unnamed}", temporary, dst_dir_fd=directory)
+        except OSError:
+            return False
+        try:
+            os.replace(temporary, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            os.unlink(temporary, dir_fd=directory)
+            raise
+    finally:
+        os.close(directory)
+    return True
+
+
 class Incoming:
     """A tarball arriving in the store: a temporary file, written in a thread chunk by chunk."""
 
@@ -238,9 +264,12 @@ class FileStore:
     # --- writing -------------------------------------------------------------------------
 
     def _write(self, name: PackageName, version: str, filename: str, manifest: dict[str, Any],
-               tarball: bytes) -> bool:
-        return self._land(name, version, filename, manifest,
-                          lambda path: _atomic_write(path, tarball))
+               tarball: bytes, unnamed: int | None) -> bool:
+        def place(path: Path) -> None:
+            if unnamed is None or not _link(unnamed, path):
+                _atomic_write(path, tarball)
+
+        return self._land(name, version, filename, manifest, place)
 
     def _land(self, name: PackageName, version: str, filename: str, manifest: dict[str, Any],
               place: Callable[[Path], None]) -> bool:
@@ -282,12 +311,14 @@ class FileStore:
                              f"{error.strerror}") from None
 
     async def put(self, name: PackageName, version: str, filename: str,
-                  manifest: dict[str, Any], tarball: bytes) -> bool:
+                  manifest: dict[str, Any], tarball: bytes, *,
+                  unnamed: int | None = None) -> bool:
         """Store one version once; False when it was already there (nothing is overwritten),
-        like a registry's 409."""
+        like a registry's 409. `unnamed`: an unnamed file holding exactly `tarball`, linked
+        in as the stored tarball where it can be (`_link`): the bytes are not written again."""
         try:
             return await asyncio.to_thread(self._write, name, version, filename, manifest,
-                                           tarball)
+                                           tarball, unnamed)
         except OSError as error:
             raise StoreError(f"cannot write {name.full}@{version} under {self.root}: "
                              f"{error.strerror}") from None

@@ -140,9 +140,12 @@ class PrivateRegistry(Protocol):
         ...
 
     async def put(self, name: PackageName, version: str, filename: str,
-                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str]) -> bool:
+                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str], *,
+                  unnamed: int | None = None) -> bool:
         """Publish one version the worker verified: True when written, False when the registry
-        already holds that version (nothing is overwritten). Raises RegistryError."""
+        already holds that version (nothing is overwritten). Raises RegistryError. `unnamed`:
+        the descriptor of an unnamed file holding exactly `tarball` (the handoff's), which a
+        store on its filesystem links in as the stored tarball: the bytes written once."""
         ...
 
     async def upload(self, name: PackageName, body: Upload) -> WriteAnswer:
@@ -206,7 +209,8 @@ class HttpRegistry:
         return self._tarball(name, filename)
 
     async def put(self, name: PackageName, version: str, filename: str,
-                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str]) -> bool:
+                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str], *,
+                  unnamed: int | None = None) -> bool:
         body = publish_document(name, version, manifest, filename, tarball, tags)
         try:
             status, answer = await self.upstream.send_json("PUT", name.url_path(), body,
@@ -291,14 +295,16 @@ class StoreRegistry:
         return self._tarball(name, filename)
 
     async def put(self, name: PackageName, version: str, filename: str,
-                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str]) -> bool:
+                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str], *,
+                  unnamed: int | None = None) -> bool:
         # the store keeps no tags: `latest` is its highest version
         try:
             self.store.check(name, version, filename)
         except StoreError as error:
             raise RegistryError("target-refused", str(error), transient=False) from None
         try:
-            return await self.store.put(name, version, filename, manifest, tarball)
+            return await self.store.put(name, version, filename, manifest, tarball,
+                                        unnamed=unnamed)
         except StoreError as error:
             raise RegistryError("target-failed", str(error), transient=True) from None
 

@@ -170,9 +170,12 @@ class MirrorTarget:
         return True
 
     async def publish(self, job: MirrorJob, tarball: bytes,
-                      digests: TarballDigests | None = None) -> PublishResult:
+                      digests: TarballDigests | None = None, *,
+                      unnamed: int | None = None) -> PublishResult:
         """Store the bytes, never ones not shown to match: without the worker's `digests`
-        they are verified here (`publish_digests`)."""
+        they are verified here (`publish_digests`). `unnamed`: the descriptor of an unnamed
+        file holding these very bytes, which a file store may link in instead of writing
+        them (`PrivateRegistry.put`)."""
         name = _name(job)
         digests = await publish_digests(job, tarball, digests)
         tags = await self._tags(name, job)
@@ -180,7 +183,8 @@ class MirrorTarget:
         manifest = version_manifest(name, job.version, job.manifest, digests.integrity,
                                     digests.shasum, self.registry.tarball_url(name, filename),
                                     job.published)
-        if await self.registry.put(name, job.version, filename, manifest, tarball, tags):
+        if await self.registry.put(name, job.version, filename, manifest, tarball, tags,
+                                   unnamed=unnamed):
             return PublishResult.PUBLISHED
         return await self._already_there(name, job)
 
