@@ -2,8 +2,9 @@
 
 It lets `mirrorgate serve` on a fresh machine proxy, gate and mirror with no other server: the
 worker writes what it verified here, and the serve path reads the same directory as its private
-upstream. File I/O runs in a thread, so the event loop never waits on a disk: the reads of one
-loop tick in one thread hand-off (`offload.batched`), the fsync'd writes each on its own.
+upstream. File I/O runs in a thread, so the event loop never waits on a disk: the small reads of
+one loop tick in one thread hand-off (`offload.batched`), a packument's and the fsync'd writes
+each on its own.
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ class FileStore:
         }
 
     async def packument(self, name: PackageName) -> dict[str, Any] | None:
-        return await batched(self._read_packument, name)
+        # on its own: every manifest of the name, too long a call to make others wait for
+        return await asyncio.to_thread(self._read_packument, name)
 
     def _names(self) -> list[str]:
         found: list[str] = []
