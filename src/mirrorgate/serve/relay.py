@@ -43,8 +43,10 @@ log = structlog.get_logger("mirrorgate.serve")
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 OCTETS = "application/octet-stream"
-CHUNK = 64 * 1024
-"""Bytes a spool reader sends per write."""
+CHUNK = 256 * 1024
+"""Bytes a spool reader sends per write, at most: a chunk as it arrived goes out whole, never
+sliced into copies (the file store reads 256 KiB at a time, public's answers come in 64 KiB),
+and a larger write costs less a MB (0.55 against 0.69 ms of CPU, bare aiohttp on loopback)."""
 MEMORY = 10_000
 """Versions remembered in each memo (scripts found, scanned clean); the oldest go first."""
 HOLD_AT_MOST = 16 * 1024 * 1024

@@ -309,9 +309,10 @@ class JobRunner:
         # re-gated against the public packument with today's rules, and from there on what is
         # verified and published is public's description of the version, never the job's.
         # dependency confusion: never publish a public version into the organisation's name
-        # ([private].names, or a name the target holds unmarked versions of)
-        if self._rules.private_alone(job.name) or await self._target_call(
-                self.deps.target.first_party(job)):
+        # ([private].names, or a name the target holds unmarked versions of: its packument,
+        # read once, also says after the re-gate whether the version is held already)
+        if self._rules.private_alone(job.name) or (
+                held := await self._target_call(self.deps.target.held(job))).first_party:
             raise Retire("first-party", f"{job.name} is first-party: a public version is "
                           f"never published into it")
         if not self._withdrawals.known:
@@ -332,38 +333,45 @@ class JobRunner:
                                   limit=self.deps.settings.max_tarball_bytes)
         target = self.deps.target
         # the cheap question first: a version already held costs a metadata read, no download
-        if await self._target_call(target.holds(job)):
+        if await self._target_call(target.holds(job, held)):
             if self.deps.handoff is not None:  # bytes the proxy handed over, not needed
                 self.deps.handoff.discard(url)
             log.info("mirror_already_present", target=target.label, fetched=False)
             return PublishResult.ALREADY_PRESENT
-        with tracing.span("mirrorgate.fetch", {"mirrorgate.algorithm":
-                                               verifier.expected.algorithm}) as fetched:
-            handed = self._handed(job)
-            fetched.set("mirrorgate.handoff", handed is not None)
-            known: TarballDigests | None = None
-            if handed is not None:
-                tarball, verified, known = await self._check(handed, verifier, job)
-            else:
-                tarball, verified = await self._fetch(url, verifier)
-            fetched.set("mirrorgate.bytes", verified.size)
-        if scripts_blocked(self._rules, job.name, job.version):
-            # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
-            # client runs the package.json inside these bytes; a private copy is re-read by
-            # the relay where the rule applies, and this is the last look before it is stored
-            found = await in_thread_if_large(len(tarball), scripts_in, tarball)
-            if found is not None:
-                reason = scan_finding(found, job.manifest)
-                if not scripts_reported(self._rules):
-                    raise Retire("install-scripts", f"{job.name}@{job.version}: {reason}")
-                # report mode: the proxy served these bytes and said so; mirrored as served
-                log.info("version_would_deny", package=job.name, version=job.version,
-                         rule="install-scripts", reason=reason, where="worker")
-        digests: TarballDigests = known if known is not None else await in_thread_if_large(
-            len(tarball), dist_digests, tarball, verified, job.artifact.digests)
-        with tracing.span("mirrorgate.publish", {"mirrorgate.target": target.label}) as put:
-            result = await self._target_call(target.publish(job, tarball, digests))
-            put.set("mirrorgate.result", result.value)
+        with contextlib.ExitStack() as owned:
+            with tracing.span("mirrorgate.fetch", {"mirrorgate.algorithm":
+                                                   verifier.expected.algorithm}) as fetched:
+                handed = self._handed(job)
+                fetched.set("mirrorgate.handoff", handed is not None)
+                known: TarballDigests | None = None
+                if handed is not None:
+                    owned.callback(handed.close)  # its file, linked in or not
+                    tarball, verified, known = await self._check(handed, verifier, job)
+                else:
+                    tarball, verified = await self._fetch(url, verifier)
+                fetched.set("mirrorgate.bytes", verified.size)
+            if scripts_blocked(self._rules, job.name, job.version):
+                # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest,
+                # but a client runs the package.json inside these bytes; a private copy is
+                # re-read by the relay where the rule applies, and this is the last look before
+                # it is stored
+                found = await in_thread_if_large(len(tarball), scripts_in, tarball)
+                if found is not None:
+                    reason = scan_finding(found, job.manifest)
+                    if not scripts_reported(self._rules):
+                        raise Retire("install-scripts", f"{job.name}@{job.version}: {reason}")
+                    # report mode: the proxy served these bytes and said so; mirrored as served
+                    log.info("version_would_deny", package=job.name, version=job.version,
+                             rule="install-scripts", reason=reason, where="worker")
+            digests: TarballDigests = known if known is not None else await in_thread_if_large(
+                len(tarball), dist_digests, tarball, verified, job.artifact.digests)
+            # the handed file holds the very bytes checked: a file store links it in as the
+            # stored tarball instead of writing them again (docs/untrusted-queue.md)
+            unnamed = handed.unnamed if handed is not None else None
+            with tracing.span("mirrorgate.publish", {"mirrorgate.target": target.label}) as put:
+                result = await self._target_call(target.publish(job, tarball, digests,
+                                                                unnamed=unnamed))
+                put.set("mirrorgate.result", result.value)
         event = ("mirror_published" if result is PublishResult.PUBLISHED
                  else "mirror_already_present")
         log.info(event, target=target.label, fetched=True, size=verified.size,
