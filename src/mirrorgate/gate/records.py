@@ -19,6 +19,7 @@ from mirrorgate.integrity import Digest
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.packument import manifest_on, on_base, render
 from mirrorgate.npm.versions import newest_first
+from mirrorgate.rules.license import LicenseRead
 from mirrorgate.rules.policy import plural
 from mirrorgate.rules.wayout import SHOWN, installable_from, instead
 
@@ -120,6 +121,11 @@ class VersionRecord:
     """What rules in report mode would have denied (the version is served all the same)."""
     excepted: tuple[str, ...] = ()
     """The exceptions that admitted it past a rule, each described."""
+    license: str | None = None
+    """The license its manifest declares, as npm reads it (`npm.licenses`): the status page
+    shows it, the pull log keeps it for `mirrorgate sbom`."""
+    license_read: LicenseRead | None = None
+    """The license rule reads the tarball's own package.json as it streams (`[license]`)."""
 
     @property
     def admitted(self) -> bool:

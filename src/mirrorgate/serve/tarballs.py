@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 
 import structlog
 from aiohttp import web
@@ -27,6 +28,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.offload import in_thread_if_large
+from mirrorgate.rules.license import LICENSE, tarball_license_finding
 from mirrorgate.rules.release import ReleaseVerdict
 from mirrorgate.rules.wayout import exception_how, installable_from
 from mirrorgate.serve.access import CLIENT
@@ -36,6 +38,7 @@ from mirrorgate.serve.relay import (
     INSTALL_SCRIPTS,
     OUTCOME,
     ContentsCheck,
+    LicenseCheck,
     Relay,
     ScriptsRead,
     Withheld,
@@ -187,8 +190,16 @@ class TarballRoute:
         if found is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=INSTALL_SCRIPTS, reason=found)
-            raise _scripts_refusal(name, version, found, self.contact,
-                                   await self._survivors(name, gated))
+            raise by_rule(name, version, INSTALL_SCRIPTS, found,
+                          await self._survivors(name, gated), self.contact)
+        found = (self.relay.licenses_found.get(f"{name.full}@{version}")
+                 if record.license_read is not None and not record.license_read.report
+                 else None)
+        if found is not None:  # its tarball's license was refused at an earlier pull
+            log.info("tarball_denied", package=name.full, version=version, rule=LICENSE,
+                     reason=found)
+            raise by_rule(name, version, LICENSE, found, await self._survivors(name, gated),
+                          self.contact)
         private_error: UpstreamError | None = None
         skipped = not record.private and self.private_answered(name, version)
         if skipped:
@@ -282,9 +293,11 @@ class TarballRoute:
                 request, lambda: self.private.tarball(name, filename),
                 key=("private", name.full, filename, _checked(verifier)), source="private",
                 name=name, version=record.version, verifier=verifier,
-                scan=_scripts_read(record), slot=slot, deadline=deadline)
+                scan=_scripts_read(record), slot=slot, deadline=deadline,
+                license=_license_check(record))
         except Withheld as withheld:  # the scan refused the copy before a byte was sent
-            raise _scripts_refusal(name, record.version, withheld.reason, self.contact) from None
+            raise by_rule(name, record.version, withheld.rule or INSTALL_SCRIPTS,
+                          withheld.reason, (), self.contact) from None
         except UpstreamError as failure:
             log.warning("upstream_failed", upstream="private", package=name.full,
                         version=record.version, kind=failure.kind, detail=str(failure))
@@ -320,12 +333,12 @@ class TarballRoute:
                 request, lambda: self.public.stream(url, method=request.method, pool=TARBALLS),
                 key=key, source="public", name=name,
                 version=version, verifier=verifier, scan=_scripts_read(record), slot=slot,
-                deadline=deadline, release=release)
+                deadline=deadline, release=release, license=_license_check(record))
         except Withheld as withheld:
             # refused before a byte was sent: the 403 with the reason, at the first pull
-            if withheld.rule == INSTALL_SCRIPTS:
-                raise _scripts_refusal(name, version, withheld.reason, self.contact,
-                                       await self._survivors(name, gated)) from None
+            if withheld.rule in (INSTALL_SCRIPTS, LICENSE):
+                raise by_rule(name, version, withheld.rule, withheld.reason,
+                              await self._survivors(name, gated), self.contact) from None
             kept = judge.remembered(name.full, version) if judge is not None else None
             if judge is not None and kept is not None and kept.in_force(judge.now()):
                 raise self._release_refusal(name, version, kept) from None  # the evidence
@@ -466,11 +479,14 @@ def _scripts_read(record: VersionRecord) -> ScriptsRead | None:
     return ScriptsRead(record.scan_reports, record.manifest)
 
 
-def _scripts_refusal(name: PackageName, version: str, reason: str, contact: str | None,
-                     admitted: Iterable[str] = ()) -> Refused:
-    """The 403 for bytes the install-scripts scan refused, at the pull that read them (when
-    withheld) and at every pull after: read as every other refusal of a version."""
-    return by_rule(name, version, INSTALL_SCRIPTS, reason, admitted, contact)
+def _license_check(record: VersionRecord) -> LicenseCheck | None:
+    """How the license rule reads this version's bytes: the tarball's own package.json
+    against the license its registry manifest declared (None: the rule does not read them)."""
+    read = record.license_read
+    if read is None:
+        return None
+    return LicenseCheck(read.report, functools.partial(tarball_license_finding, read.rule,
+                                                       record.license))
 
 
 def _checked(verifier: StreamVerifier | None) -> str | None:
