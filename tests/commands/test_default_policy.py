@@ -20,6 +20,7 @@ from mirrorgate.__main__ import main
 from mirrorgate.configdoc import render
 from mirrorgate.rules import DEFAULT_RULES, evaluate
 from mirrorgate.rules.inforce import DEFAULT_POLICY, in_force
+from mirrorgate.store.schema import LATEST
 from tests.servers.packages import make_version
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +88,7 @@ def test_check_config_summarises_for_a_person_with_problems_first(
                             "exceptions", "advisories"]
     [state] = [line for line in out if line.startswith("state ")]
     assert "sqlite at " in state
-    assert "state.sqlite3 (not created yet; this release migrates it to 1)" in state
+    assert f"state.sqlite3 (not created yet; this release migrates it to {LATEST})" in state
     rules = out.index("rules      the default policy (no MIRRORGATE_RULES_FILE): 3 rules can "
                       "deny a version")
     assert out[rules + 1:rules + 4] == [f"           - {line}" for line in in_force(DEFAULT_RULES)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -127,6 +128,32 @@ async def test_the_pull_log_answers_by_version_and_by_client_oldest_first(
     assert [(p.version, p.source, p.request_id) for p in by_client] == [
         ("1.14.0", "mirror", "req-ci-web-5"), ("1.14.1", "public", "req-ci-web-30")]
     assert len(await store.pulls(since=T0 + timedelta(minutes=10))) == 2
+
+
+async def test_a_pull_keeps_what_a_bill_of_materials_reads_and_is_found_by_ci_identity(
+        store: Store) -> None:
+    job = replace(pull("payments-ci (acme/payments-api, branch main)", "1.14.1", 10),
+                  client_name="payments-ci", repository="acme/payments-api",
+                  ref="refs/heads/main", workflow="release",
+                  sha1="0123456789abcdef0123456789abcdef01234567", license="MIT",
+                  verdict="admitted; would deny: license-unknown")
+    other = replace(pull("payments-ci (acme/payments-api, branch next)", "1.14.0", 20),
+                    client_name="payments-ci", repository="acme/payments-api",
+                    ref="refs/heads/next", workflow="release")
+    await store.append_pulls([job.row(), other.row(), pull("laptop", "1.14.1", 30).row()])
+
+    assert await store.pulls(identity={"repository": "acme/payments-api",
+                                       "ref": "refs/heads/main"}) == [job]
+    assert [p.version for p in await store.pulls(identity={"client_name": "payments-ci",
+                                                           "workflow": "release"})] == [
+        "1.14.1", "1.14.0"]
+    # the window: `since` included, `until` not
+    assert await store.pulls(since=T0 + timedelta(minutes=10),
+                             until=T0 + timedelta(minutes=20)) == [job]
+    [old] = await store.pulls(client="laptop")
+    assert (old.client_name, old.repository, old.sha1, old.license) == (None, None, None, None)
+    with pytest.raises(ValueError, match="not filtered by 'client'"):
+        await store.pulls(identity={"client": "laptop"})  # only the identity's columns
 
 
 async def test_the_retention_drops_only_pulls_older_than_it(store: Store) -> None:

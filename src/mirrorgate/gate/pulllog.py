@@ -68,8 +68,12 @@ class PullLog:
         return len(self._buffer)
 
     def record(self, client: str, name: str, version: str, integrity: str, source: str,
-               request_id: str) -> None:
-        """One pull, kept for the next write; never awaited, never raises."""
+               request_id: str, client_name: str | None = None,
+               repository: str | None = None, ref: str | None = None,
+               workflow: str | None = None, sha1: str | None = None,
+               license: str | None = None, verdict: str | None = None) -> None:
+        """One pull, kept for the next write; never awaited, never raises. The fields after
+        `request_id` are what a bill of materials reads (`store.Pull`)."""
         if not self.enabled:
             return
         if len(self._buffer) >= self._max:
@@ -81,7 +85,8 @@ class PullLog:
                 log.warning("pull_log_dropped", dropped=self._dropped, cap=self._max,
                             reason=self.facts.problem or "the state store is behind")
         self._buffer.append((client, name, version, integrity, source, self._stamp(),
-                             request_id))
+                             request_id, client_name, repository, ref, workflow, sha1, license,
+                             verdict))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`: write the buffer every `flush_every` seconds, prune now and then;

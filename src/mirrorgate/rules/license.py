@@ -31,7 +31,7 @@ from mirrorgate.rules.patterns import quoted
 from mirrorgate.rules.wayout import listed
 
 __all__ = ["LICENSE", "LICENSE_UNKNOWN", "MAX_EXPRESSION", "UNKNOWN_CHOICES", "Judgement",
-           "LicenseEntry", "LicenseRead", "LicenseRule", "parse_entry",
+           "LicenseEntry", "LicenseRead", "LicenseRule", "parse_entry", "spdx_expression",
            "tarball_license_finding"]
 
 LICENSE = "license"
@@ -240,6 +240,28 @@ class LicenseRule:
                             key, exception):
                         return listed_in, entry
         return None
+
+
+def spdx_expression(text: str | None) -> str | None:
+    """`text` (a declared license) as an SPDX expression every identifier of which SPDX knows
+    (`GPL-2.0+` as `GPL-2.0-or-later`), or None: what a bill of materials may state as one."""
+    if text is None or len(text) > MAX_EXPRESSION:
+        return None
+    try:
+        parsed = spdx().parse(text)
+    except (ExpressionError, RecursionError):
+        return None
+    if parsed is None:
+        return None
+    for symbol in spdx().license_symbols(parsed, decompose=False):
+        pair = ((symbol.license_symbol, symbol.exception_symbol)
+                if isinstance(symbol, LicenseWithExceptionSymbol) else (symbol, None))
+        if not _known(pair[0], exception=False) or (
+                pair[1] is not None and not _known(pair[1], exception=True)):
+            return None
+        if str(pair[0].key).startswith("LicenseRef-"):  # ScanCode's own, not SPDX's list
+            return None
+    return str(parsed)
 
 
 def _bare(text: str) -> str:

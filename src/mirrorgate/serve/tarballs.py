@@ -114,8 +114,7 @@ class TarballRoute:
             rule = refused.fields.get("rule")
             record = request.get(RECORD)
             if pulls is not None and refused.status == 403 and rule and record is not None:
-                self._log_pull(pulls, request, name, record.version, _integrity(record),
-                               f"refused:{rule}")
+                self._log_pull(pulls, request, name, record, f"refused:{rule}")
             raise
         record = request.get(RECORD)
         if pulls is not None and answer.status == 200 and record is not None:
@@ -126,19 +125,29 @@ class TarballRoute:
             # whole transfer's pull the KeyError of a missing key
             cut = answer.get(OUTCOME) if len(answer) else None
             if cut is None:
-                self._log_pull(pulls, request, name, record.version, _integrity(record),
-                               request[SOURCE])
+                self._log_pull(pulls, request, name, record, request[SOURCE])
             elif cut not in ("client_gone", "aborted"):
-                self._log_pull(pulls, request, name, record.version, _integrity(record),
-                               f"refused:{cut}")
+                self._log_pull(pulls, request, name, record, f"refused:{cut}")
         return answer
 
     def _log_pull(self, pulls: PullLog, request: web.Request, name: PackageName,
-                  version: str, integrity: str, source: str) -> None:
+                  record: VersionRecord, source: str) -> None:
         client = request.get(CLIENT)
-        # the client's name (and its CI identity), never its token
-        who = client.who if client is not None else "anonymous"
-        pulls.record(who, name.full, version, integrity, source, request.get(REQUEST_ID, ""))
+        integrity, sha1 = _digests(record)
+        # the client's name (and its CI identity), never its token; and what a bill of
+        # materials reads of the version (`mirrorgate sbom`)
+        if client is None:
+            pulls.record("anonymous", name.full, record.version, integrity, source,
+                         request.get(REQUEST_ID, ""), None, None, None, None, sha1,
+                         record.license, _served_under(record))
+            return
+        identity = client.identity
+        pulls.record(client.who, name.full, record.version, integrity, source,
+                     request.get(REQUEST_ID, ""), client.name,
+                     identity.repository if identity is not None else None,
+                     identity.ref if identity is not None else None,
+                     identity.workflow if identity is not None else None, sha1,
+                     record.license, _served_under(record))
 
     async def _answer(self, request: web.Request, name: PackageName, filename: str,
                       deadline: asyncio.Timeout, slot: Slot) -> web.StreamResponse:
@@ -495,14 +504,33 @@ def _checked(verifier: StreamVerifier | None) -> str | None:
     return verifier.expected.sri() if verifier is not None else None
 
 
-def _integrity(record: VersionRecord) -> str:
-    """The integrity the version was admitted with (a first-party one: its manifest's)."""
+def _digests(record: VersionRecord) -> tuple[str, str | None]:
+    """The integrity the version was admitted with and its hex sha1 (`dist.shasum`), for the
+    pull log: the gate's digests, or a first-party version's manifest's."""
     chosen = strongest(record.digests)
     if chosen is not None:
-        return chosen.sri()
+        sha1 = next((d for d in record.digests if d.algorithm == "sha1"), None)
+        try:
+            return chosen.sri(), sha1.raw().hex() if sha1 is not None else None
+        except ValueError:  # not base64: the gate admitted it on its stronger digest
+            return chosen.sri(), None
     dist = record.manifest().get("dist")  # first-party: no public digests to compare with
-    found = dist.get("integrity") if isinstance(dist, dict) else None
-    return found if isinstance(found, str) else ""
+    if not isinstance(dist, dict):
+        return "", None
+    found, shasum = dist.get("integrity"), dist.get("shasum")
+    return (found if isinstance(found, str) else "",
+            shasum if isinstance(shasum, str) and len(shasum) == 40 else None)
+
+
+def _served_under(record: VersionRecord) -> str:
+    """The verdict a version is served under, as the pull log keeps it: `admitted`, with
+    `weak`, what report mode would have denied and the exceptions that let it through."""
+    if not (record.weak or record.reported or record.excepted):
+        return "admitted"  # almost every pull: no string built
+    parts = ["admitted"] + (["weak"] if record.weak else [])
+    parts += [f"would deny: {denial.rule}" for denial in record.reported]
+    parts += [f"excepted: {text}" for text in record.excepted]
+    return "; ".join(parts)
 
 
 def _verifier(record: VersionRecord) -> StreamVerifier | None:

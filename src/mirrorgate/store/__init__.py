@@ -12,8 +12,10 @@ from pathlib import Path
 from mirrorgate.config import Settings
 from mirrorgate.store.records import (
     FIRST_PARTY,
+    IDENTITY_COLUMNS,
     INSTALLED,
     KINDS,
+    PULL_COLUMNS,
     WITHDRAWN,
     Changes,
     Fact,
@@ -30,8 +32,10 @@ from mirrorgate.store.waivers import Waiver
 
 __all__ = [
     "FIRST_PARTY",
+    "IDENTITY_COLUMNS",
     "INSTALLED",
     "KINDS",
+    "PULL_COLUMNS",
     "WITHDRAWN",
     "Changes",
     "Fact",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mirrorgate.store.records import (
+    PULL_COLUMNS,
     Changes,
     Fact,
     MigrationError,
@@ -23,6 +24,7 @@ from mirrorgate.store.records import (
     StoreInfo,
     StoreUnavailableError,
     Verdict,
+    identity_filters,
 )
 from mirrorgate.store.schema import LATEST, MIGRATIONS, newer_than_known
 
@@ -31,15 +33,17 @@ __all__ = ["FILENAME", "SqliteStore", "open_sqlite"]
 FILENAME = "state.sqlite3"
 _BUSY_SECONDS = 5.0  # another process's write holds the lock this long at most before we fail
 _T = TypeVar("_T")
-_PULL_COLUMNS = 7
 # OR FAIL: a multi-row INSERT otherwise keeps a statement journal (each index page's first
 # image, spilled to a temporary file past 64 KiB) to undo its own rows on a failure; the
 # transaction around it is rolled back whole on any failure, so the journal is never needed,
 # and it was a quarter of the write's CPU (bench/pull_log.py, docs/exposure.md)
 _INSERT_PULLS = ("INSERT OR FAIL INTO pulls (client, name, version, integrity, source, at, "
-                 "request_id) VALUES ")
-_PULL_VALUES = "(?, ?, ?, ?, ?, ?, ?)"
-_ROWS_PER_INSERT = 500  # statements of 3,500 parameters: under every SQLite's default limit
+                 "request_id, client_name, repository, ref, workflow, sha1, license, verdict) "
+                 "VALUES ")  # PULL_COLUMNS
+_PULL_VALUES = "(" + ", ".join("?" * len(PULL_COLUMNS)) + ")"
+_ROWS_PER_INSERT = 200  # statements of 2,800 parameters: under every SQLite's default limit
+_SELECT_PULLS = ("SELECT client, name, version, integrity, source, at, request_id, "
+                 "client_name, repository, ref, workflow, sha1, license, verdict FROM pulls")
 _Row = tuple[str, tuple[Any, ...]]  # a statement and its parameters
 
 
@@ -210,7 +214,8 @@ class SqliteStore:
             # hand-overs a thread switch; one per few hundred rows costs a third less CPU
             # (bench/pull_log.py, docs/exposure.md)
             per = max(1, min(_ROWS_PER_INSERT,
-                             db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // _PULL_COLUMNS))
+                             db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+                             // len(PULL_COLUMNS)))
             db.execute("BEGIN IMMEDIATE")
             try:
                 for start in range(0, len(rows), per):
@@ -225,25 +230,26 @@ class SqliteStore:
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
                     client: str | None = None, since: datetime | None = None,
-                    limit: int = 10_000) -> list[Pull]:
+                    limit: int = 10_000, until: datetime | None = None,
+                    identity: Mapping[str, str] | None = None) -> list[Pull]:
         where: list[str] = []
         parameters: list[str | float] = []
-        for column, value in (("name", name), ("version", version), ("client", client)):
+        for column, value in (("name", name), ("version", version), ("client", client),
+                              *identity_filters(identity)):
             if value is not None:
                 where.append(f"{column} = ?")
                 parameters.append(value)
-        if since is not None:
-            where.append("at >= ?")
-            parameters.append(since.timestamp())
+        for bound, sign in ((since, ">="), (until, "<")):
+            if bound is not None:
+                where.append(f"at {sign} ?")
+                parameters.append(bound.timestamp())
         # the column names are this module's own; every value is a parameter
-        query = ("SELECT client, name, version, integrity, source, at, request_id "
-                 "FROM pulls"
-                 + (" WHERE " + " AND ".join(where) if where else "")
+        query = (_SELECT_PULLS + (" WHERE " + " AND ".join(where) if where else "")
                  + " ORDER BY at, id LIMIT ?")
 
         def work(db: sqlite3.Connection) -> list[Pull]:
             return [Pull(row[0], row[1], row[2], row[3], row[4],
-                         datetime.fromtimestamp(row[5], UTC), row[6])
+                         datetime.fromtimestamp(row[5], UTC), row[6], *row[7:])
                     for row in db.execute(query, (*parameters, limit))]
         return await self._run(work)
 
