@@ -42,7 +42,8 @@ def public() -> Iterator[FixtureRegistry]:
 def _env(tmp_path: Path, public_url: str, rules: str | None = None,
          **extra: str) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path / "home"),
-           "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "LANG": "C.UTF-8", "MIRRORGATE_PUBLIC_UPSTREAM": public_url,
+           "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "LANG": "C.UTF-8",
+           "MIRRORGATE_PUBLIC_UPSTREAM": public_url,
            "MIRRORGATE_DATA_DIR": str(tmp_path / "data"), "MIRRORGATE_LOG_FORMAT": "json"}
     if rules is not None:
         rules_file = tmp_path / "rules.toml"
