@@ -19,9 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.servers.packages import EPOCH, FixturePackage, FixtureVersion, default_dist_tags
+from tests.servers.packages import (
+    EPOCH,
+    FixturePackage,
+    FixtureVersion,
+    build_tarball,
+    default_dist_tags,
+    make_version,
+)
 
-__all__ = ["LICENSED", "Licensed", "licensed_packages"]
+__all__ = ["LICENSED", "Licensed", "licensed_packages", "relicensed"]
 
 REGISTRY = Path(__file__).parent.parent / "npm" / "fixtures" / "registry"
 COMMON = Path("/usr/share/common-licenses")
@@ -129,3 +136,13 @@ def licensed_packages(workdir: Path) -> dict[str, FixturePackage]:
         versions = {each.version: version}
         packages[each.name] = FixturePackage(each.name, versions, default_dist_tags(versions))
     return packages
+
+
+def relicensed(name: str, inside: str, shown: str = "MIT") -> FixtureVersion:
+    """`name@1.0.0`, whose registry manifest declares `shown` over a package.json, inside its
+    tarball of 512 KiB, declaring `inside`: manifest confusion over a license."""
+    inner = {"name": name, "version": "1.0.0", "license": inside, "main": "index.js"}
+    tarball = build_tarball({"package.json": json.dumps(inner).encode(),
+                             "index.js": b"module.exports = 1\n",
+                             "lib/data.bin": bytes(range(256)) * 2048})
+    return make_version(name, "1.0.0", tarball=tarball, license=shown)

@@ -1,0 +1,91 @@
+"""The license rule reading a tarball's own package.json at the relay: manifest confusion over
+a license (the registry manifest says MIT, the package.json npm installs says GPL-3.0-only),
+refused before a byte leaves, cut when too large to withhold, reported in report mode; and
+the worker never mirrors such bytes. The control beside each: bytes that agree are served.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import aiohttp
+import pytest
+from structlog.testing import capture_logs
+
+from mirrorgate.rules import parse_rules
+from mirrorgate.serve import relay
+from tests.serve.rig import StartProxy
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.licensed import relicensed
+from tests.servers.packages import make_package
+
+RULES = '[license]\ndeny = ["GPL-*"]\n'
+
+
+async def test_a_tarball_declaring_a_denied_license_under_an_mit_manifest_is_a_403(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    public_registry.add(make_package("lic-hidden", [relicensed("lic-hidden", "GPL-3.0-only")]),
+                        make_package("lic-honest", [relicensed("lic-honest", "MIT")]))
+    proxy = await start_proxy(public_registry.url, rules=parse_rules(RULES))
+
+    with capture_logs() as logs:
+        refused = await proxy.get("npm/lic-hidden/-/lic-hidden-1.0.0.tgz")
+        honest = await proxy.get("npm/lic-honest/-/lic-honest-1.0.0.tgz")
+
+    assert refused.status == 403
+    assert refused.json()["rule"] == "license"
+    assert refused.json()["reason"].startswith(
+        "the registry's manifest declares MIT, but the package.json in its tarball, which npm "
+        "installs, declares GPL-3.0-only")
+    assert honest.status == 200  # the control: the same reading, the same license
+    [line] = [entry for entry in logs if entry["event"] == "tarball_license_refused"]
+    assert line["package"] == "lic-hidden"
+    assert proxy.metric("mirrorgate_rule_denials_total", rule="license", mode="enforce") == 1
+    assert [job.name for job in await proxy.jobs()] == ["lic-honest"]
+
+
+async def test_a_tarball_too_large_to_withhold_is_cut_and_the_next_pull_is_the_403(
+        public_registry: FixtureRegistry, start_proxy: StartProxy,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay, "HOLD_AT_MOST", 1024)
+    version = relicensed("lic-large", "AGPL-3.0-only OR GPL-3.0-only")
+    public_registry.add(make_package("lic-large", [version]))
+    proxy = await start_proxy(public_registry.url, rules=parse_rules(RULES))
+
+    async with proxy.session.get(proxy.url + "npm/lic-large/-/lic-large-1.0.0.tgz") as answer:
+        assert answer.status == 200  # streamed: the status left before the verdict
+        received = bytearray()
+        with contextlib.suppress(aiohttp.ClientPayloadError):
+            async for chunk in answer.content.iter_any():
+                received += chunk
+    again = await proxy.get("npm/lic-large/-/lic-large-1.0.0.tgz")
+
+    assert len(received) < len(version.tarball)  # cut before its last chunk
+    assert again.status == 403
+    assert "declares AGPL-3.0-only OR GPL-3.0-only" in again.json()["reason"]
+    assert await proxy.jobs() == []
+
+
+async def test_in_report_mode_the_bytes_are_served_and_the_difference_said(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    public_registry.add(make_package("lic-reported", [relicensed("lic-reported", "ISC")]))
+    proxy = await start_proxy(public_registry.url,
+                              rules=parse_rules(RULES + 'mode = "report"\n'))
+
+    with capture_logs() as logs:
+        served = await proxy.get("npm/lic-reported/-/lic-reported-1.0.0.tgz")
+
+    assert served.status == 200
+    [line] = [entry for entry in logs if entry["event"] == "version_would_deny"
+              and entry.get("where") == "tarball"]
+    assert (line["rule"], line["package"]) == ("license", "lic-reported")
+    assert "declares ISC" in line["reason"]
+    assert proxy.metric("mirrorgate_rule_denials_total", rule="license", mode="report") == 1
+
+
+async def test_without_the_license_table_no_tarball_is_read_for_its_license(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    public_registry.add(make_package("lic-unread", [relicensed("lic-unread", "GPL-3.0-only")]))
+    proxy = await start_proxy(public_registry.url)
+
+    assert (await proxy.get("npm/lic-unread/-/lic-unread-1.0.0.tgz")).status == 200
