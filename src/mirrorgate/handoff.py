@@ -54,6 +54,7 @@ class _Held:
     digest: Digest
     """What the relay matched the bytes against."""
     at: float
+    license_read: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,9 @@ class Handed:
 
     body: bytes
     matched: Digest
+    license_read: bool = False
+    """The relay's license rule read these bytes' own package.json and found the license
+    their manifest declares: the worker need not read them again for it."""
 
 
 class Handoff:
@@ -107,9 +111,11 @@ class Handoff:
             return False
         return self.commit(url, place, self.write(place, lambda: [body]))
 
-    def reserve(self, url: str, size: int, digest: Digest) -> _Held | None:
+    def reserve(self, url: str, size: int, digest: Digest, *,
+                license_read: bool = False) -> _Held | None:
         """Room for `size` bytes of `url`'s tarball, or None; the caller `write`s them (in a
-        thread, for a large one: nothing else here is touched there) and then `commit`s."""
+        thread, for a large one: nothing else here is touched there) and then `commit`s.
+        `license_read`: what `Handed.license_read` says."""
         self.discard(url)
         # full, the newest offer is refused (the memory queue's own policy): the worker takes
         # jobs oldest first, so the oldest bytes are the ones it needs next
@@ -118,7 +124,7 @@ class Handoff:
         segment = self._current(size)
         if segment is None:
             return None
-        place = _Held(segment, segment.size, size, digest, self.clock())
+        place = _Held(segment, segment.size, size, digest, self.clock(), license_read)
         segment.size += size
         segment.live += 1  # the file stays open while the bytes are written
         self._bytes += size
@@ -173,7 +179,8 @@ class Handoff:
         finally:
             self._release(held)
         # a short read is a file changed under it; the worker's check would refuse it anyway
-        return Handed(body, held.digest) if len(body) == held.length else None
+        return (Handed(body, held.digest, held.license_read) if len(body) == held.length
+                else None)
 
     def close(self) -> None:
         self._held.clear()

@@ -371,12 +371,15 @@ class TarballRoute:
         if verified is not None and request.method == "GET" and not record.private:
             if judge is not None:
                 judge.installed(name.full)
+            # the license rule in force read these bytes and found them agreeing (else they
+            # were refused, or, in report mode, said so: the worker says it again)
+            agreed = record.license_read is not None and not record.license_read.report
             self._enqueue(name, record, url, verified.size, published,
-                          hand_over=lambda: self._hand_over(key, url, verified))
+                          hand_over=lambda: self._hand_over(key, url, verified, agreed))
         return answer
 
     async def _hand_over(self, key: tuple[str, str, str | None], url: str,
-                         verified: Verified) -> None:
+                         verified: Verified, license_read: bool = False) -> None:
         """The worker beside the proxy gets the bytes just verified with the job, from the
         spool they were relayed through (a tarball that streamed unspooled is downloaded by
         the worker as before). A large one is copied in a thread, the spool held open as a
@@ -385,7 +388,7 @@ class TarballRoute:
         if handoff is None:
             return
         spool = self.relay.spools.find(key)
-        place = (handoff.reserve(url, spool.size, verified.digest)
+        place = (handoff.reserve(url, spool.size, verified.digest, license_read=license_read)
                  if spool is not None and spool.verified == verified else None)
         if spool is None or place is None:
             self.metrics.handoffs.labels("not_offered").inc()

@@ -333,8 +333,11 @@ class JobRunner:
                 tarball, verified = await self._fetch(url, verifier)
             fetched.set("mirrorgate.bytes", verified.size)
         scripts = scripts_blocked(self._rules, job.name, job.version)
+        # the relay beside this worker read these very bytes for the license rule and found
+        # the manifest's license (`Handed.license_read`): not read again for it
+        licensed = self._rules.license.on and not (handed is not None and handed.license_read)
         scan: ScriptScan | None = None
-        if scripts or self._rules.license.on:  # one read of the bytes for both rules
+        if scripts or licensed:  # one read of the bytes for both rules
             scan = await in_thread_if_large(len(tarball), scanned, tarball)
         if scripts and scan is not None:
             # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
@@ -348,7 +351,7 @@ class JobRunner:
                 # report mode: the proxy served these bytes and said so; mirrored as served
                 log.info("version_would_deny", package=job.name, version=job.version,
                          rule="install-scripts", reason=reason, where="worker")
-        if self._rules.license.on and scan is not None:
+        if licensed and scan is not None:
             # the license npm installs is the tarball's own (`rules.license`): another than
             # the manifest the re-gate judged is never stored
             found = tarball_license_finding(self._rules.license,
