@@ -118,12 +118,15 @@ class _Judging:
     def scans(self, tarball: str | None, version: str,
               manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Whether the tarball scan reads this version's bytes, and whether what it finds is
-        only reported (the install-scripts rule in report mode); the license it declares and
-        whether the license rule reads the tarball's own: VersionRecord's fields."""
+        only reported (the install-scripts rule in report mode); the license it declares,
+        whether the license rule reads the tarball's own, its shasum: VersionRecord's fields."""
         scan = tarball is not None and scripts_blocked(self.rules, self.name.full, version)
+        dist = manifest.get("dist")
+        shasum = dist.get("shasum") if isinstance(dist, Mapping) else None
         return {"scan_scripts": scan, "scan_reports": scan and scripts_reported(self.rules),
                 "license": declared_license(manifest),
-                "license_read": self.license_read if tarball is not None else None}
+                "license_read": self.license_read if tarball is not None else None,
+                "sha1": shasum if isinstance(shasum, str) and len(shasum) == 40 else None}
 
 
 def _origin_denial(judging: _Judging, version: str, url: object,

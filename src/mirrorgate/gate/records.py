@@ -126,6 +126,8 @@ class VersionRecord:
     shows it, the pull log keeps it for `mirrorgate sbom`."""
     license_read: LicenseRead | None = None
     """The license rule reads the tarball's own package.json as it streams (`[license]`)."""
+    sha1: str | None = None
+    """Its `dist.shasum` (hex), as the manifest served gives it: the pull log keeps it."""
 
     @property
     def admitted(self) -> bool:

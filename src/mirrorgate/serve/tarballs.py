@@ -133,7 +133,7 @@ class TarballRoute:
     def _log_pull(self, pulls: PullLog, request: web.Request, name: PackageName,
                   record: VersionRecord, source: str) -> None:
         client = request.get(CLIENT)
-        integrity, sha1 = _digests(record)
+        integrity, sha1 = _integrity(record), record.sha1
         # the client's name (and its CI identity), never its token; and what a bill of
         # materials reads of the version (`mirrorgate sbom`)
         if client is None:
@@ -507,22 +507,14 @@ def _checked(verifier: StreamVerifier | None) -> str | None:
     return verifier.expected.sri() if verifier is not None else None
 
 
-def _digests(record: VersionRecord) -> tuple[str, str | None]:
-    """The integrity the version was admitted with and its hex sha1 (`dist.shasum`), for the
-    pull log: the gate's digests, or a first-party version's manifest's."""
+def _integrity(record: VersionRecord) -> str:
+    """The integrity the version was admitted with (a first-party one: its manifest's)."""
     chosen = strongest(record.digests)
     if chosen is not None:
-        sha1 = next((d for d in record.digests if d.algorithm == "sha1"), None)
-        try:
-            return chosen.sri(), sha1.raw().hex() if sha1 is not None else None
-        except ValueError:  # not base64: the gate admitted it on its stronger digest
-            return chosen.sri(), None
+        return chosen.sri()
     dist = record.manifest().get("dist")  # first-party: no public digests to compare with
-    if not isinstance(dist, dict):
-        return "", None
-    found, shasum = dist.get("integrity"), dist.get("shasum")
-    return (found if isinstance(found, str) else "",
-            shasum if isinstance(shasum, str) and len(shasum) == 40 else None)
+    found = dist.get("integrity") if isinstance(dist, dict) else None
+    return found if isinstance(found, str) else ""
 
 
 def _served_under(record: VersionRecord) -> str:
