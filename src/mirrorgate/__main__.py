@@ -99,8 +99,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_sbom_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sbom = commands.add_parser(
-        "sbom", help="a CycloneDX 1.6 bill of materials of what a client or a CI job was served, "
-        "from the pull log; exit 0, 1 when nothing matched, 2 on bad input")
+        "sbom", help="a CycloneDX 1.6 (or SPDX 2.3) bill of materials of what a client or a CI "
+        "job was served, from the pull log; exit 0, 1 when nothing matched, 2 on bad input")
     sbom.add_argument("--client", metavar="NAME",
                       help="the client's name in the tokens file (a static token, or an issuer "
                       "line's name)")
@@ -114,6 +114,8 @@ def _add_sbom_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     sbom.add_argument("--until", metavar="TIME", help="pulls before this time (ISO 8601)")
     sbom.add_argument("--output", type=Path, metavar="FILE",
                       help="write the document there instead of standard output")
+    sbom.add_argument("--format", choices=("cyclonedx", "spdx"), default="cyclonedx",
+                      help="CycloneDX 1.6 JSON (the default) or SPDX 2.3 JSON")
 
 
 def _add_mirror_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -326,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except QuestionError as error:
             print(f"mirrorgate sbom: {error}", file=sys.stderr)
             return 2
-        return run_sbom(settings, selection, output=args.output)
+        return run_sbom(settings, selection, output=args.output, form=args.format)
     if args.command in ("prewarm", "audit"):
         configure_command_logging(settings)
         return _run_mirror_command(settings, args)

@@ -1,6 +1,7 @@
-"""The CycloneDX document `mirrorgate sbom` writes, from pull log records: every shape a
-component takes is held to the CycloneDX 1.6 schema (cyclonedx-python-lib's strict validator),
-and the fields Dependency-Track reads (purl, hashes, licenses) are what npm's own sbom says.
+"""The documents `mirrorgate sbom` writes, from pull log records: every shape a component
+takes is held to the CycloneDX 1.6 schema (cyclonedx-python-lib's strict validator) and, as
+SPDX 2.3, to spdx-tools' validator; the fields Dependency-Track reads (purl, hashes, licenses)
+are what npm's own sbom says.
 """
 
 from __future__ import annotations
@@ -9,15 +10,16 @@ import base64
 import hashlib
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 
 from mirrorgate.commands.cyclonedx import components, cyclonedx, purl
+from mirrorgate.commands.spdx import spdx
 from mirrorgate.store import Pull
+from tests.sboms import valid_cyclonedx, valid_spdx
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 TARBALL = b"a tarball's bytes"
@@ -34,9 +36,7 @@ def pulled(name: str = "left-pad", version: str = "1.3.0", *, minutes: int = 0,
 
 def document(*pulls: Pull) -> dict[str, Any]:
     bom = cyclonedx(components(pulls), {"name": "web-ci", "client": "web-ci"}, now=T0)
-    problem = JsonStrictValidator(SchemaVersion.V1_6).validate_str(orjson.dumps(bom).decode())
-    assert problem is None, problem
-    return bom
+    return valid_cyclonedx(orjson.dumps(bom).decode())
 
 
 @pytest.mark.parametrize(("name", "version", "expected"), [
@@ -108,3 +108,45 @@ def test_the_verdict_it_was_served_under_is_kept_as_said() -> None:
 
 def test_an_empty_selection_is_a_valid_document() -> None:
     assert document()["components"] == []
+
+
+# --- SPDX 2.3 ------------------------------------------------------------------------------
+
+def spdx_document(tmp_path: Path, *pulls: Pull) -> dict[str, Any]:
+    """`--format spdx`'s document, parsed and validated by spdx-tools."""
+    written = spdx(components(pulls), {"name": "web-ci", "client": "web-ci"}, now=T0)
+    path = tmp_path / "bom.spdx.json"
+    path.write_bytes(orjson.dumps(written))
+    return valid_spdx(path)
+
+
+def test_the_spdx_document_lists_the_same_components_and_validates(tmp_path: Path) -> None:
+    written = spdx_document(tmp_path, pulled(),
+                            pulled("@acme/ui", "2.0.0+b.1", license="MIT OR ISC"),
+                            pulled("gone", "1.0.0", source="refused:license"))
+
+    packages = {p["name"]: p for p in written["packages"]}
+    assert set(packages) == {"web-ci", "left-pad", "@acme/ui"}
+    ui = packages["@acme/ui"]
+    assert ui["licenseDeclared"] == "MIT OR ISC"
+    assert ui["checksums"] == [{"algorithm": "SHA512",
+                                "checksumValue": hashlib.sha512(TARBALL).hexdigest()},
+                               {"algorithm": "SHA1", "checksumValue": SHA1}]
+    assert ui["externalRefs"] == [{"referenceCategory": "PACKAGE-MANAGER",
+                                   "referenceType": "purl",
+                                   "referenceLocator": "pkg:npm/%40acme/ui@2.0.0%2Bb.1"}]
+    assert "served from public; verdict: admitted" in ui["comment"]
+    assert {r["relationshipType"] for r in written["relationships"]} == {"DESCRIBES",
+                                                                        "DEPENDS_ON"}
+
+
+def test_a_license_spdx_cannot_state_is_extracted_text_or_noassertion(tmp_path: Path) -> None:
+    written = spdx_document(tmp_path, pulled(license="SEE LICENSE IN LICENSE.md"),
+                            pulled("other", "1.0.0", license=None))
+
+    packages = {p["name"]: p for p in written["packages"]}
+    assert packages["left-pad"]["licenseDeclared"] == "LicenseRef-declared-1"
+    assert written["hasExtractedLicensingInfos"] == [{
+        "licenseId": "LicenseRef-declared-1", "extractedText": "SEE LICENSE IN LICENSE.md",
+        "name": "SEE LICENSE IN LICENSE.md"}]
+    assert packages["other"]["licenseDeclared"] == "NOASSERTION"

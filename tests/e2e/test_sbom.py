@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 
 from tests.access.issuer import AUDIENCE, LoopbackIssuer
+from tests.sboms import valid_cyclonedx, valid_spdx
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
@@ -52,11 +50,7 @@ def sbom(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, timeout=60, check=False)
 
 
-def valid(text: str) -> dict[str, Any]:
-    problem = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
-    assert problem is None, problem
-    document: dict[str, Any] = json.loads(text)
-    return document
+valid = valid_cyclonedx
 
 
 def install_as(npm: NpmClient, proxy: MirrorgateProcess, token: str,
@@ -136,6 +130,18 @@ def test_a_component_carries_its_purl_hashes_license_source_and_verdict(pulled: 
     assert said["mirrorgate:integrity"] == "sha512-" + base64.b64encode(
         hashlib.sha512(tarball).digest()).decode()
     assert said["mirrorgate:pulls"] == "1"
+
+
+def test_the_same_selection_as_spdx_lists_the_same_packages_and_validates(
+        pulled: Path, tmp_path: Path) -> None:
+    written = tmp_path / "bom.spdx.json"
+    done = sbom(pulled, "--repository", PAYMENTS, "--branch", "main", "--format", "spdx",
+                "--output", str(written))
+
+    assert done.returncode == 0, done.stderr
+    document = valid_spdx(written)
+    assert {f"{p['name']}@{p.get('versionInfo')}" for p in document["packages"]} == {
+        f"{PAYMENTS}@None", "ledger-core@2.1.0", "@acme-ext/charts@3.0.0", "money-fmt@1.4.2"}
 
 
 def test_the_legacy_license_array_is_declared_as_npm_reads_it(pulled: Path) -> None:

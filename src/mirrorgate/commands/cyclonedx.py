@@ -25,7 +25,7 @@ from mirrorgate.moments import stamp
 from mirrorgate.rules.license import spdx_expression
 from mirrorgate.store import Pull
 
-__all__ = ["SCHEMA", "SPEC_VERSION", "Component", "components", "cyclonedx", "purl"]
+__all__ = ["SCHEMA", "SPEC_VERSION", "Component", "components", "cyclonedx", "hashes", "purl"]
 
 SPEC_VERSION = "1.6"
 SCHEMA = "http://cyclonedx.org/schema/bom-1.6.schema.json"
@@ -83,17 +83,18 @@ def components(pulls: Iterable[Pull]) -> list[Component]:
     return [found[key] for key in sorted(found)]
 
 
-def _hashes(component: Component) -> list[dict[str, str]]:
-    hashes: dict[str, str] = {}
+def hashes(component: Component) -> list[dict[str, str]]:
+    """The component's digests as CycloneDX names them, strongest first, in hex."""
+    found: dict[str, str] = {}
     for digest in parse_integrity(component.integrity):
         try:
-            hashes[_ALGORITHMS[digest.algorithm]] = digest.raw().hex()
+            found[_ALGORITHMS[digest.algorithm]] = digest.raw().hex()
         except (KeyError, ValueError, binascii.Error):
             continue  # an algorithm CycloneDX has no name for, or no base64: left out
     if component.sha1 is not None and len(component.sha1) == 40:
-        hashes.setdefault("SHA-1", component.sha1.lower())
+        found.setdefault("SHA-1", component.sha1.lower())
     order = ("SHA-512", "SHA-384", "SHA-256", "SHA-1")
-    return [{"alg": alg, "content": hashes[alg]} for alg in order if alg in hashes]
+    return [{"alg": alg, "content": found[alg]} for alg in order if alg in found]
 
 
 def _licenses(declared: str | None) -> list[dict[str, Any]]:
@@ -118,9 +119,9 @@ def _component(component: Component, ref: str) -> dict[str, Any]:
     document: dict[str, Any] = {
         "type": "library", "bom-ref": ref, "name": component.name,
         "version": component.version, "purl": purl(component.name, component.version)}
-    hashes = _hashes(component)
-    if hashes:
-        document["hashes"] = hashes
+    found = hashes(component)
+    if found:
+        document["hashes"] = found
     licenses = _licenses(component.license)
     if licenses:
         document["licenses"] = licenses

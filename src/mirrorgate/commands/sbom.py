@@ -1,6 +1,6 @@
 """`mirrorgate sbom`: what a client, a CI job or anyone in a time window was served, as a
-CycloneDX 1.6 bill of materials (`commands.cyclonedx`), from the pull log in the state store
-(docs/licenses.md#mirrorgate-sbom).
+CycloneDX 1.6 bill of materials (`commands.cyclonedx`) or an SPDX 2.3 one (`commands.spdx`),
+from the pull log in the state store (docs/licenses.md#mirrorgate-sbom).
 
 Exit 0 with the document, 1 when no served pull matched (the document is still written: an
 empty build is more often a wrong filter than an empty one), 2 on a question that cannot be
@@ -19,10 +19,13 @@ import orjson
 
 from mirrorgate.commands.cyclonedx import components, cyclonedx
 from mirrorgate.commands.exposure import QuestionError, open_pull_log, parse_since
+from mirrorgate.commands.spdx import spdx
 from mirrorgate.config import Settings
 from mirrorgate.store import StoreUnavailableError
 
-__all__ = ["Selection", "run_sbom", "select"]
+__all__ = ["FORMATS", "Selection", "run_sbom", "select"]
+
+FORMATS = ("cyclonedx", "spdx")
 
 LIMIT = 1_000_000
 """Pulls read for one document: the retention bounds the log, this bounds a mistake."""
@@ -74,8 +77,8 @@ def select(*, client: str | None, repository: str | None, branch: str | None,
     return selection
 
 
-async def document(settings: Settings, selection: Selection,
-                   now: datetime) -> tuple[dict[str, object], int]:
+async def document(settings: Settings, selection: Selection, now: datetime,
+                   form: str = "cyclonedx") -> tuple[dict[str, object], int]:
     store = await open_pull_log(settings)
     try:
         pulls = await store.pulls(since=selection.since, until=selection.until,
@@ -85,12 +88,14 @@ async def document(settings: Settings, selection: Selection,
     finally:
         await store.close()
     found = components(pulls)
-    return cyclonedx(found, selection.build(), now=now), len(found)
+    written = (spdx if form == "spdx" else cyclonedx)(found, selection.build(), now=now)
+    return written, len(found)
 
 
-def run_sbom(settings: Settings, selection: Selection, *, output: Path | None) -> int:
+def run_sbom(settings: Settings, selection: Selection, *, output: Path | None,
+             form: str = "cyclonedx") -> int:
     try:
-        bom, count = asyncio.run(document(settings, selection, datetime.now(UTC)))
+        bom, count = asyncio.run(document(settings, selection, datetime.now(UTC), form))
     except QuestionError as error:
         print(f"mirrorgate sbom: {error}", file=sys.stderr)
         return 2
