@@ -30,6 +30,12 @@ bare handler's.
 
 `--loop uvloop` runs mirrorgate on uvloop and `--bare-loop uvloop` the bare handler
 (`bench.loops`, no change to either program); both default to asyncio's own loop.
+
+`--policies` measures policy sets (docs/configuration.md#policy-sets) instead: mirrorgate with
+a tokens file of two clients, one judged by the default rules and one by `[policy.team]`, and
+the same warm GETs sent with one policy in use (every connection the default client's token)
+and with two (half the connections each client's), in alternating rounds; the only difference
+between the two is which cached entry each request reads.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ CONNECTIONS = 16
 ROUNDS = 3
 """mirrorgate and the bare handler are measured in alternating rounds and the median round
 reported, so a burst of load from something else on the machine hits both alike."""
+POLICY_ROUNDS = 5
+"""`--policies`' rounds: the two modes differ by less than the machine's noise, so more."""
 WARMUP_SECONDS = 1.0
 MEASURE_SECONDS = 4.0
 SLOW_WARMUP_SECONDS = 2.0
@@ -185,16 +193,19 @@ class _Run:
 
 
 async def _drive(host: str, port: int, path: str, accept: str, connections: int,
-                 warmup: float, measure: float) -> dict[str, Any]:
-    request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: {accept}\r\n"
-               f"Accept-Encoding: {ACCEPT_ENCODING}\r\nUser-Agent: npm/11 bench\r\n"
-               "Connection: keep-alive\r\n\r\n").encode()
+                 warmup: float, measure: float, tokens: list[str]) -> dict[str, Any]:
+    """`tokens`: connection i sends the (i mod n)th as its Bearer token (none: no header)."""
+    requests = [(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: {accept}\r\n"
+                 f"Accept-Encoding: {ACCEPT_ENCODING}\r\nUser-Agent: npm/11 bench\r\n"
+                 + (f"Authorization: Bearer {token}\r\n" if token else "")
+                 + "Connection: keep-alive\r\n\r\n").encode() for token in tokens or [""]]
     loop = asyncio.get_running_loop()
     run = _Run(warmup, measure)
     protocols = []
-    for _ in range(connections):
+    for index in range(connections):
+        request = requests[index % len(requests)]
         _transport, protocol = await loop.create_connection(
-            lambda: _Connection(request, run), host, port)
+            lambda request=request: _Connection(request, run), host, port)  # type: ignore[misc]
         protocols.append(protocol)
     deadline = run.stop_at + 120
     for protocol in protocols:
@@ -212,11 +223,13 @@ async def _drive(host: str, port: int, path: str, accept: str, connections: int,
 
 
 def load_main(argv: list[str]) -> int:
-    """`--load HOST PORT PATH FORM CONNECTIONS WARMUP MEASURE`: print one JSON result line."""
-    host, port, path, form, connections, warmup, measure = argv
+    """`--load HOST PORT PATH FORM CONNECTIONS WARMUP MEASURE [TOKEN,...]`: print one JSON
+    result line."""
+    host, port, path, form, connections, warmup, measure, *tokens = argv
     _pin(LOAD_CPU)
     result = asyncio.run(_drive(host, int(port), path, ACCEPTS[form], int(connections),
-                                float(warmup), float(measure)))
+                                float(warmup), float(measure),
+                                tokens[0].split(",") if tokens else []))
     print(json.dumps(result))
     return 0
 
@@ -259,13 +272,14 @@ class Target:
     base: str  # http://127.0.0.1:PORT/ plus the registry prefix
 
 
-def _get(url: str, form: str = "full",
-         timeout: float = 120.0) -> tuple[int, dict[str, str], bytes]:
+def _get(url: str, form: str = "full", timeout: float = 120.0,
+         token: str | None = None) -> tuple[int, dict[str, str], bytes]:
     import urllib.request
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     request = urllib.request.Request(  # noqa: S310 - loopback http only, built here
-        url, headers={"Accept": ACCEPTS[form], "Accept-Encoding": ACCEPT_ENCODING})
+        url, headers={"Accept": ACCEPTS[form], "Accept-Encoding": ACCEPT_ENCODING,
+                      **({"Authorization": f"Bearer {token}"} if token else {})})
     with opener.open(request, timeout=timeout) as response:
         return response.status, dict(response.headers.items()), response.read()
 
@@ -282,13 +296,14 @@ def _wait_until_up(url: str, timeout: float = 30.0) -> None:
 
 
 def _load(target: Target, path: str, form: str, warmup: float,
-          measure: float) -> dict[str, Any]:
+          measure: float, tokens: list[str] | None = None) -> dict[str, Any]:
     host_port = target.base.split("/")[2]
     host, port = host_port.rsplit(":", 1)
     prefix = "/" + target.base.split("/", 3)[3]
     done = subprocess.run(
         [sys.executable, "-m", "bench.serve_packuments", "--load", host, port,
-         prefix + path, form, str(CONNECTIONS), str(warmup), str(measure)],
+         prefix + path, form, str(CONNECTIONS), str(warmup), str(measure),
+         *([",".join(tokens)] if tokens else [])],
         capture_output=True, text=True, check=True, timeout=300)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -319,6 +334,70 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(10)
 
 
+def _policies(form: str, loop: str) -> int:
+    """`--policies`: warm GETs with one policy set in use against two (see the module head)."""
+    from tests.servers.fixture_registry import FixtureRegistry
+    from tests.servers.packages import realistic_package
+    from tests.servers.ports import free_port
+    from tests.servers.processes import mirrorgate_argv
+
+    from mirrorgate.serve.tokens import new_token, token_line
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-policies-"))
+    packages = {"express": realistic_package("bench-express"),
+                "large": realistic_package("bench-large", versions=3_500, manifest_size=2_800)}
+    upstream = FixtureRegistry(*packages.values()).start()
+    default, team = new_token(), new_token()
+    (workdir / "tokens").write_text(f"{token_line('builds', default)}\n"
+                                    f"{token_line('team', team)} policy:team\n")
+    # the team's set differs from the default rules, so its entries are gated on their own
+    (workdir / "rules.toml").write_text('[policy.team.deny]\npackages = ["bench-express@<2", '
+                                        '"bench-large@<2"]\n')
+    port = free_port()
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(workdir), "LANG": "C.UTF-8",
+           "MIRRORGATE_PUBLIC_UPSTREAM": upstream.url, "MIRRORGATE_LISTEN": f"127.0.0.1:{port}",
+           "MIRRORGATE_WORKER_LISTEN": f"127.0.0.1:{free_port()}",
+           "MIRRORGATE_DATA_DIR": str(workdir / "data"), "MIRRORGATE_CACHE_TTL": "300",
+           "MIRRORGATE_LOG_FORMAT": "json", "MIRRORGATE_LOG_LEVEL": "warning",
+           "MIRRORGATE_CLIENT_TOKENS_FILE": str(workdir / "tokens"),
+           "MIRRORGATE_RULES_FILE": str(workdir / "rules.toml"), "MIRRORGATE_EVENT_LOOP": loop,
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+           **child_environment(workdir, loop=loop)}
+    process = _start([*mirrorgate_argv(), "serve"], env, workdir)
+    try:
+        _wait_until_up(f"http://127.0.0.1:{port}/readyz")
+        mirrorgate = Target("mirrorgate", f"http://127.0.0.1:{port}/npm/")
+        for key, package in packages.items():
+            bodies = [_get(mirrorgate.base + package.name, form, token=token)[2]
+                      for token in (default, team)]
+            same = "the same bytes" if bodies[0] == bodies[1] else "other bytes"
+            print(f"{key}: the default rules' body {len(bodies[0]) / 1e3:.0f} KB, the team's "
+                  f"{len(bodies[1]) / 1e3:.0f} KB ({same})")
+        modes = {"one policy": [default], "two policies": [default, team]}
+        print(f"{CONNECTIONS} connections, Accept: {ACCEPTS[form]}; median of {POLICY_ROUNDS} "
+              f"alternating {MEASURE_SECONDS:g} s rounds; event loop {loop}")
+        for key, package in packages.items():
+            rounds: dict[str, list[dict[str, Any]]] = {}
+            for _ in range(POLICY_ROUNDS):
+                for mode, tokens in modes.items():
+                    rounds.setdefault(mode, []).append(_load(
+                        mirrorgate, package.name, form, WARMUP_SECONDS, MEASURE_SECONDS,
+                        tokens))
+            measured = {mode: _median_round(found) for mode, found in rounds.items()}
+            for mode, result in measured.items():
+                print(f"  {key:8} {mode:13} {result['rps']:9.1f} req/s   "
+                      f"p50 {result['p50_ms']:8.2f} ms   p99 {result['p99_ms']:8.2f} ms   "
+                      f"({result['requests']} ok, {result['errors']} not 200)   "
+                      f"rounds {result['rounds']}", flush=True)
+            ratio = measured["two policies"]["rps"] / measured["one policy"]["rps"]
+            print(f"  {key}: two policies / one = {ratio:.3f}")
+        return 0
+    finally:
+        _stop(process)
+        upstream.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-verdaccio", action="store_true",
@@ -330,8 +409,12 @@ def main() -> int:
     parser.add_argument("--form", choices=sorted(ACCEPTS), default="full",
                         help="the packument form asked for: full (npm 11's install, the "
                         "default) or abbreviated (npm 10 and older)")
+    parser.add_argument("--policies", action="store_true",
+                        help="measure one policy set in use against two instead (module head)")
     args = parser.parse_args()
     form: str = args.form
+    if args.policies:
+        return _policies(form, args.loop)
 
     from tests.servers.fixture_registry import FixtureRegistry
     from tests.servers.packages import realistic_package

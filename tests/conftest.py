@@ -14,6 +14,11 @@ from collections.abc import Generator
 
 import pytest
 
+# Nothing in the tests reaches the internet: a mirrorgate started with this process's
+# environment (a command run with `{**os.environ}`) gets the known-malware feed off, as every
+# harness that builds an environment of its own gives it (tests.servers.processes.OFFLINE).
+os.environ.setdefault("MIRRORGATE_MALWARE_FEED", "off")
+
 pytest_plugins = [
     "tests.servers.fixtures",
     "tests.servers.sqs_server",

@@ -60,7 +60,7 @@ def _schema() -> dict[str, _Family]:
     metrics.watch_heartbeat(lambda: 0.0)
     metrics.watch_advisories(lambda: (0, 0.0))
     metrics.watch_upstreams(lambda: [("public", "tarballs", 0)])
-    metrics.watch_store(lambda: (True, 0))
+    metrics.watch_store(lambda: (True, 0, 0))
     schema: dict[str, _Family] = {}
     collectors = {name: collector
                   for collector, names in metrics.registry._collector_to_names.items()

@@ -31,8 +31,9 @@ __all__ = ["main"]
 def _variables_help() -> str:
     from mirrorgate.rules.inforce import DEFAULT_POLICY
 
+    # never split at a hyphen: a rule's name (`advisory-malware`) is read and searched whole
     lines = ["default policy:", *textwrap.wrap(DEFAULT_POLICY, 88, initial_indent="  ",
-                                               subsequent_indent="  "),
+                                               subsequent_indent="  ", break_on_hyphens=False),
              "", "environment variables:"]
     for var in VARIABLES:
         default = f" (default: {var.default})" if var.default is not None else ""
@@ -75,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml, "
                        "yarn.lock or bun.lock")
     add_common_arguments(check)
+    check.add_argument("--policy", metavar="NAME",
+                       help="judge by the rules file's policy set [policy.NAME], as the proxy "
+                       "judges a client whose tokens-file line says policy:NAME (default: the "
+                       "default rules; with --proxy the token's own policy set decides)")
     _add_mirror_commands(commands)
     _add_allow_command(commands)
     exposure = commands.add_parser(
@@ -154,7 +159,11 @@ def _add_allow_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
     allow.add_argument("--until", metavar="DATE",
                        help="when the waiver ends: a date (2027-01-31) or an RFC 3339 time "
                        "(required)")
-    allow.add_argument("--by", metavar="NAME", help="who grants it (default: $USER)")
+    allow.add_argument("--by", metavar="NAME", help="who grants or revokes it (default: the "
+                       "account running the command: $USER, else the system's name for it)")
+    allow.add_argument("--integrity", metavar="SRI",
+                       help="the bytes it admits, as the version's dist.integrity (default: "
+                       "those the registries list for it now, looked up and shown)")
     allow.add_argument("--list", action="store_true", help="list the waivers in the store")
     allow.add_argument("--revoke", metavar="NAME@VERSION", help="end a waiver now")
     allow.add_argument("--json", action="store_true", help="print JSON")
@@ -207,7 +216,7 @@ def _check_config(settings: Settings, as_json: bool) -> int:
     from mirrorgate.rules import RulesError, load_rules, rules_summary
 
     try:
-        rules = load_rules(settings.rules_file)
+        rules = load_rules(settings.rules_file, settings.malware_feed)
     except RulesError as error:
         print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
         for problem in error.problems:
@@ -215,17 +224,19 @@ def _check_config(settings: Settings, as_json: bool) -> int:
                   file=sys.stderr)
         return 2
     if settings.client_tokens_file is not None:
-        from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
+        from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, policy_problem
 
+        path = settings.client_tokens_file
         try:
-            tokens = ClientTokens(settings.client_tokens_file)
+            tokens = ClientTokens(path, check=lambda found: policy_problem(found, rules,
+                                                                           str(path)))
         except ClientTokensError as error:
             print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
             print(f"  - MIRRORGATE_CLIENT_TOKENS_FILE: {error}", file=sys.stderr)
             return 2
         # names and grants only: the file holds digests, and check-config prints none of them
-        clients = {"static": [{"name": c.name, "publish": c.publish.texts()}
-                              for c in tokens.clients],
+        clients = {"static": [{"name": c.name, "publish": c.publish.texts(),
+                               "policy": c.policy} for c in tokens.clients],
                    "issuers": list(dict.fromkeys(m.issuer for m in tokens.mappings)),
                    "issuer_lines": [m.summary() for m in tokens.mappings],
                    "audience": settings.oidc.audience}
@@ -242,12 +253,24 @@ def _check_config(settings: Settings, as_json: bool) -> int:
     policy = rules_summary(rules)
     report: dict[str, Any] = {"settings": settings.summary(), "rules": policy,
                               "rules_in_force": in_force(rules), "tracing": plan().summary()}
+    if rules.policies:
+        # each policy set whole, and the lines of the tokens file that are judged by it
+        named = tokens.file.policies() if settings.client_tokens_file is not None else {}
+        report["policies"] = {name: {"rules_in_force": in_force(found),
+                                     "clients": named.get(name, []),
+                                     "rules": rules_summary(found)}
+                              for name, found in rules.policies.items()}
     if settings.client_tokens_file is not None:
         report["clients"] = clients
     if rules.advisories is not None:
         readable = _probe_advisories(rules.advisories.source)
         policy["advisories"]["readable"] = readable
-        if not readable["ok"]:
+        if not readable["ok"] and rules.advisories.by_default:
+            problems.append(
+                f"the known-malware feed cannot be read: {readable['detail']}; versions are "
+                "admitted as if it knew none until it can; point MIRRORGATE_MALWARE_FEED at a "
+                "reachable copy, or set it to off to say so on purpose")
+        elif not readable["ok"]:
             problems.append(f"the advisory source is not readable: {readable['detail']}")
     report["store"] = _probe_store(settings)
     if not report["store"].get("reachable"):
@@ -303,13 +326,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mirrorgate.commands.check import run_check
 
         configure_command_logging(settings)
-        return run_check(settings, args.lockfiles, proxy=args.proxy, as_json=args.json)
+        return run_check(settings, args.lockfiles, proxy=args.proxy, as_json=args.json,
+                         policy=args.policy)
     if args.command == "allow":
         from mirrorgate.commands.allow import run_allow
 
         configure_command_logging(settings)
         return run_allow(settings, args.subject, why=args.why, until=args.until, by=args.by,
-                         listing=args.list, revoke=args.revoke, as_json=args.json)
+                         listing=args.list, revoke=args.revoke, as_json=args.json,
+                         integrity=args.integrity)
     if args.command == "exposure":
         from mirrorgate.commands.exposure import run_exposure
 

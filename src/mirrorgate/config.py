@@ -51,6 +51,11 @@ COMMANDS = "commands"
 """Read by the operator commands (`mirrorgate check`...), never by a running proxy or worker."""
 
 
+OSV_NPM_EXPORT = "https://osv-vulnerabilities.storage.googleapis.com/npm/all.zip"
+"""OSV's public export of the npm ecosystem: the default source of known malware (its `MAL-`
+records), fetched at start-up and hourly with conditional requests (docs/serving.md#known-
+malware-by-default)."""
+
 SQS_URL_HINT = ("set it to the QueueUrl that `aws sqs get-queue-url --queue-name mirrorgate` "
                 "prints (docs/queues.md#amazon-sqs)")
 """What to do about a missing MIRROR_SQS_QUEUE_URL, said once for config and the backend."""
@@ -134,11 +139,20 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_PULL_LOG_RETENTION", "90", "days the pull log (who pulled which tarball, "
         "for `mirrorgate exposure`) keeps a record (1..3650)", read_by=(PROXY, COMMANDS),
         see="exposure.md"),
+    Var("MIRRORGATE_PULL_LOG_MAX_RECORDS", "10000000", "records the pull log keeps at most "
+        "(served pulls, and refusals counted per client, version, rule and hour), the whole "
+        "fleet's together; past it the oldest go, refusal counts first (1,000..1,000,000,000; "
+        "about 355 bytes a record on SQLite, 440 on PostgreSQL)", read_by=(PROXY,),
+        see="exposure.md"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules, read again when it "
         "changes; a rewrite that is missing, empty or cut short keeps the rules in force, so "
         "only unsetting this means no rules file (default: the default policy, stated below "
         "the table)",
         see="serving.md#admission-rules"),
+    Var("MIRRORGATE_MALWARE_FEED", OSV_NPM_EXPORT, "where known malware comes from when the "
+        "rules file has no [advisories] table: the MAL- records of an OSV npm export, as an "
+        "https URL of its zip, a path to a copy (a zip or a directory of records), or off",
+        read_by=(PROXY, WORKER, COMMANDS), see="serving.md#known-malware-by-default"),
     Var("MIRRORGATE_OPERATOR_CONTACT", None, "who a person asks for an exception to the "
         "admission rules (an address, a channel, a URL), named in every refusal a client "
         "prints (default: \"mirrorgate's operator\")",
@@ -147,6 +161,11 @@ VARIABLES: tuple[Var, ...] = (
         "comma-separated, who may grant and revoke waivers from the status page once signed "
         "in (default: none; `mirrorgate allow` run where the state store is reachable always "
         "can)", read_by=(PROXY,), see="serving.md#waivers-mirrorgate-allow"),
+    Var("MIRRORGATE_OPERATORS", None, "clients of MIRRORGATE_CLIENT_TOKENS_FILE, by name, "
+        "comma-separated, who read every client's pulls on the status page (who pulled which "
+        "version, when, how often); any other client reads its own. A client "
+        "MIRRORGATE_WAIVER_GRANTERS names is one too; a CI job's ID token never is (default: "
+        "none)", read_by=(PROXY,), see="operations.md#status-page"),
     Var("MIRRORGATE_CLIENT_TOKENS_FILE", None, "file of client tokens, one `NAME sha256:HEX` a "
         "line; when set, every /npm/ request needs one of them (default: open, access control "
         "is the network's job)",
@@ -421,6 +440,9 @@ class Settings:
     """MIRRORGATE_WAIVER_GRANTERS: the signed-in clients the status page's waiver forms serve
     (a client token is npm's, so no client grants by default: a CI job's token must not waive
     what its own build was refused)."""
+    operators: tuple[str, ...] = ()
+    """MIRRORGATE_OPERATORS: the clients who read every client's pulls on the status page
+    (`serve.ui.readers`); the waiver granters are operators too."""
     proxy_token: Secret | None = None
     """The client token `--proxy` commands send; the proxy itself never reads it."""
     notify: NotifySettings = NotifySettings()
@@ -429,6 +451,11 @@ class Settings:
     """The PostgreSQL state store (`store`); None: the SQLite file under `data_dir`."""
     pull_log_retention_days: int = 90
     """MIRRORGATE_PULL_LOG_RETENTION: how long the pull log keeps a record."""
+    malware_feed: str | None = None
+    """MIRRORGATE_MALWARE_FEED: the known-malware source the rules use when the rules file
+    names none (an https URL or a path); None: off."""
+    pull_log_max_records: int = 10_000_000
+    """MIRRORGATE_PULL_LOG_MAX_RECORDS: how many records the pull log keeps at most."""
 
     def secrets(self) -> tuple[Secret, ...]:
         """Every secret these settings hold, for the log scrubber (`logs.register_secret`);
@@ -508,7 +535,7 @@ class Settings:
                 value = str(value)
             elif item.name == "trusted_proxies":
                 value = [str(network) for network in value]
-            elif item.name == "waiver_granters":
+            elif item.name in ("waiver_granters", "operators"):
                 value = list(value)
             elif isinstance(value, tuple):
                 value = f"{value[0]}:{value[1]}"
@@ -816,6 +843,12 @@ def _notify(read: _Reader) -> NotifySettings:
     return NotifySettings(url, secret)
 
 
+def _names(read: _Reader, name: str) -> tuple[str, ...]:
+    """A comma-separated list of client names, each once, in order."""
+    return tuple(dict.fromkeys(
+        part.strip() for part in (read.raw(name) or "").split(",") if part.strip()))
+
+
 def _database_url(read: _Reader) -> PasswordUrl | None:
     found = _secret(read, "MIRRORGATE_DATABASE_URL", "database URL")
     if found is None:
@@ -853,6 +886,27 @@ def _max_in_flight(read: _Reader) -> int:
     if read.raw("MIRRORGATE_MAX_IN_FLIGHT") is None:
         return default_max_in_flight()
     return read.integer("MIRRORGATE_MAX_IN_FLIGHT", 1, 100_000, str(default_max_in_flight()))
+
+
+def _malware_feed(read: _Reader) -> str | None:
+    name = "MIRRORGATE_MALWARE_FEED"
+    value = read.raw(name) or OSV_NPM_EXPORT
+    if value.lower() == "off":
+        return None
+    if "://" in value:
+        if not value.startswith("https://"):
+            read.problem(name, "is a URL but not https; known malware is fetched over https "
+                         f"only, e.g. {name}={OSV_NPM_EXPORT}, or off")
+            return None
+        return value
+    path = Path(value).expanduser()
+    if not path.exists():
+        # a copy kept on disk (an air-gapped site) must be there at start: a typo would
+        # otherwise leave the gate without known malware, saying so only in a log line
+        read.problem(name, f"{path} does not exist; point it at a copy of the OSV npm export "
+                     "(a zip, or a directory of its records), an https URL of one, or off")
+        return None
+    return str(path)
 
 
 def load_settings(
@@ -948,11 +1002,13 @@ def load_settings(
         notify=_notify(read),
         oidc=_oidc(read),
         operator_contact=_contact(read),
-        waiver_granters=tuple(dict.fromkeys(
-            name.strip() for name in (read.raw("MIRRORGATE_WAIVER_GRANTERS") or "").split(",")
-            if name.strip())),
+        waiver_granters=_names(read, "MIRRORGATE_WAIVER_GRANTERS"),
+        operators=_names(read, "MIRRORGATE_OPERATORS"),
         database_url=_database_url(read),
         pull_log_retention_days=read.integer("MIRRORGATE_PULL_LOG_RETENTION", 1, 3650, "90"),
+        malware_feed=_malware_feed(read),
+        pull_log_max_records=read.integer("MIRRORGATE_PULL_LOG_MAX_RECORDS", 1_000,
+                                          1_000_000_000, "10000000"),
     )
     if settings.pool_worker < settings.worker_concurrency:
         read.problem("MIRRORGATE_POOL_WORKER", f"{settings.pool_worker} connections cannot "

@@ -36,6 +36,8 @@ class Event:
     subject: str
     """A package (`name` or `name@version`), or an upstream's label."""
     detail: str
+    client: str | None = None
+    """The client it was about, for a pull: who may read it (`serve.ui.readers`)."""
 
 
 ALERT_KINDS = ("tampered", "malware", "quarantine", "takeover", "forged-job", "forged-mark",
@@ -117,8 +119,8 @@ class Recent:
                          f"mirror no longer serves its copy, which is still in the private "
                          f"registry: {reason}", package, version, {"reason": reason, **data}))
 
-    def record(self, kind: str, subject: str, detail: str) -> None:
-        event = Event(self._now(), kind, subject, detail[:500])
+    def record(self, kind: str, subject: str, detail: str, client: str | None = None) -> None:
+        event = Event(self._now(), kind, subject, detail[:500], client)
         ring = self._rings.get(kind)
         if ring is None:
             ring = self._rings[kind] = deque(maxlen=self.capacity)

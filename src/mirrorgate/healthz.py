@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from mirrorgate.metrics import CONTENT_TYPE, Metrics
+from mirrorgate.tasks import Tasks
 
 __all__ = ["Health", "Heartbeat", "add_health_routes"]
 
@@ -48,6 +49,8 @@ class Health:
     waiting_for: list[Callable[[], str | None]] = field(default_factory=list)
     """What must be there before the process is ready, each saying why it is not (None: it
     is): the state store's facts loaded (`gate.facts`). /livez never asks."""
+    tasks: Tasks = field(default_factory=Tasks)
+    """The process's background tasks (`tasks`): not ready while one is down."""
 
 
 def add_health_routes(app: web.Application, health: Health, metrics: Metrics) -> None:
@@ -72,7 +75,7 @@ def add_health_routes(app: web.Application, health: Health, metrics: Metrics) ->
             return web.json_response({"status": "draining"}, status=503)
         if not health.ready:
             return web.json_response({"status": "starting"}, status=503)
-        for waiting in health.waiting_for:
+        for waiting in (*health.waiting_for, health.tasks.problem):
             reason = waiting()
             if reason is not None:
                 return web.json_response({"status": "unavailable", "reason": reason},

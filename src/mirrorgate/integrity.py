@@ -39,6 +39,7 @@ __all__ = [
     "same_digest",
     "strongest",
     "strongest_of",
+    "strongest_sri",
 ]
 
 # The algorithms the worker can verify, strongest first. Anything else found in an SRI string
@@ -169,6 +170,15 @@ def strongest_of(digests: tuple[Digest, ...]) -> Digest:
         raise Unverifiable(f"the job carries no digest this worker can verify ({shown}); "
                            f"it needs one of {', '.join(STRONGEST_FIRST)}")
     return chosen
+
+
+def strongest_sri(digests: tuple[Digest, ...]) -> str:
+    """The bytes `digests` name, as one text: the strongest digest's SRI, "" when none is of
+    a known algorithm. What a release verdict and a waiver are bound to: other bytes under the
+    same version name another text (a weaker digest alone too, so dropping the strong one
+    from `dist` never passes for the same bytes)."""
+    chosen = strongest(digests)
+    return chosen.sri() if chosen is not None else ""
 
 
 def digest_of(algorithm: str, data: bytes) -> Digest:

@@ -8,18 +8,34 @@ package names or URLs, so the series count stays bounded and no client input bec
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from mirrorgate.events import Recent
 from mirrorgate.mirror import QueueStats
 
-__all__ = ["CONTENT_TYPE", "Metrics", "Tally"]
+__all__ = ["CONTENT_TYPE", "RELEASE_CHECK_OUTCOMES", "REQUEST_BUCKETS", "Durations", "Metrics",
+           "Tally"]
+
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REQUEST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                   0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""`mirrorgate_request_seconds`' buckets: a warm hit takes tens of microseconds, a cold fill
+up to seconds, a tarball's transfer longer."""
+RELEASE_CHECK_OUTCOMES = ("clean", "flagged", "refused", "first-version", "unchecked",
+                          "unsettled")
+"""`mirrorgate_release_checks{outcome}`: each series is there at 0 from the start, so an
+alert's increase() sees the first refused or unchecked release."""
 
 
 class Tally:
@@ -58,6 +74,45 @@ class _Folding(Collector):
         for tally in self.tallies:
             tally.fold()
         return iter(())
+
+
+class Durations(Collector):
+    """A histogram family observed by a list increment (`series(...)` gives the observer),
+    folded into `HistogramMetricFamily` at scrape: for the warm path, where
+    `Histogram.observe` (a lock, a loop over the buckets in Python) cost a tenth of a hit.
+    Observed on the event loop's thread only."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 buckets: tuple[float, ...]) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labelnames = labelnames
+        self._bounds = buckets
+        self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def series(self, *labels: str) -> Callable[[float], None]:
+        """The observer of one labelled series (seconds in); its series exists from now."""
+        counts, total = self._series.setdefault(labels, ([0] * (len(self._bounds) + 1), [0.0]))
+        bounds = self._bounds
+
+        def observe(seconds: float) -> None:
+            counts[bisect_left(bounds, seconds)] += 1  # the first bucket with le >= seconds
+            total[0] += seconds
+
+        return observe
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self._name, self._documentation, labels=self._labelnames)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._documentation,
+                                       labels=self._labelnames)
+        for labels, (counts, total) in list(self._series.items()):
+            cumulative = list(itertools.accumulate(counts))
+            buckets = [(repr(bound), count)
+                       for bound, count in zip(self._bounds, cumulative, strict=False)]
+            family.add_metric(list(labels), [*buckets, ("+Inf", cumulative[-1])], total[0])
+        yield family
 
 
 class _QueueCollector(Collector):
@@ -129,16 +184,20 @@ class _InFlightCollector(Collector):
 
 
 class _StoreCollector(Collector):
-    def __init__(self, state: Callable[[], tuple[bool, int]]) -> None:
+    def __init__(self, state: Callable[[], tuple[bool, int, int]]) -> None:
         self._state = state
 
     def collect(self) -> Iterator[Metric]:
-        reachable, pending = self._state()
+        reachable, pending, kept = self._state()
         yield GaugeMetricFamily("mirrorgate_store_reachable", "1 while the state store answers "
                                 "(and its facts are loaded), 0 while it does not",
                                 value=int(reachable))
         yield GaugeMetricFamily("mirrorgate_store_pending_writes", "facts and verdicts learned "
                                 "but not yet written to the state store", value=pending)
+        yield GaugeMetricFamily("mirrorgate_store_pending_kept_writes", "of those, the ones "
+                                "never dropped (withdrawals, first-party names, refusals, "
+                                "waivers); at 100,000 what would add one is refused",
+                                value=kept)
 
 
 class Metrics:
@@ -149,6 +208,12 @@ class Metrics:
         r.register(self._folding)  # first: the registry collects in the order registered
         self.requests = Counter("mirrorgate_requests", "client requests by route and status",
                                 ["route", "status"], registry=r)
+        self.request_seconds = Durations(
+            "mirrorgate_request_seconds", "time from a request's head to its answer in "
+            "mirrorgate's handler, by route and path: `warm` (a packument answered from its "
+            "rendering, before anything else runs) or `slow` (everything else; a tarball's "
+            "includes its transfer)", ("route", "path"), REQUEST_BUCKETS)
+        r.register(self.request_seconds)
         self.upstream_seconds = Histogram(
             "mirrorgate_upstream_seconds", "upstream call latency",
             ["upstream", "kind"], registry=r,
@@ -179,6 +244,8 @@ class Metrics:
             "first-version (nothing before it to compare), unchecked (the analysis could not "
             "finish), unsettled (no clean release to compare with within the bound)",
             ["outcome"], registry=r)
+        for outcome in RELEASE_CHECK_OUTCOMES:
+            self.release_checks.labels(outcome)
         self.release_signals = Counter(
             "mirrorgate_release_signals", "release signals that fired, by signal and what came "
             "of it: denied, reported, excepted, allowed", ["signal", "outcome"], registry=r)
@@ -230,11 +297,29 @@ class Metrics:
             "(open, load, write, poll)", ["operation"], registry=r)
         self.store_writes_dropped = Counter(
             "mirrorgate_store_writes_dropped", "facts and verdicts dropped from the state "
-            "store's write buffer while it was unreachable (the oldest first)", registry=r)
+            "store's write buffer while it was unreachable (the oldest first; names "
+            "installed and clean verdicts only)", registry=r)
+        self.store_writes_refused = Counter(
+            "mirrorgate_store_writes_refused", "facts the gate must keep that could not be "
+            "held for the state store (100,000 waited): the request that learned each was "
+            "refused (503)", registry=r)
         self.pulls_logged = Counter(
             "mirrorgate_pulls_logged", "pull log records by outcome: written (to the state "
-            "store), dropped (the buffer was full while the store was unreachable)",
+            "store), dropped (the buffer was full while the store was unreachable), escaped "
+            "(refused as given, written with what the store cannot hold escaped; counted in "
+            "written too), unwritable (refused even escaped)",
             ["outcome"], registry=r)
+        self.pull_log_records = Gauge(
+            "mirrorgate_pull_log_records", "records the pull log keeps (served pulls and "
+            "refusal counts), as counted at its last prune", registry=r)
+        self.pull_log_pruned = Counter(
+            "mirrorgate_pull_log_pruned", "pull log records deleted, by reason: age (past "
+            "MIRRORGATE_PULL_LOG_RETENTION), size (past MIRRORGATE_PULL_LOG_MAX_RECORDS, "
+            "refusal counts first)", ["reason"], registry=r)
+        self.task_restarts = Counter(
+            "mirrorgate_task_restarts", "background tasks (the store's poll, the pull log's "
+            "writer, the advisory feed...) started again after they died, by task "
+            "(`task_restarting`)", ["task"], registry=r)
         self.exposures = Counter(
             "mirrorgate_exposures", "versions already served that became refused, by cause "
             "(withdrawn...), each reported once (`version_exposed`)", ["cause"], registry=r)
@@ -261,8 +346,9 @@ class Metrics:
         """`state()` gives (records loaded, data age in seconds or None) at scrape time."""
         self.registry.register(_AdvisoryCollector(state))
 
-    def watch_store(self, state: Callable[[], tuple[bool, int]]) -> None:
-        """`state()` gives (reachable, writes waiting in the buffer) at scrape time."""
+    def watch_store(self, state: Callable[[], tuple[bool, int, int]]) -> None:
+        """`state()` gives (reachable, writes waiting, of which never dropped) at scrape
+        time."""
         self.registry.register(_StoreCollector(state))
 
     def render(self) -> bytes:

@@ -9,23 +9,54 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-__all__ = ["MAX_TIME_TEXT", "iso_now", "moment", "stamp", "time_text"]
+from mirrorgate.errors import MirrorgateError
+
+__all__ = ["EARLIEST", "LATEST", "MAX_TIME_TEXT", "TimeTextError", "iso_now", "moment",
+           "read_moment", "stamp", "time_text"]
 
 MAX_TIME_TEXT = 64
 """Longer than any ISO 8601 time: text this long is not one, and is not parsed."""
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+"""The times read: no registry published before 1970, and a time this far from the ends of
+Python's calendar (years 1 and 9999) survives every sum the rules make with it (an age, a
+quarantine, ten years of minimum age) and every offset a zone can carry, which at the ends
+overflows (`0001-01-01T00:00:00+01:00` is no UTC time)."""
+
+
+class TimeTextError(MirrorgateError, ValueError):
+    """Text that is no time mirrorgate reads: the message says why."""
+
+
+def read_moment(text: str) -> datetime:
+    """`text` (ISO 8601) as an aware UTC datetime, or TimeTextError saying why it is not one.
+    A time without a zone is UTC (npm's registry always writes one; older documents and other
+    registries sometimes do not)."""
+    if len(text) > MAX_TIME_TEXT:
+        raise TimeTextError(f"is {len(text)} characters, longer than any ISO 8601 time")
+    try:
+        when = datetime.fromisoformat(text.strip())
+        when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except OverflowError:  # a zone's offset past the ends of the calendar
+        raise TimeTextError("is past the ends of the calendar once its zone's offset is "
+                            "applied") from None
+    except ValueError:
+        raise TimeTextError("is not a date or time (ISO 8601)") from None
+    if not EARLIEST <= when < LATEST:
+        raise TimeTextError(f"is outside the times mirrorgate reads ({stamp(EARLIEST)} to "
+                            f"{stamp(LATEST)})")
+    return when
 
 
 def moment(text: object) -> datetime | None:
-    """`text` as an aware UTC datetime; None when it is not a string holding an ISO 8601 time.
-    A time without a zone is UTC (npm's registry always writes one; older documents and other
-    registries sometimes do not)."""
-    if not isinstance(text, str) or len(text) > MAX_TIME_TEXT:
+    """`text` as an aware UTC datetime (`read_moment`); None when it is not a string holding
+    a time mirrorgate reads. From an upstream, None is "no time": never an error answer."""
+    if not isinstance(text, str):
         return None
     try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
+        return read_moment(text)
+    except TimeTextError:
         return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def time_text(value: object) -> str | None:

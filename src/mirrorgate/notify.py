@@ -33,6 +33,7 @@ from mirrorgate.config import NotifySettings, Secret
 from mirrorgate.events import Alert
 from mirrorgate.logs import scrub
 from mirrorgate.metrics import Metrics
+from mirrorgate.tasks import Tasks
 
 __all__ = ["OUTCOMES", "SIGNATURE_HEADER", "Notifier", "envelope", "signature", "verify"]
 
@@ -157,12 +158,14 @@ class Notifier:
         self._outcomes = {outcome: metrics.notifications.labels(outcome)
                           for outcome in OUTCOMES}
 
-    async def start(self) -> None:
+    async def start(self, tasks: Tasks | None = None) -> None:
+        """Open the session and start the sender, watched by the process's `tasks` (a
+        command's notifier by tasks of its own)."""
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self._timeout),
             headers={"User-Agent": "mirrorgate (notify)"}, trust_env=False,
             connector=aiohttp.TCPConnector(limit=2))
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="notifier")
+        self._task = (tasks or Tasks(self._metrics)).keep("notifier", self._run)
 
     # --- taking alerts (on whatever path raised them) ------------------------------------
 

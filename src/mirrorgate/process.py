@@ -44,8 +44,9 @@ from mirrorgate.rules import LiveRules, Rules, RulesError
 from mirrorgate.serve.access import install_access
 from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
-from mirrorgate.serve.tokens import ClientTokens, ClientTokensError
+from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, policy_problem
 from mirrorgate.store import Store, StoreSetupError, open_store
+from mirrorgate.tasks import Tasks
 from mirrorgate.upstream.clients import Upstreams
 from mirrorgate.upstream.filestore import StoreError
 from mirrorgate.upstream.registry import open_registry, store_root
@@ -110,7 +111,9 @@ class CommandMirroring:
                           metrics=self.gate.metrics,
                           heartbeat=Heartbeat(self.settings.heartbeat_stale_after),
                           rules=self.gate.rules, on_outcome=heard,
-                          release=self.gate.gate.release)
+                          release=self.gate.gate.release,
+                          # the fleet's takedowns (`parts.as_the_fleet`): never mirrored here
+                          withdrawals=self.gate.gate.withdrawals)
         await Worker(deps, idle_pause=0.05).run(stop)
 
     async def holds(self, job: MirrorJob) -> bool:
@@ -198,15 +201,21 @@ async def _listening(app: web.Application, host: str, port: int, settings: Setti
     yield runner
 
 
-def _client_tokens(settings: Settings, metrics: Metrics) -> ClientTokens | None:
-    if settings.client_tokens_file is None:
+def _client_tokens(settings: Settings, metrics: Metrics,
+                   rules: LiveRules) -> ClientTokens | None:
+    """The tokens file, checked against the rules file both ways (`policy_problem`): at start
+    and whenever either is read again, every policy set a line names must be defined."""
+    path = settings.client_tokens_file
+    if path is None:
         return None
     try:
-        clients = ClientTokens(settings.client_tokens_file,
-                               on_reload_failed=lambda _problem:
-                               metrics.client_tokens_reload_failures.inc())
+        clients = ClientTokens(path, on_reload_failed=lambda _problem:
+                               metrics.client_tokens_reload_failures.inc(),
+                               check=lambda found: policy_problem(found, rules.current,
+                                                                  str(path)))
     except ClientTokensError as error:
         raise StartupError(f"MIRRORGATE_CLIENT_TOKENS_FILE: {error}") from None
+    rules.check = lambda fresh: policy_problem(clients.file, fresh, str(path))
     log.info("client_tokens_loaded", path=str(settings.client_tokens_file),
              clients=len(clients.clients))
     return clients
@@ -216,12 +225,13 @@ async def _run(settings: Settings, shape: Shape) -> int:
     _check_shape(settings, shape)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.heartbeat_stale_after) if shape.runs_worker else None
-    health = Health(heartbeat=heartbeat)
+    # every background loop of the process is started through `health.tasks`, watched
+    health = Health(heartbeat=heartbeat, tasks=Tasks(metrics))
     if heartbeat is not None:
         metrics.watch_heartbeat(heartbeat.age)
 
     try:  # the worker re-gates every job with the same rules the proxy gates with
-        rules = LiveRules.load(settings.rules_file,
+        rules = LiveRules.load(settings.rules_file, malware_feed=settings.malware_feed,
                                on_reload_failed=metrics.rules_reload_failures.inc)
     except RulesError as error:
         raise StartupError(f"MIRRORGATE_RULES_FILE: {error}") from None
@@ -231,7 +241,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
         _ensure_store(settings.private_upstream)
     if shape.runs_worker:
         _ensure_store(settings.mirror_target)
-    clients = _client_tokens(settings, metrics)
+    clients = _client_tokens(settings, metrics, rules)
 
     def dropped(total: int) -> None:
         # A network backend's send buffer logs its own drops (with its depth); logging them
@@ -253,7 +263,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
     await upstreams.start()
     try:
         if notifier is not None:
-            await notifier.start()
+            await notifier.start(health.tasks)
             metrics.events.send_alerts_to(notifier.post)
         return await _serve(settings, shape, metrics, health, queue, upstreams, rules, clients,
                             notifier, facts)
@@ -295,10 +305,12 @@ class _Feeds:
     """The advisory feed of the rules in force, run and counted; when a reloaded rules file
     changes its `[advisories]` settings, the old feed stops and the new one starts."""
 
-    def __init__(self, rules: LiveRules, metrics: Metrics, stop: asyncio.Event) -> None:
+    def __init__(self, rules: LiveRules, metrics: Metrics, stop: asyncio.Event,
+                 tasks: Tasks) -> None:
         self.rules = rules
         self.metrics = metrics
         self.stop = stop
+        self.tasks = tasks
         self.feed: AdvisoryFeed | None = None
         self.task: asyncio.Task[None] | None = None
         if rules.current.advisories is not None:
@@ -324,7 +336,7 @@ class _Feeds:
             feed.on_outcome = lambda outcome: self.metrics.advisory_loads.labels(outcome).inc()
             # loading never blocks serving: the first load runs beside the listener, and
             # until it lands the rules' `unavailable` setting decides
-            self.task = asyncio.create_task(feed.run(self.stop), name="advisory-feed")
+            self.task = self.tasks.keep("advisory-feed", lambda: feed.run(self.stop))
 
     async def close(self) -> None:
         if self.task is not None:
@@ -341,7 +353,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes)
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
     # who pulled which tarball, written through the store the facts opened (`gate.pulllog`)
-    pulls = PullLog(facts, retention_days=settings.pull_log_retention_days, metrics=metrics)
+    pulls = PullLog(facts, retention_days=settings.pull_log_retention_days,
+                    max_records=settings.pull_log_max_records, metrics=metrics)
     # the one gate of this process: the proxy serves through it, the worker re-gates with
     # its withdrawals and verdicts (`gate.gate`)
     gate = Gate(settings=settings, public=upstreams.public,
@@ -364,7 +377,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
         app = web.Application()
         add_health_routes(app, health, metrics)
         install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open,
-                       oidc=settings.oidc)
+                       oidc=settings.oidc, tasks=health.tasks)
         packuments = CachedPublic(upstreams.public, settings)
         host, port = settings.worker_listen
     # a withdrawal seen for the first time: who already pulled the version (`gate.exposure`)
@@ -383,14 +396,17 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
 
     worker_task: asyncio.Task[None] | None = None
     worker_stop = asyncio.Event()
-    feeds = _Feeds(rules, metrics, worker_stop)
+    tasks = health.tasks
+    tasks.stop = worker_stop
+    feeds = _Feeds(rules, metrics, worker_stop, tasks)
     async with _listening(app, host, port, settings, metrics) as runner:
-        keeping = asyncio.create_task(facts.run(worker_stop), name="state-store")
-        logging_pulls = asyncio.create_task(pulls.run(worker_stop), name="pull-log")
-        warning = asyncio.create_task(warnings.run(worker_stop), name="exposure-warnings")
+        # each ends with worker_stop; one that dies is started again (`tasks`)
+        keeping = tasks.keep("state-store", lambda: facts.run(worker_stop))
+        logging_pulls = tasks.keep("pull-log", lambda: pulls.run(worker_stop))
+        warning = tasks.keep("exposure-warnings", lambda: warnings.run(worker_stop))
         feeds.follow(rules.current)
-        watcher = asyncio.create_task(rules.watch(worker_stop, on_reload=feeds.follow),
-                                      name="rules-watcher")
+        watcher = tasks.keep("rules-watcher",
+                             lambda: rules.watch(worker_stop, on_reload=feeds.follow))
         if shape.runs_worker:
             assert health.heartbeat is not None
             target: MirrorTarget = open_target(
@@ -401,6 +417,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                                        heartbeat=health.heartbeat, rules=rules,
                                        packuments=packuments, withdrawals=withdrawals,
                                        release=gate.release, handoff=handoff))
+            # not kept by `tasks`: its death stops the process (`worker_crashed` below)
             worker_task = asyncio.create_task(worker.run(worker_stop), name="mirror-worker")
         health.ready = True
         runtime.freeze_startup()

@@ -42,7 +42,8 @@ def test_issuer_lines_sit_beside_static_clients_in_file_order_with_their_grants(
     assert read.issuers == (GITHUB, GITLAB)
     assert read.mappings[1].summary() == {
         "name": "gitlab-ci", "issuer": GITLAB,
-        "claims": ["project_path=acme/**", "ref=main", "ref_protected=true"], "publish": []}
+        "claims": ["project_path=acme/**", "ref=main", "ref_protected=true"], "publish": [],
+        "policy": None}
 
 
 @pytest.mark.parametrize(("claims", "met"), [
@@ -154,9 +155,44 @@ def test_check_config_lists_the_issuers_and_their_lines_and_no_digest(tmp_path: 
     report = json.loads(done.stdout)["clients"]
     assert report["issuers"] == [GITHUB, GITLAB]
     assert report["audience"] == "mg-prod"
-    assert report["static"] == [{"name": "dashboard", "publish": []}]
+    assert report["static"] == [{"name": "dashboard", "publish": [], "policy": None}]
     assert report["issuer_lines"][0] == {
         "name": "payments-ci", "issuer": GITHUB,
         "claims": ["repository=acme/payments-*", "ref=refs/heads/main"],
-        "publish": ["@acme-payments/*"]}
+        "publish": ["@acme-payments/*"], "policy": None}
     assert "0" * 64 not in done.stdout
+
+
+def test_check_config_shows_which_identities_get_which_policy_set(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"dashboard {DIGEST}\n"
+                      f"payments-ci {GITHUB} repository=acme/payments-* policy:payments\n"
+                      f"web-ci {GITHUB} repository=acme/web-*\n")
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[policy.payments.age]\nminimum = "7d"\n[policy.trial]\nmode = "report"\n',
+                     encoding="utf-8")
+    env = {"PATH": "/usr/bin:/bin", "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
+           "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens), "MIRRORGATE_RULES_FILE": str(rules)}
+
+    summary = run_command("check-config", env=env)
+    done = run_command("check-config", "--json", env=env)
+
+    assert summary.returncode == 0, summary.stderr
+    assert "payments-ci: repository=acme/payments-* -> read (policy payments)" in summary.stdout
+    assert "policy     payments: for payments-ci" in summary.stdout
+    assert "- minimum-age: a version is held back until it is 7 days old" in summary.stdout
+    assert "policy     trial: for no client yet" in summary.stdout
+    assert "every other client: the default rules above" in summary.stdout
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["policies"]["payments"]["clients"] == ["payments-ci"]
+    assert report["policies"]["payments"]["rules"]["age"]["minimum"] == "7 days"
+    assert report["policies"]["trial"]["clients"] == []
+    assert report["clients"]["issuer_lines"][0]["policy"] == "payments"
+
+    # a line naming a policy set the rules file lacks: the configuration cannot be used
+    tokens.write_text(f"payments-ci {GITHUB} repository=acme/payments-* policy:paymentz\n")
+    refused = run_command("check-config", env=env)
+    assert refused.returncode == 2
+    assert "names policy:paymentz (on the line of payments-ci)" in refused.stderr
+    assert f"the rules file {rules} does not define" in refused.stderr

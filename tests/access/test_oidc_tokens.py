@@ -71,8 +71,9 @@ def test_the_payments_job_installs_and_publishes_its_scope_and_the_web_job_is_re
     tree = standard_tree()
     public_registry.add(*tree.packages)
     reader = new_token()
+    # the static reader is the operator: it reads every job's pulls on the status page
     proxy = start(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path, issuer,
-                  reader)
+                  reader, MIRRORGATE_OPERATORS="dashboard")
     payments, web = issuer.mint(PAYMENTS), issuer.mint(WEB)
     for token in (payments, web):
         guard.watch(proxy, token)
@@ -295,3 +296,88 @@ def test_an_unreachable_issuer_fails_its_tokens_closed_and_static_tokens_are_not
     issuer.stall = False
     wait_for(lambda: whoami(proxy, job).status == 200, timeout=REFRESH_FLOOR + 5,
              message="the issuer's keys once it answers again")
+
+
+def test_a_ci_job_reads_its_own_pulls_on_the_status_page_and_is_never_an_operator(
+    guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, secret_dir: SecretDir, tmp_path: Path, issuer: LoopbackIssuer,
+) -> None:
+    """The attack: one repository's job reading on the status page which other repositories
+    and branches pulled what. Each job sees its own identity's pulls; listing the issuer
+    line's name in MIRRORGATE_OPERATORS makes no job an operator (the line admits every job
+    its conditions match), while the static `dashboard` it names reads everyone's."""
+    tree = standard_tree()
+    public_registry.add(*tree.packages)
+    reader = new_token()
+    proxy = start(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path, issuer,
+                  reader, MIRRORGATE_OPERATORS="web-ci,dashboard")
+    app, site = issuer.mint("acme/web-app"), issuer.mint("acme/web-site")
+    for token in (app, site):
+        guard.watch(proxy, token)
+    name = tree.packages[0].name
+    version = next(iter(tree.packages[0].versions))
+    tarball = f"{proxy.registry_url}{name}/-/{name.rsplit('/', 1)[-1]}-{version}.tgz"
+    for token in (app, site):
+        assert http_request("GET", tarball, headers={"Authorization": f"Bearer {token}"}
+                            ).status == 200
+
+    def page(token: str) -> str:
+        reply = http_request("GET", f"{proxy.url}ui/package/{name.replace('/', '%2f')}",
+                             headers={"Authorization": f"Bearer {token}"})
+        assert reply.status == 200
+        return reply.body.decode().split("Who pulled it", 1)[1]
+
+    def both() -> str:
+        shown = page(reader)
+        return shown if "acme/web-site" in shown and "acme/web-app" in shown else ""
+
+    everyone = wait_for(both, timeout=10, message="both jobs' pulls in the pull log")
+    assert "Your pulls only" not in everyone
+    own = page(app)
+    assert "web-ci (acme/web-app, branch main)" in own
+    assert "acme/web-site" not in own
+    assert "Your pulls only" in own
+    assert "acme/web-app" not in page(site)
+
+
+def test_a_hung_issuer_with_its_keys_cached_answers_a_new_key_503_with_retry_after(
+    guarded: GuardedFactory, guard: SecretGuard, public_registry: FixtureRegistry,
+    verdaccio: Verdaccio, secret_dir: SecretDir, tmp_path: Path, issuer: LoopbackIssuer,
+) -> None:
+    """The fault: the issuer rotates its key and then hangs while mirrorgate holds the old key
+    set. A token signed with the new key cannot be checked: it answered 401 "unknown key"
+    after the timeout (npm stops, as for a forged token), where docs/ci-identity.md promises
+    503 with Retry-After (npm retries). The old key's tokens go on working meanwhile."""
+    timeout = 2.0
+    public_registry.add(*standard_tree().packages)
+    proxy = start(guarded, guard, public_registry, verdaccio, secret_dir, tmp_path, issuer,
+                  new_token(), MIRRORGATE_OIDC_TIMEOUT=str(timeout))
+    before = issuer.mint(PAYMENTS)
+    assert whoami(proxy, before).status == 200  # the key set fetched and cached
+    fetched = time.monotonic()
+    issuer.rotate()
+    after = issuer.mint(PAYMENTS)
+    for token in (before, after):
+        guard.watch(proxy, token)
+    issuer.stall = True
+    # past the refresh floor, so the new key's token makes mirrorgate ask the issuer again
+    time.sleep(max(0.0, REFRESH_FLOOR + 0.5 - (time.monotonic() - fetched)))
+    try:
+        started = time.monotonic()
+        refused = whoami(proxy, after, timeout=30)
+        waited = time.monotonic() - started
+        again = whoami(proxy, after)  # within the refresh floor: at once, the same answer
+        cached = whoami(proxy, before)
+    finally:
+        issuer.stall = False
+    guard.seen(refused)
+
+    assert refused.status == 503
+    assert refused.headers.get("Retry-After") == "10"
+    assert refused.json()["reason"] == "issuer keys unavailable"
+    assert f"no answer within {timeout:g} s" in str(refused.json()["error"])
+    assert timeout - 0.5 < waited < timeout + 3
+    assert (again.status, again.json()["reason"]) == (503, "issuer keys unavailable")
+    assert cached.status == 200
+    wait_for(lambda: whoami(proxy, after).status == 200, timeout=REFRESH_FLOOR + 5,
+             message="the new key once the issuer answers again")

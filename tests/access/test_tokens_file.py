@@ -14,12 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from mirrorgate.rules import DEFAULT_RULES, parse_rules
 from mirrorgate.serve.access import presented_token
 from mirrorgate.serve.tokens import (
     ClientTokens,
     ClientTokensError,
     new_token,
     parse_clients,
+    parse_tokens_file,
+    policy_problem,
     token_line,
 )
 
@@ -50,7 +53,11 @@ def test_a_file_lists_clients_with_comments_and_an_optional_publish_grant() -> N
     (f"ci {digest(ALICE)} admin", "line 2: unknown permission 'admin'"),
     ("ci sha256:abc", "line 2: the second column must be `sha256:`"),
     (f"ci {ALICE}", "line 2: the second column must be `sha256:`"),
-    ("ci", "line 2: expected `NAME sha256:HEX [publish:NAMES]`"),
+    ("ci", "line 2: expected `NAME sha256:HEX [publish:NAMES] [policy:NAME]`"),
+    (f"ci {digest(ALICE)} policy:", "line 2: `policy:` names a policy set"),
+    (f"ci {digest(ALICE)} policy:Payments", "line 2: `policy:` names a policy set"),
+    (f"ci {digest(ALICE)} policy:a policy:b", "line 2: `policy:` is given twice"),
+    (f"ci {digest(ALICE)} publish:a-* publish:b-*", "line 2: `publish:` is given twice"),
     # a bare grant reached every name [publish] covers: one leaked token rewrote every team's
     (f"ci {digest(ALICE)} publish", "line 2: `publish` must name the packages"),
     (f"ci {digest(ALICE)} publish:", "line 2: `publish` must name the packages"),
@@ -64,6 +71,45 @@ def test_a_bad_line_is_refused_naming_its_number(line: str, expected: str) -> No
         parse_clients(f"ops {digest(ALICE)}\n{line}\n", "tokens")
 
     assert f"tokens {expected}" in str(refused.value)
+
+
+def test_a_line_may_name_a_policy_set_beside_its_grant_in_either_order() -> None:
+    text = (f"ci {digest(ALICE)} policy:payments\n"
+            f"release-bot {digest(BOB)} policy:payments publish:@team-a/*\n"
+            f"ops {digest(ALICE + 'x')}\n"
+            "payments-ci https://token.actions.githubusercontent.com repository=acme/pay-* "
+            "publish:@pay/* policy:payments-strict\n")
+
+    found = parse_tokens_file(text, "tokens")
+
+    assert [(c.name, c.policy, c.publish.texts()) for c in found.clients] == [
+        ("ci", "payments", []), ("release-bot", "payments", ["@team-a/*"]), ("ops", None, [])]
+    assert (found.mappings[0].policy, found.mappings[0].publish.texts()) == (
+        "payments-strict", ["@pay/*"])
+    assert found.policies() == {"payments": ["ci", "release-bot"],
+                                "payments-strict": ["payments-ci"]}
+
+
+def test_a_line_naming_a_policy_set_the_rules_lack_is_refused_naming_both_files(
+        tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"alice {digest(ALICE)} policy:payments\nbob {digest(BOB)}\n")
+    defined = parse_rules('[policy.payments.age]\nminimum = "7d"\n', "/etc/rules.toml")
+    failures: list[str] = []
+    tokens = ClientTokens(path, on_reload_failed=failures.append,
+                          check=lambda found: policy_problem(found, defined, str(path)))
+
+    path.write_text(f"alice {digest(ALICE)} policy:paymnets\nbob {digest(BOB)}\n")
+    assert tokens.refresh() is False
+
+    assert tokens.match(ALICE).policy == "payments"  # type: ignore[union-attr]
+    [failure] = failures
+    assert f"the tokens file {path} names policy:paymnets (on the line of alice)" in failure
+    assert "which the rules file /etc/rules.toml does not define (its policy sets: " \
+        "payments)" in failure
+    # at start the same is a refusal to start, and without a rules file too
+    with pytest.raises(ClientTokensError, match="no rules file"):
+        ClientTokens(path, check=lambda found: policy_problem(found, DEFAULT_RULES, str(path)))
 
 
 def test_a_token_pasted_where_its_digest_belongs_is_not_echoed_in_the_error() -> None:

@@ -30,7 +30,7 @@ def test_the_table_with_only_a_source_takes_the_documented_defaults(tmp_path: Pa
     assert rules_summary(rules)["advisories"] == {
         "source": str(tmp_path / "osv-npm.zip"), "refresh": "1 hour", "malware": "deny",
         "severity": "high", "unavailable": "admit", "max_age": "3 days", "ignore": [],
-        "fast_lane": True,
+        "fast_lane": True, "by_default": False,
     }
 
 

@@ -19,12 +19,12 @@ from mirrorgate.process import CommandMirroring
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixtureTree, standard_tree
-from tests.servers.processes import mirrorgate_argv
+from tests.servers.processes import OFFLINE, mirrorgate_argv
 
 
 def settings_for(public: FixtureRegistry, data: Path, **env: str) -> Settings:
     base = load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": public.url,
-                          "MIRRORGATE_DATA_DIR": str(data), **env},
+                          "MIRRORGATE_DATA_DIR": str(data), **OFFLINE, **env},
                          npm_registry=lambda: None)
     return dataclasses.replace(base, upstream_timeout=5.0)
 
@@ -74,7 +74,7 @@ def run_command(args: list[str], env: Mapping[str, str], workdir: Path,
     home.mkdir(parents=True, exist_ok=True)
     full = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LANG": "C.UTF-8",
             "MIRRORGATE_LOG_FORMAT": "json", "MIRRORGATE_DATA_DIR": str(workdir / "data"),
-            **env}
+            **OFFLINE, **env}
     if "PYTHONPATH" in os.environ:
         full["PYTHONPATH"] = os.environ["PYTHONPATH"]
     done = subprocess.run([*mirrorgate_argv(), *args], env=full, capture_output=True,

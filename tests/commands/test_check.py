@@ -54,6 +54,9 @@ def _env(tmp_path: Path, public_url: str, rules: str | None = None,
 
 
 def check(*args: str | Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # the sources under test (PYTHONPATH), not whatever the installed command points at
+    if "PYTHONPATH" in os.environ:
+        env = {"PYTHONPATH": os.environ["PYTHONPATH"], **env}
     return subprocess.run([*mirrorgate_argv(), "check", *map(str, args)], capture_output=True,
                           text=True, timeout=120, env=env, check=False,
                           stdin=subprocess.DEVNULL)
@@ -178,6 +181,30 @@ def test_a_rules_file_that_cannot_be_used_exits_2(lockfile_copy: Copy, public: F
     done = check(lockfile_copy("npm-v3"), env=_env(tmp_path, public.url, "[deny]\npakages = 1\n"))
     assert done.returncode == 2
     assert "MIRRORGATE_RULES_FILE" in done.stderr
+
+
+def test_check_policy_answers_for_a_team_s_policy_set_and_the_default_for_everyone_else(
+        lockfile_copy: Copy, public: FixtureRegistry, tmp_path: Path) -> None:
+    # the payments team's policy set denies what the default rules admit: a build of theirs
+    # must hear of it before `npm ci`, the web team's not at all
+    rules = '[policy.payments.deny]\npackages = ["alpha@1.2.0"]\n'
+    lockfile = lockfile_copy("npm-v3")
+    env = _env(tmp_path, public.url, rules)
+
+    payments = check(lockfile, "--json", "--policy", "payments", env=env)
+    default = check(lockfile, "--json", env=env)
+    unknown = check(lockfile, "--policy", "paymentz", env=env)
+    both = check(lockfile, "--policy", "payments", "--proxy", "http://127.0.0.1:9/", env=env)
+
+    assert payments.returncode == 1, payments.stderr
+    alpha = _results(payments)[("alpha", "1.2.0")]
+    assert (alpha["status"], alpha["rule"]) == ("denied", "deny-list")
+    assert default.returncode == 0, default.stderr  # the control: the default rules admit it
+    assert _results(default)[("alpha", "1.2.0")]["status"] == "admitted"
+    assert unknown.returncode == 2
+    assert "--policy paymentz: the policy set 'paymentz' is not defined" in unknown.stderr
+    assert both.returncode == 2
+    assert "the proxy judges by the policy set of the client" in both.stderr
 
 
 def test_proxy_mode_asks_a_running_mirrorgate_and_needs_no_upstream(

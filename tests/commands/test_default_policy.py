@@ -37,6 +37,9 @@ def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name)
     monkeypatch.setenv("MIRRORGATE_PUBLIC_UPSTREAM", "http://127.0.0.1:9/")
     monkeypatch.setenv("MIRRORGATE_DATA_DIR", str(tmp_path / "data"))
+    # the known-malware feed off: check-config would otherwise ask OSV's host whether it
+    # answers (tests reach only loopback; tests/e2e/test_known_malware.py runs the feed)
+    monkeypatch.setenv("MIRRORGATE_MALWARE_FEED", "off")
 
 
 def test_the_statement_names_exactly_the_rules_that_deny_without_a_rules_file() -> None:
@@ -51,6 +54,8 @@ def test_the_statement_names_exactly_the_rules_that_deny_without_a_rules_file() 
     # test_release_attacks.py refuses a young package's postinstall with no rules file)
     assert named == fired | {"young-package-install-script"}
     assert "1 day old" in DEFAULT_POLICY
+    # and known malware, from the feed MIRRORGATE_MALWARE_FEED adds unless it is off
+    assert "advisory-malware: a version that a known-malware record (MAL-)" in DEFAULT_POLICY
 
 
 def test_the_readme_and_the_configuration_reference_state_the_generated_policy() -> None:

@@ -75,7 +75,7 @@ def test_check_config_prints_the_advisory_settings_and_that_the_source_reads(
     assert advisories == {
         "source": str(export), "refresh": "1 hour", "malware": "deny", "severity": "high",
         "unavailable": "deny", "max_age": "3 days", "ignore": [], "fast_lane": True,
-        "readable": {"ok": True, "detail": "a zip of 9 JSON records"},
+        "by_default": False, "readable": {"ok": True, "detail": "a zip of 9 JSON records"},
     }
 
 

@@ -11,10 +11,12 @@ then withdraws 1.0.1. No token may appear in the log, the report or the notifica
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import time
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
@@ -238,3 +240,94 @@ def test_a_release_signal_reported_then_enforced_warns_the_clients_that_installe
     assert "node bundle.js" in notified.event["data"]["reason"]
     [line] = proxy.events("version_exposed")
     assert line["cause"] == "new-install-script"
+
+
+ONE_LOOP = 100_050
+"""The refusals of the finding: more than the 100,000 rows the warning used to read."""
+
+
+async def refuse_many(database: str, integrity: str) -> None:
+    """`ONE_LOOP` refused pulls of takedown-pkg@1.0.1, each by a CI job of its own (a branch
+    each: no two fold into one count), written as the proxy writes them: `PullLog.refusal`
+    and `flush` through the store's own writer, into the same PostgreSQL, in batches of the
+    writer's in-memory bound. About five seconds, where as many HTTP requests would take
+    minutes; the proxy's own path for a refusal is asked over HTTP beside them."""
+    from mirrorgate.gate.facts import KeptFacts
+    from mirrorgate.gate.pulllog import MAX_REFUSALS, PullLog
+    from mirrorgate.store.postgres import open_postgres
+
+    facts = KeptFacts(lambda: open_postgres(database))
+    await facts.open()
+    try:
+        log = PullLog(facts, retention_days=90)
+        for n in range(ONE_LOOP):
+            log.refusal(f"web-ci (acme/web, branch feature-{n})", "takedown-pkg", "1.0.1",
+                        integrity, "minimum-age", f"loop-{n}")
+            if log.buffered == MAX_REFUSALS or n == ONE_LOOP - 1:
+                held = log.buffered
+                assert await log.flush() == held
+    finally:
+        await facts.close()
+
+
+def test_a_hundred_thousand_refused_pulls_hide_no_build_that_installed_the_version(
+    mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+    postgres_server: PostgresServer, verdaccio: Verdaccio, webhook: WebhookReceiver,
+    tmp_path: Path,
+) -> None:
+    """The attack: refused pulls of a release in its cooldown, 100,050 of them (CI retrying
+    on every branch, or a client looping on purpose), then a build installs the release once
+    it is admitted, then the public registry withdraws it. The warning read the version's
+    oldest 100,000 records, refusals among them, and found no one: no `version_exposed`, and
+    nobody in "Who pulled it". Now refusals are counted apart and the warning reads the served
+    pulls alone."""
+    young = make_version("takedown-pkg", "1.0.1", published=datetime.now(UTC))
+    public_registry.add(make_package("takedown-pkg", [V100, young]))
+    build, laptop = new_token(), new_token()
+    database = postgres_server.new_database_now()
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[age]\nminimum = "1d"\n', encoding="utf-8")
+    proxy = mirrorgate("serve", {
+        "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+        "MIRRORGATE_PRIVATE_UPSTREAM": verdaccio.url,
+        "MIRRORGATE_PRIVATE_TOKEN": verdaccio.token, "MIRRORGATE_DATABASE_URL": database,
+        "MIRRORGATE_DATA_DIR": str(tmp_path / "data"), "MIRRORGATE_CACHE_TTL": "1",
+        "MIRRORGATE_METRICS_OPEN": "true", "MIRRORGATE_RULES_FILE": str(rules),
+        "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens_file(
+            tmp_path, **{"build-ci": build, "laptop": laptop})),
+        "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET})
+    tarball = proxy.registry_url + "takedown-pkg/-/takedown-pkg-1.0.1.tgz"
+    for _ in range(3):  # the proxy's own refusals, in its cooldown
+        refused = http_request("GET", tarball, headers={"Authorization": f"Bearer {laptop}"})
+        assert refused.status == 403
+    asyncio.run(refuse_many(database, young.integrity))
+
+    rules.write_text('[age]\nminimum = "0"\n', encoding="utf-8")  # the cooldown is over
+    wait_for(lambda: proxy.events("rules_reloaded"), timeout=15, message="the new rules")
+    npm = NpmClient(tmp_path / "build")
+    install(npm, proxy, build, "1.0.1")
+    assert npm.installed()["takedown-pkg"] == "1.0.1"
+    wait_for(lambda: "1.0.1" in verdaccio.versions("takedown-pkg"), timeout=60,
+             message="the worker to mirror 1.0.1")
+
+    public_registry.add(make_package("takedown-pkg", [V100]))  # withdrawn
+    wait_for(partial(withdrawn_on, proxy, build), timeout=15,
+             message="the proxy to see the withdrawal")
+    wait_for(lambda: webhook.of_type("dev.mirrorgate.exposure"), timeout=15,
+             message="the exposure notification")
+    [notified] = webhook.of_type("dev.mirrorgate.exposure")
+    assert [c["client"] for c in notified.event["data"]["clients"]] == ["build-ci"]
+    [line] = proxy.events("version_exposed")
+    assert line["client_count"] == 1
+
+    page = http_request("GET", proxy.url + "ui/package/takedown-pkg",
+                        headers={"Authorization": f"Bearer {build}"})
+    assert page.status == 200
+    assert "build-ci" in page.body.decode().split("Who pulled it")[1]
+
+    answer = json.loads(exposure_with({"MIRRORGATE_DATABASE_URL": database},
+                                      "takedown-pkg@1.0.1", "--json").stdout)
+    assert answer["clients"] == ["build-ci"]
+    refusals = answer["refused"]
+    assert sum(e["pulls"] for e in refusals) == ONE_LOOP + 3
+    assert len(refusals) == ONE_LOOP + 1  # a row a client: each branch's job, the laptop

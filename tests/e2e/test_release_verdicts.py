@@ -21,6 +21,7 @@ import sqlite3
 import subprocess
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,9 +33,15 @@ from tests.e2e.test_untrusted_queue import send_raw
 from tests.faults.worker_jobs import admitted_job
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
-from tests.servers.incidents import _fresh, entry_file, minified_bundle, shai_hulud_shape
+from tests.servers.incidents import (
+    _fresh,
+    entry_file,
+    minified_bundle,
+    obfuscated_blob,
+    shai_hulud_shape,
+)
 from tests.servers.npm import NpmClient
-from tests.servers.packages import EPOCH, FixturePackage, make_package, make_version
+from tests.servers.packages import EPOCH, FixturePackage, iso, make_package, make_version
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.processes import MirrorgateProcess, wait_for
 from tests.servers.verdaccio import Verdaccio
@@ -205,6 +212,277 @@ def test_a_version_published_below_the_whole_history_is_compared_with_the_one_be
     assert clean.returncode == 0, clean.stderr
     assert npm_client.installed()["below-host"] == "1.2.0"
     refused(npm_client, proxy, "worm-host", "^1.4.0")  # the plain control
+
+
+# --- a verdict is bound to the bytes it read (issue 53) -----------------------------------------
+
+
+def rebyted(name: str, *, hook: bool) -> FixturePackage:
+    """A package first published five days ago (young, past the default one-day cooldown):
+    1.0.0, then 1.0.1 two days ago, neither running anything at install. `hook`: 1.0.1 listed
+    again with other bytes, whose package.json (and registry manifest) run `node setup.js`."""
+    files = {"index.js": entry_file(name), "README.md": b"# rebyte kit\n"}
+    extra: dict[str, Any] = {}
+    later = files
+    if hook:
+        later = {**files, "setup.js": b"require('child_process').exec('id');\n"}
+        extra["scripts"] = {"postinstall": "node setup.js"}
+    return make_package(name, [
+        make_version(name, "1.0.0", files=files, published=_fresh(timedelta(days=5))),
+        make_version(name, "1.0.1", files=later, published=_fresh(timedelta(days=2)),
+                     **extra)])
+
+
+def serve_default(mirrorgate: MirrorgateFactory, public: FixtureRegistry, verdaccio: Verdaccio,
+                  tmp_path: Path) -> MirrorgateProcess:
+    """`mirrorgate serve` with no rules file (the young-package signal alone on), mirroring to
+    a directory the private registry does not read: what it admitted stays public's to serve,
+    so public's listing of a version, not a mirrored copy, is what each pull gets. Every
+    packument is revalidated (a TTL of 0): a republish reaches the next pull."""
+    return mirrorgate("serve", {
+        **registry_environment(public, verdaccio), "MIRRORGATE_METRICS_OPEN": "true",
+        "MIRRORGATE_DATA_DIR": str(tmp_path / "data"), "MIRRORGATE_CACHE_TTL": "0",
+        "MIRRORGATE_MIRROR_TARGET": f"file://{tmp_path / 'mirror'}"})
+
+
+def checked(proxy: MirrorgateProcess, name: str, version: str) -> int:
+    """How many times the release signals read and judged `name@version`'s bytes."""
+    return sum(1 for event in proxy.events("release_checked")
+               if (event["package"], event["version"]) == (name, version)) + len(
+        [event for event in proxy.events("release_signal_refused")
+         if (event["package"], event["version"]) == (name, version)])
+
+
+def test_other_bytes_listed_under_a_version_judged_clean_are_judged_afresh_not_vouched_for(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # the attack: a young release is judged clean, then the registry lists the same version
+    # with other bytes (a new dist.integrity) that carry a postinstall. A verdict kept by
+    # name and version alone vouched for them unread.
+    name = "rebyte-kit"
+    original = rebyted(name, hook=False)
+    public_registry.add(original)
+    proxy = serve_default(mirrorgate, public_registry, verdaccio, tmp_path)
+    first = install(npm_client, proxy, {name: "1.0.1"})
+    assert first.returncode == 0, first.stderr
+    assert checked(proxy, name, "1.0.1") == 1  # read and judged clean (a young package)
+
+    swapped = rebyted(name, hook=True)
+    assert swapped.version("1.0.1").integrity != original.version("1.0.1").integrity
+    public_registry.add(swapped)
+    refused(npm_client, proxy, name, "1.0.1")
+
+    [refusal] = refusals(proxy, name).values()
+    assert (refusal["version"], refusal["rule"]) == ("1.0.1", "young-package-install-script")
+    assert refusal["evidence"] == ["postinstall (node setup.js)"]
+    assert proxy.get(f"npm/{name}/-/{name}-1.0.1.tgz").status == 403
+
+    # the control: the bytes judged clean, listed again, are served on their own verdict,
+    # not read again, and the refusal of the others does not reach them
+    public_registry.add(original)
+    again = install(npm_client, proxy, {name: "1.0.1"})
+    assert again.returncode == 0, again.stderr
+    assert npm_client.installed()[name] == "1.0.1"
+    assert checked(proxy, name, "1.0.1") == 2  # the clean read, the refused one: no third
+    assert not (npm_client.project / "node_modules" / name / "setup.js").exists()
+
+
+# --- a verdict is bound to the rules that made it (issue 53) ---------------------------------
+
+
+def young_kit(name: str, *, blob: bool) -> FixturePackage:
+    """A package first published ten days ago (young; past the default cooldown): 1.0.0, and
+    1.0.1 two days ago, `blob`: its entry file with an obfuscated blob appended (chalk's
+    shape). Neither runs anything at install: the default's young-package signal reads them
+    and finds nothing."""
+    entry = entry_file(name)
+    return make_package(name, [
+        make_version(name, "1.0.0", files={"index.js": entry},
+                     published=_fresh(timedelta(days=10))),
+        make_version(name, "1.0.1", files={"index.js": entry + (obfuscated_blob(name) if blob
+                                                                 else b"// 1.0.1\n")},
+                     published=_fresh(timedelta(days=2)))])
+
+
+def test_a_verdict_kept_under_fewer_signals_is_read_again_once_every_signal_is_on(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # the attack: 1.0.1 kept "clean" under the default (the young-package signal alone, no
+    # baseline read), mirrored; the operator then turns every signal on. Its obfuscated entry
+    # file was never compared, and the verdict vouched for it from the mirror, while the
+    # same shape first pulled after the change is refused.
+    public_registry.add(young_kit("young-blob", blob=True), young_kit("young-late", blob=True),
+                        young_kit("young-plain", blob=False), old("deny-probe"))
+    rules = tmp_path / "rules.toml"
+    rules.write_text("# the defaults\n", encoding="utf-8")
+    proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data", rules)
+    for name in ("young-blob", "young-plain"):
+        served = install(npm_client, proxy, {name: "1.0.1"})
+        assert served.returncode == 0, served.stderr
+        assert checked(proxy, name, "1.0.1") == 1  # read: a young package
+        wait_for(lambda name=name: "1.0.1" in verdaccio.versions(name),  # type: ignore[misc]
+                 timeout=60, message=f"the worker to mirror {name}@1.0.1")
+
+    # an unrelated reload (a deny entry) changes no signal: nothing is read again
+    rules.write_text('[deny]\npackages = ["deny-probe"]\n', encoding="utf-8")
+    wait_for(lambda: proxy.get(PROBE).status == 403, timeout=15, message="the deny entry")
+    again = install(npm_client, proxy, {"young-blob": "1.0.1"})
+    assert again.returncode == 0, again.stderr
+    assert checked(proxy, "young-blob", "1.0.1") == 1
+
+    rules.write_text(RULES, encoding="utf-8")  # every signal on
+    wait_for(lambda: proxy.get(PROBE).status == 200, timeout=15, message="every signal on")
+    refused(npm_client, proxy, "young-blob", "1.0.1")  # read again, from the mirror
+    refusal = refusals(proxy, "young-blob")["1.0.1"]
+    assert (refusal["rule"], refusal["compared_with"]) == ("obfuscated-code", "1.0.0")
+    assert proxy.get("npm/young-blob/-/young-blob-1.0.1.tgz").status == 403
+
+    # the controls: the same shape first pulled now, refused alike; a clean release kept
+    # under the default, read again, still installs (and is not read a third time)
+    refused(npm_client, proxy, "young-late", "1.0.1")
+    assert refusals(proxy, "young-late")["1.0.1"]["rule"] == "obfuscated-code"
+    for _ in range(2):
+        plain = install(npm_client, proxy, {"young-plain": "1.0.1"})
+        assert plain.returncode == 0, plain.stderr
+    assert checked(proxy, "young-plain", "1.0.1") == 2
+
+
+PROBE = "npm/deny-probe/-/deny-probe-1.3.0.tgz"
+
+
+def old(name: str) -> FixturePackage:
+    return make_package(name, [make_version(name, "1.3.0", published=EPOCH, size=0)])
+
+
+# --- time as evidence (issue 53) ----------------------------------------------------------------
+
+
+def rewritten(name: str, time: dict[str, object] | None) -> FixturePackage:
+    """A package really first published two days ago: 1.0.0, then 1.0.1 a day and a half ago
+    running `node setup.js` at install; its `time` as a registry in front rewrote it (None:
+    as published)."""
+    files = {"index.js": entry_file(name), "setup.js": b"console.log('fixture setup ran');\n"}
+    package = make_package(name, [
+        make_version(name, "1.0.0", files=files, published=_fresh(timedelta(days=2))),
+        make_version(name, "1.0.1", files=files, published=_fresh(timedelta(hours=36)),
+                     scripts={"postinstall": "node setup.js"})])
+    if time is not None:
+        package.fields["time"] = time
+    return package
+
+
+def iso_ago(**delta: float) -> str:
+    return iso(_fresh(timedelta(**delta)))
+
+
+TIMES: dict[str, dict[str, object]] = {
+    # a registry that writes none but `modified`
+    "times-missing": {"modified": iso_ago(hours=1)},
+    # text no calendar reads, a number, `created` garbled
+    "times-garbled": {"created": "yesterday", "1.0.0": 1_700_000_000, "1.0.1": "last week",
+                      "modified": iso_ago(hours=1)},
+    # `created`, and a version no longer listed, 400 days back
+    "times-created-back": {"created": iso_ago(days=400), "0.0.1": iso_ago(days=400),
+                           "1.0.0": iso_ago(days=2), "1.0.1": iso_ago(hours=36),
+                           "modified": iso_ago(hours=36)},
+    # a version "published" before the package was created
+    "times-before-created": {"created": iso_ago(days=2), "1.0.0": iso_ago(days=400),
+                             "1.0.1": iso_ago(hours=36), "modified": iso_ago(hours=36)},
+    # offsets past the ends of the calendar: once a 500 for the whole package
+    "times-overflowing": {"created": "0001-01-01T00:00:00+01:00",
+                          "1.0.0": "9999-12-31T23:59:59-23:59",
+                          "1.0.1": "9999-12-31T23:59:59-23:59", "modified": iso_ago(hours=1)},
+}
+
+
+def test_times_missing_garbled_or_contradicting_never_make_a_young_package_old(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # the attack: a two-day-old package's 1.0.1 runs code at install; its registry's times,
+    # missing, unreadable, or 400 days back, once made it "old", and the young-package
+    # signal (on by default) did not read it; an overflowing offset answered 500
+    for name, time in TIMES.items():
+        public_registry.add(rewritten(name, time))
+    public_registry.add(rewritten("times-kept", None))  # the plain shape, times as published
+    old = make_package("times-old", [
+        make_version("times-old", "1.0.0", published=_fresh(timedelta(days=400))),
+        make_version("times-old", "1.0.1", published=_fresh(timedelta(days=399)),
+                     scripts={"postinstall": "node -e 0"})])
+    public_registry.add(old)
+    proxy = serve_default(mirrorgate, public_registry, verdaccio, tmp_path)
+
+    for name in [*TIMES, "times-kept"]:
+        assert proxy.get(f"npm/{name}").status == 200, name  # never a 500
+        refused(npm_client, proxy, name, "1.0.1")
+        refusal = refusals(proxy, name)["1.0.1"]
+        assert refusal["rule"] == "young-package-install-script", name
+        assert refusal["evidence"] == ["postinstall (node setup.js)"], name
+    said = {name: refusals(proxy, name)["1.0.1"] for name in TIMES}
+    doubts = {name: [str(doubt) for doubt in said[name]["times"]]  # type: ignore[attr-defined]
+              for name in TIMES}
+    for name in ("times-missing", "times-garbled", "times-overflowing"):
+        assert "first publish cannot be established" in str(said[name]["reason"]), name
+        assert doubts[name][0] == ("no version it lists carries a publish time mirrorgate can "
+                                   "read, so its age cannot be established"), name
+        # its quarantine runs from its first read, and does not move with each pull
+        assert doubts[name][1].startswith("1.0.1 has no publish time"), name
+        tarball = f"npm/{name}/-/{name}-1.0.1.tgz"
+        first, second = proxy.get(tarball), proxy.get(tarball)
+        assert first.status == second.status == 403, name
+        assert first.json()["until"] == second.json()["until"], name
+    assert "first published " + iso_ago(days=2)[:10] in str(said["times-created-back"]["reason"])
+    [doubt] = doubts["times-before-created"]
+    assert doubt.startswith("1.0.0 was \"published\" ")
+    assert "before the package was created" in doubt
+    assert not proxy.events("request_failed")
+
+    # the control: an old package's install hook is neither read nor refused by default
+    installed = install(npm_client, proxy, {"times-old": "1.0.1"})
+    assert installed.returncode == 0, installed.stderr
+    assert refusals(proxy, "times-old") == {}
+    assert checked(proxy, "times-old", "1.0.1") == 0
+
+
+def copied(name: str, *, hook: bool) -> FixturePackage:
+    """A package a registry in front stamped with the days it copied each version, within a
+    few days of each other weeks ago and in no order (2.1.1 "published" before 2.1.0, 2.0.0
+    after 2.1.0, 2.2.0 a day after 2.0.0); `hook`: 2.2.0 adds a postinstall."""
+    files = {"index.js": entry_file(name), "README.md": b"# copied kit\n"}
+    stamps = {"1.9.0": 30, "2.0.0": 26, "2.1.0": 27, "2.1.1": 28, "2.2.0": 25}
+    return make_package(name, [
+        make_version(name, version, files=files, published=_fresh(timedelta(days=age)),
+                     scripts={"postinstall": "node -e 0"} if hook and version == "2.2.0"
+                     else {})
+        for version, age in stamps.items()])
+
+
+def test_where_times_contradict_version_order_a_release_is_compared_with_the_one_below_it(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # every signal on (a new hook denied: the stamps are weeks old, and a quarantine would
+    # have ended): by the copy stamps the releases before 2.2.0 were never judged and within
+    # a week of it, so a walk by time read three and stopped, the clean release refused as
+    # release-unchecked; by version order, 2.1.1 is below it, public for weeks
+    public_registry.add(copied("copied-hook", hook=True), copied("copied-clean", hook=False))
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES + 'new_install_script = "deny"\n', encoding="utf-8")
+    proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data", rules)
+
+    refused(npm_client, proxy, "copied-hook", "2.2.0")
+    refusal = refusals(proxy, "copied-hook")["2.2.0"]
+    assert (refusal["rule"], refusal["compared_with"]) == (HOOK, "2.1.1")
+    assert "after 2.1.1" in str(refusal["times"])  # named: why version order chose it
+
+    clean = install(npm_client, proxy, {"copied-clean": "2.2.0"})  # the control
+    assert clean.returncode == 0, clean.stderr
+    [judged] = [event for event in proxy.events("release_checked")
+                if event["package"] == "copied-clean"]
+    assert (judged["outcome"], judged["compared_with"]) == ("clean", "2.1.1")
+    assert not proxy.events("release_unsettled")
 
 
 def test_a_version_flagged_in_report_mode_and_mirrored_is_refused_from_the_mirror_once_enforced(

@@ -212,3 +212,55 @@ async def _facts(database: str) -> dict[tuple[str, str], str]:
     finally:
         await connection.close()
     return {(row["kind"], row["key"]): row["value"] for row in rows}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_an_emptied_store_is_refused_at_start_up_and_starting_afresh_is_a_deliberate_step(
+        kind: str, mirrorgate: MirrorgateFactory, public_registry: FixtureRegistry,
+        private_registry: FixtureRegistry, postgres_server: PostgresServer,
+        tmp_path: Path) -> None:
+    """The fault: the store is emptied behind the process's back (a 0-byte state.sqlite3 from
+    a restore gone wrong; the database dropped and created again), then the process restarts
+    while the public registry is down. Taken for a first start, it would serve the withdrawn
+    version from the mirror again."""
+    public_registry.add(make_package("takedown-pkg", [V100]))
+    data = tmp_path / "data"
+    env = {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+           "MIRRORGATE_PRIVATE_UPSTREAM": private_registry.url, "MIRRORGATE_DATA_DIR": str(data)}
+    database = postgres_server.new_database_now() if kind == "postgresql" else None
+    if database is not None:
+        env["MIRRORGATE_DATABASE_URL"] = database
+    before = mirrorgate("serve", env)
+    assert versions(before, "takedown-pkg") == ["1.0.0"]  # 1.0.1 seen withdrawn
+    assert before.terminate() == 0
+
+    if database is None:
+        (data / "state.sqlite3").write_bytes(b"")
+        for leftover in ("state.sqlite3-wal", "state.sqlite3-shm"):
+            (data / leftover).unlink(missing_ok=True)
+    else:
+        asyncio.run(_recreate(postgres_server, database))
+    public_registry.fault("/", Fault(status=503))
+    refused = mirrorgate("serve", env, ready=False)
+
+    assert refused.wait(timeout=30) == 2
+    [event] = refused.events("startup_refused")
+    assert "is empty, but this data directory" in event["reason"]
+    assert f"delete {data / 'state-store.held'}" in event["reason"]
+    assert PASSWORD not in refused.stderr()
+    # the control, and the documented way to start afresh on purpose
+    (data / "state-store.held").unlink()
+    afresh = mirrorgate("serve", env)
+    assert afresh.get("readyz").status == 200
+    assert (data / "state-store.held").exists()  # held from here on
+    assert afresh.terminate() == 0
+
+
+async def _recreate(server: PostgresServer, database: str) -> None:
+    name = database.rsplit("/", 1)[1]
+    connection = await asyncpg.connect(server.url())
+    try:
+        await connection.execute(f'DROP DATABASE "{name}"')
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()

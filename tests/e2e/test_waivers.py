@@ -11,24 +11,34 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import pwd
 import re
+import shutil
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
+import pytest
+
 from mirrorgate.moments import stamp
 from mirrorgate.serve.tokens import token_line
+from mirrorgate.store import Fact
+from mirrorgate.store.sqlite import open_sqlite
+from mirrorgate.store.waivers import WAIVER
 from tests.commands.mirrored import run_command
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_package, make_version
 from tests.servers.postgres_server import PostgresServer
-from tests.servers.processes import MirrorgateProcess, http_request, wait_for
+from tests.servers.processes import MirrorgateProcess, http_request, mirrorgate_argv, wait_for
 from tests.servers.webhook import SECRET, WebhookReceiver
 
 EIGHT_DAYS = '[age]\nminimum = "8d"\n'
+BYTES = "sha512-" + "A" * 86 + "=="
 TARBALL = "npm/fixed-lib/-/fixed-lib-1.0.1.tgz"
 
 
@@ -67,9 +77,10 @@ def test_npm_installs_a_refused_fix_once_allowed_and_is_refused_again_after_the_
         public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
         npm_client: NpmClient, tmp_path: Path) -> None:
     publish_fix(public_registry)
-    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state")}  # the proxy's and the command's
-    proxy = mirrorgate("serve", {**store, "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
-                                 "MIRRORGATE_RULES_FILE": rules_file(tmp_path)})
+    # the proxy's and the command's (which looks up the bytes it names, as the proxy lists them)
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state"),
+             "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url}
+    proxy = mirrorgate("serve", {**store, "MIRRORGATE_RULES_FILE": rules_file(tmp_path)})
     npm_client.write_project({})
     refused = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
     assert refused.returncode != 0
@@ -77,7 +88,8 @@ def test_npm_installs_a_refused_fix_once_allowed_and_is_refused_again_after_the_
 
     told = allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "the fix for CVE-2026-1234",
                  "--until", stamp(datetime.now(UTC) + timedelta(days=7)))
-    assert "fixed-lib@1.0.1 admitted until" in told
+    integrity = public_registry.package("fixed-lib").version("1.0.1").integrity
+    assert f"fixed-lib@1.0.1 ({integrity}) admitted until" in told
     within_a_second([proxy], 200)
     npm_client.clear_cache()
     installed = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
@@ -89,6 +101,7 @@ def test_npm_installs_a_refused_fix_once_allowed_and_is_refused_again_after_the_
     listed = allow(tmp_path, store, "--list")
     assert "fixed-lib@1.0.1" in listed
     assert "alice: the fix for CVE-2026-1234" in listed
+    assert f"bytes: {integrity}" in listed
 
     allow(tmp_path, store, "--revoke", "fixed-lib@1.0.1")
     within_a_second([proxy], 403)
@@ -104,9 +117,9 @@ def test_an_ended_waiver_admits_nothing(
         public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
         tmp_path: Path) -> None:
     publish_fix(public_registry)
-    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state")}
-    proxy = mirrorgate("serve", {**store, "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
-                                 "MIRRORGATE_RULES_FILE": rules_file(tmp_path)})
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state"),
+             "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url}
+    proxy = mirrorgate("serve", {**store, "MIRRORGATE_RULES_FILE": rules_file(tmp_path)})
     assert served(proxy) == 403
     ends = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=6)
     allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "a demo", "--until", stamp(ends))
@@ -130,7 +143,8 @@ def test_a_waiver_is_honoured_by_every_replica_on_one_postgresql_within_a_second
                 for name in ("one", "two")]
     assert [served(proxy) for proxy in replicas] == [403, 403]
 
-    allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "the fix", "--until", "2099-01-01")
+    allow(tmp_path, {**store, "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url},
+          "fixed-lib@1.0.1", "--why", "the fix", "--until", "2099-01-01")
     within_a_second(replicas, 200)
     allow(tmp_path, store, "--revoke", "fixed-lib@1.0.1")
     within_a_second(replicas, 403)
@@ -142,18 +156,19 @@ def test_check_config_lists_the_waivers_in_force_for_a_person_and_in_json(
              "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/"}
     before = run_command(["check-config"], store, tmp_path)
     assert "waivers    unknown (the state store is not read" in before.stdout  # not created
+    # the bytes named by hand (no registry answers here): as a lockfile shows them
     allow(tmp_path, store, "left-pad@1.3.1", "--why", "the fix", "--until", "2099-01-01",
-          "--by", "bob")
+          "--by", "bob", "--integrity", f"{BYTES} sha1-AAAAAAAAAAAAAAAAAAAAAAAAAAA=")
 
     human = run_command(["check-config"], store, tmp_path)
     document = json.loads(run_command(["check-config", "--json"], store, tmp_path).stdout)
 
-    assert ("waivers    left-pad@1.3.1 until 2099-01-01T00:00:00Z (bob: the fix)"
+    assert (f"waivers    left-pad@1.3.1 until 2099-01-01T00:00:00Z (bob: the fix), bytes {BYTES}"
             in human.stdout.splitlines())
     [waiver] = document["store"]["waivers"]
     assert waiver | {"granted": "-"} == {"package": "left-pad@1.3.1", "by": "bob",
                                          "why": "the fix", "until": "2099-01-01T00:00:00Z",
-                                         "granted": "-", "active": True}
+                                         "granted": "-", "active": True, "integrity": BYTES}
 
 
 def test_input_that_makes_no_waiver_exits_2_saying_what_is_wrong_with_an_example(
@@ -166,11 +181,18 @@ def test_input_that_makes_no_waiver_exits_2_saying_what_is_wrong_with_an_example
         ("left-pad@1.3.1", "--until", "2020-01-01"): "--until 2020-01-01T00:00:00Z is in the "
                                                      "past",
         ("left-pad@1.3.1", "--until", "next friday"): "--until 'next friday' is not a date",
+        # an offset that overflows the calendar, a year past it: a sentence, no traceback
+        ("left-pad@1.3.1", "--until", "9999-12-31T23:59:59-23:59"):
+            "is past the ends of the calendar once its zone's offset is applied",
+        ("left-pad@1.3.1", "--until", "9999-12-31"): "is outside the times mirrorgate reads",
+        ("left-pad@1.3.1", "--until", "2099-01-01", "--integrity", "md5-AAAA"):
+            "--integrity 'md5-AAAA' is not an SRI digest mirrorgate can verify",
     }
     for args, says in cases.items():
         done = run_command(["allow", args[0], "--why", "x", *args[1:]], store, tmp_path)
         assert done.returncode == 2, (args, done.stderr)
         assert says in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
         assert "for example: mirrorgate allow left-pad@1.3.1 --why" in done.stderr
     nothing = run_command(["allow", "--revoke", "left-pad@1.3.1"], store, tmp_path)
     assert nothing.returncode == 1
@@ -184,7 +206,7 @@ def test_a_grant_and_a_revoke_reach_the_webhook_signed_and_are_logged(
              "MIRRORGATE_NOTIFY_URL": webhook.hook_url, "MIRRORGATE_NOTIFY_SECRET": SECRET,
              "USER": "alice"}
     granted = run_command(["allow", "fixed-lib@1.0.1", "--why", "the fix", "--until",
-                           "2099-01-01"], store, tmp_path)
+                           "2099-01-01", "--integrity", BYTES], store, tmp_path)
     revoked = run_command(["allow", "--revoke", "fixed-lib@1.0.1", "--by", "carol"], store,
                           tmp_path)
 
@@ -197,7 +219,7 @@ def test_a_grant_and_a_revoke_reach_the_webhook_signed_and_are_logged(
     assert grant.event["data"] | {"granted": "-", "host": "-"} == {
         "kind": "waiver-granted", "package": "fixed-lib", "version": "1.0.1",
         "process": "allow", "host": "-", "by": "alice", "why": "the fix",
-        "until": "2099-01-01T00:00:00Z", "granted": "-"}
+        "until": "2099-01-01T00:00:00Z", "granted": "-", "integrity": BYTES}
     assert revoke.event["data"]["by"] == "carol"
     assert revoke.event["data"]["granted_by"] == "alice"
     logged = [json.loads(line) for line in (granted.stderr + revoked.stderr).splitlines()
@@ -322,3 +344,150 @@ def test_check_judges_a_locked_version_with_the_waivers_as_the_proxy_does(
     assert "minimum-age" in refused.stdout
     assert admitted.returncode == 0, admitted.stdout + admitted.stderr
     assert "the waiver for fixed-lib@1.0.1" in admitted.stdout
+
+
+def test_a_grant_without_user_names_the_account_and_one_with_no_name_at_all_is_refused(
+        tmp_path: Path) -> None:
+    # where USER is unset (a `kubectl exec` shell, a container's entrypoint) the account
+    # running the command grants; an account the system has no name for (a container run as
+    # an arbitrary uid) grants nothing: a waiver granted by nobody could not be answered for
+    state = tmp_path / "state"
+    store = {"MIRRORGATE_DATA_DIR": str(state)}  # no USER, no LOGNAME
+    done = run_command(["allow", "left-pad@1.3.1", "--why", "the fix", "--until", "2099-01-01",
+                        "--integrity", BYTES, "--json"], store, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["by"] == pwd.getpwuid(os.getuid()).pw_name
+
+    empty = run_command(["allow", "left-pad@1.3.2", "--why", "x", "--until", "2099-01-01",
+                         "--integrity", BYTES, "--json"], {**store, "USER": ""},
+                        tmp_path)  # set, empty: no name
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout)["by"] == pwd.getpwuid(os.getuid()).pw_name
+    # the nameless account: a user namespace mapping this process's uid to one the system
+    # has no name for (util-linux's unshare, as root: CI runs as root), so the same files and
+    # interpreter stay readable, as in a container run with `runAsUser: 54321`
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a uid with no name needs root and util-linux's unshare (CI has both)")
+    nameless = next(uid for uid in range(54_321, 60_000) if not _named(uid))
+    as_nameless = ["unshare", "--user", f"--map-user={nameless}", f"--map-group={nameless}"]
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path),
+           "MIRRORGATE_DATA_DIR": str(state), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    grant = [*mirrorgate_argv(), "allow", "left-pad@1.3.3", "--why", "x", "--until",
+             "2099-01-01", "--integrity", BYTES]
+    anonymous = subprocess.run([*as_nameless, *grant], env=env, capture_output=True, text=True,
+                               timeout=60, check=False)
+    assert anonymous.returncode == 2, anonymous.stderr
+    assert (f"USER is not set and this account (uid {nameless}) has no name on this system; "
+            "give --by NAME") in anonymous.stderr
+    assert "--by alice" in anonymous.stderr  # the example shows it
+    with_by = subprocess.run([*as_nameless, *grant, "--by", "ops-oncall", "--json"], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert with_by.returncode == 0, with_by.stderr
+    assert json.loads(with_by.stdout)["by"] == "ops-oncall"
+
+
+def _named(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+# --- a waiver admits exactly what it names (issue 53) ------------------------------------------
+
+
+def test_a_waiver_admits_the_exact_version_it_names_not_its_build_metadata_sibling(
+        public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+        npm_client: NpmClient, tmp_path: Path) -> None:
+    # the attack: beside the refused fix 1.0.0, the publisher lists 1.0.0+evil with `latest`
+    # on it. A range ignores build metadata, so a waiver matched as `wv@1.0.0` covered both,
+    # and npm installs the tagged one for ^1.0.0
+    now = datetime.now(UTC)
+    public_registry.add(make_package("wv", [
+        make_version("wv", "0.9.0", published=now - timedelta(days=90)),
+        make_version("wv", "1.0.0", published=now - timedelta(hours=2)),
+        make_version("wv", "1.0.0+evil", published=now - timedelta(hours=1),
+                     scripts={"postinstall": "node -e \"require('child_process')\""})],
+        dist_tags={"latest": "1.0.0+evil"}))
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state"),
+             "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url}
+    proxy = mirrorgate("serve", {**store, "MIRRORGATE_RULES_FILE": rules_file(tmp_path)})
+    evil = "npm/wv/-/wv-1.0.0+evil.tgz"
+    assert (proxy.get("npm/wv/-/wv-1.0.0.tgz").status, proxy.get(evil).status) == (403, 403)
+
+    allow(tmp_path, store, "wv@1.0.0", "--why", "the fix", "--until", "2099-01-01")
+    wait_for(lambda: proxy.get("npm/wv/-/wv-1.0.0.tgz").status == 200, timeout=2.0,
+             message="the waiver admitting wv@1.0.0")
+
+    assert proxy.get(evil).status == 403  # the sibling the waiver does not name
+    packument = proxy.get("npm/wv").json()
+    assert sorted(packument["versions"]) == ["0.9.0", "1.0.0"]
+    assert packument["dist-tags"]["latest"] == "1.0.0"
+    npm_client.write_project({"wv": "^1.0.0"})
+    installed = npm_client.install(registry=proxy.registry_url)
+    assert installed.returncode == 0, installed.stderr
+    assert npm_client.installed()["wv"] == "1.0.0"  # the control: the version it names
+
+
+def test_other_bytes_published_later_as_the_waived_version_are_not_waived(
+        public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+        npm_client: NpmClient, tmp_path: Path) -> None:
+    # the attack: the registry lists the waived version again with other bytes (a new
+    # dist.integrity). The waiver names the bytes the operator was shown; not these.
+    publish_fix(public_registry)
+    original = public_registry.package("fixed-lib")
+    store = {"MIRRORGATE_DATA_DIR": str(tmp_path / "state"),
+             "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url}
+    # every packument revalidated at once, so the republish reaches the next pull
+    proxy = mirrorgate("serve", {**store, "MIRRORGATE_RULES_FILE": rules_file(tmp_path),
+                                 "MIRRORGATE_CACHE_TTL": "0"})
+    told = allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "the fix", "--until",
+                 "2099-01-01")
+    assert original.version("1.0.1").integrity in told
+    within_a_second([proxy], 200)
+
+    fixed = original.version("1.0.1")
+    public_registry.add(make_package("fixed-lib", [
+        original.version("1.0.0"),
+        make_version("fixed-lib", "1.0.1", published=fixed.published,
+                     files={"index.js": b"require('child_process').exec('id');\n"})]))
+    assert served(proxy) == 403
+    npm_client.write_project({})
+    refused = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
+    assert refused.returncode != 0
+    assert "E403" in refused.stdout + refused.stderr
+    assert "minimum-age" in refused.stdout + refused.stderr
+
+    public_registry.add(original)  # the control: the bytes it names, listed again
+    assert served(proxy) == 200
+    npm_client.clear_cache()
+    installed = npm_client.install("fixed-lib@1.0.1", registry=proxy.registry_url)
+    assert installed.returncode == 0, installed.stderr
+
+
+async def test_a_waiver_kept_before_waivers_named_their_bytes_admits_nothing_until_granted_again(
+        public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+        tmp_path: Path) -> None:
+    # a waiver an earlier release wrote (no integrity) cannot say which bytes were looked at:
+    # it admits nothing, says so where waivers are listed and logged, and a grant names them
+    publish_fix(public_registry)
+    state = tmp_path / "state"
+    store = {"MIRRORGATE_DATA_DIR": str(state), "MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url}
+    kept = await open_sqlite(state / "state.sqlite3")
+    await kept.put_facts([Fact(WAIVER, "fixed-lib@1.0.1", json.dumps({
+        "by": "alice", "why": "the fix", "until": "2099-01-01T00:00:00Z",
+        "granted": "2026-01-01T00:00:00Z"}))])
+    await kept.close()
+    proxy = mirrorgate("serve", {**store, "MIRRORGATE_RULES_FILE": rules_file(tmp_path)})
+
+    assert served(proxy) == 403
+    [unbound] = proxy.events("waivers_unbound")
+    assert unbound["waivers"] == ["fixed-lib@1.0.1"]
+    listed = allow(tmp_path, store, "--list")
+    assert "fixed-lib@1.0.1" in listed
+    assert "it admits nothing; grant it again" in listed
+    assert "it names no bytes" in proxy.get("ui/").body.decode()
+
+    allow(tmp_path, store, "fixed-lib@1.0.1", "--why", "the fix", "--until", "2099-01-01")
+    within_a_second([proxy], 200)  # the control: the same waiver, naming the bytes

@@ -27,7 +27,6 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from tests.faults.bulk_registry import BulkRegistry
 from tests.faults.guarded import GuardedFactory
@@ -45,28 +44,12 @@ REPORT_EVERY = 1_000
 """The documented drop report cadence: the first drop, then every 1,000th."""
 
 
-async def _never_answer(_request: web.Request) -> web.StreamResponse:
-    await asyncio.Event().wait()  # cancelled when the target stops
-    raise AssertionError("unreachable")
-
-
-def _hanging_app() -> web.Application:
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", _never_answer)
-    return app
-
-
 @pytest.fixture
 def bulk() -> Iterator[BulkRegistry]:
     with serving(BulkRegistry(PACKAGES, VERSIONS), "the bulk registry") as registry:
         yield registry
 
 
-@pytest.fixture
-def hanging_target() -> Iterator[ThreadedApp]:
-    with serving(ThreadedApp(_hanging_app, name="hanging-target"),
-                 "the hanging mirror target") as target:
-        yield target
 
 
 class RssSampler:

@@ -64,7 +64,9 @@ def test_bombs_are_read_off_the_event_loop_while_warm_answers_stay_fast(
 ) -> None:
     names = [f"bomb-{i}" for i in range(BOMBS)]
     public_registry.add(make_package("warm"), *(
-        make_package(name, [make_version(name, "1.0.0", tarball=bomb())]) for name in names))
+        make_package(name, [make_version(name, "1.0.0", tarball=bomb(), dist={
+            "fileCount": 2, "unpackedSize": INFLATED_MIB * 1024 * 1024})])  # not walked
+        for name in names))
     rules = tmp_path / "rules.toml"
     rules.write_text("[install_scripts]\n", encoding="utf-8")
     proxy = guarded("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,

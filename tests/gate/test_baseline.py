@@ -167,13 +167,14 @@ async def test_a_young_packages_releases_with_their_build_hook_vouch_once_it_is_
                  ("postinstall (node x.js)",))
     for version, fired, compared in (("1.0.0", (young,), None), ("1.0.1", (young,), "1.0.0"),
                                      ("1.0.2", (young, worm), "1.0.1")):
-        judge.remember("gyp-addon", version, "sha512-" + "A" * 86 + "==",
+        judge.remember("gyp-addon", version, packument.versions[version].integrity(),
                        Findings(fired, NOW - timedelta(days=40), compared))
 
     chosen = await judge.baseline(parse_name("gyp-addon"), packument, "1.1.0", Budget())
 
-    assert judge.clean("gyp-addon", "1.0.1") is True
-    assert judge.clean("gyp-addon", "1.0.2") is False  # its new postinstall still counts
+    assert judge.clean("gyp-addon", packument.versions["1.0.1"]) is True
+    # its new postinstall still counts
+    assert judge.clean("gyp-addon", packument.versions["1.0.2"]) is False
     assert isinstance(chosen, Baseline)
     assert chosen.record is not None
     assert (chosen.record.version, chosen.passed_over) == ("1.0.1", ("1.0.2",))
@@ -185,9 +186,9 @@ def test_no_burst_of_clean_verdicts_pushes_a_refusal_out_of_memory() -> None:
     for n in range(MAX_VERDICTS + 50):
         facts.keep(Verdict("busy", f"1.0.{n}", "sha512-BB==", "clean", "{}", None, "1"))
 
-    kept = facts.verdict("worm-host", "1.4.3")
+    kept = facts.verdict("worm-host", "1.4.3", "sha512-AA==")
 
     assert kept is not None
     assert kept.verdict == "flagged"
-    assert facts.verdict("busy", "1.0.0") is None  # the oldest clean one went
-    assert facts.verdict("busy", f"1.0.{MAX_VERDICTS + 49}") is not None
+    assert facts.verdict("busy", "1.0.0", "sha512-BB==") is None  # the oldest clean one went
+    assert facts.verdict("busy", f"1.0.{MAX_VERDICTS + 49}", "sha512-BB==") is not None

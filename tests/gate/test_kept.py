@@ -7,7 +7,9 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mirrorgate.gate.facts import KeptFacts
+import pytest
+
+from mirrorgate.gate.facts import KeptFacts, UnrecordedError
 from mirrorgate.gate.imported import import_files
 from mirrorgate.gate.records import Gated
 from mirrorgate.gate.release import ReleaseJudge
@@ -25,6 +27,7 @@ from mirrorgate.store import (
     Fact,
     Store,
     StoreUnavailableError,
+    Verdict,
 )
 from mirrorgate.store.sqlite import open_sqlite
 from mirrorgate.store.waivers import WAIVER, Waiver
@@ -34,23 +37,24 @@ from tests.store.conftest import Place
 from tests.store.kept import kept_on
 
 
-async def test_writes_wait_for_a_lost_store_in_a_bounded_buffer_and_are_written_when_it_returns(
+async def test_writes_wait_for_a_lost_store_and_a_flood_of_what_may_be_lost_drops_nothing_else(
         place: Place) -> None:
     metrics = Metrics()
     facts = KeptFacts(place.open, metrics=metrics, max_pending=3, poll=0.05)
     await facts.open()
     stop = asyncio.Event()
     with place.away():
-        for name in ("a", "b", "c", "d", "e"):
-            facts.put(FIRST_PARTY, name)
+        facts.put(WITHDRAWN, "gone-pkg@1.0.1", "2026-12-01T00:00:00.000Z")  # learned first
+        facts.put(FIRST_PARTY, "acme-widget")
+        facts.put(WAIVER, "left-pad@1.3.1", "{}")
+        facts.forget(WAIVER, "left-pad@1.3.1")  # the revoke: a tombstone, kept as the fact
+        for name in ("a", "b", "c", "d", "e"):  # first pulls of new names, after them
+            facts.put(INSTALLED, name, "1")
         running = asyncio.create_task(facts.run(stop))
         await asyncio.sleep(0.8)  # the writer tries, the store refuses
-        assert (facts.reachable, facts.pending) == (False, 3)
-        assert "a" in {n for n in facts.keys(FIRST_PARTY)}  # memory holds all five
-    for _ in range(100):
-        if facts.reachable and facts.pending == 0:
-            break
-        await asyncio.sleep(0.05)
+        assert (facts.reachable, facts.pending) == (False, 6)
+        assert "a" in facts.keys(INSTALLED)  # memory holds all five
+    await _written(facts)
     stop.set()
     await running
     await facts.close()
@@ -59,8 +63,61 @@ async def test_writes_wait_for_a_lost_store_in_a_bounded_buffer_and_are_written_
     assert metric_value(samples, "mirrorgate_store_failures_total", operation="write") >= 1
     again = KeptFacts(place.open)
     await again.open()
-    assert sorted(again.keys(FIRST_PARTY)) == ["c", "d", "e"]  # the two oldest were dropped
+    assert sorted(again.keys(INSTALLED)) == ["c", "d", "e"]  # the two oldest were dropped
+    assert again.get(WITHDRAWN, "gone-pkg@1.0.1") == "2026-12-01T00:00:00.000Z"
+    assert again.keys(FIRST_PARTY) == ["acme-widget"]
+    assert again.keys(WAIVER) == []  # the revoke reached the store, not the grant alone
     await again.close()
+
+
+async def test_past_its_bound_a_fact_that_must_be_kept_is_refused_and_never_one_dropped(
+        place: Place) -> None:
+    metrics = Metrics()
+    facts = KeptFacts(place.open, metrics=metrics, max_kept=2, poll=0.05)
+    await facts.open()
+    stop = asyncio.Event()
+    with place.away():
+        running = asyncio.create_task(facts.run(stop))
+        facts.put(WITHDRAWN, "gone-pkg@1.0.1", "2026-12-01T00:00:00.000Z")
+        facts.put(FIRST_PARTY, "acme-widget")
+        with pytest.raises(UnrecordedError, match="cannot record what it learned"):
+            facts.put(WITHDRAWN, "gone-pkg@1.0.2", "2026-12-02T00:00:00.000Z")
+        with pytest.raises(UnrecordedError):
+            facts.keep(_verdict("evil-pkg", "6.6.6", "flagged"))
+        facts.put(FIRST_PARTY, "acme-widget")  # held already: no new write
+        facts.put(INSTALLED, "chalk", "1")  # what may be lost still waits, bounded apart
+        facts.keep(_verdict("fine-pkg", "1.0.0", "clean"))
+        await asyncio.sleep(0.3)
+        # refused, not learned: learned again once there is room
+        assert facts.get(WITHDRAWN, "gone-pkg@1.0.2") is None
+        assert facts.verdict("evil-pkg", "6.6.6", "sha512-x") is None
+        assert metric_value(registry_samples(metrics.registry),
+                            "mirrorgate_store_pending_kept_writes") == 2
+    await _written(facts)
+    facts.put(WITHDRAWN, "gone-pkg@1.0.2", "2026-12-02T00:00:00.000Z")  # room again
+    stop.set()
+    await running
+    await facts.close()
+    samples = registry_samples(metrics.registry)
+    assert metric_value(samples, "mirrorgate_store_writes_refused_total") == 2
+    assert metric_value(samples, "mirrorgate_store_writes_dropped_total") == 0
+    again = KeptFacts(place.open)
+    await again.open()
+    assert sorted(again.keys(WITHDRAWN)) == ["gone-pkg@1.0.1", "gone-pkg@1.0.2"]
+    assert again.keys(INSTALLED) == ["chalk"]
+    await again.close()
+
+
+async def _written(facts: KeptFacts) -> None:
+    """Until the store is back and has taken every waiting write (5 s at most)."""
+    for _ in range(100):
+        if facts.reachable and facts.pending == 0:
+            return
+        await asyncio.sleep(0.05)
+
+
+def _verdict(name: str, version: str, verdict: str) -> Verdict:
+    return Verdict(name, version, "sha512-x", verdict, "{}", None, "1")
 
 
 async def test_the_files_before_the_store_are_imported_once_at_its_first_start(
@@ -110,9 +167,8 @@ async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_
                   ("package.json: scripts.postinstall",))
     path = tmp_path / "state.sqlite3"
     before = _judge(RELEASE_RULES, await kept_on(path))
-    before.remember("colour-kit", "5.6.1", "sha512-" + "A" * 86 + "==",
-                    Findings((fired,), None, "5.6.0"))
-    refused = before.remembered("colour-kit", "5.6.1")
+    before.remember("colour-kit", "5.6.1", BYTES, Findings((fired,), None, "5.6.0"))
+    refused = before.remembered("colour-kit", "5.6.1", BYTES)
     assert refused is not None
     assert refused.rule == "new-install-script"
     stop = asyncio.Event()
@@ -121,19 +177,20 @@ async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_
     await before.facts.close()
 
     after = _judge(RELEASE_RULES, await kept_on(path))
-    again = after.remembered("colour-kit", "5.6.1")
+    again = after.remembered("colour-kit", "5.6.1", BYTES)
     allowed = _judge(parse_rules('[age]\nminimum = "0"\n\n[release]\nallow = '
                                  '["colour-kit@5.6.1"]\n', "r.toml"), after.facts)
 
     assert again is not None
     assert (again.rule, again.reason, again.fired, again.compared_with) == (
         refused.rule, refused.reason, refused.fired, refused.compared_with)
-    assert list(after.refused_versions("colour-kit")) == ["5.6.1"]
-    assert after.facts.verdict("colour-kit", "5.6.1").compared_with == "5.6.0"  # type: ignore[union-attr]
+    assert after.refused_versions("colour-kit")["5.6.1"].keys() == {BYTES}
+    assert after.facts.verdict("colour-kit", "5.6.1", BYTES).compared_with == "5.6.0"  # type: ignore[union-attr]
     assert allowed.refused_versions("colour-kit") == {}  # an allow entry added later: no read
     await after.facts.close()
 
 
+BYTES = "sha512-" + "A" * 86 + "=="
 RELEASE_RULES = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
 
 
@@ -161,11 +218,12 @@ async def test_a_waiver_another_process_writes_is_in_the_rules_within_a_poll_and
     stop = asyncio.Event()
     running = asyncio.create_task(facts.run(stop))
     now = datetime.now(UTC).replace(microsecond=0)  # kept to the second
-    subject = Subject("axios", "1.14.2")
+    subject = Subject("axios", "1.14.2", BYTES)
     assert rules.current.exception_for("minimum-age", subject, now) is None
     before = rules.generation
     command = await open_sqlite(path)
-    waiver = Waiver("axios", "1.14.2", "alice", "the fix", now.replace(year=now.year + 1), now)
+    waiver = Waiver("axios", "1.14.2", "alice", "the fix", now.replace(year=now.year + 1), now,
+                    BYTES)
     await command.put_facts([waiver.fact()])
     for _ in range(40):
         if rules.current.exception_for("minimum-age", subject, now) is not None:
@@ -176,7 +234,8 @@ async def test_a_waiver_another_process_writes_is_in_the_rules_within_a_poll_and
     assert (lifted.by, lifted.waiver) == ("alice", True)
     assert rules.generation == before + 1
     assert held_waivers(facts, now) == [waiver]
-    assert rules.current.exception_for("minimum-age", Subject("axios", "1.14.3"), now) is None
+    assert rules.current.exception_for("minimum-age", Subject("axios", "1.14.3", BYTES),
+                                       now) is None
     await command.put_facts([Fact(WAIVER, waiver.subject, None)])
     for _ in range(40):
         if rules.current.exception_for("minimum-age", subject, now) is None:

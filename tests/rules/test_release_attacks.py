@@ -217,3 +217,58 @@ def test_by_default_only_the_young_package_signal_is_on_as_quarantine() -> None:
     assert verdict.rule == "young-package-install-script"
     assert verdict.until == NOW + timedelta(days=7)
     assert 'add "fresh-pkg@1.0.0" (or "fresh-pkg") to release.allow' in (verdict.reason or "")
+
+
+def test_a_young_packages_release_that_cannot_be_read_is_denied_by_default() -> None:
+    # issue 53: with no rules file the young-package signal reads the bytes, and what it
+    # cannot read (a package.json over the bound) is refused, never judged by the manifest
+    found = check_unreadable(["its tarball cannot be read: a package.json is larger than "
+                              "1048576 bytes"])
+    assert found is not None
+    default = parse_rules("", "r.toml")
+    verdict = judge(default, "fresh-pkg", "1.0.0", NOW, [found], NOW, None)
+    assert verdict.rule == "unreadable-release"
+    assert verdict.until is None
+    # it reads nothing itself: only a young package's releases are read, nothing compared
+    assert default.release.only_young_package
+    assert not default.release.compares
+    off = parse_rules('[release]\n' + "".join(
+        f'{signal} = "off"\n' for signal in ("new_install_script", "new_dependency_young",
+                                             "obfuscated_code", "typosquat",
+                                             "new_dependency_outside",
+                                             "young_package_install_script")), "r.toml")
+    assert not off.release.on  # unreadable-release alone reads no release
+
+
+def test_a_young_packages_git_url_and_path_dependencies_run_code_at_install() -> None:
+    # npm clones a git dependency and runs `npm install` (its devDependencies' hooks too) and
+    # its `prepare` there; an archive's or a folder's own hooks run as any dependency's
+    for spec, kind in (("git+https://git.test/thief/payload.git", "git repository"),
+                       ("github:thief/payload", "git repository"),
+                       ("https://files.test/payload-1.0.0.tgz", "URL"),
+                       ("file:./vendor/payload", "path")):
+        found = check_young_package(deps("1.0.0", {"left-pad": spec}), NOW - timedelta(days=2),
+                                    DAYS_30, "30 days", NOW)
+        assert found is not None, spec
+        assert found.signal == "young-package-install-script"
+        assert found.details == (f"`left-pad` ({spec}) is fetched from a {kind}, whose code "
+                                 "npm runs at install",)
+    # the tarball's package.json is read too: npm reads it once the package is on disk
+    inner = b'{"name": "x", "version": "1.0.0", "optionalDependencies": {"p": "github:t/p"}}'
+    hidden = Release("1.0.0", contents_of(build_tarball({"package.json": inner})))
+    found = check_young_package(hidden, NOW - timedelta(days=2), DAYS_30, "30 days", NOW)
+    assert found is not None
+    assert found.details == ("`p` (github:t/p) is fetched from a git repository, whose code "
+                             "npm runs at install",)
+
+
+def test_a_young_packages_registry_dependencies_and_binding_gyp() -> None:
+    # a registry dependency is judged at its own pull: nothing runs here
+    plain = deps("1.0.0", {"left-pad": "^1.3.0", "alias": "npm:is-number@^7.0.0"})
+    assert check_young_package(plain, NOW - timedelta(days=2), DAYS_30, "30 days", NOW) is None
+    # npm runs `node-gyp rebuild` for a binding.gyp with no install hook
+    gyp = Release("1.0.0", contents_of(build_tarball({"package.json": b'{"name": "x"}',
+                                                      "binding.gyp": b"{'targets': []}"})))
+    found = check_young_package(gyp, NOW - timedelta(days=2), DAYS_30, "30 days", NOW)
+    assert found is not None
+    assert found.details == ("binding.gyp",)

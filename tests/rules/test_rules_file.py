@@ -38,11 +38,12 @@ FIRST_PARTY = rules_summary(DEFAULT_RULES)["private"]["first_party"]
 PUBLISHERS = rules_summary(DEFAULT_RULES)["publish"]["who"]
 RELEASE_DEFAULT = {"new-install-script": "off", "new-dependency-young": "off",
                    "obfuscated-code": "off", "typosquat": "off",
-                   "new-dependency-outside": "off", "unreadable-release": "off",
+                   "new-dependency-outside": "off", "unreadable-release": "deny",
                    "young-package-install-script": "quarantine", "young": "30 days",
                    "young_package": "30 days", "quarantine": "7 days", "allow": [],
                    "unavailable": "admit"}
-"""Without a `[release]` table, a young package's install scripts alone (issue 44)."""
+"""Without a `[release]` table, a young package's install scripts alone (issue 44), and what
+it cannot read of a young package's release refused (issue 53)."""
 
 
 def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:

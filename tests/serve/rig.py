@@ -46,7 +46,7 @@ from tests.clock import ManualClock
 from tests.metric_samples import metric_value, registry_samples
 from tests.servers.packages import FixturePackage, FixtureVersion
 from tests.servers.ports import free_port
-from tests.servers.processes import Reply
+from tests.servers.processes import OFFLINE, Reply
 from tests.servers.verdaccio import Verdaccio
 
 NPM_ACCEPT = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*"
@@ -204,7 +204,7 @@ class StartProxy(Protocol):
 def make_settings(public: str, private: str, data_dir: Path, *, token: str | None = None,
                   **overrides: Any) -> Settings:
     environ = {"MIRRORGATE_PUBLIC_UPSTREAM": public, "MIRRORGATE_PRIVATE_UPSTREAM": private,
-               "MIRRORGATE_DATA_DIR": str(data_dir)}
+               "MIRRORGATE_DATA_DIR": str(data_dir), **OFFLINE}
     if token is not None:
         environ["MIRRORGATE_PRIVATE_TOKEN"] = token
     settings = load_settings(environ, npm_registry=lambda: None)

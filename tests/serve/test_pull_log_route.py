@@ -33,6 +33,8 @@ async def test_a_served_tarball_is_a_public_pull_and_a_cut_transfer_a_refusal_wi
     assert facts.store is not None
     found = await facts.store.pulls(limit=10)
     assert [(p.client, p.name, p.version, p.source) for p in found] == [
-        ("anonymous", "plain-bytes", "1.0.0", "public"),
-        ("anonymous", "bent-bytes", "1.0.0", "refused:tampered")]
-    assert all(p.integrity.startswith("sha512-") for p in found)
+        ("anonymous", "plain-bytes", "1.0.0", "public")]
+    [refused] = await facts.store.refused(limit=10)
+    assert (refused.client, refused.name, refused.version, refused.sources) == (
+        "anonymous", "bent-bytes", "1.0.0", ("refused:tampered",))
+    assert all(i.startswith("sha512-") for i in (found[0].integrity, *refused.integrity))

@@ -15,8 +15,10 @@ import time
 import pytest
 
 from mirrorgate.integrity import Digest, DigestMismatch, StreamVerifier, Verified, digest_of
+from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.serve import relayhash
 from mirrorgate.serve.relayhash import BEHIND_AT_MOST, OFF_LOOP_ABOVE, RelayHasher
+from tests.servers.packages import build_tarball
 
 CHUNK = 64 * 1024
 BYTES = os.urandom(3 * 1024 * 1024 + 1234)
@@ -195,3 +197,38 @@ async def test_a_cancelled_wait_for_the_hash_leaves_the_lane_working(
     for chunk in chunks(BYTES):
         await again.feed(chunk)
     assert (await verified(again)).size == len(BYTES)
+
+
+async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_only_hashed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A costly reading (a publisher's tarball of 199,000 entries) on a reading lane: another
+    download being read takes another lane, and one only hashed keeps to the hashing lanes;
+    both finish while the first is still held (on one shared lane, both waited for it)."""
+    held_scan, gate = ScriptScan(), threading.Event()
+    real = relayhash._scan
+
+    def held(scan: ScriptScan, chunk: bytes) -> None:
+        if scan is held_scan:
+            gate.wait(10)
+        real(scan, chunk)
+
+    monkeypatch.setattr(relayhash, "_scan", held)
+    monkeypatch.setattr(relayhash, "_spare_cpu", lambda: True)
+    tarball = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}'})
+    costly = RelayHasher(None, held_scan)
+    await costly.feed(tarball)
+    other = RelayHasher(None, ScriptScan())
+    hashed = hasher_for(BYTES)
+    async with asyncio.timeout(5):
+        await other.feed(tarball)
+        for chunk in chunks(BYTES):
+            await hashed.feed(chunk)
+        await other.finish()
+        assert (await verified(hashed)).size == len(BYTES)
+    assert not gate.is_set()  # the costly reading is still held
+    gate.set()
+    async with asyncio.timeout(5):
+        await costly.finish()
+    assert held_scan.finish() is None
+    assert other.scan is not None
+    assert other.scan.finish() is None

@@ -221,7 +221,9 @@ class FixtureVersion:
             dist["integrity"] = self.integrity
         if self.digests in ("sha512", "sha1"):
             dist["shasum"] = self.shasum
-        if self._contents is not None:
+        # both given: the tarball is not walked (a hostile one costs Python's tarfile seconds)
+        if not {"fileCount", "unpackedSize"} <= self.dist_overrides.keys() \
+                and self._contents is not None:
             dist["fileCount"], dist["unpackedSize"] = self._contents
         dist.update(self.dist_overrides)
         return dist

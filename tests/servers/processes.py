@@ -217,6 +217,12 @@ class CapturedProcess:
         return self.wait(10)
 
 
+OFFLINE: dict[str, str] = {"MIRRORGATE_MALWARE_FEED": "off"}
+"""What every mirrorgate a test starts is given, so that nothing in the tests reaches the
+internet: the known-malware feed's default is OSV's public export. A test of the feed sets its
+own (a local copy, or an https server on loopback)."""
+
+
 def mirrorgate_argv() -> list[str]:
     """The installed `mirrorgate` command next to this interpreter, else `python -m`."""
     script = Path(sys.executable).parent / "mirrorgate"
@@ -254,6 +260,7 @@ class MirrorgateProcess:
             "MIRRORGATE_WORKER_LISTEN": f"127.0.0.1:{worker_listen}",
             "MIRRORGATE_DATA_DIR": str(self.workdir / "data"),
             "MIRROR_POLL_WAIT_SECONDS": "1",
+            **OFFLINE,
         }
         if "PYTHONPATH" in os.environ:
             self.env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -405,6 +412,8 @@ class MirrorgateProcess:
 
 def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # the sources under test (PYTHONPATH), not whatever the installed command points at
+    if env is not None:
+        env = {**OFFLINE, **env}
     if env is not None and "PYTHONPATH" in os.environ:
         env = {"PYTHONPATH": os.environ["PYTHONPATH"], **env}
     return subprocess.run([*mirrorgate_argv(), *args], capture_output=True, text=True,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 
 from mirrorgate.store import (
@@ -16,12 +18,14 @@ from mirrorgate.store import (
     WITHDRAWN,
     Fact,
     MigrationError,
+    Pruned,
     Pull,
+    RefusalRow,
     Store,
     StoreUnavailableError,
     Verdict,
 )
-from mirrorgate.store.schema import LATEST
+from mirrorgate.store.schema import LATEST, MIGRATIONS
 from mirrorgate.store.waivers import WAIVER, Waiver, stored_waivers
 from tests.store.conftest import Place
 from tests.store.harness import writer_argv
@@ -156,10 +160,161 @@ async def test_a_pull_keeps_what_a_bill_of_materials_reads_and_is_found_by_ci_id
         await store.pulls(identity={"client": "laptop"})  # only the identity's columns
 
 
+def refusal(client: str, version: str, minutes: int, rule: str = "minimum-age",
+            pulls: int = 1, until: datetime | None = None) -> RefusalRow:
+    at = (T0 + timedelta(minutes=minutes)).timestamp()
+    return (client, "axios", version, rule, float(int(at) // 3600 * 3600), "sha512-AAAA", at,
+            at, pulls, f"req-{client}-{minutes}", until.timestamp() if until else None)
+
+
 async def test_the_retention_drops_only_pulls_older_than_it(store: Store) -> None:
     await store.append_pulls([pull("ci-web", "1.14.1", minutes).row() for minutes in (1, 2, 60)])
-    assert await store.prune_pulls(T0 + timedelta(minutes=30)) == 2
+    await store.add_refusals([refusal("ci-web", "1.14.2", 3), refusal("ci-web", "1.14.2", 61)])
+    assert await store.prune_pulls(T0 + timedelta(minutes=30), 1_000) == Pruned(3, 0, 2)
     assert [p.at for p in await store.pulls(name="axios")] == [T0 + timedelta(minutes=60)]
+    [left] = await store.refused(name="axios")
+    assert (left.first, left.pulls) == (T0 + timedelta(minutes=61), 1)
+
+
+async def test_refusals_are_counted_per_client_version_rule_and_hour(store: Store) -> None:
+    # a client repeating one refused pull: one row an hour, however many it sends
+    for minutes in (1, 2, 3):
+        await store.add_refusals([refusal("ci-web", "1.14.1", minutes, pulls=1_000)])
+    await store.add_refusals([refusal("ci-web", "1.14.1", 5, rule="deny-list"),
+                              refusal("ci-web", "1.14.1", 70), refusal("ci-api", "1.14.1", 4)])
+    [api, web] = sorted(await store.refused(name="axios", version="1.14.1"),
+                        key=lambda e: e.client)
+    assert (web.pulls, web.first, web.last) == (3_002, T0 + timedelta(minutes=1),
+                                                T0 + timedelta(minutes=70))
+    assert web.sources == ("refused:deny-list", "refused:minimum-age")
+    assert (api.client, api.pulls) == ("ci-api", 1)
+    assert [e.pulls for e in await store.refused(since=T0 + timedelta(minutes=66))] == [1]
+    assert await store.pulled(name="axios") == []  # refusals are not pulls served
+
+
+async def test_the_versions_refused_and_held_back_are_counted_once_each(store: Store) -> None:
+    held = T0 + timedelta(days=1)
+    await store.add_refusals([refusal("ci-web", "1.14.1", 1, rule="deny-list"),
+                              refusal("ci-api", "1.14.1", 2, rule="deny-list"),
+                              refusal("ci-web", "1.14.2", 3, until=held),
+                              refusal("ci-api", "1.14.2", 63, until=held),
+                              refusal("ci-web", "1.14.3", 4, until=T0)])  # its hold is over
+    assert await store.refusal_counts(T0 + timedelta(hours=2)) == (1, 1)
+
+
+async def test_who_was_served_what_is_summed_per_client_and_version(store: Store) -> None:
+    await store.append_pulls([pull("ci-web", "1.14.1", 30).row(),
+                              pull("ci-api", "1.14.1", 10).row(),
+                              pull("ci-web", "1.14.1", 40, source="mirror").row(),
+                              pull("ci-web", "1.14.0", 5, source="mirror").row()])
+    await store.add_refusals([refusal("laptop", "1.14.1", 1, pulls=100_050)])
+    found = await store.pulled(name="axios")
+    assert [(e.client, e.version, e.pulls, e.sources) for e in found] == [
+        ("ci-web", "1.14.0", 1, ("mirror",)), ("ci-api", "1.14.1", 1, ("public",)),
+        ("ci-web", "1.14.1", 2, ("mirror", "public"))]
+    assert (found[2].first, found[2].last, found[2].integrity) == (
+        T0 + timedelta(minutes=30), T0 + timedelta(minutes=40), ("sha512-AAAA",))
+    assert [e.client for e in await store.pulled(version="1.14.1", client="ci-api")] == ["ci-api"]
+    assert len(await store.pulled(since=T0 + timedelta(minutes=35))) == 1
+
+
+async def test_past_its_bound_the_log_drops_the_oldest_refusal_counts_then_served_pulls(
+        store: Store) -> None:
+    await store.append_pulls([pull("ci-web", "1.14.1", minutes).row() for minutes in range(6)])
+    await store.add_refusals([refusal("laptop", f"2.0.{n}", n * 60) for n in range(4)])
+    before = T0 - timedelta(days=1)  # nothing is past the retention
+    assert await store.prune_pulls(before, 8) == Pruned(0, 2, 8)
+    assert [e.version for e in await store.refused()] == ["2.0.2", "2.0.3"]
+    assert await store.prune_pulls(before, 4) == Pruned(0, 4, 4)
+    assert await store.refused() == []
+    assert [p.at for p in await store.pulls()] == [T0 + timedelta(minutes=m) for m in (2, 3, 4, 5)]
+
+
+ONE_LOOP = 100_050  # the issue's count: one client repeating a refused pull in a cooldown
+
+
+async def test_a_log_of_schema_1_has_its_refusals_folded_and_its_served_pulls_kept(
+        place: Place) -> None:
+    # a store written before the fold: a loop of refused pulls kept as a row each, over three
+    # hours, and a build's served pull after them; written by hand at schema 1, in one
+    # statement (generate_series, a recursive CTE), then opened, which migrates it
+    start = T0.timestamp()
+    if place.kind == "sqlite":
+        file = sqlite3.connect(place.spec.removeprefix("sqlite:"), isolation_level=None)
+        file.executescript(MIGRATIONS[0].sqlite)
+        file.executescript("CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                           "INSERT INTO schema_version VALUES (1);")
+        file.execute("WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n "
+                     "WHERE i + 1 < ?) INSERT INTO pulls (client, name, version, integrity, "
+                     "source, at, request_id) SELECT 'laptop', 'axios', '1.14.1', "
+                     "'sha512-AAAA', 'refused:minimum-age', ? + i * 0.1, 'r' || i FROM n",
+                     (ONE_LOOP, start))
+        file.execute("INSERT INTO pulls (client, name, version, integrity, source, at, "
+                     "request_id) VALUES ('web-ci', 'axios', '1.14.1', 'sha512-AAAA', "
+                     "'public', ?, 'build')", (start + ONE_LOOP * 0.1,))
+        file.close()
+    else:
+        db = await asyncpg.connect(place.spec)
+        await db.execute(MIGRATIONS[0].postgres)
+        await db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL); "
+                         "INSERT INTO schema_version VALUES (1)")
+        await db.execute("INSERT INTO pulls (client, name, version, integrity, source, at, "
+                         "request_id) SELECT 'laptop', 'axios', '1.14.1', 'sha512-AAAA', "
+                         "'refused:minimum-age', to_timestamp($1 + i * 0.1), 'r' || i "
+                         "FROM generate_series(0, $2 - 1) AS i", start, ONE_LOOP)
+        await db.execute("INSERT INTO pulls (client, name, version, integrity, source, at, "
+                         "request_id) VALUES ('web-ci', 'axios', '1.14.1', 'sha512-AAAA', "
+                         "'public', to_timestamp($1), 'build')", start + ONE_LOOP * 0.1)
+        await db.close()
+    store = await place.open()
+    try:
+        assert store.info.schema == LATEST
+        [served] = await store.pulled(name="axios", version="1.14.1")
+        assert (served.client, served.pulls) == ("web-ci", 1)
+        # through migration 3 as well: the build's pull without what it never recorded
+        [build] = await store.pulls(name="axios", version="1.14.1")
+        assert (build.request_id, build.client_name, build.sha1, build.verdict) == (
+            "build", None, None, None)
+        [refused] = await store.refused(name="axios", version="1.14.1")
+        assert (refused.client, refused.pulls, refused.sources) == (
+            "laptop", ONE_LOOP, ("refused:minimum-age",))
+        # an hour's row each: 100,050 pulls a tenth of a second apart span three hours
+        pruned = await store.prune_pulls(T0 - timedelta(days=1), 1_000_000)
+        assert pruned.kept == 1 + 3
+    finally:
+        await store.close()
+
+
+async def test_a_log_of_schema_2_gains_what_a_bill_of_materials_reads_and_keeps_its_rows(
+        place: Place) -> None:
+    # a store the release before the bill of materials' columns wrote (schema 2: served pulls
+    # and refusal counts apart): opened, it is at the latest schema with every row kept, the
+    # old pull without the new columns, a new pull with them
+    for migration in MIGRATIONS[:2]:
+        await _execute(place, migration.sqlite if place.kind == "sqlite" else migration.postgres)
+    await _execute(place, "CREATE TABLE schema_version (version INTEGER NOT NULL); "
+                   "INSERT INTO schema_version VALUES (2)")
+    at = T0.timestamp() if place.kind == "sqlite" else f"to_timestamp({T0.timestamp()})"
+    await _execute(place, "INSERT INTO pulls (client, name, version, integrity, source, at, "  # noqa: S608
+                   "request_id) VALUES ('web-ci', 'axios', '1.14.0', 'sha512-AAAA', "
+                   f"'public', {at}, 'build')")
+    store = await place.open()
+    try:
+        assert store.info.schema == LATEST == 3
+        await store.add_refusals([refusal("laptop", "1.14.1", 1)])
+        job = replace(pull("payments-ci (acme/payments-api, branch main)", "1.14.1", 10),
+                      client_name="payments-ci", repository="acme/payments-api",
+                      ref="refs/heads/main", workflow="release", sha1="0" * 40,
+                      license="MIT", verdict="admitted")
+        await store.append_pulls([job.row()])
+        [old, new] = await store.pulls(name="axios")
+        assert (old.version, old.request_id, old.client_name, old.license) == (
+            "1.14.0", "build", None, None)
+        assert new == job
+        [refused] = await store.refused(name="axios")
+        assert (refused.client, refused.pulls) == ("laptop", 1)
+    finally:
+        await store.close()
 
 
 async def test_a_claim_is_won_once_across_processes_racing_for_it(place: Place) -> None:
@@ -255,7 +410,7 @@ async def _execute(place: Place, statement: str) -> None:
         import sqlite3
 
         db = sqlite3.connect(place.spec.removeprefix("sqlite:"))
-        db.execute(statement)
+        db.executescript(statement)  # one statement or a migration's several
         db.commit()
         db.close()
         return

@@ -15,7 +15,7 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mirrorgate.store import Pull
+from mirrorgate.store import Pull, RefusalRow
 from tests.advisories.records import malware, record, semver_range, write_zip
 from tests.servers.processes import mirrorgate_argv
 from tests.store.conftest import Place
@@ -32,9 +32,12 @@ PULLS = [
          T0 + timedelta(minutes=95), "r3"),
     Pull("web-ci", "axios", "1.14.1", BAD, "mirror", T0 + timedelta(hours=2), "r4"),
     Pull("laptop", "axios", "1.14.0", GOOD, "mirror", T0 + timedelta(hours=2), "r5"),
-    Pull("laptop", "axios", "1.14.1", "", "refused:advisories", T0 + timedelta(hours=4), "r6"),
     Pull("laptop", "@acme/ui", "3.0.0", GOOD, "mirror", T0 + timedelta(hours=5), "r7"),
 ]
+REFUSED = (T0 + timedelta(hours=4)).timestamp()
+REFUSALS: list[RefusalRow] = [  # the laptop, refused the bad version by the advisory rule
+    ("laptop", "axios", "1.14.1", "advisories", REFUSED - REFUSED % 3600, "", REFUSED, REFUSED,
+     1, "r6", None)]
 
 
 def exposure(place: Place, *args: str, **more: str) -> subprocess.CompletedProcess[str]:
@@ -51,6 +54,7 @@ async def filled(place: Place) -> None:
     store = await place.open()
     try:
         await store.append_pulls([p.row() for p in PULLS])
+        await store.add_refusals(REFUSALS)
     finally:
         await store.close()
 
@@ -103,7 +107,7 @@ async def test_a_question_that_cannot_be_asked_exits_2_saying_what_is_wrong(
     await filled(place)
     cases = {("axios@>=1.x.3",): "neither a version nor a range",
              ("Not A Name@1.0.0",): "is not a package name",
-             ("--since", "last tuesday"): "is not a time",
+             ("--since", "last tuesday"): "is not a date or time",
              (): "name what to look for"}
     for args, said in cases.items():
         done = exposure(place, *args)

@@ -78,3 +78,62 @@ def test_a_process_without_a_store_keeps_no_log() -> None:
     log = PullLog(KeptFacts(), retention_days=90)
     log.record("web-ci", "axios", "1.14.1", "sha512-AAAA", "public", "r1")
     assert (log.enabled, log.buffered) == (False, 0)
+
+
+async def test_records_the_store_cannot_hold_are_escaped_or_dropped_and_the_others_written(
+        place: Place) -> None:
+    # a NUL (PostgreSQL's text refuses it) and a lone surrogate (no UTF-8 for it) in the
+    # integrity a public packument gave; a time that is not a number (no store takes it):
+    # each in a batch between ordinary records, which must all be written
+    metrics = Metrics()
+    facts = KeptFacts(place.open, metrics=metrics)
+    await facts.open()
+    log = PullLog(facts, retention_days=90, metrics=metrics, now=lambda: NOW)
+    log.record("web-ci", "axios", "1.14.0", "sha512-AAAA", "public", "r0")
+    log.record("web-ci", "axios", "1.14.1", "sha512-AA\x00AA", "public", "nul")
+    log.refusal("web-ci", "axios", "1.14.9", "sha512-AA\x00AA", "minimum-age", "nul-refused")
+    log.record("web-ci", "axios", "1.14.2", "sha512-AA\udc80AA", "public", "surrogate")
+    log._buffer.append(("web-ci", "axios", "1.14.3", "sha512-AAAA", "public", float("nan"),
+                        "nan", None, None, None, None, None, None, None))
+    log.record("web-ci", "axios", "1.14.4", "sha512-AAAA", "public", "r4")
+    assert await log.flush() == 5
+    log.record("web-ci", "axios", "1.14.5", "sha512-AAAA", "public", "r5")
+    assert await log.flush() == 1
+    store = facts.store
+    assert store is not None
+    kept = {p.request_id: p.integrity for p in await store.pulls(client="web-ci")}
+    assert set(kept) == {"r0", "nul", "surrogate", "r4", "r5"}
+    assert kept["nul"] == ("sha512-AA\\x00AA" if place.kind == "postgresql" else "sha512-AA\x00AA")
+    assert kept["surrogate"] == "sha512-AA\\udc80AA"
+    [refused] = await store.refused(client="web-ci")
+    assert refused.integrity == (kept["nul"],)
+    samples = registry_samples(metrics.registry)
+    assert metric_value(samples, "mirrorgate_pulls_logged_total", outcome="written") == 6
+    assert metric_value(samples, "mirrorgate_pulls_logged_total", outcome="unwritable") == 1
+    assert metric_value(samples, "mirrorgate_pulls_logged_total", outcome="escaped") == (
+        3 if place.kind == "postgresql" else 1)
+    await facts.close()
+
+
+async def test_a_loop_of_one_refused_pull_is_one_count_an_hour_in_memory_and_in_the_store(
+        place: Place) -> None:
+    clock = [NOW]
+    facts = KeptFacts(place.open)
+    await facts.open()
+    log = PullLog(facts, retention_days=90, now=lambda: clock[0])
+    for n in range(20_000):  # a client looping on the cheapest request there is
+        log.refusal("laptop", "axios", "1.14.1", "sha512-AAAA", "minimum-age", f"r{n}")
+    assert log.buffered == 1
+    assert await log.flush() == 1
+    clock[0] = NOW + timedelta(minutes=30)  # the same hour: added to the same row
+    log.refusal("laptop", "axios", "1.14.1", "sha512-AAAA", "minimum-age", "later")
+    clock[0] = NOW + timedelta(hours=1)  # the next hour: a row of its own
+    log.refusal("laptop", "axios", "1.14.1", "sha512-AAAA", "minimum-age", "next-hour")
+    assert await log.flush() == 2
+    store = facts.store
+    assert store is not None
+    [refused] = await store.refused(name="axios")
+    assert (refused.pulls, refused.first, refused.last) == (
+        20_002, NOW, NOW + timedelta(hours=1))
+    assert (await store.prune_pulls(NOW - timedelta(days=1), 1_000)).kept == 2
+    await facts.close()

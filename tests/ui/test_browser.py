@@ -2,23 +2,28 @@
 
 What a person does: install through the proxy and read the counts on the overview; open a
 package with a denied version and read why and what to use instead; use the search box; sign
-in with a client token; follow a link whose package name carries markup and see it inert.
+in with a client token; follow a link whose package name carries markup and see it inert;
+read who pulled a package, as a client (its own pulls) and as an operator (everyone's).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
+from tests.commands.mirrored import run_command
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.npm import NpmClient
-from tests.servers.packages import standard_tree
-from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.servers.packages import make_package, make_version, standard_tree
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.processes import MirrorgateProcess, http_request, wait_for
 from tests.ui.screens import screenshot
 
 TOKEN = "mgc_browser-token-7a2e91"  # noqa: S105 - a test token
@@ -167,3 +172,97 @@ def test_a_hostile_name_in_the_url_is_rendered_as_inert_text(
     assert public_registry.requests == []
     assert [v for v in violations if "Content Security Policy" in v] == []
     screenshot(page, "hostile-name")
+
+
+def sign_in(page: Page, proxy: MirrorgateProcess, token: str) -> None:
+    page.goto(proxy.url + "ui/")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/ui/$"))
+
+
+def test_a_client_reads_only_its_own_pulls_and_an_operator_reads_every_clients(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory, tmp_path: Path,
+    page: Page, browser: Browser,
+) -> None:
+    """The attack: any client's token read on the status page which other clients (a CI
+    job's repository and branch) pulled which versions, when and how often. Now that is an
+    operator's view (MIRRORGATE_OPERATORS); a client reads its own pulls."""
+    tokens = {"ops": TOKEN, "web-ci": TOKEN + "-web", "api-ci": TOKEN + "-api"}
+    listed = tmp_path / "client-tokens"
+    listed.write_text("".join(f"{name} sha256:{hashlib.sha256(value.encode()).hexdigest()}\n"
+                              for name, value in tokens.items()))
+    public_registry.add(make_package("shared-pkg", ["1.0.0", "1.1.0"]))
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_CLIENT_TOKENS_FILE": str(listed),
+                                 "MIRRORGATE_OPERATORS": "ops"})
+    for client, version in (("web-ci", "1.0.0"), ("api-ci", "1.1.0")):
+        pulled = http_request("GET", proxy.registry_url
+                              + f"shared-pkg/-/shared-pkg-{version}.tgz",
+                              headers={"Authorization": f"Bearer {tokens[client]}"})
+        assert pulled.status == 200
+
+    sign_in(page, proxy, tokens["web-ci"])
+    recent = page.locator("section", has_text="Recent pulls by signed-in clients")
+    expect(recent.locator('[data-key="pulls-own"]')).to_contain_text("as web-ci")
+    expect(recent.locator("td")).to_contain_text(["shared-pkg/-/shared-pkg-1.0.0.tgz"])
+    wait_for(lambda: page.goto(proxy.url + "ui/package/shared-pkg") is not None
+             and "web-ci" in page.locator("table.pulled").inner_text(), timeout=10,
+             message="web-ci's pull in the pull log")
+    rows = page.locator("table.pulled tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td").nth(1)).to_have_text("web-ci")
+    assert "api-ci" not in page.content()  # nor anywhere else on the page
+    page.goto(proxy.url + "ui/")
+    assert "api-ci" not in page.content()
+    screenshot(page, "pulls-own")
+
+    operator = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    sign_in(operator, proxy, tokens["ops"])
+    operator.goto(proxy.url + "ui/package/shared-pkg")
+    clients = operator.locator("table.pulled tbody tr td:nth-child(2)")
+    expect(clients).to_have_text(["api-ci", "web-ci"])  # newest version first
+    expect(operator.locator('[data-key="pulls-own"]')).to_have_count(0)
+    operator.goto(proxy.url + "ui/")
+    recent = operator.locator("section", has_text="Recent pulls by signed-in clients")
+    expect(recent.locator("td", has_text="by ")).to_have_text(["by api-ci", "by web-ci"])
+    screenshot(operator, "pulls-operator")
+    operator.context.close()
+
+
+def test_the_stored_counts_are_the_fleets_from_the_state_store(
+    public_registry: FixtureRegistry, mirrorgate: MirrorgateFactory,
+    postgres_server: PostgresServer, tmp_path: Path, page: Page,
+) -> None:
+    """The page said "not stored yet: each process keeps its own" for refused and quarantined
+    versions while the store held every refusal. Two replicas on one PostgreSQL: what one
+    refused, and a waiver granted with `mirrorgate allow`, are counted on the other's page."""
+    young = make_version("fresh-lib", "2.0.0", published=datetime.now(UTC))
+    public_registry.add(make_package("fresh-lib", [make_version("fresh-lib", "1.0.0"), young]),
+                        make_package("delta", ["0.5.0", "0.6.0"]))
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES)
+    # on a thread of its own: Playwright's driver holds an event loop running on this one
+    with ThreadPoolExecutor(1) as aside:
+        database = aside.submit(postgres_server.new_database_now).result()
+    env = {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url, "MIRRORGATE_RULES_FILE": str(rules),
+           "MIRRORGATE_DATABASE_URL": database}
+    one, other = (mirrorgate("serve", {**env, "MIRRORGATE_DATA_DIR": str(tmp_path / f"d{n}")})
+                  for n in range(2))
+    for path in ("delta/-/delta-0.5.0.tgz", "fresh-lib/-/fresh-lib-2.0.0.tgz"):
+        for _ in range(3):  # a client retrying: still one version each
+            assert http_request("GET", one.registry_url + path).status == 403
+    granted = run_command(["allow", "left-pad@1.3.1", "--why", "the fix", "--until",
+                           "2099-01-01", "--by", "alice"],
+                          {"MIRRORGATE_DATABASE_URL": database}, tmp_path)
+    assert granted.returncode == 0, granted.stderr
+
+    def counted() -> bool:
+        page.goto(other.url + "ui/")
+        return [figure(page, key) for key in ("stored-refused", "stored-quarantined",
+                                              "stored-waived")] == ["1", "1", "1"]
+    wait_for(counted, timeout=20, message="the other replica's page to count the fleet's")
+    expect(page.locator("#stored-refused .note")).to_contain_text(
+        "the state store (postgresql, every replica's)")
+    assert "not stored yet" not in page.content()
+    screenshot(page, "stored-fleet")

@@ -38,6 +38,7 @@ from tests.metric_samples import metric_value, registry_samples
 from tests.serve.rig import RunningProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import tarball_filename
+from tests.servers.processes import OFFLINE
 from tests.servers.verdaccio import Verdaccio
 
 
@@ -97,7 +98,7 @@ def rig_settings(public_url: str, target_url: str, data_dir: Path, **overrides: 
     queue settings)."""
     base = load_settings({"MIRRORGATE_PUBLIC_UPSTREAM": public_url,
                           "MIRRORGATE_MIRROR_TARGET": target_url,
-                          "MIRRORGATE_DATA_DIR": str(data_dir)},
+                          "MIRRORGATE_DATA_DIR": str(data_dir), **OFFLINE},
                          npm_registry=lambda: None)
     queue_fields = {name: overrides.pop(name) for name in ("visibility", "poll_wait")
                     if name in overrides}

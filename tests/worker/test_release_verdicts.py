@@ -45,7 +45,8 @@ async def test_a_job_for_a_version_never_judged_is_judged_first_and_a_refusal_re
 
     assert outcome == "retired"
     assert await FileStore(tmp_path / "store").packument(parse_name("worm-host")) is None
-    verdict = proxy.server.gate.release.remembered("worm-host", "1.4.3")
+    verdict = proxy.server.gate.release.remembered(
+        "worm-host", "1.4.3", public_registry.package("worm-host").version("1.4.3").integrity)
     assert verdict is not None  # kept: the proxy refuses it at once, without a read
     assert (verdict.rule, verdict.compared_with) == ("new-install-script", "1.4.2")
     public_registry.clear_requests()
@@ -87,7 +88,9 @@ async def test_with_no_rules_file_a_young_packages_install_script_job_is_judged_
     old = await handled(worker, job_from(public_registry, "old-native", "1.0.0"))
 
     assert refused == "retired"
-    verdict = default_proxy.server.gate.release.remembered("fresh-setup", "1.0.1")
+    verdict = default_proxy.server.gate.release.remembered(
+        "fresh-setup", "1.0.1",
+        public_registry.package("fresh-setup").version("1.0.1").integrity)
     assert verdict is not None
     assert (verdict.rule, verdict.compared_with) == ("young-package-install-script", None)
     # an old package (first published in 2020) is not read by the default: the worker's own
@@ -115,11 +118,12 @@ async def test_a_job_after_an_unchecked_pull_judges_again_without_fetching_the_b
     served = await proxy.get("npm" + tarball_path(package.name, "5.6.1"))
     assert served.status == 200
     judge = proxy.server.gate.release
-    assert judge.remembered(package.name, "5.6.1") is None  # unchecked: not kept
+    bytes_ = package.version("5.6.1").integrity
+    assert judge.remembered(package.name, "5.6.1", bytes_) is None  # unchecked: not kept
     public_registry.clear_faults()
     public_registry.clear_requests()
 
-    verdict = await judge.verdict_for(parse_name(package.name), "5.6.1")
+    verdict = await judge.verdict_for(parse_name(package.name), "5.6.1", bytes_)
 
     assert isinstance(verdict, ReleaseVerdict)  # as strict as a pull judging it again
     assert (verdict.rule, verdict.compared_with) == ("obfuscated-code", "5.6.0")
@@ -156,7 +160,8 @@ async def test_in_report_mode_a_job_after_an_unchecked_pull_reads_nothing_again_
         path.write_text('[age]\nminimum = "0"\n\n[release]\n', encoding="utf-8")
         assert rules.reload()
         public_registry.clear_faults()
-        verdict = await judge.verdict_for(parse_name(package.name), "5.6.1")
+        verdict = await judge.verdict_for(parse_name(package.name), "5.6.1",
+                                          package.version("5.6.1").integrity)
         assert isinstance(verdict, ReleaseVerdict)
         assert (verdict.rule, verdict.compared_with) == ("obfuscated-code", "5.6.0")
         assert verdict.in_force(judge.now())

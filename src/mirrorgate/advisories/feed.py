@@ -67,8 +67,10 @@ class AdvisoryFeed:
     def __init__(self, source: str, refresh: timedelta, *,
                  now: Callable[[], datetime] = _utcnow,
                  ssl_context: ssl.SSLContext | None = None,
-                 on_outcome: Callable[[str], None] | None = None) -> None:
+                 on_outcome: Callable[[str], None] | None = None,
+                 malware_only: bool = False) -> None:
         self.source = source
+        self.malware_only = malware_only
         self.refresh_every = refresh
         self.now = now
         self.ssl_context = ssl_context
@@ -102,7 +104,8 @@ class AdvisoryFeed:
             if is_url(self.source):
                 download = await fetch_url(self.source, etag=old.etag,
                                            last_modified=old.last_modified,
-                                           seconds=FETCH_TIMEOUT, ssl_context=self.ssl_context)
+                                           seconds=FETCH_TIMEOUT, ssl_context=self.ssl_context,
+                                           malware_only=self.malware_only)
                 if download.index is None and old.index is not None:
                     self.state = replace(old, as_of=self.now())
                     return self._unchanged()
@@ -116,7 +119,8 @@ class AdvisoryFeed:
                 signature = await asyncio.to_thread(local_signature, path)
                 if old.index is not None and signature == old.signature:
                     return self._unchanged()
-                index = await asyncio.to_thread(read_local, path)
+                index = await asyncio.to_thread(read_local, path,
+                                                malware_only=self.malware_only)
                 modified = datetime.fromtimestamp(signature[0] / 1e9, UTC)
                 self._swap(index, modified, signature=signature)
         except (SourceError, OSError) as error:

@@ -49,13 +49,15 @@ class Advisory:
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """Affected versions `low <= v < high` (`<= high` when `inclusive`); None is unbounded."""
+    """Affected versions `low <= v < high` (`<= high` when `inclusive`); None is unbounded.
+    `limit`: the interval ends at a `limit` event, a bound that is not a fix."""
 
     low: Key | None
     high: Key | None
     inclusive: bool
     low_text: str | None
     high_text: str | None
+    limit: bool = False
 
     def covers(self, key: Key) -> bool:
         if self.low is not None and key < self.low:
@@ -67,7 +69,7 @@ class Interval:
     @property
     def fixed(self) -> str | None:
         """The version that fixes this interval, when it ends with a `fixed` event."""
-        return None if self.inclusive else self.high_text
+        return None if self.inclusive or self.limit else self.high_text
 
     def npm_range(self) -> str:
         """This interval as an npm range (`>=1.0.0 <1.2.3`), for `npm audit`."""
@@ -204,7 +206,7 @@ def _intervals(ranges: object) -> tuple[Interval, ...]:
                 out.append(Interval(low, key, kind == "last_affected", low_text, text))
                 open_ = False
             elif open_ and kind == "limit":  # versions at or past a limit are not affected
-                out.append(Interval(low, key, False, low_text, None))
+                out.append(Interval(low, key, False, low_text, text, limit=True))
                 open_ = False
         if open_:
             out.append(Interval(low, None, False, low_text, None))

@@ -48,17 +48,20 @@ def _finish(builder: IndexBuilder, where: str) -> AdvisoryIndex:
 
 
 def _parse_member(builder: IndexBuilder, data: bytes) -> None:
+    if builder.malware_only and b'"MAL-' not in data:
+        return  # not malware by its id or an alias: left unparsed (most of the export's CPU)
     try:
         builder.add(parse_record(orjson.loads(data)))
     except orjson.JSONDecodeError:
         builder.skipped += 1
 
 
-def read_zip(file: str | Path | IO[bytes], where: str) -> AdvisoryIndex:
+def read_zip(file: str | Path | IO[bytes], where: str, *,
+             malware_only: bool = False) -> AdvisoryIndex:
     """Every `.json` member of the zip at `file` (a path or an open binary file). A damaged
     directory or member CRC (a truncated download) refuses the whole zip; a member that is
     not JSON is skipped and counted, as the real export may hold odd records."""
-    builder = IndexBuilder()
+    builder = IndexBuilder(malware_only=malware_only)
     try:
         with zipfile.ZipFile(file) as archive:
             for info in archive.infolist():
@@ -80,9 +83,9 @@ def _json_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.json") if p.is_file())
 
 
-def read_directory(root: Path) -> AdvisoryIndex:
+def read_directory(root: Path, *, malware_only: bool = False) -> AdvisoryIndex:
     """Every `*.json` file under `root`, one OSV record each."""
-    builder = IndexBuilder()
+    builder = IndexBuilder(malware_only=malware_only)
     try:
         for path in _json_files(root):
             if path.stat().st_size > MAX_RECORD_BYTES:
@@ -94,10 +97,10 @@ def read_directory(root: Path) -> AdvisoryIndex:
     return _finish(builder, str(root))
 
 
-def read_local(path: Path) -> AdvisoryIndex:
+def read_local(path: Path, *, malware_only: bool = False) -> AdvisoryIndex:
     if path.is_dir():
-        return read_directory(path)
-    return read_zip(path, str(path))
+        return read_directory(path, malware_only=malware_only)
+    return read_zip(path, str(path), malware_only=malware_only)
 
 
 def local_signature(path: Path) -> tuple[int, int]:
@@ -151,7 +154,8 @@ class Download:
 
 
 async def fetch_url(url: str, *, etag: str | None, last_modified: str | None,
-                    seconds: float, ssl_context: ssl.SSLContext | None = None) -> Download:
+                    seconds: float, ssl_context: ssl.SSLContext | None = None,
+                    malware_only: bool = False) -> Download:
     """The export at `url` read into an index, or `Download(None, ...)` on a 304.
 
     The URL must be https; the download is streamed to a temporary file, bounded by
@@ -193,7 +197,7 @@ async def fetch_url(url: str, *, etag: str | None, last_modified: str | None,
             detail = str(error).replace(url, shown)[:200]
             raise SourceError(f"cannot fetch {shown}: {type(error).__name__} {detail}") from None
         spool.seek(0, os.SEEK_SET)
-        index = await asyncio.to_thread(read_zip, spool, shown)
+        index = await asyncio.to_thread(read_zip, spool, shown, malware_only=malware_only)
         return Download(index, new_etag, new_modified)
     finally:
         spool.close()

@@ -2,32 +2,43 @@
 
 A waiver is written to the state store (`store.waivers`), where every running process reads it
 within a poll; the grant and the revoke are logged and sent to the signed webhook
-(MIRRORGATE_NOTIFY_URL) from here, once, not by each replica that learns of them.
+(MIRRORGATE_NOTIFY_URL) from here, once, not by each replica that learns of them. It names the
+bytes it admits: those the registries list for the version now, looked up as the proxy's gate
+lists them (`--integrity` names them instead), so bytes published later are not waived.
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 import socket
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import orjson
 import structlog
 
+from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
+from mirrorgate.gate.waivers import listed_bytes
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import stamp
 from mirrorgate.notify import Notifier
+from mirrorgate.npm.names import parse_name
+from mirrorgate.rules import RulesError, load_rules
 from mirrorgate.store import Fact, StoreSetupError, StoreUnavailableError, open_store
 from mirrorgate.store.waivers import (
     EXAMPLE,
     MAX_WHY,
+    UNBOUND,
     WAIVER,
     Waiver,
     WaiverError,
+    parse_bytes,
     parse_subject,
     parse_until,
     stored_waivers,
@@ -39,15 +50,16 @@ log = structlog.get_logger("mirrorgate.waivers")
 
 
 def run_allow(settings: Settings, subject: str | None, *, why: str | None, until: str | None,
-              by: str | None, listing: bool, revoke: str | None, as_json: bool) -> int:
-    """Exit 0 done, 1 nothing to revoke, 2 input that makes no waiver or a store that cannot
-    be reached (the message says which, with an example)."""
+              by: str | None, listing: bool, revoke: str | None, as_json: bool,
+              integrity: str | None = None) -> int:
+    """Exit 0 done, 1 nothing to revoke, 2 input that makes no waiver, bytes that cannot be
+    named or a store that cannot be reached (the message says which, with an example)."""
     try:
         if listing:
             return asyncio.run(_list(settings, as_json))
         if revoke is not None:
             return asyncio.run(_revoke(settings, revoke, by))
-        waiver = _asked(subject, why, until, by, datetime.now(UTC))
+        waiver = _asked(subject, why, until, by, datetime.now(UTC), integrity)
         return asyncio.run(_grant(settings, waiver, as_json))
     except WaiverError as error:
         print(f"mirrorgate allow: {error}\n  for example: {EXAMPLE}", file=sys.stderr)
@@ -58,14 +70,25 @@ def run_allow(settings: Settings, subject: str | None, *, why: str | None, until
 
 
 def _who(by: str | None) -> str:
-    who = (by if by is not None else os.environ.get("USER", "")).strip()
+    """Who grants or revokes: `--by`, else the account running the command (USER or LOGNAME,
+    else the system's name for this uid: a `kubectl exec` shell sets no USER)."""
+    if by is not None:
+        if not by.strip():
+            raise WaiverError("--by is empty: give the name of who grants it, e.g. --by alice")
+        return by.strip()
+    try:
+        who = getpass.getuser().strip()
+    except (KeyError, OSError):  # a uid the system has no name for (3.13 raises OSError)
+        who = ""
     if not who:
-        raise WaiverError("who grants it is not known: give --by NAME (or set USER)")
+        # a container running as an arbitrary uid: no waiver is granted by nobody
+        raise WaiverError(f"who grants it is not known: USER is not set and this account "
+                          f"(uid {os.getuid()}) has no name on this system; give --by NAME")
     return who
 
 
 def _asked(subject: str | None, why: str | None, until: str | None, by: str | None,
-           now: datetime) -> Waiver:
+           now: datetime, integrity: str | None) -> Waiver:
     if subject is None:
         raise WaiverError("name the version to admit, NAME@VERSION (or --list, or --revoke "
                           "NAME@VERSION)")
@@ -78,7 +101,28 @@ def _asked(subject: str | None, why: str | None, until: str | None, by: str | No
     if until is None:
         raise WaiverError("--until is required: a waiver ends (a date or an RFC 3339 time)")
     ends = parse_until(until, now)
-    return Waiver(name, version, _who(by), " ".join(why.split()), ends, now)
+    named = parse_bytes(integrity) if integrity is not None else ""
+    return Waiver(name, version, _who(by), " ".join(why.split()), ends, now, named)
+
+
+async def _listed(settings: Settings, name: str, version: str) -> str:
+    """The bytes the proxy's gate lists for `name@version` now (its own upstreams, rules and
+    ownership, nothing kept): what the operator is shown and the waiver names."""
+    try:
+        rules = load_rules(settings.rules_file)
+    except RulesError as error:
+        raise WaiverError(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}") from None
+    gate = await GateVerdicts.open(settings, rules)
+    try:
+        return await listed_bytes(gate.gate.gated, parse_name(name), version)
+    except WaiverError:
+        raise
+    except MirrorgateError as error:  # an upstream's failure, a packument too large
+        raise WaiverError(f"the bytes of {name}@{version} could not be looked up ({error}); "
+                          "give --integrity SRI, the version's dist.integrity, to name them"
+                          ) from None
+    finally:
+        await gate.close()
 
 
 def _notifier(settings: Settings) -> Notifier | None:
@@ -98,6 +142,9 @@ async def _tell(settings: Settings, alert: Alert) -> None:
 
 
 async def _grant(settings: Settings, waiver: Waiver, as_json: bool) -> int:
+    if not waiver.integrity:
+        waiver = replace(waiver, integrity=await _listed(settings, waiver.name,
+                                                         waiver.version))
     store = await open_store(settings)
     try:
         await store.put_facts([waiver.fact()])
@@ -112,10 +159,11 @@ async def _grant(settings: Settings, waiver: Waiver, as_json: bool) -> int:
     if as_json:
         sys.stdout.write(orjson.dumps(waiver.shown()).decode() + "\n")
     else:
-        sys.stdout.write(f"{waiver.subject} admitted until {stamp(waiver.until)} (by "
-                         f"{waiver.by}: {waiver.why}); every mirrorgate on this store applies "
-                         f"it within a second. Revoke: mirrorgate allow --revoke "
-                         f"{waiver.subject}\n")
+        sys.stdout.write(f"{waiver.subject} ({waiver.integrity}) admitted until "
+                         f"{stamp(waiver.until)} (by {waiver.by}: {waiver.why}); every "
+                         "mirrorgate on this store applies it within a second, to these bytes "
+                         "alone (other bytes listed later as this version are not waived). "
+                         f"Revoke: mirrorgate allow --revoke {waiver.subject}\n")
     return 0
 
 
@@ -159,6 +207,7 @@ async def _list(settings: Settings, as_json: bool) -> int:
         sys.stdout.write(f"no waivers; grant one with: {EXAMPLE}\n")
     for waiver in waivers:
         state = "" if waiver.active(now) else " (ended)"
+        named = waiver.integrity if waiver.bound else UNBOUND
         sys.stdout.write(f"{waiver.subject}  until {stamp(waiver.until)}{state}  by "
-                         f"{waiver.by}: {waiver.why}\n")
+                         f"{waiver.by}: {waiver.why}  bytes: {named}\n")
     return 0

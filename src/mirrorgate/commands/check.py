@@ -140,9 +140,13 @@ async def check(entries: Sequence[LockedEntry], source: VerdictSource, report: R
 
 
 async def _run(settings: Settings, paths: list[Path], proxy: str | None,
-               report: Report) -> int:
+               report: Report, policy: str | None = None) -> int:
     from mirrorgate.rules import RulesError, load_rules
+    from mirrorgate.rules.policy import UnknownPolicyError
 
+    if proxy is not None and policy is not None:
+        return usage_error("--policy and --proxy cannot go together: the proxy judges by the "
+                           "policy set of the client whose token asks (MIRRORGATE_PROXY_TOKEN)")
     entries = pinned(paths, report)
     if isinstance(entries, int):
         return entries
@@ -158,12 +162,14 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
                                max_bytes=settings.max_metadata_bytes)
     else:
         try:
-            rules = load_rules(settings.rules_file)
+            rules = load_rules(settings.rules_file, settings.malware_feed).policy(policy)
         except RulesError as error:
             return usage_error(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}")
-        from mirrorgate.commands.parts import with_waivers
+        except UnknownPolicyError as error:
+            return usage_error(f"--policy {policy}: {error}")
+        from mirrorgate.commands.parts import as_the_fleet
 
-        gate = await GateVerdicts.open(settings, await with_waivers(settings, rules))
+        gate = await GateVerdicts.open(settings, *await as_the_fleet(settings, rules))
         source = gate
         if await gate.load_advisories() == "failed":
             report.note("the advisory index could not be loaded; the rules' "
@@ -176,8 +182,9 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
 
 
 def run_check(settings: Settings, paths: list[Path], *, proxy: str | None,
-              as_json: bool) -> int:
+              as_json: bool, policy: str | None = None) -> int:
     """The command: 0 when every locked version is admitted, 1 with findings, 2 for a
-    lockfile or rules file that cannot be read."""
+    lockfile, rules file or policy set that cannot be used. `policy`: judge by the rules
+    file's `[policy.NAME]`, as the proxy judges a client under it."""
     report = Report("check", as_json=as_json)
-    return asyncio.run(_run(settings, paths, proxy, report))
+    return asyncio.run(_run(settings, paths, proxy, report, policy))

@@ -49,7 +49,9 @@ def _waivers(found: dict[str, Any] | None) -> str:
     if not found or "waivers" not in found:
         return "unknown (the state store is not read: not answering or not created yet)"
     active = [w for w in found["waivers"] if w["active"]]
-    return "; ".join(f"{w['package']} until {w['until']} ({w['by']}: {w['why']})"
+    # a waiver an earlier release kept names no bytes, and admits nothing (`store.waivers`)
+    return "; ".join(f"{w['package']} until {w['until']} ({w['by']}: {w['why']}), bytes "
+                     f"{w.get('integrity') or 'none named: admits nothing, grant it again'}"
                      for w in active) or "none (mirrorgate allow grants one)"
 
 
@@ -78,18 +80,55 @@ def _rules(rules: Rules) -> list[str]:
     return found
 
 
+def _judged(line: Mapping[str, Any]) -> str:
+    """` (policy X)` for a tokens-file line that names a policy set, else nothing."""
+    return f" (policy {line['policy']})" if line.get("policy") else ""
+
+
 def _clients(clients: Mapping[str, Any] | None) -> list[str]:
     """The tokens file's clients and CI issuer lines (names and conditions, never digests)."""
     if not clients:
         return []
     found = [_line("", f"- {len(clients['static'])} static client(s): "
-                       f"{', '.join(c['name'] for c in clients['static']) or 'none'}")]
+                       f"{', '.join(c['name'] + _judged(c) for c in clients['static'])}"
+                       if clients["static"] else "- 0 static client(s): none")]
     if clients["issuer_lines"]:
         found.append(_line("", f"- CI ID tokens for audience {clients['audience']!r} from "
                                f"{', '.join(clients['issuers'])}:"))
         found += [f"{'':<{_WIDTH}}    {line['name']}: {' '.join(line['claims'])} -> "
                   f"{'publish:' + ','.join(line['publish']) if line['publish'] else 'read'}"
+                  f"{_judged(line)}"
                   for line in clients["issuer_lines"]]
+    return found
+
+
+def _advisories(advisories: Mapping[str, Any], read: str) -> str:
+    if not advisories:
+        return "off (no [advisories] table, MIRRORGATE_MALWARE_FEED=off)"
+    if advisories.get("by_default"):
+        return (f"known malware (MAL- records) from {advisories['source']} ({read}; "
+                "MIRRORGATE_MALWARE_FEED)")
+    return f"{advisories['source']} ({read})"
+
+
+def _policies(rules: Rules, policies: Mapping[str, Any] | None) -> list[str]:
+    """Each policy set (`[policy.NAME]`): who is judged by it, and its rules where they differ
+    from the default's."""
+    if not rules.policies or not policies:
+        return []
+    default = set(in_force(rules))
+    found: list[str] = []
+    for name, policy in policies.items():
+        who = ", ".join(policy["clients"]) or "no client yet (no tokens-file line names it)"
+        found.append(_line("policy", f"{name}: for {who}"))
+        changed = [line for line in policy["rules_in_force"] if line not in default]
+        dropped = len([line for line in default if line not in policy["rules_in_force"]])
+        found += [f"{'':<{_WIDTH}}- {line}" for line in changed]
+        if dropped:
+            found.append(f"{'':<{_WIDTH}}- ({dropped} default rule(s) off or changed)")
+        if not changed and not dropped:
+            found.append(f"{'':<{_WIDTH}}- the default rules, unchanged")
+    found.append(_line("", "- every other client: the default rules above"))
     return found
 
 
@@ -114,8 +153,8 @@ def human_report(settings: Settings, rules: Rules, report: Mapping[str, Any],
         _line("upstreams", f"public {settings.public_upstream}"),
         _line("data", f"{settings.data_dir} (MIRRORGATE_DATA_DIR)"),
         *_rules(rules),
-        _line("advisories", "off" if not advisories else
-              f"{advisories['source']} ({read})"),
+        *_policies(rules, report.get("policies")),
+        _line("advisories", _advisories(advisories, read)),
         _line("access", f"client tokens from {settings.client_tokens_file}"
               if settings.client_tokens_file is not None
               else "open to whoever reaches it (no MIRRORGATE_CLIENT_TOKENS_FILE)"),

@@ -12,24 +12,31 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import orjson
 
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.gate.exposure import exposures, iso
+from mirrorgate.gate.exposure import document, iso
+from mirrorgate.moments import TimeTextError, read_moment
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.npm.versions import parse_range, parse_version
-from mirrorgate.store import Pull, Store, StoreSetupError, StoreUnavailableError, open_store
+from mirrorgate.store import (
+    Exposure,
+    Store,
+    StoreSetupError,
+    StoreUnavailableError,
+    open_store,
+)
 
 __all__ = ["Question", "QuestionError", "open_pull_log", "parse_question", "parse_since",
            "run_exposure"]
 
 ADVISORY_ID = re.compile(r"(?:MAL|GHSA|CVE|OSV|GSD)-[A-Za-z0-9._-]+")
 LIMIT = 1_000_000
-"""Records read for one question: the retention bounds the log, this bounds a mistake."""
+"""(client, version) rows read for one question: the log's bounds bound it, this a mistake."""
 
 
 class QuestionError(MirrorgateError):
@@ -50,12 +57,10 @@ class Question:
 
 def parse_since(text: str, flag: str = "--since") -> datetime:
     try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise QuestionError(f"{flag} {text!r} is not a time; write it as ISO 8601, e.g. "
+        return read_moment(text)  # a time without a zone is UTC, as the log is
+    except TimeTextError as error:
+        raise QuestionError(f"{flag} {text[:80]!r} {error}; write it as ISO 8601, e.g. "
                             f"{flag} 2026-03-31T00:00Z") from None
-    # a time without a zone is UTC, as the log is
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def parse_question(target: str | None, since: str | None) -> Question:
@@ -92,13 +97,20 @@ def parse_question(target: str | None, since: str | None) -> Question:
     return Question(f"{name}@{wanted}", (name,), in_range, start)
 
 
-async def read_pulls(store: Store, question: Question) -> list[Pull]:
-    if question.names is None:
-        return await store.pulls(since=question.since, limit=LIMIT)
-    found: list[Pull] = []
-    for name in question.names:
-        found += await store.pulls(name=name, since=question.since, limit=LIMIT)
-    return found
+async def read_exposures(store: Store,
+                         question: Question) -> tuple[list[Exposure], list[Exposure]]:
+    """(served, refused): per client and version, summed by the store, the versions the
+    question names, ordered by version then first pull."""
+    served: list[Exposure] = []
+    refused: list[Exposure] = []
+    for name in question.names or (None,):
+        served += await store.pulled(name=name, since=question.since, limit=LIMIT)
+        refused += await store.refused(name=name, since=question.since, limit=LIMIT)
+
+    def kept(found: list[Exposure]) -> list[Exposure]:
+        return sorted((e for e in found if question.matches(e.name, e.version)),
+                      key=lambda e: (e.name, e.version, e.first, e.client))
+    return kept(served), kept(refused)
 
 
 async def advisory_question(settings: Settings, advisory: str,
@@ -108,7 +120,7 @@ async def advisory_question(settings: Settings, advisory: str,
     from mirrorgate.rules import RulesError, load_rules
 
     try:
-        rules = load_rules(settings.rules_file)
+        rules = load_rules(settings.rules_file, settings.malware_feed)
     except RulesError as error:
         raise QuestionError(f"the rules file cannot be read: {error}") from None
     if rules.advisories is None:
@@ -158,17 +170,16 @@ async def ask(settings: Settings, target: str | None, since: str | None) -> dict
         question = parse_question(target, since)
     store = await open_pull_log(settings)
     try:
-        pulls = await read_pulls(store, question)
+        pulled, refused = await read_exposures(store, question)
     except StoreUnavailableError as error:
         raise QuestionError(f"the state store cannot be read: {error}") from None
     finally:
         await store.close()
-    pulled, refused = exposures(pulls, question.matches, question.since)
     return {"question": question.text, "since": iso(question.since) if question.since else None,
             "store": store.info.kind,
             "clients": sorted({e.client for e in pulled}),
-            "pulled": [e.document() for e in pulled],
-            "refused": [e.document() for e in refused]}
+            "pulled": [document(e) for e in pulled],
+            "refused": [document(e) for e in refused]}
 
 
 def run_exposure(settings: Settings, target: str | None, since: str | None, *,

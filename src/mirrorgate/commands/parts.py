@@ -14,6 +14,7 @@ import dataclasses
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mirrorgate.backends import QueueUnavailableError, open_queue
@@ -21,17 +22,19 @@ from mirrorgate.commands.report import Report
 from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
+from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.fill import PackumentSource
+from mirrorgate.gate.waivers import held_waivers
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.rules import Rules, RulesError, load_rules
-from mirrorgate.store import StoreSetupError, StoreUnavailableError, read_waivers
+from mirrorgate.store import StoreSetupError, StoreUnavailableError, read_store
 from mirrorgate.upstream.registry import PrivateRegistry
 
 if TYPE_CHECKING:  # named in signatures only
     from mirrorgate.commands.prewarm import Mirroring
 
-__all__ = ["MirroringFactory", "Parts", "PartsError", "open_command_queue", "open_parts",
-           "with_waivers"]
+__all__ = ["MirroringFactory", "Parts", "PartsError", "as_the_fleet", "open_command_queue",
+           "open_parts"]
 
 MirroringFactory = Callable[[Settings, GateVerdicts], "Mirroring"]
 """Builds the worker side for a command from its settings and gate (`process.py` has it)."""
@@ -62,30 +65,34 @@ class Parts:
         return self.make_mirroring(self.settings, self.gate)
 
 
-async def with_waivers(settings: Settings, rules: Rules) -> Rules:
-    """`rules` with the state store's waivers in force (`mirrorgate allow`), so a command judges
-    a version as the proxy beside it does; a store that does not answer adds none, and says
-    so on standard error (the rules file alone still decides)."""
+async def as_the_fleet(settings: Settings, rules: Rules) -> tuple[Rules, KeptFacts]:
+    """`rules` with the state store's waivers in force (`mirrorgate allow`), and the store's
+    facts in memory (the withdrawals, first-party names and release verdicts the proxies
+    learned), so a command judges a version as the proxy beside it does. Read once and never
+    written: what the command learns stays in its memory. A store that does not answer adds
+    nothing, and says so on standard error (the rules file and the upstreams still decide)."""
+    facts = KeptFacts()
     try:
-        waivers = await read_waivers(settings)
+        await read_store(settings, facts.read)
     except (StoreUnavailableError, StoreSetupError, ImportError) as error:
-        print(f"mirrorgate: warning: the state store's waivers are not applied: {error}",
-              file=sys.stderr)
-        return rules
-    if not waivers:
-        return rules
-    return dataclasses.replace(rules, exceptions=rules.exceptions + tuple(
-        waiver.exception() for waiver in waivers))
+        print(f"mirrorgate: warning: the state store's waivers and facts are not applied: "
+              f"{error}", file=sys.stderr)
+        return rules, KeptFacts()
+    waivers = held_waivers(facts, datetime.now(UTC))
+    if waivers:
+        rules = dataclasses.replace(rules, exceptions=rules.exceptions + tuple(
+            waiver.exception() for waiver in waivers))
+    return rules, facts
 
 
 @contextlib.asynccontextmanager
 async def open_parts(settings: Settings, report: Report | None = None,
                      mirroring: MirroringFactory | None = None) -> AsyncIterator[Parts]:
     try:
-        rules = load_rules(settings.rules_file)
+        rules = load_rules(settings.rules_file, settings.malware_feed)
     except RulesError as error:
         raise PartsError(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}") from None
-    gate = await GateVerdicts.open(settings, await with_waivers(settings, rules))
+    gate = await GateVerdicts.open(settings, *await as_the_fleet(settings, rules))
     try:
         if await gate.load_advisories() == "failed" and report is not None:
             report.note("the advisory index could not be loaded; the rules' [advisories] "

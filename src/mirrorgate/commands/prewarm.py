@@ -17,6 +17,7 @@ from typing import Protocol
 from mirrorgate.gate import PackumentSource, mirror_job
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.releasefacts import UNSETTLED
+from mirrorgate.integrity import strongest_sri
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.upstream.client import UpstreamError
@@ -154,7 +155,8 @@ async def _release_verdict(release: ReleaseJudge, job: MirrorJob,
                            result: Result) -> tuple[Result, MirrorJob | None]:
     """The job, or the refusal the release signals make of its version's bytes."""
     try:
-        verdict = await release.verdict_for(parse_name(job.name), job.version)
+        verdict = await release.verdict_for(parse_name(job.name), job.version,
+                                            strongest_sri(job.artifact.digests))
     except Exception as error:  # an upstream failure, a packument too large: said, no job
         return replace(result, outcome=Outcome.FAILED,
                        detail=f"the release signals could not judge it: "

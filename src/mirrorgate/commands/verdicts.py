@@ -20,6 +20,7 @@ from mirrorgate.config import Secret, Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import Denial
 from mirrorgate.gate.assembled import Gate
+from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.releasefacts import UNSETTLED
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
@@ -62,28 +63,30 @@ class VerdictSource(Protocol):
 
 
 class GateVerdicts:
-    """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules)`.
+    """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules, facts)`.
 
     It is the proxy's own `gate.Gate` (both upstreams, the merge, ownership, the rules with
     their advisory index, signatures and takeover history, the release verdicts), with the
-    settings the proxy reads; nothing is remembered on disk.
+    settings the proxy reads and the state store's facts as the proxies left them
+    (`parts.as_the_fleet`); nothing is written to the store or remembered on disk.
     """
 
-    def __init__(self, settings: Settings, rules: Rules) -> None:
+    def __init__(self, settings: Settings, rules: Rules, facts: KeptFacts | None = None) -> None:
         self.rules = rules
         self.metrics = Metrics()
         self.upstreams = Upstreams.from_settings(settings, self.metrics)
-        # the gate the proxy runs, in this process's memory: a check never writes the
-        # proxy's list of first-party names, nor its state store
+        # the gate the proxy runs, on a memory of the fleet's facts that is never written
+        # back: a check never changes the proxy's first-party names, nor its state store
         self.gate = Gate(settings=settings, public=self.upstreams.public,
                          private=open_registry(settings.private_upstream,
                                                self.upstreams.private),
-                         rules=rules, metrics=self.metrics, first_party_kept=False)
+                         rules=rules, metrics=self.metrics, facts=facts)
         self.source = self.gate.source
 
     @classmethod
-    async def open(cls, settings: Settings, rules: Rules) -> GateVerdicts:
-        self = cls(settings, rules)
+    async def open(cls, settings: Settings, rules: Rules,
+                   facts: KeptFacts | None = None) -> GateVerdicts:
+        self = cls(settings, rules, facts)
         await self.upstreams.start()
         return self
 
@@ -112,7 +115,8 @@ class GateVerdicts:
             if record is None or record.denial is not None:
                 continue
             try:
-                verdict = await self.gate.release.verdict_for(name, version)
+                verdict = await self.gate.release.verdict_for(name, version,
+                                                              record.integrity())
             except UpstreamError as error:
                 raise VerdictsError(str(error)) from None
             if isinstance(verdict, str):

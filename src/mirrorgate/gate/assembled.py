@@ -7,7 +7,7 @@ commands, which never assemble these parts themselves. docs/architecture.md#the-
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from mirrorgate import tracing
@@ -24,11 +24,17 @@ from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics, Tally
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import LiveRules, Rules
+from mirrorgate.store import FIRST_PARTY, WITHDRAWN
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import PrivateRegistry
 
-__all__ = ["Gate"]
+__all__ = ["DROPPED_ONE_BY_ONE", "Gate"]
+
+DROPPED_ONE_BY_ONE = 64
+"""Facts changed at once past which every gated entry is dropped rather than each name's
+(the load, a replica catching up after an outage): a name's one-version entries are found
+by a scan of their cache."""
 
 
 def _utcnow() -> datetime:
@@ -43,8 +49,7 @@ class Gate:
     def __init__(self, *, settings: Settings, public: Upstream, private: PrivateRegistry,
                  rules: Rules | LiveRules, metrics: Metrics, facts: KeptFacts | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], datetime] = _utcnow, pins: int = 0,
-                 first_party_kept: bool = True) -> None:
+                 now: Callable[[], datetime] = _utcnow, pins: int = 0) -> None:
         self.settings = settings
         self.public = public
         self.private = private
@@ -57,20 +62,19 @@ class Gate:
             rules=rules, public=public, metrics=metrics, packument=self.gated, now=now,
             facts=self.facts, previous_max_bytes=settings.release_previous_max_bytes,
             timeout=settings.release_timeout, forget=self.forget, one_version=self.one_version)
-        # a command's check never writes the proxy's list of first-party names
-        first_party = FirstPartyNames(self.facts) if first_party_kept else FirstPartyNames()
         self._cache_results: dict[str, Tally] = {}  # a hit per warm request: `Tally`
         # chosen once: with tracing off a cache lookup costs exactly what it did
         counted = self._count_cache_traced if tracing.enabled() else self._count_cache
         self.packuments = Packuments(
             PackumentSource(
                 private=private, public=public, rules=rules, metrics=metrics, now=now,
-                keys=self.keys, first_party=first_party,
+                keys=self.keys, first_party=FirstPartyNames(self.facts),
                 withdrawals=WithdrawnVersions(self.facts),
                 refused=self.release.refused_versions),
             PackumentCache(ttl=settings.cache_ttl, max_entries=settings.cache_max_entries,
                            max_bytes=settings.cache_max_bytes, clock=clock, on_result=counted),
             clock, pins=pins)
+        self.facts.watchers.append(self._facts_changed)
 
     @property
     def source(self) -> PackumentSource:
@@ -99,6 +103,25 @@ class Gate:
     def forget(self, name: PackageName) -> None:
         """Drop `name`'s entry: the next read gates it again (a refusal, a write)."""
         self.packuments.forget(name)
+
+    def _facts_changed(self, kind: str, keys: Sequence[str], here: bool) -> None:
+        """A withdrawal or a first-party name learned or forgotten, here or by another process
+        of the fleet: every entry gated without it goes (the packument's, the one-version
+        entries a tarball is admitted by, fresh or kept for stale-if-error, and the records
+        pinned for the worker), so each path judges by it at its next read
+        (docs/state-store.md#what-the-fleet-guarantees). Waivers change the rules'
+        generation, and refusals drop their names in `release`: both reach entries there."""
+        if kind not in (WITHDRAWN, FIRST_PARTY):
+            return
+        if len(keys) > DROPPED_ONE_BY_ONE:
+            self.packuments.clear()
+            return
+        for key in keys:
+            if kind == WITHDRAWN:
+                name, _, version = key.rpartition("@")
+                self.packuments.drop(name, version, here=here)
+            else:
+                self.packuments.drop(key, here=here)
 
     def _count_cache(self, result: str) -> None:
         counter = self._cache_results.get(result)

@@ -1,5 +1,6 @@
 """Which release a version's bytes are compared with: the nearest one published before it
-whose own verdict is clean, judged first when it never was (to a bounded depth).
+whose own verdict is clean, judged first when it never was (to a bounded depth); the nearest
+below it in version order where the publish times cannot order them.
 
 Two bad releases published together must not vouch for each other, and a version published
 below the whole history (`0.0.1` after 1.x) still has a release before it. The choice, the
@@ -14,9 +15,10 @@ from datetime import datetime, timedelta
 
 from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.moments import moment
-from mirrorgate.npm.versions import is_prerelease, order_key, version_before
+from mirrorgate.npm.versions import is_prerelease, order_key
 
-__all__ = ["DEPTH", "Baseline", "Budget", "Unsettled", "choose_baseline", "earlier_releases"]
+__all__ = ["DEPTH", "Baseline", "Budget", "Unsettled", "choose_baseline", "earlier_releases",
+           "lower_releases"]
 
 DEPTH = 3
 """Releases never judged that are read and judged first for one verdict, at most: enough for
@@ -30,6 +32,9 @@ class Baseline:
 
     record: VersionRecord | None
     passed_over: tuple[str, ...] = ()
+    doubts: tuple[str, ...] = ()
+    """Why version order chose it, not publish time (the times contradict it, or the version
+    has none), each a sentence for the verdict's evidence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,17 +44,32 @@ class Unsettled:
     reason: str
 
 
+def _readable(gated: Gated, version: str) -> dict[str, VersionRecord]:
+    """The releases other than `version` whose bytes mirrorgate can read from public,
+    verified; a prerelease is one only for a prerelease."""
+    return {text: record for text, record in gated.versions.items()
+            if text != version and record.upstream_tarball is not None and record.digests
+            and (is_prerelease(version) or not is_prerelease(text))}
+
+
+def lower_releases(gated: Gated, version: str) -> list[VersionRecord]:
+    """The readable releases below `version` in version order, nearest first."""
+    own = order_key(version)
+    if own is None:
+        return []
+    lower = [(key, record) for text, record in _readable(gated, version).items()
+             if (key := order_key(text)) is not None and key < own]
+    lower.sort(key=lambda item: item[0], reverse=True)
+    return [record for _, record in lower]
+
+
 def earlier_releases(gated: Gated, version: str) -> list[VersionRecord]:
-    """The releases published before `version` whose bytes mirrorgate can read from public,
-    verified, nearest first by the packument's `time` (ties: the lower version first). A
-    prerelease is one only for a prerelease. Without a time for `version`, version order."""
-    readable = {text: record for text, record in gated.versions.items()
-                if text != version and record.upstream_tarball is not None and record.digests
-                and (is_prerelease(version) or not is_prerelease(text))}
+    """The readable releases published before `version`, nearest first by the packument's
+    `time` (ties: the lower version first); none without a time for `version`."""
+    readable = _readable(gated, version)
     published = moment(gated.time.get(version))
     if published is None:
-        before = version_before(readable, version)
-        return [readable[before]] if before is not None else []
+        return []
     own = order_key(version)
     dated: list[tuple[datetime, tuple[object, ...], VersionRecord]] = []
     for text, record in readable.items():
@@ -86,31 +106,95 @@ class Budget:
 
 
 async def choose_baseline(gated: Gated, version: str, *, judged: Judged,
-                          judge_first: JudgeFirst, budget: Budget,
-                          settled_after: timedelta) -> Baseline | Unsettled:
+                          judge_first: JudgeFirst, budget: Budget, settled_after: timedelta,
+                          now: datetime | None = None,
+                          doubts: tuple[str, ...] = ()) -> Baseline | Unsettled:
     """The nearest earlier release whose verdict is clean. A release never judged that was
     published at least `settled_after` before `version` (it stood public through a whole
     quarantine) is the floor, compared with as it is; a younger one is read and judged first
-    while the budget lasts, and past it the version is unsettled."""
+    while the budget lasts, and past it the version is unsettled. Where the times cannot
+    order them (`doubts`: they contradict version order, `gate.publishtimes`; or `version`
+    has none), by version order instead (`_by_version`)."""
     published = moment(gated.time.get(version))
+    if published is None or doubts:
+        return await _by_version(
+            gated, version, judged=judged, judge_first=judge_first, budget=budget,
+            settled_after=settled_after, now=now, doubts=doubts or (
+                f"{version} has no publish time mirrorgate can read",))
     passed: list[str] = []
-    for record in earlier_releases(gated, version):
+    chosen = await _walk(
+        earlier_releases(gated, version), passed, judged=judged, judge_first=judge_first,
+        budget=budget, doubts=(),
+        floor=lambda when: published - when >= settled_after,
+        unsettled="{}, published just before it, was never judged, and more than {} "
+                  "releases published with it would have to be read first", gated=gated)
+    return chosen if chosen is not None else Baseline(None, tuple(passed))
+
+
+async def _walk(candidates: list[VersionRecord], passed: list[str], *, judged: Judged,
+                judge_first: JudgeFirst, budget: Budget, doubts: tuple[str, ...],
+                floor: Callable[[datetime], bool], unsettled: str,
+                gated: Gated) -> Baseline | Unsettled | None:
+    """The first of `candidates` whose verdict is clean, one never judged taken as it is when
+    its time is past the `floor`, else read and judged first on the budget; None when each
+    was passed over (named in `passed`)."""
+    for record in candidates:
         clean = judged(record)
         if clean is None:
             when = moment(gated.time.get(record.version))
-            if published is not None and when is not None and published - when >= settled_after:
-                return Baseline(record, tuple(passed))
+            if when is not None and floor(when):
+                return Baseline(record, tuple(passed), doubts)
             if not budget.take():
-                return Unsettled(
-                    f"{record.version}, published just before it, was never judged, and more "
-                    f"than {DEPTH} releases published with it would have to be read first")
+                return Unsettled(unsettled.format(record.version, DEPTH))
             clean = await judge_first(record)
             if clean is None:
                 # unread (public failing, its tarball over the bound): compared with as it
                 # is, so the version says why (`unchecked`, or `unreadable-release` when the
                 # publisher's shape is the cause), never a first version
-                return Baseline(record, tuple(passed))
+                return Baseline(record, tuple(passed), doubts)
         if clean:
-            return Baseline(record, tuple(passed))
+            return Baseline(record, tuple(passed), doubts)
         passed.append(record.version)
-    return Baseline(None, tuple(passed))
+    return None
+
+
+async def _by_version(gated: Gated, version: str, *, judged: Judged, judge_first: JudgeFirst,
+                      budget: Budget, settled_after: timedelta, now: datetime | None,
+                      doubts: tuple[str, ...]) -> Baseline | Unsettled:
+    """The walk where publish times cannot order the releases (a registry in front stamping
+    versions with the day it copied them): the nearest release below `version` whose verdict
+    is clean, one never judged read first while the budget lasts, unless it stood public a
+    whole quarantine window before `now` (its place against `version` in time is unknown, so
+    its own age is what the floor measures). Only a lower version is ever judged first, so
+    walks never wait on each other in a circle."""
+    def settled(when: datetime) -> bool:
+        return now is not None and now - when >= settled_after
+
+    passed: list[str] = []
+    chosen = await _walk(
+        lower_releases(gated, version), passed, judged=judged, judge_first=judge_first,
+        budget=budget, doubts=doubts, floor=settled,
+        unsettled="{}, the release below it, was never judged, and more than {} releases "
+                  "below it would have to be read first", gated=gated)
+    if chosen is not None:
+        return chosen
+    # nothing below it vouches (it is the lowest, or every one below was refused): the
+    # release published just before it, as in the time walk (a version published below the
+    # whole history is still compared), but only one judged clean or standing public a
+    # quarantine window: none is judged first here, which could lead a walk back up to it
+    skipped = False
+    for record in earlier_releases(gated, version):
+        if record.version in passed:
+            continue
+        clean = judged(record)
+        when = moment(gated.time.get(record.version))
+        if clean or (clean is None and when is not None and settled(when)):
+            return Baseline(record, tuple(passed), doubts)
+        skipped = skipped or clean is None
+        if clean is False:
+            passed.append(record.version)
+    if skipped:
+        return Unsettled("no release below it, and none published before it that was judged "
+                         "clean or stood public a whole quarantine window, could be compared "
+                         "with while its registry's times contradict its version order")
+    return Baseline(None, tuple(passed), doubts)

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["HIT", "MISS", "REFRESH", "STALE", "Cached", "Loaded", "PackumentCache"]
+__all__ = ["HIT", "MISS", "REFRESH", "STALE", "Cached", "Loaded", "NoStaleAnswer",
+           "PackumentCache"]
 
 V = TypeVar("V")
 W = TypeVar("W")
@@ -49,6 +50,11 @@ class Loaded(Generic[V]):
     size: int
     validator: str | None = None
     fresh_for: float | None = None
+
+
+class NoStaleAnswer(Exception):  # noqa: N818 - a marker, mixed into the errors it marks
+    """A loader's failure that stale-if-error must not cover: the key's previous entry is not
+    served in its place, and goes (what the fill learned makes it wrong)."""
 
 
 Loader = Callable[["Cached[V] | None"], Awaitable[Loaded[V]]]
@@ -146,6 +152,8 @@ class PackumentCache(Generic[V]):
         except TimeoutError:
             self._on_result(STALE)
             return slot
+        except NoStaleAnswer:
+            raise
         except Exception:  # the upstream failed: the bounded stale window covers for it
             slot.retry_at = self._clock() + self.retry_interval
             self._on_result(STALE)
@@ -170,6 +178,9 @@ class PackumentCache(Generic[V]):
         flight = asyncio.current_task()
         try:
             loaded = await load(previous)
+        except NoStaleAnswer:
+            self.forget(key, fills=False)  # nor is it served later, while a fill is slow
+            raise
         finally:
             if self._flights.get(key) is flight:  # a forget() may have started another since
                 del self._flights[key]
@@ -240,21 +251,25 @@ class PackumentCache(Generic[V]):
     def bytes(self) -> int:
         return self._bytes
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: str, *, fills: bool = True) -> None:
         """Drop `key`'s entry, so the next request fills it anew (after a write changed it);
-        a fill already under way finishes for its waiters but is not kept."""
+        a fill already under way finishes for its waiters but is not kept (with `fills`
+        False it is: it was begun knowing what changed)."""
         slot = self._slots.pop(key, None)
         if slot is not None:
             self._bytes -= slot.size
-        flight = self._flights.pop(key, None)
+        flight = self._flights.pop(key, None) if fills else None
         if flight is not None:
             self._forgotten.add(flight)
 
-    def forget_under(self, prefix: str) -> None:
+    def forget_under(self, prefix: str, *, fills: bool = True) -> None:
         """`forget` every key that begins with `prefix`."""
         for key in [key for key in (*self._slots, *self._flights) if key.startswith(prefix)]:
-            self.forget(key)
+            self.forget(key, fills=fills)
 
     def clear(self) -> None:
+        """`forget` every key."""
         self._slots.clear()
         self._bytes = 0
+        self._forgotten.update(self._flights.values())
+        self._flights.clear()

@@ -1,10 +1,11 @@
-"""Who already has a version that turned bad: the pull log read per client, and the warning
-sent once per version and cause when a version the log says was served becomes refused.
+"""Who already has a version that turned bad: the warning sent once per version and cause
+when a version the pull log says was served becomes refused.
 
-`exposures` is shared with `mirrorgate exposure`. `ExposureWarnings` hears of a version
-turning bad (a withdrawal seen by this process), writes the pull log's buffer, reads who pulled
-it, and, when anyone did, claims the warning in the store (`Store.claim`: one replica of a
-fleet wins) before one `version_exposed` line and one `dev.mirrorgate.exposure` notification.
+`ExposureWarnings` hears of a version turning bad (a withdrawal seen by this process), writes
+the pull log's buffer, reads who was served it (`Store.pulled`: served pulls alone, summed per
+client, so no number of refusals or of pulls hides one), and, when anyone was, claims the
+warning in the store (`Store.claim`: one replica of a fleet wins) before one `version_exposed`
+line and one `dev.mirrorgate.exposure` notification.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import structlog
@@ -31,15 +32,16 @@ from mirrorgate.rules import (
     PUBLISHER_CHANGE,
 )
 from mirrorgate.rules.releasetable import RELEASE_SIGNALS
-from mirrorgate.store import Pull, StoreUnavailableError
+from mirrorgate.store import Exposure, StoreUnavailableError
 
-__all__ = ["SENT", "Exposure", "ExposureWarnings", "exposures", "iso"]
+__all__ = ["SENT", "Exposure", "ExposureWarnings", "document", "iso"]
 
 log = structlog.get_logger("mirrorgate.exposure")
 
 SENT = "exposure-sent"
 """Fact kind: `name@version#cause` warned about (value: when), so a fleet warns once."""
 _CLIENTS_LISTED = 50  # in one notification; the rest are counted (`mirrorgate exposure` lists all)
+_CLIENTS_READ = 100_000  # clients of one version read for a warning (each a summed row)
 _PENDING = 1_000  # versions waiting to be checked; a flood past it is logged, not queued
 TURNED_BAD = frozenset({DENY_LIST, ADVISORY_MALWARE, ADVISORY_SEVERITY, PUBLISHER_CHANGE,
                         PROVENANCE_CONTINUITY, *RELEASE_SIGNALS})
@@ -50,49 +52,11 @@ against the log."""
 _CHECKED = 100_000  # (version, rule) pairs this process already checked, the oldest forgotten
 
 
-@dataclass
-class Exposure:
-    """One client's pulls of one version."""
-
-    client: str
-    name: str
-    version: str
-    first: datetime
-    last: datetime
-    pulls: int = 0
-    sources: set[str] = field(default_factory=set)
-    integrity: set[str] = field(default_factory=set)
-
-    def document(self) -> dict[str, object]:
-        return {"client": self.client, "name": self.name, "version": self.version,
-                "first": iso(self.first), "last": iso(self.last), "pulls": self.pulls,
-                "sources": sorted(self.sources), "integrity": sorted(self.integrity)}
-
-
-def exposures(pulls: Iterable[Pull], matches: Callable[[str, str], bool] = lambda _n, _v: True,
-              since: datetime | None = None) -> tuple[list[Exposure], list[Exposure]]:
-    """(served, refused): per client and version, the pulls that match, ordered by version
-    then first pull."""
-    served: dict[tuple[str, str, str], Exposure] = {}
-    refused: dict[tuple[str, str, str], Exposure] = {}
-    for pull in pulls:
-        if not matches(pull.name, pull.version) or (since is not None and pull.at < since):
-            continue
-        into = refused if pull.source.startswith("refused:") else served
-        key = (pull.client, pull.name, pull.version)
-        found = into.get(key)
-        if found is None:
-            found = into[key] = Exposure(pull.client, pull.name, pull.version, pull.at, pull.at)
-        found.first = min(found.first, pull.at)
-        found.last = max(found.last, pull.at)
-        found.pulls += 1
-        found.sources.add(pull.source)
-        if pull.integrity:
-            found.integrity.add(pull.integrity)
-
-    def order(kept: dict[tuple[str, str, str], Exposure]) -> list[Exposure]:
-        return sorted(kept.values(), key=lambda e: (e.name, e.version, e.first, e.client))
-    return order(served), order(refused)
+def document(exposure: Exposure) -> dict[str, object]:
+    """One client's pulls of one version as `mirrorgate exposure --json` prints it."""
+    return {"client": exposure.client, "name": exposure.name, "version": exposure.version,
+            "first": iso(exposure.first), "last": iso(exposure.last), "pulls": exposure.pulls,
+            "sources": list(exposure.sources), "integrity": list(exposure.integrity)}
 
 
 def iso(at: datetime) -> str:
@@ -116,8 +80,9 @@ class ExposureWarnings:
         self.pulls = pulls
         self.metrics = metrics
         self.now = now
-        self._queue: asyncio.Queue[TurnedBad] | None = None
-        self._early: list[TurnedBad] = []  # heard before `run` started
+        # held by the object, not by `run`: a run started again after a death (`tasks`)
+        # finds what was heard meanwhile
+        self._queue: asyncio.Queue[TurnedBad] = asyncio.Queue()
         self._checked: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     def gated(self, gated: Gated) -> None:
@@ -144,9 +109,7 @@ class ExposureWarnings:
         if not self.pulls.enabled:
             return
         event = TurnedBad(name, version, cause, reason)
-        if self._queue is None:
-            self._early.append(event)
-        elif self._queue.qsize() < _PENDING:
+        if self._queue.qsize() < _PENDING:
             self._queue.put_nowait(event)
         else:
             log.warning("exposure_unchecked", package=name, version=version, cause=cause,
@@ -156,10 +119,6 @@ class ExposureWarnings:
     async def run(self, stop: asyncio.Event) -> None:
         if not self.pulls.enabled:
             return
-        self._queue = asyncio.Queue()
-        for event in self._early:
-            self._queue.put_nowait(event)
-        self._early.clear()
         while not stop.is_set():
             getting = asyncio.ensure_future(self._queue.get())
             stopping = asyncio.ensure_future(stop.wait())
@@ -185,8 +144,8 @@ class ExposureWarnings:
         if store is None:
             raise StoreUnavailableError("the state store is not open yet")
         await self.pulls.flush()  # this process's last second of pulls counts too
-        found = await store.pulls(name=event.name, version=event.version, limit=100_000)
-        served, _ = exposures(found)
+        served = await store.pulled(name=event.name, version=event.version,
+                                    limit=_CLIENTS_READ)
         if not served:
             return False
         label = f"{event.name}@{event.version}"

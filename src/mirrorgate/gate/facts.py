@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
 
+from mirrorgate.errors import MirrorgateError
+from mirrorgate.gate.cache import NoStaleAnswer
 from mirrorgate.metrics import Metrics
 from mirrorgate.store import (
     FIRST_PARTY,
@@ -29,7 +31,8 @@ from mirrorgate.store import (
 )
 from mirrorgate.store.waivers import WAIVER
 
-__all__ = ["LIMITS", "MAX_PENDING", "MAX_REFUSALS", "MAX_VERDICTS", "POLL", "KeptFacts"]
+__all__ = ["KEPT_KINDS", "LIMITS", "MAX_KEPT", "MAX_PENDING", "MAX_REFUSALS", "MAX_VERDICTS",
+           "POLL", "KeptFacts", "UnrecordedError"]
 
 log = structlog.get_logger("mirrorgate.store")
 
@@ -43,7 +46,14 @@ OPEN_WAIT = 5.0
 RETRY = 1.0
 """Seconds between attempts to reach a store that did not answer."""
 MAX_PENDING = 10_000
-"""Writes the buffer holds while the store is unreachable; past it the oldest is dropped."""
+"""Writes that may be lost (names installed, clean verdicts) held while the store is
+unreachable; past it the oldest of them is dropped, and nothing else."""
+MAX_KEPT = 100_000
+"""Writes the gate must not lose (withdrawals, first-party names, waivers, each one's
+tombstone, and refusals) held while the store is unreachable; never dropped: past it what
+would add one is refused (`UnrecordedError`) until the store takes them."""
+KEPT_KINDS = frozenset({FIRST_PARTY, WITHDRAWN, WAIVER})
+"""The fact kinds whose writes are never dropped (with the verdicts where a signal fired)."""
 LIMITS = {FIRST_PARTY: 100_000, WITHDRAWN: 100_000, INSTALLED: 50_000, WAIVER: 10_000}
 """Facts held in memory per kind (the least recently learned forgotten first)."""
 MAX_VERDICTS = 10_000
@@ -57,19 +67,39 @@ _DROP_REPORT = 1000  # the first drop is logged, then every 1000th
 _PAGE = 5_000
 
 
+class UnrecordedError(NoStaleAnswer, MirrorgateError):
+    """A fact the gate must keep could not be held for the store (`MAX_KEPT` of them wait): the
+    request that learned it is refused (503) rather than the fact forgotten at a restart, and
+    no stale answer stands in for it (docs/state-store.md#writes-the-gate-never-drops)."""
+
+    retry_after = 30
+
+
+class _Waiting:
+    """One write buffer: facts by (kind, key) and verdicts by their key, the newest last."""
+
+    def __init__(self) -> None:
+        self.facts: OrderedDict[tuple[str, str], Fact] = OrderedDict()
+        self.verdicts: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.facts) + len(self.verdicts)
+
+
 class KeptFacts:
     """Facts by kind (`store.KINDS`) and release verdicts, in memory; `opener` None keeps them
     in this process only (the operator commands, tests)."""
 
     def __init__(self, opener: Callable[[], Awaitable[Store]] | None = None, *,
                  metrics: Metrics | None = None, poll: float = POLL,
-                 max_pending: int = MAX_PENDING,
+                 max_pending: int = MAX_PENDING, max_kept: int = MAX_KEPT,
                  importer: Callable[[Store], Awaitable[int]] | None = None) -> None:
         self._opener = opener
         self._importer = importer
         self.metrics = metrics
         self.poll = poll
         self.max_pending = max_pending
+        self.max_kept = max_kept
         self.store: Store | None = None
         self.ready = opener is None
         """Whether the facts are loaded: until then a decision that needs one fails closed."""
@@ -77,18 +107,26 @@ class KeptFacts:
         self.problem: str | None = None
         """Why the store does not answer, while it does not (/readyz shows it before loading)."""
         self._facts: dict[str, OrderedDict[str, str]] = {kind: OrderedDict() for kind in LIMITS}
-        self._verdicts: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
-        self._flagged: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
-        self._pending: OrderedDict[tuple[str, str], Fact] = OrderedDict()
-        self._pending_verdicts: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
+        # by (name, version, integrity): a verdict speaks for the bytes it read, never for
+        # other bytes a registry later lists under the same version
+        self._verdicts: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
+        self._flagged: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
+        # two buffers, so no volume of what may be lost pushes out what may not
+        self._kept = _Waiting()
+        self._droppable = _Waiting()
         self._meta: dict[str, str] = {}
         self._dropped = 0
+        self._refused = 0
         self._cursor = 0
         self._wake: asyncio.Event | None = None
         self.listeners: list[Callable[[str], None]] = []
         """Called with a kind ("verdict" for verdicts) when another process changed it."""
+        self.watchers: list[Callable[[str, Sequence[str], bool], None]] = []
+        """Called with a kind, the keys of it that changed, and whether they changed here
+        (else in another process, or at the load): what was built from the old values is
+        dropped (`gate.Gate`)."""
         if metrics is not None:
-            metrics.watch_store(lambda: (self.reachable, self.pending))
+            metrics.watch_store(lambda: (self.reachable, self.pending, len(self._kept)))
 
     @property
     def persistent(self) -> bool:
@@ -96,7 +134,10 @@ class KeptFacts:
 
     @property
     def pending(self) -> int:
-        return len(self._pending) + len(self._pending_verdicts)
+        return len(self._kept) + len(self._droppable)
+
+    def _waiting(self, kind: str, key: str) -> bool:
+        return (kind, key) in self._kept.facts or (kind, key) in self._droppable.facts
 
     # --- reads and writes: memory only, never awaited ------------------------------------
 
@@ -114,12 +155,21 @@ class KeptFacts:
         if held.get(key) == value:
             held.move_to_end(key)
             return
+        self._room(kind, key)
         self._hold(kind, key, value)
         self._queue(Fact(kind, key, value))
+        self._watched(kind, (key,), here=True)
 
     def forget(self, kind: str, key: str) -> None:
-        if self._facts[kind].pop(key, None) is not None:
+        if key in self._facts[kind]:
+            self._room(kind, key)  # a tombstone is kept as the fact was
+            del self._facts[kind][key]
             self._queue(Fact(kind, key, None))
+            self._watched(kind, (key,), here=True)
+
+    def _watched(self, kind: str, keys: Sequence[str], *, here: bool) -> None:
+        for watcher in self.watchers:
+            watcher(kind, keys, here)
 
     def changed_here(self, kind: str) -> None:
         """Tell the listeners this process changed `kind` itself (they hear other processes'
@@ -127,19 +177,49 @@ class KeptFacts:
         for listener in self.listeners:
             listener(kind)
 
-    def verdict(self, name: str, version: str) -> Verdict | None:
-        key = (name, version)
+    def verdict(self, name: str, version: str, integrity: str) -> Verdict | None:
+        """The verdict on these bytes of `name@version` (`integrity`: their strongest digest's
+        SRI, `integrity.strongest_sri`); None when they were never judged."""
+        key = (name, version, integrity)
         return self._flagged.get(key) or self._verdicts.get(key)
 
     def verdicts(self) -> list[Verdict]:
         return [*self._flagged.values(), *self._verdicts.values()]
 
     def keep(self, verdict: Verdict) -> None:
+        key = (verdict.name, verdict.version, verdict.integrity)
+        # a refusal is never dropped, nor what replaces one still waiting
+        kept = verdict.verdict == "flagged" or key in self._kept.verdicts
+        if kept:
+            self._room("verdict", key)
         self._hold_verdict(verdict)
         if self._opener is not None:
-            self._pending_verdicts[(verdict.name, verdict.version, verdict.integrity)] = verdict
+            waiting = self._kept if kept else self._droppable
+            waiting.verdicts.pop(key, None)
+            waiting.verdicts[key] = verdict
             self._bound()
             self._kick()
+
+    def _room(self, kind: str, key: object) -> None:
+        """Raise UnrecordedError when a write that must be kept would not fit its buffer (the
+        memory is left as it was, so the fact is learned again once there is room)."""
+        if (self._opener is None or len(self._kept) < self.max_kept
+                or (kind != "verdict" and kind not in KEPT_KINDS)
+                or (kind, key) in self._kept.facts or key in self._kept.verdicts):
+            return
+        self._refused += 1
+        if self.metrics is not None:
+            self.metrics.store_writes_refused.inc()
+        if self._refused == 1 or self._refused % _DROP_REPORT == 0:
+            log.error("store_writes_refused", refused=self._refused, cap=self.max_kept,
+                      kind=kind, reason=self.problem or "the state store is behind",
+                      consequence="requests that would add a fact the gate must keep are "
+                                  "refused (503) until the state store takes the waiting ones")
+        raise UnrecordedError(
+            f"mirrorgate cannot record what it learned: {self.max_kept:,} facts it must keep "
+            "(withdrawals, first-party names, refusals, waivers) wait for the state store, "
+            f"which has not taken them ({self.problem or 'it is behind'}); what would add "
+            "one is refused until it does")
 
     def _hold(self, kind: str, key: str, value: str) -> None:
         held = self._facts[kind]
@@ -149,8 +229,8 @@ class KeptFacts:
             held.popitem(last=False)
 
     def _hold_verdict(self, verdict: Verdict) -> None:
-        key = (verdict.name, verdict.version)
-        # a version judged again lands in one map or the other, never both
+        key = (verdict.name, verdict.version, verdict.integrity)
+        # bytes judged again land in one map or the other, never both
         self._verdicts.pop(key, None)
         self._flagged.pop(key, None)
         held, limit = ((self._flagged, MAX_REFUSALS) if verdict.verdict == "flagged"
@@ -163,17 +243,21 @@ class KeptFacts:
         if self._opener is None:
             return
         key = (fact.kind, fact.key)
-        self._pending.pop(key, None)
-        self._pending[key] = fact  # the newest value of a key, at the end
+        waiting = self._kept if fact.kind in KEPT_KINDS else self._droppable
+        waiting.facts.pop(key, None)
+        waiting.facts[key] = fact  # the newest value of a key, at the end
         self._bound()
         self._kick()
 
     def _bound(self) -> None:
-        while self.pending > self.max_pending:
-            if self._pending:
-                self._pending.popitem(last=False)
+        """Drop the oldest write that may be lost past `max_pending` of them; the kept ones
+        are bounded by refusing new ones (`_room`), never by dropping."""
+        droppable = self._droppable
+        while len(droppable) > self.max_pending:
+            if droppable.facts:
+                droppable.facts.popitem(last=False)
             else:
-                self._pending_verdicts.popitem(last=False)
+                droppable.verdicts.popitem(last=False)
             self._dropped += 1
             if self.metrics is not None:
                 self.metrics.store_writes_dropped.inc()
@@ -236,6 +320,11 @@ class KeptFacts:
             with contextlib.suppress(StoreUnavailableError):
                 await self._flush(self.store)  # what was learned last, on the way out
 
+    async def read(self, store: Store) -> None:
+        """Everything `store` holds, into this memory, once, and nothing back: an operator
+        command judges by what the fleet knows without writing the fleet's store."""
+        await self._follow(store)
+
     async def close(self) -> None:
         if self.store is not None:
             await self.store.close()
@@ -266,38 +355,46 @@ class KeptFacts:
         self.reachable = True
 
     async def _flush(self, store: Store) -> None:
-        if self._pending:
-            facts = dict(self._pending)
-            await store.put_facts(list(facts.values()))
-            for key, fact in facts.items():
-                if self._pending.get(key) is fact:  # not changed again meanwhile
-                    del self._pending[key]
-        if self._pending_verdicts:
-            verdicts = dict(self._pending_verdicts)
-            await store.put_verdicts(list(verdicts.values()))
-            for vkey, verdict in verdicts.items():
-                if self._pending_verdicts.get(vkey) is verdict:
-                    del self._pending_verdicts[vkey]
+        for waiting in (self._kept, self._droppable):  # what must be kept first
+            if waiting.facts:
+                facts = dict(waiting.facts)
+                await store.put_facts(list(facts.values()))
+                for key, fact in facts.items():
+                    if waiting.facts.get(key) is fact:  # not changed again meanwhile
+                        del waiting.facts[key]
+            if waiting.verdicts:
+                verdicts = dict(waiting.verdicts)
+                await store.put_verdicts(list(verdicts.values()))
+                for vkey, verdict in verdicts.items():
+                    if waiting.verdicts.get(vkey) is verdict:
+                        del waiting.verdicts[vkey]
 
     async def _follow(self, store: Store) -> None:
         while True:
             changes = await store.changes(self._cursor, _PAGE)
             changed: set[str] = set()
+            keys: dict[str, list[str]] = {}
             for fact in changes.facts:
                 if fact.kind == META:
                     self._meta[fact.key] = fact.value or ""
                     continue
-                if fact.kind not in self._facts or (fact.kind, fact.key) in self._pending:
+                if fact.kind not in self._facts or self._waiting(fact.kind, fact.key):
                     continue  # a kind this release does not hold, or learned here since
                 if fact.value is None:
-                    self._facts[fact.kind].pop(fact.key, None)
+                    if self._facts[fact.kind].pop(fact.key, None) is None:
+                        continue  # forgotten here already
+                elif self._facts[fact.kind].get(fact.key) == fact.value:
+                    continue  # this process's own write, read back
                 else:
                     self._hold(fact.kind, fact.key, fact.value)
                 changed.add(fact.kind)
+                keys.setdefault(fact.kind, []).append(fact.key)
             for verdict in changes.verdicts:
                 self._hold_verdict(verdict)
                 changed.add("verdict")
             self._cursor = changes.cursor
+            for kind, changed_keys in keys.items():
+                self._watched(kind, changed_keys, here=False)
             if self.ready:
                 for kind in changed:
                     for listener in self.listeners:

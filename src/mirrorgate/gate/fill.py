@@ -22,7 +22,7 @@ from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.gate.merge import gate
-from mirrorgate.gate.records import Denial, Gated
+from mirrorgate.gate.records import Gated, RefusedBytes
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.lazydoc import lazy_packument
@@ -90,7 +90,7 @@ class PackumentSource:
                  keys: RegistryKeys | None = None,
                  first_party: FirstPartyNames | None = None,
                  withdrawals: WithdrawnVersions | None = None,
-                 refused: Callable[[str], Mapping[str, Denial]] | None = None) -> None:
+                 refused: Callable[[str], RefusedBytes] | None = None) -> None:
         self.private = private
         self.in_flight = Budget(FILL_BYTES)
         self.keys = keys
@@ -159,15 +159,17 @@ class PackumentSource:
             return error
 
     async def load(self, name: PackageName, previous: Cached[PackumentEntry] | None, *,
-                   only: str | None = None) -> Loaded[PackumentEntry]:
-        """The entry for `name`, or the previous one when a revalidation says it still holds.
+                   only: str | None = None, policy: str | None = None) -> Loaded[PackumentEntry]:
+        """The entry for `name`, or the previous one when a revalidation says it still holds,
+        gated by the rules of `policy` (a policy set's name; None: the default rules).
         With `only`, that one version is judged (a tarball's admission), read from the
         public packument lazily (`npm.lazydoc`). Raises UpstreamError when nothing is
-        installable because an upstream failed, and TooManyVersionsError for a packument too
-        large to gate."""
+        installable because an upstream failed, TooManyVersionsError for a packument too
+        large to gate, and UnknownPolicyError for a policy the rules do not define."""
+        rules = self.rules.policy(policy)
         with tracing.span("mirrorgate.fill", {"mirrorgate.package": name.full,
                                               "mirrorgate.revalidation": previous is not None}):
-            return await self._load(name, previous, only)
+            return await self._load(name, previous, only, rules)
 
     async def _document(self, name: PackageName, answer: JsonAnswer,
                         only: str | None) -> Mapping[str, Any] | None:
@@ -184,30 +186,30 @@ class PackumentSource:
         return self.public.packument_of(name, await self.public.parsed(answer)).document
 
     async def _load(self, name: PackageName, previous: Cached[PackumentEntry] | None,
-                    only: str | None) -> Loaded[PackumentEntry]:
+                    only: str | None, rules: Rules) -> Loaded[PackumentEntry]:
         now = self.now()
         full = name.full
         # A name `[private].names` covers, or one remembered as first-party (`firstparty`),
         # that `merge_public` does not cover is never asked of the public upstream: the
         # private answer alone builds it.
-        if self.rules.private_alone(full) or (
-                full in self.first_party and not self.rules.merge_public.covers_name(full)):
-            alone = await self._load_private_alone(name, now)
+        if rules.private_alone(full) or (
+                full in self.first_party and not rules.merge_public.covers_name(full)):
+            alone = await self._load_private_alone(name, now, rules)
             if alone is not None:
                 return alone
         old = previous.value if previous is not None else None
         # a 304 keeps the old gating only while nothing it depended on has moved: no age denial
         # has come of age, and the advisory index is the same one, equally available
         revalidate = (old is not None and old.gated is not None
-                      and old.gated.rules_generation == self.rules.generation
+                      and old.gated.rules_generation == rules.generation
                       and (old.gated.regate_at is None or now < old.gated.regate_at)
-                      and old.gated.advisories == state_token(self.rules.advisories, now))
+                      and old.gated.advisories == state_token(rules.advisories, now))
         etag = previous.validator if revalidate and previous is not None else None
         # Either upstream may fail on its own (logged `upstream_failed`): the packument is built
         # from what answered, held only DEGRADED_FRESH_FOR so the missing half is asked again.
         (private, private_error), public, keys = await asyncio.gather(
             self._private_document(name),
-            self._public_for(name, etag, keep=only is not None), self._keys())
+            self._public_for(name, etag, keep=only is not None), self._keys(rules))
         # A first-party name whose private side fails raises (503): the cache serves its stale
         # entry within `stale_if_error`, never a public-only packument. A name never seen
         # first-party is built from public alone meanwhile.
@@ -259,7 +261,7 @@ class PackumentSource:
             # the event loop for every other client
             with tracing.span("mirrorgate.gate", {"mirrorgate.package": full}) as judged:
                 gated = await in_thread_if_large(size, self._gate, name, private, public_doc,
-                                                 now, keys, only)
+                                                 now, keys, rules, only)
                 judged.set("mirrorgate.versions", len(gated.versions))
                 judged.set("mirrorgate.denied", sum(gated.denials.values()))
             etag = answer.etag if answer is not None else None
@@ -278,31 +280,31 @@ class PackumentSource:
                 private_versions = ({only: private_versions[only]} if only in private_versions
                                     else {})
             self._note_withdrawals(gated, private_versions)
-        self._report(gated)
+        self._report(gated, rules)
         # gated before the advisory index's first load, or without the keys signatures need:
         # held briefly, like a degraded answer, so either applies within seconds of landing
         before_index = gated.advisories is not None and gated.advisories[0] == 0
-        unverified = self.rules.signatures.verify and keys is None
+        unverified = rules.signatures.verify and keys is None
         entry = PackumentEntry(gated, private_print, private_answered=private_error is None)
         return Loaded(entry, gated.size + 256, etag,
                       fresh_for=_fresh_for(gated, now, degraded=failure is not None
                                            or before_index or unverified))
 
-    async def _keys(self) -> KeySet | None:
+    async def _keys(self, rules: Rules) -> KeySet | None:
         """The registry's keys when the rules verify signatures (fetched concurrently with the
         packuments, bounded by `keys.FIRST_WAIT`); None otherwise or while unavailable."""
-        if not self.rules.signatures.verify or self.keys is None:
+        if not rules.signatures.verify or self.keys is None:
             return None
         return await self.keys.current()
 
-    async def _load_private_alone(self, name: PackageName,
-                                  now: datetime) -> Loaded[PackumentEntry] | None:
+    async def _load_private_alone(self, name: PackageName, now: datetime,
+                                  rules: Rules) -> Loaded[PackumentEntry] | None:
         """The entry of a name served from the private side alone; None when the private side
         no longer holds it as first-party (the caller then builds it as a public name)."""
         private, error = await self._private_document(name)
         if error is not None:
             raise self._outage(name, error)
-        owned = self.rules.private_alone(name.full)
+        owned = rules.private_alone(name.full)
         if private is None and not owned:
             # Remembered first-party, and now the private side knows no such package at all.
             # That is how Artifactory and GitHub Packages answer a token that lost its read
@@ -313,7 +315,8 @@ class PackumentSource:
             raise self._outage(name, UpstreamError(
                 "private", "status", "answered 404 for a name it held first-party versions of",
                 status=404))
-        gated = self._gate(name, private, None, now, None) if private is not None else None
+        gated = (self._gate(name, private, None, now, None, rules) if private is not None
+                 else None)
         if not owned and (gated is None or not gated.first_party):
             # only mirrored versions left: a public name again. Asking the
             # private side once more on the way is the price of a rare transition.
@@ -323,7 +326,7 @@ class PackumentSource:
             # owned, and the private side lacks it: 404
             return Loaded(PackumentEntry(None, None), 256)
         self.first_party.remember(name.full)
-        self._report(gated)
+        self._report(gated, rules)
         return Loaded(PackumentEntry(gated, fingerprint(private)), gated.size + 256, None,
                       fresh_for=_fresh_for(gated, now, degraded=False))
 
@@ -335,12 +338,12 @@ class PackumentSource:
 
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
               public: Mapping[str, Any] | None, now: datetime,
-              keys: KeySet | None, only: str | None = None) -> Gated:
+              keys: KeySet | None, rules: Rules, only: str | None = None) -> Gated:
         withdrawn = (self.withdrawals.of(name.full, versions_of(private))
                      if private is not None else None)
         refused = self.refused(name.full) if self.refused is not None else None
         try:
-            return gate(name, private, public, rules=self.rules, now=now,
+            return gate(name, private, public, rules=rules, now=now,
                         origin=self.public.origin, keys=keys, withdrawn=withdrawn,
                         refused=refused, only=only)
         except orjson.JSONDecodeError as error:
@@ -360,7 +363,7 @@ class PackumentSource:
             self.metrics.events.withdrawn(gated.name.full, version, reason,
                                           first_seen=gated.withdrawals[version])
 
-    def _report(self, gated: Gated) -> None:
+    def _report(self, gated: Gated, rules: Rules) -> None:
         if gated.alone is None:
             # one version gated alone that is denied is gated again whole (its refusal names
             # the versions to use instead), which counts it: one refused pull, one denial
@@ -371,13 +374,17 @@ class PackumentSource:
         if denied:
             # The one trace of a version a client was never shown: pnpm, yarn and bun only
             # say "no matching version", so this line is where a person finds out why.
-            rules = sorted({record.denial.rule for record in gated.versions.values()
-                            if record.denial is not None})
+            by = sorted({record.denial.rule for record in gated.versions.values()
+                         if record.denial is not None})
             log.info("versions_denied", package=gated.name.full,
-                     versions=denied[:DENIED_LOGGED], count=len(denied), rules=rules)
+                     versions=denied[:DENIED_LOGGED], count=len(denied), rules=by,
+                     **({"policy": rules.policy_name} if rules.policy_name else {}))
         self._remember_denials(gated)
         self._alert(gated)
-        if self.on_gated is not None:
+        if self.on_gated is not None and rules.policy_name is None:
+            # a version turned bad is a fact about it (a deny entry, an advisory), told once:
+            # a policy set's own deny list says what one team keeps out, not that the version
+            # is bad for those who were served it
             self.on_gated(gated)
         for refusal in gated.refused_urls[:REFUSALS_LOGGED]:
             log.warning("tarball_url_refused", package=gated.name.full,

@@ -15,18 +15,20 @@ from typing import Any
 
 import orjson
 
+from mirrorgate.gate.publishtimes import first_publish_of
 from mirrorgate.gate.records import (
     MAX_VERSIONS,
     RECORD_BYTES,
     Denial,
     Gated,
+    RefusedBytes,
     TooManyVersionsError,
     UrlRefusal,
     VersionRecord,
     policy_message,
 )
-from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity
-from mirrorgate.moments import iso_now, moment
+from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity, strongest_sri
+from mirrorgate.moments import iso_now, moment, time_text
 from mirrorgate.npm.lazydoc import reduced
 from mirrorgate.npm.licenses import declared_license
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
@@ -160,7 +162,7 @@ def _chosen(versions: Mapping[str, Any], only: str | None) -> Iterable[tuple[str
 
 def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
                  private_versions: Mapping[str, Any], origin: Origin,
-                 only: str | None, refused: Mapping[str, Denial]) -> dict[str, PublicGate]:
+                 only: str | None, refused: RefusedBytes) -> dict[str, PublicGate]:
     """Judge every public version; record those the private side does not shadow. Returns
     what was kept of each, for a mirrored private copy to fall back on."""
     times = times_of(public)
@@ -181,10 +183,9 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
                                times.get(version), judging.now, context=judging.context,
                                digests=digests)
             denial = judging.denial_of(verdict)
-        if denial is None and version in refused:
-            # a release signal read this version's bytes at a pull and refused it: out of
-            # the packument too, so a range resolves to the version before it
-            denial = refused[version]
+        if denial is None and (denial := _refused(refused, version, digests)) is not None:
+            # a release signal read these bytes at a pull and refused them: out of the
+            # packument too, so a range resolves to the version before it
             judging.regate_by(denial.until)
         tarball = url if denial is None and isinstance(url, str) else None
         kept[version] = (tarball, digests)
@@ -199,6 +200,14 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
             version, False, full, abbreviated, denial, verdict is not None and verdict.weak,
             tarball, digests, **judging.scans(tarball, version, manifest), **_asides(verdict))
     return kept
+
+
+def _refused(refused: RefusedBytes, version: str,
+             digests: tuple[Digest, ...]) -> Denial | None:
+    """The release signals' refusal of these bytes of `version` (by their strongest digest):
+    a refusal of other bytes listed before under the same version is not theirs."""
+    of_version = refused.get(version)
+    return of_version.get(strongest_sri(digests)) if of_version else None
 
 
 def _asides(verdict: Verdict | None) -> dict[str, Any]:
@@ -224,11 +233,16 @@ def _private_verdict(judging: _Judging, version: str,
     first-party one by the deny list alone (None when nothing denies it)."""
     mark = mirrored_mark(manifest)
     if mark is None:
-        return deny_listed(judging.rules, judging.name.full, version, judging.now), False, None
+        dist = manifest.get("dist")
+        own = strongest_sri(digests_from_dist(dist) if isinstance(dist, Mapping) else ())
+        return (deny_listed(judging.rules, judging.name.full, version, judging.now, own),
+                False, None)
     # the same context as public versions: the registry's keys for its signatures (kept in
-    # what the worker published), the public history for the takeover signals
+    # what the worker published), the public history for the takeover signals; a waiver
+    # names the bytes as the mark does (`VersionRecord.integrity`)
     return (evaluate(judging.rules, judging.name.full, version, without_mark(manifest),
-                     mark.published, judging.now, context=judging.context), True,
+                     mark.published, judging.now, context=judging.context,
+                     integrity=strongest_sri(parse_integrity(mark.integrity))), True,
             mark.published)
 
 
@@ -265,7 +279,7 @@ def _same_bytes(listed: Mapping[str, Any], integrity: str) -> bool:
 def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
                   public_kept: Mapping[str, PublicGate], public: Mapping[str, Any] | None,
                   remembered: Withdrawn, only: str | None,
-                  refused: Mapping[str, Denial]) -> None:
+                  refused: RefusedBytes) -> None:
     for version, manifest in _chosen(private_versions, only):
         if not _readable(judging, version, manifest):
             continue
@@ -276,10 +290,11 @@ def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
         withdrawn = (_withdrawn(judging, version, manifest, public, remembered) if mirrored
                      else None)
         denial = withdrawn or (judging.denial_of(judged) if judged is not None else None)
-        if denial is None and mirrored and version in refused:
+        mark = mirrored_mark(manifest) if mirrored and version in refused else None
+        if denial is None and mark is not None and (denial := _refused(
+                refused, version, parse_integrity(mark.integrity))) is not None:
             # a copy of bytes a release signal refuses under today's rules (flagged in report
             # mode and mirrored, then enforced): refused from the mirror as a withdrawal is
-            denial = refused[version]
             judging.regate_by(denial.until)
         if denial is not None:
             judging.deny(version, denial)
@@ -310,19 +325,18 @@ def _mirrored_time(manifest: object) -> str | None:
 
 
 def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | None,
-                records: Mapping[str, VersionRecord], only: str | None = None) -> dict[str, str]:
+                records: Mapping[str, VersionRecord]) -> dict[str, str]:
     """`created`, `modified` and the survivors' times; a mirrored version's is the public time
-    its mark carries (`_mirrored_time`). With `only` (one version judged alone), `created` is
-    the package's first publish (`_first_publish`)."""
+    its mark carries (`_mirrored_time`). Only times `moments` reads are passed on: npm
+    refuses a version whose time it cannot parse (`Date.parse` is NaN: "No matching version
+    found") and an unreadable one says nothing; a version without one is installed."""
     private_times, public_times = times_of(private), times_of(public)
     merged: dict[str, str] = {}
     for key, pick in (("created", min), ("modified", max)):
-        found = [t[key] for t in (public_times, private_times) if isinstance(t.get(key), str)]
+        found = [(when, t[key]) for t in (public_times, private_times)
+                 if (when := moment(t.get(key))) is not None]
         if found:
-            merged[key] = pick(found)
-    first = _first_publish(public_times, private_times) if only is not None else None
-    if first is not None:
-        merged["created"] = first
+            merged[key] = pick(found)[1]
     private_versions = versions_of(private)
     for version, record in records.items():
         if record.denial is not None:
@@ -330,24 +344,12 @@ def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
         if record.private and (marked := _mirrored_time(private_versions.get(version))):
             merged[version] = marked
             continue
-        stamp = (private_times if record.private else public_times).get(version)
-        if not isinstance(stamp, str):
-            stamp = (public_times if record.private else private_times).get(version)
-        if isinstance(stamp, str):
+        stamp = time_text((private_times if record.private else public_times).get(version))
+        if stamp is None:
+            stamp = time_text((public_times if record.private else private_times).get(version))
+        if stamp is not None:
             merged[version] = stamp
     return merged
-
-
-def _first_publish(*times: Mapping[str, Any]) -> str | None:
-    """The earliest of `created` and every version's time: the package's first publish, which
-    the release signals read (`gate.release`: young-package-install-script, on by default,
-    and typosquat) where the whole packument has its other versions' times. One version's
-    gating (a tarball's cold admission) keeps it as its `created`, so it is judged young or
-    old as the whole packument's gating judges it (with `created` written, as npm writes it,
-    the same time); the other versions' times are not otherwise kept."""
-    found = [(when, text) for each in times for key, text in each.items()
-             if key != "modified" and (when := moment(text)) is not None]
-    return min(found)[1] if found else None
 
 
 def _check_sizes(name: PackageName, private: Mapping[str, Any],
@@ -370,7 +372,7 @@ def gate(
     keys: KeySet | None = None,
     withdrawn: Withdrawn | None = None,
     only: str | None = None,
-    refused: Mapping[str, Denial] | None = None,
+    refused: RefusedBytes | None = None,
 ) -> Gated:
     """Merge the private and public packuments (either may be None) and gate the versions.
     `keys` are the public registry's signing keys, for the signature rule (None: unavailable);
@@ -411,13 +413,14 @@ def gate(
     survivors = [v for v, record in records.items() if record.denial is None]
     # one version judged alone is read for its record, never rendered: no readme to keep
     head = merge_head(private, public, first_party) if only is None else {}
+    first = first_publish_of(private, public)
     size = len(orjson.dumps(head)) + sum(
         len(r.full) + len(r.abbreviated) + RECORD_BYTES for r in records.values())
     return Gated(
         name=name,
         head=head,
         dist_tags=merge_tags(private, public, survivors, first_party),
-        time=_merge_time(private, public, records, only),
+        time=_merge_time(private, public, records),
         versions=records,
         policy_message=(policy_message(name, judging.denied, survivors) if judging.denied
                         else None),
@@ -432,4 +435,6 @@ def gate(
         rules_generation=rules.generation,
         withdrawals=judging.withdrawals,
         alone=only,
+        first_published=first.when,
+        time_doubts=first.doubts,
     )

@@ -3,6 +3,8 @@
 The serve path reads it for every request, an in-process worker re-gates through it
 (`public.ServedPublic`), and the status page shows what it holds, so a client, the worker and a
 person always see the same verdicts, and a cold name costs one fill however many ask at once.
+A client under a policy set (`[policy.NAME]`) reads entries gated by its rules, kept under keys
+of their own (`cache_key`): one policy's packument is never another's.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.upstream.client import UpstreamError
 
-__all__ = ["ALONE_SHARE", "PINS", "RECENT_SHARE", "Packuments", "Pinned"]
+__all__ = ["ALONE_SHARE", "PINS", "RECENT_SHARE", "Packuments", "Pinned", "cache_key"]
 
 PINS = 4096
 """Versions whose records are pinned for the worker beside the proxy, at most (oldest go)."""
@@ -30,6 +32,12 @@ packuments' entries keep the rest, so MIRRORGATE_CACHE_MAX_BYTES counts all thre
 `npm ci` asks for a name's versions far apart (each under another parent in the lockfile):
 a quarter of this budget kept its answers long enough for 7 of 217 such versions of the scale
 tree, and was 64 MiB of its peak (docs/serving.md, "The cold path at scale")."""
+
+
+def cache_key(key: str, policy: str | None) -> str:
+    """The cache's key for `key` (a name, or `name@version`) gated under `policy`: the name
+    alone for the default rules, else with the policy after a space, which no npm name holds."""
+    return key if policy is None else f"{key} {policy}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,22 +107,27 @@ class Packuments:
             return None
         return pinned
 
-    def fresh(self, name: PackageName) -> Cached[PackumentEntry] | None:
-        """The entry within its TTL and gated with the rules in force, or None: never fills,
-        never waits (the warm path)."""
-        slot = self.cache.fresh(name.full)
+    def fresh(self, name: PackageName,
+              policy: str | None = None) -> Cached[PackumentEntry] | None:
+        """The entry within its TTL and gated with the rules in force (those of `policy`, a
+        policy set's name, None for the default rules), or None: never fills, never waits (the
+        warm path)."""
+        # `cache_key`, written out: this is every warm request's lookup
+        slot = self.cache.fresh(name.full if policy is None else f"{name.full} {policy}")
         if slot is not None and not self._current(slot):
             return None
         return slot
 
-    async def entry(self, name: PackageName) -> Cached[PackumentEntry]:
+    async def entry(self, name: PackageName,
+                    policy: str | None = None) -> Cached[PackumentEntry]:
         """The entry, filled now when it is missing or past its TTL (stale-if-error applies),
         or gated with rules no longer in force. Raises UpstreamError or TooManyVersionsError
-        when nothing usable can be had."""
-        if (slot := self.cache.fresh(name.full)) is not None and not self._current(slot):
-            return await self.refresh(name)  # gated again now, whatever its TTL says
-        slot = await self.cache.get(name.full, lambda previous: self.source.load(name,
-                                                                                 previous))
+        when nothing usable can be had, UnknownPolicyError for a policy the rules lack."""
+        key = cache_key(name.full, policy)
+        if (slot := self.cache.fresh(key)) is not None and not self._current(slot):
+            return await self.refresh(name, policy)  # gated again now, whatever its TTL says
+        slot = await self.cache.get(key, lambda previous: self.source.load(
+            name, previous, policy=policy))
         if not self._current(slot):
             # a stale copy stands in for a fill that failed, but no answer after a rules
             # change is built from the rules it replaced
@@ -122,23 +135,26 @@ class Packuments:
                                 "could not be asked to gate this package again")
         return slot
 
-    async def for_tarball(self, name: PackageName, version: str) -> Gated | None:
+    async def for_tarball(self, name: PackageName, version: str,
+                          policy: str | None = None) -> Gated | None:
         """What admits a tarball of `name@version` (`version_entry`'s gating)."""
-        return (await self.version_entry(name, version)).value.gated
+        return (await self.version_entry(name, version, policy)).value.gated
 
-    async def version_entry(self, name: PackageName, version: str) -> Cached[PackumentEntry]:
+    async def version_entry(self, name: PackageName, version: str,
+                            policy: str | None = None) -> Cached[PackumentEntry]:
         """The entry that judges `name@version`: the packument's when it is fresh or being
         filled, else that version's judged alone (filled from the public packument read
         lazily, `npm.lazydoc`): the same verdict on it, at a fraction of the cost. Raises as
         `entry` does."""
-        cached = self.cache.peek(name.full)  # a look: `entry` counts the read
-        if self.cache.filling(name.full) or (cached is not None
-                                             and self.clock() < cached.fresh_until):
-            return await self.entry(name)
-        key = f"{name.full}@{version}"
+        whole = cache_key(name.full, policy)
+        cached = self.cache.peek(whole)  # a look: `entry` counts the read
+        if self.cache.filling(whole) or (cached is not None
+                                         and self.clock() < cached.fresh_until):
+            return await self.entry(name, policy)
+        key = cache_key(f"{name.full}@{version}", policy)
 
         def load(previous: Cached[PackumentEntry] | None) -> Awaitable[Loaded[PackumentEntry]]:
-            return self.source.load(name, previous, only=version)
+            return self.source.load(name, previous, only=version, policy=policy)
 
         slot = self.alone.fresh(key)
         if slot is not None and not self._current(slot):
@@ -154,25 +170,61 @@ class Packuments:
         gated = slot.value.gated
         return gated is None or gated.rules_generation == self.source.rules.generation
 
-    async def refresh(self, name: PackageName) -> Cached[PackumentEntry]:
+    async def refresh(self, name: PackageName,
+                      policy: str | None = None) -> Cached[PackumentEntry]:
         """The entry filled now, fresh or not (revalidated; no stale answer)."""
-        return await self.cache.refresh(name.full, lambda previous: self.source.load(name,
-                                                                                     previous))
+        return await self.cache.refresh(cache_key(name.full, policy), lambda previous:
+                                        self.source.load(name, previous, policy=policy))
 
-    async def gated(self, name: PackageName) -> Gated | None:
-        return (await self.entry(name)).value.gated
+    async def gated(self, name: PackageName, policy: str | None = None) -> Gated | None:
+        return (await self.entry(name, policy)).value.gated
 
-    def private_answered(self, name: PackageName, version: str | None = None) -> bool:
+    def private_answered(self, name: PackageName, version: str | None = None,
+                         policy: str | None = None) -> bool:
         """Whether the fresh entry of `name` (else of `name@version` judged alone) was built
         with the private upstream's answer."""
-        slot = self.fresh(name)
+        slot = self.fresh(name, policy)
         if slot is None and version is not None:
-            slot = self.alone.peek(f"{name.full}@{version}")  # a look, not a client's read
+            # a look, not a client's read
+            slot = self.alone.peek(cache_key(f"{name.full}@{version}", policy))
             if slot is not None and self.clock() >= slot.fresh_until:
                 slot = None
         return slot is not None and slot.value.private_answered
 
     def forget(self, name: PackageName) -> None:
-        """Drop `name`'s entries after a write changed it."""
-        self.cache.forget(name.full)
-        self.alone.forget_under(f"{name.full}@")
+        """Drop `name`'s entries, under every policy set, after a write changed it."""
+        self.drop(name.full)
+
+    def drop(self, full: str, version: str | None = None, *, here: bool = False) -> None:
+        """Drop what was gated for the name `full` (of its one-version entries, `version`'s
+        alone when given), fresh or stale, and the records pinned for the worker: a fact it
+        was gated without has changed (`Gate`). Learned `here`, by a fill of this process,
+        the fills under way stay (that fill knows it, and its entry is what stale-if-error
+        falls back on). Learned by another process, the fills under way are not kept, nor
+        public's kept answer for the name, being older than the fact: a withdrawal another
+        replica saw, judged again against public's answer from before it, would read as
+        listed again and be forgotten by the whole fleet."""
+        fills = not here
+        policies = (None, *self.source.rules.policies)  # each set's entries are its own
+        for policy in policies:
+            self.cache.forget(cache_key(full, policy), fills=fills)
+        if version is None:  # every set's one-version entries start with the name and "@"
+            self.alone.forget_under(f"{full}@", fills=fills)
+        else:
+            for policy in policies:
+                self.alone.forget(cache_key(f"{full}@{version}", policy), fills=fills)
+        if not here and self.source.recent is not None:
+            self.source.recent.forget(full)
+        if self._pins:
+            for key in [key for key in self._pins if key[0] == full
+                        and (version is None or key[1] == version)]:
+                del self._pins[key]
+
+    def clear(self) -> None:
+        """`drop` every name."""
+        self.cache.clear()
+        self.alone.clear()
+        if self.source.recent is not None:
+            self.source.recent.clear()
+        if self._pins:
+            self._pins.clear()

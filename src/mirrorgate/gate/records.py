@@ -7,7 +7,7 @@ serve path renders it, the worker's re-gate and the operator commands read its v
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,16 +15,17 @@ from typing import Any
 import orjson
 
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.integrity import Digest
+from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity, strongest_sri
 from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.npm.packument import manifest_on, on_base, render
 from mirrorgate.npm.versions import newest_first
 from mirrorgate.rules.license import LicenseRead
 from mirrorgate.rules.policy import plural
 from mirrorgate.rules.wayout import SHOWN, installable_from, instead
 
-__all__ = ["MAX_VERSIONS", "RECORD_BYTES", "Denial", "Gated", "TooManyVersionsError", "UrlRefusal",
-           "VersionRecord", "policy_message"]
+__all__ = ["MAX_VERSIONS", "RECORD_BYTES", "Denial", "Gated", "RefusedBytes",
+           "TooManyVersionsError", "UrlRefusal", "VersionRecord", "policy_message"]
 
 RECORD_BYTES = 600
 """What one version's record holds beyond its two serialised forms (the record, its digests,
@@ -82,6 +83,12 @@ class Denial:
         if self.since is not None:
             found["since"] = self.since
         return found
+
+
+RefusedBytes = Mapping[str, Mapping[str, Denial]]
+"""What the release signals refuse of one package (`gate.release`): version -> the bytes
+refused (`VersionRecord.integrity`) -> the denial. Other bytes of the same version are not
+refused by it: they were never read, and are judged at their own pull."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +150,21 @@ class VersionRecord:
             dist["tarball"] = self.upstream_tarball
         return document
 
+    def integrity(self) -> str:
+        """The bytes this record stands for, by their strongest digest (`strongest_sri`, ""
+        when it names none): what a release verdict and a waiver are bound to. Public's for a
+        public version; a mirrored copy's by its mark (the digest the worker verified it
+        against, which the verdict it was mirrored under is kept by), a first-party one's by
+        its own `dist`."""
+        if not self.private:
+            return strongest_sri(self.digests)
+        manifest = orjson.loads(self.full)
+        mark = mirrored_mark(manifest)
+        if mark is not None:
+            return strongest_sri(parse_integrity(mark.integrity))
+        dist = manifest.get("dist")
+        return strongest_sri(digests_from_dist(dist) if isinstance(dist, dict) else ())
+
     def document(self, base: str) -> bytes:
         """The full manifest's bytes (`GET /npm/<name>/<version>`), tarball URL on `base`."""
         return on_base(self.full, base)
@@ -183,6 +205,13 @@ class Gated:
     public_failure: MirrorgateError | None = field(default=None, compare=False)
     """The public upstream failed at this fill (its `UpstreamError`): a version missing here
     may exist there, and is then "not mirrored" rather than not found."""
+    first_published: datetime | None = None
+    """The package's first publish as the times of the versions it lists establish it
+    (`gate.publishtimes`), the whole packument's also when one version is judged alone; None
+    when they cannot, and the release signals treat the package as young."""
+    time_doubts: tuple[str, ...] = ()
+    """What in its times was not believed, each a sentence (named in a release verdict's
+    evidence)."""
 
     @property
     def survivors(self) -> list[str]:

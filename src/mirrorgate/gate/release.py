@@ -22,15 +22,17 @@ import structlog
 
 from mirrorgate.gate.baseline import Baseline, Budget, Unsettled, choose_baseline
 from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.records import Denial, Gated, VersionRecord
+from mirrorgate.gate.publishtimes import first_publish_of, order_contradicted
+from mirrorgate.gate.records import Denial, Gated, RefusedBytes, VersionRecord
 from mirrorgate.gate.releasecheck import ReleaseCheck
 from mirrorgate.gate.releasefacts import (
     MAX_DEPENDENCIES_ASKED,
     Findings,
     Unread,
-    first_published,
     kept_as,
     package_first_published,
+    read_under,
+    signals_text,
 )
 from mirrorgate.integrity import (
     DigestMismatch,
@@ -38,6 +40,7 @@ from mirrorgate.integrity import (
     StreamVerifier,
     TooLarge,
     Unverifiable,
+    strongest_sri,
 )
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.contents import (
@@ -52,6 +55,7 @@ from mirrorgate.rules import REPORT, LiveRules, Rules
 from mirrorgate.rules.kinship import provenance_repository
 from mirrorgate.rules.release import (
     Dependency,
+    Fired,
     ReleaseVerdict,
     judge,
 )
@@ -148,16 +152,18 @@ class ReleaseJudge:
         self.previous_max_bytes = previous_max_bytes
         self.timeout = timeout
         self.facts = facts if facts is not None else KeptFacts()
-        self._decoded: dict[tuple[str, str], tuple[Verdict, Findings | None]] = {}
-        self._judging: dict[tuple[str, str], asyncio.Task[Judged]] = {}
-        self._flagged: dict[str, set[str]] | None = None  # name -> versions a signal fired for
+        self._decoded: dict[tuple[str, str, str], tuple[Verdict, Findings | None]] = {}
+        self._judging: dict[tuple[str, str, str], asyncio.Task[Judged]] = {}
+        self._flagged: dict[str, set[tuple[str, str]]] | None = None
+        """name -> the (version, integrity) a signal fired for."""
         self._counts: dict[str, int] = {}
         self._often: NameIndex | None = None
         self._ages: OrderedDict[str, tuple[datetime | None, datetime]] = OrderedDict()
         """name -> its first publish, as the last pull's packument said, and when noted."""
-        self._unkept: OrderedDict[tuple[str, str], tuple[int, datetime]] = OrderedDict()
-        """(name, version) -> the rules' generation and the moment a pull in report mode
-        judged it and kept no verdict (`unchecked`, `unsettled`): `note_unkept`."""
+        self._unkept: OrderedDict[tuple[str, str, str], tuple[int, datetime]] = OrderedDict()
+        """(name, version, integrity) -> the rules' generation and the moment a pull in report
+        mode judged these bytes and kept no verdict (`unchecked`, `unsettled`): `note_unkept`."""
+        self._order: tuple[Gated, tuple[str, ...]] | None = None
         self.readings = KeptReadings()
         """The last versions' readings: a predecessor read before is not fetched again."""
         self.facts.listeners.append(self._changed)
@@ -194,14 +200,15 @@ class ReleaseJudge:
         if release.only_young_package and gated is not None:
             first = package_first_published(gated)
             self._note_age(gated.name.full, first)
-            return first is not None and self.now() - first < release.young_package
+            # an age the times cannot establish is young's: read (`gate.publishtimes`)
+            return first is None or self.now() - first < release.young_package
         return True
 
-    def note_public(self, name: str, time: Mapping[str, Any]) -> None:
-        """The package's age as public's packument says it (`time`), read by the worker's own
-        re-gate: a sidecar's `verdict_for` under the default's young-package signal alone then
-        fills no packument only to learn that the package is old."""
-        self._note_age(name, first_published(time))
+    def note_public(self, name: str, document: Mapping[str, Any]) -> None:
+        """The package's age as public's packument says it, read by the worker's own re-gate:
+        a sidecar's `verdict_for` under the default's young-package signal alone then fills
+        no packument only to learn that the package is old."""
+        self._note_age(name, first_publish_of(None, document).when)
 
     def _note_age(self, name: str, first: datetime | None) -> None:
         self._ages[name] = (first, self.now())
@@ -209,18 +216,20 @@ class ReleaseJudge:
         while len(self._ages) > _AGES_KEPT:
             self._ages.popitem(last=False)
 
-    def note_unkept(self, name: str, version: str) -> None:
-        """A pull in report mode judged `name@version` and kept no verdict (an unreadable
-        baseline, no clean release within the bound): served, and said as a would-deny."""
-        self._unkept[(name, version)] = (self.rules.generation, self.now())
-        self._unkept.move_to_end((name, version))
+    def note_unkept(self, name: str, version: str, integrity: str) -> None:
+        """A pull in report mode judged these bytes of `name@version` and kept no verdict (an
+        unreadable baseline, no clean release within the bound): served, and said as a
+        would-deny."""
+        key = (name, version, integrity)
+        self._unkept[key] = (self.rules.generation, self.now())
+        self._unkept.move_to_end(key)
         while len(self._unkept) > _UNKEPT_NOTED:
             self._unkept.popitem(last=False)
 
-    def _unkept_at_pull(self, name: str, version: str) -> bool:
-        """Whether a pull minutes ago judged `name@version` in report mode, under the rules
-        in force now, and kept nothing (`verdict_for`)."""
-        noted = self._unkept.get((name, version))
+    def _unkept_at_pull(self, name: str, version: str, integrity: str) -> bool:
+        """Whether a pull minutes ago judged these bytes of `name@version` in report mode,
+        under the rules in force now, and kept nothing (`verdict_for`)."""
+        noted = self._unkept.get((name, version, integrity))
         if noted is None:
             return False
         rules = self.rules
@@ -240,22 +249,45 @@ class ReleaseJudge:
         return (now - when < _AGE_NOTED_FOR and first is not None
                 and now - first >= release.young_package)
 
-    def remembered(self, name: str, version: str) -> ReleaseVerdict | None:
-        """The verdict for a version read before, under the rules in force now."""
-        kept = self.facts.verdict(name, version)
+    def remembered(self, name: str, version: str, integrity: str) -> ReleaseVerdict | None:
+        """The verdict for these bytes of a version (`integrity`, their strongest digest),
+        read before, under the rules in force now; None when these bytes were never judged
+        (a verdict on other bytes listed before under the same version never vouches)."""
+        kept = self.facts.verdict(name, version, integrity)
         if kept is None:
             return None
-        decoded = self._decoded.get((name, version))
+        key = (name, version, integrity)
+        decoded = self._decoded.get(key)
         if decoded is None or decoded[0] is not kept:
             decoded = (kept, Findings.of(kept))
-            self._decoded[(name, version)] = decoded
+            self._decoded[key] = decoded
             if len(self._decoded) > 2 * len(self._flagged_index()) + 10_000:
                 self._decoded.clear()
         facts = decoded[1]
         if facts is None:
             return None
-        return judge(self.rules, name, version, facts.published, list(facts.fired),
-                     self.now(), facts.compared_with)
+        fired, whole = self._answered(kept, facts)
+        verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
+                        facts.compared_with, integrity)
+        if whole or verdict.in_force(self.now()):
+            return verdict
+        # read under fewer or other signals than are in force: what it found refuses nothing
+        # now, and what the others would find is not in it, so the bytes are read again (a
+        # refusal by what it did read stands meanwhile: more signals only refuse more)
+        return None
+
+    def _answered(self, kept: Verdict, facts: Findings) -> tuple[list[Fired], bool]:
+        """What fired, among the signals in force a kept verdict answers for (those read under
+        the same settings, `ReleaseRules.signals_in_force`), and whether it answers for all of them.
+        A verdict an earlier release kept names no signals: what fired there still counts
+        (fail closed: a refusal stands until it ends), and it answers for nothing else."""
+        now_read = self.rules.release.signals_in_force(self.previous_max_bytes)
+        read = read_under(kept)
+        if read is not None and now_read <= read:
+            return list(facts.fired), True
+        tokens = {token.split(":", 1)[0]: token for token in now_read}
+        return [found for found in facts.fired if found.signal in tokens
+                and (read is None or tokens[found.signal] in read)], False
 
     def at_pull(self, name: PackageName, gated: Gated, record: VersionRecord,
                 reading: bool) -> AtPull:
@@ -267,32 +299,51 @@ class ReleaseJudge:
         if denial is not None and denial.rule not in RELEASE_SIGNALS:
             return NOTHING
         if record.private and denial is None:
-            return NOTHING
-        verdict = self.remembered(name.full, record.version)
+            return self._read_again(name, gated, record, reading)
+        # the bytes this pull would serve: a verdict on others under the same version (the
+        # registry lists it again with another `dist.integrity`) neither vouches nor refuses
+        verdict = self.remembered(name.full, record.version, record.integrity())
         if verdict is not None and verdict.in_force(self.now()):
             return AtPull(verdict, None)
         if verdict is None and reading and denial is None and self.applies(record, gated):
             return AtPull(None, lambda: self.check(name, gated, record))
         return NOTHING
 
-    def refused_versions(self, name: str) -> dict[str, Denial]:
-        """The versions of `name` a release signal refuses now, as the gate denies them."""
-        found: dict[str, Denial] = {}
+    def _read_again(self, name: PackageName, gated: Gated, record: VersionRecord,
+                    reading: bool) -> AtPull:
+        """A mirrored copy served as it is, unless its bytes' verdict was read under fewer or
+        other signals than are in force and finds nothing they refuse: then read again as
+        they stream from the mirror (kept clean under the young-package signal alone, say,
+        before every signal was turned on). A copy no verdict was kept for (mirrored before
+        the signals, or of a package they did not read) is served as before."""
+        if not reading or not self.rules.release.on or record.upstream_tarball is None:
+            return NOTHING  # a first-party version, or one public no longer lists the same
+        integrity = strongest_sri(record.digests)  # public's, which the copy's mark names
+        kept = self.facts.verdict(name.full, record.version, integrity)
+        if kept is None or self.remembered(name.full, record.version, integrity) is not None:
+            return NOTHING
+        return AtPull(None, lambda: self.check(name, gated, record))
+
+    def refused_versions(self, name: str) -> RefusedBytes:
+        """The bytes of `name`'s versions a release signal refuses now, as the gate denies
+        them (other bytes of the same versions are judged at their own pull)."""
+        found: dict[str, dict[str, Denial]] = {}
         now = self.now()
-        for version in sorted(self._flagged_index().get(name, ())):
-            verdict = self.remembered(name, version)
+        for version, integrity in sorted(self._flagged_index().get(name, ())):
+            verdict = self.remembered(name, version, integrity)
             if verdict is not None and verdict.in_force(now):
                 assert verdict.rule is not None
-                found[version] = Denial(verdict.rule, verdict.reason or "refused",
-                                        until=verdict.until)
+                found.setdefault(version, {})[integrity] = Denial(
+                    verdict.rule, verdict.reason or "refused", until=verdict.until)
         return found
 
-    def _flagged_index(self) -> dict[str, set[str]]:
+    def _flagged_index(self) -> dict[str, set[tuple[str, str]]]:
         if self._flagged is None:
             self._flagged = {}
             for kept in self.facts.verdicts():
                 if kept.verdict == "flagged":
-                    self._flagged.setdefault(kept.name, set()).add(kept.version)
+                    self._flagged.setdefault(kept.name, set()).add(
+                        (kept.version, kept.integrity))
         return self._flagged
 
     def installed(self, name: str) -> None:
@@ -403,33 +454,46 @@ class ReleaseJudge:
         await asyncio.gather(*(one(text) for text in asked))  # cached, single-flight fills
         return found, failed
 
-    def clean(self, name: str, version: str) -> bool | None:
-        """Whether a version's kept verdict lets it vouch for a later release: nothing but
+    def clean(self, name: str, record: VersionRecord) -> bool | None:
+        """Whether a release's kept verdict lets it vouch for a later release: nothing but
         typosquat or young-package-install-script (words on the name and the package's age,
         not on what changed in these bytes) fired, or what fired the rules now let through
-        whole (an allow entry, a signal turned off); None: never judged."""
-        kept = self.facts.verdict(name, version)
-        facts = Findings.of(kept) if kept is not None else None
-        if facts is None:
+        whole (an allow entry, a signal turned off); None: the bytes it lists now were never
+        judged."""
+        version, integrity = record.version, record.integrity()
+        kept = self.facts.verdict(name, version, integrity)
+        if kept is None or (facts := Findings.of(kept)) is None:
             return None
+        answered, whole = self._answered(kept, facts)
         # a young package's every release with a hook fires young-package-install-script: were
         # it to count, none of its first month's releases could vouch, and each later one
         # would be judged as a first version, nothing compared
-        fired = [found for found in facts.fired if found.signal not in _ON_THE_NAME]
-        if not fired:
-            return True
-        verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
-                        facts.compared_with)
-        return not (verdict.denied or verdict.reported or verdict.excepted)
+        fired = [found for found in answered if found.signal not in _ON_THE_NAME]
+        if fired:
+            verdict = judge(self.rules, name, version, facts.published, fired, self.now(),
+                            facts.compared_with, integrity)
+            if verdict.denied or verdict.reported or verdict.excepted:
+                return False
+        # clean by what it was read for; read under fewer signals than are in force, it
+        # cannot vouch for what the others would find: as if never judged
+        return True if whole else None
 
     async def baseline(self, name: PackageName, gated: Gated, version: str,
                        budget: Budget) -> Baseline | Unsettled:
         """The release `version` is compared with (`gate.baseline`): releases never judged
         are read and judged first, on `budget`."""
         return await choose_baseline(
-            gated, version, judged=lambda record: self.clean(name.full, record.version),
+            gated, version, judged=lambda record: self.clean(name.full, record),
             judge_first=lambda record: self.judge_read(name, gated, record, budget),
-            budget=budget, settled_after=self.rules.release.quarantine)
+            budget=budget, settled_after=self.rules.release.quarantine, now=self.now(),
+            doubts=self._order_doubts(gated))
+
+    def _order_doubts(self, gated: Gated) -> tuple[str, ...]:
+        """Where `gated`'s publish times contradict its version order (`gate.publishtimes`),
+        read once per packument: a walk's nested choices share it."""
+        if self._order is None or self._order[0] is not gated:
+            self._order = (gated, order_contradicted(gated.time))
+        return self._order[1]
 
     async def judge_read(self, name: PackageName, gated: Gated, record: VersionRecord,
                          budget: Budget | None = None) -> bool | None:
@@ -437,7 +501,7 @@ class ReleaseJudge:
         kept is clean, False when it is not or no clean release could be compared with within
         the bound, None when its bytes could not be read (an outage, not a verdict)."""
         judged = await self.read_and_judge(name, gated, record, budget)
-        clean = self.clean(name.full, record.version)
+        clean = self.clean(name.full, record)
         if clean is not None:
             return clean
         return None if judged.unread or not judged.unsettled else False
@@ -447,7 +511,7 @@ class ReleaseJudge:
         """Read `record`'s bytes from public (bounded, verified) and judge them as a first
         pull would (a read that failed is never a verdict: nothing is kept, and it is read
         again next time). One read per version at a time, however many ask."""
-        key = (name.full, record.version)
+        key = kept_as(name, record)
         running = self._judging.get(key)
         if running is None:
             running = asyncio.get_running_loop().create_task(
@@ -479,14 +543,17 @@ class ReleaseJudge:
         finally:
             check.close()
 
-    async def verdict_for(self, name: PackageName, version: str) -> ReleaseVerdict | str | None:
-        """The verdict on `name@version` under the rules in force, its bytes read and judged
+    async def verdict_for(self, name: PackageName, version: str,
+                          integrity: str) -> ReleaseVerdict | str | None:
+        """The verdict on these bytes of `name@version` (`integrity`: the strongest digest of
+        the job's, the lockfile's, the packument's) under the rules in force, read and judged
         now when they never were (the worker's re-gate, `prewarm`, `check`); a sentence when
-        no verdict can be kept (unchecked, unsettled: a refusal for whoever asks); None when
-        the signals do not apply to it (off, a first-party or unknown version)."""
+        no verdict can be kept (unchecked, unsettled, or public lists other bytes now: a
+        refusal for whoever asks); None when the signals do not apply to it (off, a
+        first-party or unknown version)."""
         if not self.rules.release.on:
             return None
-        remembered = self.remembered(name.full, version)
+        remembered = self.remembered(name.full, version, integrity)
         if remembered is not None:
             return remembered
         if self._old_at_pull(name.full):
@@ -495,7 +562,7 @@ class ReleaseJudge:
             # not read; filling its packument again (evicted since, on a cold install of
             # thousands of names) only to learn that would cost a fill per job
             return None
-        if self._unkept_at_pull(name.full, version):
+        if self._unkept_at_pull(name.full, version, integrity):
             # the worker beside the proxy, seconds after the pull that judged these bytes in
             # report mode and kept nothing: judged again, the verdict could be no more than a
             # would-deny (report mode refuses nothing) and the job is mirrored either way; the
@@ -510,16 +577,25 @@ class ReleaseJudge:
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None or not self.applies(record, gated):
             return None
+        listed = record.integrity()
+        if listed != integrity:
+            # the bytes asked about are not those public lists now (republished under the
+            # same version): they cannot be fetched to be read, and the ones listed are
+            # judged at their own pull
+            return (f"the public registry now lists other bytes for {version} "
+                    f"({listed or 'no digest'}) than those asked about "
+                    f"({integrity or 'no digest'}); they are judged at their first pull")
         judged = await self.read_and_judge(name, gated, record)
-        remembered = self.remembered(name.full, version)
+        remembered = self.remembered(name.full, version, integrity)
         return remembered if remembered is not None else judged.refused
 
     def remember(self, name: str, version: str, integrity: str, facts: Findings) -> None:
         """Keep what the signals found as the version's verdict (memory now, the store in the
         background), read back under the rules in force at each pull (`remembered`)."""
         kept = Verdict(name, version, integrity, "flagged" if facts.fired else "clean",
-                       facts.evidence(), facts.compared_with, str(self.rules.generation))
+                       facts.evidence(), facts.compared_with,
+                       signals_text(self.rules.release.signals_in_force(self.previous_max_bytes)))
         self.facts.keep(kept)
-        self._decoded[(name, version)] = (kept, facts)
+        self._decoded[(name, version, integrity)] = (kept, facts)
         if facts.fired:
-            self._flagged_index().setdefault(name, set()).add(version)
+            self._flagged_index().setdefault(name, set()).add((version, integrity))

@@ -27,8 +27,7 @@ from mirrorgate.gate.releasefacts import (
     package_first_published,
     release_of,
 )
-from mirrorgate.integrity import Unverifiable, strongest_of
-from mirrorgate.moments import moment
+from mirrorgate.moments import moment, stamp
 from mirrorgate.npm.contents import ContentReading, Contents
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.tarscripts import ScriptScan
@@ -78,6 +77,9 @@ class ReleaseCheck:
         when no signal that compares is on (`release.compares`)."""
         self.unsettled: str | None = None
         """Why no clean release could be compared with, when none could (a refusal)."""
+        self.times: tuple[str, ...] = gated.time_doubts
+        """What in the packument's times was not believed (the package's first publish, and
+        why the baseline was chosen by version order), named in the verdict's evidence."""
         self._task: asyncio.Task[bytes | Contents | Unread | None] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
@@ -100,10 +102,7 @@ class ReleaseCheck:
     @property
     def integrity(self) -> str:
         """The bytes judged, by their strongest digest ("" for a version with none)."""
-        try:
-            return strongest_of(self.record.digests).sri()
-        except Unverifiable:
-            return ""
+        return self.record.integrity()
 
     def begin(self) -> None:
         """Start choosing the release to compare with and fetching its bytes, beside the
@@ -136,6 +135,7 @@ class ReleaseCheck:
         if isinstance(chosen, Unsettled):
             self.unsettled = chosen.reason
             return None
+        self.times = (*self.times, *chosen.doubts)
         if chosen.passed_over:
             log.info("release_baseline_passed_over", package=self.name.full,
                      version=self.record.version, passed_over=list(chosen.passed_over),
@@ -162,6 +162,13 @@ class ReleaseCheck:
         version = self.record.version
         now = judge_.now()
         published = moment(self.gated.time.get(version))
+        if published is None:
+            # no time its registry gives that can be read: a quarantine runs from this first
+            # read, as for a version published now (one measured from each judging would
+            # never end), and the record says so
+            published = now
+            self.times = (*self.times, f"{version} has no publish time mirrorgate can read: "
+                          f"a quarantine runs from its first read, {stamp(now)}")
         manifest = self.record.manifest()
         contents = self.read if self.read is not None else self.reading.contents()
         if judge_.rules.release.compares:
@@ -236,7 +243,8 @@ class ReleaseCheck:
                                 popular, rules.young, rules.young_text, now)
         if squat is not None:
             fired.append(squat)
-        verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared)
+        verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared,
+                        self.integrity)
         if self.unsettled is not None and not verdict.denied:
             self.refused = self._unsettled(self.unsettled)
         else:
@@ -255,7 +263,7 @@ class ReleaseCheck:
                     reason=reason, refused=not report)
         if report:
             self._would_deny(UNSETTLED, reason, None)
-            self.judge.note_unkept(self.name.full, self.record.version)
+            self.judge.note_unkept(self.name.full, self.record.version, self.integrity)
             return None
         metrics.rule_denials.labels(UNSETTLED, "enforce").inc()
         metrics.events.denied(self.label, UNSETTLED, reason)
@@ -292,11 +300,11 @@ class ReleaseCheck:
                 metrics.events.denied(self.label, "release-unchecked", reason)
                 return reason + " (release.unavailable is \"deny\")"
             if not fired:
-                if judge_.rules.mode_of("release") == REPORT:
-                    judge_.note_unkept(self.name.full, version)  # the worker's job: served
+                if judge_.rules.mode_of("release") == REPORT:  # the worker's job: served
+                    judge_.note_unkept(self.name.full, version, self.integrity)
                 return None
         judge_.remember(self.name.full, version, self.integrity,
-                        Findings(tuple(fired), published, compared))
+                        Findings(tuple(fired), published, compared, self.times))
         for rule, reason in verdict.reported:
             self._would_deny(rule, reason, compared)
         if not verdict.in_force(judge_.now()):
@@ -305,7 +313,7 @@ class ReleaseCheck:
             metrics.release_checks.labels(outcome).inc()
             log.info("release_checked", package=self.name.full, version=version,
                      outcome=outcome, compared_with=compared,
-                     signals=[found.signal for found in fired])
+                     signals=[found.signal for found in fired], times=list(self.times))
             return None
         assert verdict.rule is not None
         assert verdict.reason is not None
@@ -317,7 +325,7 @@ class ReleaseCheck:
                    for detail in found.details]
         log.warning("release_signal_refused", security=True, package=self.name.full,
                     version=version, rule=verdict.rule, reason=verdict.reason,
-                    compared_with=compared, evidence=details[:20])
+                    compared_with=compared, evidence=details[:20], times=list(self.times))
         metrics.events.alert(Alert(
                 "release-signal", self.label, f"{self.label} was refused by the "
                 f"{verdict.rule} release signal: {verdict.reason}", self.name.full, version,

@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from mirrorgate.gate.records import Gated, VersionRecord
-from mirrorgate.integrity import Unverifiable, strongest_of
 from mirrorgate.moments import moment
 from mirrorgate.npm.contents import Contents, manifest_runs
 from mirrorgate.npm.names import PackageName
@@ -23,8 +22,8 @@ from mirrorgate.rules.release import Fired, Release
 from mirrorgate.rules.takeover import publishers_of
 from mirrorgate.store import Verdict
 
-__all__ = ["MAX_DEPENDENCIES_ASKED", "UNSETTLED", "Findings", "Unread", "first_published",
-           "kept_as", "package_first_published", "release_of"]
+__all__ = ["MAX_DEPENDENCIES_ASKED", "UNSETTLED", "Findings", "Unread", "kept_as",
+           "package_first_published", "read_under", "release_of", "signals_text"]
 
 MAX_DEPENDENCIES_ASKED = 20
 """New dependencies of one release whose first publish is looked up at most; more are a
@@ -42,10 +41,14 @@ class Findings:
     fired: tuple[Fired, ...]
     published: datetime | None
     compared_with: str | None
+    times: tuple[str, ...] = ()
+    """What in the packument's times was not believed (`gate.publishtimes`), each a
+    sentence: kept with the evidence, though no signal reads it back."""
 
     def evidence(self) -> str:
         return json.dumps({"fired": [[f.signal, f.evidence, list(f.details)] for f in self.fired],
-                           "published": self.published.isoformat() if self.published else None})
+                           "published": self.published.isoformat() if self.published else None,
+                           "times": list(self.times)})
 
     @classmethod
     def of(cls, verdict: Verdict) -> Findings | None:
@@ -56,22 +59,16 @@ class Findings:
             fired = tuple(Fired(str(signal), str(evidence), tuple(str(d) for d in details))
                           for signal, evidence, details in data["fired"])
             published = moment(data["published"]) if data["published"] else None
-        except (ValueError, KeyError, TypeError):
+            times = tuple(str(doubt) for doubt in data.get("times", ()))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
-        return cls(fired, published, verdict.compared_with)
+        return cls(fired, published, verdict.compared_with, times)
 
 
 def package_first_published(gated: Gated) -> datetime | None:
-    return first_published(gated.time)
-
-
-def first_published(time: Mapping[str, Any]) -> datetime | None:
-    """A package's first publish, from its packument's `time` map."""
-    created = moment(time.get("created"))
-    times = [when for key, value in time.items() if key not in ("created", "modified")
-             and (when := moment(value)) is not None]
-    candidates = [*times, *([created] if created is not None else [])]
-    return min(candidates) if candidates else None
+    """A package's first publish, as its listed versions' times establish it (None: they
+    cannot, and it is treated as young): `gate.publishtimes`."""
+    return gated.first_published
 
 
 def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
@@ -104,8 +101,23 @@ class Unread:
 
 
 def kept_as(name: PackageName, record: VersionRecord) -> tuple[str, str, str]:
-    """A version's reading is kept by its name, version and bytes (its strongest digest)."""
-    try:
-        return (name.full, record.version, strongest_of(record.digests).sri())
-    except Unverifiable:
-        return (name.full, record.version, "")
+    """A version's reading and verdict are kept by its name, version and bytes (their
+    strongest digest, `VersionRecord.integrity`)."""
+    return (name.full, record.version, record.integrity())
+
+
+_SIGNALS = "signals"  # the first word of what a verdict keeps of the signals it was read under
+
+
+def signals_text(reading: frozenset[str]) -> str:
+    """The signals in force a verdict was read under (`ReleaseRules.signals_in_force`), as its
+    record keeps them: in the store's `generation` column, named for the rules' generation
+    number it held before, which said nothing a later process could compare."""
+    return " ".join([_SIGNALS, *sorted(reading)])
+
+
+def read_under(verdict: Verdict) -> frozenset[str] | None:
+    """The signals a kept verdict was read under; None for one an earlier release kept (its
+    rules generation number): it answers for no signal, and its bytes are read again."""
+    words = verdict.generation.split()
+    return frozenset(words[1:]) if words[:1] == [_SIGNALS] else None

@@ -1,5 +1,6 @@
 """The operator's waivers (`mirrorgate allow`) in force: read from the state store's facts in
-memory and handed to the rules in force, where they act as `[[exception]]` entries do.
+memory and handed to the rules in force, where they act as `[[exception]]` entries do; and
+the bytes a new one names, as the gate lists the version.
 
 Every process of a fleet follows the store (`gate.facts`), so a waiver granted or revoked on
 one machine is in force on every replica within a poll (docs/serving.md#exceptions).
@@ -7,15 +8,18 @@ one machine is in force on every replica within a poll (docs/serving.md#exceptio
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import structlog
 
 from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.records import Gated
+from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import LiveRules
-from mirrorgate.store.waivers import WAIVER, Waiver
+from mirrorgate.store.waivers import UNBOUND, WAIVER, Waiver, WaiverError
 
-__all__ = ["follow_waivers", "held_waivers"]
+__all__ = ["follow_waivers", "held_waivers", "listed_bytes"]
 
 log = structlog.get_logger("mirrorgate.rules")
 
@@ -45,6 +49,27 @@ def follow_waivers(facts: KeptFacts, rules: LiveRules) -> None:
         if rules.generation != before:
             log.info("waivers_in_force", waivers=[w.subject for w in waivers],
                      generation=rules.generation)
+            unbound = [waiver.subject for waiver in waivers if not waiver.bound]
+            if unbound:
+                log.warning("waivers_unbound", waivers=unbound, consequence=UNBOUND)
 
     facts.listeners.append(changed)
     changed(WAIVER)
+
+
+async def listed_bytes(load: Callable[[PackageName], Awaitable[Gated | None]],
+                       name: PackageName, version: str) -> str:
+    """The bytes the gate lists for `name@version` now (`VersionRecord.integrity`, a denied
+    version's too: what is waived is usually refused), which a waiver granted for it names;
+    WaiverError when it lists no such version or no digest for it. `load` may raise what
+    an upstream's failure raises."""
+    gated = await load(name)
+    record = gated.versions.get(version) if gated is not None else None
+    if record is None:
+        raise WaiverError(f"no registry mirrorgate reads lists {name.full}@{version}: a waiver "
+                          "names the version it admits exactly, build metadata included")
+    integrity = record.integrity()
+    if not integrity:
+        raise WaiverError(f"{name.full}@{version} is listed with no digest mirrorgate can "
+                          "verify, so no bytes can be named; give --integrity SRI")
+    return integrity

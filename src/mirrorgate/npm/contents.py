@@ -26,6 +26,7 @@ from mirrorgate.npm.jsmarks import (
     marks_of,
 )
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
+from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.npm.tarscripts import ScriptScan
 
 __all__ = ["KEPT_FILES", "MAX_CODE_BYTES", "MAX_CODE_FILES", "MAX_RUN_BYTES", "READ_RUN_FILE",
@@ -70,6 +71,9 @@ class Contents:
     scripts: dict[str, str] = field(default_factory=dict)
     """The root package.json's install hooks, each command whole (`runs` cuts them short):
     what `rules.release` compares with the previous version's."""
+    dependencies: dict[str, str] = field(default_factory=dict)
+    """What the root package.json says npm installs with it, by key (`npm.specs`): npm reads
+    the registry's manifest to build a tree, and this one once the package is on disk."""
 
     @property
     def hooks(self) -> frozenset[str]:
@@ -197,7 +201,9 @@ class ContentReading:
                           f"{MAX_CODE_FILES} or past {MAX_CODE_BYTES} bytes")
         whole = {hook: command for hook, command in commands.items()
                  if hook in INSTALL_SCRIPT_KEYS and isinstance(command, str) and command}
-        return Contents(tuple(runs), code, tuple(unread), scripts=whole)
+        installs = {key: how.spec for key, how in installed_dependencies(
+            scan.manifest).items()} if scan.manifest is not None else {}
+        return Contents(tuple(runs), code, tuple(unread), scripts=whole, dependencies=installs)
 
     def _read_of(self, path: str) -> int:
         return self._heads[path]

@@ -22,8 +22,9 @@ from isal import isal_zlib
 
 from mirrorgate.errors import MirrorgateError
 
-__all__ = ["BOMB_FROM", "BOMB_RATIO", "MAX_DEPTH", "MAX_ENTRIES", "MAX_META_BYTES",
-           "MAX_UNPACKED_BYTES", "Entry", "EntryReader", "TarballReader"]
+__all__ = ["BOMB_FROM", "BOMB_RATIO", "MAX_DEPTH", "MAX_ENTRIES", "MAX_FRAMES", "MAX_META_BYTES",
+           "MAX_PATH_BYTES", "MAX_PAX_KEYED", "MAX_UNPACKED_BYTES", "Entry", "EntryReader",
+           "TarballReader"]
 
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 """Decompressing further than this stops the reading, and the tarball is refused. Real
@@ -41,9 +42,22 @@ MAX_META_BYTES = 1024 * 1024
 (its path not applied) and would be applied by others, so it is refused here."""
 MAX_DEPTH = 1024
 """node-tar's `DEFAULT_MAX_DEPTH`: a deeper path is skipped there, written by others."""
+MAX_FRAMES = 4096
+"""gzip members or zstd frames (skippable ones too) read at most: more is refused. node's
+zlib reads any number one after another; npm pack writes one member, and an empty one costs
+a decompressor's start and unpacks nothing, so only this bounds what they cost."""
+MAX_PATH_BYTES = 32 * 1024 * 1024
+"""Bytes of the paths of the files npm writes, all added up, read at most: more is refused.
+node-tar has no such bound; the largest packages' paths add up to a few MB."""
+MAX_PAX_KEYED = 3 * MAX_ENTRIES
+"""pax records that may set a path, link, size or type (a line holding `path=`, `size=` or
+`type=`), read at most in a tarball: more is refused. node-tar reads any number; old npm's
+pax headers hold three a file (`path`, `size`, `NODETAR.type`), so this is its shape at the
+bound on entries (about a second of CPU)."""
 
 _BLOCK = 512
 _STEP = 256 * 1024
+_GZIP_STEP = 16 * 1024  # compressed bytes inflated a call: what a member's end copies at most
 _ZSTD_STEP = 128  # zstd has no output bound per call: a few bytes can stand for 128 KiB
 _GZIP = b"\x1f\x8b"
 _ZSTD = b"\x28\xb5\x2f\xfd"
@@ -77,6 +91,7 @@ _PLAIN_PATH = re.compile(r"(?:[^/\\.\0][^/\\\0]*/)*[^/\\.\0][^/\\\0]*")
 _TERMINATOR = re.compile(b"[\n\r]|\xe2\x80[\xa8\xa9]")
 _JS_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Infinity")
 _JS_RADIX = re.compile(r"0([xXoObB])([0-9a-fA-F]+)")
+_PAX_KEYED = re.compile("(?:path|size|type)=")  # in every line a kept key can be read from
 _SAFE = 2**53 - 1
 
 # isal's stub types `error` as an instance of Exception; it is the class IsalError
@@ -173,31 +188,44 @@ def _js_number(text: str) -> float | None:
 
 
 def _pax(text: str) -> dict[str, object]:
-    """pax.js parseKV: each record must be exactly as long as its length prefix says (in
-    UTF-8 bytes of the decoded text: `if (n !== Buffer.byteLength(line) + 1) return set`),
-    or it is dropped; the last of a key wins."""
+    """pax.js parseKV, for the keys that change what npm reads (`path`, `linkpath`, `size`,
+    `type`; the others set owners, times, comments): each record must be exactly as long as
+    its length prefix says (in UTF-8 bytes of the decoded text: `if (n !==
+    Buffer.byteLength(line) + 1) return set`), or it is dropped; the last of a key wins.
+    Only the lines that can hold one of those keys are read, so a header of a million short
+    records costs a search, not a million parses (`MAX_PAX_KEYED` bounds the rest)."""
     records: dict[str, object] = {}
     if text.endswith("\n"):  # `.replace(/\n$/, '')`
         text = text[:-1]
-    for line in text.split("\n"):
-        found = _JS_INT.match(line.lstrip(_JS_SPACE))  # parseInt(line, 10)
-        if found is None or int(found.group()) != len(line.encode("utf-8")) + 1:
-            continue
-        cut = len(str(int(found.group()))) + 1  # `line.slice((n + ' ').length)`, in UTF-16
-        rest = line[cut:] if line.isascii() else line.encode("utf-16-le", "surrogatepass")[
-            2 * cut:].decode("utf-16-le", "surrogatepass")
-        key, _, value = rest.partition("=")
-        if not key:
-            continue
-        key = re.sub(r"^SCHILY\.(dev|ino|nlink)", r"\1", key)
-        value = _cut_nul(value)
-        if key in ("path", "linkpath", "type", "charset", "comment", "gname", "uname"):
-            records[key] = value
-        elif key == "size":
-            size = _js_number(value)
-            if size is not None and size >= 0:
-                records[key] = size
+    last = -1
+    for found in _PAX_KEYED.finditer(text):
+        start = text.rfind("\n", 0, found.start()) + 1
+        if start <= last:
+            continue  # a second key on the line already read
+        end = text.find("\n", found.end())
+        last = start
+        _pax_record(text[start:] if end < 0 else text[start:end], records)
     return records
+
+
+def _pax_record(line: str, records: dict[str, object]) -> None:
+    """One line of a pax header, read into `records` when it is a valid record of a key
+    `_pax` keeps."""
+    found = _JS_INT.match(line.lstrip(_JS_SPACE))  # parseInt(line, 10)
+    if found is None or int(found.group()) != len(line.encode("utf-8")) + 1:
+        return
+    cut = len(str(int(found.group()))) + 1  # `line.slice((n + ' ').length)`, in UTF-16
+    rest = line[cut:] if line.isascii() else line.encode("utf-16-le", "surrogatepass")[
+        2 * cut:].decode("utf-16-le", "surrogatepass")
+    key, _, value = rest.partition("=")
+    # node-tar renames `SCHILY.dev`, `.ino` and `.nlink` only: none of the keys kept here
+    value = _cut_nul(value)
+    if key in ("path", "linkpath", "type"):
+        records[key] = value
+    elif key == "size":
+        size = _js_number(value)
+        if size is not None and size >= 0:
+            records[key] = size
 
 
 def _basename(path: str) -> str:
@@ -209,6 +237,11 @@ def _basename(path: str) -> str:
 def _normalized(path: str) -> str:
     # path.resolve(cwd, p) relative to cwd: empty and `.` components dropped (no `..` here)
     return "/".join(part for part in path.split("/") if part not in ("", "."))
+
+
+_Folder = dict[str, "_Folder | None"]
+"""The files written under a folder, by name: a folder's own, or None for a file."""
+_ABSENT: _Folder = {}  # `dict.get`'s answer for a name not there yet
 
 
 @dataclass(slots=True)
@@ -231,8 +264,11 @@ class TarballReader:
         self._mode = ""  # "", then "gzip", "zstd" or "tar"
         self._head = bytearray()  # the first bytes, until the compression is known
         self._inflate: isal_zlib.Decompress | None = None
+        self._dctx: zstandard.ZstdDecompressor | None = None  # one context for every frame
         self._zstd: zstandard.ZstdDecompressionObj | None = None
-        self._between = bytearray()  # bytes after a gzip member or zstd frame
+        self._between = b""  # the first byte after a gzip member, while it is all there is
+        self._zeros = False  # zeros followed a gzip member: nothing else may
+        self._frames = 0
         self._compressed = 0
         self._unpacked = 0
         self._entries = 0
@@ -243,12 +279,12 @@ class TarballReader:
         self._current: Entry | None = None  # the entry whose data is captured
         self._meta = ""  # the kind of the meta header whose data is captured
         self._ex: dict[str, object] | None = None
-        self._gex: dict[str, object] = {}
+        self._keyed = 0  # pax records read that may set a path, link, size or type
         self._null = False
         self._eof = False
         self._npmignores: set[str] = set()
-        self._files: set[str] = set()
-        self._folders: set[str] = set()
+        self._placed_bytes = 0
+        self._tree: _Folder = {}  # the files written, in their folders (`_claim`)
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -273,7 +309,7 @@ class TarballReader:
             if not self._mode:  # under 4 bytes: node-tar reads them as (no) tar
                 self._mode = "tar"
                 self._tar(bytes(self._head))
-            if self._inflate is not None or self._between.strip(b"\0"):
+            if self._inflate is not None or self._between:
                 raise _RefusedError("its gzip stream ends before its end")
             if self._zstd is not None:
                 raise _RefusedError("its zstd stream ends before its end")
@@ -300,45 +336,80 @@ class TarballReader:
         else:
             self._unzstd(chunk)
 
-    def _gunzip(self, pending: bytes) -> None:
-        while pending and self.problem is None:
+    def _frame(self) -> None:
+        """A gzip member or zstd frame begins."""
+        self._frames += 1
+        if self._frames > MAX_FRAMES:
+            raise _RefusedError(f"it holds more than {MAX_FRAMES} gzip members or zstd frames "
+                                "(npm pack writes one)")
+
+    def _gunzip(self, data: bytes) -> None:
+        # `data` is read through a view, a slice at a time: a member's end copies what follows
+        # it in the slice (`unused_data`), so thousands of empty members in one chunk would
+        # each copy the rest of the chunk
+        view = memoryview(data)
+        at = 0
+        while at < len(view) and self.problem is None:
+            if self._zeros:
+                # node's zlib reads on only where a non-zero byte follows a member: zeros are
+                # padding, and anything after them is ignored there
+                if bytes(view[at:]).count(0) != len(view) - at:
+                    raise _RefusedError("bytes follow its gzip stream after zeros")
+                return
             if self._inflate is None:  # between two gzip members
-                self._between += pending
-                pending = b""
-                if self._between[:1] == b"\0":
-                    # node's zlib reads on only where a non-zero byte follows a member:
-                    # zeros are padding, and anything after them is ignored there
-                    if self._between.count(0) != len(self._between):
+                head = self._between + bytes(view[at:at + 2 - len(self._between)])
+                at += len(head) - len(self._between)
+                if head[:1] == b"\0":
+                    self._zeros, self._between = True, b""
+                    if head[1:2] not in (b"", b"\0"):
                         raise _RefusedError("bytes follow its gzip stream after zeros")
-                    self._between = bytearray(b"\0")
+                    continue
+                if len(head) < 2:
+                    self._between = head
                     return
-                if len(self._between) < 2:
-                    return
-                if not self._between.startswith(_GZIP):
+                self._between = b""
+                if head != _GZIP:
                     raise _RefusedError("bytes that are not a gzip member follow its gzip stream")
-                pending, self._between = bytes(self._between), bytearray()
+                self._frame()
                 # ISA-L's inflate: zlib's format and interface at a third of its CPU (the
                 # release signals inflate every first pull, and the version before it)
                 self._inflate = isal_zlib.decompressobj(16 + zlib.MAX_WBITS)
-            self._tar(self._inflate.decompress(pending, _STEP))
-            if not self._inflate.eof:
-                pending = self._inflate.unconsumed_tail
-                continue
-            # node's zlib reads concatenated members one after another, so does gunzip
-            pending, self._inflate = self._inflate.unused_data, None
+                self._tar(self._inflate.decompress(head))  # a header's first bytes: no output
+            piece = bytes(view[at:at + _GZIP_STEP])
+            at += len(piece)
+            at -= self._inflate_piece(piece)
 
-    def _unzstd(self, pending: bytes) -> None:
-        view = memoryview(pending)
-        while view and self.problem is None:
+    def _inflate_piece(self, piece: bytes) -> int:
+        """Inflate `piece` into the tar reader, `_STEP` bytes out at a time; returns how many
+        of its bytes follow the member's end (node's zlib reads them as the next member)."""
+        inflate = self._inflate
+        assert inflate is not None
+        while True:
+            out = inflate.decompress(piece, _STEP)
+            self._tar(out)
+            if inflate.eof:
+                self._inflate = None
+                return len(inflate.unused_data)
+            piece = inflate.unconsumed_tail
+            if not piece and len(out) < _STEP:  # a full output may leave more inside
+                return 0
+
+    def _unzstd(self, data: bytes) -> None:
+        view = memoryview(data)
+        at = 0
+        while at < len(view) and self.problem is None:
             if self._zstd is None:  # a frame ended: node's zstd reads the next one
-                self._zstd = zstandard.ZstdDecompressor().decompressobj()
-            piece, view = bytes(view[:_ZSTD_STEP]), view[_ZSTD_STEP:]
+                self._frame()
+                if self._dctx is None:
+                    self._dctx = zstandard.ZstdDecompressor()
+                # a new frame on the same context (a reset, not a new context's allocation)
+                self._zstd = self._dctx.decompressobj()
+            piece = bytes(view[at:at + _ZSTD_STEP])
+            at += len(piece)
             self._tar(self._zstd.decompress(piece))
             if self._zstd.eof:
-                rest = self._zstd.unused_data
+                at -= len(self._zstd.unused_data)  # the next frame starts in this piece
                 self._zstd = None
-                if rest:
-                    view = memoryview(rest + bytes(view))
 
     # -- tar blocks --------------------------------------------------------------------
 
@@ -492,18 +563,22 @@ class TarballReader:
         # node-tar decodes a meta entry's chunks as UTF-8 one by one; read whole here (a
         # character split across node's 16 KiB chunks would come out as two U+FFFD there)
         text = data.decode("utf-8", "replace")
-        if self._meta in ("ExtendedHeader", "OldExtendedHeader"):
+        if self._meta in ("ExtendedHeader", "OldExtendedHeader", "GlobalExtendedHeader"):
+            self._keyed += text.count("path=") + text.count("size=") + text.count("type=")
+            if self._keyed > MAX_PAX_KEYED:
+                raise _RefusedError(f"it holds more than {MAX_PAX_KEYED} pax records that may "
+                                    "set a path, size or type (npm's packers write one or two "
+                                    "a file)")
             records = _pax(text)
-            if "type" in records:
+            if self._meta == "GlobalExtendedHeader":
+                if records:
+                    # node-tar applies a global size and link target to every later entry
+                    # and ignores a global path; other readers do otherwise
+                    raise _RefusedError("a global pax header sets a path, link, size or type")
+            elif "type" in records:
                 raise _RefusedError("a pax header sets an entry's type, which only node-tar reads")
-            self._ex = {**(self._ex or {}), **records}
-        elif self._meta == "GlobalExtendedHeader":
-            records = _pax(text)
-            if {"path", "linkpath", "size", "type"} & records.keys():
-                # node-tar applies a global size and link target to every later entry and
-                # ignores a global path; other readers do otherwise
-                raise _RefusedError("a global pax header sets a path, link, size or type")
-            self._gex.update(records)
+            else:
+                self._ex = {**(self._ex or {}), **records}
         else:
             self._ex = dict(self._ex or {})
             field = "linkpath" if self._meta == "NextFileHasLongLinkpath" else "path"
@@ -558,15 +633,23 @@ class TarballReader:
 
     def _claim(self, placed: str) -> None:
         # the same path as a file and as a folder: which one lands depends on the order
-        # and on the client (node-tar keeps the first, others replace it)
-        if placed in self._folders:
+        # and on the client (node-tar keeps the first, others replace it). Held as a tree of
+        # names, each kept once: a path's every parent as a string of its own would hold
+        # 1,000 folders of 999 characters as 500 MB
+        self._placed_bytes += len(placed)
+        if self._placed_bytes > MAX_PATH_BYTES:
+            raise _RefusedError(f"the paths of its files add up to more than {MAX_PATH_BYTES} "
+                                "bytes")
+        names = placed.split("/")
+        folder = self._tree
+        for depth, name in enumerate(names[:-1]):
+            inside = folder.get(name, _ABSENT)
+            if inside is None:
+                raise _RefusedError(f"{'/'.join(names[:depth + 1])[:200]!r} is both a file "
+                                    "and a folder")
+            if inside is _ABSENT:
+                inside = folder[name] = {}
+            folder = inside
+        if folder.get(names[-1]) is not None:
             raise _RefusedError(f"{placed[:200]!r} is both a file and a folder")
-        folder = placed
-        while "/" in folder:
-            folder = folder.rsplit("/", 1)[0]
-            if folder in self._files:
-                raise _RefusedError(f"{folder[:200]!r} is both a file and a folder")
-            if folder in self._folders:
-                break
-            self._folders.add(folder)
-        self._files.add(placed)
+        folder[names[-1]] = None

@@ -13,7 +13,7 @@ from mirrorgate.advisories import AdvisoryFeed, FeedState, Hit, severity_rank
 from mirrorgate.npm.versions import highest
 
 __all__ = ["ADVISORY_MALWARE", "ADVISORY_SEVERITY", "ADVISORY_UNAVAILABLE", "SHOWN_ADVISORIES",
-           "AdvisoryRules", "check", "counted", "fast_lane", "state_token"]
+           "AdvisoryRules", "check", "counted", "fast_lane", "known_malware", "state_token"]
 
 # rule names (metric labels, 403 bodies)
 ADVISORY_MALWARE = "advisory-malware"  # a `MAL-` record affects the version
@@ -39,6 +39,9 @@ class AdvisoryRules:
     ignore: frozenset[str]
     fast_lane: bool
     feed: AdvisoryFeed = field(compare=False, repr=False)
+    by_default: bool = False
+    """The known-malware feed the rules use when the rules file names no source
+    (`known_malware`), rather than an `[advisories]` table."""
 
     @property
     def threshold(self) -> int | None:
@@ -50,6 +53,20 @@ class AdvisoryRules:
         state = state if state is not None else self.feed.state
         return (state.index is not None and state.as_of is not None
                 and now - state.as_of <= self.max_age)
+
+
+def known_malware(source: str) -> AdvisoryRules:
+    """The advisory rules in force without an `[advisories]` table: `MAL-` records alone
+    (from MIRRORGATE_MALWARE_FEED), denied; CVE severities are the operator's choice, so they
+    stay off. The cooldown exists to give the world a day to notice a malicious release;
+    this is what the world noticed reaching the gate without a rules file. Unavailable, the
+    gate admits as before (and says so): a feed that cannot be fetched must not stop builds."""
+    refresh, max_age = timedelta(hours=1), timedelta(days=3)
+    return AdvisoryRules(
+        source=source, refresh=refresh, refresh_text="1h", malware_deny=True, severity="none",
+        unavailable_deny=False, max_age=max_age, max_age_text="3d", ignore=frozenset(),
+        fast_lane=False, feed=AdvisoryFeed(source, refresh, malware_only=True),
+        by_default=True)
 
 
 def counted(rules: AdvisoryRules, hit: Hit) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.moments import moment
-from mirrorgate.rules.advisory import AdvisoryRules
+from mirrorgate.rules.advisory import AdvisoryRules, known_malware
 from mirrorgate.rules.license import UNKNOWN_CHOICES, LicenseEntry, LicenseRule, parse_entry
 from mirrorgate.rules.patterns import (
     PATTERN_EXAMPLES,
@@ -29,9 +29,11 @@ from mirrorgate.rules.patterns import (
 )
 from mirrorgate.rules.policy import (
     ALGORITHMS,
+    DEFAULT_POLICY_NAME,
     DEFAULT_RULES,
     ENFORCE,
     MAX_MINIMUM_AGE,
+    POLICY_NAME,
     RULE_MODES,
     RuleException,
     Rules,
@@ -42,7 +44,8 @@ from mirrorgate.rules.signatures import SignatureRule
 from mirrorgate.rules.table import POLICY_RULES
 from mirrorgate.rules.takeover import MODES, SignalRule
 
-__all__ = ["RulesError", "load_rules", "parse_rules", "rules_text"]
+__all__ = ["POLICY_TABLES_OVERRIDDEN", "RulesError", "load_rules", "parse_rules", "rules_text",
+           "with_known_malware"]
 
 _ZERO = timedelta(0)
 
@@ -75,8 +78,19 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
     "private": ("names", "merge_public"),
     "publish": ("names",),
 }
-_TOP_LEVEL = ("mode", "exception")
-"""Keys outside the tables: the file's `mode`, and its `[[exception]]` entries."""
+_TOP_LEVEL = ("mode", "exception", "policy")
+"""Keys outside the tables: the file's `mode`, its `[[exception]]` entries and its policy sets
+(`[policy.NAME]`)."""
+POLICY_TABLES_OVERRIDDEN = ("integrity", "age", "deny", "allow", "install_scripts", "advisories",
+                            "signatures", "provenance", "publisher")
+"""The tables a policy set (`[policy.NAME.TABLE]`) may write over the default rules'."""
+_NOT_PER_POLICY = {
+    "release": "the release signals' verdicts are records of a version's bytes, one per version "
+               "for every client; set [release] once, for all",
+    "private": "which names are first-party is a fact about a name, the same for every client",
+    "publish": "who may publish is the tokens file's publish: grant, per client",
+    "exception": "the file's [[exception]] entries and the waivers apply to every policy set",
+}
 _EXCEPTION_KEYS = ("package", "until", "reason", "by", "rules")
 _ADVISORY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _SEVERITY_CHOICES = ("low", "medium", "high", "critical", "none")
@@ -271,9 +285,8 @@ def _document(text: str, source: str) -> dict[str, Any]:
         ) from None
 
 
-def parse_rules(text: str, source: str = "<rules>") -> Rules:
-    """The policy a TOML rules document describes; raises RulesError naming every bad key."""
-    read = _Reader(_document(text, source))
+def _values(read: _Reader, source: str) -> dict[str, Any]:
+    """The `Rules` fields a document sets, each problem noted in `read`."""
     tables = read.tables()
     values: dict[str, Any] = {}
 
@@ -351,10 +364,105 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
                              if "mode" in settings and (mode := read.string(
                                  f"{table}.mode", settings["mode"], RULE_MODES)) is not None}
     values["exceptions"] = _exceptions(read, read.document.get("exception", []))
+    return values
 
+
+def parse_rules(text: str, source: str = "<rules>") -> Rules:
+    """The policy a TOML rules document describes, with its policy sets (`[policy.NAME]`);
+    raises RulesError naming every bad key."""
+    document = _document(text, source)
+    read = _Reader(document)
+    values = _values(read, source)
+    overlays = _policy_overlays(read, document)
+    compiled: dict[str, dict[str, Any]] = {}
+    for name, overlay in overlays.items():
+        inner = _Reader(_overlaid(document, overlay))
+        compiled[name] = _values(inner, source)
+        # a problem of the default rules shows once, not again under every policy set
+        read.problems += [f"policy.{name}.{problem}" for problem in inner.problems
+                          if problem not in read.problems]
     if read.problems:
         raise RulesError(read.problems, source)
-    return Rules(source=source, **values)
+    rules = Rules(source=source, **values)
+    return replace(rules, policies={name: _policy_rules(rules, name, found)
+                                    for name, found in compiled.items()})
+
+
+def _overlaid(document: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """The default rules' document with a policy set's tables laid over it, key by key: what
+    the policy's table writes wins, what it does not is inherited."""
+    merged = {key: value for key, value in document.items() if key != "policy"}
+    for key, value in overlay.items():
+        if not isinstance(value, dict):
+            merged[key] = value  # the policy's own `mode`
+            continue
+        inherited = dict(merged[key]) if isinstance(merged.get(key), dict) else {}
+        if key == "age" and value.keys() & {"minimum", "minimum_days"}:
+            # the two spellings of one minimum: the policy's replaces the default's either way
+            inherited.pop("minimum", None)
+            inherited.pop("minimum_days", None)
+        merged[key] = {**inherited, **value}
+    return merged
+
+
+def _policy_overlays(read: _Reader, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The `[policy.NAME]` tables, each checked for what a policy set may override."""
+    found = document.get("policy", {})
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        read.problem("policy", "should hold [policy.NAME] tables, e.g. [policy.payments.age] "
+                     'minimum = "7d"')
+        return {}
+    overlays: dict[str, dict[str, Any]] = {}
+    for name, overlay in found.items():
+        where = f"policy.{name}"
+        if POLICY_NAME.fullmatch(name) is None or name == DEFAULT_POLICY_NAME:
+            read.problem(where, f"{quoted(name[:60])} is not a usable policy set name: 1 to 40 "
+                         "lowercase letters, digits, `-` or `_`, starting with a letter or "
+                         f"digit, and not {quoted(DEFAULT_POLICY_NAME)} (the rules without a "
+                         "policy set)")
+            continue
+        usable = True
+        for key, value in overlay.items():
+            if key in _NOT_PER_POLICY:
+                read.problem(f"{where}.{key}", f"cannot be set per policy set: "
+                             f"{_NOT_PER_POLICY[key]}")
+                usable = False
+            elif key == "mode":
+                continue
+            elif key not in POLICY_TABLES_OVERRIDDEN:
+                read.problem(f"{where}.{key}", f"unknown{_suggest(key, POLICY_TABLES_OVERRIDDEN)}"
+                             f"; a policy set overrides {', '.join(POLICY_TABLES_OVERRIDDEN)} "
+                             "and mode")
+                usable = False
+            elif not isinstance(value, dict):
+                read.problem(f"{where}.{key}", f"should be a table ([{where}.{key}]), got "
+                             f"{_toml_type(value)}")
+                usable = False
+        advisories = overlay.get("advisories")
+        if isinstance(advisories, dict):
+            if not isinstance(document.get("advisories"), dict):
+                read.problem(f"{where}.advisories", "adjusts the advisory rules, which the file "
+                             "does not turn on: write [advisories] with its source first")
+                usable = False
+            for key in ("source", "refresh"):
+                if key in advisories:
+                    read.problem(f"{where}.advisories.{key}", "one advisory feed serves every "
+                                 f"policy set: set {key} in [advisories]")
+                    usable = False
+        if usable:
+            overlays[name] = overlay
+    return overlays
+
+
+def _policy_rules(rules: Rules, name: str, values: dict[str, Any]) -> Rules:
+    """A policy set's compiled rules: its release signals are the default's (their verdicts
+    are records of a version's bytes, one per version), and so is its advisory feed."""
+    modes = {**values.pop("table_modes"), "release": rules.mode_of("release")}
+    found = Rules(source=rules.source, policy_name=name, table_modes=modes, **values)
+    if found.advisories is not None and rules.advisories is not None:
+        found = replace(found, advisories=replace(found.advisories,
+                                                  feed=rules.advisories.feed))
+    return found
 
 
 def _release(read: _Reader, table: dict[str, Any]) -> ReleaseRules:
@@ -519,14 +627,26 @@ def _advisories(read: _Reader, table: dict[str, Any], rules_source: str) -> Advi
         feed=AdvisoryFeed(location, refresh[0]))
 
 
-def load_rules(path: Path | None) -> Rules:
-    """The policy in the rules file at `path`; None means `DEFAULT_RULES`.
+def load_rules(path: Path | None, malware_feed: str | None = None) -> Rules:
+    """The policy in the rules file at `path`; None means `DEFAULT_RULES`; either with the
+    known-malware feed `malware_feed` (MIRRORGATE_MALWARE_FEED) where it names no source.
 
     A file that cannot be read or honoured raises RulesError; the caller refuses to start.
     """
-    if path is None:
-        return DEFAULT_RULES
-    return parse_rules(rules_text(path), str(path))
+    rules = DEFAULT_RULES if path is None else parse_rules(rules_text(path), str(path))
+    return with_known_malware(rules, malware_feed)
+
+
+def with_known_malware(rules: Rules, malware_feed: str | None) -> Rules:
+    """`rules` with the default known-malware feed, unless an `[advisories]` table chose a
+    source of its own (whose `malware` setting then decides) or the feed is off (None); its
+    policy sets (`[policy.NAME]`) share the one feed, as they share a table's."""
+    if rules.advisories is not None or malware_feed is None:
+        return rules
+    default = known_malware(malware_feed)
+    return replace(rules, advisories=default, policies={
+        name: policy if policy.advisories is not None else replace(policy, advisories=default)
+        for name, policy in rules.policies.items()})
 
 
 def rules_text(path: Path) -> str:

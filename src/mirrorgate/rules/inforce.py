@@ -1,14 +1,23 @@
 """The rules in force as sentences: one line per rule that can deny, and the default policy.
 
-`DEFAULT_POLICY` is `in_force(DEFAULT_RULES)` joined, so `--help`, `check-config`, the README
+`DEFAULT_POLICY` is `in_force(DEFAULT_RULES)` joined (with the known-malware feed
+MIRRORGATE_MALWARE_FEED adds by default), so `--help`, `check-config`, the README
 and docs/configuration.md state the policy without a rules file from the code that applies it
 (tests/test_docs.py holds the README and the reference to it).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from mirrorgate.config import OSV_NPM_EXPORT
+from mirrorgate.rules.advisory import ADVISORY_MALWARE, known_malware
 from mirrorgate.rules.policy import DEFAULT_RULES, REPORT, Rules
-from mirrorgate.rules.releasetable import RELEASE_SIGNALS, YOUNG_PACKAGE_INSTALL_SCRIPT
+from mirrorgate.rules.releasetable import (
+    RELEASE_SIGNALS,
+    UNREADABLE_RELEASE,
+    YOUNG_PACKAGE_INSTALL_SCRIPT,
+)
 from mirrorgate.rules.table import (
     DENY_LIST,
     DIGEST_FLOOR,
@@ -46,7 +55,12 @@ def in_force(rules: Rules) -> list[str]:
     if rules.allow:
         lines.append(f"allow-list: only {_listed(rules.allow.texts())}"
                      f"{_mode(rules, 'allow')}")
-    if rules.advisories is not None:
+    if rules.advisories is not None and rules.advisories.by_default:
+        lines.append(f"{ADVISORY_MALWARE}: a version that a known-malware record (MAL-) of "
+                     "OSV's npm export names is denied (MIRRORGATE_MALWARE_FEED, refreshed "
+                     "hourly; while it cannot be fetched, versions are admitted as before)"
+                     f"{_mode(rules, 'advisories')}")
+    elif rules.advisories is not None:
         malware = "denied" if rules.advisories.malware_deny else "admitted"
         lines.append(f"advisories: malware {malware}, severity {rules.advisories.severity} "
                      "and above denied"
@@ -76,19 +90,23 @@ def in_force(rules: Rules) -> list[str]:
         held = {"deny": "denied", "report": "reported",
                 "quarantine": f"quarantined until {release.quarantine_text} after its "
                               "publication"}[release.action(YOUNG_PACKAGE_INSTALL_SCRIPT)]
+        unread = {"deny": "denied", "report": "reported", "quarantine": "quarantined"}.get(
+            release.action(UNREADABLE_RELEASE))
         lines.append(f"{YOUNG_PACKAGE_INSTALL_SCRIPT}: a release that runs code at install, of "
                      f"a package first published less than {release.young_package_text} ago, "
-                     f"is {held}{_mode(rules, 'release')}")
+                     f"is {held}" + (f", and one whose tarball mirrorgate cannot read as npm "
+                                     f"does is {unread} ({UNREADABLE_RELEASE})" if unread
+                                     else "") + _mode(rules, "release"))
     elif release.on:
         acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
     return lines
 
 
-def _default_policy() -> str:
-    lines = in_force(DEFAULT_RULES)
+def _default_policy(malware_feed: str) -> str:
+    lines = in_force(replace(DEFAULT_RULES, advisories=known_malware(malware_feed)))
     return (f"Without a rules file (MIRRORGATE_RULES_FILE), {len(lines)} rules run: "
             + "; ".join(lines) + ".")
 
 
-DEFAULT_POLICY = _default_policy()
+DEFAULT_POLICY = _default_policy(OSV_NPM_EXPORT)

@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from mirrorgate.rules.file import RulesError, parse_rules, rules_text
+from mirrorgate.rules.file import RulesError, parse_rules, rules_text, with_known_malware
 from mirrorgate.rules.policy import DEFAULT_RULES, RuleException, Rules
 
 __all__ = ["POLL_SECONDS", "LiveRules", "live"]
@@ -82,7 +82,12 @@ class LiveRules:
     `problem`: why the file as it is now is not in force (None when it is)."""
 
     def __init__(self, rules: Rules, path: Path | None = None, text: str = "", *,
-                 on_reload_failed: Callable[[], None] = lambda: None) -> None:
+                 on_reload_failed: Callable[[], None] = lambda: None,
+                 check: Callable[[Rules], str | None] = lambda _rules: None,
+                 malware_feed: str | None = None) -> None:
+        self.malware_feed = malware_feed
+        """The known-malware feed each reading of the file gets where it names no source."""
+        rules = with_known_malware(rules, malware_feed)
         self.current = rules
         self.from_file = rules
         """The rules as the file says them, before the waivers (`use_waivers`) join them."""
@@ -92,18 +97,24 @@ class LiveRules:
         self.problem: str | None = None
         self._text = text
         self._on_reload_failed = on_reload_failed
+        self.check = check
+        """What makes a rewrite that compiles unusable besides itself (None: nothing): the
+        process checks that every policy set the tokens file names is still defined."""
         self._identity = _identity(path) if path is not None else None
         self._seen = self._identity  # the file's identity at the previous poll
 
     @classmethod
     def load(cls, path: Path | None, *,
-             on_reload_failed: Callable[[], None] = lambda: None) -> LiveRules:
+             on_reload_failed: Callable[[], None] = lambda: None,
+             malware_feed: str | None = None) -> LiveRules:
         """The rules at `path` (None: the defaults, never re-read); raises RulesError.
-        `on_reload_failed` hears each rewrite that cannot be used (a metric)."""
+        `on_reload_failed` hears each rewrite that cannot be used (a metric); `malware_feed`
+        is MIRRORGATE_MALWARE_FEED (`with_known_malware`)."""
         if path is None:
-            return cls(DEFAULT_RULES)
+            return cls(DEFAULT_RULES, malware_feed=malware_feed)
         text = rules_text(path)
-        return cls(parse_rules(text, str(path)), path, text, on_reload_failed=on_reload_failed)
+        return cls(parse_rules(text, str(path)), path, text, on_reload_failed=on_reload_failed,
+                   malware_feed=malware_feed)
 
     @property
     def generation(self) -> int:
@@ -132,10 +143,13 @@ class LiveRules:
             if _digest(text) == self.digest:  # touched, not changed
                 self.problem = None
                 return False
-            fresh = parse_rules(text, str(self.path))
+            fresh = with_known_malware(parse_rules(text, str(self.path)), self.malware_feed)
             short = _cut_short(text, self._text)
             if short is not None:
                 raise RulesError([short], str(self.path))
+            unusable = self.check(fresh)
+            if unusable is not None:
+                raise RulesError([unusable], str(self.path))
         except RulesError as error:
             if self.problem != "; ".join(error.problems):
                 self._on_reload_failed()
@@ -159,8 +173,8 @@ class LiveRules:
         if waivers == self.waivers:
             return
         self.waivers = waivers
-        self.from_file = dataclasses.replace(self.from_file,
-                                             generation=self.current.generation + 1)
+        self.from_file = _each(self.from_file, lambda rules: dataclasses.replace(
+            rules, generation=self.current.generation + 1))
         self.current = _waived(self.from_file, waivers)
 
     async def watch(self, stop: asyncio.Event,
@@ -175,22 +189,32 @@ class LiveRules:
                 on_reload(self.current)
 
 
+def _each(rules: Rules, change: Callable[[Rules], Rules]) -> Rules:
+    """`change` made to `rules` and alike to each of its policy sets (`[policy.NAME]`), which
+    share its generation, its exceptions and its advisory feed."""
+    return dataclasses.replace(change(rules), policies={
+        name: change(policy) for name, policy in rules.policies.items()})
+
+
 def _carried(old: Rules, new: Rules) -> Rules:
     """`new` as the next generation, keeping the advisory feed (and the index it loaded) when
     the `[advisories]` settings did not change."""
-    carried = dataclasses.replace(new, generation=old.generation + 1)
+    carried = _each(new, lambda rules: dataclasses.replace(rules,
+                                                           generation=old.generation + 1))
     if old.advisories is not None and new.advisories is not None \
             and old.advisories == new.advisories:  # the feed itself is not compared
-        carried = dataclasses.replace(carried, advisories=dataclasses.replace(
-            new.advisories, feed=old.advisories.feed))
+        feed = old.advisories.feed
+        carried = _each(carried, lambda rules: rules if rules.advisories is None else
+                        dataclasses.replace(rules, advisories=dataclasses.replace(
+                            rules.advisories, feed=feed)))
     return carried
 
 
 def _waived(rules: Rules, waivers: tuple[RuleException, ...]) -> Rules:
     if not waivers:
         return rules
-    return dataclasses.replace(rules, exceptions=rules.exceptions + waivers,
-                               generation=rules.generation)
+    return _each(rules, lambda each: dataclasses.replace(
+        each, exceptions=each.exceptions + waivers, generation=rules.generation))
 
 
 def live(rules: Rules | LiveRules) -> LiveRules:

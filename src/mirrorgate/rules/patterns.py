@@ -95,13 +95,16 @@ def parse_pattern(text: str) -> PackagePattern:
 
 
 class Subject:
-    """The version under evaluation, its semver form parsed at most once and only if needed."""
+    """The version under evaluation, its semver form parsed at most once and only if needed;
+    `integrity`, the bytes it stands for (their strongest digest's SRI, "" when none is
+    known; None where nothing reads them), which a waiver must name."""
 
-    __slots__ = ("_parsed", "_tried", "name", "version")
+    __slots__ = ("_parsed", "_tried", "integrity", "name", "version")
 
-    def __init__(self, name: str, version: str) -> None:
+    def __init__(self, name: str, version: str, integrity: str | None = None) -> None:
         self.name = name
         self.version = version
+        self.integrity = integrity
         self._parsed: Version | None = None
         self._tried = False
 

@@ -6,10 +6,12 @@ are `rules.table`'s.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.moments import stamp
 from mirrorgate.rules.advisory import AdvisoryRules
 from mirrorgate.rules.license import LicenseRule
@@ -26,7 +28,22 @@ of 2025-26 (malicious versions were found and pulled within hours); pnpm 11 ship
 ENFORCE = "enforce"
 REPORT = "report"
 RULE_MODES = (ENFORCE, REPORT)
+POLICY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+"""A policy set's name (`[policy.NAME]`, `policy:NAME` on a tokens-file line)."""
+DEFAULT_POLICY_NAME = "default"
+"""What metrics, check-config and the status page call the rules without a policy set."""
 _ZERO = timedelta(0)
+
+
+class UnknownPolicyError(MirrorgateError):
+    """A client names a policy set the rules in force do not define (`Rules.policy`). The
+    tokens file and the rules file are checked against each other at start and at each
+    reload, so this is a refusal, never a fallback to other rules."""
+
+    def __init__(self, name: str, source: str) -> None:
+        super().__init__(f"the policy set {name!r} is not defined by the rules in force "
+                         f"({source}); define [policy.{name}] there")
+        self.name = name
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +59,25 @@ class RuleException:
     rules: frozenset[str] | None = None
     waiver: bool = False
     """Granted with `mirrorgate allow` (kept in the state store), not written in the file."""
+    version: str | None = None
+    """The one version it lifts, as written (build metadata included: a range ignores it, so
+    `1.0.0` alone would cover `1.0.0+evil`, which npm installs for `^1.0.0`); None: what
+    `package` covers (a file's entry)."""
+    integrity: str | None = None
+    """The bytes it lifts (`integrity.strongest_sri`): other bytes later listed under the same
+    version are not lifted, nor is anything by "" (a waiver kept before waivers named their
+    bytes); None: any bytes (a file's entry)."""
 
     @property
     def text(self) -> str:
         return self.package.texts()[0]
 
     def lifts(self, rule: str, subject: Subject, now: datetime) -> bool:
+        if self.version is not None and subject.version != self.version:
+            return False
+        if self.integrity is not None and (not self.integrity
+                                           or subject.integrity != self.integrity):
+            return False
         return (now < self.until and (self.rules is None or rule in self.rules)
                 and self.package.first_match(subject, unparseable_matches=False) is not None)
 
@@ -95,6 +125,22 @@ class Rules:
     generation: int = field(default=0, compare=False)
     """Which rules in force these are, counted from the process's first (`rules.live`): a
     packument gated with an older generation is gated again before it is served."""
+    policies: Mapping[str, Rules] = field(default_factory=dict)
+    """`[policy.NAME]`: the rules a client whose tokens-file line says `policy:NAME` is judged
+    by (these rules with the policy's tables laid over them, `rules.file`), each of the same
+    generation; a client without one is judged by these."""
+    policy_name: str | None = None
+    """Which `[policy.NAME]` these rules are (None: the default rules)."""
+
+    def policy(self, name: str | None) -> Rules:
+        """The rules a client under the policy set `name` is judged by (None: these); raises
+        UnknownPolicyError for a name these rules do not define."""
+        if name is None:
+            return self
+        found = self.policies.get(name)
+        if found is None:
+            raise UnknownPolicyError(name, self.source)
+        return found
 
     def private_alone(self, name: str) -> bool:
         """`[private].names` covers `name` and `merge_public` does not: never asked of public."""

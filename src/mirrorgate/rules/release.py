@@ -40,6 +40,7 @@ __all__ = ["Dependency", "Fired", "FirstPublished", "Release", "ReleaseVerdict",
 
 _STRENGTH = {"deny": 3, "quarantine": 2, "report": 1, "off": 0}
 _SHOWN = 5
+_RUNS_OUTSIDE = ("git repository", "URL", "path")  # `workspace:` npm refuses to install
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,17 @@ class Release:
     def installed(self) -> dict[str, Installed]:
         """Its dependencies as npm installs them (`npm.specs`), by key."""
         return {key: installed_as(key, spec) for key, spec in self.dependencies.items()}
+
+    def fetched_outside(self) -> list[str]:
+        """The dependencies npm fetches from a git repository, a URL or a path, whose code it
+        runs at install with no registry (and so no gate) between: a git dependency's
+        `prepare` (pacote's git fetcher runs `npm install` in the clone, devDependencies and
+        their hooks included, when it has any install or build hook), an archive's own hooks.
+        Read from the registry's manifest and from the tarball's package.json alike."""
+        found = [*self.installed().values(), *(installed_as(key, spec) for key, spec
+                                               in self.contents.dependencies.items())]
+        return sorted({f"{how.describe()}, whose code npm runs at install" for how in found
+                       if how.outside in _RUNS_OUTSIDE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +244,10 @@ def check_dependencies(new: Release, previous: Release, first: FirstPublished,
             details.append(f"{label} is not on the public registry")
         elif new.provenance is not None and new.provenance in known.provenance:
             continue
-        elif when is not None and now - when < young:
+        elif when is None:  # times that cannot establish its age never make it old
+            details.append(f"{label} has no first publish its registry's times establish "
+                           "(treated as young)")
+        elif now - when < young:
             verb = "," if how.package != how.key else " was"
             details.append(f"{label}{verb} first published {stamp(when)}, less than "
                            f"{young_text} ago")
@@ -265,12 +280,21 @@ def check_young_package(new: Release, package_first: datetime | None, young: tim
     """A new package is not a blind spot: nothing to compare its first releases with, and
     most malicious first releases run their payload at install. A release that runs code at
     install, of a package first published less than `young` ago (the package's age, not the
-    version's: a new version of an old package is compared instead), fires."""
-    if not new.hooks or package_first is None or now - package_first >= young:
+    version's: a new version of an old package is compared instead), fires: its own hooks
+    (the registry's manifest, its tarball's package.json, a `binding.gyp`, which npm builds
+    with `node-gyp rebuild`, bundled dependencies'), and dependencies npm fetches from
+    outside any registry and runs (`Release.fetched_outside`). A registry dependency is
+    judged at its own pull."""
+    if package_first is not None and now - package_first >= young:
         return None
-    runs = list(dict.fromkeys((*new.runs, *new.contents.runs)))
-    detail = (f"it runs code at install ({_listed(runs)}) and the package was first "
-              f"published {stamp(package_first)}, less than {young_text} ago")
+    runs = list(dict.fromkeys((*new.runs, *new.contents.runs, *new.fetched_outside())))
+    if not runs:
+        return None
+    # times that cannot establish the package's age never make it old (`gate.publishtimes`)
+    age = (f"the package was first published {stamp(package_first)}, less than {young_text} "
+           "ago" if package_first is not None else "the package's first publish cannot be "
+           "established from its registry's times, so it is treated as young")
+    detail = f"it runs code at install ({_listed(runs)}) and {age}"
     return Fired(YOUNG_PACKAGE_INSTALL_SCRIPT, detail, tuple(runs))
 
 
@@ -291,7 +315,7 @@ def check_typosquat(name: str, first_published: datetime | None, installed_befor
     """Stops a typo in a package.json: a name the organisation never installed, one edit
     away from one it installs often or from a widely used package, first published less than
     `young` ago."""
-    if installed_before or first_published is None or now - first_published >= young:
+    if installed_before or (first_published is not None and now - first_published >= young):
         return None
     near = often.near(name)
     source = "a name this organisation installs often"
@@ -299,8 +323,10 @@ def check_typosquat(name: str, first_published: datetime | None, installed_befor
         near, source = popular.near(name), "a widely used package"
     if near is None:
         return None
-    detail = (f"`{name}` is one edit away from `{near}` ({source}), was first published "
-              f"{stamp(first_published)} (less than {young_text} ago), and was never "
+    when = (f"was first published {stamp(first_published)} (less than {young_text} ago)"
+            if first_published is not None else "has no first publish its registry's times "
+            "establish (treated as young)")
+    detail = (f"`{name}` is one edit away from `{near}` ({source}), {when}, and was never "
               "installed here before")
     return Fired(TYPOSQUAT, detail, (detail,))
 
@@ -327,11 +353,13 @@ class ReleaseVerdict:
 
 
 def judge(rules: Rules, name: str, version: str, published: datetime | None,
-          fired: list[Fired], now: datetime, compared_with: str | None) -> ReleaseVerdict:
+          fired: list[Fired], now: datetime, compared_with: str | None,
+          integrity: str = "") -> ReleaseVerdict:
     """The strongest action among the signals that fired, past the table's allow list, an
-    `[[exception]]` naming the rule, and report mode (the table's or the file's)."""
+    `[[exception]]` naming the rule (a waiver: naming these bytes, `integrity`), and report
+    mode (the table's or the file's)."""
     settings = rules.release
-    subject = Subject(name, version)
+    subject = Subject(name, version, integrity)
     reported: list[tuple[str, str]] = []
     excepted: list[str] = []
     if settings.allow.first_match(subject, unparseable_matches=False) is not None:

@@ -30,8 +30,9 @@ RELEASE_SIGNALS: tuple[str, ...] = (NEW_INSTALL_SCRIPT, NEW_DEPENDENCY_YOUNG, OB
                                     YOUNG_PACKAGE_INSTALL_SCRIPT)
 """In the order they are reported; the rules file's keys are these with `_` for `-`."""
 COMPARING: tuple[str, ...] = (NEW_INSTALL_SCRIPT, NEW_DEPENDENCY_YOUNG, OBFUSCATED_CODE,
-                              NEW_DEPENDENCY_OUTSIDE, UNREADABLE_RELEASE)
-"""The signals that read the previous version (the others read this one alone)."""
+                              NEW_DEPENDENCY_OUTSIDE)
+"""The signals that read the previous version (the others read this one alone;
+`unreadable-release` refuses what the ones on could not read, and reads nothing itself)."""
 DEFAULT_ACTIONS: Mapping[str, str] = {
     # fetched outside the gate, or not readable whole: time makes neither any more checked,
     # so a quarantine that ends by itself would admit it unread; `release.allow` releases one
@@ -48,9 +49,12 @@ class ReleaseRules:
     a quarantine lasts, the allow list, and what a version whose analysis cannot finish gets."""
 
     actions: Mapping[str, str] = field(
-        # with no `[release]` table only this one runs (issue 44): a young package's release
-        # that runs code at install, the shape of six of seven malicious first releases
-        default_factory=lambda: {YOUNG_PACKAGE_INSTALL_SCRIPT: "quarantine"})
+        # with no `[release]` table only this one reads (issue 44): a young package's release
+        # that runs code at install, the shape of six of seven malicious first releases; and
+        # what it cannot read as npm would is refused, never served on the strength of the
+        # registry's manifest alone (issue 53: a package.json over 1 MiB npm unpacks)
+        default_factory=lambda: {YOUNG_PACKAGE_INSTALL_SCRIPT: "quarantine",
+                                 UNREADABLE_RELEASE: "deny"})
     young: timedelta = timedelta(days=30)
     young_text: str = "30 days"
     young_package: timedelta = timedelta(days=30)
@@ -67,17 +71,42 @@ class ReleaseRules:
         return self.actions.get(signal, "off")
 
     @property
+    def reading(self) -> tuple[str, ...]:
+        """The signals on that read a release (`unreadable-release` rides on them)."""
+        return tuple(signal for signal in RELEASE_SIGNALS
+                     if signal != UNREADABLE_RELEASE and self.action(signal) != "off")
+
+    @property
     def on(self) -> bool:
-        return any(self.action(signal) != "off" for signal in RELEASE_SIGNALS)
+        return bool(self.reading)
 
     @property
     def compares(self) -> bool:
         """Whether a signal that reads the previous version is on (else it is not fetched)."""
         return any(self.action(signal) != "off" for signal in COMPARING)
 
+    def signals_in_force(self, previous_max_bytes: int) -> frozenset[str]:
+        """The signals in force as a verdict's record keeps them: each signal on, with the
+        settings that change what it finds (`young` for a dependency's or a name's age,
+        `young_package` for the package's, the byte bound a baseline is read to). Not the
+        rules generation, which every reload moves (a waiver, an `[age]` edit) and each
+        process counts for itself; nor what is done with a finding (an action, the allow list,
+        a quarantine's length, report mode, exceptions), which is applied to the evidence at
+        each use. A verdict read under a set holding all of these answers for them; one read
+        under fewer or other signals cannot say what the others would find."""
+        settings = {NEW_DEPENDENCY_YOUNG: f"young={_seconds(self.young)}",
+                    TYPOSQUAT: f"young={_seconds(self.young)}",
+                    YOUNG_PACKAGE_INSTALL_SCRIPT: f"young={_seconds(self.young_package)}",
+                    UNREADABLE_RELEASE: f"previous-max-bytes={previous_max_bytes}"}
+        return frozenset(f"{signal}:{settings[signal]}" if signal in settings else signal
+                         for signal in RELEASE_SIGNALS if self.action(signal) != "off")
+
     @property
     def only_young_package(self) -> bool:
-        """Whether the one signal on is `young-package-install-script`: then only a young
-        package's releases are read at all (the default, at no cost to the rest)."""
-        return [s for s in RELEASE_SIGNALS if self.action(s) != "off"] == [
-            YOUNG_PACKAGE_INSTALL_SCRIPT]
+        """Whether the one signal on that reads is `young-package-install-script`: then only
+        a young package's releases are read at all (the default, at no cost to the rest)."""
+        return self.reading == (YOUNG_PACKAGE_INSTALL_SCRIPT,)
+
+
+def _seconds(span: timedelta) -> str:
+    return f"{int(span.total_seconds())}s"

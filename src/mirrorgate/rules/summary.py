@@ -92,6 +92,7 @@ def _advisories_summary(advisories: AdvisoryRules | None) -> dict[str, Any] | No
         "max_age": advisories.max_age_text,
         "ignore": sorted(advisories.ignore),
         "fast_lane": advisories.fast_lane,
+        "by_default": advisories.by_default,
     }
 
 

@@ -77,10 +77,15 @@ class Judged:
     context: Context | None
     best: Digest | None
     """The strongest digest this process can compute, or None."""
+    integrity: str | None = None
+    """The bytes a waiver must name, when not `best`'s (a mirrored copy's: the digest the
+    worker verified it against)."""
 
     @property
     def subject(self) -> Subject:
-        return Subject(self.name, self.version)
+        integrity = self.integrity if self.integrity is not None else (
+            self.best.sri() if self.best is not None else "")
+        return Subject(self.name, self.version, integrity)
 
     @property
     def label(self) -> str:
@@ -378,6 +383,7 @@ def evaluate(
     *,
     context: Context | None = None,
     digests: tuple[Digest, ...] | None = None,
+    integrity: str | None = None,
 ) -> Verdict:
     """Whether the public version `name@version` is admitted, and if not by which rule and why.
 
@@ -385,7 +391,8 @@ def evaluate(
     and `now` the moment to measure release age against. `context` carries what the
     packument-wide rules read (history, registry keys); without it they see no history and no
     keys. `digests` are `digests_from_dist` of its `dist` when the caller has them already (the
-    gate keeps them too), so they are not read twice. Pure: no I/O, no clock, no logging.
+    gate keeps them too), so they are not read twice; `integrity`, the bytes a waiver must
+    name when not the strongest of them. Pure: no I/O, no clock, no logging.
     """
     dist = manifest.get("dist") if isinstance(manifest, Mapping) else None
     if not isinstance(dist, Mapping):
@@ -394,7 +401,7 @@ def evaluate(
         best = strongest(digests if digests is not None else digests_from_dist(dist))
     judged = Judged(name, version, manifest if isinstance(manifest, Mapping) else {},
                     published, now if now.tzinfo is not None else now.replace(tzinfo=UTC),
-                    context, best)
+                    context, best, integrity)
     # sha1-only versions are admitted but flagged weak, unless a stronger floor is set
     return _settle(rules, judged, RULES, weak=best is not None and best.algorithm == "sha1")
 
@@ -463,13 +470,14 @@ def scan_finding(found: str, manifest: Mapping[str, Any]) -> str:
             "declares")
 
 
-def deny_listed(rules: Rules, name: str, version: str, now: datetime) -> Verdict | None:
+def deny_listed(rules: Rules, name: str, version: str, now: datetime,
+                integrity: str = "") -> Verdict | None:
     """The deny list alone, for first-party versions: the organisation's own builds are not
     held to the public admission rules, but an operator's deny entry withdraws any version
-    (in its mode, and past an exception, as for a public version). None when nothing
-    denies it or would."""
+    (in its mode, and past an exception, as for a public version: `integrity`, the bytes a
+    waiver must name). None when nothing denies it or would."""
     judged = Judged(name, version, {}, None, now if now.tzinfo is not None
-                    else now.replace(tzinfo=UTC), None, None)
+                    else now.replace(tzinfo=UTC), None, None, integrity)
     verdict = _settle(rules, judged, (_DENY_ROW,), weak=False)
     return verdict if verdict is not _ADMITTED else None
 

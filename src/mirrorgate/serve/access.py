@@ -24,8 +24,9 @@ from mirrorgate.serve.tokens import Client, ClientTokens
 from mirrorgate.serve.ui import OPEN_PATHS as UI_OPEN_PATHS
 from mirrorgate.serve.ui import PREFIX as UI_PREFIX
 from mirrorgate.serve.ui.session import COOKIE, LOGIN_PATH, SESSIONS, Sessions, see_other
+from mirrorgate.tasks import Tasks
 
-__all__ = ["CLIENT", "install_access", "whoami"]
+__all__ = ["CLIENT", "install_access", "policy_of", "whoami"]
 
 log = structlog.get_logger("mirrorgate.access")
 
@@ -71,10 +72,11 @@ def _sign_in_refusal(refused: SignInRefused) -> web.Response:
 
 
 def install_access(app: web.Application, clients: ClientTokens | None, *, metrics: Metrics,
-                   metrics_open: bool, oidc: OidcSettings | None = None) -> None:
-    """Require a client token on `app`'s routes, and keep the tokens file re-read, when
-    `clients` is given; leave `app` open otherwise. ID tokens are verified with `oidc`'s
-    audience and timeout when the file has issuer lines."""
+                   metrics_open: bool, oidc: OidcSettings | None = None,
+                   tasks: Tasks | None = None) -> None:
+    """Require a client token on `app`'s routes, and keep the tokens file re-read (a task
+    the process's `tasks` watch), when `clients` is given; leave `app` open otherwise. ID
+    tokens are verified with `oidc`'s audience and timeout when the file has issuer lines."""
     if clients is None:
         return
     tokens = clients
@@ -137,11 +139,11 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
             # the status page's recent pulls: which client (which repository and branch, for
             # a CI job) fetched which tarball
             metrics.events.record("pulled", request.path.removeprefix("/npm/")[:300],
-                                  f"by {client.who}")
+                                  f"by {client.who}", client=client.who)
         return response
 
     async def watch(_app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.get_running_loop().create_task(tokens.watch(), name="client-tokens")
+        task = (tasks or Tasks(metrics)).keep("client-tokens", tokens.watch)
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -150,6 +152,13 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
 
     app.middlewares.append(authenticate)
     app.cleanup_ctx.append(watch)
+
+
+def policy_of(request: web.Request) -> str | None:
+    """The policy set the request's client is judged by (`policy:NAME` on its tokens-file
+    line); None: the default rules (no such column, or an open proxy)."""
+    client = request.get(CLIENT)
+    return client.policy if client is not None else None
 
 
 def whoami(request: web.Request) -> web.Response:

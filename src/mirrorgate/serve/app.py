@@ -27,7 +27,7 @@ from mirrorgate.gate import (
     RenderKey,
 )
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.exposure import Exposure, exposures
+from mirrorgate.gate.exposure import Exposure
 from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
@@ -51,7 +51,7 @@ from mirrorgate.npm.paths import (
     parse_write_target,
 )
 from mirrorgate.rules import LiveRules, Rules
-from mirrorgate.serve.access import install_access, whoami
+from mirrorgate.serve.access import CLIENT, install_access, policy_of, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
 from mirrorgate.serve.overload import Admission
@@ -69,7 +69,8 @@ from mirrorgate.serve.tarballs import REQUEST_ID, TarballRoute
 from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
-from mirrorgate.serve.ui.stored import stored_counts_for
+from mirrorgate.serve.ui.readers import PullReaders
+from mirrorgate.serve.ui.stored import stored_counts_for, with_state_store
 from mirrorgate.store import StoreUnavailableError
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -79,6 +80,7 @@ __all__ = ["SERVER", "Proxy", "ProxyServer", "build_proxy_app"]
 log = structlog.get_logger("mirrorgate.serve")
 
 PREFIX = "/npm/"
+_clock = time.perf_counter
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _READS = frozenset({"GET", "HEAD"})
 _READ_MEMO_BYTES = 512
@@ -123,19 +125,23 @@ class Proxy:
     """The pull log (`gate.pulllog`): who pulled which tarball; None: not kept."""
 
 
-def _pulled_by(pulls: PullLog) -> Callable[[str], Awaitable[list[Exposure] | None]]:
+PULLERS_READ = 100_000
+"""(client, version) rows of one name the package view reads; it shows the first 200."""
+
+
+def _pulled_by(pulls: PullLog) -> Callable[[str, str | None], Awaitable[list[Exposure] | None]]:
     """The package view's "who pulled it": read from the store (a person's page, never the
-    warm path), this process's last second of pulls written first."""
-    async def pulled(name: str) -> list[Exposure] | None:
+    warm path), this process's last second of pulls written first; one client's, or every
+    client's (None) for an operator (`ui.readers`)."""
+    async def pulled(name: str, client: str | None) -> list[Exposure] | None:
         store = pulls.facts.store
         if not pulls.enabled or store is None:
             return None
         try:
             await pulls.flush()
-            served, _ = exposures(await store.pulls(name=name, limit=100_000))
+            return await store.pulled(name=name, client=client, limit=PULLERS_READ)
         except StoreUnavailableError:
             return None
-        return served
     return pulled
 
 
@@ -206,7 +212,7 @@ class ProxyServer:
                                                   else None),
                                      clock=clock, release=self.release,
                                      contact=self.settings.operator_contact,
-                                     pulls=proxy.pulls)
+                                     pulls=proxy.pulls, mirrored=self._default_admits)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self.packument_route.gated_or_none,
                              self.packument_route.cached_or_false,
@@ -223,11 +229,23 @@ class ProxyServer:
             min_rate=self.settings.send_min_rate,
             min_rate_grace=self.settings.send_min_rate_grace)
         self._ids = itertools.count(1)
+        self._authenticated = proxy.clients is not None
+        """Every /npm/ request carries its client (`access.CLIENT`), and perhaps a policy set."""
         # `Counter.inc` cost a warm hit more than its lookups: counted as plain ints, folded
         # into mirrorgate_requests_total at every scrape
         self._warm_counts = {status: proxy.metrics.tally(proxy.metrics.requests.labels(
             "packument", str(status))) for status in (200, 304)}
         self._id_prefix = os.urandom(3).hex()
+        # `mirrorgate_request_seconds`: a list increment per request (`metrics.Durations`)
+        self._warm_seconds = proxy.metrics.request_seconds.series("packument", "warm")
+        self._slow_seconds: dict[str, Callable[[float], None]] = {}
+
+    async def _default_admits(self, name: PackageName, version: str) -> bool:
+        """Whether the default rules admit `name@version` (a pull under a policy set is
+        mirrored only then: `TarballRoute.mirrored`)."""
+        gated = await self.packuments.for_tarball(name, version)
+        record = gated.versions.get(version) if gated is not None else None
+        return record is not None and record.denial is None
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -284,18 +302,23 @@ class ProxyServer:
         tallies. Merging, gating, rendering and compressing happen once per cache fill
         (`fill`, `rendered`), never per request, and the warm path takes no admission slot, so
         it is never shed."""
+        started = _clock()
         if request.method in _READS:
             headers = request.headers
             read = self._read(request, headers)
             if read:
-                slot = self.packuments.fresh(read.name)
+                # the client's policy set's entry (`policy:NAME` in the tokens file): one
+                # policy's packument is never another's (`gate.packuments.cache_key`)
+                slot = self.packuments.fresh(
+                    read.name, request[CLIENT].policy if self._authenticated else None)
                 if slot is not None:
                     rendered = slot.value.renderings.get(read.key)
                     if rendered is not None:
                         response = self.packument_route.answer(headers, rendered, read.gzip)
                         self._warm_counts[response.status].inc()
+                        self._warm_seconds(_clock() - started)
                         return response
-        return await self._slow(request, self.describe(request))
+        return await self._slow(request, self.describe(request), started)
 
     def _read(self, request: web.Request,
               headers: CIMultiDictProxy[str]) -> WarmRead | Literal[False]:
@@ -349,8 +372,8 @@ class ProxyServer:
             return target.name
         return None
 
-    async def _slow(self, request: web.Request,
-                    target: RegistryPath | InvalidNameError) -> web.StreamResponse:
+    async def _slow(self, request: web.Request, target: RegistryPath | InvalidNameError,
+                    started: float) -> web.StreamResponse:
         """Everything but a warm packument: a request id bound to the log context, refusals
         turned into JSON answers, and any unexpected error logged and answered 500, never
         raised."""
@@ -397,6 +420,11 @@ class ProxyServer:
                     "error": "mirrorgate failed to answer this request; the error is in its "
                              "log", "request_id": request_id})
             self._count(route, response.get(OUTCOME, response.status))
+            timed = self._slow_seconds.get(route)
+            if timed is None:
+                timed = self._slow_seconds[route] = self.metrics.request_seconds.series(
+                    route, "slow")
+            timed(_clock() - started)
             return response
 
     async def _write(self, request: web.Request) -> web.StreamResponse:
@@ -433,7 +461,8 @@ class ProxyServer:
             async with self.admission.slot(target.route) as slot, \
                     asyncio.timeout(limit) as deadline:
                 if name is None:  # the search route, the only one without a package name
-                    return json_response(200, await self.search(request.query))
+                    return json_response(200, await self.search(request.query,
+                                                                policy_of(request)))
                 if target.route == "packument":
                     if request.query.get("write") == "true":  # npm, before a change
                         return await self.publishing.write_packument(
@@ -442,7 +471,7 @@ class ProxyServer:
                 if target.route == "version":
                     return await self.packument_route.version(request, name, target.detail)
                 if target.route == "dist-tags":
-                    return await self.packument_route.dist_tags(name)
+                    return await self.packument_route.dist_tags(name, policy_of(request))
                 return await self.tarballs(request, name, target.detail, deadline, slot)
         except TimeoutError:
             log.warning("request_timed_out", route=target.route,
@@ -510,15 +539,24 @@ def build_proxy_app(
         app.middlewares.append(request_spans(server.describe, OUTCOME))
     add_health_routes(app, proxy.health, proxy.metrics)
     install_access(app, proxy.clients, metrics=proxy.metrics,
-                   metrics_open=proxy.settings.metrics_open, oidc=proxy.settings.oidc)
+                   metrics_open=proxy.settings.metrics_open, oidc=proxy.settings.oidc,
+                   tasks=proxy.health.tasks)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server.packument_route.gated_or_none, over_tls=server.over_tls,
-                  base=server._base, stored=stored_counts_for(proxy.settings.mirror_target),
+                  base=server._base,
+                  stored=with_state_store(stored_counts_for(proxy.settings.mirror_target),
+                                          server.facts),
                   worker_beside=proxy.worker_beside, facts=server.facts,
                   waiver_granters=proxy.settings.waiver_granters,
-                  pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None)
+                  pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None,
+                  policy_clients=(proxy.clients.file.policies if proxy.clients is not None
+                                  else dict),
+                  readers=PullReaders(proxy.clients is not None,
+                                      frozenset(proxy.settings.operators)
+                                      | frozenset(proxy.settings.waiver_granters),
+                                      lambda request: request.get(CLIENT)))
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
     async def drain_enqueues(_app: web.Application) -> AsyncIterator[None]:

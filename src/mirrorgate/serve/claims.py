@@ -1,8 +1,8 @@
 """Rights from a CI's identity: the tokens file's issuer lines, and who a verified token names.
 
-`NAME ISSUER CLAIM=VALUE... [publish:NAMES]` grants what a `NAME sha256:HEX` line grants to
-every ID token from ISSUER whose claims meet every condition (docs/ci-identity.md). Pure: the
-signature and the times are `serve.oidc`'s; this only reads claims already verified.
+`NAME ISSUER CLAIM=VALUE... [publish:NAMES] [policy:NAME]` grants what a `NAME sha256:HEX` line
+grants to every ID token from ISSUER whose claims meet every condition (docs/ci-identity.md).
+Pure: the signature and the times are `serve.oidc`'s; this only reads claims already verified.
 """
 
 from __future__ import annotations
@@ -79,12 +79,14 @@ class Condition:
 @dataclass(frozen=True, slots=True)
 class ClaimMapping:
     """One issuer line: its name (logs, metrics, `npm whoami`), the issuer whose tokens it
-    reads, the conditions every one of which must hold, and the names it may write."""
+    reads, the conditions every one of which must hold, the names it may write and the policy
+    set its jobs are judged by (None: the default rules)."""
 
     name: str
     issuer: str
     conditions: tuple[Condition, ...]
     publish: PatternList = field(default_factory=PatternList)
+    policy: str | None = None
 
     def unmet(self, claims: Mapping[str, Any]) -> Condition | None:
         """The first condition `claims` do not meet, or None when the mapping applies."""
@@ -94,7 +96,7 @@ class ClaimMapping:
         """For check-config."""
         return {"name": self.name, "issuer": self.issuer,
                 "claims": [c.text for c in self.conditions],
-                "publish": self.publish.texts()}
+                "publish": self.publish.texts(), "policy": self.policy}
 
 
 def issuer_problem(url: str) -> str | None:

@@ -113,8 +113,9 @@ class IssuerKeys:
             return found
         if self._fetching is None:
             if self._attempted_at is not None and now - self._attempted_at < REFRESH_FLOOR:
-                # fetched (or tried) moments ago: answer from what that gave, without asking
-                if not fresh:
+                # fetched (or tried) moments ago: answer from what that gave, without asking;
+                # a try that failed knows nothing of the key: 503, not "unknown"
+                if not fresh or self._failure is not None:
                     raise self._failure or _unreachable(self.issuer, "not fetched yet")
                 raise self._unknown(kid, now)
             self._attempted_at = now
@@ -129,7 +130,9 @@ class IssuerKeys:
             raise self._failure or _unreachable(self.issuer, "no key set")
         found = self._find(kid)
         if found is None:
-            raise self._unknown(kid, self._clock())
+            # the keys held are older than the token's: a refresh that failed (a hung issuer
+            # with its keys cached) cannot say the key is not the issuer's (docs/ci-identity.md)
+            raise self._failure or self._unknown(kid, self._clock())
         return found
 
     def _fetched(self, task: asyncio.Task[dict[str | None, jwt.PyJWK]]) -> None:
@@ -268,7 +271,7 @@ class Verifier:
         identity = Identity.of(issuer, claims)
         for mapping in ours:
             if mapping.unmet(claims) is None:
-                return Client(mapping.name, b"", mapping.publish, identity)
+                return Client(mapping.name, b"", mapping.publish, identity, mapping.policy)
         missing = "; ".join(f"`{m.name}` needs {unmet.text} ({unmet.miss(claims)})"
                             for m in ours[:3] if (unmet := m.unmet(claims)) is not None)
         raise SignInRefused(403, "no issuer line applies",

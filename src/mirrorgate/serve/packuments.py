@@ -24,12 +24,15 @@ from mirrorgate.gate import (
 )
 from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
+from mirrorgate.gate.facts import UnrecordedError
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
 from mirrorgate.npm.packument import FULL, on_base
 from mirrorgate.offload import in_thread_if_large
+from mirrorgate.rules.policy import UnknownPolicyError
 from mirrorgate.rules.wayout import exception_how
+from mirrorgate.serve.access import policy_of
 from mirrorgate.serve.refusals import Refused, denied, json_response, not_mirrored
 from mirrorgate.upstream.client import UpstreamError
 
@@ -81,36 +84,55 @@ class PackumentRoute:
             return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
         return web.Response(body=rendered.body, headers=rendered.headers)
 
-    async def entry(self, name: PackageName) -> Cached[PackumentEntry]:
+    async def entry(self, name: PackageName,
+                    policy: str | None = None) -> Cached[PackumentEntry]:
+        """The gate's entry of `name` under `policy` (the client's policy set), its failures
+        answered as refusals."""
         try:
-            return await self.packuments.entry(name)
+            return await self.packuments.entry(name, policy)
+        except UnknownPolicyError as error:
+            raise _unknown_policy(error) from None
         except UpstreamError as error:
             raise not_mirrored(error, name) from None
         except TooManyVersionsError as error:
             self.metrics.refusals.labels("too_many_versions").inc()
             log.warning("packument_refused", package=name.full, reason=str(error))
             raise Refused(502, str(error), reason="too many versions") from None
+        except UnrecordedError as error:
+            raise self._unrecorded(name, error) from None
 
-    async def gated_or_none(self, name: PackageName) -> Gated | None:
-        return (await self.entry(name)).value.gated
+    def _unrecorded(self, name: PackageName, error: UnrecordedError) -> Refused:
+        """What a fill learned cannot be kept for the state store (its buffer of facts that
+        must not be lost is full): 503, never an answer that forgets it at a restart."""
+        self.metrics.refusals.labels("state_store_full").inc()
+        return Refused(503, str(error), reason="the state store takes no writes",
+                       package=name.full, headers={"Retry-After": str(error.retry_after)})
 
-    async def for_tarball(self, name: PackageName, version: str) -> Gated | None:
+    async def gated_or_none(self, name: PackageName,
+                            policy: str | None = None) -> Gated | None:
+        return (await self.entry(name, policy)).value.gated
+
+    async def for_tarball(self, name: PackageName, version: str,
+                          policy: str | None = None) -> Gated | None:
         """`Packuments.for_tarball` (`name@version` judged alone when its packument is not at
         hand), its failures answered as `entry`'s are: by the whole fill, whose stale copy,
         503 for an owned name or refusal is the answer."""
         try:
-            return await self.packuments.for_tarball(name, version)
-        except (UpstreamError, TooManyVersionsError):
-            return await self.gated_or_none(name)
+            return await self.packuments.for_tarball(name, version, policy)
+        except UnrecordedError as error:
+            raise self._unrecorded(name, error) from None
+        except (UpstreamError, TooManyVersionsError, UnknownPolicyError):
+            return await self.gated_or_none(name, policy)
 
-    def cached_or_false(self, name: PackageName) -> Gated | bool | None:
+    def cached_or_false(self, name: PackageName,
+                        policy: str | None = None) -> Gated | bool | None:
         """The fresh cached packument of `name` (None: no upstream has it), False when none
         is cached; never fills."""
-        slot = self.packuments.fresh(name)
+        slot = self.packuments.fresh(name, policy)
         return False if slot is None else slot.value.gated
 
     async def packument(self, request: web.Request, name: PackageName) -> web.Response:
-        slot = await self.entry(name)
+        slot = await self.entry(name, policy_of(request))
         gated = slot.value.gated
         if gated is None:
             raise Refused(404, f"{name.full} is not on the private or the public upstream",
@@ -189,7 +211,7 @@ class PackumentRoute:
 
     async def version(self, request: web.Request, name: PackageName,
                        wanted: str) -> web.Response:
-        gated = await self.gated_or_none(name)
+        gated = await self.gated_or_none(name, policy_of(request))
         if gated is None:
             raise Refused(404, f"{name.full} is not on the private or the public upstream",
                           reason="not found")
@@ -205,13 +227,21 @@ class PackumentRoute:
         body = record.document(self._key(request)[1])
         return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 
-    async def dist_tags(self, name: PackageName) -> web.Response:
+    async def dist_tags(self, name: PackageName, policy: str | None = None) -> web.Response:
         """`npm dist-tag ls`: the tags of the packument served, so never a denied version."""
-        gated = await self.gated_or_none(name)
+        gated = await self.gated_or_none(name, policy)
         if gated is None or not gated.survivors:
             raise Refused(404, f"{name.full} has no admitted versions on the private or the "
                           "public upstream", reason="not found")
         return json_response(200, gated.dist_tags)
+
+
+def _unknown_policy(error: UnknownPolicyError) -> Refused:
+    """A client whose policy set the rules in force lack: refused, never judged by other
+    rules (the two files are checked against each other at every reload, so this is a moment
+    between two reloads)."""
+    return Refused(503, f"mirrorgate cannot judge this client's packages now: {error}",
+                   reason="unknown policy", headers={"Retry-After": "5"})
 
 
 def _placed(unplaced: bytes, abbreviated: bool, base: str, vary: str,

@@ -7,6 +7,7 @@ the private upstream with mirrorgate's own credential, for clients whose tokens-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from aiohttp import web
 
 from mirrorgate.config import Settings
 from mirrorgate.events import Alert
+from mirrorgate.gate.facts import UnrecordedError
 from mirrorgate.gate.firstparty import FirstPartyNames
 from mirrorgate.logs import MASK
 from mirrorgate.metrics import Metrics
@@ -534,7 +536,10 @@ class PublishRoute:
     def _changed(self, name: PackageName) -> None:
         """A published or changed name is first-party at once, and its cached packument is
         dropped, so the next read is built from the private side alone."""
-        self.first_party.remember(name.full)
+        # the write went through: with no room to keep the name for the store, its next fill
+        # learns it from the private side (refused 503 until the store takes what waits)
+        with contextlib.suppress(UnrecordedError):
+            self.first_party.remember(name.full)
         self.forget(name)
 
     def _count(self, client: Client, operation: str, outcome: str) -> None:

@@ -5,8 +5,9 @@ sha512 costs more CPU per byte than relaying the byte does, so on the event loop
 halve a CPU-bound relay; inflating a tarball to read its `package.json` files costs far more
 (a compression bomb: a megabyte that inflates to a gigabyte), so on the event loop it would
 stall every other client. `RelayHasher` hands each chunk to a thread (hashlib and zlib release
-the GIL while they work) that runs on another core; bench/tarball_relay.py measures it and
-docs/untrusted-queue.md keeps the figures.
+the GIL while they work) that runs on another core; a download whose bytes are read goes to
+a reading lane apart, the least busy (`_reading_lane`). bench/tarball_relay.py measures it
+and docs/untrusted-queue.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ the hash, so a starved hashing thread never makes the proxy hold a whole tarball
 LANES_AT_MOST = 4
 """Hashing threads at most (one per spare CPU up to this): each hashes about 850 MB/s of
 sha512, more than a relay's one event loop moves."""
+READING_LANES_AT_LEAST = 2
+"""Reading threads: one per CPU, and never fewer than this, so that one costly reading never
+holds up another (`_reading_lane`)."""
 
 
 def _spare_cpu() -> bool:
@@ -83,25 +87,34 @@ class _Lane:
     lane, so its chunks are hashed in the order they arrived. The queue is unbounded; each
     download bounds its own share (`BEHIND_AT_MOST`)."""
 
-    def __init__(self, index: int) -> None:
-        self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter]] = queue.SimpleQueue()
-        threading.Thread(target=self._run, name=f"mirrorgate-relay-hash-{index}",
-                         daemon=True).start()
+    def __init__(self, name: str) -> None:
+        self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter]] = \
+            queue.SimpleQueue()
+        self.readings = 0  # downloads being read on it (a reading lane's, `_reading_lane`)
+        threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def _run(self) -> None:
         while True:
-            hasher, item = self.queue.get()
-            if isinstance(item, _Waiter):
-                item.reached()
+            hasher, work = self.queue.get()
+            if isinstance(work, _Waiter):
+                work.reached()
             else:
-                hasher._hash(item)
+                hasher._hash(work)
 
 
 _lanes: list[_Lane] = []
+_readers: list[_Lane] = []
 _lanes_made = threading.Lock()
 _turns = itertools.count()
-# a forked child has none of its parent's threads: it starts lanes of its own
-os.register_at_fork(after_in_child=_lanes.clear)
+
+
+def _forked() -> None:
+    # a forked child has none of its parent's threads: it starts lanes of its own
+    _lanes.clear()
+    _readers.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _next_lane() -> _Lane:
@@ -110,9 +123,41 @@ def _next_lane() -> _Lane:
     if not _lanes:
         with _lanes_made:
             if not _lanes:
-                _lanes.extend(_Lane(index) for index in
+                _lanes.extend(_Lane(f"mirrorgate-relay-hash-{index}") for index in
                               range(max(1, min(LANES_AT_MOST, _cpus() - 1))))
     return _lanes[next(_turns) % len(_lanes)]
+
+
+def _reading_lane() -> _Lane:
+    """The reading lane with the fewest downloads on it, for a download whose bytes are read
+    (the install-scripts scan, the release signals), apart from the hashing lanes; made on
+    first use, one per CPU and at least `READING_LANES_AT_LEAST`.
+
+    Reading costs what the publisher chose (up to about 2.4 s of CPU for 199,000 entries or
+    600,000 pax records: `npm.tarball`'s bounds), so every chunk queued behind a costly
+    reading on a shared lane waits for it: a 3 MiB download once waited 3.5 s behind 6 MiB
+    of empty zstd frames on the one lane. Apart, a download only hashed never waits behind a
+    reading, and a new reading takes a lane no other reading holds while there is one: one
+    costly tarball delays no other, and as many at once as there are lanes delay the next by
+    at most the least busy one's rest (the bound on a reading's CPU). More threads would
+    share the interpreter: with eight busy readers the event loop waited up to 0.6 s for its
+    turn (against 40 ms with one, measured on this machine under load), where a budget of
+    CPU per reading would not know a tarball's cost from its compressed size (a kilobyte of
+    zstd can stand for 130,000 headers). tests/faults/test_33_reader_bounds.py holds it."""
+    with _lanes_made:
+        lane = min(_readers, key=lambda lane: lane.readings, default=None)
+        if lane is None or (lane.readings and len(_readers) < max(READING_LANES_AT_LEAST,
+                                                                  _cpus())):
+            lane = _Lane(f"mirrorgate-relay-read-{len(_readers)}")
+            _readers.append(lane)
+        lane.readings += 1
+        return lane
+
+
+def _read(lane: _Lane) -> None:
+    """A download on a reading lane is read (or dropped)."""
+    with _lanes_made:
+        lane.readings -= 1
 
 
 class RelayHasher:
@@ -124,18 +169,20 @@ class RelayHasher:
     back until it returns. `close()` drops what is not read yet (a relay that stopped early).
     Each chunk is one hand-over to the lane's thread, no copy and no future: the relay is
     woken only when it waits (at the end, or `BEHIND_AT_MOST` behind). A small download is
-    only hashed, at its end on the loop; a scan always goes to the lane, since what inflating
-    costs is not what the compressed bytes weigh. With one CPU (`_spare_cpu`) every chunk is
-    read on the loop as it comes.
+    only hashed, at its end on the loop. A scan always goes to a reading lane
+    (`_reading_lane`), even with one CPU, since what inflating and reading cost is not what
+    the compressed bytes weigh: on the loop it would stall every client. Without a scan and
+    with one CPU (`_spare_cpu`), every chunk is hashed on the loop as it comes.
     """
 
-    __slots__ = ("_closed", "_error", "_fed", "_hashed", "_lane", "_offload", "_small",
+    __slots__ = ("_closed", "_error", "_fed", "_hashed", "_lane", "_offload", "_own", "_small",
                  "scan", "verifier")
 
     def __init__(self, verifier: StreamVerifier | None, scan: ScriptScan | None = None) -> None:
         self.verifier = verifier
         self.scan = scan
-        self._offload = _spare_cpu()
+        self._offload = scan is not None or _spare_cpu()
+        self._own = scan is not None  # on a reading lane, counted off once read (`_release`)
         self._lane: _Lane | None = None
         self._small: list[bytes] = []  # the first chunks, until the download outgrows small
         self._fed = 0
@@ -155,7 +202,7 @@ class RelayHasher:
             self._small.append(chunk)
             if self._fed <= OFF_LOOP_ABOVE and self.scan is None:
                 return
-            self._lane = _next_lane()
+            self._lane = _reading_lane() if self._own else _next_lane()
             for held in self._small:
                 self._lane.queue.put((self, held))
             self._small = []
@@ -175,6 +222,7 @@ class RelayHasher:
         elif self.behind:
             await self._caught_up()
             self._raise()
+        self._release()
         return self.verifier.finish() if self.verifier is not None else None
 
     @property
@@ -186,6 +234,14 @@ class RelayHasher:
         """Stop hashing: what is still queued is skipped, not hashed."""
         self._closed = True
         self._small = []
+        self._release()
+
+    def _release(self) -> None:
+        """This download off its reading lane's count, once: what it still has queued there is
+        skipped (`_closed`) or was read (`finish`)."""
+        if self._own and self._lane is not None:
+            self._own = False
+            _read(self._lane)
 
     async def _caught_up(self) -> None:
         assert self._lane is not None

@@ -36,8 +36,8 @@ ANSWERS_KEPT = 256
 NO_SEARCH = (404, 405, 501)
 """Upstream statuses meaning it has no search: a 501 saying so (other failures: 502-504)."""
 
-GatedOf = Callable[[PackageName], Awaitable[Gated | None]]
-CachedOf = Callable[[PackageName], Gated | bool | None]
+GatedOf = Callable[[PackageName, str | None], Awaitable[Gated | None]]
+CachedOf = Callable[[PackageName, str | None], Gated | bool | None]
 """The packument's fresh cache entry (a `Gated`, or None for a name no upstream has), or False
 when there is none: looked up without filling."""
 
@@ -73,8 +73,9 @@ class _Budget:
 
 
 async def _admitted(result: Any, gated_of: GatedOf, cached_of: CachedOf, budget: _Budget,
-                    lookups: asyncio.Semaphore) -> dict[str, Any] | None:
-    """The result as mirrorgate would serve it, or None when nothing of it is admitted.
+                    lookups: asyncio.Semaphore, policy: str | None) -> dict[str, Any] | None:
+    """The result as mirrorgate would serve it to a client under `policy`, or None when nothing
+    of it is admitted.
 
     Its `version` becomes the served `latest` when the upstream's pick was denied. A name whose
     packument cannot be had (the upstream failed, the name is invalid) is left out, never shown
@@ -84,12 +85,12 @@ async def _admitted(result: Any, gated_of: GatedOf, cached_of: CachedOf, budget:
         return None
     try:
         name = parse_name(package["name"])
-        cached = cached_of(name)
+        cached = cached_of(name, policy)
         if cached is False and not budget.take():
             return None  # this query has asked the upstreams enough: left out, not unchecked
         if cached is False:
             async with lookups:
-                gated = await gated_of(name)
+                gated = await gated_of(name, policy)
         else:
             gated = cached if isinstance(cached, Gated) else None
     except (InvalidNameError, Refused):
@@ -134,24 +135,27 @@ class Search:
         self.cached_of = cached_of
         self.ttl = ttl
         self.clock = clock
-        self._answers: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        # per query and policy set: what a result admits is the asking client's policy's word
+        self._answers: OrderedDict[tuple[str, str | None],
+                                   tuple[float, dict[str, Any]]] = OrderedDict()
 
-    async def __call__(self, query: Mapping[str, str]) -> dict[str, Any]:
+    async def __call__(self, query: Mapping[str, str],
+                       policy: str | None = None) -> dict[str, Any]:
         asked = _query(query)
-        kept = self._answers.get(asked)
+        kept = self._answers.get((asked, policy))
         if kept is not None and self.clock() < kept[0]:
-            self._answers.move_to_end(asked)
+            self._answers.move_to_end((asked, policy))
             return kept[1]
-        answer = await self._search(asked)
-        self._answers[asked] = (self.clock() + self.ttl, answer)
-        self._answers.move_to_end(asked)
+        answer = await self._search(asked, policy)
+        self._answers[(asked, policy)] = (self.clock() + self.ttl, answer)
+        self._answers.move_to_end((asked, policy))
         while len(self._answers) > ANSWERS_KEPT:
             self._answers.popitem(last=False)
         return answer
 
-    async def _search(self, asked: str) -> dict[str, Any]:
-        """The upstream's answer to `asked` with every result the rules do not admit (or that
-        this query may not check) removed."""
+    async def _search(self, asked: str, policy: str | None) -> dict[str, Any]:
+        """The upstream's answer to `asked` with every result the rules (`policy`'s) do not
+        admit (or that this query may not check) removed."""
         public = self.public
         try:
             answer = await public.get_json("-/v1/search?" + asked)
@@ -167,7 +171,7 @@ class Search:
         lookups = asyncio.Semaphore(LOOKUPS)
         budget = _Budget(FILLS_PER_QUERY)
         checked = await asyncio.gather(*(_admitted(r, self.gated_of, self.cached_of, budget,
-                                                   lookups) for r in results))
+                                                   lookups, policy) for r in results))
         kept = [result for result in checked if result is not None]
         total = answer.document.get("total")
         # `total` counts matches beyond this page too; those removed here are taken off it

@@ -13,6 +13,7 @@ import functools
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 import structlog
 from aiohttp import web
@@ -31,7 +32,7 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.license import LICENSE, tarball_license_finding
 from mirrorgate.rules.release import ReleaseVerdict
 from mirrorgate.rules.wayout import exception_how, installable_from
-from mirrorgate.serve.access import CLIENT
+from mirrorgate.serve.access import CLIENT, policy_of
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused, by_rule, denied, not_mirrored, upstream_failed
 from mirrorgate.serve.relay import (
@@ -69,14 +70,18 @@ of the log context (a copy of every bound variable, per pull)."""
 class TarballRoute:
     def __init__(self, *, private: PrivateRegistry, public: Upstream, queue: MirrorQueue,
                  metrics: Metrics, relay: Relay,
-                 packument: Callable[[PackageName], Awaitable[Gated | None]],
-                 private_answered: Callable[[PackageName, str], bool] = lambda _n, _v: False,
-                 for_tarball: Callable[[PackageName, str], Awaitable[Gated | None]] | None = None,
+                 packument: Callable[[PackageName, str | None], Awaitable[Gated | None]],
+                 private_answered: Callable[[PackageName, str, str | None], bool] = (
+                     lambda _n, _v, _p: False),
+                 for_tarball: Callable[[PackageName, str, str | None],
+                                       Awaitable[Gated | None]] | None = None,
                  handoff: Handoff | None = None,
                  on_enqueued: Callable[[PackageName, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  release: ReleaseJudge | None = None, contact: str | None = None,
-                 pulls: PullLog | None = None) -> None:
+                 pulls: PullLog | None = None,
+                 mirrored: Callable[[PackageName, str], Awaitable[bool]] | None = None,
+                 ) -> None:
         self.private = private
         self.public = public
         self.queue = queue
@@ -95,6 +100,9 @@ class TarballRoute:
         """MIRRORGATE_OPERATOR_CONTACT, named in a denied tarball's 403."""
         self.pulls = pulls
         """The pull log (`gate.pulllog`): one record per tarball GET served or refused."""
+        self.mirrored = mirrored
+        """Whether the default rules admit `name@version`: a version pulled under a policy set
+        is mirrored only then, as the worker re-gates every job with the default rules."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._enqueued: OrderedDict[str, float] = OrderedDict()
 
@@ -114,7 +122,8 @@ class TarballRoute:
             rule = refused.fields.get("rule")
             record = request.get(RECORD)
             if pulls is not None and refused.status == 403 and rule and record is not None:
-                self._log_pull(pulls, request, name, record, f"refused:{rule}")
+                pulls.refusal(_who(request), name.full, record.version, _integrity(record),
+                              rule, request.get(REQUEST_ID, ""), _ends(refused))
             raise
         record = request.get(RECORD)
         if pulls is not None and answer.status == 200 and record is not None:
@@ -125,28 +134,24 @@ class TarballRoute:
             # whole transfer's pull the KeyError of a missing key
             cut = answer.get(OUTCOME) if len(answer) else None
             if cut is None:
-                self._log_pull(pulls, request, name, record, request[SOURCE])
+                self._log_served(pulls, request, name, record)
             elif cut not in ("client_gone", "aborted"):
-                self._log_pull(pulls, request, name, record, f"refused:{cut}")
+                pulls.refusal(_who(request), name.full, record.version, _integrity(record),
+                              cut, request.get(REQUEST_ID, ""))
         return answer
 
-    def _log_pull(self, pulls: PullLog, request: web.Request, name: PackageName,
-                  record: VersionRecord, source: str) -> None:
+    def _log_served(self, pulls: PullLog, request: web.Request, name: PackageName,
+                    record: VersionRecord) -> None:
+        """A pull served, with what a bill of materials reads of it (`mirrorgate sbom`): the
+        client's name and CI identity (never its token), the sha1, the license, the verdict."""
         client = request.get(CLIENT)
-        integrity, sha1 = _integrity(record), record.sha1
-        # the client's name (and its CI identity), never its token; and what a bill of
-        # materials reads of the version (`mirrorgate sbom`)
-        if client is None:
-            pulls.record("anonymous", name.full, record.version, integrity, source,
-                         request.get(REQUEST_ID, ""), None, None, None, None, sha1,
-                         record.license, _served_under(record))
-            return
-        identity = client.identity
-        pulls.record(client.who, name.full, record.version, integrity, source,
-                     request.get(REQUEST_ID, ""), client.name,
+        identity = client.identity if client is not None else None
+        pulls.record(_who(request), name.full, record.version, _integrity(record),
+                     request[SOURCE], request.get(REQUEST_ID, ""),
+                     client.name if client is not None else None,
                      identity.repository if identity is not None else None,
                      identity.ref if identity is not None else None,
-                     identity.workflow if identity is not None else None, sha1,
+                     identity.workflow if identity is not None else None, record.sha1,
                      record.license, _served_under(record))
 
     async def _answer(self, request: web.Request, name: PackageName, filename: str,
@@ -165,10 +170,12 @@ class TarballRoute:
         # chooses its baseline from the history, so the whole packument's gating is read at
         # once rather than after the version's own. The default's young-package signal reads
         # the package's first publish alone, which one version's gating carries.
+        # By the client's policy set (`policy:NAME` on its tokens-file line), as its packument.
         whole = self.for_tarball is None or (self.release is not None
                                              and self.release.rules.release.compares)
-        gated = await (self.packument(name) if whole or self.for_tarball is None
-                       else self.for_tarball(name, version))
+        policy = policy_of(request)
+        gated = await (self.packument(name, policy) if whole or self.for_tarball is None
+                       else self.for_tarball(name, version, policy))
         record = gated.versions.get(version) if gated is not None else None
         if gated is not None and record is None and isinstance(gated.public_failure,
                                                                 UpstreamError):
@@ -192,7 +199,8 @@ class TarballRoute:
             alert = denial_alert(name.full, version, record.denial, "tarball")
             if alert is not None:
                 self.metrics.events.alert(alert)
-            raise denied(name, record, await self._survivors(name, gated), self.contact)
+            raise denied(name, record, await self._survivors(name, gated, policy),
+                         self.contact)
         # bytes the scan refused at an earlier pull (report mode serves them, and said so)
         found = (self.relay.scripts_found.get(f"{name.full}@{version}")
                  if record.scan_scripts and not record.scan_reports else None)
@@ -200,17 +208,17 @@ class TarballRoute:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=INSTALL_SCRIPTS, reason=found)
             raise by_rule(name, version, INSTALL_SCRIPTS, found,
-                          await self._survivors(name, gated), self.contact)
+                          await self._survivors(name, gated, policy), self.contact)
         found = (self.relay.licenses_found.get(f"{name.full}@{version}")
                  if record.license_read is not None and not record.license_read.report
                  else None)
         if found is not None:  # its tarball's license was refused at an earlier pull
             log.info("tarball_denied", package=name.full, version=version, rule=LICENSE,
                      reason=found)
-            raise by_rule(name, version, LICENSE, found, await self._survivors(name, gated),
-                          self.contact)
+            raise by_rule(name, version, LICENSE, found,
+                          await self._survivors(name, gated, policy), self.contact)
         private_error: UpstreamError | None = None
-        skipped = not record.private and self.private_answered(name, version)
+        skipped = not record.private and self.private_answered(name, version, policy)
         if skipped:
             # the packument, built with the private upstream's answer, says the version is
             # public-only: asking private again would cost a round trip per tarball for a miss
@@ -221,8 +229,11 @@ class TarballRoute:
             # A private version is streamed from the private upstream, at the npm-standard path.
             # A miss or a private failure falls back to public (`_public`) only for a version the
             # gate kept a public URL for: a mirrored one public still admits.
-            answer, private_error = await self._from_private(request, name, filename, record,
-                                                             deadline, slot, verify=False)
+            # a copy read again by the release signals is verified first: the verdict names
+            # the bytes the mirror's mark does
+            answer, private_error = await self._from_private(
+                request, name, filename, record, deadline, slot,
+                verify=ruling.check is not None, release=ruling.check)
             if answer is not None:
                 return answer
         try:
@@ -252,16 +263,32 @@ class TarballRoute:
                     return copy
             raise not_mirrored(error, name, version) from None
 
-    async def _whole(self, name: PackageName, gated: Gated) -> Gated:
+    async def _whole(self, name: PackageName, gated: Gated, policy: str | None) -> Gated:
         """The whole packument's gating where one version's (`Gated.alone`) is not enough."""
         if gated.alone is None:
             return gated
-        whole = await self.packument(name)
+        whole = await self.packument(name, policy)
         return whole if whole is not None else gated
 
-    async def _survivors(self, name: PackageName, gated: Gated) -> list[str]:
+    async def _survivors(self, name: PackageName, gated: Gated,
+                         policy: str | None) -> list[str]:
         """The versions a refusal names as installable instead (the whole packument's)."""
-        return (await self._whole(name, gated)).survivors
+        return (await self._whole(name, gated, policy)).survivors
+
+    def _release_withheld(self, name: PackageName, record: VersionRecord,
+                          withheld: Withheld) -> Refused:
+        """The 403 for bytes the release signals refused as they streamed: the verdict's
+        evidence, or `release-unchecked` when no verdict was kept."""
+        judge, version = self.release, record.version
+        kept = (judge.remembered(name.full, version, record.integrity())
+                if judge is not None else None)
+        if judge is not None and kept is not None and kept.in_force(judge.now()):
+            return self._release_refusal(name, version, kept)
+        label = f"{name.full}@{version}"
+        return Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
+                       reason=withheld.reason, rule="release-unchecked", package=name.full,
+                       version=version, status_text=f"Forbidden: mirrorgate denied {label} "
+                       "(release signals)")
 
     def _release_refusal(self, name: PackageName, version: str,
                          verdict: ReleaseVerdict) -> Refused:
@@ -288,25 +315,28 @@ class TarballRoute:
 
     async def _from_private(self, request: web.Request, name: PackageName, filename: str,
                             record: VersionRecord, deadline: asyncio.Timeout, slot: Slot, *,
-                            verify: bool,
+                            verify: bool, release: Callable[[], ContentsCheck] | None = None,
                             ) -> tuple[web.StreamResponse | None, UpstreamError | None]:
         """The private upstream's copy, relayed: (answer, None); (None, None) when private
         lacks it; (None, error), logged, when private failed. With `verify`, the bytes are
         checked against the admitted digest (a copy of a version the packument called
         public-only); a private hit is otherwise relayed as is. A mirrored copy is read like
         public's bytes where the scripts rule applies: it may predate the rule, or this
-        check."""
+        check; and by the release signals (`release`) where its verdict was read under fewer
+        signals than are in force (`ReleaseJudge.at_pull`)."""
         verifier = _verifier(record) if verify else None
         try:
             relayed = await self.relay.relay(
                 request, lambda: self.private.tarball(name, filename),
                 key=("private", name.full, filename, _checked(verifier)), source="private",
                 name=name, version=record.version, verifier=verifier,
-                scan=_scripts_read(record), slot=slot, deadline=deadline,
+                scan=_scripts_read(record), slot=slot, deadline=deadline, release=release,
                 license=_license_check(record))
-        except Withheld as withheld:  # the scan refused the copy before a byte was sent
-            raise by_rule(name, record.version, withheld.rule or INSTALL_SCRIPTS,
-                          withheld.reason, (), self.contact) from None
+        except Withheld as withheld:  # refused before a byte was sent
+            if withheld.rule in (INSTALL_SCRIPTS, LICENSE):
+                raise by_rule(name, record.version, withheld.rule, withheld.reason, (),
+                              self.contact) from None
+            raise self._release_withheld(name, record, withheld) from None
         except UpstreamError as failure:
             log.warning("upstream_failed", upstream="private", package=name.full,
                         version=record.version, kind=failure.kind, detail=str(failure))
@@ -347,15 +377,9 @@ class TarballRoute:
             # refused before a byte was sent: the 403 with the reason, at the first pull
             if withheld.rule in (INSTALL_SCRIPTS, LICENSE):
                 raise by_rule(name, version, withheld.rule, withheld.reason,
-                              await self._survivors(name, gated), self.contact) from None
-            kept = judge.remembered(name.full, version) if judge is not None else None
-            if judge is not None and kept is not None and kept.in_force(judge.now()):
-                raise self._release_refusal(name, version, kept) from None  # the evidence
-            label = f"{name.full}@{version}"
-            raise Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
-                          reason=withheld.reason, rule="release-unchecked", package=name.full,
-                          version=version, status_text=f"Forbidden: mirrorgate denied {label} "
-                          "(release signals)") from None
+                              await self._survivors(name, gated, policy_of(request)),
+                              self.contact) from None
+            raise self._release_withheld(name, record, withheld) from None
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
                         version=version, kind=error.kind, detail=str(error))
@@ -375,7 +399,8 @@ class TarballRoute:
             # were refused, or, in report mode, said so: the worker says it again)
             agreed = record.license_read is not None and not record.license_read.report
             self._enqueue(name, record, url, verified.size, published,
-                          hand_over=lambda: self._hand_over(key, url, verified, agreed))
+                          hand_over=lambda: self._hand_over(key, url, verified, agreed),
+                          policy=policy_of(request))
         return answer
 
     async def _hand_over(self, key: tuple[str, str, str | None], url: str,
@@ -411,11 +436,14 @@ class TarballRoute:
 
     def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
                  published: str | None, *,
-                 hand_over: Callable[[], Awaitable[None]] | None = None) -> bool:
+                 hand_over: Callable[[], Awaitable[None]] | None = None,
+                 policy: str | None = None) -> bool:
         """Enqueue the version's job (`mirror_job`, with the size relayed) in a background task:
         the response never waits on the queue and never fails because of it. `hand_over` runs
         in that task before the job is sent, so the worker finds the bytes when the job comes.
-        False when no job is sent (one was sent in the window, or none can be made)."""
+        A pull under a policy set (`policy`) sends one only if the default rules admit the
+        version too. False when no job is sent (one was sent in the window, or none can be
+        made)."""
         if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
             log.debug("job_recently_enqueued", package=name.full, version=record.version)
             return False
@@ -425,7 +453,8 @@ class TarballRoute:
             log.warning("job_not_enqueued", package=name.full, version=record.version,
                         reason=str(error))
             return False
-        task = asyncio.get_running_loop().create_task(self._send(job, hand_over))
+        task = asyncio.get_running_loop().create_task(self._send(
+            job, hand_over, name if policy is not None else None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if self.on_enqueued is not None:
@@ -433,7 +462,11 @@ class TarballRoute:
         return True
 
     async def _send(self, job: MirrorJob,
-                    hand_over: Callable[[], Awaitable[None]] | None = None) -> None:
+                    hand_over: Callable[[], Awaitable[None]] | None = None,
+                    judged: PackageName | None = None) -> None:
+        if judged is not None and self.mirrored is not None \
+                and not await self._default_admits(judged, job):
+            return
         if hand_over is not None:
             try:
                 await hand_over()
@@ -450,6 +483,24 @@ class TarballRoute:
                 job = dataclasses.replace(job, traceparent=parent)
             taken = await self._enqueue_now(job)
             span.set("mirrorgate.taken", taken)
+
+    async def _default_admits(self, name: PackageName, job: MirrorJob) -> bool:
+        """Whether a version pulled under a policy set may be mirrored: the worker re-gates a
+        job with the default rules, and a version only a laxer set admits would reach it as a
+        job the rules deny, which reads as a forged one. Such a version is served from public
+        to its set's clients, and mirrored at a pull once the default rules admit it."""
+        assert self.mirrored is not None
+        try:
+            admitted = await self.mirrored(name, job.version)
+        except Exception as error:  # an upstream failed: the next pull enqueues it again
+            admitted, why = False, f"{type(error).__name__}: {error}"
+        else:
+            why = "the default rules do not admit it (pulled under a policy set)"
+        if not admitted:
+            log.info("job_not_enqueued", package=job.name, version=job.version, reason=why)
+            self._enqueued.pop(job.label, None)
+            self._withdraw_handoff(job)
+        return admitted
 
     async def _enqueue_now(self, job: MirrorJob) -> bool:
         try:
@@ -505,6 +556,21 @@ def _checked(verifier: StreamVerifier | None) -> str | None:
     """The digest a relay checks its bytes against, in its spool's key: bytes admitted under
     another digest (a packument changed meanwhile) are another download."""
     return verifier.expected.sri() if verifier is not None else None
+
+
+def _ends(refused: Refused) -> float | None:
+    """When a refusal said it ends (a cooldown's, a quarantine's moment), for the pull log."""
+    said = refused.fields.get("installable_at") or refused.fields.get("until")
+    try:
+        return datetime.fromisoformat(said).timestamp() if isinstance(said, str) else None
+    except ValueError:
+        return None
+
+
+def _who(request: web.Request) -> str:
+    """The client as the pull log names it: its name (and its CI identity), never its token."""
+    client = request.get(CLIENT)
+    return client.who if client is not None else "anonymous"
 
 
 def _integrity(record: VersionRecord) -> str:

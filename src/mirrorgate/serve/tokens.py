@@ -1,8 +1,9 @@
 """Who may use the proxy: the client tokens file, parsed, matched and re-read when it changes.
 
-`MIRRORGATE_CLIENT_TOKENS_FILE` holds one client per line, `NAME sha256:HEX [publish:NAMES]`.
-Only digests are stored, so the file (a Kubernetes Secret) never holds a usable token. A line
-`NAME ISSUER CLAIM=VALUE... [publish:NAMES]` grants the same to a CI's ID tokens (`claims`).
+`MIRRORGATE_CLIENT_TOKENS_FILE` holds one client per line, `NAME sha256:HEX [publish:NAMES]
+[policy:NAME]`. Only digests are stored, so the file (a Kubernetes Secret) never holds a usable
+token. A line `NAME ISSUER CLAIM=VALUE... [publish:NAMES] [policy:NAME]` grants the same to a
+CI's ID tokens (`claims`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import structlog
 
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.rules.patterns import PatternList, parse_pattern
+from mirrorgate.rules.policy import POLICY_NAME, Rules
 from mirrorgate.serve.claims import (
     MAX_ISSUERS,
     ClaimMapping,
@@ -30,6 +32,7 @@ from mirrorgate.serve.claims import (
 )
 
 __all__ = [
+    "POLICY",
     "PUBLISH",
     "Client",
     "ClientTokens",
@@ -39,6 +42,7 @@ __all__ = [
     "new_token",
     "parse_clients",
     "parse_tokens_file",
+    "policy_problem",
     "token_line",
 ]
 
@@ -49,6 +53,10 @@ PUBLISH = "publish"
 `[publish] names` takes them) this client may publish, deprecate, tag and unpublish
 (`serve.publishing`). A grant always names its packages: a bare `publish`, which reached every
 name `[publish] names` covers, let one leaked CI token rewrite every team's packages."""
+
+POLICY = "policy"
+"""The optional `policy:NAME` column: the rules file's `[policy.NAME]` judges what this client
+installs (docs/configuration.md#policy-sets); a client without one gets the default rules."""
 
 POLL_SECONDS = 2.0
 """How often the file's identity is checked: a rotated Secret is in force within 10 s."""
@@ -64,14 +72,16 @@ class ClientTokensError(MirrorgateError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """One client: its name (in logs and `npm whoami`), its token's digest, and the names it
-    may write (none: a reader). A client signed in with an ID token has the name of the issuer
-    line that let it in, no digest, and the `identity` its claims name."""
+    """One client: its name (in logs and `npm whoami`), its token's digest, the names it may
+    write (none: a reader) and the policy set it is judged by (None: the default rules). A
+    client signed in with an ID token has the name of the issuer line that let it in, no
+    digest, and the `identity` its claims name."""
 
     name: str
     digest: bytes
     publish: PatternList = field(default_factory=PatternList)
     identity: Identity | None = None
+    policy: str | None = None
 
     def may_write(self, package: str) -> bool:
         return self.publish.covers_name(package)
@@ -105,6 +115,34 @@ class TokensFile:
     def issuers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(m.issuer for m in self.mappings))
 
+    def policies(self) -> dict[str, list[str]]:
+        """Each policy set a line names, with the names of the lines that name it: the static
+        clients', then the issuer lines', each in file order."""
+        named: dict[str, list[str]] = {}
+        lines: list[Client | ClaimMapping] = [*self.clients, *self.mappings]
+        for line in lines:
+            if line.policy is not None:
+                named.setdefault(line.policy, []).append(line.name)
+        return named
+
+
+def policy_problem(found: TokensFile, rules: Rules, tokens: str) -> str | None:
+    """Why the tokens file `found` (read from `tokens`) cannot be used beside `rules` (None:
+    it can): a line names a policy set the rules file does not define. Checked at start and
+    whenever either file is read again, so a client is never judged by rules nobody wrote."""
+    missing = {policy: lines for policy, lines in found.policies().items()
+               if policy not in rules.policies}
+    if not missing:
+        return None
+    source = ("no rules file (MIRRORGATE_RULES_FILE is unset)" if rules.source == "<defaults>"
+              else f"the rules file {rules.source}")
+    named = "; ".join(f"policy:{policy} (on the line of {', '.join(lines)})"
+                      for policy, lines in sorted(missing.items()))
+    defined = ", ".join(sorted(rules.policies)) or "none"
+    return (f"the tokens file {tokens} names {named}, which {source} does not define "
+            f"(its policy sets: {defined}); add [policy.NAME] tables there, or take the "
+            "policy: column off those lines")
+
 
 def parse_clients(text: str, source: str) -> tuple[Client, ...]:
     """The static clients a tokens file lists; raises ClientTokensError naming the first bad
@@ -126,7 +164,8 @@ def parse_tokens_file(text: str, source: str) -> TokensFile:
         where = f"{source} line {number}"
         words = line.split()
         if len(words) < 2:
-            raise ClientTokensError(f"{where}: expected `NAME sha256:HEX [publish:NAMES]`, "
+            raise ClientTokensError(f"{where}: expected `NAME sha256:HEX [publish:NAMES] "
+                                    "[policy:NAME]`, "
                                     "e.g. `ci-builds sha256:<64 hex digits>` (`mirrorgate token "
                                     "new NAME` prints one)")
         name, digest_text, *grants = words
@@ -147,19 +186,19 @@ def parse_tokens_file(text: str, source: str) -> TokensFile:
             raise ClientTokensError(f"{where}: the second column must be `sha256:` and 64 hex "
                                     "digits (the digest of the token, never the token itself), "
                                     "or an issuer's https:// URL")
-        publish = _grant(where, grants)
+        publish, policy = _grants(where, grants)
         digest = bytes.fromhex(match.group(1))
         if digest in digests:
             raise ClientTokensError(f"{where}: this digest is already another client's; give "
                                     "every client a token of its own")
         names.add(name)
         digests.add(digest)
-        clients.append(Client(name, digest, publish))
+        clients.append(Client(name, digest, publish, policy=policy))
     return TokensFile(tuple(clients), tuple(mappings))
 
 
 def _mapping(where: str, name: str, issuer: str, words: list[str]) -> ClaimMapping:
-    """An issuer line's mapping (`NAME ISSUER CLAIM=VALUE... [publish:NAMES]`)."""
+    """An issuer line's mapping (`NAME ISSUER CLAIM=VALUE... [publish:NAMES] [policy:NAME]`)."""
     problem = issuer_problem(issuer)
     if problem is not None:
         raise ClientTokensError(f"{where}: {problem}")
@@ -170,21 +209,45 @@ def _mapping(where: str, name: str, issuer: str, words: list[str]) -> ClaimMappi
     if grants and any("=" in word for word in words[words.index(grants[0]):]):
         raise ClientTokensError(f"{where}: the grant comes last, after the conditions: "
                                 "`NAME ISSUER repository=acme/* publish:@acme/*`")
-    return ClaimMapping(name, issuer, conditions, _grant(where, grants))
+    publish, policy = _grants(where, grants)
+    return ClaimMapping(name, issuer, conditions, publish, policy)
 
 
-def _grant(where: str, words: list[str]) -> PatternList:
-    """The names a line's third column grants (`publish:@team/*,team-*`); raises
-    ClientTokensError saying what to write instead."""
-    if not words:
-        return PatternList()
+def _grants(where: str, words: list[str]) -> tuple[PatternList, str | None]:
+    """What a line's last columns say: the names it may publish (`publish:@team/*,team-*`) and
+    its policy set (`policy:payments`), each at most once; raises ClientTokensError saying what
+    to write instead."""
+    publish: PatternList | None = None
+    policy: str | None = None
+    for word in words:
+        kind, _colon, value = word.partition(":")
+        if kind == POLICY and policy is None:
+            policy = _policy(where, value)
+        elif kind == PUBLISH and publish is None:
+            publish = _grant(where, word)
+        elif kind in (POLICY, PUBLISH):
+            raise ClientTokensError(f"{where}: `{kind}:` is given twice; a line has one "
+                                    f"`publish:NAMES` and one `policy:NAME` at most")
+        else:
+            raise ClientTokensError(f"{where}: unknown permission {kind[:40]!r}; after the "
+                                    "digest (or the conditions) a line may hold "
+                                    "`publish:@team-a/*,team-a-*` and `policy:NAME`")
+    return publish if publish is not None else PatternList(), policy
+
+
+def _policy(where: str, name: str) -> str:
+    if POLICY_NAME.fullmatch(name) is None:
+        raise ClientTokensError(f"{where}: `policy:` names a policy set of the rules file "
+                                f"([policy.NAME]), e.g. `policy:payments`; {name[:40]!r} is "
+                                "not one (lowercase letters, digits, `-` and `_`)")
+    return name
+
+
+def _grant(where: str, word: str) -> PatternList:
+    """The names a `publish:@team/*,team-*` column grants; raises ClientTokensError saying
+    what to write instead."""
     example = "publish:@team-a/*,team-a-*"
-    if len(words) > 1:
-        raise ClientTokensError(f"{where}: one grant after the digest, e.g. `{example}`")
-    kind, colon, listed = words[0].partition(":")
-    if kind != PUBLISH:
-        raise ClientTokensError(f"{where}: unknown permission {kind[:40]!r}; the third column "
-                                f"may only hold `{example}`")
+    _kind, colon, listed = word.partition(":")
     if not colon or not listed.strip(","):
         raise ClientTokensError(f"{where}: `publish` must name the packages this client may "
                                 f"write, e.g. `{example}` (patterns as [publish] names takes "
@@ -246,19 +309,30 @@ def _ignore(_reason: str) -> None:
 class ClientTokens:
     """The clients in force, matched in constant time, re-read when the file changes: a file
     unusable at start refuses start-up, a bad rewrite later leaves the last good set in force
-    (logged, and counted through `on_reload_failed`)."""
+    (logged, and counted through `on_reload_failed`). `check` says what else makes a file
+    unusable (the process: a policy set the rules do not define, `policy_problem`)."""
 
-    def __init__(self, path: Path, *, on_reload_failed: Callable[[str], None] = _ignore) -> None:
+    def __init__(self, path: Path, *, on_reload_failed: Callable[[str], None] = _ignore,
+                 check: Callable[[TokensFile], str | None] = lambda _file: None) -> None:
         """Reads `path` now; raises ClientTokensError when it cannot be used."""
         self.path = path
         self._on_reload_failed = on_reload_failed
         self._identity, self._file = _read(path)
+        self.check = check
+        problem = check(self._file)
+        if problem is not None:
+            raise ClientTokensError(problem)
         self._failed: _Identity | None = None
         self._problem: str | None = None
 
     @property
     def clients(self) -> tuple[Client, ...]:
         return self._file.clients
+
+    @property
+    def file(self) -> TokensFile:
+        """What the file in force holds."""
+        return self._file
 
     @property
     def mappings(self) -> tuple[ClaimMapping, ...]:
@@ -285,6 +359,9 @@ class ClientTokens:
             if identity in (self._identity, self._failed):
                 return False
             identity, read = _read(self.path)
+            unusable = self.check(read)
+            if unusable is not None:
+                raise ClientTokensError(unusable)
         except OSError as error:
             problem = f"cannot read {self.path}: {error.strerror}"
         except ClientTokensError as error:

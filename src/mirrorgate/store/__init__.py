@@ -7,7 +7,9 @@ MIRRORGATE_DATA_DIR. Each is imported only when chosen (asyncpg is the `postgres
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from mirrorgate.config import Settings
 from mirrorgate.store.records import (
@@ -18,15 +20,20 @@ from mirrorgate.store.records import (
     PULL_COLUMNS,
     WITHDRAWN,
     Changes,
+    Exposure,
     Fact,
     MigrationError,
+    Pruned,
     Pull,
     PullRow,
+    RefusalRow,
     Store,
     StoreInfo,
+    StoreRefusedError,
     StoreSetupError,
     StoreUnavailableError,
     Verdict,
+    storable_row,
 )
 from mirrorgate.store.waivers import Waiver
 
@@ -38,20 +45,27 @@ __all__ = [
     "PULL_COLUMNS",
     "WITHDRAWN",
     "Changes",
+    "Exposure",
     "Fact",
     "MigrationError",
+    "Pruned",
     "Pull",
     "PullRow",
+    "RefusalRow",
     "Store",
     "StoreInfo",
+    "StoreRefusedError",
     "StoreSetupError",
     "StoreUnavailableError",
     "Verdict",
     "describe_store",
     "open_store",
     "probe_store",
-    "read_waivers",
+    "read_store",
+    "storable_row",
 ]
+
+T = TypeVar("T")
 
 
 def describe_store(settings: Settings) -> tuple[str, str]:
@@ -93,18 +107,19 @@ async def probe_store(settings: Settings) -> dict[str, object]:
     return shown
 
 
-async def read_waivers(settings: Settings) -> list[Waiver]:
-    """The waivers in force now, for an operator command that judges as the proxy does
-    (`check`, `prewarm`, `audit`); none when the store is not created yet, and nothing is
-    created or migrated to find out. Raises StoreUnavailableError."""
-    from datetime import UTC, datetime
-
+async def read_store(settings: Settings, read: Callable[[Store], Awaitable[T]]) -> T | None:
+    """`read` run on the store `settings` choose, for an operator command that judges as the
+    proxy does (`check`, `prewarm`, `audit`); None when the store is not created yet, and
+    nothing is created or migrated to find out. Raises StoreUnavailableError."""
     from mirrorgate.store.schema import LATEST
 
     if (await probe_store_schema(settings)) != LATEST:
-        return []
-    now = datetime.now(UTC)
-    return [waiver for waiver in await _stored_waivers(settings) if waiver.active(now)]
+        return None
+    store = await open_store(settings)
+    try:
+        return await read(store)
+    finally:
+        await store.close()
 
 
 async def probe_store_schema(settings: Settings) -> int:
@@ -130,7 +145,14 @@ async def _stored_waivers(settings: Settings) -> list[Waiver]:
 
 async def open_store(settings: Settings) -> Store:
     """The store `settings` choose, connected and migrated. Raises StoreUnavailableError when
-    it does not answer, StoreSetupError (MigrationError) when it cannot be used as it is."""
+    it does not answer, StoreSetupError (MigrationError) when it cannot be used as it is: an
+    empty store that MIRRORGATE_DATA_DIR says was held before included (`store.marker`)."""
+    from mirrorgate.store import marker
+
+    data_dir = Path(settings.data_dir)
+    _kind, where = describe_store(settings)
+    refuse_empty = marker.refusal(data_dir, where)
+    store: Store
     if settings.database_url is not None:
         try:
             from mirrorgate.store.postgres import open_postgres
@@ -138,7 +160,10 @@ async def open_store(settings: Settings) -> Store:
             raise StoreSetupError(
                 f"MIRRORGATE_DATABASE_URL needs the postgres extra ({error.name} is missing); "
                 "install it with: pip install 'mirrorgate[postgres]'") from None
-        return await open_postgres(settings.database_url.reveal())
-    from mirrorgate.store.sqlite import FILENAME, open_sqlite
+        store = await open_postgres(settings.database_url.reveal(), refuse_empty=refuse_empty)
+    else:
+        from mirrorgate.store.sqlite import FILENAME, open_sqlite
 
-    return await open_sqlite(Path(settings.data_dir) / FILENAME)
+        store = await open_sqlite(data_dir / FILENAME, refuse_empty=refuse_empty)
+    marker.remember(data_dir, where)
+    return store

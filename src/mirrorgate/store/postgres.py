@@ -16,10 +16,15 @@ import asyncpg
 from mirrorgate.config import PasswordUrl
 from mirrorgate.store.records import (
     Changes,
+    Exposure,
     Fact,
+    Pruned,
     Pull,
     PullRow,
+    RefusalRow,
     StoreInfo,
+    StoreRefusedError,
+    StoreSetupError,
     StoreUnavailableError,
     Verdict,
     identity_filters,
@@ -91,7 +96,9 @@ class PostgresStore:
         except _DOWN as error:
             raise self._unavailable(error) from None
 
-    async def migrate(self) -> int:
+    async def migrate(self, *, refuse_empty: str | None = None) -> int:
+        """Apply the migrations after the store's number; with `refuse_empty`, an empty store
+        is not created but refused with that message (`store.marker`)."""
         async def work(db: asyncpg.Connection) -> int:
             async with db.transaction():
                 # one replica migrates; the others wait here, then find the work done
@@ -102,6 +109,8 @@ class PostgresStore:
                                               "FROM schema_version"))
                 if found > LATEST:
                     raise newer_than_known(found, self.where)
+                if found == 0 and refuse_empty is not None:
+                    raise StoreSetupError(refuse_empty)
                 for migration in MIGRATIONS:
                     if migration.version <= found:
                         continue
@@ -178,45 +187,144 @@ class PostgresStore:
         async def work(db: asyncpg.Connection) -> None:
             async with db.transaction():
                 await db.executemany(_INSERT_PULLS, rows)
-        await self._call(work)
+        await self._call_refusing(work)
+
+    async def _call_refusing(self, work: Any) -> Any:
+        """`_call`, with a value the server (or asyncpg's encoder) cannot take, a NUL in a
+        text, raised as StoreRefusedError, and any other error of the server's (a table
+        dropped, a right revoked) as the store not answering: the rows wait."""
+        try:
+            return await self._call(work)
+        except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as error:
+            raise StoreRefusedError(f"the state store at {self.where} refused the rows: "
+                                    f"{type(error).__name__}: {error}"[:500]) from None
+        except asyncpg.PostgresError as error:
+            raise self._unavailable(error) from None
+
+    async def add_refusals(self, rows: Sequence[RefusalRow]) -> None:
+        if not rows:
+            return
+
+        async def work(db: asyncpg.Connection) -> None:
+            async with db.transaction():
+                await db.executemany(
+                    "INSERT INTO refusals (client, name, version, rule, hour, integrity, "
+                    "first_at, last_at, pulls, request_id, until_at) VALUES ($1, $2, $3, $4, "
+                    "to_timestamp($5), $6, to_timestamp($7), to_timestamp($8), $9, $10, "
+                    "to_timestamp($11)) "
+                    "ON CONFLICT (client, name, version, rule, hour) DO UPDATE SET "
+                    "pulls = refusals.pulls + excluded.pulls, "
+                    "first_at = least(refusals.first_at, excluded.first_at), "
+                    "last_at = greatest(refusals.last_at, excluded.last_at), "
+                    "until_at = excluded.until_at", rows)
+        await self._call_refusing(work)
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
                     client: str | None = None, since: datetime | None = None,
                     limit: int = 10_000, until: datetime | None = None,
                     identity: Mapping[str, str] | None = None) -> list[Pull]:
-        where: list[str] = []
-        parameters: list[Any] = []
-        for column, sign, value in (("name", "=", name), ("version", "=", version),
-                                    ("client", "=", client), ("at", ">=", since),
-                                    ("at", "<", until),
-                                    *((c, "=", v) for c, v in identity_filters(identity))):
-            if value is not None:
-                parameters.append(value)
-                where.append(f"{column} {sign} ${len(parameters)}")
+        where, parameters = _where(name, version, client, since, "at", until=until,
+                                   identity=identity)
         parameters.append(limit)
-        # the column names are this module's own; every value is a parameter
         query = ("SELECT client, name, version, integrity, source, at, request_id, "
                  "client_name, repository, ref, workflow, sha1, license, verdict "
-                 "FROM pulls"
-                 + (" WHERE " + " AND ".join(where) if where else "")
-                 + f" ORDER BY at, id LIMIT ${len(parameters)}")
+                 "FROM pulls" + where + f" ORDER BY at, id LIMIT ${len(parameters)}")
 
         async def work(db: asyncpg.Connection) -> list[Pull]:
             return [Pull(*row) for row in await db.fetch(query, *parameters)]
         found: list[Pull] = await self._call(work)
         return found
 
-    async def prune_pulls(self, before: datetime) -> int:
-        async def work(db: asyncpg.Connection) -> int:
-            status = await db.execute("DELETE FROM pulls WHERE at < $1", before)
-            return int(status.split()[-1])
-        gone: int = await self._call(work)
-        return gone
+    async def pulled(self, *, name: str | None = None, version: str | None = None,
+                     client: str | None = None, since: datetime | None = None,
+                     limit: int = 10_000) -> list[Exposure]:
+        where, parameters = _where(name, version, client, since, "at")
+        parameters.append(limit)
+        return await self._exposures(
+            "SELECT client, name, version, min(at), max(at), count(*), "
+            "array_agg(DISTINCT source), array_agg(DISTINCT integrity) "
+            "FROM pulls" + where + " GROUP BY client, name, version "
+            f"ORDER BY name, version, min(at), client LIMIT ${len(parameters)}", parameters)
+
+    async def refused(self, *, name: str | None = None, version: str | None = None,
+                      client: str | None = None, since: datetime | None = None,
+                      limit: int = 10_000) -> list[Exposure]:
+        where, parameters = _where(name, version, client, since, "last_at")
+        parameters.append(limit)
+        return await self._exposures(
+            "SELECT client, name, version, min(first_at), max(last_at), sum(pulls), "
+            "array_agg(DISTINCT 'refused:' || rule), array_agg(DISTINCT integrity) "
+            "FROM refusals" + where + " GROUP BY client, name, version "
+            f"ORDER BY name, version, min(first_at), client LIMIT ${len(parameters)}",
+            parameters)
+
+    async def _exposures(self, query: str, parameters: list[Any]) -> list[Exposure]:
+        async def work(db: asyncpg.Connection) -> list[Exposure]:
+            return [Exposure(row[0], row[1], row[2], row[3], row[4], int(row[5]),
+                             tuple(sorted(row[6])), tuple(sorted(row[7])))
+                    for row in await db.fetch(query, *parameters)]
+        found: list[Exposure] = await self._call(work)
+        return found
+
+    async def refusal_counts(self, now: datetime) -> tuple[int, int]:
+        async def work(db: asyncpg.Connection) -> tuple[int, int]:
+            row = await db.fetchrow(
+                "SELECT count(DISTINCT (name, version)) FILTER (WHERE until_at IS NULL), "
+                "count(DISTINCT (name, version)) FILTER (WHERE until_at > $1) FROM refusals",
+                now)
+            assert row is not None  # an aggregate always answers one row
+            return int(row[0]), int(row[1])
+        counts: tuple[int, int] = await self._call(work)
+        return counts
+
+    async def prune_pulls(self, before: datetime, max_records: int) -> Pruned:
+        async def work(db: asyncpg.Connection) -> Pruned:
+            async with db.transaction():
+                by_age = _deleted(await db.execute("DELETE FROM pulls WHERE at < $1", before))
+                by_age += _deleted(await db.execute("DELETE FROM refusals WHERE last_at < $1",
+                                                    before))
+                refusals = int(await db.fetchval("SELECT count(*) FROM refusals"))
+                served = int(await db.fetchval("SELECT count(*) FROM pulls"))
+                over = refusals + served - max_records
+                by_size = 0
+                if over > 0:  # refusals first: no flood of them pushes a served pull out
+                    by_size = _deleted(await db.execute(
+                        "DELETE FROM refusals WHERE ctid IN (SELECT ctid FROM refusals "
+                        "ORDER BY hour LIMIT $1)", over))
+                    if over > by_size:
+                        by_size += _deleted(await db.execute(
+                            "DELETE FROM pulls WHERE id IN (SELECT id FROM pulls ORDER BY id "
+                            "LIMIT $1)", over - by_size))
+            return Pruned(by_age, by_size, refusals + served - by_size)
+        pruned: Pruned = await self._call(work)
+        return pruned
 
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+def _where(name: str | None, version: str | None, client: str | None,
+           since: datetime | None, time_column: str, *, until: datetime | None = None,
+           identity: Mapping[str, str] | None = None) -> tuple[str, list[Any]]:
+    """The WHERE clause of a pull log read and its parameters (`since` included, `until` not;
+    `identity` on the served pulls only): the column names are this module's own
+    (`identity_filters` admits no other), every value a parameter."""
+    where: list[str] = []
+    parameters: list[Any] = []
+    for column, sign, value in (("name", "=", name), ("version", "=", version),
+                                ("client", "=", client), (time_column, ">=", since),
+                                (time_column, "<", until),
+                                *((c, "=", v) for c, v in identity_filters(identity))):
+        if value is not None:
+            parameters.append(value)
+            where.append(f"{column} {sign} ${len(parameters)}")
+    return (" WHERE " + " AND ".join(where) if where else ""), parameters
+
+
+def _deleted(status: str) -> int:
+    return int(status.split()[-1])  # "DELETE 12"
 
 
 async def read_schema(url: str) -> int:
@@ -234,11 +342,12 @@ async def read_schema(url: str) -> int:
     return found
 
 
-async def open_postgres(url: str) -> PostgresStore:
-    """The store at `url`, migrated; raises StoreUnavailableError or MigrationError."""
+async def open_postgres(url: str, *, refuse_empty: str | None = None) -> PostgresStore:
+    """The store at `url`, migrated; raises StoreUnavailableError or StoreSetupError
+    (MigrationError, or `refuse_empty` for an empty store)."""
     store = PostgresStore(url)
     try:
-        await store.migrate()
+        await store.migrate(refuse_empty=refuse_empty)
     except BaseException:
         await store.close()
         raise

@@ -70,12 +70,55 @@ MIGRATIONS: tuple[Migration, ...] = (
             CREATE INDEX pulls_by_client ON pulls (client, at);
             CREATE INDEX pulls_by_time ON pulls (at);
         """),
+    # refused pulls folded per (client, name, version, rule, hour): one client repeating a
+    # refused pull wrote a row a pull (1,100 to 2,400 a second), and the exposure warning,
+    # reading a version's oldest rows, found refusals where the build's served pull was
+    # (docs/exposure.md); the refusals already logged are folded on the way
+    Migration(
+        2, "refused pulls counted per hour, apart from the served ones",
+        sqlite="""
+            CREATE TABLE refusals (
+                client TEXT NOT NULL, name TEXT NOT NULL, version TEXT NOT NULL,
+                rule TEXT NOT NULL, hour REAL NOT NULL, integrity TEXT NOT NULL,
+                first_at REAL NOT NULL, last_at REAL NOT NULL, pulls INTEGER NOT NULL,
+                request_id TEXT NOT NULL, until_at REAL,
+                PRIMARY KEY (client, name, version, rule, hour));
+            CREATE INDEX refusals_by_version ON refusals (name, version, hour);
+            CREATE INDEX refusals_by_time ON refusals (hour);
+            INSERT INTO refusals
+                SELECT client, name, version, substr(source, 9),
+                       CAST(at / 3600 AS INTEGER) * 3600.0, min(integrity), min(at), max(at),
+                       count(*), min(request_id), NULL
+                FROM pulls WHERE source LIKE 'refused:%'
+                GROUP BY client, name, version, substr(source, 9),
+                         CAST(at / 3600 AS INTEGER);
+            DELETE FROM pulls WHERE source LIKE 'refused:%';
+        """,
+        postgres="""
+            CREATE TABLE refusals (
+                client TEXT NOT NULL, name TEXT NOT NULL, version TEXT NOT NULL,
+                rule TEXT NOT NULL, hour TIMESTAMPTZ NOT NULL, integrity TEXT NOT NULL,
+                first_at TIMESTAMPTZ NOT NULL, last_at TIMESTAMPTZ NOT NULL,
+                pulls BIGINT NOT NULL, request_id TEXT NOT NULL, until_at TIMESTAMPTZ,
+                PRIMARY KEY (client, name, version, rule, hour));
+            CREATE INDEX refusals_by_version ON refusals (name, version, hour);
+            CREATE INDEX refusals_by_time ON refusals (hour);
+            INSERT INTO refusals
+                SELECT client, name, version, substr(source, 9),
+                       to_timestamp(floor(extract(epoch FROM at) / 3600) * 3600),
+                       min(integrity), min(at), max(at), count(*), min(request_id), NULL
+                FROM pulls WHERE source LIKE 'refused:%'
+                GROUP BY client, name, version, substr(source, 9),
+                         floor(extract(epoch FROM at) / 3600);
+            DELETE FROM pulls WHERE source LIKE 'refused:%';
+        """),
     # what a bill of materials needs of a pull (`mirrorgate sbom`, docs/licenses.md): the
     # client's name apart from its CI identity, that identity's fields, the sha1 beside the
     # integrity, the declared license and the verdict it was served under; older rows have
-    # none of them (NULL), and are listed without
+    # none of them (NULL), and are listed without. Served pulls only: a refused pull installed
+    # nothing, and is a count in `refusals` (migration 2)
     Migration(
-        2, "the pull log's components and CI identities",
+        3, "the pull log's components and CI identities",
         sqlite="""
             ALTER TABLE pulls ADD COLUMN client_name TEXT;
             ALTER TABLE pulls ADD COLUMN repository TEXT;

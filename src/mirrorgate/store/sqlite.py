@@ -7,6 +7,7 @@ file, and each sees the other's writes through `changes` (docs/state-store.md).
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,11 +18,15 @@ from typing import Any, TypeVar
 from mirrorgate.store.records import (
     PULL_COLUMNS,
     Changes,
+    Exposure,
     Fact,
-    MigrationError,
+    Pruned,
     Pull,
     PullRow,
+    RefusalRow,
     StoreInfo,
+    StoreRefusedError,
+    StoreSetupError,
     StoreUnavailableError,
     Verdict,
     identity_filters,
@@ -41,10 +46,19 @@ _INSERT_PULLS = ("INSERT OR FAIL INTO pulls (client, name, version, integrity, s
                  "request_id, client_name, repository, ref, workflow, sha1, license, verdict) "
                  "VALUES ")  # PULL_COLUMNS
 _PULL_VALUES = "(" + ", ".join("?" * len(PULL_COLUMNS)) + ")"
-_ROWS_PER_INSERT = 200  # statements of 2,800 parameters: under every SQLite's default limit
 _SELECT_PULLS = ("SELECT client, name, version, integrity, source, at, request_id, "
                  "client_name, repository, ref, workflow, sha1, license, verdict FROM pulls")
+_ADD_REFUSAL = ("INSERT INTO refusals (client, name, version, rule, hour, integrity, first_at, "
+                "last_at, pulls, request_id, until_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (client, name, version, rule, hour) DO UPDATE SET "
+                "pulls = pulls + excluded.pulls, first_at = min(first_at, excluded.first_at), "
+                "last_at = max(last_at, excluded.last_at), until_at = excluded.until_at")
+_ROWS_PER_INSERT = 200  # statements of 2,800 parameters: under every SQLite's default limit
 _Row = tuple[str, tuple[Any, ...]]  # a statement and its parameters
+# what a row's own values raise: a constraint, a value the module cannot bind (a lone
+# surrogate cannot be encoded: UnicodeEncodeError, a ValueError), an integer too large
+_REFUSED = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError,
+            sqlite3.ProgrammingError, ValueError, OverflowError, TypeError)
 
 
 def _statements(script: str) -> list[str]:
@@ -97,7 +111,9 @@ class SqliteStore:
             self._db = db
         return self._db
 
-    async def migrate(self) -> int:
+    async def migrate(self, *, refuse_empty: str | None = None) -> int:
+        """Apply the migrations after the store's number; with `refuse_empty`, an empty store
+        is not created but refused with that message (`store.marker`)."""
         def work(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it
             try:
@@ -106,6 +122,8 @@ class SqliteStore:
                 found = int(row[0] or 0)
                 if found > LATEST:
                     raise newer_than_known(found, str(self.path))
+                if found == 0 and refuse_empty is not None:
+                    raise StoreSetupError(refuse_empty)
                 for migration in MIGRATIONS:
                     if migration.version <= found:
                         continue
@@ -124,7 +142,7 @@ class SqliteStore:
 
         try:
             self._schema = await self._run(work)
-        except MigrationError:
+        except StoreSetupError:
             raise
         return self._schema
 
@@ -216,36 +234,42 @@ class SqliteStore:
             per = max(1, min(_ROWS_PER_INSERT,
                              db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
                              // len(PULL_COLUMNS)))
-            db.execute("BEGIN IMMEDIATE")
-            try:
+
+            def write() -> None:
                 for start in range(0, len(rows), per):
                     part = rows[start:start + per]
                     db.execute(_INSERT_PULLS + ",".join([_PULL_VALUES] * len(part)),
                                [value for row in part for value in row])
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+            self._refusing(db, write)
         await self._run(work)
+
+    def _refusing(self, db: sqlite3.Connection, write: Callable[[], object]) -> None:
+        """`write` in one write transaction; what the rows' own values raise (they would
+        fail again) as StoreRefusedError, the rest as the store failing (`_run`)."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            write()
+            db.execute("COMMIT")
+        except _REFUSED as error:
+            db.execute("ROLLBACK")
+            raise StoreRefusedError(f"the state store {self.path} refused the rows: "
+                                    f"{type(error).__name__}: {error}"[:500]) from None
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    async def add_refusals(self, rows: Sequence[RefusalRow]) -> None:
+        if rows:
+            await self._run(lambda db: self._refusing(
+                db, lambda: db.executemany(_ADD_REFUSAL, rows)))
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
                     client: str | None = None, since: datetime | None = None,
                     limit: int = 10_000, until: datetime | None = None,
                     identity: Mapping[str, str] | None = None) -> list[Pull]:
-        where: list[str] = []
-        parameters: list[str | float] = []
-        for column, value in (("name", name), ("version", version), ("client", client),
-                              *identity_filters(identity)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                parameters.append(value)
-        for bound, sign in ((since, ">="), (until, "<")):
-            if bound is not None:
-                where.append(f"at {sign} ?")
-                parameters.append(bound.timestamp())
-        # the column names are this module's own; every value is a parameter
-        query = (_SELECT_PULLS + (" WHERE " + " AND ".join(where) if where else "")
-                 + " ORDER BY at, id LIMIT ?")
+        where, parameters = _where(name, version, client, since, "at", until=until,
+                                   identity=identity)
+        query = _SELECT_PULLS + where + " ORDER BY at, id LIMIT ?"
 
         def work(db: sqlite3.Connection) -> list[Pull]:
             return [Pull(row[0], row[1], row[2], row[3], row[4],
@@ -253,9 +277,68 @@ class SqliteStore:
                     for row in db.execute(query, (*parameters, limit))]
         return await self._run(work)
 
-    async def prune_pulls(self, before: datetime) -> int:
-        def work(db: sqlite3.Connection) -> int:
-            return db.execute("DELETE FROM pulls WHERE at < ?", (before.timestamp(),)).rowcount
+    async def pulled(self, *, name: str | None = None, version: str | None = None,
+                     client: str | None = None, since: datetime | None = None,
+                     limit: int = 10_000) -> list[Exposure]:
+        where, parameters = _where(name, version, client, since, "at")
+        return await self._exposures(
+            "SELECT client, name, version, min(at), max(at), count(*), "
+            "json_group_array(DISTINCT source), json_group_array(DISTINCT integrity) "
+            "FROM pulls" + where + " GROUP BY client, name, version "
+            "ORDER BY name, version, min(at), client LIMIT ?", [*parameters, limit])
+
+    async def refused(self, *, name: str | None = None, version: str | None = None,
+                      client: str | None = None, since: datetime | None = None,
+                      limit: int = 10_000) -> list[Exposure]:
+        where, parameters = _where(name, version, client, since, "last_at")
+        return await self._exposures(
+            "SELECT client, name, version, min(first_at), max(last_at), sum(pulls), "
+            "json_group_array(DISTINCT 'refused:' || rule), json_group_array(DISTINCT integrity) "
+            "FROM refusals" + where + " GROUP BY client, name, version "
+            "ORDER BY name, version, min(first_at), client LIMIT ?", [*parameters, limit])
+
+    async def _exposures(self, query: str, parameters: list[str | float]) -> list[Exposure]:
+        def work(db: sqlite3.Connection) -> list[Exposure]:
+            return [Exposure(row[0], row[1], row[2], datetime.fromtimestamp(row[3], UTC),
+                             datetime.fromtimestamp(row[4], UTC), int(row[5]),
+                             tuple(sorted(json.loads(row[6]))), tuple(sorted(json.loads(row[7]))))
+                    for row in db.execute(query, parameters)]
+        return await self._run(work)
+
+    async def refusal_counts(self, now: datetime) -> tuple[int, int]:
+        def work(db: sqlite3.Connection) -> tuple[int, int]:
+            # a version counted once: its name and version, a NUL between (no name holds one)
+            (refused, held) = db.execute(
+                "SELECT count(DISTINCT CASE WHEN until_at IS NULL THEN name || char(0) || "
+                "version END), count(DISTINCT CASE WHEN until_at > ? THEN name || char(0) || "
+                "version END) FROM refusals", (now.timestamp(),)).fetchone()
+            return int(refused), int(held)
+        return await self._run(work)
+
+    async def prune_pulls(self, before: datetime, max_records: int) -> Pruned:
+        def work(db: sqlite3.Connection) -> Pruned:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                by_age = db.execute("DELETE FROM pulls WHERE at < ?",
+                                    (before.timestamp(),)).rowcount
+                by_age += db.execute("DELETE FROM refusals WHERE last_at < ?",
+                                     (before.timestamp(),)).rowcount
+                (kept,) = db.execute("SELECT (SELECT count(*) FROM pulls) + "
+                                     "(SELECT count(*) FROM refusals)").fetchone()
+                over, by_size = kept - max_records, 0
+                if over > 0:  # refusals first: no flood of them pushes a served pull out
+                    by_size = db.execute("DELETE FROM refusals WHERE rowid IN (SELECT rowid "
+                                         "FROM refusals ORDER BY hour LIMIT ?)",
+                                         (over,)).rowcount
+                    if over > by_size:
+                        by_size += db.execute("DELETE FROM pulls WHERE id IN (SELECT id FROM "
+                                              "pulls ORDER BY id LIMIT ?)",
+                                              (over - by_size,)).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return Pruned(by_age, by_size, int(kept) - by_size)
         return await self._run(work)
 
     async def close(self) -> None:
@@ -265,6 +348,26 @@ class SqliteStore:
                 self._db = None
         await asyncio.get_running_loop().run_in_executor(self._thread, work)
         self._thread.shutdown(wait=True)
+
+
+def _where(name: str | None, version: str | None, client: str | None, since: datetime | None,
+           time_column: str, *, until: datetime | None = None,
+           identity: Mapping[str, str] | None = None) -> tuple[str, list[str | float]]:
+    """The WHERE clause of a pull log read and its parameters (`since` included, `until` not;
+    `identity` on the served pulls only): the column names are this module's own
+    (`identity_filters` admits no other), every value a parameter."""
+    where: list[str] = []
+    parameters: list[str | float] = []
+    for column, value in (("name", name), ("version", version), ("client", client),
+                          *identity_filters(identity)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            parameters.append(value)
+    for bound, sign in ((since, ">="), (until, "<")):
+        if bound is not None:
+            where.append(f"{time_column} {sign} ?")
+            parameters.append(bound.timestamp())
+    return (" WHERE " + " AND ".join(where) if where else ""), parameters
 
 
 def read_schema(path: Path) -> int:
@@ -294,11 +397,13 @@ def merged(facts: list[Fact], verdicts: list[Verdict], after: int, limit: int) -
                    [item for item in order if isinstance(item, Verdict)], cursor)
 
 
-async def open_sqlite(path: Path, *, busy_seconds: float = _BUSY_SECONDS) -> SqliteStore:
-    """The store at `path`, migrated; raises StoreUnavailableError or MigrationError."""
+async def open_sqlite(path: Path, *, busy_seconds: float = _BUSY_SECONDS,
+                      refuse_empty: str | None = None) -> SqliteStore:
+    """The store at `path`, migrated; raises StoreUnavailableError or StoreSetupError
+    (MigrationError, or `refuse_empty` for an empty store)."""
     store = SqliteStore(path, busy_seconds=busy_seconds)
     try:
-        await store.migrate()
+        await store.migrate(refuse_empty=refuse_empty)
     except BaseException:
         await store.close()
         raise

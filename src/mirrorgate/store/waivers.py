@@ -3,7 +3,8 @@
 A waiver is a fact of kind `waiver` (key `name@version`, value its JSON), so it rides the
 store's change feed like every other fact (every replica holds it within a poll) and a revoke is
 a tombstone every replica follows; no table or migration of its own. The gate applies a waiver
-as a rules file `[[exception]]` (`Waiver.exception`): docs/serving.md#exceptions.
+as a rules file `[[exception]]` (`Waiver.exception`) for exactly the version and the bytes it
+names: docs/serving.md#exceptions.
 """
 
 from __future__ import annotations
@@ -14,22 +15,27 @@ from datetime import datetime
 import orjson
 
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.moments import moment, stamp
+from mirrorgate.integrity import parse_integrity, strongest_sri
+from mirrorgate.moments import TimeTextError, moment, read_moment, stamp
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.npm.versions import parse_version
 from mirrorgate.rules import RuleException
 from mirrorgate.rules.patterns import PatternList, parse_pattern
 from mirrorgate.store.records import Fact, Store
 
-__all__ = ["EXAMPLE", "WAIVER", "Waiver", "WaiverError", "parse_subject", "parse_until",
-           "stored_waivers"]
+__all__ = ["EXAMPLE", "UNBOUND", "WAIVER", "Waiver", "WaiverError", "parse_bytes",
+           "parse_subject", "parse_until", "stored_waivers"]
 
 WAIVER = "waiver"
 """The fact kind: key `name@version`, value the waiver's JSON (None: revoked)."""
 EXAMPLE = ('mirrorgate allow left-pad@1.3.1 --why "the fix for CVE-2026-1234" '
-           "--until 2027-01-31")
+           "--until 2027-01-31 --by alice")
 _PAGE = 10_000
 MAX_WHY = 500  # a reason is a sentence; the status page and a chat line show it whole
+UNBOUND = ("kept before waivers named their bytes: it admits nothing; grant it again to name "
+           "them")
+"""What a waiver without an integrity (written by an earlier release) does now, said where it
+is listed."""
 
 
 class WaiverError(MirrorgateError, ValueError):
@@ -39,7 +45,8 @@ class WaiverError(MirrorgateError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Waiver:
-    """`name@version` admitted past every policy rule until `until`, because `by` said `why`."""
+    """`name@version` (exactly: build metadata included) with the bytes `integrity` names,
+    admitted past every policy rule until `until`, because `by` said `why`."""
 
     name: str
     version: str
@@ -47,10 +54,19 @@ class Waiver:
     why: str
     until: datetime
     granted: datetime
+    integrity: str = ""
+    """The bytes admitted (`integrity.strongest_sri` of what the operator saw listed); ""
+    for a waiver an earlier release kept, which names none and so admits nothing: the bytes
+    listed under its version may have changed since, and no one looked at these."""
 
     @property
     def subject(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @property
+    def bound(self) -> bool:
+        """Whether it names the bytes it admits (one kept before they were named does not)."""
+        return bool(self.integrity)
 
     def active(self, now: datetime) -> bool:
         return now < self.until
@@ -58,7 +74,7 @@ class Waiver:
     def fact(self) -> Fact:
         return Fact(WAIVER, self.subject, orjson.dumps({
             "by": self.by, "why": self.why, "until": stamp(self.until),
-            "granted": stamp(self.granted)}).decode())
+            "granted": stamp(self.granted), "integrity": self.integrity}).decode())
 
     @classmethod
     def from_fact(cls, key: str, value: str) -> Waiver | None:
@@ -70,19 +86,23 @@ class Waiver:
             until, granted = moment(held["until"]), moment(held["granted"])
             if until is None or granted is None:
                 return None
-            return cls(name, version, str(held["by"]), str(held["why"]), until, granted)
+            # none kept (an earlier release's waiver): unbound, admitting nothing
+            integrity = held.get("integrity")
+            return cls(name, version, str(held["by"]), str(held["why"]), until, granted,
+                       integrity if isinstance(integrity, str) else "")
         except (orjson.JSONDecodeError, KeyError, TypeError, WaiverError):
             return None
 
     def exception(self) -> RuleException:
-        """This waiver as the rules file's `[[exception]]` for exactly this version, lifting
-        every policy rule: the gate applies both the same way."""
+        """This waiver as the rules file's `[[exception]]` for exactly this version and these
+        bytes, lifting every policy rule: the gate applies both the same way."""
         return RuleException(PatternList.of((parse_pattern(self.subject),)), self.until,
-                             self.why, self.by, waiver=True)
+                             self.why, self.by, waiver=True, version=self.version,
+                             integrity=self.integrity)
 
     def shown(self) -> dict[str, str]:
-        return {"package": self.subject, "by": self.by, "why": self.why,
-                "until": stamp(self.until), "granted": stamp(self.granted)}
+        return {"package": self.subject, "integrity": self.integrity, "by": self.by,
+                "why": self.why, "until": stamp(self.until), "granted": stamp(self.granted)}
 
 
 def parse_subject(text: str) -> tuple[str, str]:
@@ -102,12 +122,23 @@ def parse_subject(text: str) -> tuple[str, str]:
     return name, version
 
 
+def parse_bytes(text: str) -> str:
+    """`--integrity`: an SRI string (`sha512-...`, as a lockfile, `npm view NAME@VERSION
+    dist.integrity` or a 403 shows it) as the bytes a waiver names (its strongest digest)."""
+    chosen = strongest_sri(parse_integrity(text))
+    if not chosen:
+        raise WaiverError(f"--integrity {text[:120]!r} is not an SRI digest mirrorgate can "
+                          "verify; give the version's dist.integrity, as sha512-...")
+    return chosen
+
+
 def parse_until(text: str, now: datetime) -> datetime:
     """A date (its midnight UTC) or an RFC 3339 time, after `now`."""
-    when = moment(text)
-    if when is None:
-        raise WaiverError(f"--until {text!r} is not a date; write a date (2027-01-31) or an "
-                          "RFC 3339 time (2027-01-31T12:00:00Z)")
+    try:
+        when = read_moment(text)
+    except TimeTextError as error:
+        raise WaiverError(f"--until {text[:80]!r} {error}; write a date (2027-01-31) or an "
+                          "RFC 3339 time (2027-01-31T12:00:00Z)") from None
     if when <= now:
         raise WaiverError(f"--until {stamp(when)} is in the past (now {stamp(now)}); a waiver "
                           "ends later than it starts")

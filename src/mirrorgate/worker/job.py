@@ -25,6 +25,7 @@ from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
 from mirrorgate.gate.entry import PublicAnswer
+from mirrorgate.gate.facts import UnrecordedError
 from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
 from mirrorgate.gate.records import TooManyVersionsError
@@ -45,6 +46,7 @@ from mirrorgate.integrity import (
     dist_digests,
     same_digest,
     strongest_of,
+    strongest_sri,
 )
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
@@ -76,7 +78,7 @@ from mirrorgate.worker.target import (
     PublishResult,
 )
 
-__all__ = ["JobRunner", "Outcome", "WorkerDeps", "subject"]
+__all__ = ["FORGED_JOB_REASONS", "JobRunner", "Outcome", "WorkerDeps", "subject"]
 
 log = structlog.get_logger("mirrorgate.worker")
 
@@ -168,11 +170,24 @@ class _VersionLock:
     users: int = 0
 
 
+FORGED_JOB_REASONS = ("unsigned", "bad-signature", "digest-mismatch", "manifest-mismatch",
+                      "tarball-mismatch")
+"""`mirrorgate_jobs_retired{reason}` values that say a job was written by someone who can send
+to the queue, not by a proxy (deploy/prometheus's MirrorgateForgedJob alerts on them): no job
+key vouches for it, or it describes other bytes or another manifest than public publishes. A
+job the rules now deny or public no longer lists is as likely stale as forged, and left out."""
+
+
 class JobRunner:
     """The steps of one job, shared by every message the worker holds."""
 
     def __init__(self, deps: WorkerDeps, keys: RegistryKeys) -> None:
         self.deps = deps
+        # the series an alert reads start at 0, so its increase() sees the first one
+        for outcome in Outcome:
+            deps.metrics.jobs.labels(outcome.value)
+        for reason in FORGED_JOB_REASONS:
+            deps.metrics.retired.labels(reason)
         self._keys = keys  # the registry's keys, for the signature rule
         self._packuments = (deps.packuments if deps.packuments is not None
                             else CachedPublic(deps.public, deps.settings))
@@ -219,6 +234,9 @@ class JobRunner:
         except Retry as retry:
             log.warning("mirror_retry", reason=retry.reason, detail=str(retry))
             return Outcome.RETRIED, retry.reason
+        except UnrecordedError as error:  # a re-gate learned what cannot be kept yet
+            log.warning("mirror_retry", reason="store-unavailable", detail=str(error))
+            return Outcome.RETRIED, "store-unavailable"
         except DigestMismatch as mismatch:
             log.critical("mirror_digest_mismatch", security=True,
                          expected=mismatch.expected.sri(), actual=mismatch.actual.sri(),
@@ -404,7 +422,8 @@ class JobRunner:
         with tracing.span("mirrorgate.release_verdict"):
             try:
                 verdict = await self._public(
-                    lambda named: judge.verdict_for(named, job.version), name)
+                    lambda named: judge.verdict_for(named, job.version,
+                                                    strongest_sri(job.artifact.digests)), name)
             except TooManyVersionsError as error:
                 raise Retire("release-signal", str(error), rule=UNSETTLED) from None
         if isinstance(verdict, str):
@@ -431,9 +450,8 @@ class JobRunner:
             # Refusing now would retire a job only a passing outage stands in the way of.
             raise Retry("public-failed", "the public registry's signing keys are unavailable")
         document = await in_thread_if_large(answer.size, answer.document)  # a parse of its own
-        time = document.get("time") if document is not None else None
-        if self.deps.release is not None and isinstance(time, dict):
-            self.deps.release.note_public(name.full, time)  # its age, for `_release_verdict`
+        if self.deps.release is not None and document is not None:
+            self.deps.release.note_public(name.full, document)  # its age: `_release_verdict`
         return await regate(job, name, document, answer.size, public=self.deps.public,
                             rules=self._rules, now=self.deps.now(), keys=keys)
 

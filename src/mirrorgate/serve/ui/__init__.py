@@ -7,7 +7,7 @@ business, as for `/npm/`; the browser's cookie is `ui.session`'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib.resources import files
 
@@ -20,6 +20,7 @@ from mirrorgate.rules import LiveRules, Rules, live
 from mirrorgate.serve.ui.overview import overview
 from mirrorgate.serve.ui.package import LoadPackument, PulledBy, package_view, search
 from mirrorgate.serve.ui.page import HEADERS, esc, page
+from mirrorgate.serve.ui.readers import PullReaders
 from mirrorgate.serve.ui.session import LOGIN_PATH, login_form, login_submit, see_other
 from mirrorgate.serve.ui.stored import StoredCounts
 from mirrorgate.serve.ui.waivers import Granting, add_waiver_routes
@@ -40,14 +41,19 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
                   base: Callable[[web.Request], str], stored: StoredCounts,
                   worker_beside: bool = False, facts: KeptFacts | None = None,
                   waiver_granters: tuple[str, ...] = (),
-                  pulled: PulledBy | None = None) -> None:
+                  pulled: PulledBy | None = None,
+                  readers: PullReaders | None = None,
+                  policy_clients: Callable[[], Mapping[str, list[str]]] = dict) -> None:
     """Register the overview (`/ui/`), the package view (`/ui/package/<name>` and the search
-    box's `/ui/package?name=`), the login form and the stylesheet on the proxy app."""
+    box's `/ui/package?name=`), the login form and the stylesheet on the proxy app. Who
+    pulled what is shown as `readers` allow (default: to everyone, as with tokens off);
+    `policy_clients`: the tokens-file lines naming each policy set, as the file says now."""
+    readers = readers or PullReaders()
     started = datetime.now(UTC)
     in_force = live(rules)
     style = files("mirrorgate.serve.ui").joinpath("style.css").read_bytes()
-    granting = (Granting(facts, waiver_granters, metrics, base) if facts is not None
-                else None)
+    granting = (Granting(facts, waiver_granters, metrics, base, packument)
+                if facts is not None else None)
 
     async def show_overview(request: web.Request) -> web.Response:
         now = datetime.now(UTC)
@@ -55,12 +61,14 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
                         heartbeat=health.heartbeat, now=now,
                         stored=await stored(), state=in_force,
                         registry_url=base(request) + "npm/", worker_beside=worker_beside,
-                        waiver_forms=granting.forms(request, now) if granting else "")
+                        waiver_forms=granting.forms(request, now) if granting else "",
+                        pulls_of=readers.only(request), policy_clients=policy_clients())
 
     async def show_package(request: web.Request) -> web.Response:
         # the raw path: the name is decoded once, by parse_name, exactly as under /npm/
         raw = request.raw_path.partition("?")[0]
-        return await package_view(raw[len(_PACKAGE):], packument, pulled)
+        return await package_view(raw[len(_PACKAGE):], packument, pulled,
+                                  pulls_of=readers.only(request))
 
     async def search_box(request: web.Request) -> web.Response:
         return search(request.query.get("name", ""))

@@ -10,6 +10,7 @@ provider. What happened in the last hour comes from the bounded in-memory ring i
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -87,16 +88,32 @@ def _advisories(found: Samples) -> list[str]:
     if records is None:
         return []
     age = _one(found, "mirrorgate_advisory_age_seconds")
+    loads = _by(found, "mirrorgate_advisory_loads_total", "outcome")
+    # a feed that never loaded and has failed says so: "not loaded yet" would read as patience
+    unloaded = ("could not be fetched (advisories_load_failed in the logs)"
+                if loads.get("failed") and not records else "not loaded yet")
     return [_figure("advisory records", _number(records), "advisory-records",
                     "OSV records in the index in force"),
-            _figure("advisory data age", _seconds(age) if age is not None
-                    else "not loaded yet", "advisory-age", "since the copy in force was made")]
+            _figure("advisory data age", _seconds(age) if age is not None else unloaded,
+                    "advisory-age", "since the copy in force was made"),
+            _figure("advisory loads failed", _number(loads.get("failed", 0.0)),
+                    "advisory-failed", "since start; the index in force is kept")]
 
 
 def _events(events: list[Event], *, empty: str) -> str:
     return table(["when", "what", "detail"],
                  ([esc(_when(e.at)), esc(e.subject), esc(e.detail)] for e in events),
                  empty=empty)
+
+
+def _pulls(recent: Recent, pulls_of: str | None) -> str:
+    if pulls_of is None:
+        return _events(recent.latest("pulled"),
+                       empty="no tarball pulled by a signed-in client since start")
+    own = [e for e in recent.latest("pulled", limit=CAPACITY) if e.client == pulls_of][:20]
+    return (f'<p class="note" data-key="pulls-own">Your pulls only, as {esc(pulls_of)}: '
+            "who else pulled what is an operator's view (MIRRORGATE_OPERATORS).</p>"
+            + _events(own, empty="you pulled no tarball since start"))
 
 
 def _flat(value: Any) -> str:
@@ -152,10 +169,14 @@ def _exceptions(rules: Rules, now: datetime) -> str:
     for exception in rules.exceptions:
         left = (exception.until - now).total_seconds()
         shown = _seconds(left) if left > 0 else "ended: lifts nothing"
+        lifts = ", ".join(sorted(exception.rules)) if exception.rules else "every policy rule"
+        if exception.integrity is not None:  # a waiver: for the bytes it names alone
+            lifts = (f"{lifts}, for {exception.integrity} alone" if exception.integrity
+                     else "nothing: it names no bytes (kept before waivers did); grant it "
+                     "again")
         rows.append([esc(exception.text), esc(_when(exception.until)),
                      f'<span data-key="exception-left">{esc(shown)}</span>',
-                     esc(", ".join(sorted(exception.rules)) if exception.rules
-                         else "every policy rule"),
+                     f'<span data-key="exception-lifts">{esc(lifts)}</span>',
                      esc(exception.by), esc(exception.reason),
                      '<span data-key="waiver">mirrorgate allow</span>' if exception.waiver
                      else "the rules file"])
@@ -163,6 +184,26 @@ def _exceptions(rules: Rules, now: datetime) -> str:
     return table(["package", "until", "left", "lifts", "by", "reason", "granted with"], rows,
                  empty="none: no [[exception]] in the rules file, no waiver granted with "
                        "mirrorgate allow")
+
+
+def _policies(rules: Rules, named: Mapping[str, list[str]]) -> str:
+    """Each policy set (`[policy.NAME]`): the tokens-file lines judged by it and its rules in
+    force; every other client is judged by the rules above."""
+    if not rules.policies:
+        return ('<p class="meta" data-key="policies">None: every client is judged by the rules '
+                "above (a rules file's [policy.NAME] tables and a tokens-file line's "
+                "policy:NAME make one).</p>")
+    rows = []
+    for name, policy in rules.policies.items():
+        who = ", ".join(named.get(name, [])) or "no client (no tokens-file line names it)"
+        lines = "".join(f"<li>{esc(line)}</li>" for line in in_force(policy))
+        rows.append([f'<code data-key="policy-{esc(name)}">{esc(name)}</code>',
+                     f'<span data-key="policy-clients-{esc(name)}">{esc(who)}</span>',
+                     f'<ul class="in-force">{lines}</ul>'])
+    return (table(["policy set", "clients and issuer lines", "rules in force"], rows,
+                  empty="none", cls="policies")
+            + '<p class="note">A client no policy set names is judged by the rules in force '
+              "below.</p>")
 
 
 def _reload(state: LiveRules | None) -> str:
@@ -218,14 +259,19 @@ def _stored(stored: Stored) -> str:
     def shown(count: int | None) -> str:
         return str(count) if count is not None else "n/a"
 
-    alone = "not stored yet: each process keeps its own (recent denials below)"
+    kept = stored.kept_by
+    unknown = "the state store is not loaded (see the verdict and /readyz)"
     return "".join([
         _figure("versions mirrored", shown(stored.mirrored), "stored-mirrored",
                 f"held by {stored.where}"),
         _figure("versions refused", shown(stored.refused), "stored-refused",
-                alone if stored.refused is None else f"kept by {stored.where}"),
+                unknown if kept is None else f"asked for and denied, within the pull log's "
+                f"retention: {kept}"),
         _figure("versions quarantined", shown(stored.quarantined), "stored-quarantined",
-                alone if stored.quarantined is None else f"kept by {stored.where}"),
+                unknown if kept is None else f"asked for and held back until a moment still "
+                f"ahead (a cooldown, a quarantine): {kept}"),
+        _figure("waivers in force", shown(stored.waived), "stored-waived",
+                unknown if kept is None else f"granted with mirrorgate allow: {kept}"),
     ])
 
 
@@ -237,12 +283,16 @@ is kept for a client's `npm publish` through mirrorgate."""
 def overview(*, metrics: Metrics, rules: Rules, started: datetime, heartbeat: Heartbeat | None,
              now: datetime, stored: Stored, state: LiveRules | None = None,
              registry_url: str = "", worker_beside: bool = False,
-             waiver_forms: str = "") -> web.Response:
+             waiver_forms: str = "", pulls_of: str | None = None,
+             policy_clients: Mapping[str, list[str]] | None = None) -> web.Response:
+    """The overview; the recent pulls are every client's, or only `pulls_of`'s (a client that
+    is not an operator, `ui.readers`)."""
     found = samples(metrics)
     recent: Recent = metrics.events
     jobs = _by(found, "mirrorgate_jobs_total", "outcome")
     hour = recent.outcomes_last_hour()
-    outcomes = sorted(set(jobs) | set(hour))
+    # the series start at 0 (for the alerts' increase()): an outcome shows once it happened
+    outcomes = sorted({outcome for outcome, count in jobs.items() if count} | set(hour))
     failures = _by(found, "mirrorgate_upstream_failures_total", "upstream")
     last = recent.last_failures()
     upstreams = sorted(set(failures) | set(last))
@@ -321,9 +371,10 @@ starts them at zero.</p>
 {_events(recent.latest("published"), empty="nothing published through mirrorgate since start")}
 </section>
 <section><h2>Recent pulls by signed-in clients</h2>
-{_events(recent.latest("pulled"), empty="no tarball pulled by a signed-in client since start")}
+{_pulls(recent, pulls_of)}
 </section>
 <section><h2>Exceptions and waivers</h2>{_exceptions(rules, now)}{waiver_forms}</section>
+<section><h2>Policy sets</h2>{_policies(rules, policy_clients or {})}</section>
 <section><h2>Rules in force</h2>{_reload(state)}{_rules(rules)}</section>
 <p class="note">Recent events are kept in memory only, at most {CAPACITY} of each kind; a
 restart empties them. The counters above are the durable record: scrape /metrics.</p>

@@ -24,8 +24,9 @@ __all__ = ["LoadPackument", "PulledBy", "package_view", "search"]
 
 LoadPackument = Callable[[PackageName], Awaitable[Gated | None]]
 """The serve path's cached packument for a name; raises `Refused` when an upstream fails."""
-PulledBy = Callable[[str], Awaitable[list[Exposure] | None]]
-"""Who pulled which version of a name, from the pull log; None when it cannot be read now."""
+PulledBy = Callable[[str, str | None], Awaitable[list[Exposure] | None]]
+"""Who pulled which version of a name (one client's pulls, or None: every client's), from the
+pull log; None when it cannot be read now."""
 PULLERS_SHOWN = 200  # rows; `mirrorgate exposure NAME` lists every one
 
 
@@ -69,10 +70,15 @@ def _name_error(text: str, error: InvalidNameError) -> web.Response:
     return page("Not a package name", body, status=400)
 
 
-def _pulled_section(found: list[Exposure] | None) -> str:
-    """Who pulled which version (served, not refused), newest version first."""
+def _pulled_section(found: list[Exposure] | None, pulls_of: str | None) -> str:
+    """Who pulled which version (served, not refused), newest version first: every client's,
+    or only `pulls_of`'s (a client that is not an operator)."""
+    heading = "<h2>Who pulled it</h2>" + (
+        "" if pulls_of is None else
+        f'<p class="note" data-key="pulls-own">Your pulls only, as {esc(pulls_of)}: who else '
+        "pulled a version is an operator's view (MIRRORGATE_OPERATORS).</p>")
     if found is None:
-        return ("<section><h2>Who pulled it</h2><p class=\"empty\">The pull log cannot be "
+        return (f"<section>{heading}<p class=\"empty\">The pull log cannot be "
                 "read now (the state store does not answer, or keeps no log here).</p>"
                 "</section>")
     order = {v: n for n, v in enumerate(newest_first({e.version for e in found}))}
@@ -82,14 +88,16 @@ def _pulled_section(found: list[Exposure] | None) -> str:
             for e in found[:PULLERS_SHOWN])
     more = (f"<p class=\"meta\">{len(found) - PULLERS_SHOWN} more: ask "
             "<code>mirrorgate exposure</code>.</p>" if len(found) > PULLERS_SHOWN else "")
-    return ("<section><h2>Who pulled it</h2>" + table(
+    return (f"<section>{heading}" + table(
         ["version", "client", "first", "last", "pulls", "from"], rows,
-        empty="no client pulled a version of this package within the pull log's retention")
+        empty=("no client pulled a version of this package within the pull log's retention"
+               if pulls_of is None else "you pulled no version of this package within the "
+               "pull log's retention"), cls="pulled")
         + more + "</section>")
 
 
-async def package_view(raw: str, load: LoadPackument,
-                       pulled: PulledBy | None = None) -> web.Response:
+async def package_view(raw: str, load: LoadPackument, pulled: PulledBy | None = None, *,
+                       pulls_of: str | None = None) -> web.Response:
     """`raw` is the path after `/ui/package/`, still percent-encoded: it is decoded and
     checked once, by the same `parse_name` as `/npm/`."""
     try:
@@ -127,7 +135,7 @@ async def package_view(raw: str, load: LoadPackument,
             f"<section><h2>dist-tags</h2>{tags}</section>"
             f"<section><h2>Versions</h2>{versions}</section>")
     if pulled is not None:
-        body += _pulled_section(await pulled(name.full))
+        body += _pulled_section(await pulled(name.full, pulls_of), pulls_of)
     return page(name.full, body, search=name.full)
 
 

@@ -1,21 +1,28 @@
 """What is stored, for the status page: counts that survive a restart, behind one provider.
 
 The page shows these beside the process's own counters, which start at zero with each
-process. Today the mirror store is counted where it can be read (the embedded file store);
-refused and quarantined versions are kept by each process alone, so they are not counted
-here. The state store supplies all three later through the same `StoredCounts`.
+process. The mirror store is counted where it can be read (the embedded file store); the
+versions refused and held back, and the waivers in force, come from the state store
+(`with_state_store`): every replica's, on PostgreSQL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["Stored", "StoredCounts", "file_store_counts", "stored_counts_for"]
+from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.waivers import held_waivers
+from mirrorgate.store import StoreUnavailableError
+
+__all__ = ["Stored", "StoredCounts", "file_store_counts", "stored_counts_for",
+           "with_state_store"]
 
 _KEPT_FOR = 10.0
 """Seconds a count is reused: a page reloaded by an on-call engineer does not walk the store
@@ -31,6 +38,11 @@ class Stored:
     refused: int | None
     quarantined: int | None
     where: str
+    """Where the mirrored versions are counted."""
+    waived: int | None = None
+    kept_by: str | None = None
+    """Where the refused, quarantined and waived counts come from; None: nowhere yet (the
+    state store is not loaded, or the process keeps none)."""
 
 
 StoredCounts = Callable[[], Awaitable[Stored]]
@@ -73,3 +85,34 @@ def stored_counts_for(mirror_target: str) -> StoredCounts:
                       where=f"the registry at {parts.hostname} (it lists no count)")
 
     return uncounted
+
+
+def with_state_store(base: StoredCounts, facts: KeptFacts,
+                     clock: Callable[[], float] = time.monotonic) -> StoredCounts:
+    """`base`'s mirrored count, with what the state store holds for the whole fleet: the
+    versions its pull log says were refused outright and held back until a moment still
+    ahead (a cooldown, a quarantine), within the log's retention, and the waivers in force
+    (the facts every replica follows). The store is asked at most every `_KEPT_FOR` seconds."""
+    last: list[tuple[float, int, int]] = []
+
+    async def counts() -> Stored:
+        found = await base()
+        store = facts.store
+        if store is None or not facts.ready:
+            return found
+        now = clock()
+        if not last or now - last[0][0] > _KEPT_FOR:
+            try:
+                refused, held = await store.refusal_counts(datetime.now(UTC))
+            except StoreUnavailableError:
+                return found
+            last[:] = [(now, refused, held)]
+        _at, refused, held = last[0]
+        info = store.info
+        every = "every replica's" if info.kind == "postgresql" else "this store's"
+        return dataclasses.replace(
+            found, refused=refused, quarantined=held,
+            waived=len(held_waivers(facts, datetime.now(UTC))),
+            kept_by=f"the state store ({info.kind}, {every})")
+
+    return counts

@@ -14,11 +14,14 @@ from datetime import UTC, datetime
 import structlog
 from aiohttp import web
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
 from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.waivers import held_waivers
+from mirrorgate.gate.records import Gated
+from mirrorgate.gate.waivers import held_waivers, listed_bytes
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import stamp
+from mirrorgate.npm.names import PackageName, parse_name
 from mirrorgate.serve.tokens import Client
 from mirrorgate.serve.ui.page import esc, page
 from mirrorgate.serve.ui.session import COOKIE, SESSIONS, Sessions, see_other
@@ -40,14 +43,17 @@ REVOKE_PATH = "/ui/waivers/revoke"
 
 
 class Granting:
-    """Who may grant from the page, and the facts a grant is written to."""
+    """Who may grant from the page, the facts a grant is written to, and the packuments the
+    bytes it names are read from (the serve path's, as the pull that was refused read them)."""
 
     def __init__(self, facts: KeptFacts, granters: tuple[str, ...], metrics: Metrics,
-                 base: Callable[[web.Request], str]) -> None:
+                 base: Callable[[web.Request], str],
+                 packument: Callable[[PackageName], Awaitable[Gated | None]]) -> None:
         self.facts = facts
         self.granters = frozenset(granters)
         self.metrics = metrics
         self.base = base
+        self.packument = packument
 
     def _session(self, request: web.Request) -> tuple[Sessions, Client, str] | None:
         sessions = request.app.get(SESSIONS)
@@ -119,10 +125,16 @@ class Granting:
             why = " ".join(form.get("why", "").split())
             if not why:
                 raise WaiverError("say why this version is admitted despite the rules")
-            waiver = Waiver(name, version, client.name, why[:500],
-                            parse_until(form.get("until", "").strip(), now), now)
+            until = parse_until(form.get("until", "").strip(), now)
+            # the bytes the proxy lists for it now, as `mirrorgate allow` names them
+            integrity = await listed_bytes(self.packument, parse_name(name), version)
+            waiver = Waiver(name, version, client.name, why[:500], until, now, integrity)
         except WaiverError as error:
             return _refused(f"{error}. For example: {EXAMPLE}", 400)
+        except MirrorgateError as error:  # an upstream's failure (the page's `Refused` too)
+            return _refused(f"the bytes of {name}@{version} could not be looked up "
+                            f"({error}); try again, or grant it with mirrorgate allow "
+                            "--integrity", 503)
         fact = waiver.fact()
         assert fact.value is not None
         self.facts.put(WAIVER, fact.key, fact.value)  # the store at once, every replica next
