@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mirrorgate.serve.tokens import new_token, token_line
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.licensed import licensed_packages
@@ -123,3 +124,49 @@ def test_the_control_a_tarball_agreeing_with_its_manifest_is_served(
 
     assert done.returncode == 0, done.stderr
     assert proxy.events("tarball_license_refused") == []
+
+
+LEGAL = '[policy.legal.license]\ndeny = ["GPL-*", "AGPL-*"]\n'
+"""The legal team's policy set: no copyleft; the default rules, every other client's, have no
+license rule at all."""
+
+
+def test_a_teams_policy_set_refuses_by_its_own_license_rule_what_the_default_admits(
+        packages: dict[str, FixturePackage], public_registry: FixtureRegistry,
+        mirrorgate: MirrorgateFactory, tmp_path: Path) -> None:
+    public_registry.add(*packages.values())
+    rules = tmp_path / "rules.toml"
+    rules.write_text(LEGAL, encoding="utf-8")
+    legal_token, web_token = new_token(), new_token()
+    tokens = tmp_path / "client-tokens"
+    tokens.write_text(f"{token_line('legal-ci', legal_token)} policy:legal\n"
+                      f"{token_line('web-ci', web_token)}\n", encoding="utf-8")
+    proxy = mirrorgate("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
+                                 "MIRRORGATE_RULES_FILE": str(rules),
+                                 "MIRRORGATE_CLIENT_TOKENS_FILE": str(tokens),
+                                 "MIRRORGATE_DATA_DIR": str(tmp_path / "data")})
+    web, legal = (NpmClient(tmp_path / name) for name in ("web", "legal"))
+    web.authenticate(proxy.registry_url, web_token)
+    legal.authenticate(proxy.registry_url, legal_token)
+
+    # the web job first: both served under the default rules, and mirrored
+    served = install(web, proxy, {"lic-gpl": "1.0.0", "lic-confused": "1.0.0"})
+    # the attacks: a GPL version by its manifest; a tarball saying GPL under an MIT manifest,
+    # which the default rules served and mirrored unread (the mirror's copy is read for legal)
+    refused = install(legal, proxy, {"lic-gpl": "1.0.0"})
+    confused = install(legal, proxy, {"lic-confused": "1.0.0"})
+    admitted = install(legal, proxy, {"content-type": "1.0.5"})  # the control: MIT
+
+    assert served.returncode == 0, served.stderr
+    assert web.installed() == {"lic-gpl": "1.0.0", "lic-confused": "1.0.0"}
+    assert refused.returncode != 0
+    printed = refused.stderr.replace("npm error 403 ", "")
+    assert ('- 1.0.0 (license): lic-gpl@1.0.0 declares the license GPL-3.0-only: GPL-3.0-only '
+            'matches the license deny list entry "GPL-*"') in printed, printed
+    assert confused.returncode != 0
+    said = " ".join(confused.stderr.replace("npm error", " ").split())
+    assert ("mirrorgate denied lic-confused@1.0.0 by its license rule: the registry's manifest "
+            "declares MIT, but the package.json in its tarball, which npm installs, declares "
+            "GPL-3.0-only") in said, said
+    assert admitted.returncode == 0, admitted.stderr
+    assert legal.installed() == {"content-type": "1.0.5"}

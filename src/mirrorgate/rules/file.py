@@ -82,7 +82,7 @@ _TOP_LEVEL = ("mode", "exception", "policy")
 """Keys outside the tables: the file's `mode`, its `[[exception]]` entries and its policy sets
 (`[policy.NAME]`)."""
 POLICY_TABLES_OVERRIDDEN = ("integrity", "age", "deny", "allow", "install_scripts", "advisories",
-                            "signatures", "provenance", "publisher")
+                            "signatures", "provenance", "publisher", "license")
 """The tables a policy set (`[policy.NAME.TABLE]`) may write over the default rules'."""
 _NOT_PER_POLICY = {
     "release": "the release signals' verdicts are records of a version's bytes, one per version "
