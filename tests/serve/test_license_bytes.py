@@ -7,6 +7,7 @@ the worker never mirrors such bytes. The control beside each: bytes that agree a
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -14,7 +15,7 @@ from structlog.testing import capture_logs
 
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve import relay
-from tests.serve.rig import StartProxy
+from tests.serve.rig import StartProxy, policy_tokens
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.licensed import relicensed
 from tests.servers.packages import make_package
@@ -89,3 +90,63 @@ async def test_without_the_license_table_no_tarball_is_read_for_its_license(
     proxy = await start_proxy(public_registry.url)
 
     assert (await proxy.get("npm/lic-unread/-/lic-unread-1.0.0.tgz")).status == 200
+
+
+TEAMS = """\
+[policy.legal.license]
+deny = ["GPL-*"]
+
+[policy.trial.license]
+mode = "report"
+deny = ["GPL-*"]
+"""
+
+
+async def test_a_teams_license_rule_reads_the_bytes_another_policys_download_left_spooled(
+        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
+    # the attack: the web client's rules read no license, so its download of an MIT
+    # manifest over a GPL tarball is served and its spool lingers for the requests just
+    # after; the legal client's pull of the same bytes, within the linger, must not be served
+    # from that unread spool. The control: the web client's own pull after it, still served
+    public_registry.add(make_package("lic-hidden", [relicensed("lic-hidden", "GPL-3.0-only")]))
+    tokens = tmp_path / "client-tokens"
+    bearer = policy_tokens(tokens, legal="legal", trial="trial", web=None)
+    proxy = await start_proxy(public_registry.url, client_tokens_file=tokens,
+                              rules=parse_rules(TEAMS))
+    path = "npm/lic-hidden/-/lic-hidden-1.0.0.tgz"
+
+    served = await proxy.get(path, Authorization=bearer["web"])
+    refused = await proxy.get(path, Authorization=bearer["legal"])
+    again = await proxy.get(path, Authorization=bearer["web"])
+
+    assert served.status == 200
+    assert refused.status == 403, refused.body[:300]
+    assert refused.json()["rule"] == "license"
+    assert "declares GPL-3.0-only" in refused.json()["reason"]
+    assert again.status == 200
+    downloads = [seen for seen in public_registry.requests if seen.path.endswith(".tgz")]
+    assert len(downloads) == 2  # the web client's two pulls share one download
+
+
+async def test_bytes_a_report_mode_policy_read_are_read_again_and_refused_in_enforce_mode(
+        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
+    # the trial team's report mode serves the GPL tarball and says so; the legal team's
+    # enforce mode, pulling the same bytes after, reads them again and refuses them
+    public_registry.add(make_package("lic-hidden", [relicensed("lic-hidden", "GPL-3.0-only")]))
+    tokens = tmp_path / "client-tokens"
+    bearer = policy_tokens(tokens, legal="legal", trial="trial", web=None)
+    proxy = await start_proxy(public_registry.url, client_tokens_file=tokens,
+                              rules=parse_rules(TEAMS))
+    path = "npm/lic-hidden/-/lic-hidden-1.0.0.tgz"
+
+    with capture_logs() as logs:
+        reported = await proxy.get(path, Authorization=bearer["trial"])
+        reported_again = await proxy.get(path, Authorization=bearer["trial"])
+        refused = await proxy.get(path, Authorization=bearer["legal"])
+
+    assert (reported.status, reported_again.status) == (200, 200)
+    said = [entry for entry in logs if entry["event"] == "version_would_deny"
+            and entry.get("where") == "tarball"]
+    assert len(said) == 1  # report mode says it once for the same bytes
+    assert refused.status == 403, refused.body[:300]
+    assert refused.json()["rule"] == "license"

@@ -175,10 +175,12 @@ class Relay:
         # mode (read again in enforce mode, which refuses them)
         self._scanned_reported: OrderedDict[tuple[str, str], None] = OrderedDict()
         # versions whose tarball declares another license than its manifest: the next
-        # request is a 403 saying why; and bytes whose license was read and agreed (or, in
-        # report mode, said once): not read again for it
+        # request is a 403 saying why; bytes whose license was read and agreed: not read
+        # again for it; and bytes whose difference report mode said once: not read again in
+        # report mode (read again in enforce mode, which refuses them)
         self.licenses_found: OrderedDict[str, str] = OrderedDict()
-        self._license_read: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._license_agreed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._license_reported: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     async def relay(self, request: web.Request, opener: Opener, *, key: Hashable, source: str,
                     name: PackageName, version: str, verifier: StreamVerifier | None,
@@ -243,13 +245,16 @@ class Relay:
                 license: LicenseCheck | None = None) -> _Reading | None:
         """Hashing and scanning beside the loop when a second CPU is there, so neither sha512
         nor inflating a tarball (a compression bomb's gigabyte) runs on the relay's core. The
-        scan is skipped for bytes read clean before (or, in report mode, reported before):
-        they are verified against the same digest, so bytes that differ are cut anyway."""
+        scan (and the license's reading) is skipped for bytes read clean before (or, in report
+        mode, reported before): they are verified against the same digest, so bytes that
+        differ are cut anyway."""
         read = (f"{name.full}@{version}", verifier.expected.sri()) if verifier else None
         clean = read is not None and (read in self._scanned_clean or (
             scan is not None and scan.report and read in self._scanned_reported))
         scripts = scan if not clean else None
-        licensed = license if read is None or read not in self._license_read else None
+        agreed = read is not None and (read in self._license_agreed or (
+            license is not None and license.report and read in self._license_reported))
+        licensed = license if not agreed else None
         if release is not None:
             # one scan of the bytes serves every reader: the release signals' reading walks
             # the same tar and sees the same package.json files
@@ -415,12 +420,12 @@ class Relay:
         read = (label, verified.digest.sri()) if verified is not None else None
         if reason is None:
             if read is not None:
-                remember(self._license_read, read, None)
+                remember(self._license_agreed, read, None)
             return False
         if check.report:
             self._would_deny(label, reason, source, LICENSE)
             if read is not None:
-                remember(self._license_read, read, None)
+                remember(self._license_reported, read, None)
             return False
         package, _, version = label.rpartition("@")
         self.metrics.rule_denials.labels(LICENSE, "enforce").inc()

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from datetime import datetime
 
 import structlog
@@ -328,7 +328,8 @@ class TarballRoute:
         try:
             relayed = await self.relay.relay(
                 request, lambda: self.private.tarball(name, filename),
-                key=("private", name.full, filename, _checked(verifier)), source="private",
+                key=("private", name.full, filename, _checked(verifier), _reads(record)),
+                source="private",
                 name=name, version=record.version, verifier=verifier,
                 scan=_scripts_read(record), slot=slot, deadline=deadline, release=release,
                 license=_license_check(record))
@@ -363,7 +364,7 @@ class TarballRoute:
             raise Refused(404, f"{name.full}@{version} is listed by the private upstream, "
                           "which did not serve its tarball", reason="not found")
         verifier = _verifier(record)
-        key = ("public", url, _checked(verifier))
+        key = ("public", url, _checked(verifier), _reads(record))
         judge = self.release
         # `release`: the release signals read a first GET of a version they have no verdict
         # for (`at_pull`); a version they judged is refused above or relayed as any other
@@ -403,7 +404,7 @@ class TarballRoute:
                           policy=policy_of(request))
         return answer
 
-    async def _hand_over(self, key: tuple[str, str, str | None], url: str,
+    async def _hand_over(self, key: Hashable, url: str,
                          verified: Verified, license_read: bool = False) -> None:
         """The worker beside the proxy gets the bytes just verified with the job, from the
         spool they were relayed through (a tarball that streamed unspooled is downloaded by
@@ -556,6 +557,17 @@ def _checked(verifier: StreamVerifier | None) -> str | None:
     """The digest a relay checks its bytes against, in its spool's key: bytes admitted under
     another digest (a packument changed meanwhile) are another download."""
     return verifier.expected.sri() if verifier is not None else None
+
+
+def _reads(record: VersionRecord) -> tuple[str | None, str | None]:
+    """How the rules of the asking client's policy set read the bytes (the install-scripts
+    scan, the license), in its spool's key: a download's one reading serves or refuses it for
+    every reader, so a client whose set reads them otherwise (not at all, or in report mode)
+    never joins it, nor the spool it leaves lingering: one team's [license] is not skipped
+    because another team's download of the same bytes read none."""
+    scripts = ("report" if record.scan_reports else "enforce") if record.scan_scripts else None
+    read = record.license_read
+    return scripts, ("report" if read.report else "enforce") if read is not None else None
 
 
 def _ends(refused: Refused) -> float | None:
