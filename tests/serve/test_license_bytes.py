@@ -7,18 +7,23 @@ the worker never mirrors such bytes. The control beside each: bytes that agree a
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
+from mirrorgate.npm.tarscripts import MAX_MANIFEST_BYTES
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve import relay
+from tests.npm.tarshapes import END, file
 from tests.serve.rig import StartProxy, policy_tokens
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.licensed import relicensed
-from tests.servers.packages import make_package
+from tests.servers.packages import make_package, make_version
 
 RULES = '[license]\ndeny = ["GPL-*"]\n'
 
@@ -150,3 +155,35 @@ async def test_bytes_a_report_mode_policy_read_are_read_again_and_refused_in_enf
     assert len(said) == 1  # report mode says it once for the same bytes
     assert refused.status == 403, refused.body[:300]
     assert refused.json()["rule"] == "license"
+
+
+@pytest.mark.parametrize(("mode", "rule"), [("enforce", "license"),
+                                            ("report", "unreadable-release")])
+async def test_a_tarball_the_reader_cannot_read_stays_refused_whatever_the_license_says(
+        mode: str, rule: str, public_registry: FixtureRegistry,
+        start_proxy: StartProxy) -> None:
+    # a young package's package.json over the reader's bound, its manifest MIT: the license
+    # rule's reading refuses it as unreadable, and in report mode the release signals'
+    # reading of the same bytes does (the default's unreadable-release); the control, the same
+    # package.json under the bound, is served
+    published = datetime.now(UTC) - timedelta(days=2)
+
+    def package_json(name: str, size: int) -> bytes:
+        document = {"name": name, "version": "1.0.0", "license": "MIT", "description": ""}
+        document["description"] = "d" * (size - len(json.dumps(document)))
+        return gzip.compress(file("package/package.json", json.dumps(document).encode()) + END,
+                             mtime=0)
+    for name, size in (("lic-unread", MAX_MANIFEST_BYTES + 1),
+                       ("lic-read", MAX_MANIFEST_BYTES - 1024)):
+        public_registry.add(make_package(name, [make_version(
+            name, "1.0.0", tarball=package_json(name, size), published=published,
+            license="MIT", dist={"fileCount": 1, "unpackedSize": size})]))
+    proxy = await start_proxy(public_registry.url,
+                              rules=parse_rules(f'{RULES}mode = "{mode}"\n'))
+
+    refused = await proxy.get("npm/lic-unread/-/lic-unread-1.0.0.tgz")
+    served = await proxy.get("npm/lic-read/-/lic-read-1.0.0.tgz")
+
+    assert refused.status == 403, refused.body[:300]
+    assert refused.json()["rule"] == rule
+    assert served.status == 200, served.body[:300]
