@@ -1,7 +1,9 @@
 """The license rule reading a tarball's own package.json at the relay: manifest confusion over
 a license (the registry manifest says MIT, the package.json npm installs says GPL-3.0-only),
 refused before a byte leaves, cut when too large to withhold, reported in report mode; and
-the worker never mirrors such bytes. The control beside each: bytes that agree are served.
+the worker never mirrors such bytes. Per policy set: a team's rule reads bytes another team's
+download left unread, and what a report mode said is read again in enforce mode; bytes the
+reader cannot read stay refused. The control beside each: bytes that agree are served.
 """
 
 from __future__ import annotations
