@@ -69,8 +69,9 @@ class Component:
 
 
 def components(pulls: Iterable[Pull]) -> list[Component]:
-    """The served pulls (from the mirror or public; refusals are no component) gathered by
-    name, version and integrity, in name and version order."""
+    """The served pulls (from the mirror or public) gathered by name, version and integrity,
+    in name and version order. A refusal installed nothing and is no component: the store
+    counts refusals apart (`Store.refused`), and a record saying one is skipped all the same."""
     found: dict[tuple[str, str, str], Component] = {}
     for pull in pulls:
         if pull.source.startswith("refused:"):
