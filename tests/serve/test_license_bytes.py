@@ -22,7 +22,7 @@ from mirrorgate.npm.tarscripts import MAX_MANIFEST_BYTES
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve import relay
 from tests.npm.tarshapes import END, file
-from tests.serve.rig import StartProxy, policy_tokens
+from tests.serve.rig import RunningProxy, StartProxy, policy_tokens
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.licensed import relicensed
 from tests.servers.packages import make_package, make_version
@@ -109,22 +109,32 @@ deny = ["GPL-*"]
 """
 
 
+HIDDEN = "npm/lic-hidden/-/lic-hidden-1.0.0.tgz"
+"""An MIT manifest over a tarball whose package.json says GPL-3.0-only (`teams`)."""
+
+
+async def teams(public_registry: FixtureRegistry, start_proxy: StartProxy,
+                tmp_path: Path) -> tuple[RunningProxy, dict[str, str]]:
+    """A proxy under `TEAMS` serving `HIDDEN`, and the `Authorization` of a client of each
+    set (legal, trial) and of the default rules (web)."""
+    public_registry.add(make_package("lic-hidden", [relicensed("lic-hidden", "GPL-3.0-only")]))
+    tokens = tmp_path / "client-tokens"
+    bearer = policy_tokens(tokens, legal="legal", trial="trial", web=None)
+    return await start_proxy(public_registry.url, client_tokens_file=tokens,
+                             rules=parse_rules(TEAMS)), bearer
+
+
 async def test_a_teams_license_rule_reads_the_bytes_another_policys_download_left_spooled(
         public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
     # the attack: the web client's rules read no license, so its download of an MIT
     # manifest over a GPL tarball is served and its spool lingers for the requests just
     # after; the legal client's pull of the same bytes, within the linger, must not be served
     # from that unread spool. The control: the web client's own pull after it, still served
-    public_registry.add(make_package("lic-hidden", [relicensed("lic-hidden", "GPL-3.0-only")]))
-    tokens = tmp_path / "client-tokens"
-    bearer = policy_tokens(tokens, legal="legal", trial="trial", web=None)
-    proxy = await start_proxy(public_registry.url, client_tokens_file=tokens,
-                              rules=parse_rules(TEAMS))
-    path = "npm/lic-hidden/-/lic-hidden-1.0.0.tgz"
+    proxy, bearer = await teams(public_registry, start_proxy, tmp_path)
 
-    served = await proxy.get(path, Authorization=bearer["web"])
-    refused = await proxy.get(path, Authorization=bearer["legal"])
-    again = await proxy.get(path, Authorization=bearer["web"])
+    served = await proxy.get(HIDDEN, Authorization=bearer["web"])
+    refused = await proxy.get(HIDDEN, Authorization=bearer["legal"])
+    again = await proxy.get(HIDDEN, Authorization=bearer["web"])
 
     assert served.status == 200
     assert refused.status == 403, refused.body[:300]
@@ -139,17 +149,12 @@ async def test_bytes_a_report_mode_policy_read_are_read_again_and_refused_in_enf
         public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
     # the trial team's report mode serves the GPL tarball and says so; the legal team's
     # enforce mode, pulling the same bytes after, reads them again and refuses them
-    public_registry.add(make_package("lic-hidden", [relicensed("lic-hidden", "GPL-3.0-only")]))
-    tokens = tmp_path / "client-tokens"
-    bearer = policy_tokens(tokens, legal="legal", trial="trial", web=None)
-    proxy = await start_proxy(public_registry.url, client_tokens_file=tokens,
-                              rules=parse_rules(TEAMS))
-    path = "npm/lic-hidden/-/lic-hidden-1.0.0.tgz"
+    proxy, bearer = await teams(public_registry, start_proxy, tmp_path)
 
     with capture_logs() as logs:
-        reported = await proxy.get(path, Authorization=bearer["trial"])
-        reported_again = await proxy.get(path, Authorization=bearer["trial"])
-        refused = await proxy.get(path, Authorization=bearer["legal"])
+        reported = await proxy.get(HIDDEN, Authorization=bearer["trial"])
+        reported_again = await proxy.get(HIDDEN, Authorization=bearer["trial"])
+        refused = await proxy.get(HIDDEN, Authorization=bearer["legal"])
 
     assert (reported.status, reported_again.status) == (200, 200)
     said = [entry for entry in logs if entry["event"] == "version_would_deny"
