@@ -43,6 +43,7 @@ class _Held:
     digest: Digest
     """What the relay matched the bytes against."""
     at: float
+    license_read: bool = False
 
 
 @dataclass(slots=True)
@@ -56,6 +57,9 @@ class Handed:
     body: bytes
     matched: Digest
     unnamed: int | None = field(default=None)
+    license_read: bool = False
+    """The relay's license rule read these bytes' own package.json and found the license
+    their manifest declares: the worker need not read them again for it."""
 
     def close(self) -> None:
         if self.unnamed is not None:
@@ -107,9 +111,11 @@ class Handoff:
             return False
         return self.commit(url, place, self.write(place, lambda: [body]))
 
-    def reserve(self, url: str, size: int, digest: Digest) -> _Held | None:
+    def reserve(self, url: str, size: int, digest: Digest, *,
+                license_read: bool = False) -> _Held | None:
         """A file for `size` bytes of `url`'s tarball, or None; the caller `write`s them (in a
-        thread, for a large one: nothing else here is touched there) and then `commit`s."""
+        thread, for a large one: nothing else here is touched there) and then `commit`s.
+        `license_read`: what `Handed.license_read` says."""
         self.discard(url)
         # full, the newest offer is refused (the memory queue's own policy): the worker takes
         # jobs oldest first, so the oldest bytes are the ones it needs next
@@ -122,7 +128,7 @@ class Handoff:
             return None
         self._files += 1
         self._bytes += size
-        return _Held(fd, size, digest, self.clock())
+        return _Held(fd, size, digest, self.clock(), license_read)
 
     @staticmethod
     def write(place: _Held, body: Callable[[], list[bytes] | None]) -> OSError | bool:
@@ -163,7 +169,7 @@ class Handoff:
             return None
         self._bytes -= held.length
         self._files -= 1
-        handed = Handed(b"", held.digest, held.fd)
+        handed = Handed(b"", held.digest, held.fd, held.license_read)
         try:
             # bytes admitted under another digest (public's metadata changed since the pull)
             # are not this job's: the worker downloads what public describes now

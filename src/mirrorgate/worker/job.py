@@ -51,13 +51,15 @@ from mirrorgate.integrity import (
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
+from mirrorgate.npm.licenses import declared_license
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.origins import OriginRefusal, check_on_origin
-from mirrorgate.npm.tarscripts import scripts_in
+from mirrorgate.npm.tarscripts import ScriptScan, scanned
 from mirrorgate.npm.versions import is_version_string, unstorable
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import (
     DEFAULT_RULES,
+    REPORT,
     LiveRules,
     Rules,
     live,
@@ -65,6 +67,7 @@ from mirrorgate.rules import (
     scripts_blocked,
     scripts_reported,
 )
+from mirrorgate.rules.license import LICENSE, tarball_license_finding
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import RegistryError, TargetConflict
@@ -350,12 +353,20 @@ class JobRunner:
                 else:
                     tarball, verified = await self._fetch(url, verifier)
                 fetched.set("mirrorgate.bytes", verified.size)
-            if scripts_blocked(self._rules, job.name, job.version):
+            scripts = scripts_blocked(self._rules, job.name, job.version)
+            # the relay beside this worker read these very bytes for the license rule and
+            # found the manifest's license (`Handed.license_read`): not read again for it
+            licensed = self._rules.license.on and not (handed is not None
+                                                       and handed.license_read)
+            scan: ScriptScan | None = None
+            if scripts or licensed:  # one read of the bytes for both rules
+                scan = await in_thread_if_large(len(tarball), scanned, tarball)
+            if scripts and scan is not None:
                 # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest,
                 # but a client runs the package.json inside these bytes; a private copy is
-                # re-read by the relay where the rule applies, and this is the last look before
-                # it is stored
-                found = await in_thread_if_large(len(tarball), scripts_in, tarball)
+                # re-read by the relay where the rule applies, and this is the last look
+                # before it is stored
+                found = scan.finish()
                 if found is not None:
                     reason = scan_finding(found, job.manifest)
                     if not scripts_reported(self._rules):
@@ -363,6 +374,17 @@ class JobRunner:
                     # report mode: the proxy served these bytes and said so; mirrored as served
                     log.info("version_would_deny", package=job.name, version=job.version,
                              rule="install-scripts", reason=reason, where="worker")
+            if licensed and scan is not None:
+                # the license npm installs is the tarball's own (`rules.license`): another
+                # than the manifest the re-gate judged is never stored
+                found = tarball_license_finding(self._rules.license,
+                                                declared_license(job.manifest), scan.manifest,
+                                                scan.problem)
+                if found is not None:
+                    if self._rules.mode_of("license") != REPORT:
+                        raise Retire(LICENSE, f"{job.name}@{job.version}: {found}")
+                    log.info("version_would_deny", package=job.name, version=job.version,
+                             rule=LICENSE, reason=found, where="worker")
             digests: TarballDigests = known if known is not None else await in_thread_if_large(
                 len(tarball), dist_digests, tarball, verified, job.artifact.digests)
             # the handed file holds the very bytes checked: a file store links it in as the
