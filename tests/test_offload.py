@@ -1,11 +1,17 @@
 """The budget of large work in memory at once: the fills of a cold install's biggest packuments
-wait their turn instead of all being parsed side by side (a parse is four times its bytes)."""
+wait their turn instead of all being parsed side by side (a parse is four times its bytes).
+And small blocking calls handed to a thread together, one hand-off a loop tick."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
 
-from mirrorgate.offload import THREAD_ABOVE, Budget
+import pytest
+
+from mirrorgate.offload import THREAD_ABOVE, Budget, batched
 
 MIB = 1024 * 1024
 
@@ -59,3 +65,67 @@ async def test_a_holder_that_fails_gives_its_bytes_back() -> None:
     assert budget.held == 0
     async with asyncio.timeout(1), budget.hold(8 * MIB):
         pass
+
+
+def counted_hand_offs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The running loop's executor submissions, counted (one per thread hand-off)."""
+    loop = asyncio.get_running_loop()
+    handed: list[int] = []
+    submit = loop.run_in_executor
+
+    def counting(executor: Any, work: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        handed.append(1)
+        return submit(executor, work, *args)
+
+    monkeypatch.setattr(loop, "run_in_executor", counting)
+    return handed
+
+
+async def test_small_calls_made_in_one_tick_cost_one_thread_hand_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    handed = counted_hand_offs(monkeypatch)
+    threads: list[int] = []
+
+    def call(value: int) -> int:
+        threads.append(threading.get_ident())
+        return value * 2
+
+    results = await asyncio.gather(*[batched(call, value) for value in range(20)])
+
+    assert results == [value * 2 for value in range(20)]  # each its own, in order
+    assert len(handed) == 1
+    assert len(set(threads)) == 1
+    assert threads[0] != threading.get_ident()
+    assert await batched(call, 21) == 42  # the next tick: a hand-off of its own
+    assert len(handed) == 2
+
+
+async def test_a_call_that_raises_fails_its_caller_alone() -> None:
+    def broken() -> None:
+        raise FileNotFoundError("gone")
+
+    outcomes = await asyncio.gather(batched(len, b"abc"), batched(broken),
+                                    batched(len, b"de"), return_exceptions=True)
+
+    assert outcomes[0] == 3
+    assert outcomes[2] == 2
+    assert isinstance(outcomes[1], FileNotFoundError)
+
+
+async def test_a_caller_that_stops_waiting_leaves_the_others_their_results() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(5)
+        return "slow"
+
+    gone = asyncio.create_task(batched(slow))
+    kept = asyncio.create_task(batched(str.upper, "kept"))
+    await asyncio.sleep(0)
+    await asyncio.to_thread(started.wait, 5)
+    gone.cancel()
+    release.set()
+    assert await kept == "KEPT"
+    with pytest.raises(asyncio.CancelledError):
+        await gone

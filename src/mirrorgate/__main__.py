@@ -1,7 +1,8 @@
 """The `mirrorgate` command: `serve`, `worker`, `check-config`, `token new NAME` and the operator
-commands (`check`, `prewarm`, `audit`, `allow`, `exposure`: `mirrorgate.commands`). Settings
-come only from the environment (`config.VARIABLES`, which `--help` prints); a configuration that
-cannot be honoured exits 2 with every problem listed, before anything starts.
+commands (`check`, `prewarm`, `audit`, `allow`, `exposure`, `sbom`: `mirrorgate.commands`).
+Settings come only from the environment (`config.VARIABLES`, which `--help` prints); a
+configuration that cannot be honoured exits 2 with every problem listed, before anything
+starts.
 """
 
 from __future__ import annotations
@@ -92,12 +93,34 @@ def _parser() -> argparse.ArgumentParser:
                           help="only pulls from this time on (ISO 8601, e.g. 2026-03-31T00:00Z)")
     exposure.add_argument("--json", action="store_true",
                           help="print one JSON document on standard output instead of a table")
+    _add_sbom_command(commands)
     token = commands.add_parser("token", help="client tokens for MIRRORGATE_CLIENT_TOKENS_FILE")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     new = token_commands.add_parser("new", help="print a fresh random token for a client and "
                                     "the line to add to the tokens file")
     new.add_argument("name", help="the client's name, shown in logs and by `npm whoami`")
     return parser
+
+
+def _add_sbom_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sbom = commands.add_parser(
+        "sbom", help="a CycloneDX 1.6 (or SPDX 2.3) bill of materials of what a client or a CI "
+        "job was served, from the pull log; exit 0, 1 when nothing matched, 2 on bad input")
+    sbom.add_argument("--client", metavar="NAME",
+                      help="the client's name in the tokens file (a static token, or an issuer "
+                      "line's name)")
+    sbom.add_argument("--repository", metavar="OWNER/REPO",
+                      help="a CI job's repository, as its ID token carried it")
+    sbom.add_argument("--branch", metavar="BRANCH", help="the CI job's branch (main)")
+    sbom.add_argument("--ref", metavar="REF", help="the CI job's ref (refs/tags/v1.2.0)")
+    sbom.add_argument("--workflow", metavar="NAME", help="the CI job's workflow (GitHub's "
+                      "`workflow` claim)")
+    sbom.add_argument("--since", metavar="TIME", help="pulls from this time on (ISO 8601)")
+    sbom.add_argument("--until", metavar="TIME", help="pulls before this time (ISO 8601)")
+    sbom.add_argument("--output", type=Path, metavar="FILE",
+                      help="write the document there instead of standard output")
+    sbom.add_argument("--format", choices=("cyclonedx", "spdx"), default="cyclonedx",
+                      help="CycloneDX 1.6 JSON (the default) or SPDX 2.3 JSON")
 
 
 def _add_mirror_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -318,6 +341,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_command_logging(settings)
         return run_exposure(settings, " ".join(args.target) or None, args.since,
                             as_json=args.json)
+    if args.command == "sbom":
+        from mirrorgate.commands.exposure import QuestionError
+        from mirrorgate.commands.sbom import run_sbom, select
+
+        configure_command_logging(settings)
+        try:
+            selection = select(client=args.client, repository=args.repository,
+                               branch=args.branch, ref=args.ref, workflow=args.workflow,
+                               since=args.since, until=args.until)
+        except QuestionError as error:
+            print(f"mirrorgate sbom: {error}", file=sys.stderr)
+            return 2
+        return run_sbom(settings, selection, output=args.output, form=args.format)
     if args.command in ("prewarm", "audit"):
         configure_command_logging(settings)
         return _run_mirror_command(settings, args)

@@ -142,7 +142,7 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_PULL_LOG_MAX_RECORDS", "10000000", "records the pull log keeps at most "
         "(served pulls, and refusals counted per client, version, rule and hour), the whole "
         "fleet's together; past it the oldest go, refusal counts first (1,000..1,000,000,000; "
-        "about 355 bytes a record on SQLite, 440 on PostgreSQL)", read_by=(PROXY,),
+        "about 470 bytes a record on SQLite, 555 on PostgreSQL)", read_by=(PROXY,),
         see="exposure.md"),
     Var("MIRRORGATE_RULES_FILE", None, "TOML file of admission rules, read again when it "
         "changes; a rewrite that is missing, empty or cut short keeps the rules in force, so "

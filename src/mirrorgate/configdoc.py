@@ -96,8 +96,9 @@ proto-ci      https://token.actions.githubusercontent.com repository=acme/proto-
 - **What a set may override**: `[integrity]`, `[age]`, `[deny]`, `[allow]`,
   `[install_scripts]`, `[advisories]` (severity, malware, ignore, unavailable, max_age,
   fast_lane, mode; the source and refresh are the default's, so one feed serves every set),
-  `[signatures]`, `[provenance]`, `[publisher]`, and `mode` (`[policy.NAME] mode = "report"`:
-  every table of the set without a mode of its own). Not `[release]` (a release signal's
+  `[signatures]`, `[provenance]`, `[publisher]`, `[license]` (each team its own license
+  policy: [licenses.md](licenses.md#per-team-policy-sets)), and `mode` (`[policy.NAME] mode =
+  "report"`: every table of the set without a mode of its own). Not `[release]` (a release signal's
   verdict is a record of a version's bytes, one per version, kept in the state store for every
   client), `[private]` (first-party names are a fact about a name), `[publish]` (the tokens
   file's `publish:` grant is per client) or `[[exception]]` (the file's exceptions and the

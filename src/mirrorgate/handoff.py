@@ -4,7 +4,8 @@ In `mirrorgate serve` with its worker, the worker takes the bytes the relay just
 verified instead of downloading them a second time, with the digest the relay matched them
 against: a claim only this object carries (never a queue message or a file's name), which the
 worker weighs against its own re-gated job and checks the bytes read back with the sha1 it
-computes for the publish anyway. They wait on disk, in unnamed files, bounded by bytes and age.
+computes for the publish anyway. They wait on disk, an unnamed file a tarball, bounded by bytes,
+files and age; a file store beside them links the checked file in as the stored tarball.
 docs/serving.md ("One download per version") and docs/untrusted-queue.md tell the story.
 """
 
@@ -16,14 +17,14 @@ import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
 from mirrorgate.integrity import Digest, same_digest
 
-__all__ = ["HANDOFF_DIR", "MAX_AGE", "MAX_SEGMENTS", "SEGMENT_BYTES", "Handed", "Handoff"]
+__all__ = ["HANDOFF_DIR", "MAX_AGE", "MAX_FILES", "Handed", "Handoff"]
 
 log = structlog.get_logger("mirrorgate")
 
@@ -31,46 +32,48 @@ HANDOFF_DIR = "handoff"
 """The files' directory, under MIRRORGATE_DATA_DIR."""
 MAX_AGE = 600.0
 """Seconds an offered tarball waits for its job, at most."""
-SEGMENT_BYTES = 64 * 1024 * 1024
-"""Bytes appended to one file before the next is begun."""
-MAX_SEGMENTS = 64
-"""Files at once, at most (each a descriptor; a file lives while one tarball in it waits)."""
-
-
-class _Segment:
-    __slots__ = ("fd", "live", "size")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.size = 0
-        self.live = 0  # tarballs in it still waiting
+MAX_FILES = 512
+"""Tarballs waiting at once, at most: each is a file, and holds a descriptor."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Held:
-    segment: _Segment
-    offset: int
+    fd: int
     length: int
     digest: Digest
     """What the relay matched the bytes against."""
     at: float
+    license_read: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Handed:
     """Bytes the relay of this process verified, read back, and the digest they matched there
-    (`matched`: the relay's hash of the very chunks it relayed and wrote, not a re-hash)."""
+    (`matched`: the relay's hash of the very chunks it relayed and wrote, not a re-hash).
+    `unnamed`: the descriptor of the unnamed file they were read from, which a file store on
+    its filesystem links in as the stored tarball once they are checked (`close` when done;
+    None once closed, or when the file cannot be linked)."""
 
     body: bytes
     matched: Digest
+    unnamed: int | None = field(default=None)
+    license_read: bool = False
+    """The relay's license rule read these bytes' own package.json and found the license
+    their manifest declares: the worker need not read them again for it."""
+
+    def close(self) -> None:
+        if self.unnamed is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.unnamed)
+            self.unnamed = None
 
 
 class Handoff:
     """Verified tarballs by their public URL, waiting for the worker's job.
 
     On disk, not in memory: during a cold install the worker runs up to a minute behind the
-    clients, and what waits for it is the install's whole tarball volume. Bounded by bytes
-    and by age: a job the queue lost costs a download later, never the disk."""
+    clients, and what waits for it is the install's whole tarball volume. Bounded by bytes,
+    by files and by age: a job the queue lost costs a download later, never the disk."""
 
     def __init__(self, directory: Path, max_bytes: int, *, max_age: float = MAX_AGE,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -80,7 +83,7 @@ class Handoff:
         self.clock = clock
         self._held: OrderedDict[str, _Held] = OrderedDict()  # oldest first
         self._bytes = 0
-        self._segments: list[_Segment] = []
+        self._files = 0  # the held ones and the ones being written
         self._broken = False
 
     @property
@@ -89,7 +92,7 @@ class Handoff:
 
     @property
     def files(self) -> int:
-        return len(self._segments)
+        return self._files
 
     def __len__(self) -> int:
         return len(self._held)
@@ -97,7 +100,8 @@ class Handoff:
     def room_for(self, size: int) -> bool:
         """Whether an offer of `size` bytes would be kept (asked before the bytes are read)."""
         self._expire()
-        return not self._broken and self._bytes + size <= self.max_bytes
+        return (not self._broken and self._bytes + size <= self.max_bytes
+                and self._files < MAX_FILES)
 
     def offer(self, url: str, body: bytes, digest: Digest) -> bool:
         """Keep `body`, which matched `digest`, for the job of `url`; False when it does not
@@ -107,22 +111,24 @@ class Handoff:
             return False
         return self.commit(url, place, self.write(place, lambda: [body]))
 
-    def reserve(self, url: str, size: int, digest: Digest) -> _Held | None:
-        """Room for `size` bytes of `url`'s tarball, or None; the caller `write`s them (in a
-        thread, for a large one: nothing else here is touched there) and then `commit`s."""
+    def reserve(self, url: str, size: int, digest: Digest, *,
+                license_read: bool = False) -> _Held | None:
+        """A file for `size` bytes of `url`'s tarball, or None; the caller `write`s them (in a
+        thread, for a large one: nothing else here is touched there) and then `commit`s.
+        `license_read`: what `Handed.license_read` says."""
         self.discard(url)
         # full, the newest offer is refused (the memory queue's own policy): the worker takes
         # jobs oldest first, so the oldest bytes are the ones it needs next
         if not self.room_for(size):
             return None
-        segment = self._current(size)
-        if segment is None:
+        try:
+            fd = _unnamed(self.directory)
+        except OSError as error:
+            self._unusable(error)
             return None
-        place = _Held(segment, segment.size, size, digest, self.clock())
-        segment.size += size
-        segment.live += 1  # the file stays open while the bytes are written
+        self._files += 1
         self._bytes += size
-        return place
+        return _Held(fd, size, digest, self.clock(), license_read)
 
     @staticmethod
     def write(place: _Held, body: Callable[[], list[bytes] | None]) -> OSError | bool:
@@ -132,20 +138,19 @@ class Handoff:
             parts = body()
             if parts is None or sum(len(part) for part in parts) != place.length:
                 return False
-            _write_all(place.segment.fd, parts, place.offset)
+            _write_all(place.fd, parts, 0)
         except OSError as error:
             return error
         return True
 
     def commit(self, url: str, place: _Held, written: OSError | bool) -> bool:
         """What `write` said of `place`: kept for the job of `url` when written."""
-        if written is True and place.segment in self._segments:
+        if written is True and not self._broken:
             self._held[url] = place
             return True
         if isinstance(written, OSError):
             self._unusable(written)
-        if place.segment in self._segments:
-            self._release(place)
+        self._release(place)
         return False
 
     def discard(self, url: str) -> None:
@@ -156,74 +161,45 @@ class Handoff:
 
     def take(self, url: str, digests: tuple[Digest, ...]) -> Handed | None:
         """The bytes offered for `url` and the digest they matched, when it is one of
-        `digests` (the job's, re-gated): gone from here either way. None: download them."""
+        `digests` (the job's, re-gated): gone from here either way, their file with the
+        `Handed` (the taker closes it). None: download them."""
         self._expire()
         held = self._held.pop(url, None)
         if held is None:
             return None
+        self._bytes -= held.length
+        self._files -= 1
+        handed = Handed(b"", held.digest, held.fd, held.license_read)
         try:
             # bytes admitted under another digest (public's metadata changed since the pull)
             # are not this job's: the worker downloads what public describes now
             if not any(same_digest(held.digest, digest) for digest in digests):
+                handed.close()
                 return None
-            body = os.pread(held.segment.fd, held.length, held.offset)
+            handed.body = os.pread(held.fd, held.length, 0)
         except OSError as error:
+            handed.close()
             self._unusable(error)
             return None
-        finally:
-            self._release(held)
         # a short read is a file changed under it; the worker's check would refuse it anyway
-        return Handed(body, held.digest) if len(body) == held.length else None
+        if len(handed.body) != held.length:
+            handed.close()
+            return None
+        return handed
 
     def close(self) -> None:
-        self._held.clear()
-        for segment in self._segments:
+        for held in self._held.values():
             with contextlib.suppress(OSError):
-                os.close(segment.fd)
-        self._segments.clear()
+                os.close(held.fd)
+        self._held.clear()
         self._bytes = 0
-
-    def _current(self, size: int) -> _Segment | None:
-        if self._segments and self._segments[-1].live == 0 and size <= SEGMENT_BYTES:
-            # every tarball in the newest file was taken (a worker keeping up): written again
-            # from its start, over pages the page cache holds already; a fresh page costs the
-            # kernel more than the copy into it
-            self._segments[-1].size = 0
-            return self._segments[-1]
-        if self._segments and self._segments[-1].size + size <= SEGMENT_BYTES:
-            return self._segments[-1]
-        if self._segments and self._segments[-1].size == 0:
-            return self._segments[-1]  # a tarball larger than a segment has one to itself
-        if self._segments and self._segments[-1].live == 0:
-            self._close(self._segments[-1])  # full, and nothing in it waits
-        if len(self._segments) >= MAX_SEGMENTS:
-            return None
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            # unnamed (O_TMPFILE where the filesystem has it): nothing to clean up after a
-            # crash, and no name another process could open
-            with tempfile.TemporaryFile(dir=self.directory, prefix="handoff-") as handle:
-                fd = os.dup(handle.fileno())
-        except OSError as error:
-            self._unusable(error)
-            return None
-        self._segments.append(_Segment(fd))
-        return self._segments[-1]
+        self._files = 0
 
     def _release(self, held: _Held) -> None:
         self._bytes -= held.length
-        segment = held.segment
-        segment.live -= 1
-        if segment.live == 0 and (segment is not self._segments[-1]
-                                  or segment.size >= SEGMENT_BYTES):
-            self._close(segment)
-
-    def _close(self, segment: _Segment) -> None:
-        # every tarball in it is gone: the file goes, and its space with it (the newest one
-        # stays open while it has room: a worker keeping up opens no file per tarball)
-        self._segments.remove(segment)
+        self._files -= 1
         with contextlib.suppress(OSError):
-            os.close(segment.fd)
+            os.close(held.fd)  # the file, and its space, go with its last descriptor
 
     def _expire(self) -> None:
         now = self.clock()
@@ -240,6 +216,19 @@ class Handoff:
                         detail=error.strerror or type(error).__name__,
                         consequence="the worker downloads every tarball it mirrors")
         self._broken = True
+
+
+def _unnamed(directory: Path) -> int:
+    """A new unnamed file in `directory`: O_TMPFILE without O_EXCL, so that once checked it
+    can be linked in as the stored tarball (nothing to clean up after a crash, and no name
+    another process could open meanwhile); a file named and unlinked at once where the
+    filesystem has no O_TMPFILE (never linked: the store writes the bytes instead)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        return os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except (OSError, AttributeError):
+        with tempfile.TemporaryFile(dir=directory, prefix="handoff-") as handle:
+            return os.dup(handle.fileno())
 
 
 _IOV_MAX = 1024  # Linux's bound on the parts of one pwritev

@@ -11,12 +11,17 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from mirrorgate.commands.audit import Finding, Result, audit, search_names
 from mirrorgate.commands.parts import open_parts
+from mirrorgate.commands.prewarm import Outcome
 from mirrorgate.config import Settings
 from mirrorgate.upstream.filestore import FileStore
 from tests.commands.mirrored import prewarm_with_the_worker, published_tree, settings_for
 from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.licensed import relicensed
+from tests.servers.packages import make_package
 from tests.servers.verdaccio import Verdaccio
 
 
@@ -116,3 +121,53 @@ async def test_a_registry_is_walked_through_its_search_and_a_version_changed_in_
     assert found.pop("@fixture/beta@2.1.3") == {Finding.REFUSED}
     assert found == {label: {Finding.OK} for label in found}
     assert len(found) == len(tree.resolved) - 2
+
+
+async def test_prewarm_and_audit_honour_the_license_rule(
+    public_registry: FixtureRegistry, tmp_path: Path,
+) -> None:
+    # the standard tree declares MIT throughout: an allow list without MIT lets prewarm mirror
+    # nothing (the control: the same prewarm without it mirrors the tree), and once it is
+    # mirrored, a license rule added later makes the audit name every copy as refused
+    tree = published_tree(public_registry)
+    settings = settings_for(public_registry, tmp_path)
+    rules = tmp_path / "licenses.toml"
+    rules.write_text('[license]\nallow = ["ISC"]\n', encoding="utf-8")
+    strict = dataclasses.replace(settings, rules_file=rules)
+
+    refused = await prewarm_with_the_worker(strict, list(tree.resolved.items()))
+    assert refused
+    assert {result.outcome for result in refused} == {Outcome.REFUSED}, refused
+    assert "not on the license allow list" in refused[0].detail
+    assert await FileStore(tmp_path / "store").names() == []
+    await prewarm_with_the_worker(settings, list(tree.resolved.items()))
+    results = await run_audit(strict, await FileStore(tmp_path / "store").names())
+
+    assert all(found == {Finding.REFUSED} for found in findings(results).values()), results
+    assert len(findings(results)) == len(tree.resolved)
+    assert all("license" in result.detail for result in results)
+
+
+async def test_the_worker_never_mirrors_a_tarball_declaring_another_license_than_its_manifest(
+    public_registry: FixtureRegistry, tmp_path: Path,
+) -> None:
+    # prewarm admits it by its manifest (MIT); the worker reads the bytes it would publish
+    public_registry.add(make_package("lic-hidden", [relicensed("lic-hidden", "GPL-3.0-only")]),
+                        make_package("lic-honest", [relicensed("lic-honest", "MIT")]))
+    settings = settings_for(public_registry, tmp_path)
+    rules = tmp_path / "licenses.toml"
+    rules.write_text('[license]\ndeny = ["GPL-*"]\n', encoding="utf-8")
+
+    with capture_logs() as logs:
+        results = await prewarm_with_the_worker(
+            dataclasses.replace(settings, rules_file=rules),
+            [("lic-hidden", "1.0.0"), ("lic-honest", "1.0.0")])
+
+    outcomes = {result.name: result for result in results}
+    assert outcomes["lic-hidden"].outcome is Outcome.REFUSED
+    [retired] = [line for line in logs if line["event"] == "mirror_retired"]
+    assert retired["reason"] == "license"
+    assert retired["detail"].startswith("lic-hidden@1.0.0: the registry's manifest declares "
+                                        "MIT, but the package.json in its tarball")
+    assert outcomes["lic-honest"].outcome is Outcome.PUBLISHED  # the control
+    assert await FileStore(tmp_path / "store").names() == ["lic-honest"]

@@ -42,7 +42,8 @@ def public() -> Iterator[FixtureRegistry]:
 def _env(tmp_path: Path, public_url: str, rules: str | None = None,
          **extra: str) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path / "home"),
-           "LANG": "C.UTF-8", "MIRRORGATE_PUBLIC_UPSTREAM": public_url,
+           "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "LANG": "C.UTF-8",
+           "MIRRORGATE_PUBLIC_UPSTREAM": public_url,
            "MIRRORGATE_DATA_DIR": str(tmp_path / "data"), "MIRRORGATE_LOG_FORMAT": "json"}
     if rules is not None:
         rules_file = tmp_path / "rules.toml"
@@ -323,3 +324,20 @@ def test_a_public_copy_of_a_name_the_organisation_owns_is_a_finding(
         assert beta["reason"] == "no registry has this package"
     assert results[("alpha", "1.2.0")]["status"] == "admitted"
     assert not [r for r in public.requests if "fixture" in r.path]
+
+
+def test_check_names_the_locked_versions_the_license_rule_refuses(
+        lockfile_copy: Copy, public: FixtureRegistry, tmp_path: Path) -> None:
+    # every fixture version declares MIT: an allow list without it refuses them all, before
+    # an install; the control (MIT allowed, GPL denied) finds nothing
+    lockfile = lockfile_copy("npm-v3")
+    refused = check(lockfile, "--json", env=_env(
+        tmp_path, public.url, '[license]\nallow = ["ISC", "Apache-2.0"]\n'))
+    admitted = check(lockfile, "--json", env=_env(
+        tmp_path, public.url, '[license]\nallow = ["MIT"]\ndeny = ["GPL-*"]\n'))
+
+    assert refused.returncode == 1, refused.stderr
+    alpha = _results(refused)[("alpha", "1.2.0")]
+    assert alpha["rule"] == "license"
+    assert "declares the license MIT: MIT is not on the license allow list" in alpha["reason"]
+    assert admitted.returncode == 0, admitted.stdout

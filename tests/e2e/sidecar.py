@@ -98,6 +98,7 @@ class PublishGate(ThreadedApp):
         self.upstream = upstream.rstrip("/")
         self._lock = threading.Lock()
         self._publishes: list[tuple[str, int]] = []
+        self._seen: list[tuple[str, str, str]] = []
         self._holding = False
         self._released: asyncio.Event | None = None
 
@@ -106,6 +107,12 @@ class PublishGate(ThreadedApp):
         """(path, Verdaccio's status) of every PUT forwarded so far, oldest first."""
         with self._lock:
             return list(self._publishes)
+
+    @property
+    def seen(self) -> list[tuple[str, str, str]]:
+        """(method, path, Accept) of every request forwarded so far, oldest first."""
+        with self._lock:
+            return list(self._seen)
 
     def stored_publishes(self) -> int:
         """PUTs Verdaccio accepted (2xx): each one stored a version."""
@@ -131,6 +138,9 @@ class PublishGate(ThreadedApp):
         return app
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
+        with self._lock:
+            self._seen.append((request.method, request.raw_path,
+                               request.headers.get("Accept", "")))
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         async with request.app[_SESSION].request(

@@ -43,7 +43,7 @@ from tests.servers.client_config import (
 )
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.package_managers import CLIENTS, TOKEN, PackageManager, client
-from tests.servers.packages import EPOCH, make_package, standard_tree
+from tests.servers.packages import EPOCH, make_package, make_version, standard_tree
 from tests.servers.ports import free_port
 from tests.servers.processes import MirrorgateProcess, ServerUnavailableError, wait_for
 from tests.servers.verdaccio import Verdaccio
@@ -58,10 +58,16 @@ DIRECT = {name: TREE.resolved[name] for name in TREE.dependencies}
 # denied from the start, and 1.0.0 stays admitted (so the package itself exists); each has an
 # admitted version a refusal names as the one to use instead.
 GATE_PACKAGES = [make_package("gate-locked", ["0.9.0", "1.0.0"]),
-                 make_package("gate-pinned", ["1.0.0", "2.0.0"])]
+                 make_package("gate-pinned", ["1.0.0", "2.0.0"]),
+                 # relicensed: 0.9.0 under MIT, 1.0.0 under GPL-3.0-only, which the rules deny
+                 make_package("gate-licensed", [
+                     make_version("gate-licensed", "0.9.0", license="MIT"),
+                     make_version("gate-licensed", "1.0.0", license="GPL-3.0-only",
+                                  published=EPOCH + timedelta(days=1))])]
 assert all(EPOCH <= v.published < A_DAY_AGO
            for p in (*TREE.packages, *GATE_PACKAGES) for v in p.versions.values())
-RULES = '[deny]\npackages = ["gate-locked@1.0.0", "gate-pinned@2.0.0"]\n'
+RULES = ('[deny]\npackages = ["gate-locked@1.0.0", "gate-pinned@2.0.0"]\n\n'
+         '[license]\ndeny = ["GPL-*"]\n')
 
 
 def output(done: subprocess.CompletedProcess[str]) -> str:
@@ -290,3 +296,50 @@ def test_a_locked_version_denied_later_fails_with_mirrorgates_reason_where_the_c
     assert {(e["package"], e["version"], e["rule"]) for e in denials} == {
         ("gate-locked", "1.0.0", "deny-list")}
 
+
+
+def test_a_version_of_a_denied_license_is_refused_naming_the_license_where_the_client_shows_it(
+    journey: Journey, gate: Gate, tmp_path: Path,
+) -> None:
+    proxy = gate.start(strict=True)
+    project = fresh_client(journey, tmp_path, "licensed")
+    project.configure(proxy.registry_url)
+    project.write_project({})
+
+    done = project.install("gate-licensed@1.0.0")
+
+    assert done.returncode != 0, output(done)
+    for template in (DENIED_SAYS[journey.name], *DENIED_WAY_OUT_SAYS.get(journey.name, ())):
+        assert says(template, proxy.registry_url, "gate-licensed", "1.0.0", "license",
+                    admitted="0.9.0") in output(done), output(done)
+    if journey.name == "npm":  # the others only see that no version matches
+        assert ('gate-licensed@1.0.0 declares the license GPL-3.0-only: GPL-3.0-only matches '
+                'the license deny list entry "GPL-*"') in output(done)
+    assert project.installed(["gate-licensed"]) == {}
+
+
+def test_a_locked_version_of_a_denied_license_fails_naming_the_license_where_the_client_shows_it(
+    journey: Journey, gate: Gate, tmp_path: Path,
+) -> None:
+    project = fresh_client(journey, tmp_path, "locked-licensed")
+    lenient = gate.start(strict=False)
+    project.configure(lenient.registry_url)
+    project.write_project({"gate-licensed": "1.0.0"})
+    assert project.install().returncode == 0
+    assert lenient.terminate() == 0
+    strict = gate.start(strict=True)  # the same URL, now with the license rule
+    project.forget(lockfile=False)
+
+    done = project.install_frozen()
+
+    assert done.returncode != 0, output(done)
+    for template in (LOCKED_DENIED_SAYS[journey.name],
+                     *LOCKED_WAY_OUT_SAYS.get(journey.name, ())):
+        assert says(template, strict.registry_url, "gate-licensed", "1.0.0", "license",
+                    admitted="0.9.0", detail="GPL-3.0-only") in output(done), output(done)
+    if journey.name == "npm":  # the body's `error`; pnpm and yarn 4 print the status line
+        assert "gate-licensed@1.0.0 declares the license GPL-3.0-only" in output(done)
+    denials: list[dict[str, Any]] = wait_for(lambda: strict.events("tarball_denied"),
+                                              message="tarball_denied")
+    assert {(e["package"], e["version"], e["rule"]) for e in denials} == {
+        ("gate-licensed", "1.0.0", "license")}

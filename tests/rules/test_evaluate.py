@@ -445,6 +445,8 @@ def test_the_rules_run_in_the_documented_order() -> None:
         "advisory-malware",
         "advisory-severity",
         "install-scripts",
+        "license",
+        "license-unknown",
         "minimum-age",
         "provenance-continuity",
         "publisher-change",

@@ -20,6 +20,7 @@ from mirrorgate.rules.inforce import in_force
 from mirrorgate.rules.patterns import PatternList
 from mirrorgate.rules.policy import UnknownPolicyError
 from mirrorgate.serve.tokens import parse_tokens_file, policy_problem, token_line
+from tests.rules.builders import verdict
 
 TEAMS = """\
 mode = "enforce"
@@ -72,6 +73,42 @@ def test_the_release_signals_stay_the_default_rules_under_every_policy_set() -> 
     assert trial.mode_of("release") == "enforce"
     assert trial.release == rules.release
     assert trial.mode_of("age") == "report"
+
+
+LEGAL = """\
+[license]
+deny = ["AGPL-*"]
+
+[policy.legal.license]
+deny = ["GPL-*", "AGPL-*"]
+"""
+
+
+@pytest.mark.parametrize(("declared", "default", "legal"), [
+    ("GPL-3.0-only", None, "license"),  # the attack: what the default admits, legal refuses
+    ("MIT OR GPL-3.0-only", None, None),  # the control: MIT is admitted under both
+    ("AGPL-3.0-only", "license", "license"),  # both lists refuse it
+    (None, "license-unknown", "license-unknown"),  # `unknown` inherited from the default
+])
+def test_a_policy_set_has_a_license_rule_of_its_own_over_the_default(
+        declared: str | None, default: str | None, legal: str | None) -> None:
+    rules = parse_rules(LEGAL, "rules.toml")
+
+    assert verdict(rules, license=declared).rule == default
+    assert verdict(rules.policy("legal"), license=declared).rule == legal
+    assert rules.policy("legal").license.unknown == rules.license.unknown == "deny"
+
+
+def test_a_policy_set_may_turn_the_license_rule_on_or_to_report_mode_for_itself() -> None:
+    rules = parse_rules('[policy.legal.license]\ndeny = ["GPL-*"]\n'
+                        '[policy.trial.license]\nmode = "report"\ndeny = ["GPL-*"]\n', "r")
+
+    assert (rules.license.on, rules.policy("legal").license.on) == (False, True)
+    assert verdict(rules, license="GPL-3.0-only").rule is None  # the default reads none
+    assert verdict(rules.policy("legal"), license="GPL-3.0-only").rule == "license"
+    reported = verdict(rules.policy("trial"), license="GPL-3.0-only")
+    assert reported.rule is None
+    assert [rule for rule, _ in reported.reported] == ["license"]
 
 
 @pytest.mark.parametrize(("text", "problem"), [

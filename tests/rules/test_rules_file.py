@@ -108,6 +108,8 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
             "advisory-malware",
             "advisory-severity",
             "install-scripts",
+            "license",
+            "license-unknown",
             "minimum-age",
             "provenance-continuity",
             "publisher-change",
@@ -133,6 +135,7 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
         "provenance": {"mode": "off", "window": 5, "quarantine": "7 days", "allow": []},
         "publisher": {"mode": "off", "window": 20, "quarantine": "7 days", "allow": []},
         "release": RELEASE_DEFAULT,
+        "license": None,
         "private": {"names": [], "merge_public": [], "first_party": FIRST_PARTY},
         "mode": "enforce",
         "modes": {table: "enforce" for table in POLICY_TABLES},
@@ -157,7 +160,7 @@ def test_the_example_in_the_docs_loads_and_describes_itself(tmp_path: Path) -> N
         "install_scripts": {"block": True, "allow": ["esbuild", "@prisma/engines"]},
         "advisories": None,
         **{table: rules_summary(DEFAULT_RULES)[table]
-           for table in ("signatures", "provenance", "publisher", "release")},
+           for table in ("signatures", "provenance", "publisher", "release", "license")},
         "private": {"names": ["@acme/*", "acme-*"], "merge_public": [],
                     "first_party": FIRST_PARTY},
         "mode": "enforce",
@@ -254,7 +257,7 @@ def test_an_unknown_table_is_an_error_suggesting_the_right_one() -> None:
     assert only_problem("[ages]\nminimum = '3d'") == (
         "[ages]: unknown table (did you mean [age]?); the tables are [integrity], [age], "
         "[deny], [allow], [install_scripts], [advisories], [signatures], [provenance], "
-        "[publisher], [release], [private], [publish]"
+        "[publisher], [release], [license], [private], [publish]"
     )
 
 

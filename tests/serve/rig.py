@@ -37,7 +37,7 @@ from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
 from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, build_proxy_app
-from mirrorgate.serve.tokens import ClientTokens
+from mirrorgate.serve.tokens import ClientTokens, new_token, token_line
 from mirrorgate.store import open_store
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
@@ -199,6 +199,16 @@ class StartProxy(Protocol):
     async def __call__(self, public: str, *, private: str | None = None,
                        rules: Rules | LiveRules = DEFAULT_RULES, queue: MirrorQueue | None = None,
                        data_dir: Path | None = None, **settings: Any) -> RunningProxy: ...
+
+
+def policy_tokens(path: Path, **policies: str | None) -> dict[str, str]:
+    """A client tokens file at `path`: a client `NAME-ci` for each keyword, its line naming the
+    policy set given (None: the default rules); returns each one's `Authorization` header."""
+    tokens = {name: new_token() for name in policies}
+    path.write_text("".join(f"{token_line(f'{name}-ci', tokens[name])}"
+                            f"{f' policy:{policy}' if policy else ''}\n"
+                            for name, policy in policies.items()), encoding="utf-8")
+    return {name: f"Bearer {token}" for name, token in tokens.items()}
 
 
 def make_settings(public: str, private: str, data_dir: Path, *, token: str | None = None,

@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 from mirrorgate.rules import parse_rules
 from mirrorgate.serve import relay
 from tests.npm.tarshapes import END, file
-from tests.serve.rig import RunningProxy, StartProxy
+from tests.serve.rig import RunningProxy, StartProxy, policy_tokens
 from tests.servers.client_config import CONTACT, LOCKED_DENIED_SAYS, says
 from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.package_managers import CLIENTS, client
@@ -353,3 +353,28 @@ async def test_yarn1_never_runs_the_postinstall_of_a_package_json_with_a_byte_or
     assert run.returncode != 0
     [line] = [entry for entry in logs if entry["event"] == "tarball_scripts_refused"]
     assert "postinstall" in line["reason"]
+
+
+async def test_a_teams_scripts_rule_reads_the_bytes_another_policys_download_left_spooled(
+        public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path) -> None:
+    # the attack: the web client's rules do not block install scripts, so its download of the
+    # confused tarball is served unread and its spool lingers for the requests just after;
+    # the payments client's pull of the same bytes, within the linger, must be read and
+    # refused, not served from that spool. The control: the web client's pull after it
+    public_registry.add(make_package("hidden-hook", [confused(
+        "hidden-hook", {"scripts": {"postinstall": "node steal.js"}})]))
+    tokens = tmp_path / "client-tokens"
+    bearer = policy_tokens(tokens, payments="payments", web=None)
+    proxy = await start_proxy(public_registry.url, client_tokens_file=tokens, rules=parse_rules(
+        "[policy.payments.install_scripts]\nblock = true\n", "rules.toml"))
+    path = "npm/hidden-hook/-/hidden-hook-1.0.0.tgz"
+
+    served = await proxy.get(path, Authorization=bearer["web"])
+    refused = await proxy.get(path, Authorization=bearer["payments"])
+    again = await proxy.get(path, Authorization=bearer["web"])
+
+    assert served.status == 200
+    assert refused.status == 403, refused.body[:300]
+    assert refused.json()["rule"] == "install-scripts"
+    assert "postinstall" in refused.json()["reason"]
+    assert again.status == 200

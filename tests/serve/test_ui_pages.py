@@ -22,7 +22,7 @@ from mirrorgate.serve.ui.page import CSP
 from mirrorgate.serve.ui.session import COOKIE
 from tests.serve.rig import RunningProxy, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
-from tests.servers.packages import make_package
+from tests.servers.packages import make_package, make_version
 from tests.servers.ports import free_port
 from tests.servers.processes import Reply
 
@@ -110,6 +110,29 @@ async def test_the_package_view_shows_each_verdict_the_rule_the_reason_and_what_
     assert "nearest admitted: 1.1.0" in page
     assert page.count(">admitted<") == 2
     assert "<td>latest</td><td>1.1.0</td>" in page  # repointed past the denied 2.0.0
+
+
+async def test_the_package_view_shows_each_versions_license_and_a_license_refusal(
+    public_registry: FixtureRegistry, start_proxy: StartProxy,
+) -> None:
+    # relicensed: 1.x under MIT, 2.0.0 under the AGPL the rules deny, 3.0.0 declaring none
+    public_registry.add(make_package("uipage-relicensed", [
+        make_version("uipage-relicensed", "1.0.0", license="MIT"),
+        make_version("uipage-relicensed", "2.0.0", license="AGPL-3.0-only"),
+        make_version("uipage-relicensed", "3.0.0", license=None)]))
+    proxy = await start_proxy(public_registry.url, rules=parse_rules(
+        '[license]\ndeny = ["AGPL-*"]\nunknown = "report"\n'))
+
+    page = text(await fetch(proxy, "ui/package/uipage-relicensed"))
+
+    assert "<th>license</th>" in page
+    assert "<td>MIT</td>" in page
+    assert "<td>AGPL-3.0-only</td>" in page
+    assert "denied (license)" in page
+    assert ("uipage-relicensed@2.0.0 declares the license AGPL-3.0-only: AGPL-3.0-only "
+            "matches the license deny list entry &quot;AGPL-*&quot;; nearest admitted: 1.0.0"
+            ) in page
+    assert "would deny (license-unknown)" in page  # 3.0.0, served: unknown is reported
 
 
 async def test_a_package_page_and_npm_read_the_same_cache_entry(proxy: RunningProxy) -> None:

@@ -67,7 +67,8 @@ def render(file: ConfigFile, registry: str) -> str:
 
 # What each client prints for a denied version, as the client matrix sees it and the docs
 # shows it. `{package}`, `{version}`, `{rule}`, `{url}` (the tarball's URL), `{admitted}` (the
-# admitted version to use instead) and `{contact}` (MIRRORGATE_OPERATOR_CONTACT) are filled in.
+# admitted version to use instead), `{contact}` (MIRRORGATE_OPERATOR_CONTACT) and `{named}` (the
+# rule as the status line names it: `deny-list rule`, `license rule: GPL-3.0-only`) are filled.
 DENIED_SAYS: dict[str, str] = {
     # no lockfile: the version is missing from the packument; only npm reads
     # `policyRestrictions` (its message under "Could not download ... due to policy
@@ -89,11 +90,11 @@ LOCKED_DENIED_SAYS: dict[str, str] = {
     # a lockfile names the version: the tarball answers 403; npm prints the body's `error`,
     # pnpm and yarn 4 the status line's text, yarn 1 and bun only the status code
     "npm": "GET {url} - mirrorgate denied {package}@{version} by its {rule} rule",
-    "pnpm": "GET {url}: Forbidden: mirrorgate denied {package}@{version} ({rule} rule); "
+    "pnpm": "GET {url}: Forbidden: mirrorgate denied {package}@{version} ({named}); "
             "nearest admitted {admitted}; for an exception ask {contact} - 403",
     "yarn1": "{url}: Request failed \"403 Forbidden\"",
-    "yarn4": "Response Code: 403 (Forbidden: mirrorgate denied {package}@{version} ({rule} "
-             "rule); nearest admitted {admitted}; for an exception ask {contact})",
+    "yarn4": "Response Code: 403 (Forbidden: mirrorgate denied {package}@{version} ({named}); "
+             "nearest admitted {admitted}; for an exception ask {contact})",
     "bun": "GET {url} - 403",
 }
 LOCKED_WAY_OUT_SAYS: dict[str, tuple[str, ...]] = {
@@ -105,8 +106,10 @@ CONTACT = "npm-admins@example.com"
 
 
 def says(template: str, registry: str, package: str, version: str, rule: str,
-         admitted: str = "1.2.0", contact: str = CONTACT) -> str:
-    """A `*_SAYS` line for an unscoped `package`@`version`."""
+         admitted: str = "1.2.0", contact: str = CONTACT, detail: str | None = None) -> str:
+    """A `*_SAYS` line for an unscoped `package`@`version`; `detail`, what the status line
+    says beside the rule (the license a license rule refused)."""
     url = f"{registry}{package}/-/{package}-{version}.tgz"
+    named = f"{rule} rule: {detail}" if detail else f"{rule} rule"
     return template.format(package=package, version=version, rule=rule, url=url,
-                           admitted=admitted, contact=contact)
+                           admitted=admitted, contact=contact, named=named)

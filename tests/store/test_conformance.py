@@ -6,6 +6,7 @@ import asyncio
 import signal
 import sqlite3
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -133,6 +134,32 @@ async def test_the_pull_log_answers_by_version_and_by_client_oldest_first(
     assert len(await store.pulls(since=T0 + timedelta(minutes=10))) == 2
 
 
+async def test_a_pull_keeps_what_a_bill_of_materials_reads_and_is_found_by_ci_identity(
+        store: Store) -> None:
+    job = replace(pull("payments-ci (acme/payments-api, branch main)", "1.14.1", 10),
+                  client_name="payments-ci", repository="acme/payments-api",
+                  ref="refs/heads/main", workflow="release",
+                  sha1="0123456789abcdef0123456789abcdef01234567", license="MIT",
+                  verdict="admitted; would deny: license-unknown")
+    other = replace(pull("payments-ci (acme/payments-api, branch next)", "1.14.0", 20),
+                    client_name="payments-ci", repository="acme/payments-api",
+                    ref="refs/heads/next", workflow="release")
+    await store.append_pulls([job.row(), other.row(), pull("laptop", "1.14.1", 30).row()])
+
+    assert await store.pulls(identity={"repository": "acme/payments-api",
+                                       "ref": "refs/heads/main"}) == [job]
+    assert [p.version for p in await store.pulls(identity={"client_name": "payments-ci",
+                                                           "workflow": "release"})] == [
+        "1.14.1", "1.14.0"]
+    # the window: `since` included, `until` not
+    assert await store.pulls(since=T0 + timedelta(minutes=10),
+                             until=T0 + timedelta(minutes=20)) == [job]
+    [old] = await store.pulls(client="laptop")
+    assert (old.client_name, old.repository, old.sha1, old.license) == (None, None, None, None)
+    with pytest.raises(ValueError, match="not filtered by 'client'"):
+        await store.pulls(identity={"client": "laptop"})  # only the identity's columns
+
+
 def refusal(client: str, version: str, minutes: int, rule: str = "minimum-age",
             pulls: int = 1, until: datetime | None = None) -> RefusalRow:
     at = (T0 + timedelta(minutes=minutes)).timestamp()
@@ -244,12 +271,48 @@ async def test_a_log_of_schema_1_has_its_refusals_folded_and_its_served_pulls_ke
         assert store.info.schema == LATEST
         [served] = await store.pulled(name="axios", version="1.14.1")
         assert (served.client, served.pulls) == ("web-ci", 1)
+        # through migration 3 as well: the build's pull without what it never recorded
+        [build] = await store.pulls(name="axios", version="1.14.1")
+        assert (build.request_id, build.client_name, build.sha1, build.verdict) == (
+            "build", None, None, None)
         [refused] = await store.refused(name="axios", version="1.14.1")
         assert (refused.client, refused.pulls, refused.sources) == (
             "laptop", ONE_LOOP, ("refused:minimum-age",))
         # an hour's row each: 100,050 pulls a tenth of a second apart span three hours
         pruned = await store.prune_pulls(T0 - timedelta(days=1), 1_000_000)
         assert pruned.kept == 1 + 3
+    finally:
+        await store.close()
+
+
+async def test_a_log_of_schema_2_gains_what_a_bill_of_materials_reads_and_keeps_its_rows(
+        place: Place) -> None:
+    # a store the release before the bill of materials' columns wrote (schema 2: served pulls
+    # and refusal counts apart): opened, it is at the latest schema with every row kept, the
+    # old pull without the new columns, a new pull with them
+    for migration in MIGRATIONS[:2]:
+        await _execute(place, migration.sqlite if place.kind == "sqlite" else migration.postgres)
+    await _execute(place, "CREATE TABLE schema_version (version INTEGER NOT NULL); "
+                   "INSERT INTO schema_version VALUES (2)")
+    at = T0.timestamp() if place.kind == "sqlite" else f"to_timestamp({T0.timestamp()})"
+    await _execute(place, "INSERT INTO pulls (client, name, version, integrity, source, at, "  # noqa: S608
+                   "request_id) VALUES ('web-ci', 'axios', '1.14.0', 'sha512-AAAA', "
+                   f"'public', {at}, 'build')")
+    store = await place.open()
+    try:
+        assert store.info.schema == LATEST == 3
+        await store.add_refusals([refusal("laptop", "1.14.1", 1)])
+        job = replace(pull("payments-ci (acme/payments-api, branch main)", "1.14.1", 10),
+                      client_name="payments-ci", repository="acme/payments-api",
+                      ref="refs/heads/main", workflow="release", sha1="0" * 40,
+                      license="MIT", verdict="admitted")
+        await store.append_pulls([job.row()])
+        [old, new] = await store.pulls(name="axios")
+        assert (old.version, old.request_id, old.client_name, old.license) == (
+            "1.14.0", "build", None, None)
+        assert new == job
+        [refused] = await store.refused(name="axios")
+        assert (refused.client, refused.pulls) == ("laptop", 1)
     finally:
         await store.close()
 
@@ -347,7 +410,7 @@ async def _execute(place: Place, statement: str) -> None:
         import sqlite3
 
         db = sqlite3.connect(place.spec.removeprefix("sqlite:"))
-        db.execute(statement)
+        db.executescript(statement)  # one statement or a migration's several
         db.commit()
         db.close()
         return

@@ -94,7 +94,7 @@ async def test_records_the_store_cannot_hold_are_escaped_or_dropped_and_the_othe
     log.refusal("web-ci", "axios", "1.14.9", "sha512-AA\x00AA", "minimum-age", "nul-refused")
     log.record("web-ci", "axios", "1.14.2", "sha512-AA\udc80AA", "public", "surrogate")
     log._buffer.append(("web-ci", "axios", "1.14.3", "sha512-AAAA", "public", float("nan"),
-                        "nan"))
+                        "nan", None, None, None, None, None, None, None))
     log.record("web-ci", "axios", "1.14.4", "sha512-AAAA", "public", "r4")
     assert await log.flush() == 5
     log.record("web-ci", "axios", "1.14.5", "sha512-AAAA", "public", "r5")

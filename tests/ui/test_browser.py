@@ -252,8 +252,10 @@ def test_the_stored_counts_are_the_fleets_from_the_state_store(
     for path in ("delta/-/delta-0.5.0.tgz", "fresh-lib/-/fresh-lib-2.0.0.tgz"):
         for _ in range(3):  # a client retrying: still one version each
             assert http_request("GET", one.registry_url + path).status == 403
+    # the bytes named by hand: this command reaches no registry (`allow --integrity`)
     granted = run_command(["allow", "left-pad@1.3.1", "--why", "the fix", "--until",
-                           "2099-01-01", "--by", "alice"],
+                           "2099-01-01", "--by", "alice",
+                           "--integrity", "sha512-" + "A" * 86 + "=="],
                           {"MIRRORGATE_DATABASE_URL": database}, tmp_path)
     assert granted.returncode == 0, granted.stderr
 

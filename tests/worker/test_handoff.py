@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ def taken(handoff: Handoff, url: str) -> bytes:
     handed = handoff.take(url, (SHA,))
     assert handed is not None
     assert handed.matched == SHA  # the relay's claim, carried with them
+    handed.close()
     return handed.body
 
 
@@ -106,41 +108,41 @@ def test_a_job_the_queue_did_not_take_gives_its_bytes_back(tmp_path: Path) -> No
     assert handoff.take("dropped", (SHA,)) is None
 
 
-def test_the_bytes_wait_in_unnamed_files_that_close_once_every_tarball_in_them_is_taken(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_tarball_waits_in_an_unnamed_file_of_its_own_until_taken_or_dropped(
+        tmp_path: Path) -> None:
     """On disk, so a worker a minute behind a cold install costs no memory; unnamed, so a
-    crash leaves nothing to clean up and no other process can open them."""
-    monkeypatch.setattr(handoff_module, "SEGMENT_BYTES", 100)
+    crash leaves nothing to clean up and no other process can open them; one a tarball, so
+    the file taken can become the stored tarball."""
     handoff = Handoff(tmp_path, MIB)
-    for index in range(5):  # 60 bytes each: one file apiece
+    for index in range(5):
         assert handoff.offer(f"u{index}", bytes([index]) * 60, SHA)
     assert handoff.files == 5
+    assert len(handoff_files(tmp_path)) == 5
     assert os.listdir(tmp_path) == []
-    assert taken(handoff, "u0") == bytes([0]) * 60
-    assert taken(handoff, "u2") == bytes([2]) * 60
-    assert handoff.files == 3  # each file went with its last tarball
+    handed = handoff.take("u0", (SHA,))
+    assert handed is not None
+    assert handed.body == bytes([0]) * 60
+    assert handoff.files == 4
+    assert handed.unnamed is not None
+    assert os.pread(handed.unnamed, 60, 0) == handed.body  # the taker's now
+    handed.close()
     handoff.discard("u1")
-    handoff.discard("u3")
-    assert taken(handoff, "u4") == bytes([4]) * 60
-    assert handoff.files == 1  # the newest, which has room for more
-    assert handoff.held_bytes == 0
+    assert handoff.take("u2", (OTHER,)) is None  # taken under another digest: dropped
+    assert handoff.files == 2
+    assert len(handoff_files(tmp_path)) == 2
+    handoff.close()
+    assert handoff_files(tmp_path) == []
 
 
-def test_a_worker_keeping_up_writes_over_the_same_file_from_its_start(tmp_path: Path) -> None:
-    """Once every tarball in the newest file is taken, the next is written from its start:
-    pages the page cache holds already, cheaper than fresh ones, and no growing file."""
-    handoff = Handoff(tmp_path, 10 * MIB)
-    for index in range(4):
-        assert handoff.offer(f"u{index}", bytes([index]) * MIB, SHA)
-        assert taken(handoff, f"u{index}") == bytes([index]) * MIB
-    assert handoff.files == 1
-    (fd,) = handoff_files(tmp_path)
-    assert os.fstat(fd).st_size == MIB
-    assert handoff.offer("kept", b"k" * MIB, SHA)
-    assert handoff.offer("next", b"n" * MIB, SHA)  # one still waits: appended after it
-    assert os.fstat(fd).st_size == 2 * MIB
-    assert taken(handoff, "kept") == b"k" * MIB
-    assert taken(handoff, "next") == b"n" * MIB
+def test_offers_past_the_file_bound_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each waiting tarball holds a descriptor: past `MAX_FILES` the worker downloads."""
+    monkeypatch.setattr(handoff_module, "MAX_FILES", 3)
+    handoff = Handoff(tmp_path, MIB)
+    assert all(handoff.offer(f"u{index}", b"x", SHA) for index in range(3))
+    assert not handoff.offer("u3", b"x", SHA)
+    assert taken(handoff, "u0") == b"x"
+    assert handoff.offer("u3", b"x", SHA)
 
 
 def test_an_unwritable_directory_means_downloads_not_a_failure(tmp_path: Path) -> None:
@@ -194,6 +196,59 @@ async def test_a_pulled_tarball_is_mirrored_without_a_second_public_download(
     assert stored is not None
     assert stored["versions"]["1.0.0"]["dist"]["integrity"] == (
         public_registry.packument("pulled-once")["versions"]["1.0.0"]["dist"]["integrity"])
+
+
+async def test_the_stored_tarball_is_the_handoff_file_itself(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path) -> None:
+    """One write a version: the relay wrote the bytes into an unnamed file, the worker checked
+    them there, and the file store links that very file in as the stored tarball (it used to
+    read them back and write them again)."""
+    public_registry.add(make_package("linked-in", [make_version(
+        "linked-in", "1.0.0", size=900_000)]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path("linked-in", "1.0.0").lstrip("/"))
+    assert reply.status == 200
+    (job,) = await proxy.jobs()
+    (fd,) = handoff_files(tmp_path / "handoff")
+    relayed = os.fstat(fd).st_ino
+
+    assert await handled(worker, job) == "published"
+
+    stored = FileStore(tmp_path / "store").tarball_path(parse_name("linked-in"),
+                                                        "linked-in-1.0.0.tgz")
+    assert stored.stat().st_ino == relayed
+    assert stored.read_bytes() == reply.body
+    assert handoff_files(tmp_path / "handoff") == []  # the worker's descriptor closed too
+
+
+async def test_a_handed_file_that_cannot_be_linked_is_written_into_the_store(
+        start_serving: StartServing, public_registry: FixtureRegistry, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filesystem without O_TMPFILE (the handoff's file named and unlinked at once, which
+    no link brings back) or a handoff on another filesystem: the bytes are written, as before."""
+
+    def unlinkable(directory: Path) -> int:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory) as handle:  # O_EXCL: never linkable
+            return os.dup(handle.fileno())
+
+    monkeypatch.setattr(handoff_module, "_unnamed", unlinkable)
+    public_registry.add(make_package("written-in", [make_version(
+        "written-in", "1.0.0", size=300_000)]))
+    proxy, worker = await start_serving()
+    reply = await proxy.get("npm/" + tarball_path("written-in", "1.0.0").lstrip("/"))
+    (job,) = await proxy.jobs()
+    (fd,) = handoff_files(tmp_path / "handoff")
+    relayed = os.fstat(fd).st_ino
+
+    assert await handled(worker, job) == "published"
+
+    assert proxy.metric("mirrorgate_handoffs_total", outcome="taken") == 1
+    stored = FileStore(tmp_path / "store").tarball_path(parse_name("written-in"),
+                                                        "written-in-1.0.0.tgz")
+    assert stored.stat().st_ino != relayed
+    assert stored.read_bytes() == reply.body
+    assert [path.name for path in stored.parent.iterdir()] == [stored.name]
 
 
 async def test_bytes_changed_after_the_proxy_checked_them_are_never_published(
@@ -254,6 +309,8 @@ async def test_bytes_changed_in_the_handoff_file_after_the_relay_hashed_them_are
 
     assert proxy.metric("mirrorgate_handoffs_total", outcome="taken") == 1
     assert await FileStore(tmp_path / "store").packument(parse_name(name)) is None
+    assert list((tmp_path / "store").rglob("*.tgz")) == []  # the file was not linked in
+    assert handoff_files(tmp_path / "handoff") == []
     assert proxy.metric("mirrorgate_tampered_total") == 1
 
 

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import LogCapture
 
 from mirrorgate.npm.mirrormark import read_mark
-from mirrorgate.npm.names import parse_name
+from mirrorgate.npm.names import PackageName, parse_name
+from mirrorgate.upstream.client import ABBREVIATED
 from mirrorgate.upstream.filestore import FileStore
-from mirrorgate.upstream.registry import HttpRegistry
-from mirrorgate.worker.target import PublishResult
+from mirrorgate.upstream.registry import HttpRegistry, StoreRegistry
+from mirrorgate.worker.target import MirrorTarget, PublishResult
+from tests.e2e.sidecar import PublishGate
 from tests.servers.availability import serving
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import FixtureVersion, make_package, make_version
 from tests.servers.verdaccio import Verdaccio
 from tests.sri import sri
-from tests.worker.rig import RigFactory, events, job_from
+from tests.worker.rig import RigFactory, events, handled, job_from, with_target
 
 
 def rich_package(name: str = "@acme/widget") -> list[FixtureVersion]:
@@ -186,3 +189,63 @@ async def test_the_mirror_mark_carries_publics_publish_time_never_the_jobs(
     mark = read_mark(stored["versions"]["1.0.0"])
     assert mark is not None
     assert mark.published == public_time
+
+
+class CountedStore(FileStore):
+    """The real file store, counting how often a name's packument and a version's manifest
+    are read."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.packuments = 0
+        self.manifests = 0
+
+    def _read_packument(self, name: PackageName) -> dict[str, Any] | None:
+        self.packuments += 1
+        return super()._read_packument(name)
+
+    async def manifest(self, name: PackageName, version: str) -> dict[str, Any] | None:
+        self.manifests += 1
+        return await super().manifest(name, version)
+
+
+async def test_a_job_reads_the_file_stores_packument_once(
+        make_rig: RigFactory, public_registry: FixtureRegistry, tmp_path: Path) -> None:
+    # it was read for the first-party question, its version's manifest for "already held?",
+    # and the whole packument again for dist-tags the store does not keep
+    public_registry.add(make_package("read-once", ["1.0.0", "1.1.0"]))
+    rig = await make_rig()
+    store = CountedStore(tmp_path / "counted")
+    worker = with_target(rig, MirrorTarget(StoreRegistry(store)))
+
+    assert await handled(worker, job_from(public_registry, "read-once", "1.0.0")) == "published"
+    assert (store.packuments, store.manifests) == (1, 0)
+    assert await handled(worker, job_from(public_registry, "read-once", "1.1.0")) == "published"
+    assert (store.packuments, store.manifests) == (2, 0)
+    assert await handled(worker, job_from(public_registry, "read-once", "1.1.0")) \
+        == "already_present"
+    assert (store.packuments, store.manifests) == (3, 0)
+    packument = await store.packument(parse_name("read-once"))
+    assert packument is not None
+    assert packument["dist-tags"] == {"latest": "1.1.0"}
+
+
+async def test_a_job_reads_verdaccios_packument_once_and_its_tags_just_before_the_put(
+        make_rig: RigFactory, public_registry: FixtureRegistry, verdaccio: Verdaccio) -> None:
+    # counted at the registry's door: the full packument once (first-party and "already
+    # held?" were two reads), the abbreviated one for `latest` right before the publish
+    public_registry.add(make_package("read-once", ["1.0.0", "2.0.0"]))
+    with serving(PublishGate(verdaccio.url), "the publish gate") as door:
+        rig = await make_rig(target=door.url, token=verdaccio.token)
+        await rig.queue.enqueue(job_from(public_registry, "read-once", "2.0.0"))
+        assert await rig.handle_next() == "published"
+        first = door.seen
+        await rig.queue.enqueue(job_from(public_registry, "read-once", "1.0.0"))
+        assert await rig.handle_next() == "published"
+        second = door.seen[len(first):]
+
+    for seen in (first, second):
+        assert [(method, accept) for method, path, accept in seen if path == "/read-once"] \
+            == [("GET", "application/json"), ("GET", ABBREVIATED),
+                ("PUT", "application/json")]
+    assert verdaccio.dist_tags("read-once")["latest"] == "2.0.0"  # never moved back

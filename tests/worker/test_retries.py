@@ -106,11 +106,12 @@ class FailsOnce(MirrorTarget):
         self.failed = False
 
     async def publish(self, job: MirrorJob, tarball: bytes,
-                      digests: TarballDigests | None = None) -> PublishResult:
+                      digests: TarballDigests | None = None, *,
+                      unnamed: int | None = None) -> PublishResult:
         if not self.failed:
             self.failed = True
             raise RuntimeError("an unexpected bug")
-        return await super().publish(job, tarball, digests)
+        return await super().publish(job, tarball, digests, unnamed=unnamed)
 
 
 async def test_an_unexpected_error_is_logged_with_the_job_and_the_loop_goes_on(

@@ -31,7 +31,8 @@ from mirrorgate.store import (
     open_store,
 )
 
-__all__ = ["Question", "QuestionError", "parse_question", "run_exposure"]
+__all__ = ["Question", "QuestionError", "open_pull_log", "parse_question", "parse_since",
+           "run_exposure"]
 
 ADVISORY_ID = re.compile(r"(?:MAL|GHSA|CVE|OSV|GSD)-[A-Za-z0-9._-]+")
 LIMIT = 1_000_000
@@ -54,12 +55,12 @@ class Question:
     advisory: str | None = None
 
 
-def parse_since(text: str) -> datetime:
+def parse_since(text: str, flag: str = "--since") -> datetime:
     try:
         return read_moment(text)  # a time without a zone is UTC, as the log is
     except TimeTextError as error:
-        raise QuestionError(f"--since {text[:80]!r} {error}; write it as ISO 8601, e.g. "
-                            "--since 2026-03-31T00:00Z") from None
+        raise QuestionError(f"{flag} {text[:80]!r} {error}; write it as ISO 8601, e.g. "
+                            f"{flag} 2026-03-31T00:00Z") from None
 
 
 def parse_question(target: str | None, since: str | None) -> Question:
@@ -145,12 +146,9 @@ async def advisory_question(settings: Settings, advisory: str,
                     matches, since, advisory)
 
 
-async def ask(settings: Settings, target: str | None, since: str | None) -> dict[str, object]:
-    if target is not None and ADVISORY_ID.fullmatch(target.strip()):
-        start = parse_since(since) if since is not None else None
-        question = await advisory_question(settings, target.strip(), start)
-    else:
-        question = parse_question(target, since)
+async def open_pull_log(settings: Settings) -> Store:
+    """The state store the proxy writes its pull log to, as it is configured; raises
+    QuestionError when there is none there or it cannot be read."""
     if settings.database_url is None:
         from mirrorgate.store.sqlite import FILENAME
 
@@ -159,9 +157,18 @@ async def ask(settings: Settings, target: str | None, since: str | None) -> dict
             raise QuestionError(f"there is no state store at {where}: set MIRRORGATE_DATA_DIR "
                                 "(or MIRRORGATE_DATABASE_URL) as the proxy has it")
     try:
-        store = await open_store(settings)
+        return await open_store(settings)
     except (StoreUnavailableError, StoreSetupError) as error:
         raise QuestionError(f"the state store cannot be read: {error}") from None
+
+
+async def ask(settings: Settings, target: str | None, since: str | None) -> dict[str, object]:
+    if target is not None and ADVISORY_ID.fullmatch(target.strip()):
+        start = parse_since(since) if since is not None else None
+        question = await advisory_question(settings, target.strip(), start)
+    else:
+        question = parse_question(target, since)
+    store = await open_pull_log(settings)
     try:
         pulled, refused = await read_exposures(store, question)
     except StoreUnavailableError as error:

@@ -30,6 +30,7 @@ from mirrorgate.gate.records import (
 from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity, strongest_sri
 from mirrorgate.moments import iso_now, moment, time_text
 from mirrorgate.npm.lazydoc import reduced
+from mirrorgate.npm.licenses import declared_license
 from mirrorgate.npm.mirrormark import MARK_FIELD, without_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
@@ -43,6 +44,7 @@ from mirrorgate.npm.packument import (
 )
 from mirrorgate.npm.versions import Key, is_version_string, parse_version
 from mirrorgate.rules import (
+    REPORT,
     Context,
     KeySet,
     Rules,
@@ -54,6 +56,7 @@ from mirrorgate.rules import (
     scripts_reported,
     state_token,
 )
+from mirrorgate.rules.license import LicenseRead
 from mirrorgate.rules.takeover import HISTORY_FIELDS
 
 __all__ = ["PUBLIC_WITHDRAWN", "TARBALL_ORIGIN", "Withdrawn", "gate"]
@@ -87,6 +90,13 @@ class _Judging:
     withdrawals: dict[str, str] = field(default_factory=dict)
     skipped: int = 0
     regate_at: datetime | None = None
+    license_read: LicenseRead | None = None
+    """How the license rule reads a public tarball: one for the whole gating."""
+
+    def __post_init__(self) -> None:
+        if self.rules.license.on:
+            self.license_read = LicenseRead(self.rules.license,
+                                            self.rules.mode_of("license") == REPORT)
 
     def deny(self, version: str, denial: Denial) -> None:
         self.denied[version] = denial
@@ -107,11 +117,18 @@ class _Judging:
         return Denial(verdict.rule or "unknown", verdict.reason or "denied",
                       until=verdict.until)
 
-    def scans(self, tarball: str | None, version: str) -> dict[str, Any]:
+    def scans(self, tarball: str | None, version: str,
+              manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Whether the tarball scan reads this version's bytes, and whether what it finds is
-        only reported (the install-scripts rule in report mode): VersionRecord's fields."""
+        only reported (the install-scripts rule in report mode); the license it declares,
+        whether the license rule reads the tarball's own, its shasum: VersionRecord's fields."""
         scan = tarball is not None and scripts_blocked(self.rules, self.name.full, version)
-        return {"scan_scripts": scan, "scan_reports": scan and scripts_reported(self.rules)}
+        dist = manifest.get("dist")
+        shasum = dist.get("shasum") if isinstance(dist, Mapping) else None
+        return {"scan_scripts": scan, "scan_reports": scan and scripts_reported(self.rules),
+                "license": declared_license(manifest),
+                "license_read": self.license_read if tarball is not None else None,
+                "sha1": shasum if isinstance(shasum, str) and len(shasum) == 40 else None}
 
 
 def _origin_denial(judging: _Judging, version: str, url: object,
@@ -181,7 +198,7 @@ def _gate_public(judging: _Judging, public: Mapping[str, Any] | None,
         full, abbreviated = serialise(judging.name, version, manifest)
         judging.records[version] = VersionRecord(
             version, False, full, abbreviated, denial, verdict is not None and verdict.weak,
-            tarball, digests, **judging.scans(tarball, version), **_asides(verdict))
+            tarball, digests, **judging.scans(tarball, version, manifest), **_asides(verdict))
     return kept
 
 
@@ -291,7 +308,7 @@ def _gate_private(judging: _Judging, private_versions: Mapping[str, Any],
             version, True, full, abbreviated, denial,
             judged.weak if judged is not None else False, tarball, digests,
             # public's bytes stand in when the private copy fails: read like any public relay
-            **judging.scans(tarball, version),
+            **judging.scans(tarball, version, manifest),
             **(_asides(judged) if withdrawn is None else {}))
 
 

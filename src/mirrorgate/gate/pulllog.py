@@ -21,7 +21,13 @@ import structlog
 
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.metrics import Metrics
-from mirrorgate.store import PullRow, RefusalRow, StoreUnavailableError, storable_row
+from mirrorgate.store import (
+    PULL_COLUMNS,
+    PullRow,
+    RefusalRow,
+    StoreUnavailableError,
+    storable_row,
+)
 
 __all__ = ["FLUSH", "MAX_BUFFERED", "MAX_RECORDS", "MAX_REFUSALS", "PRUNE", "PullLog"]
 
@@ -87,16 +93,21 @@ class PullLog:
         return len(self._buffer) + len(self._refused) + self._writing
 
     def record(self, client: str, name: str, version: str, integrity: str, source: str,
-               request_id: str) -> None:
+               request_id: str, client_name: str | None = None,
+               repository: str | None = None, ref: str | None = None,
+               workflow: str | None = None, sha1: str | None = None,
+               license: str | None = None, verdict: str | None = None) -> None:
         """One pull served (`source`: "mirror" or "public"), kept for the next write; never
-        awaited, never raises."""
+        awaited, never raises. The fields after `request_id` are what a bill of materials
+        reads (`store.Pull`)."""
         if not self.enabled:
             return
         if len(self._buffer) >= self._max:
             self._buffer.popleft()
             self._drop()
         self._buffer.append((client, name, version, integrity, source, self._stamp(),
-                             request_id))
+                             request_id, client_name, repository, ref, workflow, sha1, license,
+                             verdict))
 
     def refusal(self, client: str, name: str, version: str, integrity: str, rule: str,
                 request_id: str, until: float | None = None) -> None:
@@ -225,7 +236,7 @@ class PullLog:
         if self.metrics is not None:
             self.metrics.pulls_logged.labels(outcome).inc()
         if count == 1 or count % _DROP_REPORT == 0:  # the first, then every 1000th
-            integrity = row[3] if len(row) == 7 else row[5]
+            integrity = row[3] if len(row) == len(PULL_COLUMNS) else row[5]
             fields = {"package": row[1], "version": row[2], "client": row[0],
                       "integrity": str(integrity)[:200], "count": count, "reason": reason}
             if outcome == "escaped":

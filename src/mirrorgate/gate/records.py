@@ -20,6 +20,7 @@ from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.npm.packument import manifest_on, on_base, render
 from mirrorgate.npm.versions import newest_first
+from mirrorgate.rules.license import LicenseRead
 from mirrorgate.rules.policy import plural
 from mirrorgate.rules.wayout import SHOWN, installable_from, instead
 
@@ -127,6 +128,13 @@ class VersionRecord:
     """What rules in report mode would have denied (the version is served all the same)."""
     excepted: tuple[str, ...] = ()
     """The exceptions that admitted it past a rule, each described."""
+    license: str | None = None
+    """The license its manifest declares, as npm reads it (`npm.licenses`): the status page
+    shows it, the pull log keeps it for `mirrorgate sbom`."""
+    license_read: LicenseRead | None = None
+    """The license rule reads the tarball's own package.json as it streams (`[license]`)."""
+    sha1: str | None = None
+    """Its `dist.shasum` (hex), as the manifest served gives it: the pull log keeps it."""
 
     @property
     def admitted(self) -> bool:

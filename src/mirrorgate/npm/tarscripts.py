@@ -16,7 +16,8 @@ from mirrorgate.npm.packagejson import PackageJsonError, parse_package_json
 from mirrorgate.npm.scripts import install_scripts
 from mirrorgate.npm.tarball import Entry, TarballReader
 
-__all__ = ["MAX_MANIFEST_BYTES", "FileWatch", "ScriptScan", "declared_scripts", "scripts_in"]
+__all__ = ["MAX_MANIFEST_BYTES", "FileWatch", "ScriptScan", "declared_scripts", "scanned",
+           "scripts_in"]
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 """A package.json larger than this cannot be read here, so the version is refused."""
@@ -245,10 +246,17 @@ class ScriptScan:
                                         if key in document}
 
 
-def scripts_in(tarball: bytes) -> str | None:
-    """`ScriptScan` over a whole tarball held in memory (the worker's download)."""
+def scanned(tarball: bytes) -> ScriptScan:
+    """`ScriptScan` over a whole tarball held in memory (the worker's download), finished:
+    its verdict, its root package.json and its problem read from one pass."""
     scan = ScriptScan()
     view = memoryview(tarball)
     for start in range(0, len(view), _STEP):
         scan.feed(bytes(view[start:start + _STEP]))
-    return scan.finish()
+    scan.finish()
+    return scan
+
+
+def scripts_in(tarball: bytes) -> str | None:
+    """What `ScriptScan` finds in a whole tarball held in memory."""
+    return scanned(tarball).finish()

@@ -19,6 +19,7 @@ from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.moments import moment
 from mirrorgate.rules.advisory import AdvisoryRules, known_malware
+from mirrorgate.rules.license import UNKNOWN_CHOICES, LicenseEntry, LicenseRule, parse_entry
 from mirrorgate.rules.patterns import (
     PATTERN_EXAMPLES,
     PackagePattern,
@@ -74,6 +75,7 @@ _SCHEMA: dict[str, tuple[str, ...]] = {
                 "new_dependency_young", "obfuscated_code", "typosquat",
                 "new_dependency_outside", "unreadable_release", "young_package_install_script",
                 "young", "young_package", "quarantine", "allow", "unavailable", "mode"),
+    "license": ("deny", "allow", "unknown", "mode"),
     "private": ("names", "merge_public"),
     "publish": ("names",),
 }
@@ -81,7 +83,7 @@ _TOP_LEVEL = ("mode", "exception", "policy")
 """Keys outside the tables: the file's `mode`, its `[[exception]]` entries and its policy sets
 (`[policy.NAME]`)."""
 POLICY_TABLES_OVERRIDDEN = ("integrity", "age", "deny", "allow", "install_scripts", "advisories",
-                            "signatures", "provenance", "publisher")
+                            "signatures", "provenance", "publisher", "license")
 """The tables a policy set (`[policy.NAME.TABLE]`) may write over the default rules'."""
 _NOT_PER_POLICY = {
     "release": "the release signals' verdicts are records of a version's bytes, one per version "
@@ -347,6 +349,8 @@ def _values(read: _Reader, source: str) -> dict[str, Any]:
                                         getattr(DEFAULT_RULES, table))
     if "release" in tables:
         values["release"] = _release(read, tables["release"])
+    if "license" in tables:
+        values["license"] = _license(read, tables["license"])
     private = tables.get("private", {})
     for key, attribute in (("names", "owned"), ("merge_public", "merge_public")):
         if key in private:
@@ -484,6 +488,31 @@ def _release(read: _Reader, table: dict[str, Any]) -> ReleaseRules:
         settings["unavailable"] = read.string("release.unavailable", table["unavailable"],
                                               ("admit", "deny")) or "admit"
     return ReleaseRules(**settings)
+
+
+def _license(read: _Reader, table: dict[str, Any]) -> LicenseRule:
+    """The `[license]` table. Writing it asks for the rule: with no list it refuses only what
+    `unknown` says (a version whose license cannot be read as SPDX)."""
+    lists: dict[str, tuple[LicenseEntry, ...]] = {}
+    for key in ("deny", "allow"):
+        value = table.get(key, [])
+        if not isinstance(value, list):
+            read.problem(f"license.{key}", 'should be an array of SPDX identifiers such as '
+                         f'["GPL-*", "AGPL-3.0-only"], got {_toml_type(value)}')
+            continue
+        entries: list[LicenseEntry] = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                read.problem(f"license.{key}[{index}]", "should be a string such as \"MIT\", "
+                             f"got {_toml_type(item)}")
+                continue
+            try:
+                entries.append(parse_entry(item))
+            except ValueError as error:
+                read.problem(f"license.{key}[{index}]", str(error))
+        lists[key] = tuple(entries)
+    unknown = read.string("license.unknown", table.get("unknown", "deny"), UNKNOWN_CHOICES)
+    return LicenseRule(True, lists.get("deny", ()), lists.get("allow", ()), unknown or "deny")
 
 
 def _exceptions(read: _Reader, entries: object) -> tuple[RuleException, ...]:

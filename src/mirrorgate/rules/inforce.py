@@ -72,6 +72,12 @@ def in_force(rules: Rules) -> list[str]:
         lines.append(f"{INSTALL_SCRIPTS}: versions that run code at install are denied"
                      + (f", except {_listed(allowed)}" if allowed else "")
                      + _mode(rules, "install_scripts"))
+    if rules.license.on:
+        license_ = rules.license
+        said = [f"deny {_listed([e.text for e in license_.deny])}"] if license_.deny else []
+        said += [f"only {_listed([e.text for e in license_.allow])}"] if license_.allow else []
+        lines.append(f"license: {'; '.join(said) or 'no list'}; a license not read as SPDX: "
+                     f"{license_.unknown}{_mode(rules, 'license')}")
     if rules.minimum_age.total_seconds() > 0:
         why = (" (the default cooldown; [age] minimum = \"0\" turns it off)"
                if rules.age_is_default else "")

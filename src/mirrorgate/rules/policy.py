@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.moments import stamp
 from mirrorgate.rules.advisory import AdvisoryRules
+from mirrorgate.rules.license import LicenseRule
 from mirrorgate.rules.patterns import PatternList, Subject
 from mirrorgate.rules.releasetable import ReleaseRules
 from mirrorgate.rules.signatures import SignatureRule
@@ -110,6 +111,8 @@ class Rules:
     publisher: SignalRule = field(default_factory=lambda: SignalRule(window=20))
     release: ReleaseRules = field(default_factory=ReleaseRules)
     """`[release]`: the release signals, read from the tarball at a version's first pull."""
+    license: LicenseRule = field(default_factory=LicenseRule)
+    """`[license]`: the declared license judged against SPDX deny and allow lists."""
     owned: PatternList = field(default_factory=PatternList)
     merge_public: PatternList = field(default_factory=PatternList)
     publishable: PatternList = field(default_factory=PatternList)

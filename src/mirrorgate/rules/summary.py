@@ -57,6 +57,9 @@ def rules_summary(rules: Rules) -> dict[str, Any]:
             "quarantine": rules.release.quarantine_text,
             "allow": rules.release.allow.texts(), "unavailable": rules.release.unavailable,
         },
+        "license": ({"deny": [e.text for e in rules.license.deny],
+                     "allow": [e.text for e in rules.license.allow],
+                     "unknown": rules.license.unknown} if rules.license.on else None),
         "private": {
             "names": rules.owned.texts(),
             "merge_public": rules.merge_public.texts(),

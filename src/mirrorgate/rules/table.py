@@ -26,6 +26,7 @@ from mirrorgate.rules.advisory import (
     fast_lane,
 )
 from mirrorgate.rules.context import Context
+from mirrorgate.rules.license import LICENSE, LICENSE_UNKNOWN
 from mirrorgate.rules.patterns import Subject, quoted
 from mirrorgate.rules.policy import ALGORITHMS, REPORT, Rules, Verdict, plural
 from mirrorgate.rules.releasetable import (
@@ -114,6 +115,9 @@ class Rule:
     denies: str
     check: Check
     table: str | None = None
+    mode: Callable[[Rules, str], str] | None = None
+    """The mode of a denial by the rule it names, when not its table's (`license-unknown`
+    under `unknown = "report"`)."""
 
 
 def _deny(rule: str, reason: str) -> Verdict:
@@ -232,6 +236,26 @@ def _minimum_age(rules: Rules, judged: Judged) -> Verdict | None:
                    until=when + rules.minimum_age)  # it comes of age then
 
 
+def _license(rules: Rules, judged: Judged) -> Verdict | None:
+    # the registry manifest decides the packument; the relay compares the tarball's own
+    # package.json with it (`rules.license.tarball_license_finding`)
+    if not rules.license.on:
+        return None
+    found = rules.license.judge_manifest(judged.manifest)
+    if found.outcome == "denied":
+        return _deny(LICENSE, f"{judged.label} {found.why}")
+    if found.outcome == "allowed" or rules.license.unknown == "allow":
+        return None
+    return _deny(LICENSE_UNKNOWN, f"{judged.label} {found.why}; the rules judge only "
+                 f"licenses they can read as SPDX ({rules.license.unknown_said})")
+
+
+def _license_mode(rules: Rules, rule: str) -> str:
+    if rule == LICENSE_UNKNOWN and rules.license.unknown == "report":
+        return REPORT
+    return rules.mode_of("license")
+
+
 Signal = Callable[[SignalRule, str, str, History, datetime], Finding | None]
 
 
@@ -290,6 +314,16 @@ RULES: tuple[Rule, ...] = (
          "compression bomb (past 64 MiB unpacked, more than 100 bytes per compressed byte; "
          "past 512 MiB or 200,000 entries in any case: at most about a second of CPU).",
          _install_scripts, "install_scripts"),
+    Rule((LICENSE, LICENSE_UNKNOWN), "`[license]` is present and its declared license (the "
+         "manifest's `license`, or a legacy `licenses` array read as npm reads it), as SPDX "
+         "reads the expression, matches `license.deny` or, where `license.allow` is not empty, "
+         "is not on it (`license`): an `OR` is admitted when one side is, an `AND` when every "
+         "side is; or it declares none, `UNLICENSED`, `SEE LICENSE IN <file>` or what is not "
+         "an SPDX expression, and `license.unknown` is `deny` (the default) or `report` "
+         "(`license-unknown`). At the first pull the tarball's own `package.json`, which npm "
+         "installs, is read as the bytes stream: a license other than the manifest's is "
+         "refused with both named. See [licenses.md](licenses.md).", _license, "license",
+         _license_mode),
     Rule((MINIMUM_AGE,), "it was published less than `age.minimum` ago (from the packument's "
          "`time[version]`; **one day** where the rules say nothing about age, `minimum = "
          "\"0\"` turns it off), or it has no usable publish time and `age.missing_time` is "
@@ -403,10 +437,12 @@ def _settle(rules: Rules, judged: Judged, table: tuple[Rule, ...], *, weak: bool
         if rule.table is None or verdict.rule is None:
             return verdict  # not policy: neither report mode nor an exception reaches it
         exception = rules.exception_for(verdict.rule, judged.subject, judged.now)
+        mode = (rule.mode(rules, verdict.rule) if rule.mode is not None
+                else rules.mode_of(rule.table))
         if exception is not None:
             excepted.append(f"{verdict.rule} lifted by {exception.describe()}")
             changes = _earlier(changes, exception.until)  # denied again when it ends
-        elif rules.mode_of(rule.table) == REPORT:
+        elif mode == REPORT:
             reported.append((verdict.rule, verdict.reason or "denied"))
             changes = _earlier(changes, verdict.until)
         else:

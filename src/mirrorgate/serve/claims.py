@@ -154,14 +154,15 @@ def parse_conditions(words: list[str]) -> tuple[tuple[Condition, ...], str | Non
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who a verified ID token names, for logs and the status page: the issuer, the subject,
-    and, where the claims say, the repository and the ref (GitHub's `repository` and `ref`,
-    GitLab's `project_path`, `ref` and `ref_type`)."""
+    """Who a verified ID token names, for logs, the status page and the pull log: the issuer,
+    the subject, and, where the claims say, the repository, the ref and the workflow (GitHub's
+    `repository`, `ref` and `workflow`, GitLab's `project_path`, `ref` and `ref_type`)."""
 
     issuer: str
     subject: str
     repository: str | None = None
     ref: str | None = None
+    workflow: str | None = None
 
     @classmethod
     def of(cls, issuer: str, claims: Mapping[str, Any]) -> Identity:
@@ -176,7 +177,8 @@ class Identity:
         if ref is not None and not ref.startswith("refs/"):
             kind = {"branch": "heads", "tag": "tags"}.get(claims.get("ref_type", ""))
             ref = f"refs/{kind}/{ref}" if kind else ref
-        return cls(issuer, text("sub") or "", text("repository", "project_path"), ref)
+        return cls(issuer, text("sub") or "", text("repository", "project_path"), ref,
+                   text("workflow"))
 
     @property
     def branch(self) -> str | None:

@@ -17,6 +17,7 @@ from aiohttp import web
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import VersionRecord
 from mirrorgate.npm.names import PackageName
+from mirrorgate.rules.license import LICENSE, LICENSE_UNKNOWN
 from mirrorgate.rules.wayout import exception_how, exception_who, installable_from, instead
 from mirrorgate.upstream.client import UpstreamError
 
@@ -128,17 +129,19 @@ def denied(name: PackageName, record: VersionRecord, admitted: Iterable[str] = (
     denial = record.denial
     if denial is None:
         raise ValueError(f"{name.full}@{record.version} was admitted, not denied")
+    licensed = denial.rule in (LICENSE, LICENSE_UNKNOWN)
     return by_rule(name, record.version, denial.rule, denial.reason, admitted, contact,
-                   denial.until)
+                   denial.until, (record.license or "no license") if licensed else None)
 
 
 def by_rule(name: PackageName, version: str, rule: str, reason: str,
             admitted: Iterable[str] = (), contact: str | None = None,
-            until_moment: datetime | None = None) -> Refused:
+            until_moment: datetime | None = None, detail: str | None = None) -> Refused:
     """The 403 for `version` refused by `rule`: which rule and why, then the way through (when
     a timed denial ends, the nearest admitted version among `admitted`, how to get an
     exception: `rules.wayout`). Every refusal of a version, from the packument's rules or from
-    the bytes, reads the same in every client."""
+    the bytes, reads the same in every client. `detail` is said beside the rule in the status
+    line too (the license a license rule refused), which pnpm and yarn 4 print alone."""
     label = f"{name.full}@{version}"
     until = installable_from(until_moment)
     use = instead(version, admitted)
@@ -148,8 +151,9 @@ def by_rule(name: PackageName, version: str, rule: str, reason: str,
         nearest, exception_how(name.full, version, contact)) if part)
     # The status line carries the verdict and the way through too: pnpm and yarn 4 print the
     # status text of a failed tarball fetch, not the body (npm prints the body's `error`).
+    named = f"{rule} rule: {detail}" if detail else f"{rule} rule"
     line = "; ".join(part for part in (
-        f"Forbidden: mirrorgate denied {label} ({rule} rule)", until,
+        f"Forbidden: mirrorgate denied {label} ({named})", until,
         f"nearest admitted {use}" if use is not None else "", exception_who(contact)) if part)
     return Refused(403, message, reason=reason, rule=rule, package=name.full,
                    version=version, nearest_admitted=use,

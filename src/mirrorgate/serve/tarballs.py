@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from datetime import datetime
 
 import structlog
@@ -28,6 +29,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
 from mirrorgate.offload import in_thread_if_large
+from mirrorgate.rules.license import LICENSE, tarball_license_finding
 from mirrorgate.rules.release import ReleaseVerdict
 from mirrorgate.rules.wayout import exception_how, installable_from
 from mirrorgate.serve.access import CLIENT, policy_of
@@ -37,6 +39,7 @@ from mirrorgate.serve.relay import (
     INSTALL_SCRIPTS,
     OUTCOME,
     ContentsCheck,
+    LicenseCheck,
     Relay,
     ScriptsRead,
     Withheld,
@@ -131,12 +134,25 @@ class TarballRoute:
             # whole transfer's pull the KeyError of a missing key
             cut = answer.get(OUTCOME) if len(answer) else None
             if cut is None:
-                pulls.record(_who(request), name.full, record.version, _integrity(record),
-                             request[SOURCE], request.get(REQUEST_ID, ""))
+                self._log_served(pulls, request, name, record)
             elif cut not in ("client_gone", "aborted"):
                 pulls.refusal(_who(request), name.full, record.version, _integrity(record),
                               cut, request.get(REQUEST_ID, ""))
         return answer
+
+    def _log_served(self, pulls: PullLog, request: web.Request, name: PackageName,
+                    record: VersionRecord) -> None:
+        """A pull served, with what a bill of materials reads of it (`mirrorgate sbom`): the
+        client's name and CI identity (never its token), the sha1, the license, the verdict."""
+        client = request.get(CLIENT)
+        identity = client.identity if client is not None else None
+        pulls.record(_who(request), name.full, record.version, _integrity(record),
+                     request[SOURCE], request.get(REQUEST_ID, ""),
+                     client.name if client is not None else None,
+                     identity.repository if identity is not None else None,
+                     identity.ref if identity is not None else None,
+                     identity.workflow if identity is not None else None, record.sha1,
+                     record.license, _served_under(record))
 
     async def _answer(self, request: web.Request, name: PackageName, filename: str,
                       deadline: asyncio.Timeout, slot: Slot) -> web.StreamResponse:
@@ -192,8 +208,16 @@ class TarballRoute:
         if found is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=INSTALL_SCRIPTS, reason=found)
-            raise _scripts_refusal(name, version, found, self.contact,
-                                   await self._survivors(name, gated, policy))
+            raise by_rule(name, version, INSTALL_SCRIPTS, found,
+                          await self._survivors(name, gated, policy), self.contact)
+        found = (self.relay.licenses_found.get(f"{name.full}@{version}")
+                 if record.license_read is not None and not record.license_read.report
+                 else None)
+        if found is not None:  # its tarball's license was refused at an earlier pull
+            log.info("tarball_denied", package=name.full, version=version, rule=LICENSE,
+                     reason=found)
+            raise by_rule(name, version, LICENSE, found,
+                          await self._survivors(name, gated, policy), self.contact)
         private_error: UpstreamError | None = None
         skipped = not record.private and self.private_answered(name, version, policy)
         if skipped:
@@ -305,13 +329,15 @@ class TarballRoute:
         try:
             relayed = await self.relay.relay(
                 request, lambda: self.private.tarball(name, filename),
-                key=("private", name.full, filename, _checked(verifier)), source="private",
+                key=("private", name.full, filename, _checked(verifier), _reads(record)),
+                source="private",
                 name=name, version=record.version, verifier=verifier,
-                scan=_scripts_read(record), slot=slot, deadline=deadline, release=release)
+                scan=_scripts_read(record), slot=slot, deadline=deadline, release=release,
+                license=_license_check(record))
         except Withheld as withheld:  # refused before a byte was sent
-            if withheld.rule == INSTALL_SCRIPTS:
-                raise _scripts_refusal(name, record.version, withheld.reason,
-                                       self.contact) from None
+            if withheld.rule in (INSTALL_SCRIPTS, LICENSE):
+                raise by_rule(name, record.version, withheld.rule, withheld.reason, (),
+                              self.contact) from None
             raise self._release_withheld(name, record, withheld) from None
         except UpstreamError as failure:
             log.warning("upstream_failed", upstream="private", package=name.full,
@@ -339,7 +365,7 @@ class TarballRoute:
             raise Refused(404, f"{name.full}@{version} is listed by the private upstream, "
                           "which did not serve its tarball", reason="not found")
         verifier = _verifier(record)
-        key = ("public", url, _checked(verifier))
+        key = ("public", url, _checked(verifier), _reads(record))
         judge = self.release
         # `release`: the release signals read a first GET of a version they have no verdict
         # for (`at_pull`); a version they judged is refused above or relayed as any other
@@ -348,13 +374,13 @@ class TarballRoute:
                 request, lambda: self.public.stream(url, method=request.method, pool=TARBALLS),
                 key=key, source="public", name=name,
                 version=version, verifier=verifier, scan=_scripts_read(record), slot=slot,
-                deadline=deadline, release=release)
+                deadline=deadline, release=release, license=_license_check(record))
         except Withheld as withheld:
             # refused before a byte was sent: the 403 with the reason, at the first pull
-            if withheld.rule == INSTALL_SCRIPTS:
-                raise _scripts_refusal(name, version, withheld.reason, self.contact,
-                                       await self._survivors(name, gated,
-                                                             policy_of(request))) from None
+            if withheld.rule in (INSTALL_SCRIPTS, LICENSE):
+                raise by_rule(name, version, withheld.rule, withheld.reason,
+                              await self._survivors(name, gated, policy_of(request)),
+                              self.contact) from None
             raise self._release_withheld(name, record, withheld) from None
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
@@ -371,13 +397,16 @@ class TarballRoute:
         if verified is not None and request.method == "GET" and not record.private:
             if judge is not None:
                 judge.installed(name.full)
+            # the license rule in force read these bytes and found them agreeing (else they
+            # were refused, or, in report mode, said so: the worker says it again)
+            agreed = record.license_read is not None and not record.license_read.report
             self._enqueue(name, record, url, verified.size, published,
-                          hand_over=lambda: self._hand_over(key, url, verified),
+                          hand_over=lambda: self._hand_over(key, url, verified, agreed),
                           policy=policy_of(request))
         return answer
 
-    async def _hand_over(self, key: tuple[str, str, str | None], url: str,
-                         verified: Verified) -> None:
+    async def _hand_over(self, key: Hashable, url: str,
+                         verified: Verified, license_read: bool = False) -> None:
         """The worker beside the proxy gets the bytes just verified with the job, from the
         spool they were relayed through (a tarball that streamed unspooled is downloaded by
         the worker as before). A large one is copied in a thread, the spool held open as a
@@ -386,7 +415,7 @@ class TarballRoute:
         if handoff is None:
             return
         spool = self.relay.spools.find(key)
-        place = (handoff.reserve(url, spool.size, verified.digest)
+        place = (handoff.reserve(url, spool.size, verified.digest, license_read=license_read)
                  if spool is not None and spool.verified == verified else None)
         if spool is None or place is None:
             self.metrics.handoffs.labels("not_offered").inc()
@@ -515,17 +544,31 @@ def _scripts_read(record: VersionRecord) -> ScriptsRead | None:
     return ScriptsRead(record.scan_reports, record.manifest)
 
 
-def _scripts_refusal(name: PackageName, version: str, reason: str, contact: str | None,
-                     admitted: Iterable[str] = ()) -> Refused:
-    """The 403 for bytes the install-scripts scan refused, at the pull that read them (when
-    withheld) and at every pull after: read as every other refusal of a version."""
-    return by_rule(name, version, INSTALL_SCRIPTS, reason, admitted, contact)
+def _license_check(record: VersionRecord) -> LicenseCheck | None:
+    """How the license rule reads this version's bytes: the tarball's own package.json
+    against the license its registry manifest declared (None: the rule does not read them)."""
+    read = record.license_read
+    if read is None:
+        return None
+    return LicenseCheck(read.report, functools.partial(tarball_license_finding, read.rule,
+                                                       record.license))
 
 
 def _checked(verifier: StreamVerifier | None) -> str | None:
     """The digest a relay checks its bytes against, in its spool's key: bytes admitted under
     another digest (a packument changed meanwhile) are another download."""
     return verifier.expected.sri() if verifier is not None else None
+
+
+def _reads(record: VersionRecord) -> tuple[str | None, str | None]:
+    """How the rules of the asking client's policy set read the bytes (the install-scripts
+    scan, the license), in its spool's key: a download's one reading serves or refuses it for
+    every reader, so a client whose set reads them otherwise (not at all, or in report mode)
+    never joins it, nor the spool it leaves lingering: one team's [license] is not skipped
+    because another team's download of the same bytes read none."""
+    scripts = ("report" if record.scan_reports else "enforce") if record.scan_scripts else None
+    read = record.license_read
+    return scripts, ("report" if read.report else "enforce") if read is not None else None
 
 
 def _ends(refused: Refused) -> float | None:
@@ -551,6 +594,17 @@ def _integrity(record: VersionRecord) -> str:
     dist = record.manifest().get("dist")  # first-party: no public digests to compare with
     found = dist.get("integrity") if isinstance(dist, dict) else None
     return found if isinstance(found, str) else ""
+
+
+def _served_under(record: VersionRecord) -> str:
+    """The verdict a version is served under, as the pull log keeps it: `admitted`, with
+    `weak`, what report mode would have denied and the exceptions that let it through."""
+    if not (record.weak or record.reported or record.excepted):
+        return "admitted"  # almost every pull: no string built
+    parts = ["admitted"] + (["weak"] if record.weak else [])
+    parts += [f"would deny: {denial.rule}" for denial in record.reported]
+    parts += [f"excepted: {text}" for text in record.excepted]
+    return "; ".join(parts)
 
 
 def _verifier(record: VersionRecord) -> StreamVerifier | None:

@@ -14,8 +14,10 @@ from typing import TypeVar
 from mirrorgate.config import Settings
 from mirrorgate.store.records import (
     FIRST_PARTY,
+    IDENTITY_COLUMNS,
     INSTALLED,
     KINDS,
+    PULL_COLUMNS,
     WITHDRAWN,
     Changes,
     Exposure,
@@ -37,8 +39,10 @@ from mirrorgate.store.waivers import Waiver
 
 __all__ = [
     "FIRST_PARTY",
+    "IDENTITY_COLUMNS",
     "INSTALLED",
     "KINDS",
+    "PULL_COLUMNS",
     "WITHDRAWN",
     "Changes",
     "Exposure",

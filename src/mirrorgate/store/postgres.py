@@ -7,7 +7,7 @@ dependency with no libpq to install in the image.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from mirrorgate.store.records import (
     StoreSetupError,
     StoreUnavailableError,
     Verdict,
+    identity_filters,
 )
 from mirrorgate.store.schema import LATEST, MIGRATIONS, newer_than_known
 from mirrorgate.store.sqlite import merged
@@ -36,6 +37,11 @@ __all__ = ["POOL_MAX", "PostgresStore", "open_postgres", "redacted"]
 POOL_MAX = 4
 """Connections one process holds at most: the gate writes in batches from one task and polls
 from another, so a few cover it, and a fleet of 20 replicas stays within 80 of the server's."""
+_INSERT_PULLS = ("INSERT INTO pulls (client, name, version, integrity, source, at, request_id, "
+                 "client_name, repository, ref, workflow, sha1, license, verdict) VALUES ($1, "
+                 "$2, $3, $4, $5, to_timestamp($6), $7, $8, $9, $10, $11, $12, $13, $14)")
+"""The time as the row carries it (seconds since the epoch), made a timestamp by the server:
+no datetime per pull on the event loop."""
 _TIMEOUT = 10.0  # seconds a connect or a statement may take before the store counts as down
 _WRITERS = 0x6D67_7772  # the advisory lock every write transaction takes ("mgwr")
 _MIGRATING = 0x6D67_6D69  # the one a migration takes ("mgmi")
@@ -180,11 +186,7 @@ class PostgresStore:
 
         async def work(db: asyncpg.Connection) -> None:
             async with db.transaction():
-                # the time as the row carries it (seconds since the epoch), made a timestamp
-                # by the server: no datetime per pull on the event loop
-                await db.executemany(
-                    "INSERT INTO pulls (client, name, version, integrity, source, at, "
-                    "request_id) VALUES ($1, $2, $3, $4, $5, to_timestamp($6), $7)", rows)
+                await db.executemany(_INSERT_PULLS, rows)
         await self._call_refusing(work)
 
     async def _call_refusing(self, work: Any) -> Any:
@@ -219,10 +221,13 @@ class PostgresStore:
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
                     client: str | None = None, since: datetime | None = None,
-                    limit: int = 10_000) -> list[Pull]:
-        where, parameters = _where(name, version, client, since, "at")
+                    limit: int = 10_000, until: datetime | None = None,
+                    identity: Mapping[str, str] | None = None) -> list[Pull]:
+        where, parameters = _where(name, version, client, since, "at", until=until,
+                                   identity=identity)
         parameters.append(limit)
-        query = ("SELECT client, name, version, integrity, source, at, request_id "
+        query = ("SELECT client, name, version, integrity, source, at, request_id, "
+                 "client_name, repository, ref, workflow, sha1, license, verdict "
                  "FROM pulls" + where + f" ORDER BY at, id LIMIT ${len(parameters)}")
 
         async def work(db: asyncpg.Connection) -> list[Pull]:
@@ -301,17 +306,20 @@ class PostgresStore:
 
 
 def _where(name: str | None, version: str | None, client: str | None,
-           since: datetime | None, time_column: str) -> tuple[str, list[Any]]:
-    """The WHERE clause of a pull log read and its parameters: the column names are this
-    module's own, every value a parameter."""
+           since: datetime | None, time_column: str, *, until: datetime | None = None,
+           identity: Mapping[str, str] | None = None) -> tuple[str, list[Any]]:
+    """The WHERE clause of a pull log read and its parameters (`since` included, `until` not;
+    `identity` on the served pulls only): the column names are this module's own
+    (`identity_filters` admits no other), every value a parameter."""
     where: list[str] = []
     parameters: list[Any] = []
-    for column, value in (("name", name), ("version", version), ("client", client),
-                          (time_column, since)):
+    for column, sign, value in (("name", "=", name), ("version", "=", version),
+                                ("client", "=", client), (time_column, ">=", since),
+                                (time_column, "<", until),
+                                *((c, "=", v) for c, v in identity_filters(identity))):
         if value is not None:
             parameters.append(value)
-            where.append(f"{column} {'>=' if column == time_column else '='} "
-                         f"${len(parameters)}")
+            where.append(f"{column} {sign} ${len(parameters)}")
     return (" WHERE " + " AND ".join(where) if where else ""), parameters
 
 

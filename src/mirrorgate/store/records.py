@@ -9,7 +9,7 @@ memory asks only for what changed since the last number it saw (`Store.changes`)
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, TypeVar
@@ -18,8 +18,10 @@ from mirrorgate.errors import MirrorgateError
 
 __all__ = [
     "FIRST_PARTY",
+    "IDENTITY_COLUMNS",
     "INSTALLED",
     "KINDS",
+    "PULL_COLUMNS",
     "WITHDRAWN",
     "Changes",
     "Exposure",
@@ -35,6 +37,7 @@ __all__ = [
     "StoreSetupError",
     "StoreUnavailableError",
     "Verdict",
+    "identity_filters",
     "storable_row",
 ]
 
@@ -107,15 +110,46 @@ class Pull:
     """Where the bytes came from ("mirror", "public"); "refused:<rule>" only on the way in."""
     at: datetime
     request_id: str
+    client_name: str | None = None
+    """The tokens file's name for the client (`client` adds a CI job's identity to it)."""
+    repository: str | None = None
+    ref: str | None = None
+    workflow: str | None = None
+    """A CI job's identity, where its ID token carries them (docs/ci-identity.md)."""
+    sha1: str | None = None
+    """The hex sha1 (`dist.shasum`) the version was admitted with, beside `integrity`."""
+    license: str | None = None
+    """The license its manifest declares, as npm reads it."""
+    verdict: str | None = None
+    """What the rules said as it was served: `admitted`, or with what they would have denied,
+    the exceptions that let it through, `weak` (docs/licenses.md)."""
 
     def row(self) -> PullRow:
         return (self.client, self.name, self.version, self.integrity, self.source,
-                self.at.timestamp(), self.request_id)
+                self.at.timestamp(), self.request_id, self.client_name, self.repository,
+                self.ref, self.workflow, self.sha1, self.license, self.verdict)
 
 
-PullRow = tuple[str, str, str, str, str, float, str]
+PullRow = tuple[str, str, str, str, str, float, str, str | None, str | None, str | None,
+                str | None, str | None, str | None, str | None]
 """A pull as it is written: `Pull`'s fields in order, its time in seconds since the epoch (the
 request path builds a tuple, not an object, per tarball: bench/pull_log.py)."""
+PULL_COLUMNS = ("client", "name", "version", "integrity", "source", "at", "request_id",
+                "client_name", "repository", "ref", "workflow", "sha1", "license", "verdict")
+"""The pulls table's columns in `PullRow`'s order."""
+IDENTITY_COLUMNS = ("client_name", "repository", "ref", "workflow")
+"""The columns `Store.pulls(identity=...)` filters on."""
+
+
+def identity_filters(identity: Mapping[str, str] | None) -> list[tuple[str, str]]:
+    """`Store.pulls`' `identity` as (column, value) pairs; a column that is not one of
+    `IDENTITY_COLUMNS` raises ValueError, so no other name ever reaches the SQL."""
+    pairs = list((identity or {}).items())
+    for column, _value in pairs:
+        if column not in IDENTITY_COLUMNS:
+            raise ValueError(f"the pull log is not filtered by {column!r}")
+    return pairs
+
 
 RefusalRow = tuple[str, str, str, str, float, str, float, float, int, str, float | None]
 """Refused pulls folded, as they are written: client, name, version, the rule, the hour (its
@@ -217,8 +251,10 @@ class Store(Protocol):
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
                     client: str | None = None, since: datetime | None = None,
-                    limit: int = 10_000) -> list[Pull]:
-        """The served pulls matching every filter given, oldest first."""
+                    limit: int = 10_000, until: datetime | None = None,
+                    identity: Mapping[str, str] | None = None) -> list[Pull]:
+        """The served pulls matching every filter given, oldest first: `since` included,
+        `until` not; `identity`, columns of `IDENTITY_COLUMNS` and the value each must have."""
 
     async def pulled(self, *, name: str | None = None, version: str | None = None,
                      client: str | None = None, since: datetime | None = None,

@@ -112,6 +112,27 @@ MIGRATIONS: tuple[Migration, ...] = (
                          floor(extract(epoch FROM at) / 3600);
             DELETE FROM pulls WHERE source LIKE 'refused:%';
         """),
+    # what a bill of materials needs of a pull (`mirrorgate sbom`, docs/licenses.md): the
+    # client's name apart from its CI identity, that identity's fields, the sha1 beside the
+    # integrity, the declared license and the verdict it was served under; older rows have
+    # none of them (NULL), and are listed without. Served pulls only: a refused pull installed
+    # nothing, and is a count in `refusals` (migration 2)
+    Migration(
+        3, "the pull log's components and CI identities",
+        sqlite="""
+            ALTER TABLE pulls ADD COLUMN client_name TEXT;
+            ALTER TABLE pulls ADD COLUMN repository TEXT;
+            ALTER TABLE pulls ADD COLUMN ref TEXT;
+            ALTER TABLE pulls ADD COLUMN workflow TEXT;
+            ALTER TABLE pulls ADD COLUMN sha1 TEXT;
+            ALTER TABLE pulls ADD COLUMN license TEXT;
+            ALTER TABLE pulls ADD COLUMN verdict TEXT;
+        """,
+        postgres="""
+            ALTER TABLE pulls ADD COLUMN client_name TEXT, ADD COLUMN repository TEXT,
+                ADD COLUMN ref TEXT, ADD COLUMN workflow TEXT, ADD COLUMN sha1 TEXT,
+                ADD COLUMN license TEXT, ADD COLUMN verdict TEXT;
+        """),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mirrorgate.store.records import (
+    PULL_COLUMNS,
     Changes,
     Exposure,
     Fact,
@@ -28,6 +29,7 @@ from mirrorgate.store.records import (
     StoreSetupError,
     StoreUnavailableError,
     Verdict,
+    identity_filters,
 )
 from mirrorgate.store.schema import LATEST, MIGRATIONS, newer_than_known
 
@@ -36,20 +38,22 @@ __all__ = ["FILENAME", "SqliteStore", "open_sqlite"]
 FILENAME = "state.sqlite3"
 _BUSY_SECONDS = 5.0  # another process's write holds the lock this long at most before we fail
 _T = TypeVar("_T")
-_PULL_COLUMNS = 7
 # OR FAIL: a multi-row INSERT otherwise keeps a statement journal (each index page's first
 # image, spilled to a temporary file past 64 KiB) to undo its own rows on a failure; the
 # transaction around it is rolled back whole on any failure, so the journal is never needed,
 # and it was a quarter of the write's CPU (bench/pull_log.py, docs/exposure.md)
 _INSERT_PULLS = ("INSERT OR FAIL INTO pulls (client, name, version, integrity, source, at, "
-                 "request_id) VALUES ")
-_PULL_VALUES = "(?, ?, ?, ?, ?, ?, ?)"
+                 "request_id, client_name, repository, ref, workflow, sha1, license, verdict) "
+                 "VALUES ")  # PULL_COLUMNS
+_PULL_VALUES = "(" + ", ".join("?" * len(PULL_COLUMNS)) + ")"
+_SELECT_PULLS = ("SELECT client, name, version, integrity, source, at, request_id, "
+                 "client_name, repository, ref, workflow, sha1, license, verdict FROM pulls")
 _ADD_REFUSAL = ("INSERT INTO refusals (client, name, version, rule, hour, integrity, first_at, "
                 "last_at, pulls, request_id, until_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (client, name, version, rule, hour) DO UPDATE SET "
                 "pulls = pulls + excluded.pulls, first_at = min(first_at, excluded.first_at), "
                 "last_at = max(last_at, excluded.last_at), until_at = excluded.until_at")
-_ROWS_PER_INSERT = 500  # statements of 3,500 parameters: under every SQLite's default limit
+_ROWS_PER_INSERT = 200  # statements of 2,800 parameters: under every SQLite's default limit
 _Row = tuple[str, tuple[Any, ...]]  # a statement and its parameters
 # what a row's own values raise: a constraint, a value the module cannot bind (a lone
 # surrogate cannot be encoded: UnicodeEncodeError, a ValueError), an integer too large
@@ -228,7 +232,9 @@ class SqliteStore:
             # hand-overs a thread switch; one per few hundred rows costs a third less CPU
             # (bench/pull_log.py, docs/exposure.md)
             per = max(1, min(_ROWS_PER_INSERT,
-                             db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // _PULL_COLUMNS))
+                             db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+                             // len(PULL_COLUMNS)))
+
             def write() -> None:
                 for start in range(0, len(rows), per):
                     part = rows[start:start + per]
@@ -259,14 +265,15 @@ class SqliteStore:
 
     async def pulls(self, *, name: str | None = None, version: str | None = None,
                     client: str | None = None, since: datetime | None = None,
-                    limit: int = 10_000) -> list[Pull]:
-        where, parameters = _where(name, version, client, since, "at")
-        query = ("SELECT client, name, version, integrity, source, at, request_id "
-                 "FROM pulls" + where + " ORDER BY at, id LIMIT ?")
+                    limit: int = 10_000, until: datetime | None = None,
+                    identity: Mapping[str, str] | None = None) -> list[Pull]:
+        where, parameters = _where(name, version, client, since, "at", until=until,
+                                   identity=identity)
+        query = _SELECT_PULLS + where + " ORDER BY at, id LIMIT ?"
 
         def work(db: sqlite3.Connection) -> list[Pull]:
             return [Pull(row[0], row[1], row[2], row[3], row[4],
-                         datetime.fromtimestamp(row[5], UTC), row[6])
+                         datetime.fromtimestamp(row[5], UTC), row[6], *row[7:])
                     for row in db.execute(query, (*parameters, limit))]
         return await self._run(work)
 
@@ -344,18 +351,22 @@ class SqliteStore:
 
 
 def _where(name: str | None, version: str | None, client: str | None, since: datetime | None,
-           time_column: str) -> tuple[str, list[str | float]]:
-    """The WHERE clause of a pull log read and its parameters: the column names are this
-    module's own, every value a parameter."""
+           time_column: str, *, until: datetime | None = None,
+           identity: Mapping[str, str] | None = None) -> tuple[str, list[str | float]]:
+    """The WHERE clause of a pull log read and its parameters (`since` included, `until` not;
+    `identity` on the served pulls only): the column names are this module's own
+    (`identity_filters` admits no other), every value a parameter."""
     where: list[str] = []
     parameters: list[str | float] = []
-    for column, value in (("name", name), ("version", version), ("client", client)):
+    for column, value in (("name", name), ("version", version), ("client", client),
+                          *identity_filters(identity)):
         if value is not None:
             where.append(f"{column} = ?")
             parameters.append(value)
-    if since is not None:
-        where.append(f"{time_column} >= ?")
-        parameters.append(since.timestamp())
+    for bound, sign in ((since, ">="), (until, "<")):
+        if bound is not None:
+            where.append(f"{time_column} {sign} ?")
+            parameters.append(bound.timestamp())
     return (" WHERE " + " AND ".join(where) if where else ""), parameters
 
 

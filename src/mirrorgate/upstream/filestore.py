@@ -2,7 +2,9 @@
 
 It lets `mirrorgate serve` on a fresh machine proxy, gate and mirror with no other server: the
 worker writes what it verified here, and the serve path reads the same directory as its private
-upstream. File I/O runs in a thread, so the event loop never waits on a disk.
+upstream. File I/O runs in a thread, so the event loop never waits on a disk: the small reads of
+one loop tick in one thread hand-off (`offload.batched`), a packument's and the fsync'd writes
+each on its own.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from mirrorgate.errors import MirrorgateError
 from mirrorgate.npm.mirrormark import read_mark
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.versions import highest, is_version_string
+from mirrorgate.offload import batched
 
-__all__ = ["FileStore", "Incoming", "StoreError"]
+__all__ = ["FileStore", "Incoming", "StoreError", "StoredTarball"]
 
 CHUNK = 256 * 1024
 
@@ -53,6 +56,32 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _link(unnamed: int, path: Path) -> bool:
+    """Link the unnamed file `unnamed` (the handoff's, holding the very bytes checked) in at
+    `path`: fsynced, linked under a temporary name beside it, then `os.replace`d, like
+    `_atomic_write` without writing the bytes again. False when this file cannot be linked
+    here (another filesystem, no O_TMPFILE, no /proc): the caller writes the bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = f".incoming-{os.urandom(6).hex()}"
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(unnamed)
+        try:
+            # linkat(AT_SYMLINK_FOLLOW) through /proc: an O_TMPFILE file opened without O_EXCL
+            # may be given a name (CPython uses linkat only with a directory descriptor)
+            os.link(f"/proc/self/fd/{unnamed}", temporary, dst_dir_fd=directory)
+        except OSError:
+            return False
+        try:
+            os.replace(temporary, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            os.unlink(temporary, dir_fd=directory)
+            raise
+    finally:
+        os.close(directory)
+    return True
+
+
 class Incoming:
     """A tarball arriving in the store: a temporary file, written in a thread chunk by chunk."""
 
@@ -76,6 +105,28 @@ class Incoming:
         if not self._landed:
             self._handle.close()
             self.path.unlink(missing_ok=True)
+
+
+class StoredTarball:
+    """A stored tarball being read: its size, its first bytes, and the open file the rest is
+    read from (None once read whole)."""
+
+    def __init__(self, size: int, head: bytes, handle: BinaryIO | None) -> None:
+        self.size = size
+        self._head = head
+        self._handle = handle
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self._head:
+            yield self._head
+        while self._handle is not None and (
+                chunk := await batched(self._handle.read, CHUNK)):
+            yield chunk
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 class FileStore:
@@ -147,6 +198,7 @@ class FileStore:
         }
 
     async def packument(self, name: PackageName) -> dict[str, Any] | None:
+        # on its own: every manifest of the name, too long a call to make others wait for
         return await asyncio.to_thread(self._read_packument, name)
 
     def _names(self) -> list[str]:
@@ -176,30 +228,50 @@ class FileStore:
                 return None
             return data if isinstance(data, dict) else None
 
-        return await asyncio.to_thread(read)
+        return await batched(read)
 
-    async def tarball_size(self, name: PackageName, filename: str) -> int | None:
+    async def open_tarball(self, name: PackageName, filename: str) -> StoredTarball | None:
+        """The stored tarball, opened, sized and its first `CHUNK` read in one thread
+        hand-off (most tarballs are smaller: the whole of them); None when it is not there."""
         path = self.tarball_path(name, filename)
-        try:
-            return (await asyncio.to_thread(path.stat)).st_size
-        except OSError:
-            return None
+
+        def opened() -> StoredTarball | None:
+            try:
+                handle = path.open("rb")
+            except OSError:
+                return None
+            try:
+                size = os.fstat(handle.fileno()).st_size  # the file opened, whatever replaces it
+                head = handle.read(CHUNK)
+            except BaseException:
+                handle.close()
+                raise
+            if len(head) >= size:
+                handle.close()
+                return StoredTarball(size, head, None)
+            return StoredTarball(size, head, handle)
+
+        return await batched(opened)
 
     async def tarball_chunks(self, name: PackageName, filename: str) -> AsyncIterator[bytes]:
-        path = self.tarball_path(name, filename)
-        handle = await asyncio.to_thread(path.open, "rb")
+        stored = await self.open_tarball(name, filename)
+        if stored is None:
+            raise FileNotFoundError(self.tarball_path(name, filename))
         try:
-            while chunk := await asyncio.to_thread(handle.read, CHUNK):
+            async for chunk in stored.chunks():
                 yield chunk
         finally:
-            handle.close()
+            stored.close()
 
     # --- writing -------------------------------------------------------------------------
 
     def _write(self, name: PackageName, version: str, filename: str, manifest: dict[str, Any],
-               tarball: bytes) -> bool:
-        return self._land(name, version, filename, manifest,
-                          lambda path: _atomic_write(path, tarball))
+               tarball: bytes, unnamed: int | None) -> bool:
+        def place(path: Path) -> None:
+            if unnamed is None or not _link(unnamed, path):
+                _atomic_write(path, tarball)
+
+        return self._land(name, version, filename, manifest, place)
 
     def _land(self, name: PackageName, version: str, filename: str, manifest: dict[str, Any],
               place: Callable[[Path], None]) -> bool:
@@ -241,12 +313,14 @@ class FileStore:
                              f"{error.strerror}") from None
 
     async def put(self, name: PackageName, version: str, filename: str,
-                  manifest: dict[str, Any], tarball: bytes) -> bool:
+                  manifest: dict[str, Any], tarball: bytes, *,
+                  unnamed: int | None = None) -> bool:
         """Store one version once; False when it was already there (nothing is overwritten),
-        like a registry's 409."""
+        like a registry's 409. `unnamed`: an unnamed file holding exactly `tarball`, linked
+        in as the stored tarball where it can be (`_link`): the bytes are not written again."""
         try:
             return await asyncio.to_thread(self._write, name, version, filename, manifest,
-                                           tarball)
+                                           tarball, unnamed)
         except OSError as error:
             raise StoreError(f"cannot write {name.full}@{version} under {self.root}: "
                              f"{error.strerror}") from None

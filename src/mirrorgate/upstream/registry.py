@@ -118,6 +118,9 @@ class PrivateRegistry(Protocol):
     takes_changes: bool
     """npm's deprecate, unpublish and dist-tag go through (the file store takes publishes only:
     its versions have no revisions or tags of their own)."""
+    keeps_tags: bool
+    """A publish's dist-tags are kept (the file store's `latest` is its highest version, and
+    `put` ignores the tags: the worker reads none for it)."""
 
     def for_worker(self) -> PrivateRegistry:
         """The same registry as the worker uses it (its own connection pool)."""
@@ -137,9 +140,12 @@ class PrivateRegistry(Protocol):
         ...
 
     async def put(self, name: PackageName, version: str, filename: str,
-                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str]) -> bool:
+                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str], *,
+                  unnamed: int | None = None) -> bool:
         """Publish one version the worker verified: True when written, False when the registry
-        already holds that version (nothing is overwritten). Raises RegistryError."""
+        already holds that version (nothing is overwritten). Raises RegistryError. `unnamed`:
+        the descriptor of an unnamed file holding exactly `tarball` (the handoff's), which a
+        store on its filesystem links in as the stored tarball: the bytes written once."""
         ...
 
     async def upload(self, name: PackageName, body: Upload) -> WriteAnswer:
@@ -162,6 +168,7 @@ class HttpRegistry:
     `Upstream` client for it, which adds mirrorgate's token and never leaves its origin."""
 
     takes_changes = True
+    keeps_tags = True
 
     def __init__(self, upstream: Upstream, *, reads: Pool = FILLS,
                  downloads: Pool = TARBALLS) -> None:
@@ -202,7 +209,8 @@ class HttpRegistry:
         return self._tarball(name, filename)
 
     async def put(self, name: PackageName, version: str, filename: str,
-                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str]) -> bool:
+                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str], *,
+                  unnamed: int | None = None) -> bool:
         body = publish_document(name, version, manifest, filename, tarball, tags)
         try:
             status, answer = await self.upstream.send_json("PUT", name.url_path(), body,
@@ -240,6 +248,7 @@ class StoreRegistry:
 
     label = "file-store"
     takes_changes = False
+    keeps_tags = False
 
     def __init__(self, store: FileStore) -> None:
         self.store = store
@@ -271,26 +280,31 @@ class StoreRegistry:
     async def _tarball(self, name: PackageName,
                        filename: str) -> AsyncIterator[TarballBody | None]:
         try:
-            size = await self.store.tarball_size(name, filename)
+            stored = await self.store.open_tarball(name, filename)
         except StoreError:
-            size = None
-        if size is None:
+            stored = None
+        if stored is None:
             yield None
             return
-        yield TarballBody(size, self.store.tarball_chunks(name, filename))
+        try:
+            yield TarballBody(stored.size, stored.chunks())
+        finally:
+            stored.close()  # read to its end or not
 
     def tarball(self, name: PackageName, filename: str) -> AbstractTarball:
         return self._tarball(name, filename)
 
     async def put(self, name: PackageName, version: str, filename: str,
-                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str]) -> bool:
+                  manifest: dict[str, Any], tarball: bytes, tags: Mapping[str, str], *,
+                  unnamed: int | None = None) -> bool:
         # the store keeps no tags: `latest` is its highest version
         try:
             self.store.check(name, version, filename)
         except StoreError as error:
             raise RegistryError("target-refused", str(error), transient=False) from None
         try:
-            return await self.store.put(name, version, filename, manifest, tarball)
+            return await self.store.put(name, version, filename, manifest, tarball,
+                                        unnamed=unnamed)
         except StoreError as error:
             raise RegistryError("target-failed", str(error), transient=True) from None
 

@@ -51,13 +51,15 @@ from mirrorgate.integrity import (
 from mirrorgate.logs import loggable_url
 from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
+from mirrorgate.npm.licenses import declared_license
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.origins import OriginRefusal, check_on_origin
-from mirrorgate.npm.tarscripts import scripts_in
+from mirrorgate.npm.tarscripts import ScriptScan, scanned
 from mirrorgate.npm.versions import is_version_string, unstorable
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules import (
     DEFAULT_RULES,
+    REPORT,
     LiveRules,
     Rules,
     live,
@@ -65,6 +67,7 @@ from mirrorgate.rules import (
     scripts_blocked,
     scripts_reported,
 )
+from mirrorgate.rules.license import LICENSE, tarball_license_finding
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import RegistryError, TargetConflict
@@ -309,9 +312,10 @@ class JobRunner:
         # re-gated against the public packument with today's rules, and from there on what is
         # verified and published is public's description of the version, never the job's.
         # dependency confusion: never publish a public version into the organisation's name
-        # ([private].names, or a name the target holds unmarked versions of)
-        if self._rules.private_alone(job.name) or await self._target_call(
-                self.deps.target.first_party(job)):
+        # ([private].names, or a name the target holds unmarked versions of: its packument,
+        # read once, also says after the re-gate whether the version is held already)
+        if self._rules.private_alone(job.name) or (
+                held := await self._target_call(self.deps.target.held(job))).first_party:
             raise Retire("first-party", f"{job.name} is first-party: a public version is "
                           f"never published into it")
         if not self._withdrawals.known:
@@ -332,38 +336,64 @@ class JobRunner:
                                   limit=self.deps.settings.max_tarball_bytes)
         target = self.deps.target
         # the cheap question first: a version already held costs a metadata read, no download
-        if await self._target_call(target.holds(job)):
+        if await self._target_call(target.holds(job, held)):
             if self.deps.handoff is not None:  # bytes the proxy handed over, not needed
                 self.deps.handoff.discard(url)
             log.info("mirror_already_present", target=target.label, fetched=False)
             return PublishResult.ALREADY_PRESENT
-        with tracing.span("mirrorgate.fetch", {"mirrorgate.algorithm":
-                                               verifier.expected.algorithm}) as fetched:
-            handed = self._handed(job)
-            fetched.set("mirrorgate.handoff", handed is not None)
-            known: TarballDigests | None = None
-            if handed is not None:
-                tarball, verified, known = await self._check(handed, verifier, job)
-            else:
-                tarball, verified = await self._fetch(url, verifier)
-            fetched.set("mirrorgate.bytes", verified.size)
-        if scripts_blocked(self._rules, job.name, job.version):
-            # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest, but a
-            # client runs the package.json inside these bytes; a private copy is re-read by
-            # the relay where the rule applies, and this is the last look before it is stored
-            found = await in_thread_if_large(len(tarball), scripts_in, tarball)
-            if found is not None:
-                reason = scan_finding(found, job.manifest)
-                if not scripts_reported(self._rules):
-                    raise Retire("install-scripts", f"{job.name}@{job.version}: {reason}")
-                # report mode: the proxy served these bytes and said so; mirrored as served
-                log.info("version_would_deny", package=job.name, version=job.version,
-                         rule="install-scripts", reason=reason, where="worker")
-        digests: TarballDigests = known if known is not None else await in_thread_if_large(
-            len(tarball), dist_digests, tarball, verified, job.artifact.digests)
-        with tracing.span("mirrorgate.publish", {"mirrorgate.target": target.label}) as put:
-            result = await self._target_call(target.publish(job, tarball, digests))
-            put.set("mirrorgate.result", result.value)
+        with contextlib.ExitStack() as owned:
+            with tracing.span("mirrorgate.fetch", {"mirrorgate.algorithm":
+                                                   verifier.expected.algorithm}) as fetched:
+                handed = self._handed(job)
+                fetched.set("mirrorgate.handoff", handed is not None)
+                known: TarballDigests | None = None
+                if handed is not None:
+                    owned.callback(handed.close)  # its file, linked in or not
+                    tarball, verified, known = await self._check(handed, verifier, job)
+                else:
+                    tarball, verified = await self._fetch(url, verifier)
+                fetched.set("mirrorgate.bytes", verified.size)
+            scripts = scripts_blocked(self._rules, job.name, job.version)
+            # the relay beside this worker read these very bytes for the license rule and
+            # found the manifest's license (`Handed.license_read`): not read again for it
+            licensed = self._rules.license.on and not (handed is not None
+                                                       and handed.license_read)
+            scan: ScriptScan | None = None
+            if scripts or licensed:  # one read of the bytes for both rules
+                scan = await in_thread_if_large(len(tarball), scanned, tarball)
+            if scripts and scan is not None:
+                # manifest confusion (`npm.tarscripts`): the re-gate judged public's manifest,
+                # but a client runs the package.json inside these bytes; a private copy is
+                # re-read by the relay where the rule applies, and this is the last look
+                # before it is stored
+                found = scan.finish()
+                if found is not None:
+                    reason = scan_finding(found, job.manifest)
+                    if not scripts_reported(self._rules):
+                        raise Retire("install-scripts", f"{job.name}@{job.version}: {reason}")
+                    # report mode: the proxy served these bytes and said so; mirrored as served
+                    log.info("version_would_deny", package=job.name, version=job.version,
+                             rule="install-scripts", reason=reason, where="worker")
+            if licensed and scan is not None:
+                # the license npm installs is the tarball's own (`rules.license`): another
+                # than the manifest the re-gate judged is never stored
+                found = tarball_license_finding(self._rules.license,
+                                                declared_license(job.manifest), scan.manifest,
+                                                scan.problem)
+                if found is not None:
+                    if self._rules.mode_of("license") != REPORT:
+                        raise Retire(LICENSE, f"{job.name}@{job.version}: {found}")
+                    log.info("version_would_deny", package=job.name, version=job.version,
+                             rule=LICENSE, reason=found, where="worker")
+            digests: TarballDigests = known if known is not None else await in_thread_if_large(
+                len(tarball), dist_digests, tarball, verified, job.artifact.digests)
+            # the handed file holds the very bytes checked: a file store links it in as the
+            # stored tarball instead of writing them again (docs/untrusted-queue.md)
+            unnamed = handed.unnamed if handed is not None else None
+            with tracing.span("mirrorgate.publish", {"mirrorgate.target": target.label}) as put:
+                result = await self._target_call(target.publish(job, tarball, digests,
+                                                                unnamed=unnamed))
+                put.set("mirrorgate.result", result.value)
         event = ("mirror_published" if result is PublishResult.PUBLISHED
                  else "mirror_already_present")
         log.info(event, target=target.label, fetched=True, size=verified.size,

@@ -3,12 +3,14 @@
 The worker asks the target three things, the same way whatever registry it is: is the name
 first-party there, does it already hold this version with these bytes (a metadata read and a
 read-back, so a job whose work is done costs no download), and store these verified bytes.
+The first two are answered from one read of the name's packument (`Held`).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -37,7 +39,7 @@ from mirrorgate.upstream.registry import (
     open_registry,
 )
 
-__all__ = ["MirrorTarget", "PublishResult", "open_target", "publish_digests"]
+__all__ = ["Held", "MirrorTarget", "PublishResult", "open_target", "publish_digests"]
 
 READ_BACK_LIMIT = 256 * 1024 * 1024
 """The largest stored tarball read back when no MIRRORGATE_MAX_TARBALL_BYTES is given."""
@@ -86,6 +88,26 @@ def _confirm(label: str, job: MirrorJob, stored_dist: Any) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What the target holds of a job's name, read once per job (`MirrorTarget.held`): its
+    full packument, the form that keeps the mirror marks."""
+
+    document: Mapping[str, Any] | None
+
+    @property
+    def first_party(self) -> bool:
+        """The target holds a version of the name mirrorgate did not mirror (no mirror mark):
+        the organisation's own name, never published into."""
+        return bool(first_party_versions(self.document))
+
+    def stored(self, version: str) -> Mapping[str, Any] | None:
+        """The version's manifest as the target lists it (with its `dist`), or None."""
+        versions = self.document.get("versions") if self.document is not None else None
+        manifest = versions.get(version) if isinstance(versions, Mapping) else None
+        return manifest if isinstance(manifest, Mapping) else None
+
+
 class MirrorTarget:
     """The registry the worker publishes into (`MIRRORGATE_MIRROR_TARGET`, by default the
     private upstream), whichever implementation of the seam it is. Every method raises
@@ -104,11 +126,18 @@ class MirrorTarget:
             raise RegistryError("target-failed" if error.transient else "target-unreadable",
                                 str(error), transient=error.transient) from None
 
-    async def holds(self, job: MirrorJob) -> bool:
+    async def held(self, job: MirrorJob) -> Held:
+        """The target's packument of the job's name, read once for `first_party` and
+        `holds` (a job used to read it twice, and the version's manifest besides)."""
+        return Held(await self._read(self.registry.packument(_name(job))))
+
+    async def holds(self, job: MirrorJob, held: Held | None = None) -> bool:
         """True when the target lists the version with the job's integrity and serves those
-        bytes; raises TargetConflict when it holds other ones."""
+        bytes; raises TargetConflict when it holds other ones. `held`: the name's packument
+        the job read already; else the version is asked for alone."""
         name = _name(job)
-        stored = await self._read(self.registry.stored(name, job.version))
+        stored = (held.stored(job.version) if held is not None
+                  else await self._read(self.registry.stored(name, job.version)))
         return (stored is not None and _confirm(self.label, job, stored.get("dist") or {})
                 and await self._bytes_agree(name, job))
 
@@ -140,35 +169,41 @@ class MirrorTarget:
                                 f"is over {error.limit} bytes", transient=False) from None
         return True
 
-    async def first_party(self, job: MirrorJob) -> bool:
-        """True when the target holds a version of the job's package that mirrorgate did not
-        mirror (no mirror mark): the organisation's own name, never published into."""
-        return bool(first_party_versions(await self._read(
-            self.registry.packument(_name(job)))))
-
     async def publish(self, job: MirrorJob, tarball: bytes,
-                      digests: TarballDigests | None = None) -> PublishResult:
+                      digests: TarballDigests | None = None, *,
+                      unnamed: int | None = None) -> PublishResult:
         """Store the bytes, never ones not shown to match: without the worker's `digests`
-        they are verified here (`publish_digests`)."""
+        they are verified here (`publish_digests`). `unnamed`: the descriptor of an unnamed
+        file holding these very bytes, which a file store may link in instead of writing
+        them (`PrivateRegistry.put`)."""
         name = _name(job)
         digests = await publish_digests(job, tarball, digests)
+        tags = await self._tags(name, job)
+        filename = tarball_filename(name, job.version)
+        manifest = version_manifest(name, job.version, job.manifest, digests.integrity,
+                                    digests.shasum, self.registry.tarball_url(name, filename),
+                                    job.published)
+        if await self.registry.put(name, job.version, filename, manifest, tarball, tags,
+                                   unnamed=unnamed):
+            return PublishResult.PUBLISHED
+        return await self._already_there(name, job)
+
+    async def _tags(self, name: PackageName, job: MirrorJob) -> dict[str, str]:
+        """The dist-tags to publish with. A registry that keeps tags is asked for them just
+        before the put, not at the job's start: a download later, another worker may have
+        moved `latest`, and a stale read could move it backwards. The file store keeps none
+        (its `latest` is its highest version): nothing to read."""
+        if not self.registry.keeps_tags:
+            return choose_dist_tags(job.version, None)
         try:
             current = await self._read(self.registry.packument(name, abbreviated=True))
         except RegistryError as error:
             if error.transient:
                 raise
             # the tags cannot be read: publish under the non-latest tag, never move `latest`
-            tags = {NON_LATEST_TAG: job.version}
-        else:
-            known = current.get("dist-tags") if current is not None else None
-            tags = choose_dist_tags(job.version, known if isinstance(known, Mapping) else None)
-        filename = tarball_filename(name, job.version)
-        manifest = version_manifest(name, job.version, job.manifest, digests.integrity,
-                                    digests.shasum, self.registry.tarball_url(name, filename),
-                                    job.published)
-        if await self.registry.put(name, job.version, filename, manifest, tarball, tags):
-            return PublishResult.PUBLISHED
-        return await self._already_there(name, job)
+            return {NON_LATEST_TAG: job.version}
+        known = current.get("dist-tags") if current is not None else None
+        return choose_dist_tags(job.version, known if isinstance(known, Mapping) else None)
 
     async def _already_there(self, name: PackageName, job: MirrorJob) -> PublishResult:
         stored = await self._read(self.registry.stored(name, job.version))

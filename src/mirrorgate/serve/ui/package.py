@@ -119,13 +119,16 @@ async def package_view(raw: str, load: LoadPackument, pulled: PulledBy | None = 
     rows = []
     for record in _newest_first(gated):
         css, verdict, detail = _verdict(record, survivors)
+        # the license its manifest declares, as npm reads it and the license rule judges it
+        license_ = (esc(record.license) if record.license is not None
+                    else '<span class="meta">none</span>')
         rows.append([f'<span class="version">{esc(record.version)}</span>',
                      f'<span class="verdict {css}">{esc(verdict)}</span>',
-                     esc(detail), esc(gated.time.get(record.version, ""))])
+                     esc(detail), license_, esc(gated.time.get(record.version, ""))])
     tags = table(["tag", "version"], ([esc(t), esc(v)] for t, v in sorted(
         gated.dist_tags.items())), empty="no dist-tags point at an admitted version")
-    versions = table(["version", "verdict", "detail", "published"], rows, empty="no versions",
-                     cls="versions")
+    versions = table(["version", "verdict", "detail", "license", "published"], rows,
+                     empty="no versions", cls="versions")
     counts = (f"{len(gated.versions)} versions: {len(survivors)} installable, "
               f"{len(gated.denied)} denied")
     body = (f"<h1>{esc(name.full)}</h1><p class=\"meta\">{esc(counts)}</p>"
