@@ -93,7 +93,7 @@ def in_force(rules: Rules) -> list[str]:
     capabilities = {NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY}
     # the default's signals, and the young-package one alone, are said in sentences; any
     # other set is listed by name
-    said = release.only_young_package or (bool(reading) and reading <= capabilities)
+    described = release.only_young_package or (bool(reading) and reading <= capabilities)
 
     def held(signal: str) -> str:
         return {"deny": "denied", "report": "reported",
@@ -104,7 +104,7 @@ def in_force(rules: Rules) -> list[str]:
         lines.append(f"{YOUNG_PACKAGE_INSTALL_SCRIPT}: a release that runs code at install, of "
                      f"a package first published less than {release.young_package_text} ago, "
                      f"is {held(YOUNG_PACKAGE_INSTALL_SCRIPT)}")
-    elif said:
+    elif described:
         if NEW_CAPABILITY in reading:
             lines.append(f"{NEW_CAPABILITY}: what a release's code can do at install and at "
                          "load (the network, processes, the environment, files outside the "
@@ -122,7 +122,7 @@ def in_force(rules: Rules) -> list[str]:
                          f"globals or send what it reads, is {held(YOUNG_PACKAGE_CAPABILITY)}")
     elif release.on:
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
-    if said and UNREADABLE_RELEASE in acting:  # riding on the signals that read
+    if described and UNREADABLE_RELEASE in acting:  # riding on the signals that read
         lines.append(f"{UNREADABLE_RELEASE}: a release whose tarball mirrorgate cannot read "
                      f"as npm does is {held(UNREADABLE_RELEASE)}")
     return lines
