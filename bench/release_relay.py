@@ -24,6 +24,7 @@ import random
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -35,13 +36,16 @@ from tests.servers.ports import free_port
 from bench.tarball_relay import Round, _pin, one_round, serve_upstream, start_proxy
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.logs import configure_logging
-from mirrorgate.npm.contents import KeptReadings
-from mirrorgate.rules import parse_rules
+from mirrorgate.npm import contents as contents_module
+from mirrorgate.npm.contents import KeptReadings, contents_of
+from mirrorgate.npm.jsuses import Uses
+from mirrorgate.rules import DEFAULT_RULES, parse_rules
 
 PROXY_CPU = 0
 MODES = ("off", "on", "on-cold")
-RULES = parse_rules("[release]\n", "bench.toml")
-"""Every signal on; the fixture versions are years old, so the default cooldown admits them."""
+RULES = {"release": parse_rules("[release]\n", "bench.toml"), "default": DEFAULT_RULES}
+"""`release`: every signal on; `default`: no rules file (the capability signals, issue 55).
+The fixture versions are years old, so the default cooldown admits them."""
 
 
 def _module(rng: random.Random, size: int, minified: bool) -> bytes:
@@ -111,7 +115,8 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage],
     _pin(PROXY_CPU)
     # a finished download's spool lingers 30 s for the next reader; here every pull must be
     # a first pull (a download of its own), in every mode
-    runner, base, public = await start_proxy(public_url, data, rules=RULES, linger=0)
+    runner, base, public = await start_proxy(public_url, data, rules=RULES[args.rules],
+                                             linger=0)
     urls = [f"{base}npm/{p.name}/-/{p.name}-1.0.1.tgz" for p in packages] * args.passes
     results: dict[str, list[Round]] = {name: [] for name in MODES}
     try:
@@ -159,12 +164,39 @@ def signals_cost(results: dict[str, list[Round]], on: str) -> float:
                              for a, b in zip(results[on], results["off"], strict=True))
 
 
+def reading_cost(tarballs: list[bytes], repeat: int = 3) -> dict[str, float]:
+    """The reading's CPU per MB of tarball (`npm.contents`, as the relay reads a first
+    pull): whole (every signal on), lean (the default's capability signals alone), and lean
+    without the capability reading (`npm.jsuses`): the best of `repeat` passes over every
+    tarball, on this thread's CPU clock."""
+    size = sum(map(len, tarballs)) / 1e6
+
+    def best(lean: bool) -> float:
+        times = []
+        for _ in range(repeat):
+            start = time.thread_time()
+            for tarball in tarballs:
+                contents_of(tarball, lean=lean)
+            times.append(time.thread_time() - start)
+        return min(times) * 1000 / size
+
+    found = {"whole": best(False), "lean": best(True)}
+    with mock.patch.object(contents_module, "uses_of", return_value=Uses()):
+        found["lean without capabilities"] = best(True)
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tarballs", type=int, default=24)
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--reading", metavar="DIR", nargs="?", const="", default=None,
+                        help="measure the reading alone (no relay) over the bench's tarballs, "
+                        "or over every .tgz in DIR (real ones, `npm pack` them there)")
+    parser.add_argument("--rules", choices=sorted(RULES), default="release",
+                        help="the rules in force: every signal (`[release]`), or the default")
     parser.add_argument("--links", default="25", help="comma-separated MB/s a connection to "
                         "the upstream is paced at, one scenario each, then loopback")
     args = parser.parse_args()
@@ -172,9 +204,18 @@ def main() -> int:
     configure_logging("warning", "json")
     multiprocessing.set_start_method("fork")
     packages = build_packages(args.tarballs)
+    if args.reading is not None:
+        tarballs = ([path.read_bytes() for path in sorted(Path(args.reading).glob("*.tgz"))]
+                    if args.reading else [p.version("1.0.1").tarball for p in packages])
+        found = reading_cost(tarballs)
+        print(f"{len(tarballs)} tarballs, {sum(map(len, tarballs)) / 1e6:.1f} MB; ms of CPU "
+              "per MB of tarball: " + ", ".join(f"{key} {value:.2f}"
+                                                for key, value in found.items()))
+        return 0
     compressed = sum(len(p.version("1.0.1").tarball) for p in packages)
     print(f"{args.tarballs} packages, {compressed / 1e6:.1f} MB of tarballs (new versions), "
-          f"{args.connections} connections, {args.rounds} rounds of each mode")
+          f"{args.connections} connections, {args.rounds} rounds of each mode, rules "
+          f"{args.rules}")
     for link in [*links, 0]:
         results = scenario(args, packages, link)
         where = f"link paced at {link:g} MB/s a connection" if link else "loopback, unpaced"

@@ -50,9 +50,11 @@ def test_the_statement_names_exactly_the_rules_that_deny_without_a_rules_file() 
 
     assert fired == {"minimum-age", "integrity-presence"}
     named = {line.split(":")[0] for line in in_force(DEFAULT_RULES)}
-    # the third reads the bytes at a first pull, not the packument (tests/e2e/
-    # test_release_attacks.py refuses a young package's postinstall with no rules file)
-    assert named == fired | {"young-package-install-script"}
+    # the other three read the bytes at a first pull, not the packument (tests/e2e/
+    # test_capabilities.py refuses each incident shape with no rules file, and tests/e2e/
+    # test_release_unread.py what it cannot read as npm does)
+    assert named == fired | {"new-capability", "young-package-capability",
+                             "unreadable-release"}
     assert "1 day old" in DEFAULT_POLICY
     # and known malware, from the feed MIRRORGATE_MALWARE_FEED adds unless it is off
     assert "advisory-malware: a version that a known-malware record (MAL-)" in DEFAULT_POLICY
@@ -94,9 +96,9 @@ def test_check_config_summarises_for_a_person_with_problems_first(
     [state] = [line for line in out if line.startswith("state ")]
     assert "sqlite at " in state
     assert f"state.sqlite3 (not created yet; this release migrates it to {LATEST})" in state
-    rules = out.index("rules      the default policy (no MIRRORGATE_RULES_FILE): 3 rules can "
+    rules = out.index("rules      the default policy (no MIRRORGATE_RULES_FILE): 5 rules can "
                       "deny a version")
-    assert out[rules + 1:rules + 4] == [f"           - {line}" for line in in_force(DEFAULT_RULES)]
+    assert out[rules + 1:rules + 6] == [f"           - {line}" for line in in_force(DEFAULT_RULES)]
     assert len(out) < 25  # it was 153 lines of JSON
 
 

@@ -1,6 +1,6 @@
 """What npm runs for a young package's release, read as npm reads it or refused, under the
-default policy (no rules file: the young-package signal reads a young package's bytes),
-through the real npm client, a real `mirrorgate serve` and Verdaccio (issue 53).
+default policy (no rules file: the capability signals read every first pull's bytes, issue
+55), through the real npm client, a real `mirrorgate serve` and Verdaccio (issue 53).
 
 The attacks: a `postinstall` that only the tarball's package.json carries, in a tarball
 mirrorgate could not read (a package.json over 1 MiB; a pax size unlike the ustar size) and
@@ -127,9 +127,16 @@ def test_a_postinstall_mirrorgate_cannot_read_and_npm_unpacks_is_refused_as_unre
     reason = refused_with(npm_client, proxy, "hidden-hook", "unreadable-release")
     assert why in reason
     assert 'add "hidden-hook@1.0.0" (or "hidden-hook") to release.allow' in reason
-    # the readable form of the same hook: refused by the young-package signal, as before
-    assert "postinstall" in refused_with(npm_client, proxy, "plain-hook",
-                                         "young-package-install-script")
+    # the readable form of the same hook: read, and judged by what it can do (a file written
+    # in the temporary folder: nothing young-package-capability holds), so admitted; the
+    # refusal above is the unreadable tarball's, not the hook's
+    plain = install(npm_client, proxy, {"plain-hook": "^1.0.0"})
+    assert plain.returncode == 0, plain.stderr
+    assert not [event for event in proxy.events("release_signal_refused")
+                if event["package"] == "plain-hook"]
+    [checked] = [event for event in proxy.events("release_checked")
+                 if event["package"] == "plain-hook"]
+    assert "young-package-capability" not in checked["signals"]
     # a young release that runs nothing: admitted
     admitted = install(npm_client, proxy, {"no-hook": "^1.0.0"})
     assert admitted.returncode == 0, admitted.stderr
@@ -202,7 +209,7 @@ def test_a_young_release_installing_code_from_outside_any_registry_is_refused(
     marker.unlink()
 
     proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
-    reason = refused_with(npm_client, proxy, "outside-host", "young-package-install-script")
+    reason = refused_with(npm_client, proxy, "outside-host", "young-package-capability")
     fetched = "a git repository" if kind == "git" else "a URL"
     assert f"`left-pad` ({spec}) is fetched from {fetched}, whose code npm runs" in reason
     # the same young release over a registry dependency: admitted, nothing of it runs

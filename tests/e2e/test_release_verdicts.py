@@ -14,7 +14,9 @@ a clean release of the same package, admitted.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import json
 import shutil
 import sqlite3
@@ -37,7 +39,6 @@ from tests.servers.incidents import (
     _fresh,
     entry_file,
     minified_bundle,
-    obfuscated_blob,
     shai_hulud_shape,
 )
 from tests.servers.npm import NpmClient
@@ -235,7 +236,7 @@ def rebyted(name: str, *, hook: bool) -> FixturePackage:
 
 def serve_default(mirrorgate: MirrorgateFactory, public: FixtureRegistry, verdaccio: Verdaccio,
                   tmp_path: Path) -> MirrorgateProcess:
-    """`mirrorgate serve` with no rules file (the young-package signal alone on), mirroring to
+    """`mirrorgate serve` with no rules file (the capability signals on), mirroring to
     a directory the private registry does not read: what it admitted stays public's to serve,
     so public's listing of a version, not a mirrored copy, is what each pull gets. Every
     packument is revalidated (a TTL of 0): a republish reaches the next pull."""
@@ -274,8 +275,10 @@ def test_other_bytes_listed_under_a_version_judged_clean_are_judged_afresh_not_v
     refused(npm_client, proxy, name, "1.0.1")
 
     [refusal] = refusals(proxy, name).values()
-    assert (refusal["version"], refusal["rule"]) == ("1.0.1", "young-package-install-script")
-    assert refusal["evidence"] == ["postinstall (node setup.js)"]
+    # the default's capability signals: its install code gains processes over 1.0.0's
+    assert (refusal["version"], refusal["rule"]) == ("1.0.1", "new-capability")
+    evidence = [str(item) for item in refusal["evidence"]]  # type: ignore[attr-defined]
+    assert "setup.js:1 `require('child_process')" in evidence[0]
     assert proxy.get(f"npm/{name}/-/{name}-1.0.1.tgz").status == 403
 
     # the control: the bytes judged clean, listed again, are served on their own verdict,
@@ -291,16 +294,25 @@ def test_other_bytes_listed_under_a_version_judged_clean_are_judged_afresh_not_v
 # --- a verdict is bound to the rules that made it (issue 53) ---------------------------------
 
 
+def encoded_blob(seed: str) -> bytes:
+    """A payload carried as a quoted base64 literal of 8 KB, assigned and never run: a mark
+    `obfuscated-code` reads, and nothing the code can do (no capability the default's signals
+    read). javascript-obfuscator's own shape (`obfuscated_blob`) the default refuses at once
+    since issue 55 (`new-capability`: load-time code gains obfuscated)."""
+    data = b"".join(hashlib.sha256(f"{seed}{i}".encode()).digest() for i in range(200))
+    return b"const payload = '" + base64.b64encode(data) + b"';\n"
+
+
 def young_kit(name: str, *, blob: bool) -> FixturePackage:
     """A package first published ten days ago (young; past the default cooldown): 1.0.0, and
-    1.0.1 two days ago, `blob`: its entry file with an obfuscated blob appended (chalk's
-    shape). Neither runs anything at install: the default's young-package signal reads them
-    and finds nothing."""
+    1.0.1 two days ago, `blob`: its entry file with a base64 payload appended. Neither runs
+    anything at install nor can do anything at load: the default's capability signals read
+    them and find nothing."""
     entry = entry_file(name)
     return make_package(name, [
         make_version(name, "1.0.0", files={"index.js": entry},
                      published=_fresh(timedelta(days=10))),
-        make_version(name, "1.0.1", files={"index.js": entry + (obfuscated_blob(name) if blob
+        make_version(name, "1.0.1", files={"index.js": entry + (encoded_blob(name) if blob
                                                                  else b"// 1.0.1\n")},
                      published=_fresh(timedelta(days=2)))])
 
@@ -309,10 +321,10 @@ def test_a_verdict_kept_under_fewer_signals_is_read_again_once_every_signal_is_o
     public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
     mirrorgate: MirrorgateFactory, tmp_path: Path,
 ) -> None:
-    # the attack: 1.0.1 kept "clean" under the default (the young-package signal alone, no
-    # baseline read), mirrored; the operator then turns every signal on. Its obfuscated entry
-    # file was never compared, and the verdict vouched for it from the mirror, while the
-    # same shape first pulled after the change is refused.
+    # the attack: 1.0.1 kept "clean" under the default (the capability signals, no baseline
+    # read: its code can do nothing it could have gained), mirrored; the operator then turns
+    # every signal on. Its encoded payload was never compared, and the verdict vouched for it
+    # from the mirror, while the same shape first pulled after the change is refused.
     public_registry.add(young_kit("young-blob", blob=True), young_kit("young-late", blob=True),
                         young_kit("young-plain", blob=False), old("deny-probe"))
     rules = tmp_path / "rules.toml"
@@ -321,7 +333,7 @@ def test_a_verdict_kept_under_fewer_signals_is_read_again_once_every_signal_is_o
     for name in ("young-blob", "young-plain"):
         served = install(npm_client, proxy, {name: "1.0.1"})
         assert served.returncode == 0, served.stderr
-        assert checked(proxy, name, "1.0.1") == 1  # read: a young package
+        assert checked(proxy, name, "1.0.1") == 1  # read: every first pull is
         wait_for(lambda name=name: "1.0.1" in verdaccio.versions(name),  # type: ignore[misc]
                  timeout=60, message=f"the worker to mirror {name}@1.0.1")
 
@@ -359,15 +371,21 @@ def old(name: str) -> FixturePackage:
 # --- time as evidence (issue 53) ----------------------------------------------------------------
 
 
-def rewritten(name: str, time: dict[str, object] | None) -> FixturePackage:
-    """A package really first published two days ago: 1.0.0, then 1.0.1 a day and a half ago
-    running `node setup.js` at install; its `time` as a registry in front rewrote it (None:
-    as published)."""
-    files = {"index.js": entry_file(name), "setup.js": b"console.log('fixture setup ran');\n"}
+def rewritten(name: str, time: dict[str, object] | None,
+              age: timedelta = timedelta(0)) -> FixturePackage:
+    """A package really first published two days ago (and `age` before that): 1.0.0, then
+    1.0.1 a day and a half ago, both running `node setup.js` at install, which fetches a
+    file (the network: what a young package's install code may not reach, and 1.0.1 gains
+    nothing over 1.0.0, so only the package's age holds it); its `time` as a registry in
+    front rewrote it (None: as published)."""
+    files = {"index.js": entry_file(name),
+             "setup.js": b"require('https').get('https://files.invalid/setup.bin');\n"}
+    hook = {"postinstall": "node setup.js"}
     package = make_package(name, [
-        make_version(name, "1.0.0", files=files, published=_fresh(timedelta(days=2))),
-        make_version(name, "1.0.1", files=files, published=_fresh(timedelta(hours=36)),
-                     scripts={"postinstall": "node setup.js"})])
+        make_version(name, "1.0.0", files=files, published=_fresh(age + timedelta(days=2)),
+                     scripts=hook),
+        make_version(name, "1.0.1", files=files, published=_fresh(age + timedelta(hours=36)),
+                     scripts=hook)])
     if time is not None:
         package.fields["time"] = time
     return package
@@ -403,23 +421,22 @@ def test_times_missing_garbled_or_contradicting_never_make_a_young_package_old(
 ) -> None:
     # the attack: a two-day-old package's 1.0.1 runs code at install; its registry's times,
     # missing, unreadable, or 400 days back, once made it "old", and the young-package
-    # signal (on by default) did not read it; an overflowing offset answered 500
+    # signal (on by default, now young-package-capability) did not read it as young; an
+    # overflowing offset answered 500
     for name, time in TIMES.items():
         public_registry.add(rewritten(name, time))
     public_registry.add(rewritten("times-kept", None))  # the plain shape, times as published
-    old = make_package("times-old", [
-        make_version("times-old", "1.0.0", published=_fresh(timedelta(days=400))),
-        make_version("times-old", "1.0.1", published=_fresh(timedelta(days=399)),
-                     scripts={"postinstall": "node -e 0"})])
-    public_registry.add(old)
+    public_registry.add(rewritten("times-old", None, age=timedelta(days=400)))
     proxy = serve_default(mirrorgate, public_registry, verdaccio, tmp_path)
 
     for name in [*TIMES, "times-kept"]:
         assert proxy.get(f"npm/{name}").status == 200, name  # never a 500
         refused(npm_client, proxy, name, "1.0.1")
         refusal = refusals(proxy, name)["1.0.1"]
-        assert refusal["rule"] == "young-package-install-script", name
-        assert refusal["evidence"] == ["postinstall (node setup.js)"], name
+        assert refusal["rule"] == "young-package-capability", name
+        evidence = [str(item) for item in refusal["evidence"]]  # type: ignore[attr-defined]
+        assert evidence == ["install-time code can use network (reaches the network): "
+                            "setup.js:1 `require('https')`"], name
     said = {name: refusals(proxy, name)["1.0.1"] for name in TIMES}
     doubts = {name: [str(doubt) for doubt in said[name]["times"]]  # type: ignore[attr-defined]
               for name in TIMES}
@@ -439,11 +456,12 @@ def test_times_missing_garbled_or_contradicting_never_make_a_young_package_old(
     assert "before the package was created" in doubt
     assert not proxy.events("request_failed")
 
-    # the control: an old package's install hook is neither read nor refused by default
+    # the control: an old package's same install hook, gaining nothing over the release
+    # before it, is read (every first pull is) and not refused
     installed = install(npm_client, proxy, {"times-old": "1.0.1"})
     assert installed.returncode == 0, installed.stderr
     assert refusals(proxy, "times-old") == {}
-    assert checked(proxy, "times-old", "1.0.1") == 0
+    assert checked(proxy, "times-old", "1.0.1") == 1
 
 
 def copied(name: str, *, hook: bool) -> FixturePackage:

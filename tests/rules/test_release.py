@@ -21,6 +21,7 @@ from mirrorgate.rules.release import (
     check_typosquat,
     judge,
 )
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.rules.typosquat import NameIndex, distance, popular_names
 from tests.servers.incidents import (
     chalk_shape,
@@ -277,7 +278,9 @@ def test_an_allow_entry_or_an_exception_releases_the_version() -> None:
 def test_the_table_turns_every_signal_on_as_quarantine_unless_it_says_otherwise() -> None:
     rules = parse_rules('[release]\ntyposquat = "off"\nyoung = "10d"\nquarantine = "3d"\n'
                         'unavailable = "deny"\n', "r.toml").release
-    assert dict(rules.actions) == {"new-install-script": "quarantine",
+    assert dict(rules.actions) == {"new-capability": "quarantine",
+                                   "young-package-capability": "quarantine",
+                                   "new-install-script": "quarantine",
                                    "new-dependency-young": "quarantine",
                                    "obfuscated-code": "quarantine", "typosquat": "off",
                                    "new-dependency-outside": "deny",
@@ -285,10 +288,12 @@ def test_the_table_turns_every_signal_on_as_quarantine_unless_it_says_otherwise(
                                    "young-package-install-script": "quarantine"}
     assert (rules.young, rules.quarantine, rules.unavailable) == (
         timedelta(days=10), timedelta(days=3), "deny")
-    # without the table, a young package's install scripts alone (issue 44's default)
+    # without the table, what a release's code can do (issue 55's default), and what it
+    # cannot read refused (issue 53)
     default = parse_rules("", "r.toml").release
-    assert default.only_young_package
-    assert not default.compares
+    assert [s for s in RELEASE_SIGNALS if default.action(s) != "off"] == [
+        "new-capability", "young-package-capability", "unreadable-release"]
+    assert default.compares  # the release before is read: what its code could do
 
 
 def test_the_worked_example_in_the_docs_loads() -> None:

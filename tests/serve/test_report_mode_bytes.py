@@ -141,8 +141,12 @@ async def test_report_mode_serves_a_tarball_the_scan_cannot_read_and_says_why(
     assert refused.status == 403  # enforce mode: unchanged, and now a 403, not a cut
     assert refused.json()["rule"] == "install-scripts"
     assert (served.status, served.body) == (200, version_of(package).tarball)
-    [line] = would_deny_lines(logs)
-    assert "cannot be checked for install scripts" in str(line["reason"])
+    said = {line["rule"]: line for line in would_deny_lines(logs)}
+    assert "cannot be checked for install scripts" in str(said["install-scripts"]["reason"])
+    # the default's release signals read every first pull (issue 55) and, in the file's
+    # report mode, say theirs beside it: one line per rule
+    assert sorted(said) == ["install-scripts", "unreadable-release", "young-package-capability"]
+    assert len(would_deny_lines(logs)) == 3
 
 
 async def test_npm_installs_in_report_mode_what_the_scan_would_refuse(

@@ -15,6 +15,8 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
+from mirrorgate.rules import parse_rules
+from mirrorgate.rules.releasetable import RELEASE_SIGNALS
 from mirrorgate.serve import relayhash
 from tests.serve.rig import StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
@@ -23,6 +25,11 @@ from tests.servers.packages import make_package
 BIG = {"payload.bin": os.urandom(400_000)}
 """Incompressible, so the tarball spans several relayed chunks."""
 LARGE = os.urandom(3_000_000)
+STREAMED = parse_rules("[release]\n" + "".join(f'{signal.replace("-", "_")} = "off"\n'
+                                               for signal in RELEASE_SIGNALS), "streamed.toml")
+"""The release signals off: a first pull streams as it arrives (with the default's
+capability signals a tarball under 16 MiB is withheld until its verdict, so a tampered one
+is cut before its first byte: tests/serve/test_release_signals.py)."""
 
 
 async def received_until_cut(url: str) -> tuple[int, bytes, BaseException | None]:
@@ -46,7 +53,7 @@ async def test_a_tampered_public_tarball_is_cut_before_its_last_chunk_and_never_
     real = package.version("1.0.0").tarball
     evil = real[:-2000] + bytes(2000)  # same length, the end replaced
     public_registry.fault("/swapped/-/swapped-1.0.0.tgz", Fault(body=evil, chunk_size=65536))
-    proxy = await start_proxy(public_registry.url)
+    proxy = await start_proxy(public_registry.url, rules=STREAMED)
 
     with capture_logs() as logs:
         status, got, error = await received_until_cut(
@@ -80,7 +87,7 @@ async def test_a_tampered_large_tarball_hashed_off_the_loop_is_still_cut_before_
     evil[len(real) // 3] ^= 0x01  # one bit, early, in a part the thread hashes
     public_registry.fault("/swapped-large/-/swapped-large-1.0.0.tgz",
                           Fault(body=bytes(evil), chunk_size=65536))
-    proxy = await start_proxy(public_registry.url)
+    proxy = await start_proxy(public_registry.url, rules=STREAMED)
 
     with capture_logs() as logs:
         status, got, error = await received_until_cut(
@@ -139,7 +146,7 @@ async def test_a_client_that_hangs_up_after_the_headers_causes_no_job(
     public_registry.fault("/asked-and-gone/-/asked-and-gone-1.0.0.tgz",
                           Fault(body=package.version("1.0.0").tarball, chunk_size=16_384,
                                 chunk_delay=0.02))
-    proxy = await start_proxy(public_registry.url)
+    proxy = await start_proxy(public_registry.url, rules=STREAMED)
 
     async with aiohttp.ClientSession() as session:
         response = await session.get(proxy.url + "npm/asked-and-gone/-/asked-and-gone-1.0.0.tgz")

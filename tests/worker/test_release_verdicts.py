@@ -61,7 +61,8 @@ async def test_a_job_for_a_version_never_judged_is_judged_first_and_a_refusal_re
 @pytest.fixture
 async def default_proxy(public_registry: FixtureRegistry,
                         tmp_path: Path) -> AsyncIterator[RunningProxy]:
-    """As `mirrorgate serve` with no rules file: young-package-install-script alone is on."""
+    """As `mirrorgate serve` with no rules file: the capability signals and
+    unreadable-release are on."""
     private = tmp_path / "private"
     settings = make_settings(public_registry.url, f"file://{private}", tmp_path / "data")
     stack = await open_proxy(settings, store=private, rules=DEFAULT_RULES, queue=None,
@@ -70,10 +71,11 @@ async def default_proxy(public_registry: FixtureRegistry,
     await stack.close()
 
 
-async def test_with_no_rules_file_a_young_packages_install_script_job_is_judged_and_retired(
+async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judged_and_retired(
         public_registry: FixtureRegistry, default_proxy: RunningProxy, tmp_path: Path) -> None:
-    # a week-old package whose 1.0.1 adds `node setup.js` at install, enqueued by hand: the
-    # default's own signal judges it before anything is published, as the relay would
+    # a week-old package whose 1.0.1 adds `node setup.js` at install, which loads `https`,
+    # enqueued by hand: the default's own signals judge it before anything is published, as
+    # the relay would
     now = datetime.now(UTC)
     files = {"index.js": b"module.exports = 1;\n", "setup.js": b"require('https');\n"}
     public_registry.add(make_package("fresh-setup", [
@@ -92,12 +94,19 @@ async def test_with_no_rules_file_a_young_packages_install_script_job_is_judged_
         "fresh-setup", "1.0.1",
         public_registry.package("fresh-setup").version("1.0.1").integrity)
     assert verdict is not None
-    assert (verdict.rule, verdict.compared_with) == ("young-package-install-script", None)
-    # an old package (first published in 2020) is not read by the default: the worker's own
-    # download is its one tarball request
+    # its install code gains the network over 1.0.0's; the package being a week old, the
+    # same code judged alone is held too
+    assert (verdict.rule, verdict.compared_with) == ("new-capability", "1.0.0")
+    assert {"new-capability", "young-package-capability"} <= {
+        found.signal for found in verdict.fired}
+    # an old package (first published in 2020) whose postinstall prints a line is read (its
+    # bytes, by the judge, then the worker's own download) and gains nothing: published
     assert old == "published"
+    assert default_proxy.server.gate.release.remembered(
+        "old-native", "1.0.0",
+        public_registry.package("old-native").version("1.0.0").integrity) is not None
     assert [seen.path for seen in public_registry.requests
-            if seen.path.endswith(".tgz")] == [tarball_path("old-native", "1.0.0")]
+            if seen.path.endswith(".tgz")] == [tarball_path("old-native", "1.0.0")] * 2
     # nor is its packument gated whole: the re-gate and the verdict read the version alone
     assert "old-native" not in default_proxy.server.packuments.cache
     assert "old-native@1.0.0" in default_proxy.server.packuments.alone

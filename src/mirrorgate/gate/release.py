@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import structlog
@@ -62,6 +63,7 @@ from mirrorgate.rules.release import (
 from mirrorgate.rules.releasetable import (
     RELEASE_SIGNALS,
     TYPOSQUAT,
+    YOUNG_PACKAGE_CAPABILITY,
     YOUNG_PACKAGE_INSTALL_SCRIPT,
 )
 from mirrorgate.rules.takeover import publishers_of
@@ -80,7 +82,8 @@ _STEP = 256 * 1024  # bytes fed to a reading at a time
 _AGES_KEPT = 16_384  # names whose first publish a pull noted, at most (oldest go)
 _UNKEPT_NOTED = 16_384  # versions a report-mode pull judged and kept nothing for, at most
 _AGE_NOTED_FOR = timedelta(minutes=10)  # how long a pull's note answers a job (`verdict_for`)
-_ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT})  # not a baseline's flaw
+_ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT, YOUNG_PACKAGE_CAPABILITY})
+"""Not a baseline's flaw: words on the name and the package's age, not on what changed."""
 
 
 def _publishers(gated: Gated) -> tuple[frozenset[str], frozenset[str]]:
@@ -98,10 +101,12 @@ def _publishers(gated: Gated) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def _feed(scan: ScriptScan, tarball: bytes) -> None:
-    """A whole tarball held in memory, fed to a reading as the relay feeds a download."""
+    """A whole tarball held in memory, fed to a reading as the relay feeds a download, and
+    settled on the same thread (`ScriptScan.settle`)."""
     view = memoryview(tarball)
     for start in range(0, len(view), _STEP):
         scan.feed(bytes(view[start:start + _STEP]))
+    scan.settle()
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +197,9 @@ class ReleaseJudge:
     def applies(self, record: VersionRecord, gated: Gated | None = None) -> bool:
         """Whether a pull of this version is read by the signals: they are on, and it is a
         public version not yet mirrored (a mirrored copy passed them, or predates them).
-        With `young-package-install-script` alone on (no `[release]` table), only a young
-        package's versions are read: an old package's first pulls cost nothing."""
+        With `young-package-install-script` alone on, only a young package's versions are
+        read: an old package's first pulls cost nothing. The default's capability signals
+        read every first pull (docs/serving.md "What a release's code can do")."""
         release = self.rules.release
         if not release.on or record.private or record.upstream_tarball is None:
             return False
@@ -419,7 +425,8 @@ class ReleaseJudge:
         or why they cannot be had."""
         if isinstance(fetched, Unread):
             return fetched
-        contents = await asyncio.to_thread(contents_of, fetched, new.code)
+        contents = await asyncio.to_thread(partial(contents_of, lean=new.lean), fetched,
+                                           new.code)
         if contents.problem is not None:
             return Unread(f"{record.version}'s tarball cannot be read: {contents.problem}",
                            publishers=True)
@@ -526,6 +533,8 @@ class ReleaseJudge:
         # baseline's) are neither fetched nor read again: the same bytes, by their strongest
         # digest, read the same (`KeptReadings`)
         kept = self.readings.get(kept_as(name, record))
+        if kept is not None and kept.lean != self.rules.release.lean:
+            kept = None  # read for other signals than those in force now: read again
         check = ReleaseCheck(self, name, gated, record, budget, read=kept)
         try:
             check.begin()  # the baseline chosen and fetched beside this read
@@ -569,11 +578,13 @@ class ReleaseJudge:
             # whole packument filled again, the baselines fetched again, for a log line. The
             # next pull judges it again; a reload (another generation, enforce) judges here.
             return None
-        # with no signal that compares on (the default's young-package signal alone), the
+        # with no signal that compares at once on (the default's capability signals read
+        # the history only for a release whose code could have gained something), the
         # version's own gating carries what is read (its record, the package's first publish):
         # a job's packument is not filled whole to learn a package is old
         gated = await (self.packument(name) if self.one_version is None
-                       or self.rules.release.compares else self.one_version(name, version))
+                       or self.rules.release.compares_early
+                       else self.one_version(name, version))
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None or not self.applies(record, gated):
             return None

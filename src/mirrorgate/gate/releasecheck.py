@@ -17,6 +17,7 @@ import structlog
 
 from mirrorgate.events import Alert
 from mirrorgate.gate.baseline import Budget, Unsettled
+from mirrorgate.gate.capabilitycheck import capability_findings
 from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.gate.releasefacts import (
     MAX_DEPENDENCIES_ASKED,
@@ -32,8 +33,10 @@ from mirrorgate.npm.contents import ContentReading, Contents
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.rules import REPORT
+from mirrorgate.rules.capabilities import can_gain, of_release
 from mirrorgate.rules.release import (
     Fired,
+    Release,
     ReleaseVerdict,
     added_packages,
     check_dependencies,
@@ -45,6 +48,7 @@ from mirrorgate.rules.release import (
     check_young_package,
     judge,
 )
+from mirrorgate.rules.releasetable import NEW_CAPABILITY
 from mirrorgate.rules.typosquat import popular_names
 
 if TYPE_CHECKING:
@@ -70,7 +74,7 @@ class ReleaseCheck:
         self.name = name
         self.gated = gated
         self.record = record
-        self.reading = ContentReading()
+        self.reading = ContentReading(lean=judge_.rules.release.lean)
         self.budget = budget if budget is not None else Budget()
         self.previous: VersionRecord | None = None
         """The release compared with, once `baseline` chose it (`gate.baseline`); stays None
@@ -83,6 +87,8 @@ class ReleaseCheck:
         self._task: asyncio.Task[bytes | Contents | Unread | None] | None = None
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
+        self.looked = False
+        """Whether a release to compare with was looked for (`verdict()`)."""
 
     @property
     def scan(self) -> ScriptScan:
@@ -104,10 +110,11 @@ class ReleaseCheck:
         """The bytes judged, by their strongest digest ("" for a version with none)."""
         return self.record.integrity()
 
-    def begin(self) -> None:
+    def begin(self, *, late: bool = False) -> None:
         """Start choosing the release to compare with and fetching its bytes, beside the
-        download of these."""
-        if self._task is None:
+        download of these; with `new-capability` the only signal that compares, only once
+        the bytes are read (`late`) and show a capability that could be gained."""
+        if self._task is None and (late or self.judge.rules.release.compares_early):
             self._task = asyncio.get_running_loop().create_task(self._baseline_bytes())
 
     async def _baseline_bytes(self) -> bytes | Contents | Unread | None:
@@ -116,8 +123,9 @@ class ReleaseCheck:
         baseline (`previous` None: a first version, `unsettled`, or no signal that compares
         on)."""
         if not self.judge.rules.release.compares:
-            # only a signal that compares reads an earlier release: with the default's one
-            # (young-package-install-script) no baseline is chosen, judged or fetched
+            # only a signal that compares reads an earlier release: with none (the
+            # young-package-install-script signal alone) no baseline is chosen, judged or
+            # fetched
             return None
         gated = self.gated
         if gated.alone is not None:
@@ -144,7 +152,7 @@ class ReleaseCheck:
         if chosen.record is None:
             return None
         kept = self.judge.readings.get(kept_as(self.name, chosen.record))
-        if kept is not None:
+        if kept is not None and kept.lean == self.reading.lean:
             # a baseline read before lends its marks to this version's unchanged files (from
             # the bytes fed next on), and needs no fetch: the same bytes read the same
             self.reading.lend(kept.code)
@@ -173,15 +181,20 @@ class ReleaseCheck:
         contents = self.read if self.read is not None else self.reading.contents()
         if judge_.rules.release.compares:
             # a later release's baseline, read once; with no signal that compares (the
-            # default's young-package one) no baseline is ever read, so nothing is held
+            # young-package-install-script signal alone) no baseline is ever read, so nothing
+            # is held
             judge_.readings.keep(kept_as(self.name, self.record), contents)
         unchecked: list[str] = []  # outages of mirrorgate's sources: release.unavailable
         unreadable: list[str] = []  # the publisher's own shape: a refusal (fail closed)
         fired: list[Fired] = []
         compared: str | None = None
-        self.begin()
-        assert self._task is not None
-        fetched = await self._task
+        before_capabilities: Release | None = None  # the baseline, when its bytes were read
+        own = release_of(version, manifest, contents if contents.problem is None
+                         else Contents(problem=contents.problem), published)
+        looked = self.looked = judge_.rules.release.compares_early or (
+            judge_.rules.release.action(NEW_CAPABILITY) != "off" and can_gain(of_release(own)))
+        self.begin(late=looked)
+        fetched = await self._task if self._task is not None else None
         if contents.problem is not None:
             unreadable.append(f"its tarball cannot be read: {contents.problem}")
         if self.previous is not None:
@@ -204,6 +217,7 @@ class ReleaseCheck:
             else:
                 new = release_of(version, manifest, contents, published)
                 old = release_of(self.previous.version, previous_manifest, before)
+                before_capabilities = old
                 found = check_obfuscation(new, old)
                 if found is not None:
                     fired.append(found)
@@ -231,12 +245,12 @@ class ReleaseCheck:
         if unread_fired is not None:
             fired.append(unread_fired)
         rules = judge_.rules.release
-        young_package = check_young_package(
-            release_of(version, manifest, contents if contents.problem is None else Contents(),
-                     published), package_first_published(self.gated), rules.young_package,
-            rules.young_package_text, now)
+        young_package = check_young_package(own, package_first_published(self.gated),
+                                            rules.young_package, rules.young_package_text, now)
         if young_package is not None:
             fired.append(young_package)
+        fired += capability_findings(own, self.previous, before_capabilities, self.gated,
+                                     rules, now, looked=looked and self.unsettled is None)
         popular = await asyncio.to_thread(popular_names)  # read once, on first use
         squat = check_typosquat(self.name.full, package_first_published(self.gated),
                                 judge_.installed_before(self.name.full), judge_.often(),
@@ -308,7 +322,7 @@ class ReleaseCheck:
         for rule, reason in verdict.reported:
             self._would_deny(rule, reason, compared)
         if not verdict.in_force(judge_.now()):
-            outcome = "first-version" if self.previous is None else (
+            outcome = "first-version" if self.previous is None and self.looked else (
                 "flagged" if fired else "clean")
             metrics.release_checks.labels(outcome).inc()
             log.info("release_checked", package=self.name.full, version=version,

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from mirrorgate.npm.capabilities import Capabilities, Layout, capabilities_of
 from mirrorgate.npm.entrypoints import requires_of, run_files
 from mirrorgate.npm.jsmarks import (
     READ_PER_FILE,
@@ -24,7 +25,9 @@ from mirrorgate.npm.jsmarks import (
     digest_of,
     is_code,
     marks_of,
+    obfuscator_marks,
 )
+from mirrorgate.npm.jsuses import ReadBudget, uses_of
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.npm.tarscripts import ScriptScan
@@ -74,6 +77,13 @@ class Contents:
     dependencies: dict[str, str] = field(default_factory=dict)
     """What the root package.json says npm installs with it, by key (`npm.specs`): npm reads
     the registry's manifest to build a tree, and this one once the package is on disk."""
+    layout: Layout = field(default_factory=Layout)
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    """What its code can do at install and at load (`npm.capabilities`), as its own
+    package.json runs it (`rules.capabilities` adds the registry manifest's hooks)."""
+    lean: bool = False
+    """Read for the capability signals alone (`ContentReading`): no mark but the
+    obfuscator's, no digest; not a baseline for the other signals."""
 
     @property
     def hooks(self) -> frozenset[str]:
@@ -87,9 +97,14 @@ class ContentReading:
     path in `reuse` (the other version's reading) takes its marks from there unmeasured: in a
     patch release most files are unchanged, and measuring is most of the cost."""
 
-    def __init__(self, reuse: Mapping[str, FileMarks] | None = None) -> None:
+    def __init__(self, reuse: Mapping[str, FileMarks] | None = None, *,
+                 lean: bool = False) -> None:
         self.scan = ScriptScan(self)
-        self._reuse = reuse or {}
+        self._lean = lean
+        """Only what the capability signals read (the default rules): each file's
+        capabilities, requires and obfuscator's marks, no digest, no other mark, nothing
+        lent (docs/serving.md "What a release's code can do": half the CPU)."""
+        self._reuse = {} if lean else (reuse or {})
         self._code: dict[str, FileMarks] = {}
         self._measured = 0
         self._skipped_files = 0
@@ -99,13 +114,20 @@ class ContentReading:
         self._requires: dict[str, tuple[str, ...]] = {}
         self._files: dict[str, int] = {}  # every file with bytes, and its size
         self._heads: dict[str, int] = {}  # JavaScript files: the bytes measured as before
+        self._budget = ReadBudget()  # the code parsed for capabilities (`npm.jsuses`)
+        self._settled: Contents | None = None  # `settle()`'s, on the thread that read the bytes
+
+    @property
+    def lean(self) -> bool:
+        return self._lean
 
     def lend(self, reuse: Mapping[str, FileMarks]) -> None:
         """Take `reuse` from here on: the release compared with is known only once the gate
         chose it (`gate.baseline`), often after the first bytes were fed. Files measured
         before were measured in full, the same marks; one replacing assignment, so a feed on
-        the hashing lane sees either mapping whole."""
-        self._reuse = reuse
+        the hashing lane sees either mapping whole. A lean reading takes nothing lent."""
+        if not self._lean:
+            self._reuse = reuse
 
     def wants(self, path: str, size: int) -> int:
         self._files[path] = size  # a later entry of the same path replaces what was read
@@ -151,14 +173,33 @@ class ContentReading:
         """The marks of `data` (its first `head` bytes), taken from the other version's same
         file where its bytes are these (the last entry of a path wins, as on disk)."""
         part = data[:head] if head is not None and head < len(data) else data
+        if self._lean:
+            if part is not data:
+                return FileMarks(size, whole=False)  # a head: nothing the capabilities read
+            uses = uses_of(data, self._budget)
+            return FileMarks(size, tuple(obfuscator_marks(data, escapes=False)),
+                             len(data) >= size,
+                             requires=uses.requires, uses=uses)
         digest = digest_of(part)
         known = self._reuse.get(path)
         if known is not None and known.digest == digest and known.size == size:
             return known
         marks = marks_of(part, size, digest)
-        return replace(marks, requires=requires_of(data)) if part is data else marks
+        if part is not data:
+            return marks
+        return replace(marks, requires=requires_of(data), uses=uses_of(data, self._budget))
+
+    def settle(self) -> None:
+        """Every byte fed: `contents()` worked out now, where the bytes were read (the relay's
+        reading lane: `ScriptScan.settle`), and kept for the verdict on the event loop."""
+        if self._settled is None:
+            self._settled = self._contents()
 
     def contents(self) -> Contents:
+        """What the bytes fed hold: settled on the reading lane (`settle`), else now."""
+        return self._settled if self._settled is not None else self._contents()
+
+    def _contents(self) -> Contents:
         scan = self.scan
         scan.finish()  # a stream cut short, or ending inside an entry, is a problem too
         if scan.problem is not None:
@@ -203,7 +244,11 @@ class ContentReading:
                  if hook in INSTALL_SCRIPT_KEYS and isinstance(command, str) and command}
         installs = {key: how.spec for key, how in installed_dependencies(
             scan.manifest).items()} if scan.manifest is not None else {}
-        return Contents(tuple(runs), code, tuple(unread), scripts=whole, dependencies=installs)
+        layout = Layout(scan.manifest or {}, frozenset(self._files), dict(scan.bundled),
+                        tuple(scan.gyp_runs()))
+        return Contents(tuple(runs), code, tuple(unread), scripts=whole, dependencies=installs,
+                        layout=layout, capabilities=capabilities_of(layout, code),
+                        lean=self._lean)
 
     def _read_of(self, path: str) -> int:
         return self._heads[path]
@@ -235,13 +280,15 @@ class KeptReadings:
             self._count -= len(dropped.code) + 1
 
 
-def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None) -> Contents:
+def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None, *,
+                lean: bool = False) -> Contents:
     """`ContentReading` over a whole tarball held in memory (the previous version's, read
     once the new one's `reuse` is known)."""
-    reading = ContentReading(reuse)
+    reading = ContentReading(reuse, lean=lean)
     view = memoryview(tarball)
     for start in range(0, len(view), _STEP):
         reading.scan.feed(bytes(view[start:start + _STEP]))
+    reading.scan.settle()
     return reading.contents()
 
 

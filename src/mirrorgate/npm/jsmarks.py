@@ -12,9 +12,11 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from mirrorgate.npm.jsuses import Uses
+
 __all__ = ["BASE64_BLOB", "ESCAPES", "EVAL_DECODED", "HEX_IDENTIFIERS", "LONG_LINE",
            "MARK_TEXT", "READ_PER_FILE", "STRONG", "UNMEASURED", "FileMarks", "Mark",
-           "digest_of", "is_code", "marks_of"]
+           "digest_of", "is_code", "marks_of", "obfuscator_marks"]
 
 READ_PER_FILE = 2 * 1024 * 1024
 """Bytes of one file measured at most: the head of a larger file (the rest is not read). A
@@ -91,13 +93,15 @@ class Mark:
 class FileMarks:
     """What one file carries: its marks by kind, its size, whether it was read whole, a digest
     of the bytes read (the same bytes carry the same marks: they are not read twice), and the
-    relative paths it requires (`npm.entrypoints.requires_of`, of a file read whole)."""
+    relative paths it requires (`npm.entrypoints.requires_of`, of a file read whole), and
+    what its code can do (`npm.jsuses`, of a file read whole; None: not read so)."""
 
     size: int
     marks: tuple[Mark, ...] = ()
     whole: bool = True
     digest: bytes = b""
     requires: tuple[str, ...] = ()
+    uses: Uses | None = None
 
     @property
     def kinds(self) -> frozenset[str]:
@@ -195,6 +199,36 @@ def digest_of(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
+def obfuscator_marks(data: bytes, escapes: bool = True) -> list[Mark]:
+    """The marks javascript-obfuscator leaves (dense escapes, `_0x` names), apart so the
+    capability reading (`npm.capabilities`, `obfuscated`) pays for these alone; without
+    `escapes`, its `_0x` names alone (a pass over the bytes less: an appended blob of
+    escapes is too small a share of its file to show anyway, its names are not)."""
+    found: list[Mark] = []
+    if escapes:
+        found += _escape_marks(data)
+    hex_ids = _HEX_ID.findall(data) if data.count(b"_0x") >= HEX_IDENTIFIERS_AT_LEAST else []
+    if len(hex_ids) >= HEX_IDENTIFIERS_AT_LEAST:
+        first = _HEX_ID.search(data)
+        at = first.start() if first is not None else 0
+        found.append(Mark(HEX_IDENTIFIERS, at, _line(data, at),
+                          f"{len(hex_ids):,} of them"))
+    return found
+
+
+def _escape_marks(data: bytes) -> list[Mark]:
+    found: list[Mark] = []
+    escapes = _ESCAPE.findall(data) if _may_hold_escapes(data) else []
+    if len(escapes) >= ESCAPES_AT_LEAST:
+        share = sum(map(len, escapes)) / max(1, len(data))
+        if share >= ESCAPE_SHARE:
+            first = _ESCAPE.search(data)
+            at = first.start() if first is not None else 0
+            found.append(Mark(ESCAPES, at, _line(data, at),
+                              f"{len(escapes):,} escapes, {share:.0%} of the bytes"))
+    return found
+
+
 def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
     """The marks in `data`, the first bytes of a file of `size` bytes. Each mark is the first
     match of its regular expression; each is looked for only where a pass at memory speed
@@ -204,20 +238,7 @@ def marks_of(data: bytes, size: int, digest: bytes | None = None) -> FileMarks:
     long = _first_long_line(data)
     if long is not None:
         found.append(Mark(LONG_LINE, long[0], _line(data, long[0]), f"{long[1]:,} characters"))
-    escapes = _ESCAPE.findall(data) if _may_hold_escapes(data) else []
-    if len(escapes) >= ESCAPES_AT_LEAST:
-        share = sum(map(len, escapes)) / max(1, len(data))
-        if share >= ESCAPE_SHARE:
-            first = _ESCAPE.search(data)
-            at = first.start() if first is not None else 0
-            found.append(Mark(ESCAPES, at, _line(data, at),
-                              f"{len(escapes):,} escapes, {share:.0%} of the bytes"))
-    hex_ids = _HEX_ID.findall(data) if data.count(b"_0x") >= HEX_IDENTIFIERS_AT_LEAST else []
-    if len(hex_ids) >= HEX_IDENTIFIERS_AT_LEAST:
-        first = _HEX_ID.search(data)
-        at = first.start() if first is not None else 0
-        found.append(Mark(HEX_IDENTIFIERS, at, _line(data, at),
-                          f"{len(hex_ids):,} of them"))
+    found += obfuscator_marks(data)
     decoded = _eval_decoded(data)
     if decoded is not None:
         shown = decoded.group(0).decode("ascii", "replace")[:60]

@@ -99,6 +99,10 @@ class FileWatch(Protocol):
 
     def read(self, path: str, data: bytes, size: int) -> None: ...
 
+    def settle(self) -> None:
+        """Every byte read: work out what the files read come to, on the thread that read
+        them (`ScriptScan.settle`)."""
+
 
 class ScriptScan:
     """Feed a tarball's bytes in order; `finish()` returns why its contents run code at install
@@ -118,11 +122,19 @@ class ScriptScan:
         """Package folders whose own package.json says `"gypfile": false`."""
         self.manifest: dict[str, object] | None = None
         """The root package.json, parsed (the last one in the tar wins, as on disk)."""
+        self.bundled: dict[str, dict[str, object]] = {}
+        """Each bundled dependency's package.json (its `main` and `scripts`), by its folder:
+        what `npm.capabilities` follows into it."""
         self.escapes: list[str] = []
         """Entries that would land outside `package/`: absolute paths, or links out of it
         (a publish carrying any is refused)."""
         self._problem: str | None = None
         self._finished = False
+
+    @property
+    def watched(self) -> bool:
+        """Whether a watch reads files beside the scan (its reading then settles: `settle`)."""
+        return self._watch is not None
 
     @property
     def problem(self) -> str | None:
@@ -146,6 +158,15 @@ class ScriptScan:
             return (f"its tarball runs code at install ({', '.join(found)}), which the "
                     "registry's manifest does not show")
         return None
+
+    def settle(self) -> None:
+        """Every byte fed: the tar read to its end, and the watch's reading of the files
+        settled where the bytes were read (a reading lane, `serve.relayhash`), never on the
+        event loop: walking what 200,000 files run and what their code can do costs up to a
+        second."""
+        self.finish()
+        if self._watch is not None:
+            self._watch.settle()
 
     def gyp_runs(self) -> list[str]:
         """The package folders where a client runs `node-gyp rebuild` for a `binding.gyp`."""
@@ -220,6 +241,9 @@ class ScriptScan:
                 del self.scripts[folder]
             if not folder and entry.placed == "package.json":
                 self.manifest = document if isinstance(document, dict) else None
+            elif folder and isinstance(document, dict):
+                self.bundled[folder] = {key: document[key] for key in ("main", "scripts")
+                                        if key in document}
 
 
 def scanned(tarball: bytes) -> ScriptScan:

@@ -14,8 +14,10 @@ from mirrorgate.config import OSV_NPM_EXPORT
 from mirrorgate.rules.advisory import ADVISORY_MALWARE, known_malware
 from mirrorgate.rules.policy import DEFAULT_RULES, REPORT, Rules
 from mirrorgate.rules.releasetable import (
+    NEW_CAPABILITY,
     RELEASE_SIGNALS,
     UNREADABLE_RELEASE,
+    YOUNG_PACKAGE_CAPABILITY,
     YOUNG_PACKAGE_INSTALL_SCRIPT,
 )
 from mirrorgate.rules.table import (
@@ -86,20 +88,43 @@ def in_force(rules: Rules) -> list[str]:
             name = "provenance-continuity" if signal is rules.provenance else "publisher-change"
             lines.append(f"{name}: {signal.mode}, over the previous {signal.window} versions")
     release = rules.release
-    if release.only_young_package:
-        held = {"deny": "denied", "report": "reported",
+    acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
+    reading = set(release.reading)
+    capabilities = {NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY}
+    # the default's signals, and the young-package one alone, are said in sentences; any
+    # other set is listed by name
+    described = release.only_young_package or (bool(reading) and reading <= capabilities)
+
+    def held(signal: str) -> str:
+        return {"deny": "denied", "report": "reported",
                 "quarantine": f"quarantined until {release.quarantine_text} after its "
-                              "publication"}[release.action(YOUNG_PACKAGE_INSTALL_SCRIPT)]
-        unread = {"deny": "denied", "report": "reported", "quarantine": "quarantined"}.get(
-            release.action(UNREADABLE_RELEASE))
+                              "publication"}[release.action(signal)] + _mode(rules, "release")
+
+    if release.only_young_package:
         lines.append(f"{YOUNG_PACKAGE_INSTALL_SCRIPT}: a release that runs code at install, of "
                      f"a package first published less than {release.young_package_text} ago, "
-                     f"is {held}" + (f", and one whose tarball mirrorgate cannot read as npm "
-                                     f"does is {unread} ({UNREADABLE_RELEASE})" if unread
-                                     else "") + _mode(rules, "release"))
+                     f"is {held(YOUNG_PACKAGE_INSTALL_SCRIPT)}")
+    elif described:
+        if NEW_CAPABILITY in reading:
+            lines.append(f"{NEW_CAPABILITY}: what a release's code can do at install and at "
+                         "load (the network, processes, the environment, files outside the "
+                         "package, dynamic and native code, interception of globals) is read "
+                         "at its first pull and compared with the release before it, and a "
+                         f"capability gained is {held(NEW_CAPABILITY)}")
+        if YOUNG_PACKAGE_CAPABILITY in reading:
+            lines.append(f"{YOUNG_PACKAGE_CAPABILITY}: a release nothing vouches for (no "
+                         "earlier release, or a package first published less than "
+                         f"{release.young_package_text} ago or whose first publish its "
+                         "registry's times cannot establish) whose code can reach the network, "
+                         "run processes, read the environment or credentials files or cannot "
+                         "be read at install (a dependency npm fetches from a git repository, "
+                         "a URL or a path included), or at load run decoded code, intercept "
+                         f"globals or send what it reads, is {held(YOUNG_PACKAGE_CAPABILITY)}")
     elif release.on:
-        acting = [s for s in RELEASE_SIGNALS if release.action(s) != "off"]
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
+    if described and UNREADABLE_RELEASE in acting:  # riding on the signals that read
+        lines.append(f"{UNREADABLE_RELEASE}: a release whose tarball mirrorgate cannot read "
+                     f"as npm does is {held(UNREADABLE_RELEASE)}")
     return lines
 
 

@@ -30,12 +30,14 @@ from mirrorgate.rules.license import LICENSE, LICENSE_UNKNOWN
 from mirrorgate.rules.patterns import Subject, quoted
 from mirrorgate.rules.policy import ALGORITHMS, REPORT, Rules, Verdict, plural
 from mirrorgate.rules.releasetable import (
+    NEW_CAPABILITY,
     NEW_DEPENDENCY_OUTSIDE,
     NEW_DEPENDENCY_YOUNG,
     NEW_INSTALL_SCRIPT,
     OBFUSCATED_CODE,
     TYPOSQUAT,
     UNREADABLE_RELEASE,
+    YOUNG_PACKAGE_CAPABILITY,
     YOUNG_PACKAGE_INSTALL_SCRIPT,
 )
 from mirrorgate.rules.signatures import REGISTRY_SIGNATURE, check_signature
@@ -334,6 +336,21 @@ RULES: tuple[Rule, ...] = (
     Rule((PUBLISHER_CHANGE,), "it was published by an account that published none of the "
          "previous `publisher.window` versions.",
          _takeover(check_publisher, lambda rules: rules.publisher), "publisher"),
+    Rule((NEW_CAPABILITY,), "on by default: its code gains a capability the release before "
+         "it did not have: at install, any (the network, processes, the environment, files "
+         "outside the package, dynamic or native code...); at load, the network together with "
+         "the environment or files outside the package, writes outside it, code decoded at "
+         "run time, interception of globals, obfuscation. Read from the bytes at the first "
+         "pull; see [What a release's code can do](#what-a-releases-code-can-do).",
+         _at_first_pull, "release"),
+    Rule((YOUNG_PACKAGE_CAPABILITY,), "on by default: nothing vouches for it (no earlier "
+         "release to compare with, or a package first published less than "
+         "`release.young_package` ago, or one whose times establish no age) and its code can "
+         "reach the network, run processes, read the environment or credentials files or "
+         "cannot be read at install (a git, URL or path dependency's included), or at load "
+         "run decoded code, intercept globals or send the environment or files over the "
+         "network.",
+         _at_first_pull, "release"),
     Rule((NEW_INSTALL_SCRIPT,), "`[release]`: its tarball or manifest runs code at install "
          "(a `preinstall`, `install` or `postinstall`, a `binding.gyp`, a bundled "
          "dependency's) that the previous version did not, or a hook both have now runs "
@@ -353,13 +370,13 @@ RULES: tuple[Rule, ...] = (
     Rule((NEW_DEPENDENCY_OUTSIDE,), "`[release]`: a dependency new or changed since the "
          "previous version is fetched from a git repository, a URL or a path: outside any "
          "registry, and so outside the gate.", _at_first_pull, "release"),
-    Rule((UNREADABLE_RELEASE,), "`[release]`: the release cannot be read whole because of "
+    Rule((UNREADABLE_RELEASE,), "on by default: the release cannot be read whole because of "
          "its own shape (its tarball, or the previous version's, refused by the reader or "
          "over the bound; more new dependencies than are looked up): see [which causes are "
          "which](#release-signals-causes).", _at_first_pull, "release"),
-    Rule((YOUNG_PACKAGE_INSTALL_SCRIPT,), "on by default: a release that runs code at "
-         "install, of a package first published less than `release.young_package` ago (30 "
-         "days). See [A young package's install scripts]"
+    Rule((YOUNG_PACKAGE_INSTALL_SCRIPT,), "`[release]`: a release that runs code at "
+         "install, whatever it can do, of a package first published less than "
+         "`release.young_package` ago (30 days). See [A young package's install scripts]"
          "(#a-young-packages-install-scripts).", _at_first_pull, "release"),
 )
 

@@ -18,6 +18,7 @@ import itertools
 import os
 import queue
 import threading
+from collections.abc import Callable
 
 from mirrorgate.integrity import StreamVerifier, Verified
 from mirrorgate.npm.tarscripts import ScriptScan
@@ -64,13 +65,15 @@ def _scan(scan: ScriptScan, chunk: bytes) -> None:
 
 class _Waiter:
     """A point in a lane's queue: when the thread reaches it, every chunk queued before it
-    has been hashed, and the waiting relay is woken on its own loop."""
+    has been hashed, `then` runs there (a reading settled: `ScriptScan.settle`), and the
+    waiting relay is woken on its own loop."""
 
-    __slots__ = ("future", "loop")
+    __slots__ = ("future", "loop", "then")
 
-    def __init__(self) -> None:
+    def __init__(self, then: Callable[[], None] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self.future: asyncio.Future[None] = self.loop.create_future()
+        self.then = then
 
     def reached(self) -> None:
         # a loop that has closed meanwhile (its relay is gone) is nobody to wake
@@ -90,13 +93,23 @@ class _Lane:
     def __init__(self, name: str) -> None:
         self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter]] = \
             queue.SimpleQueue()
-        self.readings = 0  # downloads being read on it (a reading lane's, `_reading_lane`)
+        self.reading: set[RelayHasher] = set()
+        """Downloads being read on it (a reading lane's, `_reading_lane`): changed and read
+        under `_lanes_made`."""
         threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    @property
+    def backlog(self) -> int:
+        """Bytes its downloads fed and it has not read yet: a costly reading falls behind (its
+        relay waits at `BEHIND_AT_MOST`), a cheap one keeps up."""
+        return sum(download.behind for download in self.reading)
 
     def _run(self) -> None:
         while True:
             hasher, work = self.queue.get()
             if isinstance(work, _Waiter):
+                if work.then is not None:
+                    hasher._call(work.then)
                 work.reached()
             else:
                 hasher._hash(work)
@@ -128,10 +141,11 @@ def _next_lane() -> _Lane:
     return _lanes[next(_turns) % len(_lanes)]
 
 
-def _reading_lane() -> _Lane:
-    """The reading lane with the fewest downloads on it, for a download whose bytes are read
-    (the install-scripts scan, the release signals), apart from the hashing lanes; made on
-    first use, one per CPU and at least `READING_LANES_AT_LEAST`.
+def _reading_lane(download: RelayHasher) -> _Lane:
+    """The reading lane with the fewest downloads on it, and of those the one least behind
+    (`_Lane.backlog`), for a download whose bytes are read (the install-scripts scan, the
+    release signals), apart from the hashing lanes; made on first use, one per CPU and at
+    least `READING_LANES_AT_LEAST`.
 
     Reading costs what the publisher chose (up to about 2.4 s of CPU for 199,000 entries or
     600,000 pax records: `npm.tarball`'s bounds), so every chunk queued behind a costly
@@ -143,21 +157,25 @@ def _reading_lane() -> _Lane:
     share the interpreter: with eight busy readers the event loop waited up to 0.6 s for its
     turn (against 40 ms with one, measured on this machine under load), where a budget of
     CPU per reading would not know a tarball's cost from its compressed size (a kilobyte of
-    zstd can stand for 130,000 headers). tests/faults/test_33_reader_bounds.py holds it."""
+    zstd can stand for 130,000 headers). With the default's capability signals every first
+    pull is read, so more downloads are read at once than there are lanes: of lanes holding
+    as many, the one least behind is taken, never the costly reading's by the order of the
+    list (a 3 MiB download once queued behind 199,000 headers that way while another lane
+    kept up with a download of its own). tests/faults/test_33_reader_bounds.py holds it."""
     with _lanes_made:
-        lane = min(_readers, key=lambda lane: lane.readings, default=None)
-        if lane is None or (lane.readings and len(_readers) < max(READING_LANES_AT_LEAST,
-                                                                  _cpus())):
+        lane = min(_readers, key=lambda lane: (len(lane.reading), lane.backlog), default=None)
+        if lane is None or (lane.reading and len(_readers) < max(READING_LANES_AT_LEAST,
+                                                                 _cpus())):
             lane = _Lane(f"mirrorgate-relay-read-{len(_readers)}")
             _readers.append(lane)
-        lane.readings += 1
+        lane.reading.add(download)
         return lane
 
 
-def _read(lane: _Lane) -> None:
+def _read(lane: _Lane, download: RelayHasher) -> None:
     """A download on a reading lane is read (or dropped)."""
     with _lanes_made:
-        lane.readings -= 1
+        lane.reading.discard(download)
 
 
 class RelayHasher:
@@ -202,7 +220,7 @@ class RelayHasher:
             self._small.append(chunk)
             if self._fed <= OFF_LOOP_ABOVE and self.scan is None:
                 return
-            self._lane = _reading_lane() if self._own else _next_lane()
+            self._lane = _reading_lane(self) if self._own else _next_lane()
             for held in self._small:
                 self._lane.queue.put((self, held))
             self._small = []
@@ -213,14 +231,19 @@ class RelayHasher:
         self._raise()
 
     async def finish(self) -> Verified | None:
-        """Wait for every chunk fed to be read, then check the digest (and the size)."""
+        """Wait for every chunk fed to be read (and the scan settled where it was read:
+        `ScriptScan.settle`), then check the digest (and the size)."""
         self._raise()
-        if self._lane is None:
+        # a scan alone (the install-scripts rule) has nothing to settle: no hand-over for it
+        settle = self.scan.settle if self.scan is not None and self.scan.watched else None
+        if self._lane is None:  # nothing fed off the loop (with a watch: nothing fed at all)
             for chunk in self._small:
                 self._read(chunk)
             self._small = []
-        elif self.behind:
-            await self._caught_up()
+            if settle is not None:
+                settle()
+        elif self.behind or settle is not None:
+            await self._caught_up(settle)
             self._raise()
         self._release()
         return self.verifier.finish() if self.verifier is not None else None
@@ -241,11 +264,11 @@ class RelayHasher:
         skipped (`_closed`) or was read (`finish`)."""
         if self._own and self._lane is not None:
             self._own = False
-            _read(self._lane)
+            _read(self._lane, self)
 
-    async def _caught_up(self) -> None:
+    async def _caught_up(self, then: Callable[[], None] | None = None) -> None:
         assert self._lane is not None
-        waiter = _Waiter()
+        waiter = _Waiter(then)
         self._lane.queue.put((self, waiter))
         await waiter.future
 
@@ -263,6 +286,14 @@ class RelayHasher:
             except Exception as error:  # raised to the relay by its next feed or finish
                 self._error = error
         self._hashed += len(chunk)
+
+    def _call(self, then: Callable[[], None]) -> None:
+        """On the lane's thread, after every chunk before it: what `finish()` asked for."""
+        if self._error is None and not self._closed:
+            try:
+                then()
+            except Exception as error:  # raised to the relay by its finish
+                self._error = error
 
     def _raise(self) -> None:
         if self._error is not None:

@@ -1,0 +1,153 @@
+"""What a release's code can do, judged: against the release before it (a capability gained),
+and alone where nothing vouches for it (a first release, a young package).
+
+A capability present is not a signal: most packages that reach the network always did. A
+capability gained is: the worm gains a process and a download at install, the chalk payload
+gains interception at load, a token stealer gains the environment beside the network. Pure:
+it reads two `Capabilities` (`npm.capabilities`). docs/serving.md "What a release's code can
+do" tells the story; `verdict` is the entry point for a reader of two releases (bench/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mirrorgate.npm.capabilities import INSTALL, LOAD, Capabilities, Found, capabilities_of
+from mirrorgate.npm.jsuses import (
+    CAPABILITIES,
+    CREDENTIALS,
+    DECODED,
+    ENVIRONMENT,
+    HOME,
+    INTERCEPTS,
+    NETWORK,
+    OBFUSCATED,
+    PROCESS,
+    UNREAD,
+    WRITES,
+)
+from mirrorgate.rules.release import Fired, Release
+from mirrorgate.rules.releasetable import NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY
+
+__all__ = ["ALONE_AT_INSTALL", "ALONE_AT_LOAD", "GAINED_AT_LOAD", "alone", "can_gain",
+           "check_alone",
+           "check_gained", "gained", "of_release", "verdict"]
+
+GAINED_AT_LOAD = frozenset({WRITES, DECODED, INTERCEPTS, OBFUSCATED, UNREAD})
+"""What load-time code may not gain, alone; network with the environment or files outside
+the package (`_SENDS`) may not be gained together either. Other gains at load (a new
+`require('https')`, a `child_process` of a new feature) are what a library's releases do."""
+ALONE_AT_INSTALL = frozenset({NETWORK, PROCESS, ENVIRONMENT, CREDENTIALS, UNREAD})
+"""What a release nothing vouches for may not do at install."""
+ALONE_AT_LOAD = frozenset({DECODED, INTERCEPTS, UNREAD})
+"""What a release nothing vouches for may not do at load, besides sending the environment or
+files outside the package over the network (`_SENDS`)."""
+_READS = frozenset({ENVIRONMENT, HOME, CREDENTIALS})
+_SHOWN = 3
+_SAID = 200  # characters of a dependency's spec and why it runs kept (a URL is the sender's)
+
+
+def _places(found: Iterable[Found]) -> str:
+    items = list(found)
+    shown = "; ".join(item.text() for item in items[:_SHOWN])
+    return shown + (f"; and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
+
+
+def _sends(capabilities: Capabilities, phase: str) -> bool:
+    """Whether code of `phase` reaches the network and reads the environment or files
+    outside the package: what it reads, it can send."""
+    held = capabilities.at(phase)
+    return NETWORK in held and bool(held & _READS)
+
+
+def _detail(capabilities: Capabilities, capability: str, phase: str, verb: str) -> str:
+    return (f"{phase}-time code {verb} {capability} ({CAPABILITIES[capability]}): "
+            f"{_places(capabilities.where(capability, phase))}")
+
+
+def gained(new: Capabilities, previous: Capabilities) -> list[str]:
+    """What `new`'s code gains over `previous`'s, as details naming each place: any
+    capability at install; at load, `GAINED_AT_LOAD` and sending what it reads."""
+    details: list[str] = []
+    for capability in sorted(new.at_install - previous.at_install):
+        details.append(_detail(new, capability, INSTALL, "gains"))
+    for capability in sorted((new.at_load - previous.at_load) & GAINED_AT_LOAD):
+        details.append(_detail(new, capability, LOAD, "gains"))
+    if _sends(new, LOAD) and not _sends(previous, LOAD):
+        for capability in [NETWORK, *sorted(new.at_load & _READS)]:
+            details.append(_detail(new, capability, LOAD, "gains, together,"))
+    return details
+
+
+def alone(new: Capabilities) -> list[str]:
+    """What `new`'s code does that a release nothing vouches for may not."""
+    details = [_detail(new, capability, INSTALL, "can use")
+               for capability in sorted(new.at_install & ALONE_AT_INSTALL)]
+    details += [_detail(new, capability, LOAD, "can use")
+                for capability in sorted(new.at_load & ALONE_AT_LOAD)]
+    if _sends(new, LOAD):
+        details += [_detail(new, capability, LOAD, "can use, together,")
+                    for capability in [NETWORK, *sorted(new.at_load & _READS)]]
+    return details
+
+
+def can_gain(new: Capabilities) -> bool:
+    """Whether a release reading `new` could have gained anything `gained` holds (most
+    releases run nothing at install and nothing at load it looks for): if not, the release
+    before it need not be read."""
+    return bool(new.at_install or new.at_load & GAINED_AT_LOAD) or _sends(new, LOAD)
+
+
+def verdict(new: Capabilities, previous: Capabilities | None) -> list[str]:
+    """Why a release reading `new` is held, compared with the release reading `previous`
+    (None: nothing vouches for it, judged alone); empty: it passes. The entry point for a
+    reader of two releases (bench/): the gate's own checks are `check_gained` and
+    `check_alone`, which say the same with the versions named."""
+    return gained(new, previous) if previous is not None else alone(new)
+
+
+def of_release(release: Release) -> Capabilities:
+    """What a release's code can do as npm and yarn run it: its tarball's reading, with the
+    hooks only the registry's manifest declares added (each client runs one or the other),
+    and the code npm fetches from outside any registry to run at install, unread."""
+    contents = release.contents
+    extra = {hook: command for hook, command in release.commands.items()
+             if contents.scripts.get(hook) != command}
+    read = capabilities_of(contents.layout, contents.code, extra) if extra \
+        else contents.capabilities
+    # a git, URL or path dependency's code runs at install (a git one's `prepare`, an
+    # archive's hooks) with no registry, and so no gate, between: code at install that
+    # mirrorgate never reads (`Release.fetched_outside`, issue 53)
+    unread = [Found(UNREAD, INSTALL, "package.json", 0, outside[:_SAID])
+              for outside in release.fetched_outside()]
+    if contents.problem is not None:
+        # a tarball that cannot be read as npm unpacks it is not clean: what runs in it, at
+        # install and at load, is unread
+        unread += [Found(UNREAD, phase, "package.json", 0, contents.problem[:100])
+                   for phase in (INSTALL, LOAD)]
+    return Capabilities(read.found + tuple(unread)) if unread else read
+
+
+def check_gained(new: Release, previous: Release) -> Fired | None:
+    """Stops a compromised release of an established package: its code gains a capability
+    the release before it did not have (`gained`). The predecessor's capabilities stand
+    beside the evidence."""
+    now, then = of_release(new), of_release(previous)
+    details = gained(now, then)
+    if not details:
+        return None
+    had = (f"{previous.version} could use at install: {then.described(INSTALL)}; at load: "
+           f"{then.described(LOAD)}")
+    return Fired(NEW_CAPABILITY, f"its code gains what {previous.version}'s could not: "
+                 f"{'; '.join(details[:_SHOWN])} ({had})", (*details, had))
+
+
+def check_alone(new: Release, why: str) -> Fired | None:
+    """Stops a malicious first release, or a young package's: with nothing to compare with,
+    what its code can do at install and at load (`alone`). `why` says why nothing vouches
+    for it (a first version, a package first published days ago)."""
+    details = alone(of_release(new))
+    if not details:
+        return None
+    return Fired(YOUNG_PACKAGE_CAPABILITY, f"{why}, and its code can do what such a release "
+                 f"may not: {'; '.join(details[:_SHOWN])}", tuple(details))

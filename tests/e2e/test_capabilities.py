@@ -1,0 +1,212 @@
+"""What a release's code can do, on the default policy: each incident shape of 2018-2026,
+rebuilt on a real predecessor's files (tests/npm/fixtures/releases), is refused through the
+real npm client, a real `mirrorgate serve` with no rules file and Verdaccio as the private
+registry, and a clean release of the same kind beside it is admitted
+(docs/serving.md#what-a-releases-code-can-do).
+
+Every version is two days old: past the default one-day cooldown (a compromise found after a
+day, or never), inside the week a quarantine holds. No payload runs: npm installs with scripts
+off, and their hosts are `.test` names.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_release_attacks import install, start
+from tests.npm.test_capabilities import real
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.fixtures import MirrorgateFactory
+from tests.servers.incidents import minified_bundle
+from tests.servers.npm import NpmClient
+from tests.servers.packages import FixturePackage, FixtureVersion, make_package, make_version
+from tests.servers.payloads import (
+    flatmap_payload,
+    interceptor,
+    stealer,
+    worm_bundle,
+    worm_dropper,
+)
+from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.servers.verdaccio import Verdaccio
+
+GAINED = "new-capability"
+ALONE = "young-package-capability"
+
+
+def _ago(days: float) -> datetime:
+    return datetime.now(UTC) - timedelta(days=days)
+
+
+def _release(name: str, number: str, base: str, published: datetime,
+             changed: dict[str, bytes] | None = None, **fields: Any) -> FixtureVersion:
+    """A release of `name` made of the real release `base`'s files (its package.json's
+    `main`, `exports` and `type` kept), `changed` over them."""
+    files = real(base)
+    manifest = json.loads(files.pop("package.json"))
+    kept = {key: manifest[key] for key in ("main", "exports", "type", "imports")
+            if key in manifest}
+    return make_version(name, number, files={**files, **(changed or {})}, published=published,
+                        **{**kept, **fields})
+
+
+def _two(name: str, base: str, changed: dict[str, bytes], **fields: Any) -> FixturePackage:
+    """`1.0.0`, the real release as it was (a year old), and `1.0.1` two days old with
+    `changed`."""
+    return make_package(name, [_release(name, "1.0.0", base, _ago(365)),
+                               _release(name, "1.0.1", base, _ago(2), changed, **fields)])
+
+
+def _appended(base: str, file: str, payload: bytes) -> dict[str, bytes]:
+    return {file: real(base)[file] + payload}
+
+
+# (the refused shape, the clean release of the same kind beside it, the file its evidence names)
+Shape = tuple[Callable[[str], FixturePackage], Callable[[str], FixturePackage], str]
+SHAPES: dict[str, Shape] = {
+    # a new postinstall running a 300 KB bundle that spawns and downloads; beside it, a new
+    # postinstall running a 300 KB build bundle that does neither
+    "shai-hulud-1": (
+        lambda n: _two(n, "chalk-5.6.0", {"bundle.js": worm_bundle()},
+                       scripts={"postinstall": "node bundle.js"}),
+        lambda n: _two(n, "chalk-5.6.0", {"bundle.js": minified_bundle(300_000)},
+                       scripts={"postinstall": "node bundle.js"}),
+        "bundle.js"),
+    # a new preinstall fetching a runtime and spawning it; beside it, one that prints a line
+    "shai-hulud-2": (
+        lambda n: _two(n, "chalk-5.6.0", {"setup_bun.js": worm_dropper()},
+                       scripts={"preinstall": "node setup_bun.js"}),
+        lambda n: _two(n, "chalk-5.6.0", {"setup.js": b"console.log('thanks for installing');\n"},
+                       scripts={"preinstall": "node setup.js"}),
+        "setup_bun.js"),
+    # the obfuscated interceptor appended to the entry file; beside it, a new helper appended
+    "chalk-debug": (
+        lambda n: _two(n, "debug-4.4.1", _appended("debug-4.4.1", "src/index.js",
+                                                   interceptor(n))),
+        lambda n: _two(n, "debug-4.4.1", _appended(
+            "debug-4.4.1", "src/index.js", b"\nmodule.exports.version = '1.0.1';\n")),
+        "src/index.js"),
+    # `~/.npmrc` and the environment posted from code that runs at load; beside it, one more
+    # variable read by name
+    "token-stealer": (
+        lambda n: _two(n, "debug-4.4.1", _appended("debug-4.4.1", "src/node.js", stealer())),
+        lambda n: _two(n, "debug-4.4.1", _appended(
+            "debug-4.4.1", "src/node.js",
+            b"\nexports.noColor = process.env.NO_COLOR !== undefined;\n")),
+        "src/node.js"),
+    # a payload decrypted with the package's description and compiled at require; beside it,
+    # a hex table decoded as data
+    "flatmap-stream": (
+        lambda n: _two(n, "debug-4.4.1", _appended("debug-4.4.1", "src/index.js",
+                                                   flatmap_payload())),
+        lambda n: _two(n, "debug-4.4.1", _appended(
+            "debug-4.4.1", "src/index.js",
+            b"\nmodule.exports.table = Buffer.from('00ff10', 'hex');\n")),
+        "src/index.js"),
+    # no install script: the stealer in `main` of an established package
+    "payload-in-main": (
+        lambda n: _two(n, "chalk-5.6.0", _appended("chalk-5.6.0", "source/index.js",
+                                                   stealer())),
+        lambda n: _two(n, "chalk-5.6.0", _appended(
+            "chalk-5.6.0", "source/index.js", b"\nexport const level = 1;\n")),
+        "source/index.js"),
+}
+
+
+def refused(npm: NpmClient, proxy: MirrorgateProcess, verdaccio: Verdaccio, name: str,
+            rule: str, compared_with: str | None, version: str = "1.0.1") -> dict[str, Any]:
+    """Install `name@^1.0.0`: E403 naming `rule`, `version` never mirrored. The refusal's
+    log line."""
+    first = install(npm, proxy, {name: "^1.0.0"})
+    assert first.returncode != 0, first.stdout
+    assert "E403" in first.stderr, first.stderr
+    assert rule in first.stderr
+    [refusal] = [event for event in proxy.events("release_signal_refused")
+                 if event["package"] == name]
+    assert (refusal["version"], refusal["rule"], refusal["security"]) == (version, rule, True)
+    assert refusal["compared_with"] == compared_with
+    assert "quarantined until " in refusal["reason"]
+    assert version not in verdaccio.versions(name)
+    return refusal
+
+
+def admitted(npm: NpmClient, proxy: MirrorgateProcess, verdaccio: Verdaccio, name: str,
+             version: str) -> subprocess.CompletedProcess[str]:
+    answer = install(npm, proxy, {name: "^1.0.0"})
+    assert answer.returncode == 0, answer.stderr
+    assert npm.installed()[name] == version
+    wait_for(lambda: version in verdaccio.versions(name), timeout=60,
+             message=f"the worker to mirror {name}@{version}")
+    return answer
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_an_incident_shape_is_refused_by_default_and_a_clean_release_beside_it_admitted(
+    shape: str, public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    bad, good, file = SHAPES[shape]
+    name = f"{shape}-host"
+    public_registry.add(bad(name), good(f"{shape}-twin"))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
+
+    refusal = refused(npm_client, proxy, verdaccio, name, GAINED, "1.0.0")
+    admitted(npm_client, proxy, verdaccio, f"{shape}-twin", "1.0.1")
+    # the next install of the same range resolves to the release before it
+    admitted(npm_client, proxy, verdaccio, name, "1.0.0")
+
+    evidence: list[str] = refusal["evidence"]
+    assert any(f"{file}:" in item for item in evidence), evidence
+    assert evidence[-1].startswith("1.0.0 could use at install: ")
+
+
+def test_the_sleeper_a_month_old_packages_new_postinstall_that_downloads_is_refused(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # first published 40 days ago, quiet since; its 2-day-old release adds a postinstall
+    # running a real download-and-run script (esbuild 0.24.0's install.js). Beside it, a
+    # package of the same age whose new postinstall builds inside its own folder.
+    esbuild = real("esbuild-0.24.0")
+    build = b"require('fs').writeFileSync(require('path').join(__dirname, 'built.txt'), 'ok');\n"
+    for name, script in (("sleeper", esbuild["install.js"]), ("sleeper-twin", build)):
+        public_registry.add(make_package(name, [
+            _release(name, "1.0.0", "chalk-5.6.0", _ago(40)),
+            _release(name, "1.0.1", "chalk-5.6.0", _ago(2), {"install.js": script},
+                     scripts={"postinstall": "node install.js"})]))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
+
+    refusal = refused(npm_client, proxy, verdaccio, "sleeper", GAINED, "1.0.0")
+    admitted(npm_client, proxy, verdaccio, "sleeper-twin", "1.0.1")
+
+    assert any(item.startswith("install-time code gains network") and "install.js:" in item
+               for item in refusal["evidence"])
+
+
+def test_a_young_packages_first_release_whose_main_sends_the_environment_is_refused(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # a new package, no install script: its main reads `~/.npmrc` and the environment and
+    # posts them. Nothing to compare with: judged by what its code can do. Beside it, a new
+    # package whose main is a real library that reaches the network (axios 1.7.9's bundle)
+    public_registry.add(
+        make_package("fresh-stealer", [make_version(
+            "fresh-stealer", "1.0.0", files={"index.js": stealer()}, published=_ago(2))]),
+        make_package("fresh-client", [_release("fresh-client", "1.0.0", "axios-1.7.9",
+                                               _ago(2), main="dist/node/axios.cjs")]))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
+
+    refusal = refused(npm_client, proxy, verdaccio, "fresh-stealer", ALONE, None, "1.0.0")
+    admitted(npm_client, proxy, verdaccio, "fresh-client", "1.0.0")
+
+    assert "the package was first published " in refusal["reason"]
+    assert any(item.startswith("load-time code can use, together, network")
+               for item in refusal["evidence"])

@@ -1,0 +1,162 @@
+"""What one file's code can do (`npm.jsuses`): each capability read where the parser places
+the word (a call, an assignment, a module loaded), and the same words in a comment, a string,
+prose or an ordinary use not read as one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mirrorgate.npm import jsuses
+from mirrorgate.npm.jsuses import (
+    CREDENTIALS,
+    DECODED,
+    DYNAMIC,
+    ENVIRONMENT,
+    HOME,
+    INTERCEPTS,
+    NATIVE,
+    NETWORK,
+    PROCESS,
+    WRITES,
+    ReadBudget,
+    uses_of,
+)
+from tests.servers.payloads import flatmap_payload, interceptor
+
+RELEASES = Path(__file__).parent / "fixtures" / "releases"
+
+
+@pytest.mark.parametrize(("code", "capability"), [
+    ("const cp = require('child_process');", PROCESS),
+    ("const { exec } = require(\"node:child_process\");", PROCESS),
+    ("import { spawn } from 'child_process';", PROCESS),
+    ("const execa = require('execa');", PROCESS),
+    ("process.binding('spawn_sync');", PROCESS),
+    ("new Worker(source, { eval: true });", PROCESS),
+    ("const https = require('https');", NETWORK),
+    ("import net from 'node:net';", NETWORK),
+    ("const { fetch } = await import('undici');", NETWORK),
+    ("fetch('https://a.test/x').then(r => r.json());", NETWORK),
+    ("const x = new XMLHttpRequest();", NETWORK),
+    ("const s = new WebSocket('wss://a.test');", NETWORK),
+    ("navigator.sendBeacon('/t', data);", NETWORK),
+    ("send(JSON.stringify(process.env));", ENVIRONMENT),
+    ("for (const k in process.env) { out.push(k); }", ENVIRONMENT),
+    ("const copy = { ...process.env };", ENVIRONMENT),
+    ("const { ...all } = process.env;", ENVIRONMENT),
+    ("const e = process.env;\npost(JSON.stringify(e));", ENVIRONMENT),
+    ("const home = os.homedir();", HOME),
+    ("const dir = process.env.HOME + '/.config';", HOME),
+    ("const f = '~/.config/app.json';", HOME),
+    ("fs.readFileSync(path.join(os.homedir(), '.npmrc'));", CREDENTIALS),
+    ("const key = path.join(home, '.ssh', 'id_rsa');", CREDENTIALS),
+    ("const store = path.join(home, 'Library/Application Support/Exodus/exodus.wallet');",
+     CREDENTIALS),
+    ("fs.writeFileSync(path.join(os.homedir(), '.bashrc'), line);", WRITES),
+    ("fs.appendFileSync(process.env.INIT_CWD + '/.git/hooks/pre-commit', hook);", WRITES),
+    ("const target = '../../.git/hooks/commit-msg';\nfs.writeFileSync(target, hook);", WRITES),
+    ("eval(code);", DYNAMIC),
+    ("(0, eval)(source);", DYNAMIC),
+    ("window['eval'](source);", DYNAMIC),
+    ("const f = new Function('a', body);", DYNAMIC),
+    ("require('vm').runInNewContext(code);", DYNAMIC),
+    ("const m = require('child_' + 'process');", DYNAMIC),
+    ("var r = require;", DYNAMIC),
+    ("WebAssembly.instantiate(bytes);", DYNAMIC),
+    ("eval(atob(blob));", DECODED),
+    ("new Function(Buffer.from(s, 'base64').toString())();", DECODED),
+    ("fs.chmodSync(binary, 0o755);", NATIVE),
+    ("process.dlopen(module, file);", NATIVE),
+    ("window.fetch = function (url) { return steal(url); };", INTERCEPTS),
+    ("XMLHttpRequest.prototype.open = hooked;", INTERCEPTS),
+    ("window.ethereum.request = hooked;", INTERCEPTS),
+    ("Object.defineProperty(window, 'ethereum', { get: () => fake });", INTERCEPTS),
+    ("window[key] = wrapped;", INTERCEPTS),
+])
+def test_a_capability_is_read_where_the_code_uses_it(code: str, capability: str) -> None:
+    found = uses_of(code.encode())
+
+    assert capability in found.capabilities, found
+
+
+@pytest.mark.parametrize("code", [
+    "// require('child_process') would do it\nmodule.exports = 1;",
+    "/* eval(atob(x)) in a comment */ exports.a = 1;",
+    "const message = 'we never eval user input, nor require(\"https\")';",
+    "if (process.env.NODE_ENV === 'production') { debug = false; }",
+    "const level = process.env['LOG_LEVEL'] || 'info';",
+    "spawnOptions = { env: process.env, stdio: 'inherit' };",
+    "const g = Function('return this')();",
+    "const isFn = typeof x === 'function' || x instanceof Function;",
+    "const client = this.fetch(url);",
+    "exports.evaluate = function evaluate(node) { return node.value; };",
+    "const protocol = url.protocol === 'https:' ? 'https' : 'http';",
+    "fs.writeFileSync(path.join(__dirname, 'build', 'config.json'), data);",
+    "const mod = require(path.join(__dirname, 'lib', name));",
+    "const prov = window.ethereum; prov.request({ method: 'eth_accounts' });",
+    "self['webpackChunk'] = self['webpackChunk'] || [];",
+    " * @param {Function} callback called with the fetched data",
+])
+def test_the_same_words_where_no_capability_is_used_are_not_read_as_one(code: str) -> None:
+    found = uses_of(code.encode())
+
+    assert found.found == (), found
+
+
+def test_each_use_names_its_line_and_the_call() -> None:
+    code = b"'use strict';\n\nconst a = 1;\nconst cp = require('child_process');\n"
+
+    [use] = uses_of(code).found
+
+    assert (use.capability, use.line, use.call) == (PROCESS, 4, "require('child_process')")
+
+
+def test_bare_modules_required_are_kept_for_bundled_dependencies() -> None:
+    found = uses_of(b"const a = require('left-pad'); const b = require('./local');")
+
+    assert found.modules == ("left-pad",)
+
+
+def test_the_chalk_debug_interceptor_is_read_through_its_obfuscation() -> None:
+    found = uses_of(interceptor("colour-kit"))
+
+    assert INTERCEPTS in found.capabilities
+    assert any("window[_0x3ce1(0x0)]" in use.call for use in found.found)
+
+
+def test_the_flatmap_stream_payload_compiles_decrypted_text_at_require() -> None:
+    found = uses_of(flatmap_payload())
+
+    assert {DYNAMIC, DECODED} <= found.capabilities
+    assert any("new module.constructor" in use.call for use in found.found)
+
+
+def test_a_real_bundle_reaches_the_network_and_nothing_else_it_is_held_for() -> None:
+    bundle = (RELEASES / "axios-1.7.9" / "dist" / "node" / "axios.cjs").read_bytes()
+
+    found = uses_of(bundle)
+
+    assert NETWORK in found.capabilities
+    assert not found.capabilities & {PROCESS, ENVIRONMENT, DECODED, WRITES, CREDENTIALS}
+    assert found.unread is None
+
+
+def test_a_file_past_the_parse_budget_is_unread_not_clean() -> None:
+    code = b"\n".join([b"eval(x%d);" % i + b" " * 600 for i in range(40)])
+
+    found = uses_of(code, ReadBudget(parsed=2_000))
+
+    assert found.unread is not None
+    assert "parsed per tarball" in found.unread
+
+
+def test_a_file_of_nothing_but_places_to_look_stops_at_its_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsuses, "MAX_HITS", 100)
+
+    found = uses_of(b"eval(a);" * 1000)
+
+    assert found.unread is not None
+    assert "places where a capability may be" in found.unread

