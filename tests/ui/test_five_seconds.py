@@ -75,8 +75,9 @@ def test_after_an_install_the_page_says_healthy_and_counts_what_the_store_holds(
     assert "published" not in jobs.inner_text()
     # the rules: in force one line each, what differs from the defaults, the rest folded
     in_force = page.locator('[data-key="rules-in-force"] li')
-    # integrity, deny list, install scripts, cooldown, a young package's install scripts
-    expect(in_force).to_have_count(5)
+    # integrity, deny list, install scripts, cooldown, a capability gained, a young package's
+    # capabilities, an unreadable release
+    expect(in_force).to_have_count(7)
     expect(in_force.nth(1)).to_contain_text("deny-list: delta@0.5.0, zeta@1.0.0")
     changed = page.locator("table.rules.changed tbody tr")
     expect(changed).to_have_count(3)  # deny.packages, install_scripts block and allow

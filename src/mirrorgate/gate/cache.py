@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from mirrorgate.errors import MirrorgateError
+
 __all__ = ["HIT", "MISS", "REFRESH", "STALE", "Cached", "Loaded", "NoStaleAnswer",
            "PackumentCache"]
 
@@ -52,7 +54,7 @@ class Loaded(Generic[V]):
     fresh_for: float | None = None
 
 
-class NoStaleAnswer(Exception):  # noqa: N818 - a marker, mixed into the errors it marks
+class NoStaleAnswer(MirrorgateError):  # noqa: N818 - a marker, mixed into the errors it marks
     """A loader's failure that stale-if-error must not cover: the key's previous entry is not
     served in its place, and goes (what the fill learned makes it wrong)."""
 

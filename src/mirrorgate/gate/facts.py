@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.cache import NoStaleAnswer
 from mirrorgate.metrics import Metrics
 from mirrorgate.store import (
@@ -67,7 +66,7 @@ _DROP_REPORT = 1000  # the first drop is logged, then every 1000th
 _PAGE = 5_000
 
 
-class UnrecordedError(NoStaleAnswer, MirrorgateError):
+class UnrecordedError(NoStaleAnswer):
     """A fact the gate must keep could not be held for the store (`MAX_KEPT` of them wait): the
     request that learned it is refused (503) rather than the fact forgotten at a restart, and
     no stale answer stands in for it (docs/state-store.md#writes-the-gate-never-drops)."""
