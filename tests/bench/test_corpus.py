@@ -1,0 +1,110 @@
+"""The corpus's cases: their kinds, the history served with them, the rounds that keep two cases
+of one package name apart, and tarballs read and packed as npm reads and packs them."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from bench.corpus import (
+    KINDS,
+    PUBLISHED_AGO,
+    SHAPE,
+    UPDATE,
+    Case,
+    Dependency,
+    Published,
+    files_of,
+    pack,
+    shifted,
+    stored,
+)
+from bench.gate_verdicts import package_of, rounds
+
+NOW = datetime(2026, 12, 5, tzinfo=UTC)
+
+
+def _case(tmp_path: Path, name: str, kind: str = UPDATE, *, adds: str = "") -> Case:
+    versions = []
+    for index, version in enumerate(("1.0.0", "1.0.1")):
+        manifest = {"name": name, "version": version, "main": "index.js"}
+        tarball = pack({"package.json": json.dumps(manifest).encode(),
+                        "index.js": f"module.exports = {index};\n".encode()})
+        versions.append(Published(version, manifest, stored(tmp_path, tarball),
+                                  NOW - timedelta(days=10 - 8 * index)))
+    dependencies = (Dependency(adds, ({"name": adds, "version": "1.0.0"},),
+                               {"1.0.0": NOW, "created": NOW}),) if adds else ()
+    return Case(kind, f"{name}@1.0.1", name, tuple(versions), ("1.0.1",),
+                NOW - timedelta(days=900), kind != UPDATE, dependencies=dependencies)
+
+
+def test_a_case_judges_only_versions_it_serves_and_only_known_kinds(tmp_path: Path) -> None:
+    good = _case(tmp_path, "left-pad")
+    with pytest.raises(ValueError, match="judged"):
+        Case(UPDATE, "x", "left-pad", good.versions, ("2.0.0",), NOW, False)
+    with pytest.raises(ValueError, match="unknown kind"):
+        Case("benign", "x", "left-pad", good.versions, ("1.0.1",), NOW, False)
+    assert good.kind in KINDS
+
+
+def test_the_judged_release_is_moved_to_two_days_ago_with_every_gap_kept() -> None:
+    judged = datetime(2019, 3, 1, tzinfo=UTC)
+    times = {"created": datetime(2012, 1, 1, tzinfo=UTC), "1.0.0": datetime(2019, 1, 1, tzinfo=UTC),
+             "1.0.1": judged}
+
+    moved = shifted(times, judged, NOW)
+
+    assert moved["1.0.1"] == NOW - PUBLISHED_AGO
+    assert moved["1.0.1"] - moved["1.0.0"] == judged - times["1.0.0"]
+    assert moved["1.0.1"] - moved["created"] == judged - times["created"]
+
+
+def test_the_package_served_carries_its_first_publish_and_real_bytes(tmp_path: Path) -> None:
+    case = _case(tmp_path, "left-pad")
+
+    package = package_of(case)
+    document = package.packument("http://127.0.0.1:9/")
+
+    assert document["time"]["created"].startswith("2024-06-18")  # 900 days before, not 1.0.0's
+    assert package.versions["1.0.1"].tarball == case.published("1.0.1").tarball.read_bytes()
+    assert document["dist-tags"]["latest"] == "1.0.1"
+
+
+def test_rounds_never_serve_one_package_name_twice(tmp_path: Path) -> None:
+    first = _case(tmp_path, "debug")
+    second = _case(tmp_path, "debug", adds="ms")  # another pin of debug
+    third = _case(tmp_path, "chalk", SHAPE, adds="ms")  # adds what the second adds
+    fourth = _case(tmp_path, "ansi-styles")
+
+    found = rounds([first, second, third, fourth])
+
+    assert [[case.name for case in members] for members in found] == [
+        ["debug", "chalk", "ansi-styles"], ["debug"]]
+
+
+def test_files_are_read_past_any_top_folder_and_packed_under_package(tmp_path: Path) -> None:
+    # an old packer's folder name (`node-uuid/`), a directory entry, a symlink: npm strips the
+    # first component and writes regular files only
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path, data in (("node-uuid/package.json", b"{}"), ("node-uuid/lib/uuid.js", b"x")):
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        folder = tarfile.TarInfo("node-uuid/lib")
+        folder.type = tarfile.DIRTYPE
+        archive.addfile(folder)
+        link = tarfile.TarInfo("node-uuid/link")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(link)
+
+    files = files_of(buffer.getvalue())
+    with tarfile.open(fileobj=io.BytesIO(pack(files)), mode="r:gz") as repacked:
+        names = repacked.getnames()
+
+    assert files == {"package.json": b"{}", "lib/uuid.js": b"x"}
+    assert names == ["package/lib/uuid.js", "package/package.json"]
