@@ -1,10 +1,11 @@
 """The side-by-side bench's corpus (`bench.side_by_side`): each case is a package's history as a
 registry would serve it the day after the release judged, and what is known of that release.
 
-A case is real updates, a rebuilt incident shape or a real malicious sample; its versions
-carry their real registry manifests and tarball bytes (held on disk, not in memory), its times
-are shifted so the release judged was published two days ago (past the default cooldown)
-with the gaps to its predecessors and to the package's first publish kept as they were.
+A case is a real update, a rebuilt incident shape or a real malicious sample; its versions
+carry their real registry manifests and tarball bytes (held on disk, not in memory) and the
+times the registry gives (the one this machine reaches rewrote old packages' times to when it
+copied them), none later than two days ago: past the default cooldown, as a first pull the
+day after a release finds it.
 Pure, apart from reading the tarballs' files: the unit tests build cases from tarballs made
 in the test.
 """
@@ -16,14 +17,14 @@ import hashlib
 import io
 import tarfile
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 __all__ = ["COMPROMISED", "KINDS", "MALICIOUS_KINDS", "NEW_PACKAGE", "PUBLISHED_AGO", "SABOTAGE",
            "SHAPE", "UPDATE", "Case", "Dependency", "Published", "files_of", "manifest_of",
-           "pack", "pack_directory", "shifted", "stored"]
+           "pack", "pack_directory", "settled", "stored"]
 
 PUBLISHED_AGO = timedelta(days=2)
 """How long before the bench's run the release judged was published: past the default
@@ -52,6 +53,8 @@ class Published:
     manifest: Mapping[str, Any]
     tarball: Path
     published: datetime
+    dist: Mapping[str, Any] = field(default_factory=dict)
+    """`dist` fields the registry adds beside the digests it computes: `attestations`."""
 
 
 @dataclass(frozen=True)
@@ -119,13 +122,10 @@ def manifest_of(document: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in document.items() if key not in _DROPPED}
 
 
-def shifted(times: Mapping[str, datetime], judged_at: datetime,
-            now: datetime | None = None) -> dict[str, datetime]:
-    """`times` moved so that `judged_at` falls `PUBLISHED_AGO` before `now`, every gap kept:
-    a release of 2019 judged as if published two days ago, its package as old then as it was."""
-    moment = (now or datetime.now(UTC)) - PUBLISHED_AGO
-    offset = moment - judged_at
-    return {key: when + offset for key, when in times.items()}
+def settled(when: datetime, now: datetime) -> datetime:
+    """A time as the bench serves it: the registry's own, no later than `PUBLISHED_AGO` before
+    `now` (a release pulled for the first time a day after the cooldown, never held by it)."""
+    return min(when, now - PUBLISHED_AGO)
 
 
 def stored(store: Path, tarball: bytes) -> Path:

@@ -64,7 +64,8 @@ def package_of(case: Case) -> FixturePackage:
     """The case's package as the fixture registry serves it: the real manifests and bytes,
     its first publish in `time.created`, its maintainers."""
     versions = {p.version: FixtureVersion(manifest=dict(p.manifest), published=p.published,
-                                          explicit_tarball=p.tarball.read_bytes())
+                                          explicit_tarball=p.tarball.read_bytes(),
+                                          dist_overrides=dict(p.dist))
                 for p in case.versions}
     fields: dict[str, object] = {"time": _time_map(case.created, {
         p.version: p.published for p in case.versions})}

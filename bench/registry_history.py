@@ -44,7 +44,9 @@ async def published_version(reader: Reader, store: Path, document: Mapping[str, 
     when = time_of(document, version)
     if when is None:
         raise ValueError(f"{document.get('name')}@{version} has no publication time")
-    return Published(version, manifest_of(manifest), stored(store, tarball), when)
+    attestations = (manifest.get("dist") or {}).get("attestations")
+    return Published(version, manifest_of(manifest), stored(store, tarball), when,
+                     {"attestations": attestations} if attestations else {})
 
 
 async def added_dependencies(reader: Reader, new: Mapping[str, Any], old: Mapping[str, Any],

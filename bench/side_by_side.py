@@ -38,12 +38,13 @@ import aiohttp
 from bench.corpus import KINDS, MALICIOUS_KINDS, UPDATE, Case
 from bench.gate_verdicts import POLICIES, Judged, judge_cases, policy_from
 from bench.guarddog_scan import THRESHOLDS, Scanned, flagged, scan, version_of
+from bench.incident_shapes import build_shapes
 from bench.malware_samples import MANIFEST, read_manifest, sample_bytes, sample_case
 from bench.release_signals import Reader, registry
 from mirrorgate.logs import configure_logging
 from mirrorgate.rules import Rules
 
-PARTS = ("samples",)
+PARTS = ("shapes", "samples")
 
 
 def _copies(pairs: list[str]) -> dict[str, Path]:
@@ -63,6 +64,8 @@ async def gather(args: argparse.Namespace, now: datetime) -> list[Case]:
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         reader = Reader(session, registry(), args.cache / "registry")
+        if "shapes" in args.only:
+            cases += await build_shapes(reader, store, now)
         if "samples" in args.only:
             cases += await _samples(args, reader, store, now)
     return cases

@@ -20,7 +20,7 @@ from bench.corpus import (
     Published,
     files_of,
     pack,
-    shifted,
+    settled,
     stored,
 )
 from bench.gate_verdicts import package_of, rounds
@@ -51,16 +51,11 @@ def test_a_case_judges_only_versions_it_serves_and_only_known_kinds(tmp_path: Pa
     assert good.kind in KINDS
 
 
-def test_the_judged_release_is_moved_to_two_days_ago_with_every_gap_kept() -> None:
-    judged = datetime(2019, 3, 1, tzinfo=UTC)
-    times = {"created": datetime(2012, 1, 1, tzinfo=UTC), "1.0.0": datetime(2019, 1, 1, tzinfo=UTC),
-             "1.0.1": judged}
+def test_a_time_is_served_as_the_registry_gives_it_but_never_inside_the_cooldown() -> None:
+    old = datetime(2019, 3, 1, tzinfo=UTC)
 
-    moved = shifted(times, judged, NOW)
-
-    assert moved["1.0.1"] == NOW - PUBLISHED_AGO
-    assert moved["1.0.1"] - moved["1.0.0"] == judged - times["1.0.0"]
-    assert moved["1.0.1"] - moved["created"] == judged - times["created"]
+    assert settled(old, NOW) == old
+    assert settled(NOW - timedelta(hours=3), NOW) == NOW - PUBLISHED_AGO
 
 
 def test_the_package_served_carries_its_first_publish_and_real_bytes(tmp_path: Path) -> None:
