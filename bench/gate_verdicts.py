@@ -30,7 +30,10 @@ from mirrorgate.config import load_settings
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES, Rules, parse_rules
 
-__all__ = ["POLICIES", "Judged", "judge_cases", "rounds"]
+__all__ = ["POLICIES", "ROUND", "Judged", "judge_cases", "rounds"]
+
+ROUND = 100
+"""Cases served at once, at most."""
 
 POLICIES: dict[str, Rules] = {
     "defaults": DEFAULT_RULES,
@@ -93,12 +96,13 @@ def packages_of(case: Case) -> list[FixturePackage]:
     return found
 
 
-def rounds(cases: Iterable[Case]) -> list[list[Case]]:
-    """The cases in rounds where no package name is served twice, in their order."""
+def rounds(cases: Iterable[Case], size: int = ROUND) -> list[list[Case]]:
+    """The cases in rounds of at most `size` where no package name is served twice, in their
+    order (a round's tarballs are held in memory while it is served)."""
     found: list[tuple[set[str], list[Case]]] = []
     for case in cases:
         for names, members in found:
-            if not names & case.names:
+            if len(members) < size and not names & case.names:
                 names |= case.names
                 members.append(case)
                 break

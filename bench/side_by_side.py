@@ -40,11 +40,12 @@ from bench.gate_verdicts import POLICIES, Judged, judge_cases, policy_from
 from bench.guarddog_scan import THRESHOLDS, Scanned, flagged, scan, version_of
 from bench.incident_shapes import build_shapes
 from bench.malware_samples import MANIFEST, read_manifest, sample_bytes, sample_case
+from bench.real_updates import gather_updates
 from bench.release_signals import Reader, registry
 from mirrorgate.logs import configure_logging
 from mirrorgate.rules import Rules
 
-PARTS = ("shapes", "samples")
+PARTS = ("shapes", "samples", "updates")
 
 
 def _copies(pairs: list[str]) -> dict[str, Path]:
@@ -68,6 +69,8 @@ async def gather(args: argparse.Namespace, now: datetime) -> list[Case]:
             cases += await build_shapes(reader, store, now)
         if "samples" in args.only:
             cases += await _samples(args, reader, store, now)
+        if "updates" in args.only:
+            cases += await gather_updates(reader, store, args.updates, now, args.concurrency)
     return cases
 
 

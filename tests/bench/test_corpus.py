@@ -24,6 +24,7 @@ from bench.corpus import (
     stored,
 )
 from bench.gate_verdicts import package_of, rounds
+from bench.real_updates import wanted
 
 NOW = datetime(2026, 12, 5, tzinfo=UTC)
 
@@ -103,3 +104,22 @@ def test_files_are_read_past_any_top_folder_and_packed_under_package(tmp_path: P
 
     assert files == {"package.json": b"{}", "lib/uuid.js": b"x"}
     assert names == ["package/lib/uuid.js", "package/package.json"]
+
+
+def test_a_round_holds_at_most_its_size(tmp_path: Path) -> None:
+    cases = [_case(tmp_path, f"p{i}") for i in range(5)]
+
+    assert [len(members) for members in rounds(cases, size=2)] == [2, 2, 1]
+
+
+def test_updates_are_the_top_names_then_each_lockfiles_pins_in_turn_without_repeats() -> None:
+    pins = [[("a", "1.0.0"), ("b", "2.0.0"), ("c", "3.0.0")],
+            [("a", "1.0.0"), ("d", "4.0.0")],
+            [("e", "5.0.0")], [], []]
+
+    found = wanted(6, ["react", "lodash"], pins)
+
+    assert found == [("react", None, "top-dependents"), ("lodash", None, "top-dependents"),
+                     ("a", "1.0.0", "axios"), ("e", "5.0.0", "hono"),
+                     ("b", "2.0.0", "axios"), ("d", "4.0.0", "chartjs")]
+    assert len(wanted(2, ["react", "lodash", "chalk"], pins)) == 2
