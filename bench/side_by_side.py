@@ -39,7 +39,14 @@ from bench.corpus import KINDS, MALICIOUS_KINDS, UPDATE, Case
 from bench.gate_verdicts import POLICIES, Judged, judge_cases, policy_from
 from bench.guarddog_scan import THRESHOLDS, Scanned, flagged, scan, version_of
 from bench.incident_shapes import build_shapes
-from bench.malware_samples import MANIFEST, read_manifest, sample_bytes, sample_case
+from bench.malware_samples import (
+    MANIFEST,
+    REGISTRY,
+    read_manifest,
+    registry_sample,
+    sample_bytes,
+    sample_case,
+)
 from bench.real_updates import gather_updates
 from bench.release_signals import Reader, registry
 from mirrorgate.logs import configure_logging
@@ -80,7 +87,8 @@ async def _samples(args: argparse.Namespace, reader: Reader, store: Path,
     found: list[Case] = []
     for sample in read_manifest(args.manifest.read_text(encoding="utf-8")):
         try:
-            tarball = sample_bytes(sample, copies)
+            tarball = (await registry_sample(sample, reader) if sample.repository == REGISTRY
+                       else sample_bytes(sample, copies))
             digest = hashlib.sha256(tarball).hexdigest()
             if digest != sample.sha256:
                 raise ValueError(f"sha256 {digest}, the manifest says {sample.sha256}")
