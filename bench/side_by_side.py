@@ -27,6 +27,7 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -188,7 +189,31 @@ def table(cases: list[Case], judged: Mapping[str, Mapping[tuple[str, str], Judge
     guard = _ms([s.cpu for s in scanned.values() if s.error is None])
     lines.append("| CPU per tarball, mean (median) | " + f"{len(scanned)} | "
                  + " | ".join([*cpu, *[guard] * len(THRESHOLDS)]) + " |")
+    megabytes = sum(path.stat().st_size for path in scanned) / 1e6
+    per_mb = [f"{sum(j.cpu for j in verdicts.values()) * 1e3 / megabytes:.1f} ms"
+              for verdicts in judged.values()]
+    guard_mb = f"{sum(s.cpu for s in scanned.values()) * 1e3 / megabytes:.0f} ms"
+    lines.append(f"| CPU per MB of tarball | {megabytes:.0f} MB | "
+                 + " | ".join([*per_mb, *[guard_mb] * len(THRESHOLDS)]) + " |")
     return "\n".join(lines)
+
+
+def guarddog_on_updates(cases: list[Case], scanned: Mapping[Path, Scanned]) -> str:
+    """Which of GuardDog's rules fire on the real updates it rates suspicious or worse, and on
+    how many of them; and the errors it gave."""
+    flagged_rules: Counter[str] = Counter()
+    count = 0
+    for case in cases:
+        if case.kind != UPDATE:
+            continue
+        for _name, _version, path in case.judged_tarballs():
+            if flagged(scanned[path], "suspicious or worse"):
+                count += 1
+                flagged_rules.update(scanned[path].rules)
+    errors = sum(1 for found in scanned.values() if found.error)
+    top = ", ".join(f"{rule} {n}" for rule, n in flagged_rules.most_common(12))
+    return (f"GuardDog rated {count} real updates suspicious or worse; the rules on them: "
+            f"{top or 'none'}; {errors} tarballs GuardDog could not scan")
 
 
 def details(cases: list[Case], judged: Mapping[str, Mapping[tuple[str, str], Judged]],
@@ -268,6 +293,7 @@ def main() -> None:
           f"{Path(sys.modules['mirrorgate'].__file__ or '?').parent}; "
           f"{sum(1 for c in cases if c.kind == UPDATE)} real updates judged")
     print(table(cases, judged, scanned))
+    print(guarddog_on_updates(cases, scanned))
     print()
     print(details(cases, judged, scanned))
 
