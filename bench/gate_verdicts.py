@@ -12,6 +12,7 @@ one case is another's baseline.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import tempfile
 import threading
@@ -29,6 +30,7 @@ from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import load_settings
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES, Rules, parse_rules
+from mirrorgate.rules.typosquat import popular_names
 
 __all__ = ["POLICIES", "ROUND", "Judged", "judge_cases", "rounds"]
 
@@ -132,7 +134,10 @@ async def judge_cases(cases: list[Case], policy: Rules,
                            "MIRRORGATE_DATA_DIR": data, "MIRRORGATE_LOG_LEVEL": "error"},
                           npm_registry=lambda: None),
             upstream_timeout=120.0)
-        if cases:  # one-time costs (imports, the popular names' index) not on a case's CPU
+        # one-time costs of a process (the popular names' index, the readers' first use) are
+        # not a case's: paid before the first one is measured
+        await asyncio.to_thread(popular_names)
+        if cases:
             first = rounds(cases)[0][0]
             registry.add(*packages_of(first))
             gate = await GateVerdicts.open(settings, policy)

@@ -24,11 +24,9 @@ import argparse
 import asyncio
 import hashlib
 import json
-import statistics
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,9 +34,9 @@ from typing import Any
 
 import aiohttp
 
-from bench.corpus import KINDS, MALICIOUS_KINDS, UPDATE, Case
+from bench.corpus import KINDS, UPDATE, Case
 from bench.gate_verdicts import POLICIES, Judged, judge_cases, policy_from
-from bench.guarddog_scan import THRESHOLDS, Scanned, flagged, scan, version_of
+from bench.guarddog_scan import Scanned, scan, version_of
 from bench.incident_shapes import build_shapes
 from bench.malware_samples import (
     MANIFEST,
@@ -50,6 +48,7 @@ from bench.malware_samples import (
 )
 from bench.real_updates import gather_updates
 from bench.release_signals import Reader, registry
+from bench.side_by_side_report import Record, details, guarddog_on_updates, merge, table
 from mirrorgate.logs import configure_logging
 from mirrorgate.rules import Rules
 
@@ -131,138 +130,43 @@ async def mirrorgate_all(cases: list[Case], policies: Mapping[str, Rules],
     return found
 
 
-def _share(part: int, whole: int) -> str:
-    return f"{part}/{whole} ({part / whole:.1%})" if whole else "-"
+def records(cases: list[Case], judged: Mapping[str, Mapping[tuple[str, str], Judged]],
+            scanned: Mapping[Path, Scanned], label: str) -> list[Record]:
+    """The run's results, a record per case (`bench.side_by_side_report`); `label` prefixes
+    the mirrorgate columns (`main: defaults`)."""
+    prefix = f"{label}: " if label else ", "
 
+    def verdict(one: Judged) -> dict[str, Any]:
+        return {"refused": one.refused, "rule": one.rule, "reason": one.reason,
+                "error": one.error, "cpu": one.cpu}
 
-def _ms(seconds: list[float]) -> str:
-    if not seconds:
-        return "-"
-    mean, median = statistics.fmean(seconds), statistics.median(seconds)
-    return f"{mean * 1e3:.0f} ms ({median * 1e3:.0f} ms)"
+    def scan(path: Path) -> dict[str, Any] | None:
+        found = scanned.get(path)
+        return None if found is None else {"label": found.label, "issues": found.issues,
+                                           "rules": list(found.rules), "cpu": found.cpu,
+                                           "error": found.error}
 
-
-def _refused_by(verdicts: Mapping[tuple[str, str], Judged]) -> Callable[[Case], bool]:
-    def refuses(case: Case) -> bool:
-        return any(verdicts[(name, version)].refused
-                   for name, version, _path in case.judged_tarballs())
-    return refuses
-
-
-def _flagged_at(scanned: Mapping[Path, Scanned], threshold: str) -> Callable[[Case], bool]:
-    def flags(case: Case) -> bool:
-        return any(flagged(scanned[path], threshold)
-                   for _name, _version, path in case.judged_tarballs())
-    return flags
-
-
-def outcomes(judged: Mapping[str, Mapping[tuple[str, str], Judged]],
-             scanned: Mapping[Path, Scanned]) -> dict[str, Callable[[Case], bool]]:
-    """Each column of the table: whether it refuses (or flags) a case, any of its releases."""
-    columns = {f"mirrorgate, {policy}": _refused_by(verdicts)
-               for policy, verdicts in judged.items()}
-    columns.update({f"GuardDog, {threshold}": _flagged_at(scanned, threshold)
-                    for threshold in THRESHOLDS})
-    return columns
-
-
-def table(cases: list[Case], judged: Mapping[str, Mapping[tuple[str, str], Judged]],
-          scanned: Mapping[Path, Scanned]) -> str:
-    columns = outcomes(judged, scanned)
-    head = ["", "cases", *columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    by_kind = {kind: [case for case in cases if case.kind == kind] for kind in KINDS}
-    rows: list[tuple[str, list[Case]]] = [
-        (f"recall: {kind}", by_kind[kind]) for kind in MALICIOUS_KINDS if by_kind[kind]]
-    malicious = [case for case in cases if case.malicious and case.kind in MALICIOUS_KINDS]
-    if malicious:
-        rows.append(("recall: every real malicious release", malicious))
-    rows += [(f"recall: {kind}", by_kind[kind]) for kind in KINDS
-             if kind not in MALICIOUS_KINDS and kind != UPDATE and by_kind[kind]]
-    if by_kind[UPDATE]:
-        rows.append(("false positives: real updates", by_kind[UPDATE]))
-    for title, members in rows:
-        cells = [_share(sum(1 for case in members if refuses(case)), len(members))
-                 for refuses in columns.values()]
-        lines.append(f"| {title} | {len(members)} | " + " | ".join(cells) + " |")
-    cpu = [_ms([j.cpu for j in verdicts.values()]) for verdicts in judged.values()]
-    guard = _ms([s.cpu for s in scanned.values() if s.error is None])
-    lines.append("| CPU per tarball, mean (median) | " + f"{len(scanned)} | "
-                 + " | ".join([*cpu, *[guard] * len(THRESHOLDS)]) + " |")
-    megabytes = sum(path.stat().st_size for path in scanned) / 1e6
-    per_mb = [f"{sum(j.cpu for j in verdicts.values()) * 1e3 / megabytes:.1f} ms"
-              for verdicts in judged.values()]
-    guard_mb = f"{sum(s.cpu for s in scanned.values()) * 1e3 / megabytes:.0f} ms"
-    lines.append(f"| CPU per MB of tarball | {megabytes:.0f} MB | "
-                 + " | ".join([*per_mb, *[guard_mb] * len(THRESHOLDS)]) + " |")
-    return "\n".join(lines)
-
-
-def guarddog_on_updates(cases: list[Case], scanned: Mapping[Path, Scanned]) -> str:
-    """Which of GuardDog's rules fire on the real updates it rates suspicious or worse, and on
-    how many of them; and the errors it gave."""
-    flagged_rules: Counter[str] = Counter()
-    count = 0
-    for case in cases:
-        if case.kind != UPDATE:
-            continue
-        for _name, _version, path in case.judged_tarballs():
-            if flagged(scanned[path], "suspicious or worse"):
-                count += 1
-                flagged_rules.update(scanned[path].rules)
-    errors = sum(1 for found in scanned.values() if found.error)
-    top = ", ".join(f"{rule} {n}" for rule, n in flagged_rules.most_common(12))
-    return (f"GuardDog rated {count} real updates suspicious or worse; the rules on them: "
-            f"{top or 'none'}; {errors} tarballs GuardDog could not scan")
-
-
-def details(cases: list[Case], judged: Mapping[str, Mapping[tuple[str, str], Judged]],
-            scanned: Mapping[Path, Scanned]) -> str:
-    """Every malicious case and shape with each verdict, then every refused update."""
-    lines: list[str] = []
-    for case in cases:
-        if not case.malicious and not any(
-                j[(n, v)].refused for j in judged.values() for n, v, _p in case.judged_tarballs()):
-            continue
-        lines.append(f"- {case.kind}: {case.label}")
-        for name, version, path in case.judged_tarballs():
-            for policy, verdicts in judged.items():
-                one = verdicts[(name, version)]
-                said = (f"refused by {one.rule}: {(one.reason or '')[:240]}" if one.refused
-                        else f"admitted{' (' + one.error + ')' if one.error else ''}")
-                lines.append(f"    {name}@{version} mirrorgate [{policy}]: {said}")
-            found = scanned[path]
-            lines.append(f"    {name}@{version} GuardDog: {found.label}, {found.issues} "
-                         f"findings ({', '.join(found.rules) or 'none'})"
-                         f"{' ERROR ' + found.error if found.error else ''}")
-    return "\n".join(lines)
-
-
-def as_json(cases: list[Case], judged: Mapping[str, Mapping[tuple[str, str], Judged]],
-            scanned: Mapping[Path, Scanned]) -> list[dict[str, Any]]:
     return [{"kind": case.kind, "label": case.label, "source": case.source,
+             "malicious": case.malicious,
              "releases": [{"name": name, "version": version, "tarball": path.name,
-                           "mirrorgate": {policy: {"refused": v[(name, version)].refused,
-                                                   "rule": v[(name, version)].rule,
-                                                   "reason": v[(name, version)].reason,
-                                                   "error": v[(name, version)].error,
-                                                   "cpu": v[(name, version)].cpu}
-                                          for policy, v in judged.items()},
-                           "guarddog": {"label": scanned[path].label,
-                                        "issues": scanned[path].issues,
-                                        "rules": list(scanned[path].rules),
-                                        "cpu": scanned[path].cpu,
-                                        "error": scanned[path].error}}
+                           "size": path.stat().st_size,
+                           "mirrorgate": {f"{prefix}{policy}".lstrip(", "): verdict(
+                               verdicts[(name, version)]) for policy, verdicts in judged.items()},
+                           "guarddog": scan(path)}
                           for name, version, path in case.judged_tarballs()]}
             for case in cases]
 
 
+def report(found: list[Record]) -> str:
+    return "\n".join([table(found), guarddog_on_updates(found), "", details(found)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", type=Path, required=True,
-                        help="keeps packuments, tarballs and GuardDog's results between runs")
+    parser.add_argument("--cache", type=Path, help="keeps packuments, tarballs and GuardDog's "
+                        "results between runs")
     parser.add_argument("--guarddog", default="guarddog", help="GuardDog's executable, in its "
-                        "own environment")
+                        "own environment; `none`: mirrorgate alone")
     parser.add_argument("--samples", action="append", default=[],
                         help="OWNER/NAME=PATH: a local copy of a repository the manifest names")
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
@@ -271,10 +175,20 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=2400, help="real updates judged")
     parser.add_argument("--policy", action="append", default=[],
                         help="NAME=RULES_FILE: another policy to measure mirrorgate on")
+    parser.add_argument("--label", default="", help="prefixes this run's mirrorgate columns "
+                        "(the tree measured: `main`, a branch's name)")
     parser.add_argument("--concurrency", type=int, default=8, help="downloads at once")
     parser.add_argument("--guarddog-processes", type=int, default=2)
-    parser.add_argument("--json", type=Path, default=None, help="every verdict, as JSON")
+    parser.add_argument("--json", type=Path, default=None, help="every verdict, as records")
+    parser.add_argument("--render", type=Path, nargs="+", default=None,
+                        help="instead: one table from these runs' --json records")
     args = parser.parse_args()
+    if args.render is not None:
+        print(report(merge(json.loads(path.read_text(encoding="utf-8"))
+                           for path in args.render)))
+        return
+    if args.cache is None:
+        parser.error("--cache is required (or --render)")
     configure_logging("error", "json")
     now = datetime.now(UTC)
     started = time.monotonic()
@@ -284,18 +198,17 @@ def main() -> None:
           f"{time.monotonic() - started:.0f} s", file=sys.stderr)
     policies = {**POLICIES, **dict(policy_from(text) for text in args.policy)}
     judged = asyncio.run(mirrorgate_all(cases, policies))
-    scanned = guarddog_all(cases, args.guarddog, args.cache / "guarddog",
-                           args.guarddog_processes)
+    scanned = ({} if args.guarddog == "none" else
+               guarddog_all(cases, args.guarddog, args.cache / "guarddog",
+                            args.guarddog_processes))
+    found = records(cases, judged, scanned, args.label)
     if args.json is not None:
-        args.json.write_text(json.dumps(as_json(cases, judged, scanned), indent=1),
-                             encoding="utf-8")
-    print(f"GuardDog {version_of(args.guarddog)}; mirrorgate from "
+        args.json.write_text(json.dumps(found, indent=1), encoding="utf-8")
+    version = "not run" if args.guarddog == "none" else version_of(args.guarddog)
+    print(f"GuardDog {version}; mirrorgate from "
           f"{Path(sys.modules['mirrorgate'].__file__ or '?').parent}; "
-          f"{sum(1 for c in cases if c.kind == UPDATE)} real updates judged")
-    print(table(cases, judged, scanned))
-    print(guarddog_on_updates(cases, scanned))
-    print()
-    print(details(cases, judged, scanned))
+          f"{counts[UPDATE]} real updates judged")
+    print(report(found))
 
 
 if __name__ == "__main__":
