@@ -2,20 +2,12 @@
 malicious releases (by kind) and on the 2018-2026 incident shapes rebuilt on real predecessors,
 false positives on real updates, and CPU per tarball.
 
-Run by hand from the repository root (it reaches the registry npm is configured with; never
-in CI). GuardDog goes in an environment of its own, never the project's:
-
-    python3 -m venv /work/guarddog-venv && /work/guarddog-venv/bin/pip install guarddog
-    PYTHONPATH=$PWD/src .venv/bin/python -m bench.side_by_side --cache /tmp/side-by-side \\
-        --guarddog /work/guarddog-venv/bin/guarddog \\
-        --samples jnicastro-Sonatype/Malicious-NPM-Packages=/work/.mirror/...+.../repo \\
-        [--updates 2400] [--only shapes,samples,updates] [--json FILE]
-
-mirrorgate judges as the gate does (`bench.gate_verdicts`), on its defaults and with every
-release signal on (`--policy NAME=RULES_FILE` adds one); the tree measured is the one on
-PYTHONPATH. GuardDog scans each tarball judged (`bench.guarddog_scan`). The corpus:
-`bench.incident_shapes`, `bench.malware_samples`, `bench.real_updates`. Nothing is installed
-or run: tarballs are only read. docs/verdicts.md#measured-side-by-side has the table.
+By hand, never in CI (it reaches the registry npm is configured with); GuardDog in its own
+environment (`python3 -m venv /work/guarddog-venv && /work/guarddog-venv/bin/pip install
+guarddog`). `PYTHONPATH=$PWD/src .venv/bin/python -m bench.side_by_side --cache DIR --guarddog
+/work/guarddog-venv/bin/guarddog --samples OWNER/NAME=PATH --label main --json main.json`;
+the tree on PYTHONPATH is the one measured; `--render a.json b.json` sets two runs side by
+side. Nothing is installed or run. The figures: docs/serving.md, "Measured side by side".
 """
 
 from __future__ import annotations
