@@ -128,7 +128,9 @@ def successor(shape: Shape, files: Mapping[str, bytes], manifest: Mapping[str, A
     if shape.dependencies:
         changed["dependencies"] = {**(manifest.get("dependencies") or {}), **shape.dependencies}
     new: Files = {} if shape.emptied else dict(files)
-    entry = None if shape.emptied else entry_of(manifest, files)
+    # a CLI with no `main` (only `bin`) has no entry, and a shape that adds files needs none
+    touches = shape.appended is not None or shape.required is not None
+    entry = entry_of(manifest, files) if touches and not shape.emptied else None
     if shape.required is not None and entry is not None:
         line = (f"import './{shape.required}';\n" if _is_esm(entry, manifest)
                 else f"require('./{shape.required}');\n")

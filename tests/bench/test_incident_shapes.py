@@ -119,3 +119,16 @@ def test_a_file_the_entry_now_loads_is_imported_in_an_es_module_and_required_els
 
     assert module["index.js"].startswith(b"import './dao/x.js';\n")
     assert common["index.js"].startswith(b"require('./dao/x.js');\n")
+
+
+def test_a_shape_that_adds_files_needs_no_entry_file() -> None:
+    # @bitwarden/cli has a `bin` and no `main`: the preinstall loader is added beside it
+    shape = Shape(scripts={"preinstall": "node bw_setup.js"},
+                  added={"bw_setup.js": lambda: b"require('child_process');\n"})
+    files = {"package.json": b'{"name": "@bitwarden/cli", "bin": {"bw": "build/bw.js"}}',
+             "build/bw.js": b"#!/usr/bin/env node\n"}
+
+    new, manifest = successor(shape, files, {"bin": {"bw": "build/bw.js"}}, "2026.4.0")
+
+    assert set(new) == {"package.json", "build/bw.js", "bw_setup.js"}
+    assert manifest["scripts"] == {"preinstall": "node bw_setup.js"}
