@@ -106,9 +106,13 @@ async def gather_updates(reader: Reader, store: Path, count: int, now: datetime,
 
     await asyncio.gather(*(one(i, *item) for i, item in enumerate(chosen)))
     cases: list[Case] = []
+    seen: set[str] = set()
     for (name, version, source), result in zip(chosen, results, strict=True):
         if isinstance(result, Case):
-            cases.append(result)
+            # a top name's latest release can be a lockfile's pin as well: judged once
+            if result.label not in seen:
+                seen.add(result.label)
+                cases.append(result)
         else:
             print(f"update {name}@{version or 'latest'} ({source}) skipped: {result}",
                   file=sys.stderr)
