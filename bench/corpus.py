@@ -12,7 +12,6 @@ in the test.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import tarfile
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from tests.servers.packages import build_tarball
 
 __all__ = ["COMPROMISED", "KINDS", "MALICIOUS_KINDS", "NEW_PACKAGE", "PUBLISHED_AGO", "SABOTAGE",
            "SHAPE", "UPDATE", "Case", "Dependency", "Published", "files_of", "manifest_of",
@@ -39,7 +40,6 @@ MALICIOUS_KINDS = (COMPROMISED, NEW_PACKAGE, SABOTAGE)
 KINDS = (*MALICIOUS_KINDS, SHAPE, UPDATE)
 """The rows of the bench's table: the real samples by kind, the shapes, the good updates."""
 
-_NPM_MTIME = 499162500  # npm packs every entry with 1985-10-26T08:15:00Z
 _DROPPED = ("dist", "_id", "_resolved", "_integrity", "_from", "_shasum")
 """Registry fields of a version manifest the registry serving the corpus computes itself."""
 
@@ -157,17 +157,9 @@ def files_of(tarball: bytes) -> dict[str, bytes]:
 
 
 def pack(files: Mapping[str, bytes]) -> bytes:
-    """Files packed as `npm pack` packs them: `package/` before each path, sorted, npm's fixed
-    mtime, 0644, gzip."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for path, data in sorted(files.items()):
-            info = tarfile.TarInfo(f"package/{path}")
-            info.size = len(data)
-            info.mtime = _NPM_MTIME
-            info.mode = 0o644
-            archive.addfile(info, io.BytesIO(data))
-    return gzip.compress(buffer.getvalue(), compresslevel=9, mtime=0)
+    """Files packed as `npm pack` packs them (`package/` before each sorted path, npm's fixed
+    mtime, 0644, gzip), in pax so that a real package's long paths fit."""
+    return build_tarball(files, tarfile.PAX_FORMAT)
 
 
 def pack_directory(folder: Path) -> bytes:

@@ -173,6 +173,24 @@ PLAIN_CRYPTO_JS = Incident(
 """crypto-js's code under a look-alike name: 4.2.0 clean, 4.2.1 hours later with a postinstall
 dropper (setup.js fetches and runs a per-platform RAT, then deletes itself)."""
 
+def _bun_loaded(loader: str, payload: str, size: int) -> Shape:
+    """Shai-Hulud 2's shape and its heirs' (the Bitwarden CLI, SAP CAP): a preinstall runs a
+    small loader that fetches the Bun runtime and runs a large obfuscated payload with it."""
+    return Shape(scripts={"preinstall": f"node {loader}"},
+                 added={loader: lambda: payloads.bun_loader(payload),
+                        payload: lambda: payloads.obfuscated_payload(payload.split(".")[0],
+                                                                     size)})
+
+
+COA_RC = Shape(scripts={"preinstall": "start /B node compile.js & node compile.js"},
+               added={"compile.js": lambda: payloads.obfuscated_blob_with(
+                   payloads.spawn_script("compile")),
+                      "compile.bat": lambda: payloads.downloader_script(True)})
+"""coa and rc, the same day, the same hands: an obfuscated compile.js runs compile.bat, which
+downloads a DLL and registers it."""
+COA_RC_SOURCES = ("https://connortumbleson.com/2021/11/08/malware-and-npm-packages/",
+                  "https://www.osmondvanhemert.nl/posts/211111-npm-coa-rc-supply-chain-attacks/")
+
 INCIDENTS: tuple[Incident, ...] = (
     Incident("event-stream", "event-stream", "3.3.5", "3.3.6",
              Shape(dependencies={"flatmap-stream": "^0.1.0"}),
@@ -187,20 +205,8 @@ INCIDENTS: tuple[Incident, ...] = (
              ("https://checkmarx.com/blog/our-response-to-npm-account-takeover-attacks-"
               "chainalert-a-community-backed-open-source-tool/",
               "https://www.osmondvanhemert.nl/posts/211021-ua-parser-js-npm-supply-chain-attack/")),
-    Incident("coa", "coa", "2.0.2", "2.0.3",
-             Shape(scripts={"preinstall": "start /B node compile.js & node compile.js"},
-                   added={"compile.js": lambda: payloads.obfuscated_blob_with(
-                       payloads.spawn_script("compile")),
-                          "compile.bat": lambda: payloads.downloader_script(True)}),
-             ("https://connortumbleson.com/2021/11/08/malware-and-npm-packages/",
-              "https://www.osmondvanhemert.nl/posts/211111-npm-coa-rc-supply-chain-attacks/")),
-    Incident("rc", "rc", "1.2.8", "1.2.9",
-             Shape(scripts={"preinstall": "start /B node compile.js & node compile.js"},
-                   added={"compile.js": lambda: payloads.obfuscated_blob_with(
-                       payloads.spawn_script("compile")),
-                          "compile.bat": lambda: payloads.downloader_script(True)}),
-             ("https://connortumbleson.com/2021/11/08/malware-and-npm-packages/",
-              "https://www.osmondvanhemert.nl/posts/211111-npm-coa-rc-supply-chain-attacks/")),
+    Incident("coa", "coa", "2.0.2", "2.0.3", COA_RC, COA_RC_SOURCES),
+    Incident("rc", "rc", "1.2.8", "1.2.9", COA_RC, COA_RC_SOURCES),
     Incident("node-ipc", "node-ipc", "10.1.0", "10.1.1",
              Shape(required="dao/ssl-geospec.cjs",
                    added={"dao/ssl-geospec.cjs": lambda: payloads.destroyer(esm=False)}),
@@ -237,10 +243,7 @@ INCIDENTS: tuple[Incident, ...] = (
               "https://tdstuff.com/reading/selfpropagating-npm-attack-tinycolor-and-40-"
               "packages-backdoored-via-github-actions")),
     Incident("shai-hulud-2", "posthog-node", "5.11.2", "5.11.3",
-             Shape(scripts={"preinstall": "node setup_bun.js"},
-                   added={"setup_bun.js": lambda: payloads.bun_loader("bun_environment.js"),
-                          "bun_environment.js": lambda: payloads.obfuscated_payload(
-                              "bun_environment", 1_000_000)}),
+             _bun_loaded("setup_bun.js", "bun_environment.js", 1_000_000),
              ("https://depsguard.com/shai-hulud/",
               "https://ryanwentzel.me/blog/shai-hulud-npm-supply-chain-worm")),
     Incident("nx", "nx", "21.4.1", "21.5.0",
@@ -276,17 +279,12 @@ INCIDENTS: tuple[Incident, ...] = (
               "compromise-march-2026/"),
              also=(PLAIN_CRYPTO_JS,)),
     Incident("bitwarden-cli", "@bitwarden/cli", "2026.3.0", "2026.4.0",
-             Shape(scripts={"preinstall": "node bw_setup.js"},
-                   added={"bw_setup.js": lambda: payloads.bun_loader("bw1.js"),
-                          "bw1.js": lambda: payloads.obfuscated_payload("bw1", 600_000)}),
+             _bun_loaded("bw_setup.js", "bw1.js", 600_000),
              ("https://blog.crawley.systems/posts/bitwarden-cli-supply-chain-defense.html",
               "https://www.securitytoday.de/en/2026/04/27/bitwarden-cli-supply-chain-2026-04-"
               "22-npm-preinstall-hook/")),
     Incident("sap-cap", "@cap-js/sqlite", "2.2.1", "2.2.2",
-             Shape(scripts={"preinstall": "node setup.mjs"},
-                   added={"setup.mjs": lambda: payloads.bun_loader("execution.js"),
-                          "execution.js": lambda: payloads.obfuscated_payload(
-                              "execution", 600_000)}),
+             _bun_loaded("setup.mjs", "execution.js", 600_000),
              ("https://securitybridge.com/blog/a-mini-shai-hulud-has-appeared-when-the-npm-"
               "supply-chain-reaches-into-sap/",
               "https://pathlock.com/blog/security-alerts/sap-npm-supply-chain-incident-"
