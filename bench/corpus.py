@@ -2,10 +2,9 @@
 registry would serve it the day after the release judged, and what is known of that release.
 
 A case is a real update, a rebuilt incident shape or a real malicious sample; its versions
-carry their real registry manifests and tarball bytes (held on disk, not in memory) and the
-times the registry gives (the one this machine reaches rewrote old packages' times to when it
-copied them), none later than two days ago: past the default cooldown, as a first pull the
-day after a release finds it.
+carry their real registry manifests and tarball bytes (held on disk, not in memory); the
+release judged is served as published two days ago, past the default cooldown, as a first
+pull the day after a release finds it (`in_order`), the versions before it at their times.
 Pure, apart from reading the tarballs' files: the unit tests build cases from tarballs made
 in the test.
 """
@@ -23,9 +22,25 @@ from typing import Any
 
 from tests.servers.packages import build_tarball
 
-__all__ = ["COMPROMISED", "KINDS", "MALICIOUS_KINDS", "NEW_PACKAGE", "PUBLISHED_AGO", "SABOTAGE",
-           "SHAPE", "UPDATE", "Case", "Dependency", "Published", "files_of", "manifest_of",
-           "pack", "pack_directory", "settled", "stored"]
+__all__ = [
+    "COMPROMISED",
+    "KINDS",
+    "MALICIOUS_KINDS",
+    "NEW_PACKAGE",
+    "PUBLISHED_AGO",
+    "SABOTAGE",
+    "SHAPE",
+    "UPDATE",
+    "Case",
+    "Dependency",
+    "Published",
+    "files_of",
+    "in_order",
+    "manifest_of",
+    "pack",
+    "pack_directory",
+    "stored",
+]
 
 PUBLISHED_AGO = timedelta(days=2)
 """How long before the bench's run the release judged was published: past the default
@@ -122,10 +137,15 @@ def manifest_of(document: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in document.items() if key not in _DROPPED}
 
 
-def settled(when: datetime, now: datetime) -> datetime:
-    """A time as the bench serves it: the registry's own, no later than `PUBLISHED_AGO` before
-    `now` (a release pulled for the first time a day after the cooldown, never held by it)."""
-    return min(when, now - PUBLISHED_AGO)
+def in_order(previous: datetime, now: datetime) -> tuple[datetime, datetime]:
+    """The times a release and its predecessor are served with: the release published
+    `PUBLISHED_AGO` before `now` (past the cooldown; a quarantine a signal earns still in
+    force, as at a first pull the day after), the predecessor at its registry time, before
+    it. The registry this machine reaches rewrote old times to when it copied each version,
+    often the predecessor after the release: served so, the gate would find no earlier
+    release and judge a first version."""
+    published = now - PUBLISHED_AGO
+    return published, min(previous, published - timedelta(minutes=1))
 
 
 def stored(store: Path, tarball: bytes) -> Path:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import payloads
-from bench.corpus import SHAPE, Case, Published, files_of, pack, settled, stored
+from bench.corpus import SHAPE, Case, Published, files_of, in_order, pack, stored
 from bench.registry_history import created_of, time_of
 from bench.release_signals import Reader
 
@@ -325,7 +325,7 @@ async def _case(incident: Incident, reader: Reader, store: Path, now: datetime) 
     files = files_of(tarball)
     manifest = {key: value for key, value in real.items()
                 if key not in ("dist", "_id", "_resolved", "_integrity", "_from", "_shasum")}
-    judged_at = now - timedelta(days=2)
+    judged_at, _previous = in_order(now, now)
     new_files, new_manifest = successor(incident.shape, files, manifest, incident.after,
                                         incident.name)
     dist: dict[str, Any] = {}
@@ -344,9 +344,8 @@ async def _case(incident: Incident, reader: Reader, store: Path, now: datetime) 
                               first, dist), after)
         created = first
     else:
-        published = time_of(document, incident.base) or judged_at
-        before = Published(incident.base, manifest, stored(store, tarball),
-                           settled(published, now - timedelta(days=1)), dist)
+        _judged, previous = in_order(time_of(document, incident.base) or judged_at, now)
+        before = Published(incident.base, manifest, stored(store, tarball), previous, dist)
         versions = (before, after)
         created = created_of(document) or before.published
     also = tuple([await _case(other, reader, store, now) for other in incident.also])

@@ -22,7 +22,7 @@ from typing import Any
 
 from tests.servers.packages import semver_key
 
-from bench.corpus import UPDATE, Case, Published, settled
+from bench.corpus import UPDATE, Case, Published, in_order
 from bench.registry_history import added_dependencies, created_of, published_version
 from bench.release_signals import Reader, names
 from mirrorgate.commands.lockfiles import read_lockfile
@@ -78,13 +78,14 @@ async def _update(reader: Reader, store: Path, now: datetime, name: str,
         return str(error)
     new = await published_version(reader, store, document, version)
     old = await published_version(reader, store, document, before)
-    new = Published(new.version, new.manifest, new.tarball, settled(new.published, now), new.dist)
-    old = Published(old.version, old.manifest, old.tarball,
-                    settled(old.published, now - timedelta(minutes=1)), old.dist)
+    published, previous = in_order(old.published, now)
+    new = Published(new.version, new.manifest, new.tarball, published, new.dist)
+    old = Published(old.version, old.manifest, old.tarball, previous, old.dist)
     added = await added_dependencies(reader, new.manifest, old.manifest, timedelta(0))
-    return Case(UPDATE, f"{name}@{version}", name, (old, new), (version,),
-                created_of(document) or old.published, False, f"{source} (against {before})",
-                tuple(document.get("maintainers") or ()), added)
+    created = min(created_of(document) or previous, previous)
+    return Case(UPDATE, f"{name}@{version}", name, (old, new), (version,), created, False,
+                f"{source} (against {before})", tuple(document.get("maintainers") or ()),
+                added)
 
 
 async def gather_updates(reader: Reader, store: Path, count: int, now: datetime,

@@ -19,8 +19,8 @@ from bench.corpus import (
     Dependency,
     Published,
     files_of,
+    in_order,
     pack,
-    settled,
     stored,
 )
 from bench.gate_verdicts import package_of, rounds
@@ -52,11 +52,17 @@ def test_a_case_judges_only_versions_it_serves_and_only_known_kinds(tmp_path: Pa
     assert good.kind in KINDS
 
 
-def test_a_time_is_served_as_the_registry_gives_it_but_never_inside_the_cooldown() -> None:
-    old = datetime(2019, 3, 1, tzinfo=UTC)
+def test_a_release_is_served_two_days_old_and_its_predecessor_always_before_it() -> None:
+    # yorkie on the registry here: 2.0.0 dated 2024-11-22, 1.0.3 (copied later) 2024-12-02;
+    # served so, the gate would find no release before 2.0.0 and compare nothing
+    copied_later = datetime(2024, 12, 2, tzinfo=UTC)
 
-    assert settled(old, NOW) == old
-    assert settled(NOW - timedelta(hours=3), NOW) == NOW - PUBLISHED_AGO
+    new, old = in_order(copied_later, NOW)
+
+    assert new == NOW - PUBLISHED_AGO  # past the cooldown, a quarantine still in force
+    assert old == copied_later
+    assert in_order(NOW, NOW) == (NOW - PUBLISHED_AGO,
+                                  NOW - PUBLISHED_AGO - timedelta(minutes=1))
 
 
 def test_the_package_served_carries_its_first_publish_and_real_bytes(tmp_path: Path) -> None:
