@@ -137,15 +137,18 @@ def manifest_of(document: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in document.items() if key not in _DROPPED}
 
 
-def in_order(previous: datetime, now: datetime) -> tuple[datetime, datetime]:
+def in_order(previous: datetime, now: datetime,
+             first: datetime | None = None) -> tuple[datetime, datetime]:
     """The times a release and its predecessor are served with: the release published
     `PUBLISHED_AGO` before `now` (past the cooldown; a quarantine a signal earns still in
-    force, as at a first pull the day after), the predecessor at its registry time, before
-    it. The registry this machine reaches rewrote old times to when it copied each version,
-    often the predecessor after the release: served so, the gate would find no earlier
-    release and judge a first version."""
+    force, as at a first pull the day after), the predecessor before it, at the package's
+    `first` publish when that is earlier (only the two are served, and a gate may date the
+    package by its listed versions alone). The registry this machine reaches rewrote old times
+    to when it copied each version, often the predecessor after the release: served so, the
+    gate would find no earlier release and judge a first version."""
     published = now - PUBLISHED_AGO
-    return published, min(previous, published - timedelta(minutes=1))
+    earliest = min(previous, first) if first is not None else previous
+    return published, min(earliest, published - timedelta(minutes=1))
 
 
 def stored(store: Path, tarball: bytes) -> Path:

@@ -344,10 +344,10 @@ async def _case(incident: Incident, reader: Reader, store: Path, now: datetime) 
                               first, dist), after)
         created = first
     else:
-        _judged, previous = in_order(time_of(document, incident.base) or judged_at, now)
+        _judged, previous = in_order(time_of(document, incident.base) or judged_at, now,
+                                     created_of(document))
         before = Published(incident.base, manifest, stored(store, tarball), previous, dist)
-        versions = (before, after)
-        created = created_of(document) or before.published
+        versions, created = (before, after), previous
     also = tuple([await _case(other, reader, store, now) for other in incident.also])
     return Case(SHAPE, f"{incident.key}: {incident.served_name}@{incident.after}",
                 incident.served_name, versions, (incident.after,), created, True,

@@ -78,12 +78,11 @@ async def _update(reader: Reader, store: Path, now: datetime, name: str,
         return str(error)
     new = await published_version(reader, store, document, version)
     old = await published_version(reader, store, document, before)
-    published, previous = in_order(old.published, now)
+    published, previous = in_order(old.published, now, created_of(document))
     new = Published(new.version, new.manifest, new.tarball, published, new.dist)
     old = Published(old.version, old.manifest, old.tarball, previous, old.dist)
     added = await added_dependencies(reader, new.manifest, old.manifest, timedelta(0))
-    created = min(created_of(document) or previous, previous)
-    return Case(UPDATE, f"{name}@{version}", name, (old, new), (version,), created, False,
+    return Case(UPDATE, f"{name}@{version}", name, (old, new), (version,), previous, False,
                 f"{source} (against {before})", tuple(document.get("maintainers") or ()),
                 added)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.corpus import Dependency, Published, manifest_of, stored
 from bench.release_signals import Reader
-from mirrorgate.gate.releasefacts import first_published, release_of
+from mirrorgate.gate.releasefacts import release_of
 from mirrorgate.moments import moment
 from mirrorgate.npm.contents import Contents
 from mirrorgate.rules.release import added_packages
@@ -31,9 +31,11 @@ def time_of(document: Mapping[str, Any], version: str) -> datetime | None:
 
 
 def created_of(document: Mapping[str, Any]) -> datetime | None:
-    """The package's first publish, as the gate reads it from the packument."""
-    times = document.get("time")
-    return first_published(times) if isinstance(times, Mapping) else None
+    """The package's first publish: the earliest time its packument gives (`created` or a
+    version's)."""
+    times = [when for key, value in (document.get("time") or {}).items()
+             if key != "modified" and (when := moment(value)) is not None]
+    return min(times) if times else None
 
 
 async def published_version(reader: Reader, store: Path, document: Mapping[str, Any],

@@ -65,6 +65,15 @@ def test_a_release_is_served_two_days_old_and_its_predecessor_always_before_it()
                                   NOW - PUBLISHED_AGO - timedelta(minutes=1))
 
 
+def test_the_predecessor_stands_for_the_package_first_publish_when_that_is_earlier() -> None:
+    # only two versions are served: a gate that dates a package by its listed versions finds
+    # it as old as its registry says, not as old as its last release
+    last_week, first = NOW - timedelta(days=7), datetime(2015, 3, 1, tzinfo=UTC)
+
+    assert in_order(last_week, NOW, first)[1] == first
+    assert in_order(last_week, NOW, None)[1] == last_week
+
+
 def test_the_package_served_carries_its_first_publish_and_real_bytes(tmp_path: Path) -> None:
     case = _case(tmp_path, "left-pad")
 
