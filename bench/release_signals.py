@@ -119,8 +119,8 @@ class Reader:
             kept.write_text(json.dumps(document), encoding="utf-8")
         return document
 
-    async def contents(self, manifest: Mapping[str, Any],
-                       reuse: Contents | None = None) -> Contents:
+    async def tarball(self, manifest: Mapping[str, Any]) -> bytes:
+        """A version's tarball, verified against its `dist` (kept in the cache when given)."""
         dist = manifest.get("dist") or {}
         url = dist.get("tarball")
         if not isinstance(url, str) or urlsplit(url)[:2] != self.origin:
@@ -143,6 +143,11 @@ class Reader:
         body = b"".join(chunks)
         if kept is not None and not kept.exists():
             kept.write_bytes(body)
+        return body
+
+    async def contents(self, manifest: Mapping[str, Any],
+                       reuse: Contents | None = None) -> Contents:
+        body = await self.tarball(manifest)
 
         def timed() -> Contents:
             started = time.thread_time()

@@ -112,9 +112,10 @@ def tarball_path(name: str, version: str) -> str:
     return f"/{name}/-/{tarball_filename(name, version)}"
 
 
-def build_tarball(files: Mapping[str, bytes]) -> bytes:
+def build_tarball(files: Mapping[str, bytes], fmt: int = tarfile.USTAR_FORMAT) -> bytes:
+    """`files` packed as npm packs them (`fmt`: pax for a real package's paths of any length)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as tar:
         for path, data in sorted(files.items()):
             info = tarfile.TarInfo(f"package/{path}")
             info.size = len(data)
