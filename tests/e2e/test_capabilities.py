@@ -210,3 +210,43 @@ def test_a_young_packages_first_release_whose_main_sends_the_environment_is_refu
     assert "the package was first published " in refusal["reason"]
     assert any(item.startswith("load-time code can use, together, network")
                for item in refusal["evidence"])
+
+
+def _attested(version: FixtureVersion) -> FixtureVersion:
+    """`version` as a CI run of its repository publishes it: the registry's provenance
+    attestation in its `dist` (the repository its manifest declares is the one the registry
+    checked the Sigstore certificate against)."""
+    return version.with_dist(attestations={
+        "url": f"http://127.0.0.1:9/-/npm/v1/attestations/{version.name}@{version.version}",
+        "provenance": {"predicateType": "https://slsa.dev/provenance/v1"}})
+
+
+def test_a_gain_with_valid_provenance_from_the_projects_own_pipeline_is_still_refused(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # TanStack, May 2026: the project's own poisoned pipeline built and signed a release
+    # whose new preinstall fetches a runtime and spawns it. Both releases carry provenance
+    # from the same repository; that is said, never weighed. Beside it, a release built the
+    # same way whose new preinstall prints a line
+    repository = {"type": "git", "url": "git+https://github.com/example/router.git"}
+    for name, changed, script in (
+            ("signed-worm", {"setup_bun.js": worm_dropper()}, "setup_bun.js"),
+            ("signed-twin", {"setup.js": b"console.log('thanks for installing');\n"},
+             "setup.js")):
+        public_registry.add(make_package(name, [
+            _attested(_release(name, "1.0.0", "chalk-5.6.0", _ago(365),
+                               repository=repository)),
+            _attested(_release(name, "1.0.1", "chalk-5.6.0", _ago(2), changed,
+                               repository=repository, scripts={"preinstall": f"node {script}"}))]))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
+
+    refusal = refused(npm_client, proxy, verdaccio, "signed-worm", GAINED, "1.0.0")
+    admitted(npm_client, proxy, verdaccio, "signed-twin", "1.0.1")
+
+    said = ("1.0.1 was built from the same repository as 1.0.0 (github.com/example/router), "
+            "both with provenance: that says where it was built, not what its code does")
+    assert said in refusal["reason"]
+    assert said in refusal["evidence"]
+    assert any(item.startswith("install-time code gains processes")
+               for item in refusal["evidence"])

@@ -26,6 +26,7 @@ from mirrorgate.npm.jsuses import (
     UNREAD,
     WRITES,
 )
+from mirrorgate.rules.provenance import provenance_evidence
 from mirrorgate.rules.release import Fired, Release
 from mirrorgate.rules.releasetable import NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY
 
@@ -131,15 +132,19 @@ def of_release(release: Release) -> Capabilities:
 def check_gained(new: Release, previous: Release) -> Fired | None:
     """Stops a compromised release of an established package: its code gains a capability
     the release before it did not have (`gained`). The predecessor's capabilities stand
-    beside the evidence."""
+    beside the evidence, and where each was built (`provenance_evidence`): said, never
+    weighed, since a poisoned pipeline signs what it builds."""
     now, then = of_release(new), of_release(previous)
     details = gained(now, then)
     if not details:
         return None
     had = (f"{previous.version} could use at install: {then.described(INSTALL)}; at load: "
            f"{then.described(LOAD)}")
+    built = provenance_evidence(new, previous)
+    where = () if built is None else (built,)
     return Fired(NEW_CAPABILITY, f"its code gains what {previous.version}'s could not: "
-                 f"{'; '.join(details[:_SHOWN])} ({had})", (*details, had))
+                 f"{'; '.join(details[:_SHOWN])} ({had})"
+                 + "".join(f"; {sentence}" for sentence in where), (*details, *where, had))
 
 
 def check_alone(new: Release, why: str) -> Fired | None:

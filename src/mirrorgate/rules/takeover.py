@@ -15,18 +15,15 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from mirrorgate.moments import moment, stamp
+from mirrorgate.npm.attestations import has_provenance
 from mirrorgate.rules.patterns import PatternList, Subject
 
-__all__ = ["MODES", "PROVENANCE_CONTINUITY", "PROVENANCE_PREDICATE", "PUBLISHER_CHANGE",
+__all__ = ["MODES", "PROVENANCE_CONTINUITY", "PUBLISHER_CHANGE",
            "Finding", "History", "Release", "SignalRule", "check_provenance",
            "check_publisher", "publishers_of"]
 
 PROVENANCE_CONTINUITY = "provenance-continuity"
 PUBLISHER_CHANGE = "publisher-change"
-PROVENANCE_PREDICATE = "https://slsa.dev/provenance/"
-"""npm's `dist.attestations.provenance.predicateType` starts with this: `.../v1` today,
-`.../v0.2` on the first versions published with provenance; both count. An identifier the
-SLSA spec defines, compared as text, never fetched."""
 
 Mode = Literal["deny", "quarantine", "off"]
 MODES: tuple[str, ...] = ("deny", "quarantine", "off")
@@ -71,7 +68,7 @@ class Release:
 
 
 HISTORY_FIELDS = ("_npmUser", "maintainers", "dist")
-"""What `History.of` reads of each version (`publishers_of`, `_has_provenance`)."""
+"""What `History.of` reads of each version (`publishers_of`, `has_provenance`)."""
 
 
 def publishers_of(manifest: Mapping[str, Any]) -> frozenset[str]:
@@ -91,14 +88,6 @@ def publishers_of(manifest: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(found)
 
 
-def _has_provenance(manifest: Mapping[str, Any]) -> bool:
-    dist = manifest.get("dist")
-    attestations = dist.get("attestations") if isinstance(dist, Mapping) else None
-    provenance = attestations.get("provenance") if isinstance(attestations, Mapping) else None
-    kind = provenance.get("predicateType") if isinstance(provenance, Mapping) else None
-    return isinstance(kind, str) and kind.startswith(PROVENANCE_PREDICATE)
-
-
 class History:
     """The public versions of one packument in publish-time order. A version without a usable
     `time` entry cannot be placed, so it is left out: it neither fires a signal nor serves as
@@ -116,7 +105,7 @@ class History:
             if when is None or not isinstance(manifest, Mapping):
                 continue
             releases.append(Release(version, when, publishers_of(manifest),
-                                    _has_provenance(manifest)))
+                                    has_provenance(manifest)))
         return cls(releases)
 
     def get(self, version: str) -> Release | None:
