@@ -114,6 +114,46 @@ async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judge
     assert "old-native@1.0.0" in default_proxy.server.packuments.alone
 
 
+async def test_a_sidecar_judges_a_release_nobody_pulled_on_its_one_download_of_the_bytes(
+        public_registry: FixtureRegistry, default_proxy: RunningProxy, tmp_path: Path) -> None:
+    # The attack: a job for a release no pull judged (1.0.1's install code gains the
+    # network), written straight onto a sidecar worker's queue. Its judge reads the bytes the
+    # worker downloaded and verified against the job's digest, by the re-gate's own gating:
+    # retired all the same, and never a second download of its own (other bytes than those
+    # verified, under another cap than MIRRORGATE_MAX_TARBALL_BYTES). The control: an old
+    # package's clean release, published on one packument and one tarball request.
+    now = datetime.now(UTC)
+    files = {"index.js": b"module.exports = 1;\n", "setup.js": b"require('https');\n"}
+    public_registry.add(make_package("fresh-setup", [
+        make_version("fresh-setup", "1.0.0", files=files, published=now - timedelta(days=7)),
+        make_version("fresh-setup", "1.0.1", files=files, published=now - timedelta(days=2),
+                     scripts={"postinstall": "node setup.js"})]))
+    public_registry.add(make_package("old-native", ["1.0.0"], install_script=True))
+    worker = in_process_worker(default_proxy, tmp_path / "store", alone=True)
+
+    refused = await handled(worker, job_from(public_registry, "fresh-setup", "1.0.1"))
+    read_for_it = tarballs_asked(public_registry)
+    public_registry.clear_requests()
+    old = await handled(worker, job_from(public_registry, "old-native", "1.0.0"))
+
+    assert refused == "retired"
+    judge = default_proxy.server.gate.release
+    verdict = judge.remembered("fresh-setup", "1.0.1",
+                               public_registry.package("fresh-setup").version("1.0.1").integrity)
+    assert verdict is not None
+    assert (verdict.rule, verdict.compared_with) == ("new-capability", "1.0.0")
+    # its own bytes once (the worker's download), the release it is compared with once
+    assert read_for_it == [tarball_path("fresh-setup", "1.0.1"),
+                           tarball_path("fresh-setup", "1.0.0")]
+    assert not (tmp_path / "store" / "fresh-setup").exists()
+    assert old == "published"
+    assert judge.remembered("old-native", "1.0.0",
+                            public_registry.package("old-native").version("1.0.0").integrity
+                            ) is not None
+    assert [seen.path for seen in public_registry.requests] == [
+        "/old-native", tarball_path("old-native", "1.0.0")]
+
+
 def tarballs_asked(public: FixtureRegistry) -> list[str]:
     return [seen.path for seen in public.requests if seen.path.endswith(".tgz")]
 
