@@ -71,11 +71,9 @@ async def default_proxy(public_registry: FixtureRegistry,
     await stack.close()
 
 
-async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judged_and_retired(
-        public_registry: FixtureRegistry, default_proxy: RunningProxy, tmp_path: Path) -> None:
-    # a week-old package whose 1.0.1 adds `node setup.js` at install, which loads `https`,
-    # enqueued by hand: the default's own signals judge it before anything is published, as
-    # the relay would
+def gaining_the_network_and_old_native(public_registry: FixtureRegistry) -> None:
+    """`fresh-setup`, a week old, whose 1.0.1 adds `node setup.js` at install, which loads
+    `https`; `old-native` (first published in 2020), whose postinstall prints a line."""
     now = datetime.now(UTC)
     files = {"index.js": b"module.exports = 1;\n", "setup.js": b"require('https');\n"}
     public_registry.add(make_package("fresh-setup", [
@@ -83,6 +81,13 @@ async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judge
         make_version("fresh-setup", "1.0.1", files=files, published=now - timedelta(days=2),
                      scripts={"postinstall": "node setup.js"})]))
     public_registry.add(make_package("old-native", ["1.0.0"], install_script=True))
+
+
+async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judged_and_retired(
+        public_registry: FixtureRegistry, default_proxy: RunningProxy, tmp_path: Path) -> None:
+    # fresh-setup@1.0.1 enqueued by hand: the default's own signals judge it before
+    # anything is published, as the relay would
+    gaining_the_network_and_old_native(public_registry)
     worker = in_process_worker(default_proxy, tmp_path / "store")
 
     refused = await handled(worker, job_from(public_registry, "fresh-setup", "1.0.1"))
@@ -122,13 +127,7 @@ async def test_a_sidecar_judges_a_release_nobody_pulled_on_its_one_download_of_t
     # retired all the same, and never a second download of its own (other bytes than those
     # verified, under another cap than MIRRORGATE_MAX_TARBALL_BYTES). The control: an old
     # package's clean release, published on one packument and one tarball request.
-    now = datetime.now(UTC)
-    files = {"index.js": b"module.exports = 1;\n", "setup.js": b"require('https');\n"}
-    public_registry.add(make_package("fresh-setup", [
-        make_version("fresh-setup", "1.0.0", files=files, published=now - timedelta(days=7)),
-        make_version("fresh-setup", "1.0.1", files=files, published=now - timedelta(days=2),
-                     scripts={"postinstall": "node setup.js"})]))
-    public_registry.add(make_package("old-native", ["1.0.0"], install_script=True))
+    gaining_the_network_and_old_native(public_registry)
     worker = in_process_worker(default_proxy, tmp_path / "store", alone=True)
 
     refused = await handled(worker, job_from(public_registry, "fresh-setup", "1.0.1"))
