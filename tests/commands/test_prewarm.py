@@ -77,8 +77,9 @@ async def test_bytes_tampered_on_the_public_side_are_refused_by_the_worker_prewa
     public_registry: FixtureRegistry, tmp_path: Path,
 ) -> None:
     """The attack: public serves other bytes than the integrity its packument publishes. The
-    worker prewarm runs verifies them (the default's capability signals read them first,
-    verified as they fetch them: unread, the job is retired); nothing reaches the store."""
+    worker prewarm runs verifies them as it downloads them, before the default's capability
+    signals read them (they read those very bytes, never a download of their own): tampering,
+    said as such; nothing reaches the store."""
     tree = published_tree(public_registry)
     delta = public_registry.package("delta")
     public_registry.add(delta.with_version(delta.version("0.4.2").with_dist(
@@ -88,7 +89,7 @@ async def test_bytes_tampered_on_the_public_side_are_refused_by_the_worker_prewa
     results = by_label(await prewarm_with_the_worker(settings, [("delta", "0.4.2")]))
 
     assert results["delta@0.4.2"].outcome is Outcome.REFUSED
-    assert results["delta@0.4.2"].detail.startswith("the worker retired the job")
+    assert "did not match the admitted digest" in results["delta@0.4.2"].detail
     assert not (tmp_path / "store" / "delta" / "versions").exists()
 
 

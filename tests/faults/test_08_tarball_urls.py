@@ -178,6 +178,8 @@ async def test_a_job_carrying_such_a_url_is_retired_by_the_worker_without_a_conn
     assert len(retired) == len(hostile)
     assert sorted(line["kind"] for line in retired) == sorted(h.kind for h in hostile)
     assert all(line["reason"] == "off-origin" for line in retired)
+    # the good job's one packument and one tarball: the default's capability signals judge
+    # its release on the re-gate's gating and the bytes the worker verified, no fetch of theirs
     assert [seen.path for seen in public_registry.requests] == [f"/{NAME}",
                                                                 tarball_path(NAME, "1.0.0")]
     assert stored_tarball(worker, NAME, "1.0.0") == package.versions["1.0.0"].tarball

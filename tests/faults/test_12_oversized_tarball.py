@@ -7,7 +7,10 @@ The cap is set small (64 KiB) and the tarball made bigger. Two ways to be too bi
 upstream says so up front (a truthful Content-Length: the fixture registry), or it does not say
 and keeps sending (chunked, no Content-Length, never ending: a small `ThreadedApp` upstream
 written here, which counts what it managed to send). Either way the job is retired
-`oversized`, nothing reaches the store, and the next job is published.
+`oversized`, nothing reaches the store, and the next job is published. The default's
+capability signals read a never-judged job's release on the worker's own download, so the
+endless body is cut at the worker's cap before anything reads it (a reading that fetched for
+itself would run on under its own bound and timeout).
 """
 
 from __future__ import annotations

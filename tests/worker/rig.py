@@ -161,17 +161,19 @@ async def assert_refused(rig: Rig, logs: LogCapture, store: Path, reason: str,
 
 
 def in_process_worker(proxy: RunningProxy, store: Path, *,
-                      handoff: Handoff | None = None) -> Worker:
+                      handoff: Handoff | None = None, alone: bool = False) -> Worker:
     """A worker as `mirrorgate serve` wires it: the proxy's public client, metrics and rules,
     judging jobs by the proxy's records (`ServedPublic`) and release verdicts, taking what
-    `handoff` holds."""
+    `handoff` holds. `alone`: as `mirrorgate worker` reads public, through a cache of its own
+    (`CachedPublic`), the gate's release verdicts still its process's own."""
     settings = proxy.proxy.settings
+    cached = CachedPublic(proxy.proxy.public, settings)
     return Worker(WorkerDeps(
         settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
         target=open_target(f"file://{store}", None, max_tarball_bytes=settings.max_tarball_bytes),
         metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
-        rules=proxy.proxy.rules, packuments=ServedPublic(
-            proxy.server.packuments, CachedPublic(proxy.proxy.public, settings)),
+        rules=proxy.proxy.rules,
+        packuments=cached if alone else ServedPublic(proxy.server.packuments, cached),
         withdrawals=proxy.server.gate.withdrawals, release=proxy.server.gate.release,
         handoff=handoff), idle_pause=0.01)
 

@@ -71,11 +71,9 @@ async def default_proxy(public_registry: FixtureRegistry,
     await stack.close()
 
 
-async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judged_and_retired(
-        public_registry: FixtureRegistry, default_proxy: RunningProxy, tmp_path: Path) -> None:
-    # a week-old package whose 1.0.1 adds `node setup.js` at install, which loads `https`,
-    # enqueued by hand: the default's own signals judge it before anything is published, as
-    # the relay would
+def gaining_the_network_and_old_native(public_registry: FixtureRegistry) -> None:
+    """`fresh-setup`, a week old, whose 1.0.1 adds `node setup.js` at install, which loads
+    `https`; `old-native` (first published in 2020), whose postinstall prints a line."""
     now = datetime.now(UTC)
     files = {"index.js": b"module.exports = 1;\n", "setup.js": b"require('https');\n"}
     public_registry.add(make_package("fresh-setup", [
@@ -83,6 +81,13 @@ async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judge
         make_version("fresh-setup", "1.0.1", files=files, published=now - timedelta(days=2),
                      scripts={"postinstall": "node setup.js"})]))
     public_registry.add(make_package("old-native", ["1.0.0"], install_script=True))
+
+
+async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judged_and_retired(
+        public_registry: FixtureRegistry, default_proxy: RunningProxy, tmp_path: Path) -> None:
+    # fresh-setup@1.0.1 enqueued by hand: the default's own signals judge it before
+    # anything is published, as the relay would
+    gaining_the_network_and_old_native(public_registry)
     worker = in_process_worker(default_proxy, tmp_path / "store")
 
     refused = await handled(worker, job_from(public_registry, "fresh-setup", "1.0.1"))
@@ -99,17 +104,53 @@ async def test_with_no_rules_file_an_install_script_gaining_the_network_is_judge
     assert (verdict.rule, verdict.compared_with) == ("new-capability", "1.0.0")
     assert {"new-capability", "young-package-capability"} <= {
         found.signal for found in verdict.fired}
-    # an old package (first published in 2020) whose postinstall prints a line is read (its
-    # bytes, by the judge, then the worker's own download) and gains nothing: published
+    # an old package (first published in 2020) whose postinstall prints a line is read and
+    # gains nothing: published. The judge reads the bytes the worker downloaded and verified,
+    # so the job's tarball is fetched once (a second download could bring other bytes than
+    # those judged, and escapes the worker's MIRRORGATE_MAX_TARBALL_BYTES)
     assert old == "published"
     assert default_proxy.server.gate.release.remembered(
         "old-native", "1.0.0",
         public_registry.package("old-native").version("1.0.0").integrity) is not None
     assert [seen.path for seen in public_registry.requests
-            if seen.path.endswith(".tgz")] == [tarball_path("old-native", "1.0.0")] * 2
+            if seen.path.endswith(".tgz")] == [tarball_path("old-native", "1.0.0")]
     # nor is its packument gated whole: the re-gate and the verdict read the version alone
     assert "old-native" not in default_proxy.server.packuments.cache
     assert "old-native@1.0.0" in default_proxy.server.packuments.alone
+
+
+async def test_a_sidecar_judges_a_release_nobody_pulled_on_its_one_download_of_the_bytes(
+        public_registry: FixtureRegistry, default_proxy: RunningProxy, tmp_path: Path) -> None:
+    # The attack: a job for a release no pull judged (1.0.1's install code gains the
+    # network), written straight onto a sidecar worker's queue. Its judge reads the bytes the
+    # worker downloaded and verified against the job's digest, by the re-gate's own gating:
+    # retired all the same, and never a second download of its own (other bytes than those
+    # verified, under another cap than MIRRORGATE_MAX_TARBALL_BYTES). The control: an old
+    # package's clean release, published on one packument and one tarball request.
+    gaining_the_network_and_old_native(public_registry)
+    worker = in_process_worker(default_proxy, tmp_path / "store", alone=True)
+
+    refused = await handled(worker, job_from(public_registry, "fresh-setup", "1.0.1"))
+    read_for_it = tarballs_asked(public_registry)
+    public_registry.clear_requests()
+    old = await handled(worker, job_from(public_registry, "old-native", "1.0.0"))
+
+    assert refused == "retired"
+    judge = default_proxy.server.gate.release
+    verdict = judge.remembered("fresh-setup", "1.0.1",
+                               public_registry.package("fresh-setup").version("1.0.1").integrity)
+    assert verdict is not None
+    assert (verdict.rule, verdict.compared_with) == ("new-capability", "1.0.0")
+    # its own bytes once (the worker's download), the release it is compared with once
+    assert read_for_it == [tarball_path("fresh-setup", "1.0.1"),
+                           tarball_path("fresh-setup", "1.0.0")]
+    assert not (tmp_path / "store" / "fresh-setup").exists()
+    assert old == "published"
+    assert judge.remembered("old-native", "1.0.0",
+                            public_registry.package("old-native").version("1.0.0").integrity
+                            ) is not None
+    assert [seen.path for seen in public_registry.requests] == [
+        "/old-native", tarball_path("old-native", "1.0.0")]
 
 
 def tarballs_asked(public: FixtureRegistry) -> list[str]:

@@ -13,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
 
 import structlog
 
 from mirrorgate.gate.baseline import Baseline, Budget, Unsettled, choose_baseline
 from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.publishtimes import first_publish_of, order_contradicted
+from mirrorgate.gate.publishtimes import order_contradicted
 from mirrorgate.gate.records import Denial, Gated, RefusedBytes, VersionRecord
 from mirrorgate.gate.releasecheck import ReleaseCheck
 from mirrorgate.gate.releasefacts import (
@@ -209,12 +208,6 @@ class ReleaseJudge:
             # an age the times cannot establish is young's: read (`gate.publishtimes`)
             return first is None or self.now() - first < release.young_package
         return True
-
-    def note_public(self, name: str, document: Mapping[str, Any]) -> None:
-        """The package's age as public's packument says it, read by the worker's own re-gate:
-        a sidecar's `verdict_for` under the default's young-package signal alone then fills
-        no packument only to learn that the package is old."""
-        self._note_age(name, first_publish_of(None, document).when)
 
     def _note_age(self, name: str, first: datetime | None) -> None:
         self._ages[name] = (first, self.now())
@@ -514,21 +507,24 @@ class ReleaseJudge:
         return None if judged.unread or not judged.unsettled else False
 
     async def read_and_judge(self, name: PackageName, gated: Gated, record: VersionRecord,
-                             budget: Budget | None = None) -> Judged:
-        """Read `record`'s bytes from public (bounded, verified) and judge them as a first
-        pull would (a read that failed is never a verdict: nothing is kept, and it is read
-        again next time). One read per version at a time, however many ask."""
+                             budget: Budget | None = None, tarball: bytes | None = None,
+                             ) -> Judged:
+        """Read `record`'s bytes and judge them as a first pull would (a read that failed is
+        never a verdict: nothing is kept, and it is read again next time): `tarball` when the
+        caller holds them, verified against `record`'s digests (the worker's one download),
+        else fetched from public, bounded and verified. One read per version at a time,
+        however many ask."""
         key = kept_as(name, record)
         running = self._judging.get(key)
         if running is None:
             running = asyncio.get_running_loop().create_task(
-                self._read_and_judge(name, gated, record, budget or Budget()))
+                self._read_and_judge(name, gated, record, budget or Budget(), tarball))
             self._judging[key] = running
             running.add_done_callback(lambda _task: self._judging.pop(key, None))
         return await asyncio.shield(running)
 
     async def _read_and_judge(self, name: PackageName, gated: Gated, record: VersionRecord,
-                              budget: Budget) -> Judged:
+                              budget: Budget, tarball: bytes | None) -> Judged:
         # bytes read before (the relay's pull seconds before the worker's job asks, or a
         # baseline's) are neither fetched nor read again: the same bytes, by their strongest
         # digest, read the same (`KeptReadings`)
@@ -539,7 +535,10 @@ class ReleaseJudge:
         try:
             check.begin()  # the baseline chosen and fetched beside this read
             if kept is None:
-                fetched = await self.fetch_previous(name, record)
+                # the caller's verified bytes are read as they are: a job's tarball is
+                # downloaded once, by the worker, under its own cap (MAX_TARBALL_BYTES)
+                fetched = (tarball if tarball is not None
+                           else await self.fetch_previous(name, record))
                 if isinstance(fetched, Unread):
                     log.warning("release_read_failed", package=name.full,
                                 version=record.version, reason=fetched.reason,
@@ -552,14 +551,19 @@ class ReleaseJudge:
         finally:
             check.close()
 
-    async def verdict_for(self, name: PackageName, version: str,
-                          integrity: str) -> ReleaseVerdict | str | None:
+    async def verdict_for(self, name: PackageName, version: str, integrity: str, *,
+                          gated: Gated | None = None,
+                          tarball: bytes | None = None) -> ReleaseVerdict | str | None:
         """The verdict on these bytes of `name@version` (`integrity`: the strongest digest of
         the job's, the lockfile's, the packument's) under the rules in force, read and judged
         now when they never were (the worker's re-gate, `prewarm`, `check`); a sentence when
         no verdict can be kept (unchecked, unsettled, or public lists other bytes now: a
         refusal for whoever asks); None when the signals do not apply to it (off, a
-        first-party or unknown version)."""
+        first-party or unknown version).
+
+        The worker hands what it has: `gated`, its own gating of public's version (the
+        re-gate's: not filled again), and `tarball`, the bytes it downloaded and verified
+        against `integrity` (read as they are: not downloaded again)."""
         if not self.rules.release.on:
             return None
         remembered = self.remembered(name.full, version, integrity)
@@ -582,9 +586,10 @@ class ReleaseJudge:
         # the history only for a release whose code could have gained something), the
         # version's own gating carries what is read (its record, the package's first publish):
         # a job's packument is not filled whole to learn a package is old
-        gated = await (self.packument(name) if self.one_version is None
-                       or self.rules.release.compares_early
-                       else self.one_version(name, version))
+        if gated is None:
+            gated = await (self.packument(name) if self.one_version is None
+                           or self.rules.release.compares_early
+                           else self.one_version(name, version))
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None or not self.applies(record, gated):
             return None
@@ -596,7 +601,7 @@ class ReleaseJudge:
             return (f"the public registry now lists other bytes for {version} "
                     f"({listed or 'no digest'}) than those asked about "
                     f"({integrity or 'no digest'}); they are judged at their first pull")
-        judged = await self.read_and_judge(name, gated, record)
+        judged = await self.read_and_judge(name, gated, record, tarball=tarball)
         remembered = self.remembered(name.full, version, integrity)
         return remembered if remembered is not None else judged.refused
 

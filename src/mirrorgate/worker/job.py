@@ -28,7 +28,7 @@ from mirrorgate.gate.entry import PublicAnswer
 from mirrorgate.gate.facts import UnrecordedError
 from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
 from mirrorgate.gate.public import CachedPublic, PublicPackuments
-from mirrorgate.gate.records import TooManyVersionsError
+from mirrorgate.gate.records import Gated, TooManyVersionsError
 from mirrorgate.gate.release import ReleaseJudge
 from mirrorgate.gate.releasefacts import UNSETTLED
 from mirrorgate.gate.withdrawals import WithdrawnVersions
@@ -68,6 +68,7 @@ from mirrorgate.rules import (
     scripts_reported,
 )
 from mirrorgate.rules.license import LICENSE, tarball_license_finding
+from mirrorgate.rules.release import ReleaseVerdict
 from mirrorgate.upstream.client import WORKER, Upstream, UpstreamError
 from mirrorgate.upstream.keys import RegistryKeys
 from mirrorgate.upstream.registry import RegistryError, TargetConflict
@@ -328,8 +329,8 @@ class JobRunner:
             raise Retire(PUBLIC_WITHDRAWN, f"{job.name}@{job.version} was withdrawn from the "
                          f"public registry (first seen {seen})", first_seen=seen)
         with tracing.span("mirrorgate.regate"):
-            job = await self._regate(job, name)
-        await self._release_verdict(job, name)
+            job, gated = await self._regate(job, name)
+        self._kept_verdict(job)  # one that refuses these bytes: retired before any download
         url = job.artifact.tarball_url
         # public's digests: the gate denies a version without one this worker can compute
         verifier = StreamVerifier(job.artifact.digests, expected_size=job.artifact.size,
@@ -353,6 +354,9 @@ class JobRunner:
                 else:
                     tarball, verified = await self._fetch(url, verifier)
                 fetched.set("mirrorgate.bytes", verified.size)
+            # never judged (a sidecar's job, one written by hand): these verified bytes are
+            # read, not a second download under another cap (`_release_verdict`)
+            await self._release_verdict(job, name, gated, tarball)
             scripts = scripts_blocked(self._rules, job.name, job.version)
             # the relay beside this worker read these very bytes for the license rule and
             # found the manifest's license (`Handed.license_read`): not read again for it
@@ -400,8 +404,11 @@ class JobRunner:
                  integrity=digests.integrity)
         return result
 
-    async def _regate(self, job: MirrorJob, name: PackageName) -> MirrorJob:
-        """The job as the public packument describes it now (`regate`); raises JobRefused."""
+    async def _regate(self, job: MirrorJob,
+                      name: PackageName) -> tuple[MirrorJob, Gated | None]:
+        """The job as the public packument describes it now (`regate`), and the gating that
+        admitted it when the worker gated public's packument itself (None: judged by the
+        proxy's record); raises JobRefused."""
         if not self._rules.signatures.verify:
             # Beside the proxy: its own current verdict on public's version, no parse and no
             # second gate. With signatures verified, the worker asks for the keys itself
@@ -410,7 +417,7 @@ class JobRunner:
                 lambda named: self._packuments.verdict(named, job.version), name)
             if verdict is not None:
                 with contextlib.suppress(JobRefused):  # a refusal is confirmed below
-                    return regate_record(job, name, verdict.record, verdict.published)
+                    return regate_record(job, name, verdict.record, verdict.published), None
         answer = await self._public(self._packuments.read, name)  # cached, as the proxy reads
         try:
             return await self._judge(job, name, answer)
@@ -422,9 +429,20 @@ class JobRunner:
                 raise
             return await self._judge(job, name, fresh)
 
-    async def _release_verdict(self, job: MirrorJob, name: PackageName) -> None:
+    def _kept_verdict(self, job: MirrorJob) -> None:
+        """The release verdict kept on the job's bytes, asked before they are downloaded: one
+        that refuses them now retires the job, as on the serve path."""
+        judge = self.deps.release
+        if judge is not None and judge.rules.release.on:
+            self._judged(job, judge.remembered(job.name, job.version,
+                                               strongest_sri(job.artifact.digests)))
+
+    async def _release_verdict(self, job: MirrorJob, name: PackageName, gated: Gated | None,
+                               tarball: bytes) -> None:
         """The version's release verdict, read and judged now when it has none (a sidecar's
-        job, one written by hand): a refusal in force retires the job, as on the serve path."""
+        job, one written by hand), on `tarball`, the bytes downloaded (or handed over) and
+        verified against the job's digest, with the re-gate's `gated` when it made one: a
+        refusal in force retires the job, as on the serve path."""
         judge = self.deps.release
         if judge is None:
             return
@@ -432,9 +450,14 @@ class JobRunner:
             try:
                 verdict = await self._public(
                     lambda named: judge.verdict_for(named, job.version,
-                                                    strongest_sri(job.artifact.digests)), name)
+                                                    strongest_sri(job.artifact.digests),
+                                                    gated=gated, tarball=tarball), name)
             except TooManyVersionsError as error:
                 raise Retire("release-signal", str(error), rule=UNSETTLED) from None
+        self._judged(job, verdict)
+
+    def _judged(self, job: MirrorJob, verdict: ReleaseVerdict | str | None) -> None:
+        """Retire the job when `verdict` refuses its bytes (a sentence: none could be kept)."""
         if isinstance(verdict, str):
             raise Retire("release-signal", f"{job.name}@{job.version}: {verdict}",
                          rule=UNSETTLED)
@@ -452,15 +475,13 @@ class JobRunner:
             raise Retire("public-refused", str(error), status=error.status) from None
 
     async def _judge(self, job: MirrorJob, name: PackageName,
-                     answer: PublicAnswer) -> MirrorJob:
+                     answer: PublicAnswer) -> tuple[MirrorJob, Gated]:
         signatures = self._rules.signatures
         keys = await self._keys.current() if signatures.verify else None
         if signatures.verify and keys is None and signatures.missing == "deny":
             # Refusing now would retire a job only a passing outage stands in the way of.
             raise Retry("public-failed", "the public registry's signing keys are unavailable")
         document = await in_thread_if_large(answer.size, answer.document)  # a parse of its own
-        if self.deps.release is not None and document is not None:
-            self.deps.release.note_public(name.full, document)  # its age: `_release_verdict`
         return await regate(job, name, document, answer.size, public=self.deps.public,
                             rules=self._rules, now=self.deps.now(), keys=keys)
 

@@ -56,12 +56,14 @@ def check_digest_floor(job: MirrorJob, rules: Rules) -> None:
 
 async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] | None,
                  size: int, *, public: Upstream, rules: Rules, now: datetime,
-                 keys: KeySet | None = None) -> MirrorJob:
-    """The job to carry out: `name@version` as the public packument `document` (read before
-    any tarball is fetched, through the serve path's cache and bounds, `packuments`; None when
-    public has no such package; `size` its bytes) describes it and the current rules admit it
-    (`keys`: the public registry's signing keys, for the signature rule), through the same
-    `packument.gate` the serve path runs.
+                 keys: KeySet | None = None) -> tuple[MirrorJob, Gated]:
+    """The job to carry out, and the gating that admits it: `name@version` as the public
+    packument `document` (read before any tarball is fetched, through the serve path's cache
+    and bounds, `packuments`; None when public has no such package; `size` its bytes)
+    describes it and the current rules admit it (`keys`: the public registry's signing keys,
+    for the signature rule), through the same `packument.gate` the serve path runs. The
+    gating (of that version alone) is what the release signals read the version by
+    (`ReleaseJudge.verdict_for`): public's packument is not filled a second time for them.
 
     Raises `JobRefused` when the version is not there, is denied, or the job's tarball URL,
     digests or manifest differ from public's.
@@ -71,7 +73,7 @@ async def regate(job: MirrorJob, name: PackageName, document: Mapping[str, Any] 
     gated = await in_thread_if_large(size, _gate, name, document, job.version, rules, now,
                                      public, keys)
     return regate_record(job, name, gated.versions.get(job.version),
-                         gated.time.get(job.version))
+                         gated.time.get(job.version)), gated
 
 
 def regate_record(job: MirrorJob, name: PackageName, record: VersionRecord | None,
