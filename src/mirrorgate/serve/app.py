@@ -22,6 +22,8 @@ from multidict import CIMultiDictProxy
 from prometheus_client import Counter
 
 from mirrorgate import tracing
+from mirrorgate.access.operators import Operators
+from mirrorgate.access.tokens import ClientTokens
 from mirrorgate.config import Settings
 from mirrorgate.gate import (
     RenderKey,
@@ -66,7 +68,6 @@ from mirrorgate.serve.relay import OUTCOME, Relay
 from mirrorgate.serve.search import Search
 from mirrorgate.serve.spool import SPOOL_DIR, Spools
 from mirrorgate.serve.tarballs import REQUEST_ID, TarballRoute
-from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.serve.ui.readers import PullReaders
@@ -554,8 +555,8 @@ def build_proxy_app(
                   policy_clients=(proxy.clients.file.policies if proxy.clients is not None
                                   else dict),
                   readers=PullReaders(proxy.clients is not None,
-                                      frozenset(proxy.settings.operators)
-                                      | frozenset(proxy.settings.waiver_granters),
+                                      Operators.named(proxy.settings.operators,
+                                                      proxy.settings.waiver_granters),
                                       lambda request: request.get(CLIENT)))
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 

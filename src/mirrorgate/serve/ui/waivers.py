@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import structlog
 from aiohttp import web
 
+from mirrorgate.access.tokens import Client
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
 from mirrorgate.gate.facts import KeptFacts
@@ -22,7 +23,6 @@ from mirrorgate.gate.waivers import held_waivers, listed_bytes
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import stamp
 from mirrorgate.npm.names import PackageName, parse_name
-from mirrorgate.serve.tokens import Client
 from mirrorgate.serve.ui.page import esc, page
 from mirrorgate.serve.ui.session import COOKIE, SESSIONS, Sessions, see_other
 from mirrorgate.store.waivers import (
