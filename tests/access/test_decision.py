@@ -4,8 +4,9 @@ refusal, against a real tokens file and the loopback issuer.
 The attacks: a guessed or rotated-out static token let in; an ID token let in by a proxy whose
 tokens file trusts no issuer (or without its issuer's keys even being asked); a job's token
 taking a line meant for another repository; a token "signed" with the issuer's public key as
-an HMAC secret. Beside each, the control: the real static token and the real job's ID token
-are let in, as the lines they match say.
+an HMAC secret; an issuer line named like an operator making every job it admits one. Beside
+each, the control: the real static token and the real job's ID token are let in, as the lines
+they match say, and the operator's own token is the operator.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 from mirrorgate.access.decision import UNKNOWN_TOKEN, Access, Refusal
 from mirrorgate.access.oidc import Verifier
+from mirrorgate.access.operators import Operators
 from mirrorgate.access.tokens import ClientTokens, new_token, token_line
 from tests.access.issuer import AUDIENCE, LoopbackIssuer, forged_hs256
 
@@ -104,3 +106,27 @@ async def test_without_issuer_lines_an_id_token_is_an_unknown_token_and_no_issue
     assert control.name == "dashboard"
     assert issuer.requests == []  # neither discovery nor the key set was fetched
 
+
+
+async def test_a_job_whose_issuer_line_bears_an_operator_s_name_is_no_operator(
+    tmp_path: Path, issuer: LoopbackIssuer,
+) -> None:
+    operator = new_token()
+    # a line's name is unique in the file, but MIRRORGATE_WAIVER_GRANTERS may name either kind
+    text = f"{token_line('admin', operator)}\nops {issuer.issuer} repository=acme/*\n"
+    access = Access(tokens(tmp_path, text), Verifier(audience=AUDIENCE, timeout=5))
+    try:
+        job = await access.client(issuer.mint("acme/anything"))
+        control = await access.client(operator)
+    finally:
+        await access.close()
+    operators = Operators.named(operators=(), granters=("ops", "admin"))
+
+    assert not isinstance(job, Refusal)
+    assert not isinstance(control, Refusal)
+    assert (job.name, control.name) == ("ops", "admin")
+    assert not operators.include(job)
+    assert not operators.may_grant(job)
+    assert operators.include(control)
+    assert operators.may_grant(control)
+    assert not Operators.named(("admin",), ()).may_grant(control)  # reads pulls, grants none

@@ -544,19 +544,18 @@ def build_proxy_app(
                    tasks=proxy.health.tasks)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
+    operators = Operators.named(proxy.settings.operators, proxy.settings.waiver_granters)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server.packument_route.gated_or_none, over_tls=server.over_tls,
                   base=server._base,
                   stored=with_state_store(stored_counts_for(proxy.settings.mirror_target),
                                           server.facts),
                   worker_beside=proxy.worker_beside, facts=server.facts,
-                  waiver_granters=proxy.settings.waiver_granters,
+                  operators=operators,
                   pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None,
                   policy_clients=(proxy.clients.file.policies if proxy.clients is not None
                                   else dict),
-                  readers=PullReaders(proxy.clients is not None,
-                                      Operators.named(proxy.settings.operators,
-                                                      proxy.settings.waiver_granters),
+                  readers=PullReaders(proxy.clients is not None, operators,
                                       lambda request: request.get(CLIENT)))
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 
