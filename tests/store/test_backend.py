@@ -15,15 +15,8 @@ from pathlib import Path
 import pytest
 
 from mirrorgate.config import Settings, load_settings
-from mirrorgate.store import (
-    Backend,
-    Fact,
-    PostgresBackend,
-    SqliteBackend,
-    Store,
-    StoreSetupError,
-    backend_of,
-)
+from mirrorgate.store import Backend, Fact, Store, StoreSetupError, backend_of
+from mirrorgate.store.backend import PostgresBackend, SqliteBackend
 from mirrorgate.store.schema import LATEST
 from mirrorgate.store.sqlite import FILENAME
 from tests.store.conftest import Place
