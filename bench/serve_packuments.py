@@ -341,7 +341,7 @@ def _policies(form: str, loop: str) -> int:
     from tests.servers.ports import free_port
     from tests.servers.processes import mirrorgate_argv
 
-    from mirrorgate.serve.tokens import new_token, token_line
+    from mirrorgate.access.tokens import new_token, token_line
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-policies-"))
     packages = {"express": realistic_package("bench-express"),

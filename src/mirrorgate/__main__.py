@@ -185,7 +185,7 @@ def _run_mirror_command(settings: Settings, args: argparse.Namespace) -> int:
 
 def _token_new(name: str) -> int:
     # Needs no settings: it only makes a token, so it runs before the environment is read.
-    from mirrorgate.serve.tokens import name_problem, new_token, token_line
+    from mirrorgate.access.tokens import name_problem, new_token, token_line
 
     problem = name_problem(name)
     if problem is not None:
@@ -224,7 +224,7 @@ def _check_config(settings: Settings, as_json: bool) -> int:
                   file=sys.stderr)
         return 2
     if settings.client_tokens_file is not None:
-        from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, policy_problem
+        from mirrorgate.access.tokens import ClientTokens, ClientTokensError, policy_problem
 
         path = settings.client_tokens_file
         try:
@@ -234,12 +234,7 @@ def _check_config(settings: Settings, as_json: bool) -> int:
             print("mirrorgate: the configuration cannot be used:", file=sys.stderr)
             print(f"  - MIRRORGATE_CLIENT_TOKENS_FILE: {error}", file=sys.stderr)
             return 2
-        # names and grants only: the file holds digests, and check-config prints none of them
-        clients = {"static": [{"name": c.name, "publish": c.publish.texts(),
-                               "policy": c.policy} for c in tokens.clients],
-                   "issuers": list(dict.fromkeys(m.issuer for m in tokens.mappings)),
-                   "issuer_lines": [m.summary() for m in tokens.mappings],
-                   "audience": settings.oidc.audience}
+        clients = tokens.file.summary() | {"audience": settings.oidc.audience}
     from datetime import UTC, datetime
 
     # A misspelled variable is a setting silently not applied: say so, but it is not an error

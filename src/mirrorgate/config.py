@@ -371,7 +371,7 @@ class NotifySettings:
 
 @dataclass(frozen=True)
 class OidcSettings:
-    """How CI ID tokens are verified (`serve.oidc`): the audience they must carry and the time
+    """How CI ID tokens are verified (`access.oidc`): the audience they must carry and the time
     an issuer's keys may take to fetch."""
 
     audience: str = "mirrorgate"

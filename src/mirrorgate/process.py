@@ -20,6 +20,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from mirrorgate import runtime, tracing
+from mirrorgate.access.tokens import ClientTokens, ClientTokensError, policy_problem
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.verdicts import GateVerdicts
@@ -44,7 +45,6 @@ from mirrorgate.rules import LiveRules, Rules, RulesError
 from mirrorgate.serve.access import install_access
 from mirrorgate.serve.app import Proxy, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
-from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, policy_problem
 from mirrorgate.store import Store, StoreSetupError, open_store
 from mirrorgate.tasks import Tasks
 from mirrorgate.upstream.clients import Upstreams

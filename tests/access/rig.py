@@ -7,7 +7,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from mirrorgate.serve.tokens import token_line
+from mirrorgate.access.tokens import token_line
 from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient

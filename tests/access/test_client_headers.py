@@ -7,7 +7,7 @@ package's renderings evict every other package from the cache.
 
 from __future__ import annotations
 
-from mirrorgate.serve.tokens import new_token
+from mirrorgate.access.tokens import new_token
 from tests.access.rig import SecretDir, start_guarded
 from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry

@@ -16,9 +16,9 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from mirrorgate.serve.claims import ClaimMapping
-from mirrorgate.serve.oidc import KEYS_TTL, REFRESH_FLOOR, SignInRefused, Verifier
-from mirrorgate.serve.tokens import parse_tokens_file
+from mirrorgate.access.claims import ClaimMapping
+from mirrorgate.access.oidc import KEYS_TTL, REFRESH_FLOOR, SignInRefused, Verifier
+from mirrorgate.access.tokens import parse_tokens_file
 from tests.access.issuer import AUDIENCE, LoopbackIssuer, SigningKey
 from tests.clock import ManualClock
 

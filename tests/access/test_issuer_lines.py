@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.serve.claims import Identity
-from mirrorgate.serve.tokens import ClientTokens, ClientTokensError, parse_tokens_file
+from mirrorgate.access.claims import Identity
+from mirrorgate.access.tokens import ClientTokens, ClientTokensError, parse_tokens_file
 from tests.servers.processes import run_command
 
 GITHUB = "https://token.actions.githubusercontent.com"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from mirrorgate.serve.tokens import new_token
+from mirrorgate.access.tokens import new_token
 from tests.access.rig import SecretDir, auth_npmrc, start_guarded
 from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry

@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from mirrorgate.serve.oidc import REFRESH_FLOOR
-from mirrorgate.serve.tokens import new_token, token_line
+from mirrorgate.access.oidc import REFRESH_FLOOR
+from mirrorgate.access.tokens import new_token, token_line
 from tests.access.issuer import AUDIENCE, LoopbackIssuer, forged_hs256, unsigned
 from tests.access.rig import SecretDir, auth_npmrc, start_guarded
 from tests.faults.guarded import GuardedFactory, SecretGuard

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mirrorgate.serve.tokens import ClientTokens
+from mirrorgate.access.tokens import ClientTokens
 from tests.servers.processes import run_command
 
 ENV = {"PATH": "/usr/bin:/bin", "MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/"}

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.rules import DEFAULT_RULES, parse_rules
-from mirrorgate.serve.access import presented_token
-from mirrorgate.serve.tokens import (
+from mirrorgate.access.decision import presented_token
+from mirrorgate.access.tokens import (
     ClientTokens,
     ClientTokensError,
     new_token,
@@ -25,6 +24,7 @@ from mirrorgate.serve.tokens import (
     policy_problem,
     token_line,
 )
+from mirrorgate.rules import DEFAULT_RULES, parse_rules
 
 ALICE = "alice-token-0123456789"
 BOB = "bob-token-9876543210"

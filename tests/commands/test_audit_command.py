@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mirrorgate.serve.tokens import new_token, token_line
+from mirrorgate.access.tokens import new_token, token_line
 from tests.commands.mirrored import locked_by_npm, published_tree, run_command
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from mirrorgate.serve.tokens import new_token, token_line
+from mirrorgate.access.tokens import new_token, token_line
 from tests.advisories.records import malware, write_directory
 from tests.commands.lockfile_projects import LOCKFILES, tree_packages
 from tests.servers.availability import serving

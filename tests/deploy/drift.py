@@ -37,11 +37,11 @@ from typing import Any
 import kubernetes_validate
 from aiohttp import web
 
+from mirrorgate.access.tokens import token_line
 from mirrorgate.config import VARIABLES, ConfigError, Settings, load_settings
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import RulesError, load_rules
-from mirrorgate.serve.tokens import token_line
 from tests.deploy.kube import Container, Manifest, Workload, parse_command, workloads
 
 __all__ = [

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-from mirrorgate.serve.tokens import new_token
+from mirrorgate.access.tokens import new_token
 from tests.access.rig import tokens_file
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.serve.tokens import new_token, token_line
+from mirrorgate.access.tokens import new_token, token_line
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
 from tests.servers.licensed import licensed_packages

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from mirrorgate.serve.tokens import token_line
+from mirrorgate.access.tokens import token_line
 from tests.e2e.mirroring import assert_verdaccio_holds_the_tree
 from tests.servers.availability import serving, unavailable
 from tests.servers.client_config import (

@@ -23,8 +23,8 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 
+from mirrorgate.access.tokens import token_line
 from mirrorgate.moments import stamp
-from mirrorgate.serve.tokens import token_line
 from mirrorgate.store import Fact
 from mirrorgate.store.sqlite import open_sqlite
 from mirrorgate.store.waivers import WAIVER

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mirrorgate.serve.tokens import new_token, token_line
+from mirrorgate.access.tokens import new_token, token_line
 from tests.access.rig import SecretDir, auth_npmrc, start_guarded
 from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.publish.stack import npm_package

@@ -24,9 +24,9 @@ from pathlib import Path
 import aiohttp
 import structlog
 
+from mirrorgate.access.tokens import new_token
 from mirrorgate.config import load_settings
 from mirrorgate.process import Shape, _run
-from mirrorgate.serve.tokens import new_token
 from mirrorgate.store.sqlite import FILENAME, open_sqlite
 from tests.access.rig import bearer, tokens_file
 from tests.metric_samples import metric_value, text_samples

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mirrorgate.serve.tokens import new_token, token_line
+from mirrorgate.access.tokens import new_token, token_line
 from tests.access.rig import SecretDir, auth_npmrc, start_guarded
 from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.servers.fixture_registry import FixtureRegistry

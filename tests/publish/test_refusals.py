@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mirrorgate.serve.tokens import new_token
+from mirrorgate.access.tokens import new_token
 from tests.access.rig import SecretDir
 from tests.faults.guarded import GuardedFactory, SecretGuard
 from tests.publish.stack import Stack, forged_document, login, npm_package, start_stack

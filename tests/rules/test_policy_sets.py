@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from mirrorgate.access.tokens import parse_tokens_file, policy_problem, token_line
 from mirrorgate.rules import LiveRules, RuleException, RulesError, parse_pattern, parse_rules
 from mirrorgate.rules.inforce import in_force
 from mirrorgate.rules.patterns import PatternList
 from mirrorgate.rules.policy import UnknownPolicyError
-from mirrorgate.serve.tokens import parse_tokens_file, policy_problem, token_line
 from tests.rules.builders import verdict
 
 TEAMS = """\

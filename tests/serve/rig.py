@@ -25,6 +25,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from mirrorgate.access.tokens import ClientTokens, new_token, token_line
 from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.config import Settings, load_settings
 from mirrorgate.gate.assembled import Gate
@@ -37,7 +38,6 @@ from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
 from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, build_proxy_app
-from mirrorgate.serve.tokens import ClientTokens, new_token, token_line
 from mirrorgate.store import open_store
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore

@@ -18,9 +18,9 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from mirrorgate.access.tokens import new_token, token_line
 from mirrorgate.config import Secret
 from mirrorgate.rules import parse_rules
-from mirrorgate.serve.tokens import new_token, token_line
 from tests.serve.rig import StartProxy
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package

@@ -1,26 +1,26 @@
 """Who is asking: client authentication on a listener, as one aiohttp middleware.
 
 With `MIRRORGATE_CLIENT_TOKENS_FILE` set, every route but the health probes needs a client
-token, or a CI's ID token one of the file's issuer lines lets in (`oidc`); without the file
-nothing is checked, and access control is then the network's job.
+token, or a CI's ID token one of the file's issuer lines lets in; without the file nothing is
+checked, and access control is then the network's job. The decision is `access.decision`'s;
+this applies it to a request and renders its refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 from aiohttp import web
 
+from mirrorgate.access.decision import NO_TOKEN, Access, Refusal, presented_token
+from mirrorgate.access.oidc import Verifier
+from mirrorgate.access.tokens import Client, ClientTokens
 from mirrorgate.config import OidcSettings
 from mirrorgate.metrics import Metrics
-from mirrorgate.serve.oidc import SignInRefused, Verifier, looks_like_jwt
 from mirrorgate.serve.refusals import json_response
-from mirrorgate.serve.tokens import Client, ClientTokens
 from mirrorgate.serve.ui import OPEN_PATHS as UI_OPEN_PATHS
 from mirrorgate.serve.ui import PREFIX as UI_PREFIX
 from mirrorgate.serve.ui.session import COOKIE, LOGIN_PATH, SESSIONS, Sessions, see_other
@@ -35,40 +35,22 @@ CLIENT = web.RequestKey("mirrorgate_client", Client)
 
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="mirrorgate"'}
 _ALWAYS_OPEN = frozenset({"/livez", "/readyz"})
-_MAX_HEADER = 4096
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def presented_token(header: str | None) -> str | None:
-    """The token in an Authorization header, else None: `Bearer` (npm's `_authToken`) or the
-    password of `Basic` (npm's `_auth`, any user name)."""
-    if not header or len(header) > _MAX_HEADER:
-        return None
-    scheme, _, value = header.strip().partition(" ")
-    scheme, value = scheme.lower(), value.strip()
-    if scheme == "bearer":
-        return value or None
-    if scheme == "basic":
-        try:
-            decoded = base64.b64decode(value, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        _user, colon, password = decoded.partition(":")
-        return password if colon and password else None
-    return None
 
 
 def _refusal(reason: str, message: str) -> web.Response:
     return json_response(401, {"error": message, "reason": reason}, CHALLENGE)
 
 
-def _sign_in_refusal(refused: SignInRefused) -> web.Response:
+def _rendered(refusal: Refusal) -> web.Response:
+    if not refusal.signed_in:
+        return _refusal(refusal.reason, refusal.message)
     # the sentence in the status line too: npm prints that line after E401 or E403
-    headers = CHALLENGE if refused.status == 401 else (
-        {"Retry-After": "10"} if refused.status == 503 else None)
-    return json_response(refused.status, {"error": refused.message, "reason": refused.reason},
-                         headers, status_text=refused.message)
+    headers = CHALLENGE if refusal.status == 401 else (
+        {"Retry-After": "10"} if refusal.status == 503 else None)
+    return json_response(refusal.status, {"error": refusal.message, "reason": refusal.reason},
+                         headers, status_text=refusal.message)
 
 
 def install_access(app: web.Application, clients: ClientTokens | None, *, metrics: Metrics,
@@ -81,20 +63,18 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
         return
     tokens = clients
     oidc = oidc or OidcSettings()
-    verifier = Verifier(audience=oidc.audience, timeout=oidc.timeout, metrics=metrics)
+    access = Access(tokens, Verifier(audience=oidc.audience, timeout=oidc.timeout,
+                                     metrics=metrics))
 
-    async def signed_in(request: web.Request, token: str) -> Client | web.Response:
-        """The client an ID token signs in as, or the refusal saying why not."""
-        try:
-            client = await verifier.sign_in(token, tokens.mappings)
-        except SignInRefused as refused:
-            metrics.refusals.labels("oidc_" + refused.reason.replace(" ", "_")).inc()
-            # the claims that decided, never the token
-            log.warning("client_refused", reason=refused.reason, detail=refused.message,
-                        peer=request.remote, method=request.method, path=request.path[:200],
-                        **(refused.identity.fields() if refused.identity else {}))
-            return _sign_in_refusal(refused)
-        return client
+    def refused(request: web.Request, refusal: Refusal) -> web.Response:
+        metrics.refusals.labels(refusal.counted).inc()
+        # the token is never logged, not even in part: a near miss is still a secret; for an
+        # ID token, the claims that decided
+        detail = {"detail": refusal.message} if refusal.signed_in else {}
+        identity = refusal.identity.fields() if refusal.identity is not None else {}
+        log.warning("client_refused", reason=refusal.reason, **detail, peer=request.remote,
+                    method=request.method, path=request.path[:200], **identity)
+        return _rendered(refusal)
 
     # `/livez` and `/readyz` always, `/metrics` when MIRRORGATE_METRICS_OPEN=true
     open_paths = _ALWAYS_OPEN | UI_OPEN_PATHS | ({"/metrics"} if metrics_open else set())
@@ -105,32 +85,18 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
         if request.path in open_paths:
             return await handler(request)
         token = presented_token(request.headers.get("Authorization"))
-        client = tokens.match(token) if token is not None else None
-        if client is None and token is not None and tokens.mappings and looks_like_jwt(token):
-            found = await signed_in(request, token)
-            if isinstance(found, web.Response):
-                return found
-            client = found
-        # the status page also takes the signed cookie its login form sets (`ui.session`)
-        if client is None and token is None and (request.path.startswith(UI_PREFIX)
-                                                 or request.path == UI_PREFIX.rstrip("/")):
-            client = sessions.client(request.cookies.get(COOKIE))
-            if client is None:
-                metrics.refusals.labels("no_client_token").inc()
+        found: Client | Refusal | None = None
+        if token is not None:
+            found = await access.client(token)
+        elif request.path.startswith(UI_PREFIX) or request.path == UI_PREFIX.rstrip("/"):
+            # the status page also takes the signed cookie its login form sets (`ui.session`)
+            found = sessions.client(request.cookies.get(COOKIE))
+            if found is None:
+                metrics.refusals.labels(NO_TOKEN.counted).inc()
                 return see_other(LOGIN_PATH)  # a person at a browser: the form, not JSON
-        if client is None:
-            reason = "no token" if token is None else "unknown token"
-            metrics.refusals.labels("no_client_token" if token is None
-                                    else "bad_client_token").inc()
-            # the token is never logged, not even in part: a near miss is still a secret
-            log.warning("client_refused", reason=reason, peer=request.remote,
-                        method=request.method, path=request.path[:200])
-            if token is None:
-                return _refusal(reason, "mirrorgate needs a client token: set _authToken for "
-                                "this registry in .npmrc (ask the operator for a token)")
-            return _refusal(reason, "mirrorgate does not know this client token: it may have "
-                            "been rotated; ask the operator for a current one")
-        request[CLIENT] = client
+        if found is None or isinstance(found, Refusal):
+            return refused(request, found or NO_TOKEN)
+        client = request[CLIENT] = found
         identity = client.identity.fields() if client.identity is not None else {}
         with structlog.contextvars.bound_contextvars(client=client.name, **identity):
             response = await handler(request)
@@ -148,7 +114,7 @@ def install_access(app: web.Application, clients: ClientTokens | None, *, metric
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await verifier.close()
+        await access.close()
 
     app.middlewares.append(authenticate)
     app.cleanup_ctx.append(watch)

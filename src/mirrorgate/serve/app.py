@@ -22,6 +22,8 @@ from multidict import CIMultiDictProxy
 from prometheus_client import Counter
 
 from mirrorgate import tracing
+from mirrorgate.access.operators import Operators
+from mirrorgate.access.tokens import ClientTokens
 from mirrorgate.config import Settings
 from mirrorgate.gate import (
     RenderKey,
@@ -66,7 +68,6 @@ from mirrorgate.serve.relay import OUTCOME, Relay
 from mirrorgate.serve.search import Search
 from mirrorgate.serve.spool import SPOOL_DIR, Spools
 from mirrorgate.serve.tarballs import REQUEST_ID, TarballRoute
-from mirrorgate.serve.tokens import ClientTokens
 from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.serve.ui.readers import PullReaders
@@ -543,19 +544,18 @@ def build_proxy_app(
                    tasks=proxy.health.tasks)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
+    operators = Operators.named(proxy.settings.operators, proxy.settings.waiver_granters)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server.packument_route.gated_or_none, over_tls=server.over_tls,
                   base=server._base,
                   stored=with_state_store(stored_counts_for(proxy.settings.mirror_target),
                                           server.facts),
                   worker_beside=proxy.worker_beside, facts=server.facts,
-                  waiver_granters=proxy.settings.waiver_granters,
+                  operators=operators,
                   pulled=_pulled_by(proxy.pulls) if proxy.pulls is not None else None,
                   policy_clients=(proxy.clients.file.policies if proxy.clients is not None
                                   else dict),
-                  readers=PullReaders(proxy.clients is not None,
-                                      frozenset(proxy.settings.operators)
-                                      | frozenset(proxy.settings.waiver_granters),
+                  readers=PullReaders(proxy.clients is not None, operators,
                                       lambda request: request.get(CLIENT)))
     app.router.add_route("*", r"/{tail:[\s\S]*}", server.unknown)
 

@@ -17,6 +17,7 @@ import orjson
 import structlog
 from aiohttp import web
 
+from mirrorgate.access.tokens import Client
 from mirrorgate.config import Settings
 from mirrorgate.events import Alert
 from mirrorgate.gate.facts import UnrecordedError
@@ -40,7 +41,6 @@ from mirrorgate.npm.versions import same_version
 from mirrorgate.rules import LiveRules, Rules, live
 from mirrorgate.serve.access import CLIENT
 from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
-from mirrorgate.serve.tokens import Client
 from mirrorgate.upstream.client import BodyStopped, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry, TarballSink
 

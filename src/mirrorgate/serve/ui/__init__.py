@@ -13,6 +13,7 @@ from importlib.resources import files
 
 from aiohttp import web
 
+from mirrorgate.access.operators import Operators
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
@@ -40,7 +41,7 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
                   packument: LoadPackument, over_tls: Callable[[web.Request], bool],
                   base: Callable[[web.Request], str], stored: StoredCounts,
                   worker_beside: bool = False, facts: KeptFacts | None = None,
-                  waiver_granters: tuple[str, ...] = (),
+                  operators: Operators | None = None,
                   pulled: PulledBy | None = None,
                   readers: PullReaders | None = None,
                   policy_clients: Callable[[], Mapping[str, list[str]]] = dict) -> None:
@@ -48,11 +49,12 @@ def add_ui_routes(app: web.Application, *, metrics: Metrics, rules: Rules | Live
     box's `/ui/package?name=`), the login form and the stylesheet on the proxy app. Who
     pulled what is shown as `readers` allow (default: to everyone, as with tokens off);
     `policy_clients`: the tokens-file lines naming each policy set, as the file says now."""
-    readers = readers or PullReaders()
+    operators = operators or Operators()
+    readers = readers or PullReaders(operators=operators)
     started = datetime.now(UTC)
     in_force = live(rules)
     style = files("mirrorgate.serve.ui").joinpath("style.css").read_bytes()
-    granting = (Granting(facts, waiver_granters, metrics, base, packument)
+    granting = (Granting(facts, operators, metrics, base, packument)
                 if facts is not None else None)
 
     async def show_overview(request: web.Request) -> web.Response:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from mirrorgate.serve.tokens import Client
+from mirrorgate.access.operators import Operators
+from mirrorgate.access.tokens import Client
 
 __all__ = ["PullReaders"]
 
@@ -25,7 +26,7 @@ def _nobody(_request: web.Request) -> Client | None:
 @dataclass(frozen=True)
 class PullReaders:
     tokens_on: bool = False
-    operators: frozenset[str] = frozenset()
+    operators: Operators = field(default_factory=Operators)
     client_of: Callable[[web.Request], Client | None] = field(default=_nobody)
     """The client the request signed in as (`access`)."""
 
@@ -37,8 +38,6 @@ class PullReaders:
         client = self.client_of(request)
         if client is None:  # `access` lets no request here without one: none is nobody's
             return ""
-        # a CI job's ID token is never an operator, whatever its issuer line is named: the
-        # line admits every job its conditions match
-        if client.identity is None and client.name in self.operators:
+        if self.operators.include(client):
             return None
         return client.who

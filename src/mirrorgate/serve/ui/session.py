@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from mirrorgate.access.tokens import Client, ClientTokens
 from mirrorgate.metrics import Metrics
-from mirrorgate.serve.tokens import Client, ClientTokens
 from mirrorgate.serve.ui.page import esc, page
 
 __all__ = ["COOKIE", "LIFETIME_SECONDS", "LOGIN_PATH", "SESSIONS", "Sessions", "login_form",

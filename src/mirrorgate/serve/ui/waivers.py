@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 import structlog
 from aiohttp import web
 
+from mirrorgate.access.operators import Operators
+from mirrorgate.access.tokens import Client
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
 from mirrorgate.gate.facts import KeptFacts
@@ -22,7 +24,6 @@ from mirrorgate.gate.waivers import held_waivers, listed_bytes
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import stamp
 from mirrorgate.npm.names import PackageName, parse_name
-from mirrorgate.serve.tokens import Client
 from mirrorgate.serve.ui.page import esc, page
 from mirrorgate.serve.ui.session import COOKIE, SESSIONS, Sessions, see_other
 from mirrorgate.store.waivers import (
@@ -46,11 +47,11 @@ class Granting:
     """Who may grant from the page, the facts a grant is written to, and the packuments the
     bytes it names are read from (the serve path's, as the pull that was refused read them)."""
 
-    def __init__(self, facts: KeptFacts, granters: tuple[str, ...], metrics: Metrics,
+    def __init__(self, facts: KeptFacts, operators: Operators, metrics: Metrics,
                  base: Callable[[web.Request], str],
                  packument: Callable[[PackageName], Awaitable[Gated | None]]) -> None:
         self.facts = facts
-        self.granters = frozenset(granters)
+        self.operators = operators
         self.metrics = metrics
         self.base = base
         self.packument = packument
@@ -61,7 +62,7 @@ class Granting:
         if sessions is None or cookie is None:
             return None
         client = sessions.client(cookie)
-        if client is None or client.name not in self.granters:
+        if client is None or not self.operators.may_grant(client):
             return None
         return sessions, client, cookie
 

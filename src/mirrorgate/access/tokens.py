@@ -17,19 +17,20 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
-from mirrorgate.errors import MirrorgateError
-from mirrorgate.rules.patterns import PatternList, parse_pattern
-from mirrorgate.rules.policy import POLICY_NAME, Rules
-from mirrorgate.serve.claims import (
+from mirrorgate.access.claims import (
     MAX_ISSUERS,
     ClaimMapping,
     Identity,
     issuer_problem,
     parse_conditions,
 )
+from mirrorgate.errors import MirrorgateError
+from mirrorgate.rules.patterns import PatternList, parse_pattern
+from mirrorgate.rules.policy import POLICY_NAME, Rules
 
 __all__ = [
     "POLICY",
@@ -114,6 +115,14 @@ class TokensFile:
     @property
     def issuers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(m.issuer for m in self.mappings))
+
+    def summary(self) -> dict[str, Any]:
+        """For check-config: names and grants only (the file holds digests, and check-config
+        prints none of them)."""
+        return {"static": [{"name": c.name, "publish": c.publish.texts(), "policy": c.policy}
+                           for c in self.clients],
+                "issuers": list(self.issuers),
+                "issuer_lines": [m.summary() for m in self.mappings]}
 
     def policies(self) -> dict[str, list[str]]:
         """Each policy set a line names, with the names of the lines that name it: the static
@@ -336,7 +345,7 @@ class ClientTokens:
 
     @property
     def mappings(self) -> tuple[ClaimMapping, ...]:
-        """The issuer lines in force, in file order (`serve.oidc` reads them per request, so
+        """The issuer lines in force, in file order (`access.oidc` reads them per request, so
         a reload applies to the next token)."""
         return self._file.mappings
 

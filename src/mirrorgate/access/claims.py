@@ -2,7 +2,7 @@
 
 `NAME ISSUER CLAIM=VALUE... [publish:NAMES] [policy:NAME]` grants what a `NAME sha256:HEX` line
 grants to every ID token from ISSUER whose claims meet every condition (docs/ci-identity.md).
-Pure: the signature and the times are `serve.oidc`'s; this only reads claims already verified.
+Pure: the signature and the times are `access.oidc`'s; this only reads claims already verified.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ __all__ = ["ClaimMapping", "Condition", "Identity", "issuer_problem", "parse_con
 MAX_ISSUERS = 16
 """Distinct issuers one tokens file may name: each holds a cached key set and an HTTP client."""
 _CLAIM = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
-# verified by `serve.oidc` itself, never by a condition: a condition on `exp` would read as a
+# verified by `access.oidc` itself, never by a condition: a condition on `exp` would read as a
 # check while the real one is elsewhere
 _RESERVED = frozenset({"iss", "aud", "exp", "nbf", "iat", "jti", "azp"})
 _SHOWN = 120

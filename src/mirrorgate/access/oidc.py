@@ -19,11 +19,11 @@ from urllib.parse import urlsplit
 import jwt
 import structlog
 
+from mirrorgate.access.claims import ClaimMapping, Identity
+from mirrorgate.access.tokens import Client
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.origins import Origin
-from mirrorgate.serve.claims import ClaimMapping, Identity
-from mirrorgate.serve.tokens import Client
 from mirrorgate.upstream.client import PoolSizes, Upstream, UpstreamError
 
 __all__ = ["ALGORITHMS", "SignInRefused", "Verifier", "looks_like_jwt"]
