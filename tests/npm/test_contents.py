@@ -69,7 +69,7 @@ def test_unreadable_contents_are_a_problem_not_an_empty_release() -> None:
 
 def test_kept_readings_hold_the_last_versions_within_their_file_bound() -> None:
     read = contents_of(build_tarball({"package.json": b"{}", "a.js": b"a", "b.js": b"b"}))
-    kept = contents.KeptReadings(files=7)  # each reading counts its files and one
+    kept = contents.KeptReadings(files=7)  # each counts 3 paths, 2 files' marks and one
     for version in ("1.0.0", "1.0.1", "1.0.2"):
         kept.keep(("x", version, "sha512-x"), read)
     assert kept.get(("x", "1.0.0", "sha512-x")) is None  # the oldest went first
@@ -78,6 +78,27 @@ def test_kept_readings_hold_the_last_versions_within_their_file_bound() -> None:
     kept.keep(("x", "2.0.1", "sha512-y"), contents_of(b"\x1f\x8b\x08 broken"))
     assert kept.get(("x", "2.0.0", "")) is None
     assert kept.get(("x", "2.0.1", "sha512-y")) is None
+
+
+def test_kept_readings_are_bounded_by_count_and_by_the_paths_they_list() -> None:
+    # a burst of distinct small versions: each reading holds its package.json, layout and
+    # capabilities whatever its files, so their number is bounded too (row 13 of the faults
+    # table grew by each first pull's reading for the whole burst)
+    small = contents_of(build_tarball({"package.json": b"{}", "index.js": b"a"}))
+    kept = contents.KeptReadings(readings=3)
+    for patch in range(10):
+        kept.keep(("x", f"1.0.{patch}", "sha512-x"), small)
+    assert len(kept) == 3
+    assert [kept.get(("x", f"1.0.{patch}", "sha512-x")) is small for patch in (6, 7, 8, 9)] \
+        == [False, True, True, True]
+    # the control: a package of many files and no JavaScript counts its paths, not one
+    images = contents_of(build_tarball({"package.json": b"{}", **{
+        f"img/{index}.png": b"\x89PNG" for index in range(50)}}))
+    assert images.code == {}
+    kept = contents.KeptReadings(files=120)
+    for patch in range(3):
+        kept.keep(("y", f"1.0.{patch}", "sha512-y"), images)
+    assert len(kept) == 2  # 52 each: the third pushes out the first
 
 
 def test_marks_lent_once_the_baseline_is_chosen_serve_the_files_fed_from_then_on(

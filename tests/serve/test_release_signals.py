@@ -273,6 +273,22 @@ async def test_a_typosquat_of_a_widely_used_name_published_this_week_is_quaranti
     assert "one edit away from `lodash` (a widely used package)" in str(body["reason"])
 
 
+async def test_with_typosquat_off_the_same_name_is_served_and_its_verdict_kept_clean(
+        public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
+    # the control: a signal that is off neither refuses nor is kept; its firing made the
+    # verdict a refusal, held apart and never pushed out (row 13 of the faults table)
+    public_registry.add(make_package("lodahs", [fresh_version("lodahs", "1.0.0", size=0)]))
+    rules = parse_rules('[age]\nminimum = "0"\n\n[release]\ntyposquat = "off"\n', "rules.toml")
+    proxy = await start_proxy(public_registry.url, rules=rules)
+
+    served = await proxy.get("npm" + tarball_path("lodahs", "1.0.0"))
+
+    assert served.status == 200
+    verdicts = proxy.proxy.gate.facts.verdicts()
+    assert [(kept.name, kept.verdict) for kept in verdicts] == [("lodahs", "clean")]
+    assert "typosquat" not in verdicts[0].evidence
+
+
 async def test_a_refused_version_leaves_the_packument_so_a_range_resolves_to_the_one_before(
         public_registry: FixtureRegistry, start_proxy: StartProxy) -> None:
     package = chalk_shape()

@@ -182,6 +182,12 @@ class KeptFacts:
         key = (name, version, integrity)
         return self._flagged.get(key) or self._verdicts.get(key)
 
+    @property
+    def held(self) -> int:
+        """Release verdicts held in memory, clean and refusals (at most `MAX_VERDICTS` and
+        `MAX_REFUSALS`)."""
+        return len(self._verdicts) + len(self._flagged)
+
     def verdicts(self) -> list[Verdict]:
         return [*self._flagged.values(), *self._verdicts.values()]
 

@@ -156,7 +156,10 @@ class ReleaseJudge:
         self.previous_max_bytes = previous_max_bytes
         self.timeout = timeout
         self.facts = facts if facts is not None else KeptFacts()
-        self._decoded: dict[tuple[str, str, str], tuple[Verdict, Findings | None]] = {}
+        self._decoded: OrderedDict[tuple[str, str, str], tuple[Verdict, Findings | None]] = \
+            OrderedDict()
+        """The findings of the verdicts read last, decoded (`remembered`), the least recently
+        used forgotten first past what the kept verdicts can use (`_decode`)."""
         self._judging: dict[tuple[str, str, str], asyncio.Task[Judged]] = {}
         self._flagged: dict[str, set[tuple[str, str]]] | None = None
         """name -> the (version, integrity) a signal fired for."""
@@ -259,9 +262,7 @@ class ReleaseJudge:
         decoded = self._decoded.get(key)
         if decoded is None or decoded[0] is not kept:
             decoded = (kept, Findings.of(kept))
-            self._decoded[key] = decoded
-            if len(self._decoded) > 2 * len(self._flagged_index()) + 10_000:
-                self._decoded.clear()
+        self._decode(key, decoded)
         facts = decoded[1]
         if facts is None:
             return None
@@ -612,6 +613,18 @@ class ReleaseJudge:
                        facts.evidence(), facts.compared_with,
                        signals_text(self.rules.release.signals_in_force(self.previous_max_bytes)))
         self.facts.keep(kept)
-        self._decoded[(name, version, integrity)] = (kept, facts)
         if facts.fired:
             self._flagged_index().setdefault(name, set()).add((version, integrity))
+        self._decode((name, version, integrity), (kept, facts))
+
+    def _decode(self, key: tuple[str, str, str],
+                decoded: tuple[Verdict, Findings | None]) -> None:
+        """`decoded` held as the newest of `_decoded`, which holds no more entries than
+        `KeptFacts` holds verdicts: one whose verdict it forgot is decoded again anyway. An
+        entry holds its verdict, so the memo cleared only when it was read back grew by every
+        verdict kept since (and kept each one `KeptFacts` had forgotten): row 13 of the faults
+        table, 50,000 distinct first pulls, held all 50,000."""
+        self._decoded[key] = decoded
+        self._decoded.move_to_end(key)
+        while len(self._decoded) > self.facts.held:
+            self._decoded.popitem(last=False)

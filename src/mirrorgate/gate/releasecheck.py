@@ -48,7 +48,7 @@ from mirrorgate.rules.release import (
     check_young_package,
     judge,
 )
-from mirrorgate.rules.releasetable import NEW_CAPABILITY
+from mirrorgate.rules.releasetable import NEW_CAPABILITY, TYPOSQUAT
 from mirrorgate.rules.typosquat import popular_names
 
 if TYPE_CHECKING:
@@ -251,12 +251,21 @@ class ReleaseCheck:
             fired.append(young_package)
         fired += capability_findings(own, self.previous, before_capabilities, self.gated,
                                      rules, now, looked=looked and self.unsettled is None)
-        popular = await asyncio.to_thread(popular_names)  # read once, on first use
-        squat = check_typosquat(self.name.full, package_first_published(self.gated),
-                                judge_.installed_before(self.name.full), judge_.often(),
-                                popular, rules.young, rules.young_text, now)
-        if squat is not None:
-            fired.append(squat)
+        if rules.action(TYPOSQUAT) != "off":
+            # the widely used names' index (some 50 MiB of Python objects, built on first use)
+            # only for a rule that reads it: off by default, it was built at the first pull
+            # of any package and held for the process's life (row 13 of the faults table)
+            popular = await asyncio.to_thread(popular_names)
+            squat = check_typosquat(self.name.full, package_first_published(self.gated),
+                                    judge_.installed_before(self.name.full), judge_.often(),
+                                    popular, rules.young, rules.young_text, now)
+            if squat is not None:
+                fired.append(squat)
+        # what a signal that is off found refuses nothing, and kept it would make the verdict
+        # a refusal (`KeptFacts` holds those apart, never pushed out by clean ones, and never
+        # dropped on the way to the store) and keep its evidence: not kept. The verdict says
+        # which signals it was read under, so turning one on reads the bytes again.
+        fired = [found for found in fired if rules.action(found.signal) != "off"]
         verdict = judge(judge_.rules, self.name.full, version, published, fired, now, compared,
                         self.integrity)
         if self.unsettled is not None and not verdict.denied:

@@ -32,8 +32,9 @@ from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.npm.tarscripts import ScriptScan
 
-__all__ = ["KEPT_FILES", "MAX_CODE_BYTES", "MAX_CODE_FILES", "MAX_RUN_BYTES", "READ_RUN_FILE",
-           "ContentReading", "Contents", "KeptReadings", "contents_of", "manifest_runs"]
+__all__ = ["KEPT_FILES", "KEPT_READINGS", "MAX_CODE_BYTES", "MAX_CODE_FILES", "MAX_RUN_BYTES",
+           "READ_RUN_FILE", "ContentReading", "Contents", "KeptReadings", "contents_of",
+           "manifest_runs"]
 
 MAX_CODE_FILES = 5_000
 """JavaScript files measured at most per tarball (the largest packages ship a few thousand)."""
@@ -47,7 +48,17 @@ MAX_RUN_BYTES = 128 * 1024 * 1024
 their first `READ_PER_FILE` bytes, and files of other kinds (any may be required and run);
 a file that runs and falls past it is refused, never passed unread."""
 KEPT_FILES = 200_000
-"""Files' marks `KeptReadings` holds at most (about 200 bytes each: some 40 MB)."""
+"""Files `KeptReadings` holds at most, each path its layout lists and each JavaScript file's
+marks counted (about 200 bytes each: some 40 MB)."""
+KEPT_READINGS = 4_096
+"""Readings `KeptReadings` holds at most, whatever their files: each holds its root
+package.json, its layout and its capabilities besides (2.4 KB of objects for the smallest
+package, by tracemalloc), which the file count does not see. Counted by files alone, up to
+100,000 small readings were kept: a burst of 50,000 distinct versions held every one
+(tests/faults/test_13_drop_burst.py, its second half grew 66 MiB). A version pushed out is fetched and read again if a
+later release chooses it as its baseline, or a job asks for it with no verdict kept: CPU and
+a download, never another verdict. 4,096 covers a cold install of a large tree, whose jobs the
+worker judges seconds after the pulls."""
 _STEP = 256 * 1024
 _NOT_RUN = (".json", ".node", ".d.ts", ".d.mts", ".d.cts", ".flow")
 """Never run as JavaScript: node parses a required .json and loads a .node natively; a type
@@ -257,12 +268,17 @@ class ContentReading:
 class KeptReadings:
     """The readings of the versions read last, by (name, version, integrity): the next
     release of a package is compared with one of them, whose tarball then needs neither a
-    fetch nor a read (the same bytes read the same). The oldest go first past `KEPT_FILES`."""
+    fetch nor a read (the same bytes read the same). The oldest go first past `KEPT_FILES`
+    files or `KEPT_READINGS` readings."""
 
-    def __init__(self, files: int = KEPT_FILES) -> None:
+    def __init__(self, files: int = KEPT_FILES, readings: int = KEPT_READINGS) -> None:
         self._files = files
+        self._readings = readings
         self._kept: OrderedDict[tuple[str, str, str], Contents] = OrderedDict()
         self._count = 0
+
+    def __len__(self) -> int:
+        return len(self._kept)
 
     def get(self, key: tuple[str, str, str]) -> Contents | None:
         found = self._kept.get(key)
@@ -274,10 +290,17 @@ class KeptReadings:
         if read.problem is not None or not key[2] or key in self._kept:
             return  # a version without a digest has no bytes to name
         self._kept[key] = read
-        self._count += len(read.code) + 1
-        while self._count > self._files and self._kept:
+        self._count += _files_of(read)
+        while (self._count > self._files or len(self._kept) > self._readings) and self._kept:
             _key, dropped = self._kept.popitem(last=False)
-            self._count -= len(dropped.code) + 1
+            self._count -= _files_of(dropped)
+
+
+def _files_of(read: Contents) -> int:
+    """What a kept reading counts against `KEPT_FILES`: every path its layout lists (a package
+    of 100,000 images and no JavaScript holds 100,000 of them) and each file's marks, and one
+    for the reading itself."""
+    return len(read.layout.files) + len(read.code) + 1
 
 
 def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None, *,
