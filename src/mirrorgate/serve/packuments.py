@@ -25,6 +25,7 @@ from mirrorgate.gate import (
 from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.facts import UnrecordedError
+from mirrorgate.gate.refusals import denied, not_mirrored
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
@@ -33,7 +34,7 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.policy import UnknownPolicyError
 from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import policy_of
-from mirrorgate.serve.refusals import Refused, denied, json_response, not_mirrored
+from mirrorgate.serve.refusals import Refused, json_response
 from mirrorgate.upstream.client import UpstreamError
 
 __all__ = ["PackumentRoute"]
@@ -93,7 +94,7 @@ class PackumentRoute:
         except UnknownPolicyError as error:
             raise _unknown_policy(error) from None
         except UpstreamError as error:
-            raise not_mirrored(error, name) from None
+            raise Refused.of(not_mirrored(error, name)) from None
         except TooManyVersionsError as error:
             self.metrics.refusals.labels("too_many_versions").inc()
             log.warning("packument_refused", package=name.full, reason=str(error))
@@ -218,12 +219,12 @@ class PackumentRoute:
         version = gated.resolve(wanted)
         record = gated.versions.get(version) if version is not None else None
         if record is None and isinstance(gated.public_failure, UpstreamError):
-            raise not_mirrored(gated.public_failure, name, wanted)
+            raise Refused.of(not_mirrored(gated.public_failure, name, wanted))
         if record is None:
             raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
                           reason="version not found")
         if record.denial is not None:
-            raise denied(name, record, gated.survivors, self.contact)
+            raise Refused.of(denied(name, record, gated.survivors, self.contact))
         body = record.document(self._key(request)[1])
         return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 

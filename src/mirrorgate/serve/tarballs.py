@@ -22,6 +22,14 @@ from mirrorgate import tracing
 from mirrorgate.gate import Gated, VersionRecord, mirror_job
 from mirrorgate.gate.alerts import denial_alert
 from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.refusals import (
+    by_rule,
+    denied,
+    not_mirrored,
+    release_refusal,
+    release_unchecked,
+    upstream_failed,
+)
 from mirrorgate.gate.release import NOTHING, ReleaseJudge
 from mirrorgate.handoff import Handoff
 from mirrorgate.integrity import StreamVerifier, Unverifiable, Verified, strongest
@@ -31,10 +39,9 @@ from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_fil
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.license import LICENSE, tarball_license_finding
 from mirrorgate.rules.release import ReleaseVerdict
-from mirrorgate.rules.wayout import exception_how, installable_from
 from mirrorgate.serve.access import CLIENT, policy_of
 from mirrorgate.serve.overload import Slot
-from mirrorgate.serve.refusals import Refused, by_rule, denied, not_mirrored, upstream_failed
+from mirrorgate.serve.refusals import Refused
 from mirrorgate.serve.relay import (
     INSTALL_SCRIPTS,
     OUTCOME,
@@ -180,7 +187,7 @@ class TarballRoute:
         record = gated.versions.get(version) if gated is not None else None
         if gated is not None and record is None and isinstance(gated.public_failure,
                                                                 UpstreamError):
-            raise not_mirrored(gated.public_failure, name, version)
+            raise Refused.of(not_mirrored(gated.public_failure, name, version))
         if gated is None or record is None:
             raise Refused(404, f"{name.full}@{version} is not on the private or the public "
                           "upstream", reason="not found")
@@ -200,24 +207,24 @@ class TarballRoute:
             alert = denial_alert(name.full, version, record.denial, "tarball")
             if alert is not None:
                 self.metrics.events.alert(alert)
-            raise denied(name, record, await self._survivors(name, gated, policy),
-                         self.contact)
+            raise Refused.of(denied(name, record, await self._survivors(name, gated, policy),
+                         self.contact))
         # bytes the scan refused at an earlier pull (report mode serves them, and said so)
         found = (self.relay.scripts_found.get(f"{name.full}@{version}")
                  if record.scan_scripts and not record.scan_reports else None)
         if found is not None:
             log.info("tarball_denied", package=name.full, version=version,
                      rule=INSTALL_SCRIPTS, reason=found)
-            raise by_rule(name, version, INSTALL_SCRIPTS, found,
-                          await self._survivors(name, gated, policy), self.contact)
+            raise Refused.of(by_rule(name, version, INSTALL_SCRIPTS, found,
+                          await self._survivors(name, gated, policy), self.contact))
         found = (self.relay.licenses_found.get(f"{name.full}@{version}")
                  if record.license_read is not None and not record.license_read.report
                  else None)
         if found is not None:  # its tarball's license was refused at an earlier pull
             log.info("tarball_denied", package=name.full, version=version, rule=LICENSE,
                      reason=found)
-            raise by_rule(name, version, LICENSE, found,
-                          await self._survivors(name, gated, policy), self.contact)
+            raise Refused.of(by_rule(name, version, LICENSE, found,
+                          await self._survivors(name, gated, policy), self.contact))
         private_error: UpstreamError | None = None
         skipped = not record.private and self.private_answered(name, version, policy)
         if skipped:
@@ -262,7 +269,7 @@ class TarballRoute:
                                                   slot, verify=True)
                 if copy is not None:
                     return copy
-            raise not_mirrored(error, name, version) from None
+            raise Refused.of(not_mirrored(error, name, version)) from None
 
     async def _whole(self, name: PackageName, gated: Gated, policy: str | None) -> Gated:
         """The whole packument's gating where one version's (`Gated.alone`) is not enough."""
@@ -285,11 +292,7 @@ class TarballRoute:
                 if judge is not None else None)
         if judge is not None and kept is not None and kept.in_force(judge.now()):
             return self._release_refusal(name, version, kept)
-        label = f"{name.full}@{version}"
-        return Refused(403, f"mirrorgate denied {label}: {withheld.reason}",
-                       reason=withheld.reason, rule="release-unchecked", package=name.full,
-                       version=version, status_text=f"Forbidden: mirrorgate denied {label} "
-                       "(release signals)")
+        return Refused.of(release_unchecked(name, version, withheld.reason))
 
     def _release_refusal(self, name: PackageName, version: str,
                          verdict: ReleaseVerdict) -> Refused:
@@ -301,18 +304,7 @@ class TarballRoute:
         log.info("tarball_denied", package=name.full, version=version, rule=verdict.rule,
                  reason=verdict.reason)
         self.metrics.events.denied(label, verdict.rule, verdict.reason)
-        evidence = [detail for found in verdict.fired if found.signal == verdict.rule
-                    for detail in found.details]
-        until = installable_from(verdict.until)
-        return Refused(403, f"mirrorgate denied {label} by its {verdict.rule} release signal: "
-                      f"{verdict.reason}{'; ' + until if until else ''}; "
-                      f"{exception_how(name.full, version, self.contact)}",
-                      reason=verdict.reason, rule=verdict.rule,
-                      package=name.full, version=version, evidence=evidence[:50],
-                      compared_with=verdict.compared_with,
-                      until=verdict.until.isoformat() if verdict.until else None,
-                      status_text=f"Forbidden: mirrorgate denied {label} ({verdict.rule} "
-                                  "release signal)")
+        return Refused.of(release_refusal(name, version, verdict, self.contact))
 
     async def _from_private(self, request: web.Request, name: PackageName, filename: str,
                             record: VersionRecord, deadline: asyncio.Timeout, slot: Slot, *,
@@ -336,8 +328,8 @@ class TarballRoute:
                 license=_license_check(record))
         except Withheld as withheld:  # refused before a byte was sent
             if withheld.rule in (INSTALL_SCRIPTS, LICENSE):
-                raise by_rule(name, record.version, withheld.rule, withheld.reason, (),
-                              self.contact) from None
+                raise Refused.of(by_rule(name, record.version, withheld.rule, withheld.reason, (),
+                              self.contact)) from None
             raise self._release_withheld(name, record, withheld) from None
         except UpstreamError as failure:
             log.warning("upstream_failed", upstream="private", package=name.full,
@@ -361,7 +353,7 @@ class TarballRoute:
         url = record.upstream_tarball
         if url is None:
             if private_error is not None:
-                raise upstream_failed(private_error, name)
+                raise Refused.of(upstream_failed(private_error, name))
             raise Refused(404, f"{name.full}@{version} is listed by the private upstream, "
                           "which did not serve its tarball", reason="not found")
         verifier = _verifier(record)
@@ -378,9 +370,9 @@ class TarballRoute:
         except Withheld as withheld:
             # refused before a byte was sent: the 403 with the reason, at the first pull
             if withheld.rule in (INSTALL_SCRIPTS, LICENSE):
-                raise by_rule(name, version, withheld.rule, withheld.reason,
+                raise Refused.of(by_rule(name, version, withheld.rule, withheld.reason,
                               await self._survivors(name, gated, policy_of(request)),
-                              self.contact) from None
+                              self.contact)) from None
             raise self._release_withheld(name, record, withheld) from None
         except UpstreamError as error:
             log.warning("upstream_failed", upstream="public", package=name.full,
