@@ -13,15 +13,18 @@ from datetime import datetime
 from typing import Any
 
 from mirrorgate.events import Alert
+from mirrorgate.gate.facts import UnrecordedError
 from mirrorgate.gate.records import VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules.license import LICENSE, LICENSE_UNKNOWN
+from mirrorgate.rules.policy import UnknownPolicyError
 from mirrorgate.rules.release import ReleaseVerdict
 from mirrorgate.rules.wayout import exception_how, exception_who, installable_from, instead
 from mirrorgate.upstream.client import UpstreamError
 
 __all__ = ["DEFAULT_RETRY_AFTER", "PREWARM", "Refusal", "by_rule", "denied", "not_found",
-           "not_mirrored", "release_refusal", "release_unchecked", "upstream_failed"]
+           "not_mirrored", "release_refusal", "release_unchecked", "unknown_policy", "unrecorded",
+           "upstream_failed"]
 
 DEFAULT_RETRY_AFTER = "30"
 """Seconds a 503 asks the client to wait when the upstream did not say."""
@@ -44,6 +47,8 @@ class Refusal:
     brief_status_text: str | None = None
     fields: Mapping[str, Any] = field(default_factory=dict)
     alert: Alert | None = None
+    record: VersionRecord | None = None
+    """The version refused, where the gate knew it (what the pull log names)."""
 
     @property
     def rule(self) -> str | None:
@@ -172,3 +177,18 @@ def release_unchecked(name: PackageName, version: str, reason: str) -> Refusal:
                    fields={"rule": "release-unchecked", "package": name.full,
                            "version": version},
                    status_text=f"Forbidden: mirrorgate denied {label} (release signals)")
+
+
+def unknown_policy(error: UnknownPolicyError) -> Refusal:
+    """A client whose policy set the rules in force lack: refused, never judged by other
+    rules (the two files are checked against each other at every reload, so this is a moment
+    between two reloads)."""
+    return Refusal(503, f"mirrorgate cannot judge this client's packages now: {error}",
+                   reason="unknown policy", headers={"Retry-After": "5"})
+
+
+def unrecorded(name: PackageName, error: UnrecordedError) -> Refusal:
+    """What a fill learned cannot be kept for the state store (its buffer of facts that must
+    not be lost is full): 503, never an answer that forgets it at a restart."""
+    return Refusal(503, str(error), reason="the state store takes no writes",
+                   headers={"Retry-After": str(error.retry_after)}, fields={"package": name.full})

@@ -202,18 +202,15 @@ class ProxyServer:
                                               contact=self.settings.operator_contact)
         self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
                                   self.settings.spool_max_bytes),
-                           proxy.metrics, self._send_floor)
+                           proxy.metrics, self._send_floor, gate.findings)
         self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
                                      queue=proxy.queue, metrics=proxy.metrics,
-                                     relay=self.relay, packument=self.packument_route.gated_or_none,
-                                     private_answered=self.packuments.private_answered,
-                                     for_tarball=self.packument_route.for_tarball,
+                                     relay=self.relay, admissions=gate.admissions,
                                      handoff=proxy.handoff,
                                      on_enqueued=(self.packuments.pin if proxy.worker_beside
                                                   else None),
-                                     clock=clock, release=self.release,
-                                     contact=self.settings.operator_contact,
-                                     pulls=proxy.pulls, mirrored=self._default_admits)
+                                     clock=clock, pulls=proxy.pulls,
+                                     mirrored=self._default_admits)
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self.packument_route.gated_or_none,
                              self.packument_route.cached_or_false,

@@ -20,18 +20,15 @@ from mirrorgate.gate import (
     PackumentEntry,
     Rendered,
     RenderKey,
-    TooManyVersionsError,
 )
 from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
-from mirrorgate.gate.facts import UnrecordedError
-from mirrorgate.gate.refusals import denied, not_mirrored
+from mirrorgate.gate.refusals import Refusal, denied, not_mirrored
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
 from mirrorgate.npm.packument import FULL, on_base
 from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules.policy import UnknownPolicyError
 from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import policy_of
 from mirrorgate.serve.refusals import Refused, json_response
@@ -87,43 +84,16 @@ class PackumentRoute:
 
     async def entry(self, name: PackageName,
                     policy: str | None = None) -> Cached[PackumentEntry]:
-        """The gate's entry of `name` under `policy` (the client's policy set), its failures
-        answered as refusals."""
-        try:
-            return await self.packuments.entry(name, policy)
-        except UnknownPolicyError as error:
-            raise _unknown_policy(error) from None
-        except UpstreamError as error:
-            raise Refused.of(not_mirrored(error, name)) from None
-        except TooManyVersionsError as error:
-            self.metrics.refusals.labels("too_many_versions").inc()
-            log.warning("packument_refused", package=name.full, reason=str(error))
-            raise Refused(502, str(error), reason="too many versions") from None
-        except UnrecordedError as error:
-            raise self._unrecorded(name, error) from None
-
-    def _unrecorded(self, name: PackageName, error: UnrecordedError) -> Refused:
-        """What a fill learned cannot be kept for the state store (its buffer of facts that
-        must not be lost is full): 503, never an answer that forgets it at a restart."""
-        self.metrics.refusals.labels("state_store_full").inc()
-        return Refused(503, str(error), reason="the state store takes no writes",
-                       package=name.full, headers={"Retry-After": str(error.retry_after)})
+        """The gate's entry of `name` under `policy` (the client's policy set), or its
+        refusal raised (`gate.admission.Admissions.document`)."""
+        found = await self.gate.admissions.document(name, policy)
+        if isinstance(found, Refusal):
+            raise Refused.of(found)
+        return found
 
     async def gated_or_none(self, name: PackageName,
                             policy: str | None = None) -> Gated | None:
         return (await self.entry(name, policy)).value.gated
-
-    async def for_tarball(self, name: PackageName, version: str,
-                          policy: str | None = None) -> Gated | None:
-        """`Packuments.for_tarball` (`name@version` judged alone when its packument is not at
-        hand), its failures answered as `entry`'s are: by the whole fill, whose stale copy,
-        503 for an owned name or refusal is the answer."""
-        try:
-            return await self.packuments.for_tarball(name, version, policy)
-        except UnrecordedError as error:
-            raise self._unrecorded(name, error) from None
-        except (UpstreamError, TooManyVersionsError, UnknownPolicyError):
-            return await self.gated_or_none(name, policy)
 
     def cached_or_false(self, name: PackageName,
                         policy: str | None = None) -> Gated | bool | None:
@@ -235,14 +205,6 @@ class PackumentRoute:
             raise Refused(404, f"{name.full} has no admitted versions on the private or the "
                           "public upstream", reason="not found")
         return json_response(200, gated.dist_tags)
-
-
-def _unknown_policy(error: UnknownPolicyError) -> Refused:
-    """A client whose policy set the rules in force lack: refused, never judged by other
-    rules (the two files are checked against each other at every reload, so this is a moment
-    between two reloads)."""
-    return Refused(503, f"mirrorgate cannot judge this client's packages now: {error}",
-                   reason="unknown policy", headers={"Retry-After": "5"})
 
 
 def _placed(unplaced: bytes, abbreviated: bool, base: str, vary: str,

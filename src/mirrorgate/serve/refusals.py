@@ -38,13 +38,17 @@ class Refused(MirrorgateError):  # noqa: N818 - an outcome carried to the respon
         self.brief_status_text = brief_status_text
         """The status text for a client that prints the body's `error` after it (npm)."""
         self.fields = fields
+        self.refusal: Refusal | None = None
+        """The gate's refusal this renders (`of`), which the pull log reads."""
 
     @classmethod
     def of(cls, refusal: Refusal) -> Refused:
         """The gate's refusal, to be answered as this request's JSON error."""
-        return cls(refusal.status, refusal.message, reason=refusal.reason,
-                   headers=refusal.headers, status_text=refusal.status_text,
-                   brief_status_text=refusal.brief_status_text, **refusal.fields)
+        refused = cls(refusal.status, refusal.message, reason=refusal.reason,
+                      headers=refusal.headers, status_text=refusal.status_text,
+                      brief_status_text=refusal.brief_status_text, **refusal.fields)
+        refused.refusal = refusal
+        return refused
 
     def response(self, reads_body: bool = False) -> web.Response:
         body: dict[str, Any] = {"error": self.message}
