@@ -56,6 +56,7 @@ from mirrorgate.rules import LiveRules, Rules
 from mirrorgate.serve.access import CLIENT, install_access, policy_of, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
+from mirrorgate.serve.mirroring import MirrorJobs
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.packuments import PackumentRoute
 from mirrorgate.serve.publishing import PublishRoute
@@ -203,14 +204,13 @@ class ProxyServer:
         self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
                                   self.settings.spool_max_bytes),
                            proxy.metrics, self._send_floor, gate.findings)
-        self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
-                                     queue=proxy.queue, metrics=proxy.metrics,
-                                     relay=self.relay, admissions=gate.admissions,
-                                     handoff=proxy.handoff,
-                                     on_enqueued=(self.packuments.pin if proxy.worker_beside
-                                                  else None),
-                                     clock=clock, pulls=proxy.pulls,
-                                     mirrored=self._default_admits)
+        self.tarballs = TarballRoute(
+            private=proxy.private, public=proxy.public, metrics=proxy.metrics,
+            relay=self.relay, admissions=gate.admissions, pulls=proxy.pulls,
+            jobs=MirrorJobs(queue=proxy.queue, metrics=proxy.metrics, relay=self.relay,
+                            handoff=proxy.handoff,
+                            on_enqueued=(self.packuments.pin if proxy.worker_beside else None),
+                            clock=clock, mirrored=self._default_admits))
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self.packument_route.gated_or_none,
                              self.packument_route.cached_or_false,
@@ -240,7 +240,7 @@ class ProxyServer:
 
     async def _default_admits(self, name: PackageName, version: str) -> bool:
         """Whether the default rules admit `name@version` (a pull under a policy set is
-        mirrored only then: `TarballRoute.mirrored`)."""
+        mirrored only then: `MirrorJobs.mirrored`)."""
         gated = await self.packuments.for_tarball(name, version)
         record = gated.versions.get(version) if gated is not None else None
         return record is not None and record.denial is None

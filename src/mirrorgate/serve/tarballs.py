@@ -9,26 +9,20 @@ to mirror; and it records the pull.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable
 
 import structlog
 from aiohttp import web
 
-from mirrorgate import tracing
-from mirrorgate.gate import VersionRecord, mirror_job
+from mirrorgate.gate import VersionRecord
 from mirrorgate.gate.admission import Admission, Admissions
 from mirrorgate.gate.pulllog import PullLog
 from mirrorgate.gate.refusals import Refusal, not_mirrored, upstream_failed
-from mirrorgate.handoff import Handoff
-from mirrorgate.integrity import StreamVerifier, Verified, strongest
+from mirrorgate.integrity import StreamVerifier, strongest
 from mirrorgate.metrics import Metrics
-from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import PackageName
-from mirrorgate.offload import in_thread_if_large
 from mirrorgate.serve.access import CLIENT, policy_of
+from mirrorgate.serve.mirroring import MirrorJobs
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.refusals import Refused
 from mirrorgate.serve.relay import (
@@ -36,7 +30,6 @@ from mirrorgate.serve.relay import (
     ContentsCheck,
     Relay,
     Withheld,
-    remember,
 )
 from mirrorgate.upstream.client import TARBALLS, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -44,12 +37,6 @@ from mirrorgate.upstream.registry import PrivateRegistry
 __all__ = ["OUTCOME", "TarballRoute"]
 
 log = structlog.get_logger("mirrorgate.serve")
-
-# A version is enqueued at most once per window: parallel CI jobs and npm's own retry after an
-# integrity failure pull the same tarball several times in a row, and one job mirrors it. A pull
-# after the window enqueues again, so a job the queue lost (the bounded memory queue drops when
-# full) is made good by the next pull.
-ENQUEUE_WINDOW = 300.0
 
 SOURCE = web.RequestKey("mirrorgate_pull_source", str)
 """Where a tarball answer's bytes come from ("mirror" or "public"), for the pull log."""
@@ -64,31 +51,19 @@ class TarballRoute:
     """Streams what the gate admits (`gate.admission`): from the private upstream, else the
     public one, recorded in the pull log and, from public, enqueued for the worker."""
 
-    def __init__(self, *, private: PrivateRegistry, public: Upstream, queue: MirrorQueue,
-                 metrics: Metrics, relay: Relay, admissions: Admissions,
-                 handoff: Handoff | None = None,
-                 on_enqueued: Callable[[PackageName, str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 pulls: PullLog | None = None,
-                 mirrored: Callable[[PackageName, str], Awaitable[bool]] | None = None,
-                 ) -> None:
+    def __init__(self, *, private: PrivateRegistry, public: Upstream, metrics: Metrics,
+                 relay: Relay, admissions: Admissions, jobs: MirrorJobs,
+                 pulls: PullLog | None = None) -> None:
         self.private = private
         self.public = public
-        self.queue = queue
         self.metrics = metrics
         self.relay = relay
         self.admissions = admissions
         """The gate's answer to a pull: an `Admission` or a `Refusal`."""
-        self.handoff = handoff
-        self.on_enqueued = on_enqueued
-        self.clock = clock
+        self.jobs = jobs
+        """What a public pull served whole enqueues for the worker (`mirroring`)."""
         self.pulls = pulls
         """The pull log (`gate.pulllog`): one record per tarball GET served or refused."""
-        self.mirrored = mirrored
-        """Whether the default rules admit `name@version`: a version pulled under a policy set
-        is mirrored only then, as the worker re-gates every job with the default rules."""
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._enqueued: OrderedDict[str, float] = OrderedDict()
 
     async def __call__(self, request: web.Request, name: PackageName, filename: str,
                        deadline: asyncio.Timeout, slot: Slot) -> web.StreamResponse:
@@ -273,147 +248,20 @@ class TarballRoute:
         # Only a public GET read to its end, matched and reached a client whole is mirrored:
         # a client that hangs up early causes no job (the worker would download up to the
         # size cap for nothing); HEAD never enqueues, nor does a version the private upstream
-        # lists. Many readers of one spool enqueue once (`_first_in_window`).
+        # lists. Many readers of one spool enqueue once (`MirrorJobs.enqueue`).
         if verified is not None and request.method == "GET" and not record.private:
             self.admissions.installed(admitted)
             # the license rule in force read these bytes and found them agreeing (else they
             # were refused, or, in report mode, said so: the worker says it again)
             agreed = admitted.license is not None and not admitted.license.report
-            self._enqueue(name, record, url, verified.size, admitted.published,
-                          hand_over=lambda: self._hand_over(key, url, verified, agreed),
-                          policy=admitted.policy)
+            self.jobs.enqueue(name, record, url, verified.size, admitted.published,
+                              hand_over=lambda: self.jobs.hand_over(key, url, verified, agreed),
+                              policy=admitted.policy)
         return answer
-
-    async def _hand_over(self, key: Hashable, url: str,
-                         verified: Verified, license_read: bool = False) -> None:
-        """The worker beside the proxy gets the bytes just verified with the job, from the
-        spool they were relayed through (a tarball that streamed unspooled is downloaded by
-        the worker as before). A large one is copied in a thread, the spool held open as a
-        reader's would be."""
-        handoff = self.handoff
-        if handoff is None:
-            return
-        spool = self.relay.spools.find(key)
-        place = (handoff.reserve(url, spool.size, verified.digest, license_read=license_read)
-                 if spool is not None and spool.verified == verified else None)
-        if spool is None or place is None:
-            self.metrics.handoffs.labels("not_offered").inc()
-            return
-        self.relay.spools.join(spool)
-        try:
-            written = await in_thread_if_large(spool.size, handoff.write, place, spool.contents)
-        finally:
-            self.relay.spools.leave(spool)
-        kept = handoff.commit(url, place, written)
-        self.metrics.handoffs.labels("offered" if kept else "not_offered").inc()
-
-    def _first_in_window(self, label: str) -> bool:
-        now = self.clock()
-        last = self._enqueued.get(label)
-        if last is not None and now - last < ENQUEUE_WINDOW:
-            return False
-        remember(self._enqueued, label, now)
-        return True
-
-    def _enqueue(self, name: PackageName, record: VersionRecord, url: str, size: int,
-                 published: str | None, *,
-                 hand_over: Callable[[], Awaitable[None]] | None = None,
-                 policy: str | None = None) -> bool:
-        """Enqueue the version's job (`mirror_job`, with the size relayed) in a background task:
-        the response never waits on the queue and never fails because of it. `hand_over` runs
-        in that task before the job is sent, so the worker finds the bytes when the job comes.
-        A pull under a policy set (`policy`) sends one only if the default rules admit the
-        version too. False when no job is sent (one was sent in the window, or none can be
-        made)."""
-        if not self._first_in_window(f"{name.full}@{record.version}"):  # MirrorJob.label
-            log.debug("job_recently_enqueued", package=name.full, version=record.version)
-            return False
-        try:
-            job = mirror_job(name, record, url, size, published)
-        except ValueError as error:
-            log.warning("job_not_enqueued", package=name.full, version=record.version,
-                        reason=str(error))
-            return False
-        task = asyncio.get_running_loop().create_task(self._send(
-            job, hand_over, name if policy is not None else None))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        if self.on_enqueued is not None:
-            self.on_enqueued(name, record.version)
-        return True
-
-    async def _send(self, job: MirrorJob,
-                    hand_over: Callable[[], Awaitable[None]] | None = None,
-                    judged: PackageName | None = None) -> None:
-        if judged is not None and self.mirrored is not None \
-                and not await self._default_admits(judged, job):
-            return
-        if hand_over is not None:
-            try:
-                await hand_over()
-            except Exception as error:  # a bug: the worker downloads instead, the job goes out
-                log.error("handoff_failed", package=job.name, version=job.version,
-                          reason=f"{type(error).__name__}: {error}")
-        # a task of the request, so its span is the request's child even after the answer
-        with tracing.span("mirrorgate.enqueue", {
-                "mirrorgate.package": job.name, "mirrorgate.version": job.version,
-                "messaging.system": self.queue.provider,
-                "messaging.operation.type": "send"}, kind="producer") as span:
-            parent = tracing.traceparent()
-            if parent is not None:  # what the worker's span continues from
-                job = dataclasses.replace(job, traceparent=parent)
-            taken = await self._enqueue_now(job)
-            span.set("mirrorgate.taken", taken)
-
-    async def _default_admits(self, name: PackageName, job: MirrorJob) -> bool:
-        """Whether a version pulled under a policy set may be mirrored: the worker re-gates a
-        job with the default rules, and a version only a laxer set admits would reach it as a
-        job the rules deny, which reads as a forged one. Such a version is served from public
-        to its set's clients, and mirrored at a pull once the default rules admit it."""
-        assert self.mirrored is not None
-        try:
-            admitted = await self.mirrored(name, job.version)
-        except Exception as error:  # an upstream failed: the next pull enqueues it again
-            admitted, why = False, f"{type(error).__name__}: {error}"
-        else:
-            why = "the default rules do not admit it (pulled under a policy set)"
-        if not admitted:
-            log.info("job_not_enqueued", package=job.name, version=job.version, reason=why)
-            self._enqueued.pop(job.label, None)
-            self._withdraw_handoff(job)
-        return admitted
-
-    async def _enqueue_now(self, job: MirrorJob) -> bool:
-        try:
-            taken = await self.queue.enqueue(job)
-        except Exception as error:  # the queue promised not to raise; a bug is logged
-            log.error("enqueue_failed", package=job.name, version=job.version,
-                      reason=f"{type(error).__name__}: {error}")
-            self._enqueued.pop(job.label, None)
-            self._withdraw_handoff(job)
-            return False
-        if not taken:
-            # The queue was full: it counts the drop and reports it at its own cadence
-            # (mirror_queue_dropped: the first, then every 1,000th), so a burst is not one line
-            # per request; nor is it counted as enqueued. The next pull of this version may
-            # enqueue it again.
-            self._enqueued.pop(job.label, None)
-            self._withdraw_handoff(job)
-            return False
-        self.metrics.enqueued.inc()
-        log.info("job_enqueued", package=job.name, version=job.version,
-                 queue=self.queue.provider)
-        return True
-
-    def _withdraw_handoff(self, job: MirrorJob) -> None:
-        # no job will take these bytes: their room goes to the next offer
-        if self.handoff is not None:
-            self.handoff.discard(job.artifact.tarball_url)
 
     async def drain(self) -> None:
         """Wait for the enqueues still running (at application cleanup)."""
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.jobs.drain()
 
 
 def _checked(verifier: StreamVerifier | None) -> str | None:
