@@ -42,6 +42,7 @@ from mirrorgate.rules import INSTALL_SCRIPTS
 from mirrorgate.rules.license import LICENSE, tarball_license_finding
 from mirrorgate.rules.policy import UnknownPolicyError
 from mirrorgate.rules.release import ReleaseVerdict
+from mirrorgate.rules.wayout import exception_how
 from mirrorgate.upstream.client import UpstreamError
 
 __all__ = ["Admission", "Admissions", "LicenseCheck", "ScanFindings", "ScriptsRead"]
@@ -157,6 +158,55 @@ class Admissions:
             return Refusal(502, str(error), reason="too many versions")
         except UnrecordedError as error:
             return self._unrecorded(name, error)
+
+    async def packument(self, name: PackageName,
+                        policy: str | None = None) -> Cached[PackumentEntry] | Refusal:
+        """A packument request: the gated entry to render, or why there is none to render (no
+        upstream has the name, it has no versions, every version is denied)."""
+        found = await self.document(name, policy)
+        if isinstance(found, Refusal):
+            return found
+        gated = found.value.gated
+        if gated is None:
+            return not_found(f"{name.full} is not on the private or the public upstream")
+        if not gated.survivors and gated.policy_message is None:
+            # nothing was denied, so there was nothing to gate: unpublished, or only
+            # version keys that were skipped as unreadable
+            return Refusal(404, f"{name.full} has no versions on the private or the public "
+                           "upstream", reason="no versions", fields={"package": name.full})
+        if not gated.survivors:
+            return Refusal(403, f"every version of {name.full} was denied by mirrorgate's "
+                           f"admission rules: {gated.policy_message}\n"
+                           f"{exception_how(name.full, None, self.contact)}",
+                           reason=gated.policy_message, fields={"package": name.full})
+        return found
+
+    async def version(self, name: PackageName, wanted: str,
+                      policy: str | None = None) -> VersionRecord | Refusal:
+        """A version document's request (`wanted`: a version or a dist-tag): the admitted
+        version's record, or why not."""
+        gated = await self.gated(name, policy)
+        if isinstance(gated, Refusal):
+            return gated
+        if gated is None:
+            return not_found(f"{name.full} is not on the private or the public upstream")
+        version = gated.resolve(wanted)
+        record = gated.versions.get(version) if version is not None else None
+        if record is None and isinstance(gated.public_failure, UpstreamError):
+            return not_mirrored(gated.public_failure, name, wanted)
+        if record is None:
+            return Refusal(404, f"{name.full} has no version or dist-tag {wanted!r}",
+                           reason="version not found")
+        if record.denial is not None:
+            return denied(name, record, gated.survivors, self.contact)
+        return record
+
+    async def mirrored(self, name: PackageName, version: str) -> bool:
+        """Whether the default rules admit `name@version`: a version pulled under a policy set
+        is mirrored only then, as the worker re-gates every job with the default rules."""
+        gated = await self.packuments.for_tarball(name, version)
+        record = gated.versions.get(version) if gated is not None else None
+        return record is not None and record.denial is None
 
     async def gated(self, name: PackageName, policy: str | None = None) -> Gated | Refusal | None:
         found = await self.document(name, policy)

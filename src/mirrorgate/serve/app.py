@@ -210,7 +210,7 @@ class ProxyServer:
             jobs=MirrorJobs(queue=proxy.queue, metrics=proxy.metrics, relay=self.relay,
                             handoff=proxy.handoff,
                             on_enqueued=(self.packuments.pin if proxy.worker_beside else None),
-                            clock=clock, mirrored=self._default_admits))
+                            clock=clock, mirrored=gate.admissions.mirrored))
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self.packument_route.gated_or_none,
                              self.packument_route.cached_or_false,
@@ -237,13 +237,6 @@ class ProxyServer:
         # `mirrorgate_request_seconds`: a list increment per request (`metrics.Durations`)
         self._warm_seconds = proxy.metrics.request_seconds.series("packument", "warm")
         self._slow_seconds: dict[str, Callable[[float], None]] = {}
-
-    async def _default_admits(self, name: PackageName, version: str) -> bool:
-        """Whether the default rules admit `name@version` (a pull under a policy set is
-        mirrored only then: `MirrorJobs.mirrored`)."""
-        gated = await self.packuments.for_tarball(name, version)
-        record = gated.versions.get(version) if gated is not None else None
-        return record is not None and record.denial is None
 
     # --- bookkeeping -----------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from mirrorgate.gate import (
 )
 from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
-from mirrorgate.gate.refusals import Refusal, denied, not_mirrored
+from mirrorgate.gate.refusals import Refusal
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
@@ -32,7 +32,6 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import policy_of
 from mirrorgate.serve.refusals import Refused, json_response
-from mirrorgate.upstream.client import UpstreamError
 
 __all__ = ["PackumentRoute"]
 
@@ -103,20 +102,11 @@ class PackumentRoute:
         return False if slot is None else slot.value.gated
 
     async def packument(self, request: web.Request, name: PackageName) -> web.Response:
-        slot = await self.entry(name, policy_of(request))
+        slot = await self.gate.admissions.packument(name, policy_of(request))
+        if isinstance(slot, Refusal):
+            raise Refused.of(slot)
         gated = slot.value.gated
-        if gated is None:
-            raise Refused(404, f"{name.full} is not on the private or the public upstream",
-                          reason="not found")
-        if not gated.survivors and gated.policy_message is None:
-            # nothing was denied, so there was nothing to gate: unpublished, or only
-            # version keys that were skipped as unreadable
-            raise Refused(404, f"{name.full} has no versions on the private or the public "
-                          "upstream", reason="no versions", package=name.full)
-        if not gated.survivors:
-            raise Refused(403, f"every version of {name.full} was denied by mirrorgate's "
-                          f"admission rules: {gated.policy_message}\n{self.footer(name)}",
-                          reason=gated.policy_message, package=name.full)
+        assert gated is not None  # the gate answers an entry with a packument, else refuses
         key = self._key(request)
         rendered = slot.value.renderings.get(key)
         if rendered is None and self._known_base(key[1]):
@@ -182,19 +172,9 @@ class PackumentRoute:
 
     async def version(self, request: web.Request, name: PackageName,
                        wanted: str) -> web.Response:
-        gated = await self.gated_or_none(name, policy_of(request))
-        if gated is None:
-            raise Refused(404, f"{name.full} is not on the private or the public upstream",
-                          reason="not found")
-        version = gated.resolve(wanted)
-        record = gated.versions.get(version) if version is not None else None
-        if record is None and isinstance(gated.public_failure, UpstreamError):
-            raise Refused.of(not_mirrored(gated.public_failure, name, wanted))
-        if record is None:
-            raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
-                          reason="version not found")
-        if record.denial is not None:
-            raise Refused.of(denied(name, record, gated.survivors, self.contact))
+        record = await self.gate.admissions.version(name, wanted, policy_of(request))
+        if isinstance(record, Refusal):
+            raise Refused.of(record)
         body = record.document(self._key(request)[1])
         return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 
