@@ -113,9 +113,10 @@ class Admission:
     @property
     def reads(self) -> tuple[str | None, str | None]:
         """How the rules of the asking client's policy set read the bytes (the install-scripts
-        scan, the license): a download's one reading serves or refuses it for every reader,
-        so a client whose set reads them otherwise (not at all, or in report mode) never
-        shares it: one team's [license] is not skipped because another's read none."""
+        scan, the license), in the relay's key: a download's one reading serves or refuses it
+        for every reader, so a client whose set reads them otherwise (not at all, or in report
+        mode) never shares it: one team's [license] is not skipped because another's read
+        none."""
         scripts = ("report" if self.scripts.report else "enforce") if self.scripts else None
         read = self.license
         return scripts, ("report" if read.report else "enforce") if read is not None else None

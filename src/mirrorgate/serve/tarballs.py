@@ -41,7 +41,7 @@ log = structlog.get_logger("mirrorgate.serve")
 SOURCE = web.RequestKey("mirrorgate_pull_source", str)
 """Where a tarball answer's bytes come from ("mirror" or "public"), for the pull log."""
 RECORD = web.RequestKey("mirrorgate_pull_record", VersionRecord)
-"""The version a tarball request asked for, once the gated packument knows it."""
+"""The version a tarball request asked for, once the gate admitted it (refusals carry theirs)."""
 REQUEST_ID = web.RequestKey("mirrorgate_request_id", str)
 """The request's id as its log lines carry it, for the pull log: read off the request, not out
 of the log context (a copy of every bound variable, per pull)."""
