@@ -2,13 +2,12 @@
 
 Between the protocol (`npm/`) and policy (`rules/`) below, and the three applications above it
 (`serve/`, `worker/`, `commands/`), which use it and never each other. One idea per module:
-`records` (what a gating hands back), `merge` (the gating), `fill` (both upstreams asked at
-once, then the gate), `cache` (TTL, single flight, LRU), `entry` (a cache value and its
-renderings), `packuments` (the cache and the fill as one service), `public` (the readers of
-public packuments the worker re-gates against), `memory` (what is learned from an upstream and
-kept in the data directory), `firstparty` (names remembered as the organisation's),
-`withdrawals` (mirrored versions the public registry took down), `jobs` (the mirror job built
-from a record, and handing it to the queue).
+`records` (what a gating hands back), `merge` (the gating), `fill` (both upstreams at once,
+then the gate), `cache` (TTL, single flight, LRU), `entry` (a cache value, its renderings),
+`packuments` (cache and fill as one service), `public` (public's packuments the worker re-gates
+against), `firstparty` (names remembered as the organisation's), `withdrawals` (mirrored
+versions public took down), `jobs` (the mirror job of a record), `admission` (the answer to
+each request kind), `refusals` (what a refusal says). docs/architecture.md#the-layers.
 """
 
 from mirrorgate.gate.cache import Cached, Loaded, PackumentCache

@@ -1,7 +1,8 @@
 """The gate of one process, assembled once: packuments (source and cache), first-party names,
-withdrawals, the registry's keys and the release verdicts, built by the composition root
-(`process`, a command's parts, a test's rig) and handed to the proxy, the worker and the
-commands, which never assemble these parts themselves. docs/architecture.md#the-gate.
+withdrawals, the registry's keys, the release verdicts and the answers they make to each
+request (`admission`), built by the composition root (`process`, a command's parts, a test's
+rig) and handed to the proxy, the worker and the commands, which never assemble these parts
+themselves. docs/architecture.md#the-gate.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import UTC, datetime
 
 from mirrorgate import tracing
 from mirrorgate.config import Settings
+from mirrorgate.gate.admission import Admissions, ScanFindings
 from mirrorgate.gate.cache import Cached, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry
 from mirrorgate.gate.facts import KeptFacts
@@ -75,6 +77,11 @@ class Gate:
                            max_bytes=settings.cache_max_bytes, clock=clock, on_result=counted),
             clock, pins=pins)
         self.facts.watchers.append(self._facts_changed)
+        self.findings = ScanFindings()
+        """What reading a version's tarball refused, which its next pull is refused by."""
+        self.admissions = Admissions(self.packuments, self.release, metrics,
+                                     contact=settings.operator_contact, findings=self.findings)
+        """The answer to each request kind: a packument's document, a tarball's admission."""
 
     @property
     def source(self) -> PackumentSource:

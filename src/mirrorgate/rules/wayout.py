@@ -3,7 +3,7 @@
 A refusal names the version first, then at most `SHOWN` others ("and 147 more"), the moment a
 timed denial ends, the admitted version to use instead, and how to get an exception. The
 packument's `policyRestrictions` message (`gate.records`) and the tarball's 403
-(`serve.refusals`) both say it with these sentences, so npm, pnpm, yarn and bun read one text.
+(`gate.refusals`) both say it with these sentences, so npm, pnpm, yarn and bun read one text.
 """
 
 from __future__ import annotations

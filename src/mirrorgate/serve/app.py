@@ -56,6 +56,7 @@ from mirrorgate.rules import LiveRules, Rules
 from mirrorgate.serve.access import CLIENT, install_access, policy_of, whoami
 from mirrorgate.serve.audit import AuditRoute
 from mirrorgate.serve.listener import ClientBounds, SendFloor
+from mirrorgate.serve.mirroring import MirrorJobs
 from mirrorgate.serve.overload import Admission
 from mirrorgate.serve.packuments import PackumentRoute
 from mirrorgate.serve.publishing import PublishRoute
@@ -202,18 +203,14 @@ class ProxyServer:
                                               contact=self.settings.operator_contact)
         self.relay = Relay(Spools(self.settings.data_dir / SPOOL_DIR,
                                   self.settings.spool_max_bytes),
-                           proxy.metrics, self._send_floor)
-        self.tarballs = TarballRoute(private=proxy.private, public=proxy.public,
-                                     queue=proxy.queue, metrics=proxy.metrics,
-                                     relay=self.relay, packument=self.packument_route.gated_or_none,
-                                     private_answered=self.packuments.private_answered,
-                                     for_tarball=self.packument_route.for_tarball,
-                                     handoff=proxy.handoff,
-                                     on_enqueued=(self.packuments.pin if proxy.worker_beside
-                                                  else None),
-                                     clock=clock, release=self.release,
-                                     contact=self.settings.operator_contact,
-                                     pulls=proxy.pulls, mirrored=self._default_admits)
+                           proxy.metrics, self._send_floor, gate.findings)
+        self.tarballs = TarballRoute(
+            private=proxy.private, public=proxy.public, metrics=proxy.metrics,
+            relay=self.relay, admissions=gate.admissions, pulls=proxy.pulls,
+            jobs=MirrorJobs(queue=proxy.queue, metrics=proxy.metrics, relay=self.relay,
+                            handoff=proxy.handoff,
+                            on_enqueued=(self.packuments.pin if proxy.worker_beside else None),
+                            clock=clock, mirrored=gate.admissions.mirrored))
         self.audit = AuditRoute(proxy.rules, proxy.metrics)
         self.search = Search(proxy.public, self.packument_route.gated_or_none,
                              self.packument_route.cached_or_false,
@@ -240,13 +237,6 @@ class ProxyServer:
         # `mirrorgate_request_seconds`: a list increment per request (`metrics.Durations`)
         self._warm_seconds = proxy.metrics.request_seconds.series("packument", "warm")
         self._slow_seconds: dict[str, Callable[[float], None]] = {}
-
-    async def _default_admits(self, name: PackageName, version: str) -> bool:
-        """Whether the default rules admit `name@version` (a pull under a policy set is
-        mirrored only then: `TarballRoute.mirrored`)."""
-        gated = await self.packuments.for_tarball(name, version)
-        record = gated.versions.get(version) if gated is not None else None
-        return record is not None and record.denial is None
 
     # --- bookkeeping -----------------------------------------------------------------------
 

@@ -20,21 +20,18 @@ from mirrorgate.gate import (
     PackumentEntry,
     Rendered,
     RenderKey,
-    TooManyVersionsError,
 )
 from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
-from mirrorgate.gate.facts import UnrecordedError
+from mirrorgate.gate.refusals import Refusal
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
 from mirrorgate.npm.packument import FULL, on_base
 from mirrorgate.offload import in_thread_if_large
-from mirrorgate.rules.policy import UnknownPolicyError
 from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import policy_of
-from mirrorgate.serve.refusals import Refused, denied, json_response, not_mirrored
-from mirrorgate.upstream.client import UpstreamError
+from mirrorgate.serve.refusals import Refused, json_response
 
 __all__ = ["PackumentRoute"]
 
@@ -86,43 +83,16 @@ class PackumentRoute:
 
     async def entry(self, name: PackageName,
                     policy: str | None = None) -> Cached[PackumentEntry]:
-        """The gate's entry of `name` under `policy` (the client's policy set), its failures
-        answered as refusals."""
-        try:
-            return await self.packuments.entry(name, policy)
-        except UnknownPolicyError as error:
-            raise _unknown_policy(error) from None
-        except UpstreamError as error:
-            raise not_mirrored(error, name) from None
-        except TooManyVersionsError as error:
-            self.metrics.refusals.labels("too_many_versions").inc()
-            log.warning("packument_refused", package=name.full, reason=str(error))
-            raise Refused(502, str(error), reason="too many versions") from None
-        except UnrecordedError as error:
-            raise self._unrecorded(name, error) from None
-
-    def _unrecorded(self, name: PackageName, error: UnrecordedError) -> Refused:
-        """What a fill learned cannot be kept for the state store (its buffer of facts that
-        must not be lost is full): 503, never an answer that forgets it at a restart."""
-        self.metrics.refusals.labels("state_store_full").inc()
-        return Refused(503, str(error), reason="the state store takes no writes",
-                       package=name.full, headers={"Retry-After": str(error.retry_after)})
+        """The gate's entry of `name` under `policy` (the client's policy set), or its
+        refusal raised (`gate.admission.Admissions.document`)."""
+        found = await self.gate.admissions.document(name, policy)
+        if isinstance(found, Refusal):
+            raise Refused.of(found)
+        return found
 
     async def gated_or_none(self, name: PackageName,
                             policy: str | None = None) -> Gated | None:
         return (await self.entry(name, policy)).value.gated
-
-    async def for_tarball(self, name: PackageName, version: str,
-                          policy: str | None = None) -> Gated | None:
-        """`Packuments.for_tarball` (`name@version` judged alone when its packument is not at
-        hand), its failures answered as `entry`'s are: by the whole fill, whose stale copy,
-        503 for an owned name or refusal is the answer."""
-        try:
-            return await self.packuments.for_tarball(name, version, policy)
-        except UnrecordedError as error:
-            raise self._unrecorded(name, error) from None
-        except (UpstreamError, TooManyVersionsError, UnknownPolicyError):
-            return await self.gated_or_none(name, policy)
 
     def cached_or_false(self, name: PackageName,
                         policy: str | None = None) -> Gated | bool | None:
@@ -132,20 +102,11 @@ class PackumentRoute:
         return False if slot is None else slot.value.gated
 
     async def packument(self, request: web.Request, name: PackageName) -> web.Response:
-        slot = await self.entry(name, policy_of(request))
+        slot = await self.gate.admissions.packument(name, policy_of(request))
+        if isinstance(slot, Refusal):
+            raise Refused.of(slot)
         gated = slot.value.gated
-        if gated is None:
-            raise Refused(404, f"{name.full} is not on the private or the public upstream",
-                          reason="not found")
-        if not gated.survivors and gated.policy_message is None:
-            # nothing was denied, so there was nothing to gate: unpublished, or only
-            # version keys that were skipped as unreadable
-            raise Refused(404, f"{name.full} has no versions on the private or the public "
-                          "upstream", reason="no versions", package=name.full)
-        if not gated.survivors:
-            raise Refused(403, f"every version of {name.full} was denied by mirrorgate's "
-                          f"admission rules: {gated.policy_message}\n{self.footer(name)}",
-                          reason=gated.policy_message, package=name.full)
+        assert gated is not None  # the gate answers an entry with a packument, else refuses
         key = self._key(request)
         rendered = slot.value.renderings.get(key)
         if rendered is None and self._known_base(key[1]):
@@ -211,19 +172,9 @@ class PackumentRoute:
 
     async def version(self, request: web.Request, name: PackageName,
                        wanted: str) -> web.Response:
-        gated = await self.gated_or_none(name, policy_of(request))
-        if gated is None:
-            raise Refused(404, f"{name.full} is not on the private or the public upstream",
-                          reason="not found")
-        version = gated.resolve(wanted)
-        record = gated.versions.get(version) if version is not None else None
-        if record is None and isinstance(gated.public_failure, UpstreamError):
-            raise not_mirrored(gated.public_failure, name, wanted)
-        if record is None:
-            raise Refused(404, f"{name.full} has no version or dist-tag {wanted!r}",
-                          reason="version not found")
-        if record.denial is not None:
-            raise denied(name, record, gated.survivors, self.contact)
+        record = await self.gate.admissions.version(name, wanted, policy_of(request))
+        if isinstance(record, Refusal):
+            raise Refused.of(record)
         body = record.document(self._key(request)[1])
         return web.Response(body=body, headers={"Content-Type": FULL, "Vary": self._vary})
 
@@ -234,14 +185,6 @@ class PackumentRoute:
             raise Refused(404, f"{name.full} has no admitted versions on the private or the "
                           "public upstream", reason="not found")
         return json_response(200, gated.dist_tags)
-
-
-def _unknown_policy(error: UnknownPolicyError) -> Refused:
-    """A client whose policy set the rules in force lack: refused, never judged by other
-    rules (the two files are checked against each other at every reload, so this is a moment
-    between two reloads)."""
-    return Refused(503, f"mirrorgate cannot judge this client's packages now: {error}",
-                   reason="unknown policy", headers={"Retry-After": "5"})
 
 
 def _placed(unplaced: bytes, abbreviated: bool, base: str, vary: str,

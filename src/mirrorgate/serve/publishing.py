@@ -22,6 +22,7 @@ from mirrorgate.config import Settings
 from mirrorgate.events import Alert
 from mirrorgate.gate.facts import UnrecordedError
 from mirrorgate.gate.firstparty import FirstPartyNames
+from mirrorgate.gate.refusals import upstream_failed
 from mirrorgate.logs import MASK
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.changes import changed_packument
@@ -40,7 +41,7 @@ from mirrorgate.npm.upload import (
 from mirrorgate.npm.versions import same_version
 from mirrorgate.rules import LiveRules, Rules, live
 from mirrorgate.serve.access import CLIENT
-from mirrorgate.serve.refusals import Refused, json_response, upstream_failed
+from mirrorgate.serve.refusals import Refused, json_response
 from mirrorgate.upstream.client import BodyStopped, Upstream, UpstreamError
 from mirrorgate.upstream.registry import PrivateRegistry, TarballSink
 
@@ -186,7 +187,7 @@ class PublishRoute:
         try:
             return await self.private.packument(name)
         except UpstreamError as error:
-            raise upstream_failed(error, name) from None
+            raise Refused.of(upstream_failed(error, name)) from None
 
     async def _check_owner(self, name: PackageName,
                            private: dict[str, Any] | None) -> frozenset[str]:
@@ -364,7 +365,7 @@ class PublishRoute:
         try:
             answer = await self.private.upload(name, body)
         except UpstreamError as error:
-            raise upstream_failed(error, name) from None
+            raise Refused.of(upstream_failed(error, name)) from None
         version = body.checked.version if body.checked is not None else None
         self._upstream_refusal(answer.status, answer.body, write, version)
         self._published(write, version, scan)
@@ -475,7 +476,7 @@ class PublishRoute:
         try:
             answer = await self.private.change(method, path, body)
         except UpstreamError as error:
-            raise upstream_failed(error, write.name) from None
+            raise Refused.of(upstream_failed(error, write.name)) from None
         self._upstream_refusal(answer.status, answer.body, write, version)
         self._changed(write.name)
         self._count(write.client, operation, "changed")

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import aiohttp
 import structlog
@@ -25,19 +25,20 @@ from aiohttp import web
 
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
+from mirrorgate.gate.admission import LicenseCheck, ScanFindings, ScriptsRead
 from mirrorgate.integrity import DigestMismatch, StreamVerifier, Verified
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.tarscripts import ScriptScan
-from mirrorgate.rules import scan_finding
+from mirrorgate.rules import INSTALL_SCRIPTS, scan_finding
 from mirrorgate.rules.license import LICENSE
 from mirrorgate.serve.listener import SendFloor
 from mirrorgate.serve.overload import Slot
 from mirrorgate.serve.relayhash import RelayHasher
 from mirrorgate.serve.spool import Spool, SpoolOutcome, Spools
 
-__all__ = ["CHUNK", "HOLD_AT_MOST", "INSTALL_SCRIPTS", "OCTETS", "OUTCOME", "Body",
-           "ContentsCheck", "LicenseCheck", "Relay", "ScriptsRead", "Withheld"]
+__all__ = ["CHUNK", "HOLD_AT_MOST", "OCTETS", "OUTCOME", "Body", "ContentsCheck", "Relay",
+           "Withheld"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -55,7 +56,6 @@ HOLD_AT_MOST = 16 * 1024 * 1024
 tarball up to this size, is withheld until their verdict: the client then gets a 403 with the
 reason rather than a cut it reads as a network error. Larger ones stream as they arrive and
 are cut if refused (docs/serving.md#a-refusal-from-the-bytes)."""
-INSTALL_SCRIPTS = "install-scripts"
 OUTCOME = web.ResponseKey("mirrorgate_outcome", str)
 """Set on a response whose transfer did not complete (`aborted`, `client_gone`, `tampered`,
 `denied`): the request metric's status label instead of the status that was already sent."""
@@ -84,26 +84,6 @@ class Withheld(MirrorgateError):  # noqa: N818 - an outcome carried to the route
         super().__init__(reason)
         self.reason = reason
         self.rule = rule
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptsRead:
-    """The install-scripts rule reads these bytes: `report`, whether what the scan finds is
-    only said (report mode: a would-deny, the bytes served); `manifest`, the registry manifest
-    the version was admitted with (a script it declares is no manifest confusion)."""
-
-    report: bool
-    manifest: Callable[[], Mapping[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class LicenseCheck:
-    """The license rule reads these bytes: `report`, whether what it finds is only said;
-    `finding`, why the tarball's own package.json (as the scan parsed it, and the scan's
-    problem) is refused, or None (`rules.license.tarball_license_finding`)."""
-
-    report: bool
-    finding: Callable[[Mapping[str, Any] | None, str | None], str | None]
 
 
 class ContentsCheck(Protocol):
@@ -160,15 +140,17 @@ class Relay:
     tarballs taught it (a version whose bytes run scripts; bytes already read clean)."""
 
     def __init__(self, spools: Spools, metrics: Metrics,
-                 floor: Callable[[web.Request], SendFloor]) -> None:
+                 floor: Callable[[web.Request], SendFloor],
+                 findings: ScanFindings | None = None) -> None:
         self.spools = spools
         self.metrics = metrics
         self.floor = floor
         self._opening: dict[Hashable, asyncio.Future[Spool | None]] = {}
         self._fills: set[asyncio.Task[None]] = set()
-        # versions whose tarball was found to run code at install (`npm.tarscripts`): the next
-        # request is a 403 saying why, not another download cut without a word to the client
-        self.scripts_found: OrderedDict[str, str] = OrderedDict()
+        # versions whose tarball was found to run code at install (`npm.tarscripts`) or to
+        # declare another license than its manifest: the gate's (`gate.admission`), whose
+        # answer to the next request is a 403 saying why; bounded here, where they are written
+        self.findings = findings if findings is not None else ScanFindings()
         # (version, the digest its bytes were verified against) whose tarball was read and
         # runs nothing at install: the same bytes are not inflated again (a bomb's CPU is
         # spent once per version, not once per download)
@@ -176,11 +158,9 @@ class Relay:
         # the same for bytes whose scripts report mode said once: not read again in report
         # mode (read again in enforce mode, which refuses them)
         self._scanned_reported: OrderedDict[tuple[str, str], None] = OrderedDict()
-        # versions whose tarball declares another license than its manifest: the next
-        # request is a 403 saying why; bytes whose license was read and agreed: not read
-        # again for it; and bytes whose difference report mode said once: not read again in
-        # report mode (read again in enforce mode, which refuses them)
-        self.licenses_found: OrderedDict[str, str] = OrderedDict()
+        # bytes whose license was read and agreed: not read again for it; and bytes whose
+        # difference report mode said once: not read again in report mode (read again in
+        # enforce mode, which refuses them)
         self._license_agreed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._license_reported: OrderedDict[tuple[str, str], None] = OrderedDict()
 
@@ -405,7 +385,7 @@ class Relay:
             f"the tarball of {label} runs code at install ({reason}); the download was "
             "refused", package, version,
             {"where": "proxy", "upstream": source, "rule": INSTALL_SCRIPTS, "reason": reason}))
-        remember(self.scripts_found, label, reason)
+        remember(self.findings.scripts, label, reason)
         reader.refusal = (INSTALL_SCRIPTS, reason)
 
     def _license_refused(self, reader: _Reading, label: str, source: str, sent: int,
@@ -434,7 +414,7 @@ class Relay:
         self.metrics.events.record("denied", label, f"the download was refused: {reason}")
         log.warning("tarball_license_refused", upstream=source, package=package,
                     version=version, rule=LICENSE, reason=reason, sent=sent)
-        remember(self.licenses_found, label, reason)
+        remember(self.findings.licenses, label, reason)
         reader.refusal = (LICENSE, reason)
         return True
 
