@@ -57,8 +57,8 @@ package, by tracemalloc), which the file count does not see. Counted by files al
 100,000 small readings were kept: a burst of 50,000 distinct versions held every one
 (tests/faults/test_13_drop_burst.py, its second half grew 66 MiB). A version pushed out is
 fetched and read again if a later release chooses it as its baseline, or a job asks for it
-with no verdict kept: CPU and a download, never another verdict. 4,096 covers a cold install of a large tree, whose jobs the
-worker judges seconds after the pulls."""
+with no verdict kept: CPU and a download, never another verdict. 4,096 covers a cold install
+of a large tree, whose jobs the worker judges seconds after the pulls."""
 _STEP = 256 * 1024
 _NOT_RUN = (".json", ".node", ".d.ts", ".d.mts", ".d.cts", ".flow")
 """Never run as JavaScript: node parses a required .json and loads a .node natively; a type
