@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -21,8 +22,9 @@ from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
 from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
-from mirrorgate.gate.merge import gate
-from mirrorgate.gate.records import Gated, RefusedBytes
+from mirrorgate.gate.lazyhistory import LazyHistory
+from mirrorgate.gate.merge import Gating
+from mirrorgate.gate.records import Gated, RefusedBytes, TooManyVersionsError
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.lazydoc import lazy_packument
@@ -46,6 +48,11 @@ DENIED_LOGGED = 50
 """Denied versions named in a `versions_denied` line; the line always carries the count."""
 REFUSALS_LOGGED = 5
 """Refused tarball URLs logged one by one per fill; more are logged as a count."""
+HISTORIES = 16
+"""Names whose lazily gated releases (`PackumentSource.history`) are kept for the next walk."""
+HISTORY_FOR = 30.0
+"""Seconds such a history is reused (a pull's walk and the walks of the pulls of the same
+name a moment later), at most: it was gated at one moment, as a fill is."""
 ALERTS_PER_FILL = 10
 """Versions of one packument alerted on per fill (a malware record can cover every version of
 a typosquat); `versions_denied` lists them all."""
@@ -108,6 +115,8 @@ class PackumentSource:
         self.on_gated: Callable[[Gated], None] | None = None
         """Called with every packument gated (`gate.exposure`: a version denied now that the
         pull log says was served); never awaited."""
+        self._histories: OrderedDict[str, tuple[JsonAnswer, int, datetime, LazyHistory]] = (
+            OrderedDict())
 
     @property
     def rules(self) -> Rules:
@@ -171,11 +180,55 @@ class PackumentSource:
                                               "mirrorgate.revalidation": previous is not None}):
             return await self._load(name, previous, only, rules)
 
+    async def history(self, name: PackageName) -> LazyHistory | None:
+        """`name`'s releases for the baseline walk, each gated alone under the default rules
+        as the walk reaches it (`gate.lazyhistory`), from public's answer kept for the
+        one-version fills (`recent`) and the private document; kept for the walks of the
+        next few moments. None where the whole packument's gating is to answer instead: a
+        first-party name, an upstream failing, a packument too large to gate."""
+        rules = self.rules
+        full = name.full
+        if rules.private_alone(full) or full in self.first_party:
+            return None
+        now = self.now()
+        recent = self.recent.fresh(full) if self.recent is not None else None
+        kept = self._histories.get(full)
+        if (kept is not None and recent is not None and kept[0] is recent.value
+                and kept[1] == rules.generation and (now - kept[2]).total_seconds() < HISTORY_FOR):
+            return kept[3]
+        (private, private_error), public, keys = await asyncio.gather(
+            self._private_document(name), self._public_for(name, None, keep=True),
+            self._keys(rules))
+        if private_error is not None or not isinstance(public, JsonAnswer) or (
+                public.status != 200):
+            return None
+        async with self.in_flight.hold(public.size // 8):
+            try:
+                document = await self._document(name, public, lazily=True)
+                gating = await in_thread_if_large(public.size, self._gating, name, private,
+                                                  document, now, keys, rules)
+            except (UpstreamError, TooManyVersionsError, orjson.JSONDecodeError):
+                return None  # the whole packument's fill says why, as it always has
+            found = LazyHistory(gating)
+        self._histories[full] = (public, rules.generation, now, found)
+        self._histories.move_to_end(full)
+        while len(self._histories) > HISTORIES:
+            self._histories.popitem(last=False)
+        return found
+
+    def forget_history(self, full: str | None = None) -> None:
+        """Drop the kept history of the name `full` (None: of every name): a fact it was
+        gated without has changed (`Packuments.drop`)."""
+        if full is None:
+            self._histories.clear()
+        else:
+            self._histories.pop(full, None)
+
     async def _document(self, name: PackageName, answer: JsonAnswer,
-                        only: str | None) -> Mapping[str, Any] | None:
+                        lazily: bool) -> Mapping[str, Any] | None:
         """The document of a 200, checked to be `name`'s packument: read lazily for a
         one-version fill (`npm.lazydoc`), else (or when it must be) parsed whole."""
-        if only is not None:
+        if lazily:
             document = await in_thread_if_large(answer.size, lazy_packument, answer.body)
             if document is not None:
                 try:
@@ -238,7 +291,7 @@ class PackumentSource:
                 try:
                     # in a thread when large; a 200 that is not this name's packument is a
                     # failed answer (stale-if-error), never a withdrawal of what it lacks
-                    public_doc = await self._document(name, answer, only)
+                    public_doc = await self._document(name, answer, only is not None)
                     answer = JsonAnswer(200, None, answer.etag, answer.size)  # the bytes go
                 except UpstreamError as error:
                     log.warning("upstream_failed", upstream="public", package=full,
@@ -339,15 +392,21 @@ class PackumentSource:
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
               public: Mapping[str, Any] | None, now: datetime,
               keys: KeySet | None, rules: Rules, only: str | None = None) -> Gated:
+        try:
+            return self._gating(name, private, public, now, keys, rules).gate(only)
+        except orjson.JSONDecodeError as error:
+            raise _unusable(error) from None
+
+    def _gating(self, name: PackageName, private: Mapping[str, Any] | None,
+                public: Mapping[str, Any] | None, now: datetime, keys: KeySet | None,
+                rules: Rules) -> Gating:
+        """What gates `name`'s versions (all, one, or one at a time), with what this process
+        remembers of it: the withdrawals seen, the release signals' refusals."""
         withdrawn = (self.withdrawals.of(name.full, versions_of(private))
                      if private is not None else None)
         refused = self.refused(name.full) if self.refused is not None else None
-        try:
-            return gate(name, private, public, rules=rules, now=now,
-                        origin=self.public.origin, keys=keys, withdrawn=withdrawn,
-                        refused=refused, only=only)
-        except orjson.JSONDecodeError as error:
-            raise _unusable(error) from None
+        return Gating(name, private, public, rules=rules, now=now, origin=self.public.origin,
+                      keys=keys, withdrawn=withdrawn, refused=refused)
 
     def _note_withdrawals(self, gated: Gated, private_versions: Mapping[str, Any]) -> None:
         """Remember what this fill found withdrawn (and forget what public lists again with

@@ -165,17 +165,13 @@ class TarballRoute:
         # The gated packument (cached) is read first, so the rules reach every version: a denied
         # one is a 403 wherever its bytes are, mirrored and first-party versions included, and a
         # version no upstream lists is a 404 before any tarball is asked for.
-        # Its own version judged alone suffices (`for_tarball`) unless a release signal that
-        # compares with an earlier release at once is on (`release.compares_early`): a first
-        # pull then chooses its baseline from the history, so the whole packument's gating is
-        # read at once rather than after the version's own. The default's capability signals
-        # read the package's first publish, which one version's gating carries, and the
-        # history only for a release whose code shows a capability it could have gained.
+        # Its own version judged alone suffices (`for_tarball`): the release signals read the
+        # package's first publish, which one version's gating carries, and a first pull that
+        # compares with an earlier release walks the releases before it, each gated alone as
+        # the walk reaches it (`gate.lazyhistory`), never the whole packument's thousands.
         # By the client's policy set (`policy:NAME` on its tokens-file line), as its packument.
-        whole = self.for_tarball is None or (self.release is not None
-                                             and self.release.rules.release.compares_early)
         policy = policy_of(request)
-        gated = await (self.packument(name, policy) if whole or self.for_tarball is None
+        gated = await (self.packument(name, policy) if self.for_tarball is None
                        else self.for_tarball(name, version, policy))
         record = gated.versions.get(version) if gated is not None else None
         if gated is not None and record is None and isinstance(gated.public_failure,
