@@ -193,7 +193,9 @@ class PackumentSource:
         now = self.now()
         recent = self.recent.fresh(full) if self.recent is not None else None
         kept = self._histories.get(full)
-        if (kept is not None and recent is not None and kept[0] is recent.value
+        # public's answer kept since is another (a newer) one: gated again from it; one too
+        # large for `recent` to keep is not fetched again within the moment
+        if (kept is not None and (recent is None or kept[0] is recent.value)
                 and kept[1] == rules.generation and (now - kept[2]).total_seconds() < HISTORY_FOR):
             return kept[3]
         (private, private_error), public, keys = await asyncio.gather(
