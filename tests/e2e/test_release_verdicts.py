@@ -512,11 +512,11 @@ def test_a_tarball_pulled_alone_is_compared_with_the_release_before_it_without_g
     clean = http_request("GET", proxy.registry_url + tarball_path("long-clean", "1.6.0")[1:])
 
     assert bad.status == 403, bad.body[:300]
-    refusal = refusals(proxy, "long-hook")["1.6.0"]
+    refusal = wait_for(lambda: refusals(proxy, "long-hook").get("1.6.0"))
     assert (refusal["rule"], refusal["compared_with"]) == (HOOK, "1.5.9")
     assert clean.status == 200  # the control: compared with the same release, admitted
-    [judged] = [event for event in proxy.events("release_checked")
-                if event["package"] == "long-clean"]
+    [judged] = wait_for(lambda: [event for event in proxy.events("release_checked")
+                                 if event["package"] == "long-clean"])
     assert (judged["outcome"], judged["compared_with"]) == ("clean", "1.5.9")
     filled = [event["versions"] for event in proxy.events("packument_filled")]
     assert filled
