@@ -513,6 +513,7 @@ def test_a_tarball_pulled_alone_is_compared_with_the_release_before_it_without_g
 
     assert bad.status == 403, bad.body[:300]
     refusal = wait_for(lambda: refusals(proxy, "long-hook").get("1.6.0"))
+    assert refusal is not None
     assert (refusal["rule"], refusal["compared_with"]) == (HOOK, "1.5.9")
     assert clean.status == 200  # the control: compared with the same release, admitted
     [judged] = wait_for(lambda: [event for event in proxy.events("release_checked")
