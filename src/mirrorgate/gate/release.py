@@ -150,7 +150,7 @@ class ReleaseJudge:
         (or its None): the whole packument's gating."""
         self.one_version = one_version
         """One version's gating (`Packuments.for_tarball`: the packument's when at hand), which
-        `verdict_for` reads when no signal that compares is on; None: the whole packument."""
+        `verdict_for` reads (a baseline is walked from `history`); None: the whole packument."""
         self.forget = forget
         """Drops a name's cached packument: a refusal then reaches it at once."""
         self.public = public
