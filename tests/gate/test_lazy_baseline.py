@@ -20,15 +20,10 @@ from typing import Any
 import orjson
 import pytest
 
-from mirrorgate.gate import Gated, VersionRecord, gate
+from mirrorgate.gate import Gated, gate
 from mirrorgate.gate.baseline import (
-    DEPTH,
     Baseline,
-    Budget,
-    History,
-    Unsettled,
     Whole,
-    choose_baseline,
 )
 from mirrorgate.gate.lazyhistory import LazyHistory
 from mirrorgate.gate.merge import Gating
@@ -38,6 +33,7 @@ from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import Rules, parse_rules
+from tests.gate.test_publish_times import walk
 from tests.servers.packages import DigestMode, iso, make_package, make_version
 
 UPSTREAM = "http://127.0.0.1:9/"
@@ -171,33 +167,6 @@ def _gatings(private: dict[str, Any] | None, public: dict[str, Any], rules: Rule
     return whole, lazy
 
 
-async def _walk(history: History, version: str, kept: dict[str, bool | None],
-                bad: frozenset[str]) -> tuple[Baseline | Unsettled, list[str]]:
-    """choose_baseline as the judge runs it: a release judged first is clean unless in
-    `bad`, its own baseline chosen the same way on the shared budget."""
-    judged: list[str] = []
-    budget = Budget(DEPTH)
-    kept = dict(kept)
-    doubts = history.doubts()
-
-    async def judge_first(record: VersionRecord) -> bool:
-        judged.append(record.version)
-        await choose_baseline(history, record.version, judged=lambda r: kept.get(r.version),
-                              judge_first=judge_first, budget=budget, settled_after=WEEK,
-                              now=NOW, doubts=doubts)
-        kept[record.version] = record.version not in bad
-        return record.version not in bad
-
-    chosen = await choose_baseline(history, version, judged=lambda r: kept.get(r.version),
-                                   judge_first=judge_first, budget=budget, settled_after=WEEK,
-                                   now=NOW, doubts=doubts)
-    return chosen, judged
-
-
-def _shown(records: object) -> list[str]:
-    return [record.version for record in records]  # type: ignore[attr-defined]
-
-
 @pytest.mark.parametrize("rules_name", sorted(RULE_SETS))
 async def test_the_lazy_walk_chooses_what_the_whole_gating_chose(rules_name: str) -> None:
     rules = parse_rules(RULE_SETS[rules_name], "rules.toml")
@@ -222,8 +191,8 @@ async def test_the_lazy_walk_chooses_what_the_whole_gating_chose(rules_name: str
             denied_candidates += sum(
                 1 for record in whole_gated.versions.values()
                 if record.denial is not None and record.version != version)
-            chosen, judged = await _walk(lazy, version, kept, bad)
-            expected, expected_judged = await _walk(whole, version, kept, bad)
+            chosen, judged = await walk(lazy, version, dict(kept), bad, NOW)
+            expected, expected_judged = await walk(whole, version, dict(kept), bad, NOW)
             assert (chosen, judged) == (expected, expected_judged), (seed, version)
             by_version += isinstance(chosen, Baseline) and bool(chosen.doubts)
             compared += 1
