@@ -32,6 +32,9 @@ class LazyHistory:
         self.listed = gating.listed()
         """Each version that could have a record, in the order the gating records them, with
         the time it would have once admitted."""
+        self._read = {text: (order_key(text), moment(stamp)) for text, stamp in self.listed.items()}
+        """Each listed version's place in version order and its time, read once: every walk
+        of the name reads them all."""
         self._alone: dict[str, Gated] = {}
         self._survives: dict[str, bool] = {}
         self._doubts: tuple[str, ...] | None = None
@@ -61,12 +64,12 @@ class LazyHistory:
         published = moment(self.time(version))
         if published is None:
             return
-        own = order_key(version)
+        own, prerelease = order_key(version), is_prerelease(version)
         dated: list[tuple[datetime, tuple[object, ...], str]] = []
-        for text, stamp in self.listed.items():
-            when, key = moment(stamp), order_key(text)
+        for text, (key, when) in self._read.items():
+            # a prerelease (its key's fourth part 0) is a baseline only for a prerelease
             if (when is None or key is None or text == version
-                    or (is_prerelease(text) and not is_prerelease(version))):
+                    or (key[3] == 0 and not prerelease)):
                 continue
             # published together (one second apart, or the same stamp): the lower version first
             if when < published or (when == published and own is not None and key < own):
@@ -82,9 +85,10 @@ class LazyHistory:
         own = order_key(version)
         if own is None:
             return
-        lower = [(key, text) for text in self.listed
-                 if (key := order_key(text)) is not None and key < own and text != version
-                 and (is_prerelease(version) or not is_prerelease(text))]
+        prerelease = is_prerelease(version)
+        lower = [(key, text) for text, (key, _when) in self._read.items()
+                 if key is not None and key < own and text != version
+                 and (prerelease or key[3] != 0)]
         lower.sort(key=lambda item: item[0], reverse=True)
         for _, text in lower:
             record = self._record(text)
@@ -109,9 +113,7 @@ class LazyHistory:
         if self._doubts is not None:
             return self._doubts
         lines: dict[tuple[int, int], list[tuple[int, datetime, str]]] = {}
-        for text, stamp in self.listed.items():
-            key = order_key(text)
-            when = moment(stamp)
+        for text, (key, when) in self._read.items():
             if key is None or key[3] == 0 or when is None:  # as `order_contradicted` reads
                 continue
             lines.setdefault((key[0], key[1]), []).append((key[2], when, text))
@@ -135,9 +137,9 @@ class LazyHistory:
             first = next(text for _p, _w, text in line if self._survivor(text))
             standing[first] = opening
         times: dict[str, str] = {}
-        for text, stamp in self.listed.items():
-            key = order_key(text)
-            if key is None or key[3] == 0 or stamp is None or moment(stamp) is None:
+        for text, (key, when) in self._read.items():
+            stamp = self.listed[text]
+            if key is None or key[3] == 0 or stamp is None or when is None:
                 continue
             if (key[0], key[1]) in judged_all:
                 if self._survivor(text):
