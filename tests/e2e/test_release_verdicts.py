@@ -42,9 +42,16 @@ from tests.servers.incidents import (
     shai_hulud_shape,
 )
 from tests.servers.npm import NpmClient
-from tests.servers.packages import EPOCH, FixturePackage, iso, make_package, make_version
+from tests.servers.packages import (
+    EPOCH,
+    FixturePackage,
+    iso,
+    make_package,
+    make_version,
+    tarball_path,
+)
 from tests.servers.postgres_server import PostgresServer
-from tests.servers.processes import MirrorgateProcess, wait_for
+from tests.servers.processes import MirrorgateProcess, http_request, wait_for
 from tests.servers.verdaccio import Verdaccio
 
 RULES = '[age]\nminimum = "0"\n\n[release]\n'
@@ -475,6 +482,52 @@ def copied(name: str, *, hook: bool) -> FixturePackage:
                      scripts={"postinstall": "node -e 0"} if hook and version == "2.2.0"
                      else {})
         for version, age in stamps.items()])
+
+
+def long_history(name: str, *, hook: bool) -> FixturePackage:
+    """60 clean releases over two months (1.0.0 to 1.5.9), then 1.6.0 minutes ago: with a new
+    postinstall bundle (`hook`), or clean."""
+    files = {"index.js": entry_file(name), "README.md": b"# long history\n"}
+    history = [make_version(name, f"1.{n // 10}.{n % 10}", files=files,
+                            published=EPOCH + timedelta(days=n)) for n in range(60)]
+    new = (make_version(name, "1.6.0", files={**files, "bundle.js": minified_bundle(400_000)},
+                        published=_fresh(), scripts={"postinstall": "node bundle.js"})
+           if hook else make_version(name, "1.6.0", files=files, published=_fresh()))
+    return make_package(name, [*history, new])
+
+
+def test_a_tarball_pulled_alone_is_compared_with_the_release_before_it_without_gating_all(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, mirrorgate: MirrorgateFactory,
+    tmp_path: Path,
+) -> None:
+    # `npm ci` asks for tarballs alone: the release before it is found among the releases
+    # gated one at a time as the walk reaches them (`gate.lazyhistory`), never by gating the
+    # 61 versions of the packument, and the new hook is refused against it all the same
+    public_registry.add(long_history("long-hook", hook=True),
+                        long_history("long-clean", hook=False))
+    proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data",
+                  tmp_path / "rules.toml")
+
+    bad = http_request("GET", proxy.registry_url + tarball_path("long-hook", "1.6.0")[1:])
+    clean = http_request("GET", proxy.registry_url + tarball_path("long-clean", "1.6.0")[1:])
+
+    assert bad.status == 403, bad.body[:300]
+    refusal = wait_for(lambda: refusals(proxy, "long-hook").get("1.6.0"))
+    assert refusal is not None
+    assert (refusal["rule"], refusal["compared_with"]) == (HOOK, "1.5.9")
+    assert clean.status == 200  # the control: compared with the same release, admitted
+    [judged] = wait_for(lambda: [event for event in proxy.events("release_checked")
+                                 if event["package"] == "long-clean"])
+    assert (judged["outcome"], judged["compared_with"]) == ("clean", "1.5.9")
+    filled = [event["versions"] for event in proxy.events("packument_filled")]
+    assert filled
+    assert max(filled) == 1  # each fill judged the tarball's own version alone
+    # ... which a packument's request would not: the log counts what was gated
+    document = http_request("GET", proxy.registry_url + "long-clean")
+    assert document.status == 200
+    wait_for(lambda: any(event["versions"] == 61
+                         for event in proxy.events("packument_filled")), 10.0,
+             message="the packument's fill logged")
 
 
 def test_where_times_contradict_version_order_a_release_is_compared_with_the_one_below_it(

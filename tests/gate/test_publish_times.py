@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from mirrorgate.gate import Gated, VersionRecord, gate
-from mirrorgate.gate.baseline import Baseline, Budget, Unsettled, choose_baseline
+from mirrorgate.gate.baseline import Baseline, Budget, History, Unsettled, Whole, choose_baseline
 from mirrorgate.gate.capabilitycheck import capability_findings
 from mirrorgate.gate.publishtimes import first_publish, first_publish_of, order_contradicted
 from mirrorgate.moments import iso_now, moment
@@ -140,25 +140,26 @@ def scrambled(name: str, fresh: dict[str, timedelta] | None = None) -> Gated:
                 origin=Origin.of(UPSTREAM))
 
 
-async def walk(packument: Gated, version: str, kept: dict[str, bool],
-               bad: frozenset[str] = frozenset()) -> tuple[Baseline | Unsettled, list[str]]:
+async def walk(packument: Gated | History, version: str, kept: dict[str, bool | None],
+               bad: frozenset[str] = frozenset(),
+               now: datetime = NOW) -> tuple[Baseline | Unsettled, list[str]]:
     """choose_baseline as the judge runs it, with `kept` verdicts and the times' doubts; a
-    release judged first is clean unless in `bad`."""
+    release judged first is clean unless in `bad` (and kept so in `kept`)."""
     judged: list[str] = []
     budget = Budget()
-    doubts = order_contradicted(packument.time)
+    doubts = (Whole(packument) if isinstance(packument, Gated) else packument).doubts()
 
     async def judge_first(record: VersionRecord) -> bool:
         judged.append(record.version)
         await choose_baseline(packument, record.version, judged=lambda r: kept.get(r.version),
                               judge_first=judge_first, budget=budget, settled_after=WEEK,
-                              now=NOW, doubts=doubts)
-        kept[record.version] = record.version not in bad
-        return kept[record.version]
+                              now=now, doubts=doubts)
+        clean = kept[record.version] = record.version not in bad
+        return clean
 
     chosen = await choose_baseline(packument, version, judged=lambda r: kept.get(r.version),
                                    judge_first=judge_first, budget=budget, settled_after=WEEK,
-                                   now=NOW, doubts=doubts)
+                                   now=now, doubts=doubts)
     return chosen, judged
 
 

@@ -242,15 +242,12 @@ class Admissions:
         # The gated packument (cached) is read first, so the rules reach every version: a denied
         # one is a 403 wherever its bytes are, mirrored and first-party versions included, and a
         # version no upstream lists is a 404 before any tarball is asked for.
-        # Its own version judged alone suffices unless a release signal that compares with an
-        # earlier release at once is on (`compares_early`): a first pull then chooses its
-        # baseline from the history, so the whole packument's gating is read at once rather
-        # than after the version's own. The default's capability signals read the package's
-        # first publish, which one version's gating carries, and the history only for a
-        # release whose code shows a capability it could have gained.
+        # Its own version judged alone suffices: the release signals read the package's first
+        # publish, which one version's gating carries, and a first pull that compares with an
+        # earlier release walks the releases before it, each gated alone as the walk reaches
+        # it (`gate.lazyhistory`), never the whole packument's thousands.
         # By the client's policy set (`policy:NAME` on its tokens-file line), as its packument.
-        gated = await (self.gated(name, policy) if self.release.rules.release.compares_early
-                       else self.one_version(name, version, policy))
+        gated = await self.one_version(name, version, policy)
         if isinstance(gated, Refusal):
             return gated
         record = gated.versions.get(version) if gated is not None else None

@@ -19,6 +19,7 @@ from mirrorgate.gate.entry import PackumentEntry
 from mirrorgate.gate.facts import KeptFacts
 from mirrorgate.gate.fill import PackumentSource
 from mirrorgate.gate.firstparty import FirstPartyNames
+from mirrorgate.gate.lazyhistory import LazyHistory
 from mirrorgate.gate.packuments import Packuments
 from mirrorgate.gate.records import Gated
 from mirrorgate.gate.release import ReleaseJudge
@@ -63,7 +64,8 @@ class Gate:
         self.release = ReleaseJudge(
             rules=rules, public=public, metrics=metrics, packument=self.gated, now=now,
             facts=self.facts, previous_max_bytes=settings.release_previous_max_bytes,
-            timeout=settings.release_timeout, forget=self.forget, one_version=self.one_version)
+            timeout=settings.release_timeout, forget=self.forget, one_version=self.one_version,
+            history=self.history)
         self._cache_results: dict[str, Tally] = {}  # a hit per warm request: `Tally`
         # chosen once: with tracing off a cache lookup costs exactly what it did
         counted = self._count_cache_traced if tracing.enabled() else self._count_cache
@@ -106,6 +108,11 @@ class Gate:
         """`name@version` judged alone unless its packument is at hand
         (`Packuments.for_tarball`)."""
         return await self.packuments.for_tarball(name, version)
+
+    async def history(self, name: PackageName) -> LazyHistory | None:
+        """`name`'s releases gated one at a time for the baseline walk
+        (`PackumentSource.history`)."""
+        return await self.packuments.source.history(name)
 
     def forget(self, name: PackageName) -> None:
         """Drop `name`'s entry: the next read gates it again (a refusal, a write)."""

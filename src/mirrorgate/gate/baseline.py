@@ -4,21 +4,25 @@ below it in version order where the publish times cannot order them.
 
 Two bad releases published together must not vouch for each other, and a version published
 below the whole history (`0.0.1` after 1.x) still has a release before it. The choice, the
-bound and what an old release is trusted for: docs/verdicts.md#the-baseline.
+bound and what an old release is trusted for: docs/verdicts.md#the-baseline. The walk reads
+the releases through a `History`: a whole packument's gating (`Whole`), or the versions gated
+one at a time as it reaches them (`gate.lazyhistory`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
+from mirrorgate.gate.publishtimes import order_contradicted
 from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.moments import moment
 from mirrorgate.npm.versions import is_prerelease, order_key
 
-__all__ = ["DEPTH", "Baseline", "Budget", "Unsettled", "choose_baseline", "earlier_releases",
-           "lower_releases"]
+__all__ = ["DEPTH", "Baseline", "Budget", "History", "Unsettled", "Whole", "choose_baseline",
+           "earlier_releases", "lower_releases", "readable"]
 
 DEPTH = 3
 """Releases never judged that are read and judged first for one verdict, at most: enough for
@@ -44,12 +48,18 @@ class Unsettled:
     reason: str
 
 
+def readable(record: VersionRecord, version: str) -> bool:
+    """Whether `record` is a release `version` may be compared with: another version, whose
+    bytes mirrorgate can read from public, verified; a prerelease only for a prerelease."""
+    text = record.version
+    return (text != version and record.upstream_tarball is not None and bool(record.digests)
+            and (is_prerelease(version) or not is_prerelease(text)))
+
+
 def _readable(gated: Gated, version: str) -> dict[str, VersionRecord]:
-    """The releases other than `version` whose bytes mirrorgate can read from public,
-    verified; a prerelease is one only for a prerelease."""
+    """The releases of `gated` `version` may be compared with (`readable`)."""
     return {text: record for text, record in gated.versions.items()
-            if text != version and record.upstream_tarball is not None and record.digests
-            and (is_prerelease(version) or not is_prerelease(text))}
+            if readable(record, version)}
 
 
 def lower_releases(gated: Gated, version: str) -> list[VersionRecord]:
@@ -84,6 +94,51 @@ def earlier_releases(gated: Gated, version: str) -> list[VersionRecord]:
     return [record for _, _, record in dated]
 
 
+class History(Protocol):
+    """The releases of one package as the walk reads them."""
+
+    def time(self, version: str) -> str | None:
+        """`version`'s time in the gated packument (None: denied, or none readable)."""
+
+    def earlier(self, version: str) -> Iterable[VersionRecord]:
+        """`earlier_releases`: nearest first."""
+
+    def lower(self, version: str) -> Iterable[VersionRecord]:
+        """`lower_releases`: nearest first."""
+
+    def doubts(self) -> tuple[str, ...]:
+        """Where the gated packument's times contradict its version order
+        (`gate.publishtimes.order_contradicted`)."""
+
+    def gated(self, version: str) -> Gated:
+        """A gating that holds `version`'s record, for a release judged first."""
+
+
+class Whole:
+    """A whole packument's gating as the walk's `History`."""
+
+    def __init__(self, gated: Gated) -> None:
+        self.whole = gated
+        self._doubts: tuple[str, ...] | None = None
+
+    def time(self, version: str) -> str | None:
+        return self.whole.time.get(version)
+
+    def earlier(self, version: str) -> list[VersionRecord]:
+        return earlier_releases(self.whole, version)
+
+    def lower(self, version: str) -> list[VersionRecord]:
+        return lower_releases(self.whole, version)
+
+    def doubts(self) -> tuple[str, ...]:
+        if self._doubts is None:
+            self._doubts = order_contradicted(self.whole.time)
+        return self._doubts
+
+    def gated(self, version: str) -> Gated:
+        return self.whole
+
+
 Judged = Callable[[VersionRecord], bool | None]
 """A release's kept verdict: True clean, False not clean, None never judged."""
 JudgeFirst = Callable[[VersionRecord], Awaitable[bool | None]]
@@ -105,7 +160,7 @@ class Budget:
         return True
 
 
-async def choose_baseline(gated: Gated, version: str, *, judged: Judged,
+async def choose_baseline(history: History | Gated, version: str, *, judged: Judged,
                           judge_first: JudgeFirst, budget: Budget, settled_after: timedelta,
                           now: datetime | None = None,
                           doubts: tuple[str, ...] = ()) -> Baseline | Unsettled:
@@ -115,33 +170,34 @@ async def choose_baseline(gated: Gated, version: str, *, judged: Judged,
     while the budget lasts, and past it the version is unsettled. Where the times cannot
     order them (`doubts`: they contradict version order, `gate.publishtimes`; or `version`
     has none), by version order instead (`_by_version`)."""
-    published = moment(gated.time.get(version))
+    releases = Whole(history) if isinstance(history, Gated) else history
+    published = moment(releases.time(version))
     if published is None or doubts:
         return await _by_version(
-            gated, version, judged=judged, judge_first=judge_first, budget=budget,
+            releases, version, judged=judged, judge_first=judge_first, budget=budget,
             settled_after=settled_after, now=now, doubts=doubts or (
                 f"{version} has no publish time mirrorgate can read",))
     passed: list[str] = []
     chosen = await _walk(
-        earlier_releases(gated, version), passed, judged=judged, judge_first=judge_first,
+        releases.earlier(version), passed, judged=judged, judge_first=judge_first,
         budget=budget, doubts=(),
         floor=lambda when: published - when >= settled_after,
         unsettled="{}, published just before it, was never judged, and more than {} "
-                  "releases published with it would have to be read first", gated=gated)
+                  "releases published with it would have to be read first", history=releases)
     return chosen if chosen is not None else Baseline(None, tuple(passed))
 
 
-async def _walk(candidates: list[VersionRecord], passed: list[str], *, judged: Judged,
+async def _walk(candidates: Iterable[VersionRecord], passed: list[str], *, judged: Judged,
                 judge_first: JudgeFirst, budget: Budget, doubts: tuple[str, ...],
                 floor: Callable[[datetime], bool], unsettled: str,
-                gated: Gated) -> Baseline | Unsettled | None:
+                history: History) -> Baseline | Unsettled | None:
     """The first of `candidates` whose verdict is clean, one never judged taken as it is when
     its time is past the `floor`, else read and judged first on the budget; None when each
     was passed over (named in `passed`)."""
     for record in candidates:
         clean = judged(record)
         if clean is None:
-            when = moment(gated.time.get(record.version))
+            when = moment(history.time(record.version))
             if when is not None and floor(when):
                 return Baseline(record, tuple(passed), doubts)
             if not budget.take():
@@ -158,7 +214,7 @@ async def _walk(candidates: list[VersionRecord], passed: list[str], *, judged: J
     return None
 
 
-async def _by_version(gated: Gated, version: str, *, judged: Judged, judge_first: JudgeFirst,
+async def _by_version(history: History, version: str, *, judged: Judged, judge_first: JudgeFirst,
                       budget: Budget, settled_after: timedelta, now: datetime | None,
                       doubts: tuple[str, ...]) -> Baseline | Unsettled:
     """The walk where publish times cannot order the releases (a registry in front stamping
@@ -172,10 +228,10 @@ async def _by_version(gated: Gated, version: str, *, judged: Judged, judge_first
 
     passed: list[str] = []
     chosen = await _walk(
-        lower_releases(gated, version), passed, judged=judged, judge_first=judge_first,
+        history.lower(version), passed, judged=judged, judge_first=judge_first,
         budget=budget, doubts=doubts, floor=settled,
         unsettled="{}, the release below it, was never judged, and more than {} releases "
-                  "below it would have to be read first", gated=gated)
+                  "below it would have to be read first", history=history)
     if chosen is not None:
         return chosen
     # nothing below it vouches (it is the lowest, or every one below was refused): the
@@ -183,11 +239,11 @@ async def _by_version(gated: Gated, version: str, *, judged: Judged, judge_first
     # whole history is still compared), but only one judged clean or standing public a
     # quarantine window: none is judged first here, which could lead a walk back up to it
     skipped = False
-    for record in earlier_releases(gated, version):
+    for record in history.earlier(version):
         if record.version in passed:
             continue
         clean = judged(record)
-        when = moment(gated.time.get(record.version))
+        when = moment(history.time(record.version))
         if clean or (clean is None and when is not None and settled(when)):
             return Baseline(record, tuple(passed), doubts)
         skipped = skipped or clean is None

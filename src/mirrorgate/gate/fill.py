@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +23,9 @@ from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
 from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.entry import PackumentEntry, fingerprint
 from mirrorgate.gate.firstparty import FirstPartyNames
-from mirrorgate.gate.merge import gate
-from mirrorgate.gate.records import Gated, RefusedBytes
+from mirrorgate.gate.lazyhistory import LazyHistory
+from mirrorgate.gate.merge import Gating
+from mirrorgate.gate.records import Gated, RefusedBytes, TooManyVersionsError
 from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.lazydoc import lazy_packument
@@ -46,6 +49,25 @@ DENIED_LOGGED = 50
 """Denied versions named in a `versions_denied` line; the line always carries the count."""
 REFUSALS_LOGGED = 5
 """Refused tarball URLs logged one by one per fill; more are logged as a count."""
+HISTORIES = 16
+"""Names whose documents are kept ready for the baseline walk (`PackumentSource.history`), at
+most, and no more of public's bytes than the fills may parse at once (`FILL_BYTES`): each
+holds its public answer's bytes, which the lazily read document points into."""
+HISTORY_FOR = 30.0
+"""Seconds such documents are reused (the walk of the pull that filled them, and of the
+pulls of the same name a moment later), at most: they were gated at one moment, as a fill."""
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A name's documents as a one-version fill or a walk read them, ready to gate its other
+    versions one at a time (`PackumentSource.history`)."""
+
+    answer: JsonAnswer
+    generation: int
+    at: datetime
+    gating: Gating
+    history: LazyHistory | None = None
 ALERTS_PER_FILL = 10
 """Versions of one packument alerted on per fill (a malware record can cover every version of
 a typosquat); `versions_denied` lists them all."""
@@ -108,6 +130,8 @@ class PackumentSource:
         self.on_gated: Callable[[Gated], None] | None = None
         """Called with every packument gated (`gate.exposure`: a version denied now that the
         pull log says was served); never awaited."""
+        self._histories: OrderedDict[str, _Kept] = OrderedDict()
+        self._history_bytes = 0
 
     @property
     def rules(self) -> Rules:
@@ -171,11 +195,71 @@ class PackumentSource:
                                               "mirrorgate.revalidation": previous is not None}):
             return await self._load(name, previous, only, rules)
 
+    async def history(self, name: PackageName) -> LazyHistory | None:
+        """`name`'s releases for the baseline walk, each gated alone under the default rules
+        as the walk reaches it (`gate.lazyhistory`), from public's answer kept for the
+        one-version fills (`recent`) and the private document; kept for the walks of the
+        next few moments. None where the whole packument's gating is to answer instead: a
+        first-party name, an upstream failing, a packument too large to gate."""
+        rules = self.rules
+        full = name.full
+        if rules.private_alone(full) or full in self.first_party:
+            return None
+        now = self.now()
+        recent = self.recent.fresh(full) if self.recent is not None else None
+        kept = self._histories.get(full)
+        # public's answer kept since is another (a newer) one: gated again from it; one too
+        # large for `recent` to keep is not fetched again within the moment
+        if (kept is None or (recent is not None and kept.answer is not recent.value)
+                or kept.generation != rules.generation
+                or (now - kept.at).total_seconds() >= HISTORY_FOR):
+            (private, private_error), public, keys = await asyncio.gather(
+                self._private_document(name), self._public_for(name, None, keep=True),
+                self._keys(rules))
+            if private_error is not None or not isinstance(public, JsonAnswer) or (
+                    public.status != 200):
+                return None
+            async with self.in_flight.hold(public.size // 8):
+                try:
+                    document = await self._document(name, public, lazily=True)
+                    gating = await in_thread_if_large(public.size, self._gating, name,
+                                                      private, document, now, keys, rules)
+                except (UpstreamError, TooManyVersionsError, orjson.JSONDecodeError):
+                    return None  # the whole packument's fill says why, as it always has
+            kept = self._keep(full, public, rules, now, gating)
+        if kept.history is None:
+            # every version listed, its time and order: in a thread for a large packument
+            kept.history = await in_thread_if_large(kept.answer.size, LazyHistory,
+                                                    kept.gating)
+        return kept.history
+
+    def _keep(self, full: str, answer: JsonAnswer, rules: Rules, now: datetime,
+              gating: Gating) -> _Kept:
+        """Keep `full`'s documents for the walks of the next moments, the oldest going past
+        `HISTORIES` names or `FILL_BYTES` of public's answers."""
+        self.forget_history(full)
+        kept = self._histories[full] = _Kept(answer, rules.generation, now, gating)
+        self._history_bytes += answer.size
+        while len(self._histories) > 1 and (len(self._histories) > HISTORIES
+                                            or self._history_bytes > FILL_BYTES):
+            _name, gone = self._histories.popitem(last=False)
+            self._history_bytes -= gone.answer.size
+        return kept
+
+    def forget_history(self, full: str | None = None) -> None:
+        """Drop the kept history of the name `full` (None: of every name): a fact it was
+        gated without has changed (`Packuments.drop`)."""
+        if full is None:
+            self._histories.clear()
+            self._history_bytes = 0
+        elif (gone := self._histories.pop(full, None)) is not None:
+            self._history_bytes -= gone.answer.size
+
     async def _document(self, name: PackageName, answer: JsonAnswer,
-                        only: str | None) -> Mapping[str, Any] | None:
+                        lazily: bool) -> Mapping[str, Any] | None:
         """The document of a 200, checked to be `name`'s packument: read lazily for a
         one-version fill (`npm.lazydoc`), else (or when it must be) parsed whole."""
-        if only is not None:
+        if lazily:
             document = await in_thread_if_large(answer.size, lazy_packument, answer.body)
             if document is not None:
                 try:
@@ -234,11 +318,13 @@ class PackumentSource:
         held = answer.size if answer is not None else 0
         async with self.in_flight.hold(held if only is None else held // 8):
             public_doc: Mapping[str, Any] | None = None
+            read: JsonAnswer | None = None  # the answer `public_doc` was read from
             if answer is not None and answer.status == 200:
                 try:
                     # in a thread when large; a 200 that is not this name's packument is a
                     # failed answer (stale-if-error), never a withdrawal of what it lacks
-                    public_doc = await self._document(name, answer, only)
+                    public_doc = await self._document(name, answer, only is not None)
+                    read = answer
                     answer = JsonAnswer(200, None, answer.etag, answer.size)  # the bytes go
                 except UpstreamError as error:
                     log.warning("upstream_failed", upstream="public", package=full,
@@ -260,8 +346,13 @@ class PackumentSource:
             # in a thread above offload.THREAD_ABOVE bytes: a 10 MB packument does not stall
             # the event loop for every other client
             with tracing.span("mirrorgate.gate", {"mirrorgate.package": full}) as judged:
-                gated = await in_thread_if_large(size, self._gate, name, private, public_doc,
-                                                 now, keys, rules, only)
+                gated, gating = await in_thread_if_large(size, self._judged, name, private,
+                                                         public_doc, now, keys, rules, only)
+            if (only is not None and read is not None and private_error is None
+                    and rules.policy_name is None and not gated.first_party):
+                # a first pull that compares walks the name's other versions next
+                # (`history`): gated from these documents, not read again
+                self._keep(full, read, rules, now, gating)
                 judged.set("mirrorgate.versions", len(gated.versions))
                 judged.set("mirrorgate.denied", sum(gated.denials.values()))
             etag = answer.etag if answer is not None else None
@@ -339,15 +430,28 @@ class PackumentSource:
     def _gate(self, name: PackageName, private: Mapping[str, Any] | None,
               public: Mapping[str, Any] | None, now: datetime,
               keys: KeySet | None, rules: Rules, only: str | None = None) -> Gated:
+        return self._judged(name, private, public, now, keys, rules, only)[0]
+
+    def _judged(self, name: PackageName, private: Mapping[str, Any] | None,
+                public: Mapping[str, Any] | None, now: datetime, keys: KeySet | None,
+                rules: Rules, only: str | None = None) -> tuple[Gated, Gating]:
+        """`_gate`, and what gated it (`_gating`)."""
+        try:
+            gating = self._gating(name, private, public, now, keys, rules)
+            return gating.gate(only), gating
+        except orjson.JSONDecodeError as error:
+            raise _unusable(error) from None
+
+    def _gating(self, name: PackageName, private: Mapping[str, Any] | None,
+                public: Mapping[str, Any] | None, now: datetime, keys: KeySet | None,
+                rules: Rules) -> Gating:
+        """What gates `name`'s versions (all, one, or one at a time), with what this process
+        remembers of it: the withdrawals seen, the release signals' refusals."""
         withdrawn = (self.withdrawals.of(name.full, versions_of(private))
                      if private is not None else None)
         refused = self.refused(name.full) if self.refused is not None else None
-        try:
-            return gate(name, private, public, rules=rules, now=now,
-                        origin=self.public.origin, keys=keys, withdrawn=withdrawn,
-                        refused=refused, only=only)
-        except orjson.JSONDecodeError as error:
-            raise _unusable(error) from None
+        return Gating(name, private, public, rules=rules, now=now, origin=self.public.origin,
+                      keys=keys, withdrawn=withdrawn, refused=refused)
 
     def _note_withdrawals(self, gated: Gated, private_versions: Mapping[str, Any]) -> None:
         """Remember what this fill found withdrawn (and forget what public lists again with

@@ -59,7 +59,7 @@ from mirrorgate.rules import (
 from mirrorgate.rules.license import LicenseRead
 from mirrorgate.rules.takeover import HISTORY_FIELDS
 
-__all__ = ["PUBLIC_WITHDRAWN", "TARBALL_ORIGIN", "Withdrawn", "gate"]
+__all__ = ["PUBLIC_WITHDRAWN", "TARBALL_ORIGIN", "Gating", "Withdrawn", "gate"]
 
 TARBALL_ORIGIN = "tarball-origin"
 """The rule name for a version whose tarball URL is off the public upstream's origin."""
@@ -341,15 +341,23 @@ def _merge_time(private: Mapping[str, Any] | None, public: Mapping[str, Any] | N
     for version, record in records.items():
         if record.denial is not None:
             continue
-        if record.private and (marked := _mirrored_time(private_versions.get(version))):
-            merged[version] = marked
-            continue
-        stamp = time_text((private_times if record.private else public_times).get(version))
-        if stamp is None:
-            stamp = time_text((public_times if record.private else private_times).get(version))
+        stamp = _version_time(version, record.private, private_versions, private_times,
+                              public_times)
         if stamp is not None:
             merged[version] = stamp
     return merged
+
+
+def _version_time(version: str, private: bool, private_versions: Mapping[str, Any],
+                  private_times: Mapping[str, Any], public_times: Mapping[str, Any]) -> str | None:
+    """An admitted version's time in the merged `time` (`_merge_time`): a mirrored copy's
+    mark, else its own side's, else the other side's; None when none can be read."""
+    if private and (marked := _mirrored_time(private_versions.get(version))):
+        return marked
+    stamp = time_text((private_times if private else public_times).get(version))
+    if stamp is None:
+        stamp = time_text((public_times if private else private_times).get(version))
+    return stamp
 
 
 def _check_sizes(name: PackageName, private: Mapping[str, Any],
@@ -386,55 +394,103 @@ def gate(
 
     Raises TooManyVersionsError when either document lists more than `MAX_VERSIONS` versions.
     """
-    # Ownership first: a name the private upstream holds an unmarked version of, or that
-    # `[private].names` covers, is served from the private side alone unless `merge_public`.
-    first_party = rules.owned.covers_name(name.full) or bool(first_party_versions(private))
-    if first_party and not rules.merge_public.covers_name(name.full):
-        public = None  # the name is the organisation's: no public version, tag or field
-    private_versions, public_versions = versions_of(private), versions_of(public)
-    _check_sizes(name, private_versions, public_versions)
-    # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse this
-    advisories = state_token(rules.advisories, now)
-    # The history the takeover rules read is built once here, not once per version.
-    # Read lazily (a tarball's one-version fill), the history parses the fields it reads alone.
-    history = needs_history(rules)
-    context = Context.of(reduced(public_versions, HISTORY_FIELDS) if history else {},
-                         times_of(public), needs_history=history, keys=keys)
-    judging = _Judging(name, rules, now, context)
-    if rules.signatures.verify and keys is None and public_versions:
-        # gated without the keys it should have had: gated again at its next fill (now), so a
-        # revalidation cannot keep it once the keys are back
-        judging.regate_by(now)
-    public_kept = _gate_public(judging, public, private_versions, origin, only, refused or {})
-    _gate_private(judging, private_versions, public_kept, public, withdrawn or {}, only,
-                  refused or {})
+    return Gating(name, private, public, rules=rules, now=now, origin=origin, keys=keys,
+                  withdrawn=withdrawn, refused=refused).gate(only)
 
-    records = judging.records
-    survivors = [v for v, record in records.items() if record.denial is None]
-    # one version judged alone is read for its record, never rendered: no readme to keep
-    head = merge_head(private, public, first_party) if only is None else {}
-    first = first_publish_of(private, public)
-    size = len(orjson.dumps(head)) + sum(
-        len(r.full) + len(r.abbreviated) + RECORD_BYTES for r in records.values())
-    return Gated(
-        name=name,
-        head=head,
-        dist_tags=merge_tags(private, public, survivors, first_party),
-        time=_merge_time(private, public, records),
-        versions=records,
-        policy_message=(policy_message(name, judging.denied, survivors) if judging.denied
-                        else None),
-        denials=judging.counts,
-        reported=judging.reported,
-        refused_urls=tuple(judging.refused),
-        skipped=judging.skipped,
-        regate_at=judging.regate_at,
-        size=size,
-        advisories=advisories,
-        first_party=first_party,
-        rules_generation=rules.generation,
-        withdrawals=judging.withdrawals,
-        alone=only,
-        first_published=first.when,
-        time_doubts=first.doubts,
-    )
+
+class Gating:
+    """What `gate` reads of the whole documents before it judges a version (ownership, the
+    size bound, the history the rules read, the first publish), read once: the baseline walk
+    judges the versions it reaches one at a time (`gate.lazyhistory`), each as `gate(only=)`
+    would. Raises TooManyVersionsError as `gate` does."""
+
+    def __init__(self, name: PackageName, private: Mapping[str, Any] | None,
+                 public: Mapping[str, Any] | None, *, rules: Rules, now: datetime,
+                 origin: Origin, keys: KeySet | None = None,
+                 withdrawn: Withdrawn | None = None,
+                 refused: RefusedBytes | None = None) -> None:
+        # Ownership first: a name the private upstream holds an unmarked version of, or that
+        # `[private].names` covers, is served from the private side alone unless
+        # `merge_public`.
+        first_party = rules.owned.covers_name(name.full) or bool(first_party_versions(private))
+        if first_party and not rules.merge_public.covers_name(name.full):
+            public = None  # the name is the organisation's: no public version, tag or field
+        self.name, self.private, self.public = name, private, public
+        self.rules, self.now, self.origin, self.keys = rules, now, origin, keys
+        self.withdrawn, self.refused = withdrawn or {}, refused or {}
+        self.first_party = first_party
+        self.private_versions, self.public_versions = versions_of(private), versions_of(public)
+        _check_sizes(name, self.private_versions, self.public_versions)
+        # read before gating: an index swapped mid-way makes the next fill rebuild, not reuse
+        self.advisories = state_token(rules.advisories, now)
+        # The history the takeover rules read is built once here, not once per version.
+        # Read lazily (a tarball's one-version fill), the history parses the fields it reads
+        # alone.
+        history = needs_history(rules)
+        self.context = Context.of(
+            reduced(self.public_versions, HISTORY_FIELDS) if history else {},
+            times_of(public), needs_history=history, keys=keys)
+        self.first = first_publish_of(private, public)
+
+    def gate(self, only: str | None = None) -> Gated:
+        """Every version judged, or `only` that one (`gate`)."""
+        name, private, public, rules = self.name, self.private, self.public, self.rules
+        judging = _Judging(name, rules, self.now, self.context)
+        if rules.signatures.verify and self.keys is None and self.public_versions:
+            # gated without the keys it should have had: gated again at its next fill (now),
+            # so a revalidation cannot keep it once the keys are back
+            judging.regate_by(self.now)
+        public_kept = _gate_public(judging, public, self.private_versions, self.origin, only,
+                                   self.refused)
+        _gate_private(judging, self.private_versions, public_kept, public, self.withdrawn,
+                      only, self.refused)
+
+        records = judging.records
+        survivors = [v for v, record in records.items() if record.denial is None]
+        # one version judged alone is read for its record, never rendered: no readme to keep
+        head = merge_head(private, public, self.first_party) if only is None else {}
+        size = len(orjson.dumps(head)) + sum(
+            len(r.full) + len(r.abbreviated) + RECORD_BYTES for r in records.values())
+        return Gated(
+            name=name,
+            head=head,
+            dist_tags=merge_tags(private, public, survivors, self.first_party),
+            time=_merge_time(private, public, records),
+            versions=records,
+            policy_message=(policy_message(name, judging.denied, survivors) if judging.denied
+                            else None),
+            denials=judging.counts,
+            reported=judging.reported,
+            refused_urls=tuple(judging.refused),
+            skipped=judging.skipped,
+            regate_at=judging.regate_at,
+            size=size,
+            advisories=self.advisories,
+            first_party=self.first_party,
+            rules_generation=rules.generation,
+            withdrawals=judging.withdrawals,
+            alone=only,
+            first_published=self.first.when,
+            time_doubts=self.first.doubts,
+        )
+
+    def listed(self) -> dict[str, str | None]:
+        """Every version a record could be gated for, in the order `gate` records them (the
+        public side's not shadowed by a private one, then the private side's), each with the
+        time `gate` gives it when it is admitted (`_version_time`; a denied one has none):
+        what orders the versions before any is judged."""
+        private_versions, public_versions = self.private_versions, self.public_versions
+        private_times, public_times = times_of(self.private), times_of(self.public)
+        shadows = _shadowing(private_versions)
+        found: dict[str, str | None] = {}
+        for version in public_versions:
+            if isinstance(private_versions.get(version), Mapping) or (
+                    shadows and (parsed := parse_version(version)) is not None
+                    and parsed.key in shadows):
+                continue  # the private copy's record, if any (`_gate_public`)
+            found[version] = _version_time(version, False, private_versions, private_times,
+                                           public_times)
+        for version, manifest in private_versions.items():
+            found[version] = _version_time(version, isinstance(manifest, Mapping),
+                                           private_versions, private_times, public_times)
+        return found

@@ -213,6 +213,7 @@ class Packuments:
         else:
             for policy in policies:
                 self.alone.forget(cache_key(f"{full}@{version}", policy), fills=fills)
+        self.source.forget_history(full)
         if not here and self.source.recent is not None:
             self.source.recent.forget(full)
         if self._pins:
@@ -224,6 +225,7 @@ class Packuments:
         """`drop` every name."""
         self.cache.clear()
         self.alone.clear()
+        self.source.forget_history()
         if self.source.recent is not None:
             self.source.recent.clear()
         if self._pins:

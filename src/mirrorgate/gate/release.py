@@ -20,9 +20,8 @@ from functools import partial
 
 import structlog
 
-from mirrorgate.gate.baseline import Baseline, Budget, Unsettled, choose_baseline
+from mirrorgate.gate.baseline import Baseline, Budget, History, Unsettled, Whole, choose_baseline
 from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.publishtimes import order_contradicted
 from mirrorgate.gate.records import Denial, Gated, RefusedBytes, VersionRecord
 from mirrorgate.gate.releasecheck import ReleaseCheck
 from mirrorgate.gate.releasefacts import (
@@ -142,11 +141,16 @@ class ReleaseJudge:
                  previous_max_bytes: int, timeout: float,
                  forget: Callable[[PackageName], None] = lambda _name: None,
                  one_version: Callable[[PackageName, str], Awaitable[Gated | None]] | None = None,
+                 history: Callable[[PackageName], Awaitable[History | None]] | None = None,
                  ) -> None:
         self._rules = rules
+        self.history = history
+        """A name's releases gated one at a time as the baseline walk reaches them
+        (`PackumentSource.history`), for a pull judged on its version's gating alone; None
+        (or its None): the whole packument's gating."""
         self.one_version = one_version
         """One version's gating (`Packuments.for_tarball`: the packument's when at hand), which
-        `verdict_for` reads when no signal that compares is on; None: the whole packument."""
+        `verdict_for` reads (a baseline is walked from `history`); None: the whole packument."""
         self.forget = forget
         """Drops a name's cached packument: a refusal then reaches it at once."""
         self.public = public
@@ -170,7 +174,7 @@ class ReleaseJudge:
         self._unkept: OrderedDict[tuple[str, str, str], tuple[int, datetime]] = OrderedDict()
         """(name, version, integrity) -> the rules' generation and the moment a pull in report
         mode judged these bytes and kept no verdict (`unchecked`, `unsettled`): `note_unkept`."""
-        self._order: tuple[Gated, tuple[str, ...]] | None = None
+        self._whole: Whole | None = None
         self.readings = KeptReadings()
         """The last versions' readings: a predecessor read before is not fetched again."""
         self.facts.listeners.append(self._changed)
@@ -480,28 +484,32 @@ class ReleaseJudge:
         return True if whole else None
 
     async def baseline(self, name: PackageName, gated: Gated, version: str,
-                       budget: Budget) -> Baseline | Unsettled:
-        """The release `version` is compared with (`gate.baseline`): releases never judged
-        are read and judged first, on `budget`."""
+                       budget: Budget, history: History | None = None) -> Baseline | Unsettled:
+        """The release `version` is compared with (`gate.baseline`), among `history`'s
+        releases (else `gated`'s, a whole packument's gating): releases never judged are read
+        and judged first, on `budget`, each with the same history."""
+        releases = history if history is not None else self._whole_of(gated)
         return await choose_baseline(
-            gated, version, judged=lambda record: self.clean(name.full, record),
-            judge_first=lambda record: self.judge_read(name, gated, record, budget),
+            releases, version, judged=lambda record: self.clean(name.full, record),
+            judge_first=lambda record: self.judge_read(
+                name, releases.gated(record.version), record, budget, releases),
             budget=budget, settled_after=self.rules.release.quarantine, now=self.now(),
-            doubts=self._order_doubts(gated))
+            doubts=releases.doubts())
 
-    def _order_doubts(self, gated: Gated) -> tuple[str, ...]:
-        """Where `gated`'s publish times contradict its version order (`gate.publishtimes`),
-        read once per packument: a walk's nested choices share it."""
-        if self._order is None or self._order[0] is not gated:
-            self._order = (gated, order_contradicted(gated.time))
-        return self._order[1]
+    def _whole_of(self, gated: Gated) -> Whole:
+        """`gated` as the walk's history, its contradictions (`gate.publishtimes`) read once
+        per packument: a walk's nested choices share it."""
+        if self._whole is None or self._whole.whole is not gated:
+            self._whole = Whole(gated)
+        return self._whole
 
     async def judge_read(self, name: PackageName, gated: Gated, record: VersionRecord,
-                         budget: Budget | None = None) -> bool | None:
+                         budget: Budget | None = None,
+                         history: History | None = None) -> bool | None:
         """Read `record`'s bytes and judge them now (`read_and_judge`): True when the verdict
         kept is clean, False when it is not or no clean release could be compared with within
         the bound, None when its bytes could not be read (an outage, not a verdict)."""
-        judged = await self.read_and_judge(name, gated, record, budget)
+        judged = await self.read_and_judge(name, gated, record, budget, history=history)
         clean = self.clean(name.full, record)
         if clean is not None:
             return clean
@@ -509,7 +517,7 @@ class ReleaseJudge:
 
     async def read_and_judge(self, name: PackageName, gated: Gated, record: VersionRecord,
                              budget: Budget | None = None, tarball: bytes | None = None,
-                             ) -> Judged:
+                             history: History | None = None) -> Judged:
         """Read `record`'s bytes and judge them as a first pull would (a read that failed is
         never a verdict: nothing is kept, and it is read again next time): `tarball` when the
         caller holds them, verified against `record`'s digests (the worker's one download),
@@ -519,20 +527,22 @@ class ReleaseJudge:
         running = self._judging.get(key)
         if running is None:
             running = asyncio.get_running_loop().create_task(
-                self._read_and_judge(name, gated, record, budget or Budget(), tarball))
+                self._read_and_judge(name, gated, record, budget or Budget(), tarball,
+                                     history))
             self._judging[key] = running
             running.add_done_callback(lambda _task: self._judging.pop(key, None))
         return await asyncio.shield(running)
 
     async def _read_and_judge(self, name: PackageName, gated: Gated, record: VersionRecord,
-                              budget: Budget, tarball: bytes | None) -> Judged:
+                              budget: Budget, tarball: bytes | None,
+                              history: History | None) -> Judged:
         # bytes read before (the relay's pull seconds before the worker's job asks, or a
         # baseline's) are neither fetched nor read again: the same bytes, by their strongest
         # digest, read the same (`KeptReadings`)
         kept = self.readings.get(kept_as(name, record))
         if kept is not None and kept.lean != self.rules.release.lean:
             kept = None  # read for other signals than those in force now: read again
-        check = ReleaseCheck(self, name, gated, record, budget, read=kept)
+        check = ReleaseCheck(self, name, gated, record, budget, read=kept, history=history)
         try:
             check.begin()  # the baseline chosen and fetched beside this read
             if kept is None:
@@ -583,13 +593,11 @@ class ReleaseJudge:
             # whole packument filled again, the baselines fetched again, for a log line. The
             # next pull judges it again; a reload (another generation, enforce) judges here.
             return None
-        # with no signal that compares at once on (the default's capability signals read
-        # the history only for a release whose code could have gained something), the
-        # version's own gating carries what is read (its record, the package's first publish):
-        # a job's packument is not filled whole to learn a package is old
+        # the version's own gating carries what is read (its record, the package's first
+        # publish), and a baseline is walked from the releases gated one at a time as it
+        # reaches them (`ReleaseCheck`): a job's packument is not filled whole
         if gated is None:
             gated = await (self.packument(name) if self.one_version is None
-                           or self.rules.release.compares_early
                            else self.one_version(name, version))
         record = gated.versions.get(version) if gated is not None else None
         if gated is None or record is None or not self.applies(record, gated):

@@ -13,10 +13,11 @@ import asyncio
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import orjson
 import structlog
 
 from mirrorgate.events import Alert
-from mirrorgate.gate.baseline import Budget, Unsettled
+from mirrorgate.gate.baseline import Budget, History, Unsettled
 from mirrorgate.gate.capabilitycheck import capability_findings
 from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.gate.releasefacts import (
@@ -66,8 +67,11 @@ class ReleaseCheck:
 
     def __init__(self, judge_: ReleaseJudge, name: PackageName, gated: Gated,
                  record: VersionRecord, budget: Budget | None = None,
-                 read: Contents | None = None) -> None:
+                 read: Contents | None = None, history: History | None = None) -> None:
         self.judge = judge_
+        self.history = history
+        """The releases the baseline is chosen from when the caller holds them (a release
+        judged first, in its successor's walk); None: found when the walk starts."""
         self.read = read
         """These bytes' reading when it is kept from an earlier read (`KeptReadings`: the
         relay's, seconds before a job asks): `verdict()` takes it, nothing is fed."""
@@ -127,19 +131,28 @@ class ReleaseCheck:
             # young-package-install-script signal alone) no baseline is chosen, judged or
             # fetched
             return None
-        gated = self.gated
-        if gated.alone is not None:
-            # one version's gating (a tarball's cold admission, `gate(only=)`) has no history
-            # to choose from: the whole packument's, lest a release look like a first version
-            # (the proxy reads it up front when a comparing signal is on; rules reloaded
-            # meanwhile reach here)
-            try:
+        gated, history = self.gated, self.history
+        try:
+            if history is None and gated.alone is not None and self.judge.history is not None:
+                # one version's gating (a tarball's cold admission, `gate(only=)`) has no
+                # history to choose from: the releases before it, each gated alone as the
+                # walk reaches it (`gate.lazyhistory`), not the whole packument's thousands
+                history = await self.judge.history(self.name)
+            if history is None and gated.alone is not None:
+                # a first-party name, an upstream failing, no lazy history at all: the whole
+                # packument's, lest a release look like a first version
                 gated = await self.judge.packument(self.name) or gated
-            except Exception as error:  # an upstream failure, whatever the fill raised
-                self.unsettled = f"its packument could not be read ({type(error).__name__})"
-                return None
-        chosen = await self.judge.baseline(self.name, gated, self.record.version,
-                                           self.budget)
+        except Exception as error:  # an upstream failure, whatever the fill raised
+            self.unsettled = f"its packument could not be read ({type(error).__name__})"
+            return None
+        try:
+            chosen = await self.judge.baseline(self.name, gated, self.record.version,
+                                               self.budget, history)
+        except orjson.JSONDecodeError as error:
+            # a release's value in the lazily read packument is not JSON (`npm.lazydoc`):
+            # the whole packument's fill refuses such a document
+            self.unsettled = f"its packument could not be read ({type(error).__name__})"
+            return None
         if isinstance(chosen, Unsettled):
             self.unsettled = chosen.reason
             return None
