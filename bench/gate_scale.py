@@ -6,12 +6,12 @@ timed, CPU seconds per step (`time.process_time`, the best of `--rounds`), as a 
 
 - `count`: the upstream client's bound on a document's JSON values (`_json_values`);
 - `parse`: `orjson.loads` of the public body;
-- `gate`: `gate.merge.gate` with no private side (what a public name's fill runs), every
+- `gate`: `gate.packuments.merge.gate` with no private side (what a public name's fill runs), every
   version judged by the default rules and serialised in both forms;
 - `worker`: the worker's re-gate of one job (`worker.regate.regate`), parse included, for the
   packument's latest version;
-- `render`: the full form rendered and gzip'd (`gate.entry.build_rendered`), what the first
-  packument request after a fill pays.
+- `render`: the full form rendered and gzip'd (`gate.packuments.entry.build_rendered`), what the
+  first packument request after a fill pays.
 
 Printed: seconds per step over the selection, and microseconds per version listed.
 
@@ -36,8 +36,8 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 import orjson
 
 from bench.scale_tree import BASE, ScaleTree
-from mirrorgate.gate.entry import build_rendered
-from mirrorgate.gate.merge import gate
+from mirrorgate.gate.packuments.entry import build_rendered
+from mirrorgate.gate.packuments.merge import gate
 from mirrorgate.integrity import digests_from_dist
 from mirrorgate.mirror import MirrorArtifact, MirrorJob
 from mirrorgate.npm.names import parse_name, tarball_filename

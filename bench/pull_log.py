@@ -7,7 +7,7 @@ Run by hand from the repository root: `.venv/bin/python -m bench.pull_log`. One 
   by the fixture public upstream in a child process;
 - runs three proxies (`build_proxy_app`, as `mirrorgate serve` does), each in a child process
   of its own and built alike: the SQLite state store open, the pull log's writer running
-  (`gate.pulllog`, written once a second, as shipped);
+  (`gate.pulls.log`, written once a second, as shipped);
 - each round, the log is on in one of them (`with`) and off in the two others (`without`, and
   a `control`), in turn, so each process plays each part as often; one load generator GETs
   every tarball `--passes` times from all three at once, `--connections` keep-alive
@@ -50,8 +50,8 @@ from tests.servers.ports import free_port
 
 from bench.tarball_relay import _download, serve_upstream, start_proxy
 from mirrorgate import runtime
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.logs import configure_logging
 from mirrorgate.serve.app import SERVER
 from mirrorgate.serve.tarballs import REQUEST_ID

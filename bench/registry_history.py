@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.corpus import Dependency, Published, manifest_of, stored
 from bench.release_signals import Reader
-from mirrorgate.gate.releasefacts import release_of
+from mirrorgate.gate.verdicts.findings import release_of
 from mirrorgate.moments import moment
 from mirrorgate.npm.contents import Contents
 from mirrorgate.rules.release import added_packages

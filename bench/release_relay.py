@@ -34,7 +34,7 @@ from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
 from bench.tarball_relay import Round, _pin, one_round, serve_upstream, start_proxy
-from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.logs import configure_logging
 from mirrorgate.npm import contents as contents_module
 from mirrorgate.npm.contents import KeptReadings, contents_of

@@ -59,7 +59,7 @@ from mirrorgate.rules.typosquat import NameIndex, popular_names
 NAMES = Path(__file__).parent / "data" / "top-dependents.txt"
 YOUNG = timedelta(days=30)
 MAX_TARBALL = 64 * 1024 * 1024
-MAX_DEPENDENCIES_ASKED = 20  # gate.release's bound: more new dependencies are a refusal
+MAX_DEPENDENCIES_ASKED = 20  # gate.verdicts.judge's bound: more new dependencies are a refusal
 GOAL = 0.01
 
 
@@ -160,7 +160,8 @@ class Reader:
 
 def _release(version: str, manifest: Mapping[str, Any], contents: Contents,
              published: datetime | None = None) -> Release:
-    """As `gate.release` builds it: peers and aliases as npm installs them, whole commands."""
+    """As `gate.verdicts.judge` builds it: peers and aliases as npm installs them, whole
+    commands."""
     scripts = manifest.get("scripts")
     commands = ({key: scripts[key] for key in INSTALL_SCRIPT_KEYS
                  if isinstance(scripts.get(key), str) and scripts[key]}
@@ -207,7 +208,8 @@ async def one(reader: Reader, name: str, popular: NameIndex) -> dict[str, Any]:
     if before is None:
         return {"name": name, "version": latest, "skipped": "a first version"}
     new_manifest, old_manifest = versions[latest], versions[before]
-    unreadable: list[str] = []  # the publisher's shape: `unreadable-release`, as gate.release
+    # the publisher's shape: `unreadable-release`, as gate.verdicts.judge says it
+    unreadable: list[str] = []
     try:
         new_contents = await reader.contents(new_manifest)
     except TooLarge as error:
@@ -221,7 +223,7 @@ async def one(reader: Reader, name: str, popular: NameIndex) -> dict[str, Any]:
     unreadable += [f"{which}: {c.problem}" for which, c in (("it", new_contents),
                                                              (before, old_contents))
                    if c.problem]
-    if unreadable:  # only the manifests are compared, as gate.release does
+    if unreadable:  # only the manifests are compared, as gate.verdicts.judge does
         new_contents, old_contents = Contents(), Contents()
     published = moment((document.get("time") or {}).get(latest))
     # "young" as mirrorgate measures it at a first pull today: a release pulled for the first

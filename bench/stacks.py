@@ -28,10 +28,10 @@ ACTIVITIES: tuple[tuple[str, str, str], ...] = (
     ("mirrorgate/upstream/client.py", "get_json", "parse a public packument (orjson.loads)"),
     ("mirrorgate/upstream/client.py", "_read_capped", "read a packument body (aiohttp)"),
     ("aiohttp/compression_utils.py", "", "gunzip a packument body"),
-    ("mirrorgate/gate/entry.py", "document", "worker: parse public's bytes again"),
-    ("mirrorgate/gate/entry.py", "fingerprint", "fingerprint a private answer"),
+    ("mirrorgate/gate/packuments/entry.py", "document", "worker: parse public's bytes again"),
+    ("mirrorgate/gate/packuments/entry.py", "fingerprint", "fingerprint a private answer"),
     ("gzip.py", "", "render: gzip"),
-    ("mirrorgate/gate/entry.py", "build_rendered", "render: etag (blake2b)"),
+    ("mirrorgate/gate/packuments/entry.py", "build_rendered", "render: etag (blake2b)"),
     ("mirrorgate/npm/packument.py", "render", "render: orjson.dumps of the document"),
     ("mirrorgate/npm/packument.py", "on_base", "render: base URL swap"),
     ("mirrorgate/npm/packument.py", "serialise", "gate: serialise each version (orjson)"),
@@ -50,7 +50,7 @@ ACTIVITIES: tuple[tuple[str, str, str], ...] = (
     ("mirrorgate/npm/mirrormark.py", "", "gate: mirror marks"),
     ("mirrorgate/npm/ownership.py", "", "gate: mirror marks"),
     ("mirrorgate/npm/scripts.py", "", "gate: install scripts"),
-    ("mirrorgate/gate/merge.py", "", "gate: the per-version loop itself"),
+    ("mirrorgate/gate/packuments/merge.py", "", "gate: the per-version loop itself"),
     ("mirrorgate/worker/regate.py", "", "worker: compare job and record"),
     ("mirrorgate/npm/publish.py", "", "worker: publish document (base64)"),
     ("mirrorgate/upstream/filestore.py", "", "file store (read, write, fsync)"),
@@ -89,12 +89,12 @@ SIDES = {
 }
 _THREADED = {
     # what a thread was handed -> the side it works for
-    ("mirrorgate/gate/fill.py", "_gate"): FILL,
+    ("mirrorgate/gate/packuments/fill.py", "_gate"): FILL,
     ("mirrorgate/serve/app.py", ""): SERVE,
-    ("mirrorgate/gate/entry.py", "build_rendered"): SERVE,
+    ("mirrorgate/gate/packuments/entry.py", "build_rendered"): SERVE,
     ("mirrorgate/serve/relayhash.py", ""): SERVE,
     ("mirrorgate/worker/regate.py", "_gate"): WORKER,
-    ("mirrorgate/gate/entry.py", "document"): WORKER,
+    ("mirrorgate/gate/packuments/entry.py", "document"): WORKER,
     ("mirrorgate/integrity.py", "dist_digests"): WORKER,
     ("mirrorgate/worker/", ""): WORKER,
     ("mirrorgate/upstream/filestore.py", "_write"): WORKER,
@@ -134,7 +134,7 @@ def _side(frames: list[tuple[str, str]]) -> str:
             for (rule_file, rule_function), side in _THREADED.items():
                 if _matches(rule_file, rule_function, function, file):
                     return side
-    if any("mirrorgate/gate/cache.py" in file or "mirrorgate/gate/fill.py" in file
+    if any("mirrorgate/gate/cache.py" in file or "mirrorgate/gate/packuments/fill.py" in file
            for file in files):
         return FILL
     if any("mirrorgate/serve/" in file or "mirrorgate/gate/" in file for file in files):

@@ -55,7 +55,7 @@ from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
 from mirrorgate.gate import VersionRecord
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.healthz import Health
 from mirrorgate.integrity import StreamVerifier
 from mirrorgate.logs import configure_logging

@@ -48,9 +48,9 @@ bytes that did not match the admitted digest; a version denied as malware; a tak
 that quarantined or denied a version; a queue message that is not a job the proxy wrote (unsigned,
 forged, stale); a client publish carrying the mirror mark; a tarball whose own package.json runs
 code the manifest hid; a mirrored version withdrawn from the public registry; a release signal
-that refused a version read from its bytes (`gate.release`); an operator's waiver granted or
+that refused a version read from its bytes (`gate.verdicts.judge`); an operator's waiver granted or
 revoked (`mirrorgate allow`), which admits a version past every rule; a version already served
-to clients that turned bad afterwards, with who pulled it (`gate.exposure`)."""
+to clients that turned bad afterwards, with who pulled it (`gate.pulls.exposure`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ class Health:
     draining: bool = False
     waiting_for: list[Callable[[], str | None]] = field(default_factory=list)
     """What must be there before the process is ready, each saying why it is not (None: it
-    is): the state store's facts loaded (`gate.facts`). /livez never asks."""
+    is): the state store's facts loaded (`gate.kept.facts`). /livez never asks."""
     tasks: Tasks = field(default_factory=Tasks)
     """The process's background tasks (`tasks`): not ready while one is down."""
 

@@ -28,13 +28,18 @@ from mirrorgate.config import Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.exposure import ExposureWarnings
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.imported import import_files
-from mirrorgate.gate.packuments import PINS
-from mirrorgate.gate.public import FALLBACK_BYTES, CachedPublic, PublicPackuments, ServedPublic
-from mirrorgate.gate.pulllog import PullLog
-from mirrorgate.gate.waivers import follow_waivers
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.kept.imported import import_files
+from mirrorgate.gate.kept.waivers import follow_waivers
+from mirrorgate.gate.packuments.public import (
+    FALLBACK_BYTES,
+    CachedPublic,
+    PublicPackuments,
+    ServedPublic,
+)
+from mirrorgate.gate.packuments.service import PINS
+from mirrorgate.gate.pulls.exposure import ExposureWarnings
+from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.handoff import HANDOFF_DIR, Handoff
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
@@ -352,7 +357,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     # the proxy hands the tarballs it verified to the worker beside it: one download a version
     handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes)
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
-    # who pulled which tarball, written through the store the facts opened (`gate.pulllog`)
+    # who pulled which tarball, written through the store the facts opened (`gate.pulls.log`)
     pulls = PullLog(facts, retention_days=settings.pull_log_retention_days,
                     max_records=settings.pull_log_max_records, metrics=metrics)
     # the one gate of this process: the proxy serves through it, the worker re-gates with
@@ -380,7 +385,7 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                        oidc=settings.oidc, tasks=health.tasks)
         packuments = CachedPublic(upstreams.public, settings)
         host, port = settings.worker_listen
-    # a withdrawal seen for the first time: who already pulled the version (`gate.exposure`)
+    # a withdrawal seen for the first time: who already pulled the version (`gate.pulls.exposure`)
     warnings = ExposureWarnings(pulls, metrics)
     if shape.serves:  # and a version served that a deny entry or an advisory now denies
         gate.source.on_gated = warnings.gated

@@ -252,8 +252,8 @@ async def refuse_many(database: str, integrity: str) -> None:
     and `flush` through the store's own writer, into the same PostgreSQL, in batches of the
     writer's in-memory bound. About five seconds, where as many HTTP requests would take
     minutes; the proxy's own path for a refusal is asked over HTTP beside them."""
-    from mirrorgate.gate.facts import KeptFacts
-    from mirrorgate.gate.pulllog import MAX_REFUSALS, PullLog
+    from mirrorgate.gate.kept.facts import KeptFacts
+    from mirrorgate.gate.pulls.log import MAX_REFUSALS, PullLog
     from mirrorgate.store.postgres import open_postgres
 
     facts = KeptFacts(lambda: open_postgres(database))

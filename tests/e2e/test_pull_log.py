@@ -1,7 +1,7 @@
 """The pull log survives a `kill -9` of `mirrorgate serve` but for its last second.
 
 On SQLite and on PostgreSQL. The pull log is written off the request path, a batch a second
-(`gate.pulllog`): a proxy killed in the middle of a CI burst must still be able to say who
+(`gate.pulls.log`): a proxy killed in the middle of a CI burst must still be able to say who
 pulled what up to a second before it died, since that record is what an incident response asks
 for days later (docs/exposure.md). Every pull here carries its own request id, so each record
 is matched to the answer it stands for.

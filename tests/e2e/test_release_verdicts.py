@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from mirrorgate.gate.facts import POLL
+from mirrorgate.gate.kept.facts import POLL
 from mirrorgate.mirror import encode_job
 from tests.commands.mirrored import run_command
 from tests.e2e.sidecar import registry_environment, start_sidecar
@@ -500,9 +500,9 @@ def test_a_tarball_pulled_alone_is_compared_with_the_release_before_it_without_g
     public_registry: FixtureRegistry, verdaccio: Verdaccio, mirrorgate: MirrorgateFactory,
     tmp_path: Path,
 ) -> None:
-    # `npm ci` asks for tarballs alone: the release before it is found among the releases
-    # gated one at a time as the walk reaches them (`gate.lazyhistory`), never by gating the
-    # 61 versions of the packument, and the new hook is refused against it all the same
+    # `npm ci` asks for tarballs alone: the release before it is found among the releases gated one
+    # at a time as the walk reaches them (`gate.packuments.lazyhistory`), never by gating the 61
+    # versions of the packument, and the new hook is refused against it all the same
     public_registry.add(long_history("long-hook", hook=True),
                         long_history("long-clean", hook=False))
     proxy = serve(mirrorgate, public_registry, verdaccio, tmp_path / "data",

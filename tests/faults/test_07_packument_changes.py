@@ -18,7 +18,7 @@ the change falls exactly between enqueue and processing. Two swaps:
 
 Either way the job is retired as `digest-mismatch` with a security line, Verdaccio stays empty,
 and the worker's only public requests are for the packument (its read, then the conditional
-read that confirms a refusal, `gate.public`): no tarball is downloaded.
+read that confirms a refusal, `gate.packuments.public`): no tarball is downloaded.
 """
 
 from __future__ import annotations

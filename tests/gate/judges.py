@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from mirrorgate.gate import Gated
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.release import ReleaseJudge
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import LiveRules, Rules

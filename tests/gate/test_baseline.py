@@ -1,5 +1,5 @@
-"""Which release a version's bytes are compared with (`gate.baseline`, docs/verdicts.md): the
-nearest one published before it whose own verdict is clean, judged first when it never was,
+"""Which release a version's bytes are compared with (`gate.verdicts.baseline`, docs/verdicts.md):
+the nearest one published before it whose own verdict is clean, judged first when it never was,
 within a bound that refuses rather than admits."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 
 from mirrorgate.gate import Gated, VersionRecord, gate
-from mirrorgate.gate.baseline import (
+from mirrorgate.gate.kept.facts import MAX_VERDICTS, KeptFacts
+from mirrorgate.gate.verdicts.baseline import (
     DEPTH,
     Baseline,
     Budget,
@@ -18,9 +19,8 @@ from mirrorgate.gate.baseline import (
     choose_baseline,
     earlier_releases,
 )
-from mirrorgate.gate.facts import MAX_VERDICTS, KeptFacts
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.releasefacts import Findings
+from mirrorgate.gate.verdicts.findings import Findings
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName, parse_name
 from mirrorgate.npm.origins import Origin

@@ -1,4 +1,4 @@
-"""The gate's memory over the store (`gate.facts`): a buffer that waits for a lost store and
+"""The gate's memory over the store (`gate.kept.facts`): a buffer that waits for a lost store and
 drops the oldest past its bound, and the one-time import of the files before the store."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.gate.facts import KeptFacts, UnrecordedError
-from mirrorgate.gate.imported import import_files
+from mirrorgate.gate.kept.facts import KeptFacts, UnrecordedError
+from mirrorgate.gate.kept.imported import import_files
+from mirrorgate.gate.kept.waivers import follow_waivers, held_waivers
 from mirrorgate.gate.records import Gated
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.releasefacts import Findings
-from mirrorgate.gate.waivers import follow_waivers, held_waivers
+from mirrorgate.gate.verdicts.findings import Findings
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import LiveRules, Rules, parse_rules

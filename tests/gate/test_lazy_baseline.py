@@ -1,11 +1,11 @@
-"""The baseline walked lazily (`gate.lazyhistory`: each version gated alone as the walk reaches
-it) against the walk over the whole packument's gating it replaces (`baseline.Whole`): over
-generated packuments shaped as real ones are (patch and minor lines, majors, prereleases,
-backports) with what makes a candidate not count (a deny-list entry, a license refused, an age
-minimum, a tarball off the origin, no digest, a release refusal, a mirrored copy withdrawn) and
-times that cannot be trusted (missing, unreadable, contradicting version order, a version
-published below the whole history, releases published in the same second), every version's
-baseline, its candidates in order, its time and the contradictions named are the same.
+"""The baseline walked lazily (`gate.packuments.lazyhistory`: each version gated alone as the walk
+reaches it) against the walk over the whole packument's gating it replaces (`baseline.Whole`): over
+generated packuments shaped as real ones are (patch and minor lines, majors, prereleases, backports)
+with what makes a candidate not count (a deny-list entry, a license refused, an age minimum, a
+tarball off the origin, no digest, a release refusal, a mirrored copy withdrawn) and times that
+cannot be trusted (missing, unreadable, contradicting version order, a version published below the
+whole history, releases published in the same second), every version's baseline, its candidates in
+order, its time and the contradictions named are the same.
 
 The attack it guards: a lazy walk that skipped a denied or refused release differently, or
 ordered a backport otherwise, would compare a release with one the whole gating never lets
@@ -21,13 +21,13 @@ import orjson
 import pytest
 
 from mirrorgate.gate import Gated, gate
-from mirrorgate.gate.baseline import (
+from mirrorgate.gate.packuments.lazyhistory import LazyHistory
+from mirrorgate.gate.packuments.merge import Gating
+from mirrorgate.gate.records import Denial
+from mirrorgate.gate.verdicts.baseline import (
     Baseline,
     Whole,
 )
-from mirrorgate.gate.lazyhistory import LazyHistory
-from mirrorgate.gate.merge import Gating
-from mirrorgate.gate.records import Denial
 from mirrorgate.npm.lazydoc import lazy_packument
 from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 from mirrorgate.npm.names import parse_name

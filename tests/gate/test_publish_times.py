@@ -1,4 +1,4 @@
-"""Times from an upstream are evidence, not truth (`gate.publishtimes`, docs/verdicts.md#how-
+"""Times from an upstream are evidence, not truth (`gate.packuments.times`, docs/verdicts.md#how-
 times-are-read): a package's first publish is the earliest time of a version it lists, never
 `created` alone nor a version no longer listed; missing or unreadable times make it young, never
 old; times that contradict each other are named; baselines follow version order where the
@@ -12,9 +12,16 @@ from typing import Any
 import orjson
 
 from mirrorgate.gate import Gated, VersionRecord, gate
-from mirrorgate.gate.baseline import Baseline, Budget, History, Unsettled, Whole, choose_baseline
-from mirrorgate.gate.capabilitycheck import capability_findings
-from mirrorgate.gate.publishtimes import first_publish, first_publish_of, order_contradicted
+from mirrorgate.gate.packuments.times import first_publish, first_publish_of, order_contradicted
+from mirrorgate.gate.verdicts.baseline import (
+    Baseline,
+    Budget,
+    History,
+    Unsettled,
+    Whole,
+    choose_baseline,
+)
+from mirrorgate.gate.verdicts.capabilities import capability_findings
 from mirrorgate.moments import iso_now, moment
 from mirrorgate.npm.contents import Contents
 from mirrorgate.npm.names import parse_name

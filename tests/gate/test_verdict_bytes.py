@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from mirrorgate.gate import Denial, Gated, gate
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.releasefacts import Findings
+from mirrorgate.gate.verdicts.findings import Findings
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import parse_rules

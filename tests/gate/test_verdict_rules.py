@@ -9,9 +9,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.releasefacts import Findings, read_under
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.verdicts.findings import Findings, read_under
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules, parse_rules
 from mirrorgate.rules.release import Fired
 from mirrorgate.store import Verdict

@@ -1,4 +1,4 @@
-"""Withdrawals as the gate judges them, and the memory that keeps them (`gate.withdrawals`).
+"""Withdrawals as the gate judges them, and the memory that keeps them (`gate.kept.withdrawals`).
 
 The attack: a malicious version is live on the public registry for a few hours, is installed
 through the mirror and mirrored, and is then taken down by the registry. A mirror that keeps

@@ -103,8 +103,8 @@ def test_kept_readings_are_bounded_by_count_and_by_the_paths_they_list() -> None
 
 def test_marks_lent_once_the_baseline_is_chosen_serve_the_files_fed_from_then_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # the relay feeds the new version while `gate.baseline` chooses what it is compared with:
-    # a kept reading is lent partway, and the marks come out as a fresh read's
+    # the relay feeds the new version while `gate.verdicts.baseline` chooses what it is compared
+    # with: a kept reading is lent partway, and the marks come out as a fresh read's
     same, changed = entry_file("same"), entry_file("changed") + obfuscated_blob("changed")
     files = {"package.json": b"{}", "a.js": changed, "b.js": same}
     old = contents_of(build_tarball({"package.json": b"{}", "a.js": b"old", "b.js": same}))

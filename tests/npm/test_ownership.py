@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from mirrorgate.gate.firstparty import FirstPartyNames
+from mirrorgate.gate.kept.firstparty import FirstPartyNames
 from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 from mirrorgate.npm.ownership import first_party_versions, mirrored_mark
 from tests.store.kept import kept_on

@@ -38,7 +38,7 @@ def manifest(repository: str | None, *, attested: bool) -> dict[str, Any]:
 
 def release(version: str, repository: str | None = REPOSITORY, *, attested: bool = True,
             files: dict[str, bytes] | None = None) -> Release:
-    """A release as the gate builds it (`gate.releasefacts.release_of`): the repository its
+    """A release as the gate builds it (`gate.verdicts.findings.release_of`): the repository its
     provenance names, read from the manifest by `rules.kinship`."""
     contents = contents_of(build_tarball(files or real("chalk-5.6.0")))
     return Release(version, contents,

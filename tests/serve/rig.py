@@ -29,8 +29,8 @@ from mirrorgate.access.tokens import ClientTokens, new_token, token_line
 from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.config import Settings, load_settings
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.packuments import PINS
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.packuments.service import PINS
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from mirrorgate.gate.entry import MAX_BASES
+from mirrorgate.gate.packuments.entry import MAX_BASES
 from tests.access.rig import bearer, tokens_file
 from tests.serve.rig import NPM_ACCEPT, StartProxy
 from tests.servers.fixture_registry import FixtureRegistry

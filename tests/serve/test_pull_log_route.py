@@ -4,7 +4,7 @@ admitted installed nothing, and is logged refused with the cause; a HEAD is no p
 
 from __future__ import annotations
 
-from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.pulls.log import PullLog
 from tests.serve.rig import FILE_STORE, StartProxy
 from tests.serve.test_notifications import EVIL, cut
 from tests.servers.fixture_registry import Fault, FixtureRegistry

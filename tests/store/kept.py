@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.store.sqlite import open_sqlite
 
 __all__ = ["kept_on"]

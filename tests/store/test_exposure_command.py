@@ -1,7 +1,7 @@
 """`mirrorgate exposure` answers from the pull log on both stores, as the real command.
 
 The incident it answers: `axios@1.14.1` was live for about three hours; which builds installed
-it, and when? The log here holds what a proxy writes (`gate.pulllog`): two CI clients and a
+it, and when? The log here holds what a proxy writes (`gate.pulls.log`): two CI clients and a
 laptop pulling axios versions around the bad one, and a pull refused by a rule. The command
 must name the clients that got the bad bytes, and only them, exit 1 when anyone did, 0 when
 no one did, and 2 on a question it cannot ask.

@@ -1,4 +1,4 @@
-"""The pull log's writer (`gate.pulllog`) on both stores: records wait for a lost store in a
+"""The pull log's writer (`gate.pulls.log`) on both stores: records wait for a lost store in a
 bounded buffer (the oldest dropped past it, counted) and are written when it returns; the
 retention prunes at start-up."""
 
@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.metrics import Metrics
 from mirrorgate.store import Pull
 from tests.metric_samples import metric_value, registry_samples

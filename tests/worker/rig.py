@@ -20,7 +20,7 @@ from structlog.testing import LogCapture
 
 from mirrorgate.backends.memory import in_memory_double
 from mirrorgate.config import Settings, load_settings
-from mirrorgate.gate.public import CachedPublic, ServedPublic
+from mirrorgate.gate.packuments.public import CachedPublic, ServedPublic
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import digests_from_dist

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from structlog.testing import LogCapture
 
-from mirrorgate.gate.public import CachedPublic
+from mirrorgate.gate.packuments.public import CachedPublic
 from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.mirrormark import without_mark
 from mirrorgate.npm.names import parse_name

@@ -24,7 +24,7 @@ from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
-from mirrorgate.gate.waivers import listed_bytes
+from mirrorgate.gate.kept.waivers import listed_bytes
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import stamp
 from mirrorgate.notify import Notifier

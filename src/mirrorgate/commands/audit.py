@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import structlog
 
-from mirrorgate.gate.fill import PackumentSource
-from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
+from mirrorgate.gate.packuments.fill import PackumentSource
+from mirrorgate.gate.packuments.merge import PUBLIC_WITHDRAWN
 from mirrorgate.integrity import (
     DigestMismatch,
     StreamVerifier,

@@ -19,7 +19,7 @@ import orjson
 
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.gate.exposure import document, iso
+from mirrorgate.gate.pulls.exposure import document, iso
 from mirrorgate.moments import TimeTextError, read_moment
 from mirrorgate.npm.names import InvalidNameError, parse_name
 from mirrorgate.npm.versions import parse_range, parse_version

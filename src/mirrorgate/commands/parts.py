@@ -22,9 +22,9 @@ from mirrorgate.commands.report import Report
 from mirrorgate.commands.verdicts import GateVerdicts
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.fill import PackumentSource
-from mirrorgate.gate.waivers import held_waivers
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.kept.waivers import held_waivers
+from mirrorgate.gate.packuments.fill import PackumentSource
 from mirrorgate.mirror import MirrorQueue
 from mirrorgate.rules import Rules, RulesError, load_rules
 from mirrorgate.store import StoreSetupError, StoreUnavailableError, read_store

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from mirrorgate.gate import PackumentSource, mirror_job
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.releasefacts import UNSETTLED
+from mirrorgate.gate.verdicts.findings import UNSETTLED
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.integrity import strongest_sri
 from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.npm.names import InvalidNameError, parse_name

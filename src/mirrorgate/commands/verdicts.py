@@ -20,8 +20,8 @@ from mirrorgate.config import Secret, Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import Denial
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.releasefacts import UNSETTLED
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.verdicts.findings import UNSETTLED
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import Rules

@@ -18,9 +18,9 @@ import structlog
 
 from mirrorgate.gate.alerts import denial_alert
 from mirrorgate.gate.cache import Cached
-from mirrorgate.gate.entry import PackumentEntry
-from mirrorgate.gate.facts import UnrecordedError
-from mirrorgate.gate.packuments import Packuments
+from mirrorgate.gate.kept.facts import UnrecordedError
+from mirrorgate.gate.packuments.entry import PackumentEntry
+from mirrorgate.gate.packuments.service import Packuments
 from mirrorgate.gate.records import Gated, TooManyVersionsError, VersionRecord
 from mirrorgate.gate.refusals import (
     Refusal,
@@ -33,8 +33,8 @@ from mirrorgate.gate.refusals import (
     unknown_policy,
     unrecorded,
 )
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.releasecheck import ReleaseCheck
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
+from mirrorgate.gate.verdicts.reading import ReleaseCheck
 from mirrorgate.integrity import StreamVerifier, Unverifiable
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import InvalidNameError, PackageName, version_from_filename
@@ -245,7 +245,7 @@ class Admissions:
         # Its own version judged alone suffices: the release signals read the package's first
         # publish, which one version's gating carries, and a first pull that compares with an
         # earlier release walks the releases before it, each gated alone as the walk reaches
-        # it (`gate.lazyhistory`), never the whole packument's thousands.
+        # it (`gate.packuments.lazyhistory`), never the whole packument's thousands.
         # By the client's policy set (`policy:NAME` on its tokens-file line), as its packument.
         gated = await self.one_version(name, version, policy)
         if isinstance(gated, Refusal):

@@ -15,15 +15,15 @@ from mirrorgate import tracing
 from mirrorgate.config import Settings
 from mirrorgate.gate.admission import Admissions, ScanFindings
 from mirrorgate.gate.cache import Cached, PackumentCache
-from mirrorgate.gate.entry import PackumentEntry
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.fill import PackumentSource
-from mirrorgate.gate.firstparty import FirstPartyNames
-from mirrorgate.gate.lazyhistory import LazyHistory
-from mirrorgate.gate.packuments import Packuments
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.kept.firstparty import FirstPartyNames
+from mirrorgate.gate.kept.withdrawals import WithdrawnVersions
+from mirrorgate.gate.packuments.entry import PackumentEntry
+from mirrorgate.gate.packuments.fill import PackumentSource
+from mirrorgate.gate.packuments.lazyhistory import LazyHistory
+from mirrorgate.gate.packuments.service import Packuments
 from mirrorgate.gate.records import Gated
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.withdrawals import WithdrawnVersions
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.metrics import Metrics, Tally
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import LiveRules, Rules

@@ -1,7 +1,7 @@
 """What the gate hands back: a packument merged and judged, version by version.
 
-A `Gated` is built once per cache fill (`gate.merge`) and read by every user of the gate: the
-serve path renders it, the worker's re-gate and the operator commands read its verdicts.
+A `Gated` is built once per cache fill (`gate.packuments.merge`) and read by every user of the gate:
+the serve path renders it, the worker's re-gate and the operator commands read its verdicts.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from mirrorgate.integrity import Digest, digests_from_dist, parse_integrity, str
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.npm.packument import manifest_on, on_base, render
-from mirrorgate.npm.versions import newest_first
+from mirrorgate.npm.versions import is_prerelease, newest_first
 from mirrorgate.rules.license import LicenseRead
 from mirrorgate.rules.policy import plural
 from mirrorgate.rules.wayout import SHOWN, installable_from, instead
 
 __all__ = ["MAX_VERSIONS", "RECORD_BYTES", "Denial", "Gated", "RefusedBytes",
-           "TooManyVersionsError", "UrlRefusal", "VersionRecord", "policy_message"]
+           "TooManyVersionsError", "UrlRefusal", "VersionRecord", "policy_message", "readable"]
 
 RECORD_BYTES = 600
 """What one version's record holds beyond its two serialised forms (the record, its digests,
@@ -86,7 +86,7 @@ class Denial:
 
 
 RefusedBytes = Mapping[str, Mapping[str, Denial]]
-"""What the release signals refuse of one package (`gate.release`): version -> the bytes
+"""What the release signals refuse of one package (`gate.verdicts.judge`): version -> the bytes
 refused (`VersionRecord.integrity`) -> the denial. Other bytes of the same version are not
 refused by it: they were never read, and are judged at their own pull."""
 
@@ -207,7 +207,7 @@ class Gated:
     may exist there, and is then "not mirrored" rather than not found."""
     first_published: datetime | None = None
     """The package's first publish as the times of the versions it lists establish it
-    (`gate.publishtimes`), the whole packument's also when one version is judged alone; None
+    (`gate.packuments.times`), the whole packument's also when one version is judged alone; None
     when they cannot, and the release signals treat the package as young."""
     time_doubts: tuple[str, ...] = ()
     """What in its times was not believed, each a sentence (named in a release verdict's
@@ -247,3 +247,14 @@ class Gated:
                            if r.denial is not None})
         return render(self.name, self.head, self.dist_tags, self.time, survivors, abbreviated,
                       base, restricted)
+
+
+# Here rather than beside the baseline walk (`gate.verdicts.baseline`) because the lazy history
+# of the packuments (`gate.packuments.lazyhistory`) asks it too, and the packuments never read
+# the verdicts.
+def readable(record: VersionRecord, version: str) -> bool:
+    """Whether `record` is a release `version` may be compared with: another version, whose
+    bytes mirrorgate can read from public, verified; a prerelease only for a prerelease."""
+    text = record.version
+    return (text != version and record.upstream_tarball is not None and bool(record.digests)
+            and (is_prerelease(version) or not is_prerelease(text)))

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from mirrorgate.events import Alert
-from mirrorgate.gate.facts import UnrecordedError
+from mirrorgate.gate.kept.facts import UnrecordedError
 from mirrorgate.gate.records import VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules.license import LICENSE, LICENSE_UNKNOWN

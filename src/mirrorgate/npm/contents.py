@@ -134,7 +134,7 @@ class ContentReading:
 
     def lend(self, reuse: Mapping[str, FileMarks]) -> None:
         """Take `reuse` from here on: the release compared with is known only once the gate
-        chose it (`gate.baseline`), often after the first bytes were fed. Files measured
+        chose it (`gate.verdicts.baseline`), often after the first bytes were fed. Files measured
         before were measured in full, the same marks; one replacing assignment, so a feed on
         the hashing lane sees either mapping whole. A lean reading takes nothing lent."""
         if not self._lean:

@@ -187,7 +187,7 @@ class BaseUrls:
     `X-Forwarded-Proto`/`-Host` (first values), else `Forwarded`'s first `proto=`/`host=`, are
     believed only from a peer in `MIRRORGATE_TRUSTED_PROXIES`: from anyone else they would let
     a client choose the host in the tarball URLs served. How many bases one cached packument
-    keeps is bounded beside the cache entry (`gate.entry`)."""
+    keeps is bounded beside the cache entry (`gate.packuments.entry`)."""
 
     def __init__(self, public_url: str | None, trusted: Sequence[Network] = ()) -> None:
         self.fixed = None if public_url is None else public_url.rstrip("/") + "/"

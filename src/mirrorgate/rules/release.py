@@ -3,8 +3,8 @@
 The compromises of 2025-26 changed the bytes, in ways a reader of two consecutive versions sees
 at once: a new install hook running a new bundle (Shai-Hulud), an obfuscated blob in the entry
 file (chalk/debug), a new dependency published the day before (axios, `plain-crypto-js`). Each
-check here is pure: it reads two `Release`s (what `gate.release` gathered from the bytes and the
-packuments) and returns the evidence of what fired. docs/serving.md#release-signals tells the
+check here is pure: it reads two `Release`s (what `gate.verdicts.judge` gathered from the bytes and
+the packuments) and returns the evidence of what fired. docs/serving.md#release-signals tells the
 story; `judge` turns what fired into the verdict the rules' actions, allow list, exceptions
 and report mode make of it.
 """
@@ -290,7 +290,7 @@ def check_young_package(new: Release, package_first: datetime | None, young: tim
     runs = list(dict.fromkeys((*new.runs, *new.contents.runs, *new.fetched_outside())))
     if not runs:
         return None
-    # times that cannot establish the package's age never make it old (`gate.publishtimes`)
+    # times that cannot establish the package's age never make it old (`gate.packuments.times`)
     age = (f"the package was first published {stamp(package_first)}, less than {young_text} "
            "ago" if package_first is not None else "the package's first publish cannot be "
            "established from its registry's times, so it is treated as young")

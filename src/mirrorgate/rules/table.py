@@ -273,7 +273,7 @@ def _takeover(signal: Signal, setting: Callable[[Rules], SignalRule]) -> Check:
 
 
 def _at_first_pull(_rules: Rules, _judged: Judged) -> Verdict | None:
-    # a release signal reads the tarball's bytes: `gate.release` judges it when the version
+    # a release signal reads the tarball's bytes: `gate.verdicts.judge` judges it when the version
     # is first pulled, and its verdict is remembered; the packument's gating admits
     return None
 

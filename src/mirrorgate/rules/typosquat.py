@@ -3,7 +3,8 @@
 A squatter publishes `lodahs` or `cross-env.js` next to `lodash` and `cross-env` and waits for
 a typo in someone's package.json. The names compared against are the widely used ones shipped
 in `popular-names.txt` (the npm-high-impact list) and the names the organisation itself
-installs often (`gate.release` keeps that count). Pure; the shipped list is read once, lazily.
+installs often (`gate.verdicts.judge` keeps that count). Pure; the shipped list is read once,
+lazily.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from mirrorgate.gate import (
     RenderKey,
 )
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.exposure import Exposure
-from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.pulls.exposure import Exposure
+from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.handoff import Handoff
 from mirrorgate.healthz import Health, add_health_routes
 from mirrorgate.metrics import Metrics
@@ -124,7 +124,7 @@ class Proxy:
     """A worker runs in this process: the public tarballs relayed and verified are handed to
     it with their jobs, so it need not download them again (`handoff`)."""
     pulls: PullLog | None = None
-    """The pull log (`gate.pulllog`): who pulled which tarball; None: not kept."""
+    """The pull log (`gate.pulls.log`): who pulled which tarball; None: not kept."""
 
 
 PULLERS_READ = 100_000
@@ -299,7 +299,7 @@ class ProxyServer:
             read = self._read(request, headers)
             if read:
                 # the client's policy set's entry (`policy:NAME` in the tokens file): one
-                # policy's packument is never another's (`gate.packuments.cache_key`)
+                # policy's packument is never another's (`gate.packuments.service.cache_key`)
                 slot = self.packuments.fresh(
                     read.name, request[CLIENT].policy if self._authenticated else None)
                 if slot is not None:

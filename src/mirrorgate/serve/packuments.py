@@ -22,7 +22,7 @@ from mirrorgate.gate import (
     RenderKey,
 )
 from mirrorgate.gate.assembled import Gate
-from mirrorgate.gate.entry import MAX_BASES, build_rendered, rendered_body
+from mirrorgate.gate.packuments.entry import MAX_BASES, build_rendered, rendered_body
 from mirrorgate.gate.refusals import Refusal
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName

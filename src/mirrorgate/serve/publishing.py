@@ -20,8 +20,8 @@ from aiohttp import web
 from mirrorgate.access.tokens import Client
 from mirrorgate.config import Settings
 from mirrorgate.events import Alert
-from mirrorgate.gate.facts import UnrecordedError
-from mirrorgate.gate.firstparty import FirstPartyNames
+from mirrorgate.gate.kept.facts import UnrecordedError
+from mirrorgate.gate.kept.firstparty import FirstPartyNames
 from mirrorgate.gate.refusals import upstream_failed
 from mirrorgate.logs import MASK
 from mirrorgate.metrics import Metrics
@@ -438,7 +438,7 @@ class PublishRoute:
                                            b"", "unpublish")
             # the whole package removed on purpose by a publisher: the one hand-over of a name
             # mirrorgate takes as meant. Otherwise a private 404 for a name remembered
-            # first-party is an outage, never a reason to serve public (`gate.fill`).
+            # first-party is an outage, never a reason to serve public (`gate.packuments.fill`).
             self.first_party.forget(name.full)
             log.info("package_unpublished", client=write.client.name, package=name.full)
             return response

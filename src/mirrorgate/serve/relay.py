@@ -88,7 +88,7 @@ class Withheld(MirrorgateError):  # noqa: N818 - an outcome carried to the route
 
 class ContentsCheck(Protocol):
     """A reader of the bytes' contents that may refuse them once the last one is in (the
-    release signals, `gate.releasecheck.ReleaseCheck`): fed through `scan` on the hashing lane;
+    release signals, `gate.verdicts.reading.ReleaseCheck`): fed through `scan` on the hashing lane;
     `refused` holds the reason once `verdict()` refused."""
 
     refused: str | None
@@ -421,7 +421,8 @@ class Relay:
     def _would_deny(self, label: str, reason: str, source: str,
                     rule: str = INSTALL_SCRIPTS) -> None:
         """What a rule reading the bytes in report mode would have refused, as the packument
-        rules say it (`gate.fill`): a line, the metric under `mode="report"`, the status page."""
+        rules say it (`gate.packuments.fill`): a line, the metric under `mode="report"`, the
+        status page."""
         package, _, version = label.rpartition("@")
         self.metrics.rule_denials.labels(rule, "report").inc()
         self.metrics.events.record("would-deny", label, f"{rule}: {reason}")

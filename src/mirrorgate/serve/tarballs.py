@@ -16,7 +16,7 @@ from aiohttp import web
 
 from mirrorgate.gate import VersionRecord
 from mirrorgate.gate.admission import Admission, Admissions
-from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.gate.refusals import Refusal, not_mirrored, upstream_failed
 from mirrorgate.integrity import StreamVerifier, strongest
 from mirrorgate.metrics import Metrics
@@ -63,7 +63,7 @@ class TarballRoute:
         self.jobs = jobs
         """What a public pull served whole enqueues for the worker (`mirroring`)."""
         self.pulls = pulls
-        """The pull log (`gate.pulllog`): one record per tarball GET served or refused."""
+        """The pull log (`gate.pulls.log`): one record per tarball GET served or refused."""
 
     async def __call__(self, request: web.Request, name: PackageName, filename: str,
                        deadline: asyncio.Timeout, slot: Slot) -> web.StreamResponse:

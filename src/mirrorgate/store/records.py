@@ -92,7 +92,7 @@ class Verdict:
     """JSON text: what the signals found, enough to judge again under other rules."""
     compared_with: str | None
     generation: str
-    """The signals in force the bytes were read under (`gate.releasefacts.signals_text`); a
+    """The signals in force the bytes were read under (`gate.verdicts.findings.signals_text`); a
     verdict kept by an earlier release holds its rules generation number here instead."""
     seq: int = 0
 
@@ -172,7 +172,7 @@ def _escaped(value: object) -> object:
 def storable_row(row: _Row) -> _Row:
     """`row` with each character a store's text cannot hold written as Python escapes it
     (a NUL as the four characters `\\x00`, a lone surrogate as `\\udc80`): the form a
-    refused record is written in (`gate.pulllog`), never needed on the way in."""
+    refused record is written in (`gate.pulls.log`), never needed on the way in."""
     escaped: _Row = tuple(_escaped(value) for value in row)  # type: ignore[assignment]
     return escaped
 

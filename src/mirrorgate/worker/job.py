@@ -24,14 +24,14 @@ from mirrorgate import tracing
 from mirrorgate.config import Settings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
-from mirrorgate.gate.entry import PublicAnswer
-from mirrorgate.gate.facts import UnrecordedError
-from mirrorgate.gate.merge import PUBLIC_WITHDRAWN
-from mirrorgate.gate.public import CachedPublic, PublicPackuments
+from mirrorgate.gate.kept.facts import UnrecordedError
+from mirrorgate.gate.kept.withdrawals import WithdrawnVersions
+from mirrorgate.gate.packuments.entry import PublicAnswer
+from mirrorgate.gate.packuments.merge import PUBLIC_WITHDRAWN
+from mirrorgate.gate.packuments.public import CachedPublic, PublicPackuments
 from mirrorgate.gate.records import Gated, TooManyVersionsError
-from mirrorgate.gate.release import ReleaseJudge
-from mirrorgate.gate.releasefacts import UNSETTLED
-from mirrorgate.gate.withdrawals import WithdrawnVersions
+from mirrorgate.gate.verdicts.findings import UNSETTLED
+from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.handoff import Handed, Handoff
 from mirrorgate.healthz import Heartbeat
 from mirrorgate.integrity import (
@@ -126,11 +126,11 @@ class WorkerDeps:
     """Where the re-gate reads public packuments: the serve path's cache in `mirrorgate
     serve`; None builds the worker's own (`packuments.CachedPublic`)."""
     withdrawals: WithdrawnVersions | None = None
-    """The takedowns the serve path has seen (`gate.withdrawals`), kept in the state store: the
+    """The takedowns the serve path has seen (`gate.kept.withdrawals`), kept in the state store: the
     proxy's own in `mirrorgate serve`, the worker's view of the same store in `mirrorgate
     worker`; None: this process's memory only (the operator commands)."""
     release: ReleaseJudge | None = None
-    """The gate's release verdicts (`gate.release`): a job whose version has none under rules
+    """The gate's release verdicts (`gate.verdicts.judge`): a job whose version has none under rules
     that ask for one is read and judged before it is published; None: not consulted."""
     handoff: Handoff | None = None
     """The tarballs the proxy beside this worker verified as it relayed them (`handoff`):

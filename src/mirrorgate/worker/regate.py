@@ -81,7 +81,7 @@ def regate_record(job: MirrorJob, name: PackageName, record: VersionRecord | Non
     """The job to carry out, judged by the gate's `record` of public's `name@version` (None:
     public does not list it) and its publish time: what `regate` does once it has gated
     public's packument, and what the worker beside the proxy does with the proxy's own
-    verdict (`gate.public.PublicVerdict`). Raises `JobRefused`."""
+    verdict (`gate.packuments.public.PublicVerdict`). Raises `JobRefused`."""
     if record is None:
         raise JobRefused("public-missing", f"the public packument of {name.full} does not list "
                          f"{job.version}")

@@ -14,7 +14,7 @@ from importlib.resources import files
 from aiohttp import web
 
 from mirrorgate.access.operators import Operators
-from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.healthz import Health
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import LiveRules, Rules, live

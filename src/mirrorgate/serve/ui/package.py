@@ -12,7 +12,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from mirrorgate.gate import PUBLIC_WITHDRAWN, Gated, VersionRecord
-from mirrorgate.gate.exposure import Exposure, iso
+from mirrorgate.gate.pulls.exposure import Exposure, iso
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
 from mirrorgate.npm.ownership import mirrored_mark
 from mirrorgate.npm.versions import nearest, newest_first

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from mirrorgate.gate.facts import KeptFacts
-from mirrorgate.gate.waivers import held_waivers
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.kept.waivers import held_waivers
 from mirrorgate.store import StoreUnavailableError
 
 __all__ = ["Stored", "StoredCounts", "file_store_counts", "stored_counts_for",

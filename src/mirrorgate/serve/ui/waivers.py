@@ -18,9 +18,9 @@ from mirrorgate.access.operators import Operators
 from mirrorgate.access.tokens import Client
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
-from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.kept.facts import KeptFacts
+from mirrorgate.gate.kept.waivers import held_waivers, listed_bytes
 from mirrorgate.gate.records import Gated
-from mirrorgate.gate.waivers import held_waivers, listed_bytes
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import stamp
 from mirrorgate.npm.names import PackageName, parse_name

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
-from mirrorgate.gate.entry import PackumentEntry
-from mirrorgate.gate.fill import PackumentSource
+from mirrorgate.gate.packuments.entry import PackumentEntry
+from mirrorgate.gate.packuments.fill import PackumentSource
 from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.upstream.client import UpstreamError

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 
-from mirrorgate.gate.baseline import readable
-from mirrorgate.gate.merge import Gating
-from mirrorgate.gate.publishtimes import TOLERANCE, order_contradicted
-from mirrorgate.gate.records import Gated, VersionRecord
+from mirrorgate.gate.packuments.merge import Gating
+from mirrorgate.gate.packuments.times import TOLERANCE, order_contradicted
+from mirrorgate.gate.records import Gated, VersionRecord, readable
 from mirrorgate.moments import moment
 from mirrorgate.npm.versions import is_prerelease, order_key
 
@@ -24,8 +23,8 @@ __all__ = ["LazyHistory"]
 
 
 class LazyHistory:
-    """A `gate.baseline.History` over one package's documents (`Gating`), whose versions are
-    gated alone as they are read, once each."""
+    """A `gate.verdicts.baseline.History` over one package's documents (`Gating`), whose versions
+    are gated alone as they are read, once each."""
 
     def __init__(self, gating: Gating) -> None:
         self.gating = gating

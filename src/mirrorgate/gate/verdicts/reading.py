@@ -1,8 +1,8 @@
 """One version's first read by the release signals (`ReleaseCheck`), riding on its relay.
 
 The relay feeds the reading (`npm.contents`, on the hashing lane) while `begin()` chooses the
-baseline (`gate.baseline`) and fetches its tarball; once the last byte is in, `verdict()` runs
-the checks of `rules.release` and the judge (`gate.release`) keeps the findings as the
+baseline (`gate.verdicts.baseline`) and fetches its tarball; once the last byte is in, `verdict()`
+runs the checks of `rules.release` and the judge (`gate.verdicts.judge`) keeps the findings as the
 version's record. Apart from the judge so that the judge stays what a pull asks, and this what
 one reading does.
 """
@@ -10,17 +10,18 @@ one reading does.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 import structlog
 
 from mirrorgate.events import Alert
-from mirrorgate.gate.baseline import Budget, History, Unsettled
-from mirrorgate.gate.capabilitycheck import capability_findings
 from mirrorgate.gate.records import Gated, VersionRecord
-from mirrorgate.gate.releasefacts import (
+from mirrorgate.gate.verdicts.baseline import Baseline, Budget, History, Unsettled
+from mirrorgate.gate.verdicts.capabilities import capability_findings
+from mirrorgate.gate.verdicts.findings import (
     MAX_DEPENDENCIES_ASKED,
     UNSETTLED,
     Findings,
@@ -29,13 +30,15 @@ from mirrorgate.gate.releasefacts import (
     package_first_published,
     release_of,
 )
+from mirrorgate.metrics import Metrics
 from mirrorgate.moments import moment, stamp
-from mirrorgate.npm.contents import ContentReading, Contents
+from mirrorgate.npm.contents import ContentReading, Contents, KeptReadings
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.tarscripts import ScriptScan
-from mirrorgate.rules import REPORT
+from mirrorgate.rules import REPORT, Rules
 from mirrorgate.rules.capabilities import can_gain, of_release
 from mirrorgate.rules.release import (
+    Dependency,
     Fired,
     Release,
     ReleaseVerdict,
@@ -50,14 +53,44 @@ from mirrorgate.rules.release import (
     judge,
 )
 from mirrorgate.rules.releasetable import NEW_CAPABILITY, TYPOSQUAT
-from mirrorgate.rules.typosquat import popular_names
+from mirrorgate.rules.typosquat import NameIndex, popular_names
 
-if TYPE_CHECKING:
-    from mirrorgate.gate.release import ReleaseJudge
-
-__all__ = ["ReleaseCheck"]
+__all__ = ["Judging", "ReleaseCheck"]
 
 log = structlog.get_logger("mirrorgate.serve")
+
+
+class Judging(Protocol):
+    """What one reading asks of the judge that started it (`gate.verdicts.judge`), declared
+    here so that the judge imports the reading and the reading never imports the judge."""
+
+    @property
+    def rules(self) -> Rules: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def readings(self) -> KeptReadings: ...
+    @property
+    def now(self) -> Callable[[], datetime]: ...
+    @property
+    def forget(self) -> Callable[[PackageName], None]: ...
+    @property
+    def packument(self) -> Callable[[PackageName], Awaitable[Gated | None]]: ...
+    @property
+    def history(self) -> Callable[[PackageName], Awaitable[History | None]] | None: ...
+
+    def installed_before(self, name: str) -> bool: ...
+    def often(self) -> NameIndex: ...
+    def note_unkept(self, name: str, version: str, integrity: str) -> None: ...
+    def remember(self, name: str, version: str, integrity: str, facts: Findings) -> None: ...
+    async def baseline(self, name: PackageName, gated: Gated, version: str, budget: Budget,
+                       history: History | None = None) -> Baseline | Unsettled: ...
+    async def fetch_previous(self, name: PackageName,
+                             record: VersionRecord) -> bytes | Unread: ...
+    async def read_previous(self, record: VersionRecord, fetched: bytes | Unread,
+                            new: Contents) -> Contents | Unread: ...
+    async def first_published(self, names: list[str]) -> tuple[dict[str, Dependency | None],
+                                                               list[str]]: ...
 
 
 class ReleaseCheck:
@@ -65,7 +98,7 @@ class ReleaseCheck:
     `begin()` when its download starts, `verdict()` once every byte is read (the last chunk
     held back meanwhile), and `close()` in any case."""
 
-    def __init__(self, judge_: ReleaseJudge, name: PackageName, gated: Gated,
+    def __init__(self, judge_: Judging, name: PackageName, gated: Gated,
                  record: VersionRecord, budget: Budget | None = None,
                  read: Contents | None = None, history: History | None = None) -> None:
         self.judge = judge_
@@ -81,8 +114,8 @@ class ReleaseCheck:
         self.reading = ContentReading(lean=judge_.rules.release.lean)
         self.budget = budget if budget is not None else Budget()
         self.previous: VersionRecord | None = None
-        """The release compared with, once `baseline` chose it (`gate.baseline`); stays None
-        when no signal that compares is on (`release.compares`)."""
+        """The release compared with, once `baseline` chose it (`gate.verdicts.baseline`); stays
+        None when no signal that compares is on (`release.compares`)."""
         self.unsettled: str | None = None
         """Why no clean release could be compared with, when none could (a refusal)."""
         self.times: tuple[str, ...] = gated.time_doubts
@@ -136,7 +169,8 @@ class ReleaseCheck:
             if history is None and gated.alone is not None and self.judge.history is not None:
                 # one version's gating (a tarball's cold admission, `gate(only=)`) has no
                 # history to choose from: the releases before it, each gated alone as the
-                # walk reaches it (`gate.lazyhistory`), not the whole packument's thousands
+                # walk reaches it (`gate.packuments.lazyhistory`), not the whole packument's
+                # thousands
                 history = await self.judge.history(self.name)
             if history is None and gated.alone is not None:
                 # a first-party name, an upstream failing, no lazy history at all: the whole

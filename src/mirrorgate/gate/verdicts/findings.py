@@ -1,5 +1,5 @@
-"""What a release verdict is made from, shared by the judge (`gate.release`) and the reading
-of one version (`gate.releasecheck`): the findings kept as the version's record, the release
+"""What a release verdict is made from, shared by the judge (`gate.verdicts.judge`) and the reading
+of one version (`gate.verdicts.reading`): the findings kept as the version's record, the release
 as the checks of `rules.release` compare it, and why a tarball could not be had.
 """
 
@@ -30,7 +30,7 @@ MAX_DEPENDENCIES_ASKED = 20
 refusal (`unreadable-release`): the publisher chose how many to add."""
 UNSETTLED = "release-unchecked"
 """The rule a version is refused by when no release it could be compared with was judged
-clean within the bound (`gate.baseline`): the signals' own "could not check"."""
+clean within the bound (`gate.verdicts.baseline`): the signals' own "could not check"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class Findings:
     published: datetime | None
     compared_with: str | None
     times: tuple[str, ...] = ()
-    """What in the packument's times was not believed (`gate.publishtimes`), each a
+    """What in the packument's times was not believed (`gate.packuments.times`), each a
     sentence: kept with the evidence, though no signal reads it back."""
 
     def evidence(self) -> str:
@@ -67,7 +67,7 @@ class Findings:
 
 def package_first_published(gated: Gated) -> datetime | None:
     """A package's first publish, as its listed versions' times establish it (None: they
-    cannot, and it is treated as young): `gate.publishtimes`."""
+    cannot, and it is treated as young): `gate.packuments.times`."""
     return gated.first_published
 
 

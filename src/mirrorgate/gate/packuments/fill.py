@@ -21,12 +21,12 @@ import structlog
 from mirrorgate import tracing
 from mirrorgate.gate.alerts import ALERTING_RULES, denial_alert
 from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
-from mirrorgate.gate.entry import PackumentEntry, fingerprint
-from mirrorgate.gate.firstparty import FirstPartyNames
-from mirrorgate.gate.lazyhistory import LazyHistory
-from mirrorgate.gate.merge import Gating
+from mirrorgate.gate.kept.firstparty import FirstPartyNames
+from mirrorgate.gate.kept.withdrawals import WithdrawnVersions
+from mirrorgate.gate.packuments.entry import PackumentEntry, fingerprint
+from mirrorgate.gate.packuments.lazyhistory import LazyHistory
+from mirrorgate.gate.packuments.merge import Gating
 from mirrorgate.gate.records import Gated, RefusedBytes, TooManyVersionsError
-from mirrorgate.gate.withdrawals import WithdrawnVersions
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.lazydoc import lazy_packument
 from mirrorgate.npm.names import PackageName
@@ -123,12 +123,12 @@ class PackumentSource:
         self.first_party = first_party if first_party is not None else FirstPartyNames()
         self.withdrawals = withdrawals if withdrawals is not None else WithdrawnVersions()
         self.refused = refused
-        """The versions of a name the release signals refused (`gate.release`)."""
+        """The versions of a name the release signals refused (`gate.verdicts.judge`)."""
         self.recent: PackumentCache[JsonAnswer] | None = None
         """Public's answers as sent (bytes), kept for the one-version fills of other versions
         of the same name (`Packuments` sets it; None: every such fill asks public)."""
         self.on_gated: Callable[[Gated], None] | None = None
-        """Called with every packument gated (`gate.exposure`: a version denied now that the
+        """Called with every packument gated (`gate.pulls.exposure`: a version denied now that the
         pull log says was served); never awaited."""
         self._histories: OrderedDict[str, _Kept] = OrderedDict()
         self._history_bytes = 0
@@ -197,7 +197,7 @@ class PackumentSource:
 
     async def history(self, name: PackageName) -> LazyHistory | None:
         """`name`'s releases for the baseline walk, each gated alone under the default rules
-        as the walk reaches it (`gate.lazyhistory`), from public's answer kept for the
+        as the walk reaches it (`gate.packuments.lazyhistory`), from public's answer kept for the
         one-version fills (`recent`) and the private document; kept for the walks of the
         next few moments. None where the whole packument's gating is to answer instead: a
         first-party name, an upstream failing, a packument too large to gate."""

@@ -2,7 +2,7 @@
 memory and handed to the rules in force, where they act as `[[exception]]` entries do; and
 the bytes a new one names, as the gate lists the version.
 
-Every process of a fleet follows the store (`gate.facts`), so a waiver granted or revoked on
+Every process of a fleet follows the store (`gate.kept.facts`), so a waiver granted or revoked on
 one machine is in force on every replica within a poll (docs/serving.md#exceptions).
 """
 
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.gate.records import Gated
 from mirrorgate.npm.names import PackageName
 from mirrorgate.rules import LiveRules

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.metrics import Metrics
 from mirrorgate.store import (
     PULL_COLUMNS,

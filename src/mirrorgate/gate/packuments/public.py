@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from mirrorgate.config import Settings
 from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
-from mirrorgate.gate.entry import PackumentEntry, PublicAnswer
+from mirrorgate.gate.packuments.entry import PackumentEntry, PublicAnswer
 from mirrorgate.gate.records import VersionRecord
 from mirrorgate.npm.names import PackageName
 from mirrorgate.upstream.client import FILLS, Upstream, UpstreamError
 
 if TYPE_CHECKING:  # named in a signature only
-    from mirrorgate.gate.packuments import Packuments
+    from mirrorgate.gate.packuments.service import Packuments
 
 __all__ = ["FALLBACK_BYTES", "CachedPublic", "PublicPackuments", "PublicVerdict",
            "ServedPublic"]

@@ -1,7 +1,7 @@
 """The capability signals of one verdict: which release's code vouches for this one's, and
-whether nothing does (a first release, a young package), for `gate.releasecheck`.
+whether nothing does (a first release, a young package), for `gate.verdicts.reading`.
 
-Apart from the reading of one version (`gate.releasecheck`) because it is the one decision
+Apart from the reading of one version (`gate.verdicts.reading`) because it is the one decision
 the default rules make on every first pull: what a release's code can do, compared with the
 release before it, or judged alone (docs/serving.md "What a release's code can do").
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from mirrorgate.gate.records import Gated, VersionRecord
-from mirrorgate.gate.releasefacts import package_first_published
+from mirrorgate.gate.verdicts.findings import package_first_published
 from mirrorgate.moments import stamp
 from mirrorgate.rules.capabilities import check_alone, check_gained
 from mirrorgate.rules.release import Fired, Release

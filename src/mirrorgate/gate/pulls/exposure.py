@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 import structlog
 
 from mirrorgate.events import Alert
-from mirrorgate.gate.facts import RETRY
-from mirrorgate.gate.pulllog import PullLog
+from mirrorgate.gate.kept.facts import RETRY
+from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.gate.records import Gated
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import (

@@ -6,7 +6,7 @@ Two bad releases published together must not vouch for each other, and a version
 below the whole history (`0.0.1` after 1.x) still has a release before it. The choice, the
 bound and what an old release is trusted for: docs/verdicts.md#the-baseline. The walk reads
 the releases through a `History`: a whole packument's gating (`Whole`), or the versions gated
-one at a time as it reaches them (`gate.lazyhistory`).
+one at a time as it reaches them (`gate.packuments.lazyhistory`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from mirrorgate.gate.publishtimes import order_contradicted
-from mirrorgate.gate.records import Gated, VersionRecord
+from mirrorgate.gate.packuments.times import order_contradicted
+from mirrorgate.gate.records import Gated, VersionRecord, readable
 from mirrorgate.moments import moment
-from mirrorgate.npm.versions import is_prerelease, order_key
+from mirrorgate.npm.versions import order_key
 
 __all__ = ["DEPTH", "Baseline", "Budget", "History", "Unsettled", "Whole", "choose_baseline",
-           "earlier_releases", "lower_releases", "readable"]
+           "earlier_releases", "lower_releases"]
 
 DEPTH = 3
 """Releases never judged that are read and judged first for one verdict, at most: enough for
@@ -46,14 +46,6 @@ class Unsettled:
     """No clean release could be found within the bound: a refusal, never an admission."""
 
     reason: str
-
-
-def readable(record: VersionRecord, version: str) -> bool:
-    """Whether `record` is a release `version` may be compared with: another version, whose
-    bytes mirrorgate can read from public, verified; a prerelease only for a prerelease."""
-    text = record.version
-    return (text != version and record.upstream_tarball is not None and bool(record.digests)
-            and (is_prerelease(version) or not is_prerelease(text)))
 
 
 def _readable(gated: Gated, version: str) -> dict[str, VersionRecord]:
@@ -108,7 +100,7 @@ class History(Protocol):
 
     def doubts(self) -> tuple[str, ...]:
         """Where the gated packument's times contradict its version order
-        (`gate.publishtimes.order_contradicted`)."""
+        (`gate.packuments.times.order_contradicted`)."""
 
     def gated(self, version: str) -> Gated:
         """A gating that holds `version`'s record, for a release judged first."""
@@ -168,7 +160,7 @@ async def choose_baseline(history: History | Gated, version: str, *, judged: Jud
     published at least `settled_after` before `version` (it stood public through a whole
     quarantine) is the floor, compared with as it is; a younger one is read and judged first
     while the budget lasts, and past it the version is unsettled. Where the times cannot
-    order them (`doubts`: they contradict version order, `gate.publishtimes`; or `version`
+    order them (`doubts`: they contradict version order, `gate.packuments.times`; or `version`
     has none), by version order instead (`_by_version`)."""
     releases = Whole(history) if isinstance(history, Gated) else history
     published = moment(releases.time(version))

@@ -2,7 +2,7 @@
 the I/O the verdicts need (the baseline's bytes, the new dependencies' first publish, the names
 the organisation installs).
 
-A pull asks `at_pull` once: a verdict in force, or a `ReleaseCheck` (`gate.releasecheck`) to
+A pull asks `at_pull` once: a verdict in force, or a `ReleaseCheck` (`gate.verdicts.reading`) to
 read the bytes as they relay. The worker, `prewarm` and `check` judge off the relay
 (`verdict_for`). docs/serving.md#release-signals tells why it runs there; docs/verdicts.md,
 the record.
@@ -20,11 +20,17 @@ from functools import partial
 
 import structlog
 
-from mirrorgate.gate.baseline import Baseline, Budget, History, Unsettled, Whole, choose_baseline
-from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.gate.records import Denial, Gated, RefusedBytes, VersionRecord
-from mirrorgate.gate.releasecheck import ReleaseCheck
-from mirrorgate.gate.releasefacts import (
+from mirrorgate.gate.verdicts.baseline import (
+    Baseline,
+    Budget,
+    History,
+    Unsettled,
+    Whole,
+    choose_baseline,
+)
+from mirrorgate.gate.verdicts.findings import (
     MAX_DEPENDENCIES_ASKED,
     Findings,
     Unread,
@@ -33,6 +39,7 @@ from mirrorgate.gate.releasefacts import (
     read_under,
     signals_text,
 )
+from mirrorgate.gate.verdicts.reading import ReleaseCheck
 from mirrorgate.integrity import (
     DigestMismatch,
     SizeMismatch,
@@ -212,7 +219,7 @@ class ReleaseJudge:
         if release.only_young_package and gated is not None:
             first = package_first_published(gated)
             self._note_age(gated.name.full, first)
-            # an age the times cannot establish is young's: read (`gate.publishtimes`)
+            # an age the times cannot establish is young's: read (`gate.packuments.times`)
             return first is None or self.now() - first < release.young_package
         return True
 
@@ -485,7 +492,7 @@ class ReleaseJudge:
 
     async def baseline(self, name: PackageName, gated: Gated, version: str,
                        budget: Budget, history: History | None = None) -> Baseline | Unsettled:
-        """The release `version` is compared with (`gate.baseline`), among `history`'s
+        """The release `version` is compared with (`gate.verdicts.baseline`), among `history`'s
         releases (else `gated`'s, a whole packument's gating): releases never judged are read
         and judged first, on `budget`, each with the same history."""
         releases = history if history is not None else self._whole_of(gated)
@@ -497,7 +504,7 @@ class ReleaseJudge:
             doubts=releases.doubts())
 
     def _whole_of(self, gated: Gated) -> Whole:
-        """`gated` as the walk's history, its contradictions (`gate.publishtimes`) read once
+        """`gated` as the walk's history, its contradictions (`gate.packuments.times`) read once
         per packument: a walk's nested choices share it."""
         if self._whole is None or self._whole.whole is not gated:
             self._whole = Whole(gated)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.store import WITHDRAWN
 
 __all__ = ["WithdrawnVersions"]
@@ -24,7 +24,7 @@ class WithdrawnVersions:
         self.facts = facts if facts is not None else KeptFacts()
         self.on_new: Callable[[str, str, str], None] | None = None
         """Called with (name, version, first seen) for a withdrawal seen for the first time
-        (`gate.exposure`: who already pulled it)."""
+        (`gate.pulls.exposure`: who already pulled it)."""
 
     @property
     def persistent(self) -> bool:

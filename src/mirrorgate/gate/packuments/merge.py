@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from mirrorgate.gate.publishtimes import first_publish_of
+from mirrorgate.gate.packuments.times import first_publish_of
 from mirrorgate.gate.records import (
     MAX_VERSIONS,
     RECORD_BYTES,
@@ -387,7 +387,7 @@ def gate(
     `withdrawn`, the mirrored versions of this package the public registry was seen to
     withdraw before (`public` None means it did not answer, or has no such package: neither
     withdraws anything); `refused`, the public versions a release signal refused at a pull
-    (`gate.release`), denied as they say. `only` judges that one version alone (the worker's
+    (`gate.verdicts.judge`), denied as they say. `only` judges that one version alone (the worker's
     re-gate reads one record): ownership, the size bound and the history the rules read still
     come from the whole documents, but no other version is judged or serialised, so the tags,
     times and size describe it alone, and the head (readme, description...) is left empty.
@@ -401,8 +401,8 @@ def gate(
 class Gating:
     """What `gate` reads of the whole documents before it judges a version (ownership, the
     size bound, the history the rules read, the first publish), read once: the baseline walk
-    judges the versions it reaches one at a time (`gate.lazyhistory`), each as `gate(only=)`
-    would. Raises TooManyVersionsError as `gate` does."""
+    judges the versions it reaches one at a time (`gate.packuments.lazyhistory`), each as
+    `gate(only=)` would. Raises TooManyVersionsError as `gate` does."""
 
     def __init__(self, name: PackageName, private: Mapping[str, Any] | None,
                  public: Mapping[str, Any] | None, *, rules: Rules, now: datetime,

@@ -9,7 +9,7 @@ once and before any fill: the memory is for names no scope covers. Kept in the s
 
 from __future__ import annotations
 
-from mirrorgate.gate.facts import KeptFacts
+from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.store import FIRST_PARTY
 
 __all__ = ["FirstPartyNames"]

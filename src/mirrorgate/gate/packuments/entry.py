@@ -51,8 +51,9 @@ class Rendered:
 @dataclass(frozen=True, slots=True)
 class PublicAnswer:
     """The public upstream's packument exactly as it sent it (`body`: its bytes, None when it
-    has no such package), kept for the worker's re-gate (`gate.public.CachedPublic`). Bytes, never
-    a parsed document: each reader parses its own copy, so nothing one does reaches another."""
+    has no such package), kept for the worker's re-gate (`gate.packuments.public.CachedPublic`).
+    Bytes, never a parsed document: each reader parses its own copy, so nothing one does reaches
+    another."""
 
     body: bytes | None
 
