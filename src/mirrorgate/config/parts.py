@@ -1,9 +1,10 @@
 """The settings each part reads, as small frozen slices of the whole `Settings`.
 
-The loader builds one `Settings`; the composition roots (`process`, the commands, the tests'
-rigs) hand each part only its slice (`Settings.store`, `.gate`, `.serve`...), so a module's
-signature says which variables it depends on. A field two parts read sits in both slices,
-or in `CacheSettings`, which the slices that read the packument cache extend.
+The loader builds one `Settings`; the composition roots (`process`, `__main__`, the commands'
+setup, the tests' rigs) hand each part only its slice (`Settings.store`, `.gate`, `.serve`...),
+so a module's signature says which variables it reads. A slice names each field as `Settings`
+does (`Settings._cut` fills it by name). A field two parts read sits in both slices, or in
+`CacheSettings`, which the slices that read the packument cache extend.
 """
 
 from __future__ import annotations
@@ -128,6 +129,26 @@ class ServeSettings(CacheSettings):
     secrets: tuple[Secret, ...]
     """Every secret mirrorgate holds (`Settings.secrets`): masked in an upstream's refusal
     quoted back to a publishing client, text the log scrubber never sees."""
+
+
+@dataclass(frozen=True)
+class ViaProxySettings:
+    """How an operator command asks a running mirrorgate (`--proxy`, `commands.via_proxy`):
+    the token it sends and the bounds the upstreams' clients have too."""
+
+    proxy_token: Secret | None
+    upstream_timeout: float
+    max_metadata_bytes: int
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """How a process or a command logs (`logs.configure_logging`), and the secrets the
+    scrubber masks in every line (`Settings.secrets`)."""
+
+    log_level: str
+    log_format: str
+    secrets: tuple[Secret, ...]
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ import os
 import socket
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from mirrorgate.config.parts import (
     GateSettings,
     IdentitySettings,
+    LogSettings,
     Network,
     NotifySettings,
     OidcSettings,
@@ -24,9 +25,19 @@ from mirrorgate.config.parts import (
     ServeSettings,
     StoreSettings,
     UpstreamSettings,
+    ViaProxySettings,
     WorkerSettings,
 )
 from mirrorgate.config.secrets import PasswordUrl, Secret, SecretUrl
+
+
+class _Part(Protocol):
+    """Any dataclass (what `dataclasses.fields` takes): the slices of `parts`."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+P = TypeVar("P", bound=_Part)
 
 WEBHOOK_TOKEN_PATH = 20
 """A webhook path this long is taken for a token (Slack's and Teams' are 60 characters and
@@ -45,6 +56,9 @@ def _writable(directory: Path) -> bool:
 
 @dataclass(frozen=True)
 class Settings:
+    """Every variable's value as `load_settings` read it; the properties at the end cut it
+    into the slices the parts receive."""
+
     queue: QueueSettings
     listen: tuple[str, int]
     worker_listen: tuple[str, int]
@@ -197,51 +211,40 @@ class Settings:
 
     # --- the slices (`parts`), cut at the composition root -----------------------------
 
+    def _cut(self, part: type[P], **given: object) -> P:
+        """The slice `part`: each of its fields is the same-named value here (a slice names
+        its fields as `Settings` does, so none is renamed on the way), unless `given`."""
+        return part(**{item.name: given[item.name] if item.name in given
+                       else getattr(self, item.name) for item in fields(part)})
+
     @property
     def store(self) -> StoreSettings:
-        return StoreSettings(self.data_dir, self.database_url)
+        return self._cut(StoreSettings)
 
     @property
     def upstreams(self) -> UpstreamSettings:
-        return UpstreamSettings(
-            public_upstream=self.public_upstream, private_upstream=self.private_upstream,
-            mirror_target=self.mirror_target, private_token=self.private_token,
-            upstream_timeout=self.upstream_timeout, max_metadata_bytes=self.max_metadata_bytes,
-            pool_fills=self.pool_fills, pool_tarballs=self.pool_tarballs,
-            pool_worker=self.pool_worker)
+        return self._cut(UpstreamSettings)
 
     @property
     def gate(self) -> GateSettings:
-        return GateSettings(
-            cache_ttl=self.cache_ttl, cache_max_entries=self.cache_max_entries,
-            cache_max_bytes=self.cache_max_bytes,
-            release_previous_max_bytes=self.release_previous_max_bytes,
-            release_timeout=self.release_timeout, operator_contact=self.operator_contact)
+        return self._cut(GateSettings)
 
     @property
     def identity(self) -> IdentitySettings:
-        return IdentitySettings(
-            client_tokens_file=self.client_tokens_file, metrics_open=self.metrics_open,
-            oidc=self.oidc, operators=self.operators, waiver_granters=self.waiver_granters)
+        return self._cut(IdentitySettings)
 
     @property
     def serve(self) -> ServeSettings:
-        return ServeSettings(
-            cache_ttl=self.cache_ttl, cache_max_entries=self.cache_max_entries,
-            cache_max_bytes=self.cache_max_bytes, public_url=self.public_url,
-            trusted_proxies=self.trusted_proxies, operator_contact=self.operator_contact,
-            data_dir=self.data_dir, spool_max_bytes=self.spool_max_bytes,
-            max_in_flight=self.max_in_flight, request_timeout=self.request_timeout,
-            head_timeout=self.head_timeout, write_stall_timeout=self.write_stall_timeout,
-            send_min_rate=self.send_min_rate, send_min_rate_grace=self.send_min_rate_grace,
-            max_publish_bytes=self.max_publish_bytes,
-            max_metadata_bytes=self.max_metadata_bytes, mirror_target=self.mirror_target,
-            identity=self.identity, secrets=self.secrets())
+        return self._cut(ServeSettings, secrets=self.secrets())
 
     @property
     def worker(self) -> WorkerSettings:
-        return WorkerSettings(
-            cache_ttl=self.cache_ttl, cache_max_entries=self.cache_max_entries,
-            cache_max_bytes=self.cache_max_bytes, queue=self.queue,
-            max_deliveries=self.max_deliveries, max_tarball_bytes=self.max_tarball_bytes,
-            worker_concurrency=self.worker_concurrency, drain_timeout=self.drain_timeout)
+        return self._cut(WorkerSettings)
+
+    @property
+    def via_proxy(self) -> ViaProxySettings:
+        return self._cut(ViaProxySettings)
+
+    @property
+    def logs(self) -> LogSettings:
+        return self._cut(LogSettings, secrets=self.secrets())
