@@ -24,7 +24,7 @@ from mirrorgate.access.tokens import ClientTokens, ClientTokensError, policy_pro
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.verdicts import GateVerdicts
-from mirrorgate.config import Settings, unknown_variables
+from mirrorgate.config import IdentitySettings, Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
 from mirrorgate.gate.assembled import Gate
@@ -201,7 +201,7 @@ async def _listening(app: web.Application, host: str, port: int, settings: Setti
     yield runner
 
 
-def _client_tokens(settings: Settings, metrics: Metrics,
+def _client_tokens(settings: IdentitySettings, metrics: Metrics,
                    rules: LiveRules) -> ClientTokens | None:
     """The tokens file, checked against the rules file both ways (`policy_problem`): at start
     and whenever either is read again, every policy set a line names must be defined."""
@@ -241,7 +241,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
         _ensure_store(settings.private_upstream)
     if shape.runs_worker:
         _ensure_store(settings.mirror_target)
-    clients = _client_tokens(settings, metrics, rules)
+    clients = _client_tokens(settings.identity, metrics, rules)
 
     def dropped(total: int) -> None:
         # A network backend's send buffer logs its own drops (with its depth); logging them
@@ -376,8 +376,9 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
     else:
         app = web.Application()
         add_health_routes(app, health, metrics)
-        install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open,
-                       oidc=settings.oidc, tasks=health.tasks)
+        identity = settings.identity
+        install_access(app, clients, metrics=metrics, metrics_open=identity.metrics_open,
+                       oidc=identity.oidc, tasks=health.tasks)
         packuments = CachedPublic(upstreams.public, settings.worker)
         host, port = settings.worker_listen
     # a withdrawal seen for the first time: who already pulled the version (`gate.exposure`)
