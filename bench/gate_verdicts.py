@@ -140,14 +140,14 @@ async def judge_cases(cases: list[Case], policy: Rules,
         if cases:
             first = rounds(cases)[0][0]
             registry.add(*packages_of(first))
-            gate = await GateVerdicts.open(settings, policy)
+            gate = await GateVerdicts.open(settings.upstreams, settings.gate, policy)
             name, version, _path = first.judged_tarballs()[0]
             await gate.verdicts(parse_name(name), [version])
             await gate.close()
         for members in rounds(cases):
             packages = [package for case in members for package in packages_of(case)]
             registry.add(*packages)
-            gate = await GateVerdicts.open(settings, policy)
+            gate = await GateVerdicts.open(settings.upstreams, settings.gate, policy)
             try:
                 for case in members:
                     for name, version, tarball in case.judged_tarballs():

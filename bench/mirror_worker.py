@@ -92,8 +92,9 @@ async def mirror_all(registry: FixtureRegistry, names: list[str], target_url: st
     for client in clients:
         await client.start()
     queue = bounded_memory_queue(MemoryQueueSettings(max_depth=len(names), poll_window=0.05))
-    worker = Worker(WorkerDeps(settings, queue, public, open_target(target_url, target_client),
-                               metrics, Heartbeat(120)), idle_pause=0.001)
+    worker = Worker(WorkerDeps(settings.worker, queue, public,
+                               open_target(target_url, target_client), metrics, Heartbeat(120)),
+                    idle_pause=0.001)
     for name in names:
         await queue.enqueue(job_for(registry, name))
     stop = asyncio.Event()

@@ -151,9 +151,9 @@ async def start_proxy(public_url: str, data: Path, *, rules: Rules = DEFAULT_RUL
     await public.start()
     queue = bounded_memory_queue(MemoryQueueSettings(100_000, 1.0), lambda _n: None)
     private = StoreRegistry(FileStore(data / "store"))
-    gate = Gate(settings=settings, public=public, private=private, rules=rules,
+    gate = Gate(settings=settings.gate, public=public, private=private, rules=rules,
                 metrics=metrics)
-    proxy = Proxy(settings=settings, public=public, private=private, queue=queue,
+    proxy = Proxy(settings=settings.serve, public=public, private=private, queue=queue,
                   rules=rules, metrics=metrics, health=Health(ready=True), gate=gate,
                   pulls=pulls)
     app = build_proxy_app(proxy)

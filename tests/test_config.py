@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,26 @@ def test_a_short_notify_secret_is_refused_by_its_length_only() -> None:
 def test_a_notify_secret_without_a_webhook_is_refused() -> None:
     [problem] = problems(MIRRORGATE_NOTIFY_SECRET=NOTIFY_SECRET)
     assert "without MIRRORGATE_NOTIFY_URL" in problem
+
+
+def test_each_part_receives_the_values_the_whole_settings_hold_for_its_fields(
+    tmp_path: Path,
+) -> None:
+    """A slice is cut from the one `Settings` by field name: a value set in the environment
+    reaches the part that reads it unchanged, and a secret stays a redacted `Secret`."""
+    settings = load_settings({**BASE, "MIRRORGATE_DATA_DIR": str(tmp_path),
+                              "MIRRORGATE_CACHE_TTL": "7", "MIRRORGATE_OPERATORS": "alice",
+                              "MIRRORGATE_PRIVATE_TOKEN": "private-token-value",
+                              "MIRRORGATE_WORKER_CONCURRENCY": "3"}, npm_registry=no_npm)
+    for part in (settings.store, settings.upstreams, settings.gate, settings.identity,
+                 settings.serve, settings.worker, settings.via_proxy):
+        for item in fields(part):
+            if item.name not in ("identity", "secrets"):
+                assert getattr(part, item.name) == getattr(settings, item.name), item.name
+    assert (settings.gate.cache_ttl, settings.serve.cache_ttl, settings.worker.cache_ttl) == (
+        7.0, 7.0, 7.0)
+    assert settings.serve.identity.operators == ("alice",)
+    assert settings.worker.worker_concurrency == 3
+    assert settings.store.data_dir == tmp_path
+    assert settings.serve.secrets == settings.logs.secrets == settings.secrets()
+    assert "private-token-value" not in repr(settings.upstreams)

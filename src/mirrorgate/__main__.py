@@ -290,7 +290,7 @@ def _probe_store(settings: Settings) -> dict[str, object]:
 
     from mirrorgate.store import probe_store
 
-    return asyncio.run(probe_store(settings))
+    return asyncio.run(probe_store(settings.store))
 
 
 def _probe_advisories(source: str) -> dict[str, object]:
@@ -320,27 +320,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         from mirrorgate.commands.check import run_check
 
-        configure_command_logging(settings)
+        configure_command_logging(settings.logs)
         return run_check(settings, args.lockfiles, proxy=args.proxy, as_json=args.json,
                          policy=args.policy)
     if args.command == "allow":
         from mirrorgate.commands.allow import run_allow
 
-        configure_command_logging(settings)
+        configure_command_logging(settings.logs)
         return run_allow(settings, args.subject, why=args.why, until=args.until, by=args.by,
                          listing=args.list, revoke=args.revoke, as_json=args.json,
                          integrity=args.integrity)
     if args.command == "exposure":
         from mirrorgate.commands.exposure import run_exposure
 
-        configure_command_logging(settings)
+        configure_command_logging(settings.logs)
         return run_exposure(settings, " ".join(args.target) or None, args.since,
                             as_json=args.json)
     if args.command == "sbom":
         from mirrorgate.commands.exposure import QuestionError
         from mirrorgate.commands.sbom import run_sbom, select
 
-        configure_command_logging(settings)
+        configure_command_logging(settings.logs)
         try:
             selection = select(client=args.client, repository=args.repository,
                                branch=args.branch, ref=args.ref, workflow=args.workflow,
@@ -348,9 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except QuestionError as error:
             print(f"mirrorgate sbom: {error}", file=sys.stderr)
             return 2
-        return run_sbom(settings, selection, output=args.output, form=args.format)
+        return run_sbom(settings.store, selection, output=args.output, form=args.format)
     if args.command in ("prewarm", "audit"):
-        configure_command_logging(settings)
+        configure_command_logging(settings.logs)
         return _run_mirror_command(settings, args)
     from mirrorgate.process import Shape, run
 

@@ -24,7 +24,7 @@ from mirrorgate.access.tokens import ClientTokens, ClientTokensError, policy_pro
 from mirrorgate.advisories import AdvisoryFeed
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.verdicts import GateVerdicts
-from mirrorgate.config import Settings, unknown_variables
+from mirrorgate.config import IdentitySettings, Settings, unknown_variables
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import WithdrawnVersions
 from mirrorgate.gate.assembled import Gate
@@ -111,7 +111,7 @@ class CommandMirroring:
 
     async def run(self, queue: MirrorQueue, heard: Callable[[QueueMessage, str], None],
                   stop: asyncio.Event) -> None:
-        deps = WorkerDeps(settings=self.settings, queue=queue,
+        deps = WorkerDeps(settings=self.settings.worker, queue=queue,
                           public=self.gate.upstreams.public, target=self.target,
                           metrics=self.gate.metrics,
                           heartbeat=Heartbeat(self.settings.heartbeat_stale_after),
@@ -206,7 +206,7 @@ async def _listening(app: web.Application, host: str, port: int, settings: Setti
     yield runner
 
 
-def _client_tokens(settings: Settings, metrics: Metrics,
+def _client_tokens(settings: IdentitySettings, metrics: Metrics,
                    rules: LiveRules) -> ClientTokens | None:
     """The tokens file, checked against the rules file both ways (`policy_problem`): at start
     and whenever either is read again, every policy set a line names must be defined."""
@@ -246,7 +246,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
         _ensure_store(settings.private_upstream)
     if shape.runs_worker:
         _ensure_store(settings.mirror_target)
-    clients = _client_tokens(settings, metrics, rules)
+    clients = _client_tokens(settings.identity, metrics, rules)
 
     def dropped(total: int) -> None:
         # A network backend's send buffer logs its own drops (with its depth); logging them
@@ -263,7 +263,7 @@ async def _run(settings: Settings, shape: Shape) -> int:
 
     facts = await _open_facts(settings, metrics, health)
     follow_waivers(facts, rules)  # `mirrorgate allow`'s waivers, beside `[[exception]]`
-    upstreams = Upstreams.from_settings(settings, metrics)
+    upstreams = Upstreams.from_settings(settings.upstreams, metrics)
     notifier = _notifier(settings, shape, metrics)
     await upstreams.start()
     try:
@@ -288,7 +288,7 @@ async def _open_facts(settings: Settings, metrics: Metrics, health: Health) -> K
     async def importer(store: Store) -> int:
         return await import_files(settings.data_dir, store)
 
-    facts = KeptFacts(lambda: open_store(settings), metrics=metrics, importer=importer)
+    facts = KeptFacts(lambda: open_store(settings.store), metrics=metrics, importer=importer)
     try:
         await facts.open()
     except StoreSetupError as error:
@@ -362,28 +362,29 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                     max_records=settings.pull_log_max_records, metrics=metrics)
     # the one gate of this process: the proxy serves through it, the worker re-gates with
     # its withdrawals and verdicts (`gate.gate`)
-    gate = Gate(settings=settings, public=upstreams.public,
+    gate = Gate(settings=settings.gate, public=upstreams.public,
                 private=open_registry(settings.private_upstream, upstreams.private),
                 rules=rules, metrics=metrics, facts=facts,
                 pins=PINS if shape.serves and shape.runs_worker else 0)
     withdrawals: WithdrawnVersions = gate.withdrawals
     if shape.serves:
-        app = build_proxy_app(Proxy(settings=settings, public=upstreams.public,
+        app = build_proxy_app(Proxy(settings=settings.serve, public=upstreams.public,
                                     private=gate.private, queue=queue, rules=rules,
                                     metrics=metrics, health=health, gate=gate,
                                     clients=clients, worker_beside=shape.runs_worker,
                                     handoff=handoff, pulls=pulls))
         # the worker beside the proxy judges a job by the proxy's own verdict on the version
         packuments: PublicPackuments = (
-            ServedPublic(gate.packuments, CachedPublic(upstreams.public, settings,
+            ServedPublic(gate.packuments, CachedPublic(upstreams.public, settings.worker,
                                                        max_bytes=FALLBACK_BYTES)))
         host, port = settings.listen
     else:
         app = web.Application()
         add_health_routes(app, health, metrics)
-        install_access(app, clients, metrics=metrics, metrics_open=settings.metrics_open,
-                       oidc=settings.oidc, tasks=health.tasks)
-        packuments = CachedPublic(upstreams.public, settings)
+        identity = settings.identity
+        install_access(app, clients, metrics=metrics, metrics_open=identity.metrics_open,
+                       oidc=identity.oidc, tasks=health.tasks)
+        packuments = CachedPublic(upstreams.public, settings.worker)
         host, port = settings.worker_listen
     # a withdrawal seen for the first time: who already pulled the version (`gate.pulls.exposure`)
     warnings = ExposureWarnings(pulls, metrics)
@@ -417,8 +418,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
             target: MirrorTarget = open_target(
                 settings.mirror_target, upstreams.target,
                 max_tarball_bytes=settings.max_tarball_bytes)
-            worker = Worker(WorkerDeps(settings=settings, queue=queue, public=upstreams.public,
-                                       target=target, metrics=metrics,
+            worker = Worker(WorkerDeps(settings=settings.worker, queue=queue,
+                                       public=upstreams.public, target=target, metrics=metrics,
                                        heartbeat=health.heartbeat, rules=rules,
                                        packuments=packuments, withdrawals=withdrawals,
                                        release=gate.release, handoff=handoff))

@@ -139,6 +139,8 @@ class RunningProxy:
     clock: ManualClock
     wall: WallClock
     session: aiohttp.ClientSession
+    settings: Settings
+    """The whole settings the proxy's slice was cut from (a worker beside it takes its own)."""
     store: FileStore | None = None
     """The embedded file store, when that is the private upstream."""
     received: list[MirrorJob] = field(default_factory=list)
@@ -274,13 +276,13 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | L
     clients = (ClientTokens(settings.client_tokens_file)
                if settings.client_tokens_file is not None else None)
     # the state store in the data directory, as `mirrorgate serve` keeps it (`process`)
-    facts = KeptFacts(lambda: open_store(settings), metrics=metrics)
+    facts = KeptFacts(lambda: open_store(settings.store), metrics=metrics)
     await facts.open()
     clock, wall = ManualClock(), WallClock()
-    gate = Gate(settings=settings, public=upstream, private=source, rules=rules,
+    gate = Gate(settings=settings.gate, public=upstream, private=source, rules=rules,
                 metrics=metrics, facts=facts, clock=clock, now=wall,
                 pins=PINS if worker_beside else 0)
-    proxy = Proxy(settings=settings, public=upstream, private=source,
+    proxy = Proxy(settings=settings.serve, public=upstream, private=source,
                   queue=queue or in_memory_double(), rules=rules, metrics=metrics,
                   health=Health(ready=True), gate=gate, clients=clients,
                   worker_beside=worker_beside, handoff=handoff)
@@ -290,7 +292,7 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | L
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     running = RunningProxy(f"http://127.0.0.1:{port}/", proxy, app[SERVER], clock, wall,
-                           aiohttp.ClientSession(), files)
+                           aiohttp.ClientSession(), settings, files)
     stack = ProxyStack(running, runner, upstreams, facts, gate=gate)
     stack.keeping = asyncio.create_task(facts.run(stack.stop))
     return stack

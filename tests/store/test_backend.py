@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.config import Settings, load_settings
+from mirrorgate.config import StoreSettings, load_settings
 from mirrorgate.store import Backend, Fact, Store, StoreSetupError, backend_of
 from mirrorgate.store.backend import PostgresBackend, SqliteBackend
 from mirrorgate.store.schema import LATEST
@@ -24,12 +24,12 @@ from tests.store.conftest import Place
 PASSWORD = "s3cret-db-password"  # noqa: S105 - a test password, never shown
 
 
-def settings_for(data_dir: Path, database_url: str | None = None) -> Settings:
+def settings_for(data_dir: Path, database_url: str | None = None) -> StoreSettings:
     environ = {"MIRRORGATE_PUBLIC_UPSTREAM": "http://127.0.0.1:9/",
                "MIRRORGATE_DATA_DIR": str(data_dir)}
     if database_url is not None:
         environ["MIRRORGATE_DATABASE_URL"] = database_url
-    return load_settings(environ, npm_registry=lambda: None)
+    return load_settings(environ, npm_registry=lambda: None).store
 
 
 def test_settings_choose_the_file_or_the_database_and_say_where_without_the_password(

@@ -61,7 +61,8 @@ async def make_rig(public_registry: FixtureRegistry,
         for client in upstreams:
             await client.start()
         clock = ManualClock()
-        deps = WorkerDeps(settings=settings, queue=queue or in_memory_double(), public=public,
+        deps = WorkerDeps(settings=settings.worker, queue=queue or in_memory_double(),
+                          public=public,
                           target=open_target(settings.mirror_target, target_client,
                                               max_tarball_bytes=settings.max_tarball_bytes),
                           metrics=metrics,

@@ -166,10 +166,10 @@ def in_process_worker(proxy: RunningProxy, store: Path, *,
     judging jobs by the proxy's records (`ServedPublic`) and release verdicts, taking what
     `handoff` holds. `alone`: as `mirrorgate worker` reads public, through a cache of its own
     (`CachedPublic`), the gate's release verdicts still its process's own."""
-    settings = proxy.proxy.settings
-    cached = CachedPublic(proxy.proxy.public, settings)
+    settings = proxy.settings
+    cached = CachedPublic(proxy.proxy.public, settings.worker)
     return Worker(WorkerDeps(
-        settings=settings, queue=in_memory_double(), public=proxy.proxy.public,
+        settings=settings.worker, queue=in_memory_double(), public=proxy.proxy.public,
         target=open_target(f"file://{store}", None, max_tarball_bytes=settings.max_tarball_bytes),
         metrics=proxy.metrics, heartbeat=Heartbeat(120, clock=ManualClock()),
         rules=proxy.proxy.rules,

@@ -112,7 +112,7 @@ async def _listed(settings: Settings, name: str, version: str) -> str:
         rules = load_rules(settings.rules_file)
     except RulesError as error:
         raise WaiverError(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}") from None
-    gate = await GateVerdicts.open(settings, rules)
+    gate = await GateVerdicts.open(settings.upstreams, settings.gate, rules)
     try:
         return await listed_bytes(gate.gate.gated, parse_name(name), version)
     except WaiverError:
@@ -145,7 +145,7 @@ async def _grant(settings: Settings, waiver: Waiver, as_json: bool) -> int:
     if not waiver.integrity:
         waiver = replace(waiver, integrity=await _listed(settings, waiver.name,
                                                          waiver.version))
-    store = await open_store(settings)
+    store = await open_store(settings.store)
     try:
         await store.put_facts([waiver.fact()])
     finally:
@@ -171,7 +171,7 @@ async def _revoke(settings: Settings, subject: str, by: str | None) -> int:
     name, version = parse_subject(subject)
     key = f"{name}@{version}"
     who = _who(by)
-    store = await open_store(settings)
+    store = await open_store(settings.store)
     try:
         held = {waiver.subject: waiver for waiver in await stored_waivers(store)}
         if key not in held:
@@ -193,7 +193,7 @@ async def _revoke(settings: Settings, subject: str, by: str | None) -> int:
 
 
 async def _list(settings: Settings, as_json: bool) -> int:
-    store = await open_store(settings)
+    store = await open_store(settings.store)
     try:
         waivers = await stored_waivers(store)
     finally:

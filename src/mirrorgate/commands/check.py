@@ -154,12 +154,12 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
     if proxy is not None:
         from mirrorgate.commands.via_proxy import token_refused
 
-        refused = await token_refused(settings, proxy)
+        via = settings.via_proxy
+        refused = await token_refused(via, proxy)
         if refused is not None:
             return usage_error(refused)
-        source = ProxyVerdicts(proxy, token=settings.proxy_token,
-                               timeout=settings.upstream_timeout,
-                               max_bytes=settings.max_metadata_bytes)
+        source = ProxyVerdicts(proxy, token=via.proxy_token, timeout=via.upstream_timeout,
+                               max_bytes=via.max_metadata_bytes)
     else:
         try:
             rules = load_rules(settings.rules_file, settings.malware_feed).policy(policy)
@@ -169,7 +169,8 @@ async def _run(settings: Settings, paths: list[Path], proxy: str | None,
             return usage_error(f"--policy {policy}: {error}")
         from mirrorgate.commands.parts import as_the_fleet
 
-        gate = await GateVerdicts.open(settings, *await as_the_fleet(settings, rules))
+        gate = await GateVerdicts.open(settings.upstreams, settings.gate,
+                                       *await as_the_fleet(settings.store, rules))
         source = gate
         if await gate.load_advisories() == "failed":
             report.note("the advisory index could not be loaded; the rules' "

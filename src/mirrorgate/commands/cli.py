@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from mirrorgate.config import Settings
+from mirrorgate.config import LogSettings
 from mirrorgate.logs import configure_logging, register_secret
 
 __all__ = ["add_common_arguments", "configure_command_logging"]
@@ -20,10 +20,10 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         "upstreams; sends MIRRORGATE_PROXY_TOKEN when set")
 
 
-def configure_command_logging(settings: Settings) -> None:
+def configure_command_logging(settings: LogSettings) -> None:
     """The proxy's logging, but at warning unless MIRRORGATE_LOG_LEVEL asks for debug or for
     errors only: a command's info lines (one per packument filled) would bury its output."""
     level = settings.log_level if settings.log_level in ("debug", "error") else "warning"
     configure_logging(level, settings.log_format)
-    for secret in settings.secrets():  # as `process.run` does
+    for secret in settings.secrets:  # as `process.run` does
         register_secret(secret.reveal())

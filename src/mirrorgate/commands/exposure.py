@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from mirrorgate.config import Settings
+from mirrorgate.config import Settings, StoreSettings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.pulls.exposure import document, iso
 from mirrorgate.moments import TimeTextError, read_moment
@@ -146,7 +146,7 @@ async def advisory_question(settings: Settings, advisory: str,
                     matches, since, advisory)
 
 
-async def open_pull_log(settings: Settings) -> Store:
+async def open_pull_log(settings: StoreSettings) -> Store:
     """The state store the proxy writes its pull log to, as it is configured; raises
     QuestionError when there is none there or it cannot be read."""
     if settings.database_url is None:
@@ -168,7 +168,7 @@ async def ask(settings: Settings, target: str | None, since: str | None) -> dict
         question = await advisory_question(settings, target.strip(), start)
     else:
         question = parse_question(target, since)
-    store = await open_pull_log(settings)
+    store = await open_pull_log(settings.store)
     try:
         pulled, refused = await read_exposures(store, question)
     except StoreUnavailableError as error:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from mirrorgate.backends import QueueUnavailableError, open_queue
 from mirrorgate.commands.report import Report
 from mirrorgate.commands.verdicts import GateVerdicts
-from mirrorgate.config import Settings
+from mirrorgate.config import Settings, StoreSettings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.gate.kept.waivers import held_waivers
@@ -65,7 +65,7 @@ class Parts:
         return self.make_mirroring(self.settings, self.gate)
 
 
-async def as_the_fleet(settings: Settings, rules: Rules) -> tuple[Rules, KeptFacts]:
+async def as_the_fleet(settings: StoreSettings, rules: Rules) -> tuple[Rules, KeptFacts]:
     """`rules` with the state store's waivers in force (`mirrorgate allow`), and the store's
     facts in memory (the withdrawals, first-party names and release verdicts the proxies
     learned), so a command judges a version as the proxy beside it does. Read once and never
@@ -92,7 +92,8 @@ async def open_parts(settings: Settings, report: Report | None = None,
         rules = load_rules(settings.rules_file, settings.malware_feed)
     except RulesError as error:
         raise PartsError(f"MIRRORGATE_RULES_FILE ({settings.rules_file}): {error}") from None
-    gate = await GateVerdicts.open(settings, *await as_the_fleet(settings, rules))
+    gate = await GateVerdicts.open(settings.upstreams, settings.gate,
+                                   *await as_the_fleet(settings.store, rules))
     try:
         if await gate.load_advisories() == "failed" and report is not None:
             report.note("the advisory index could not be loaded; the rules' [advisories] "

@@ -97,10 +97,10 @@ async def _through_proxy(settings: Settings, proxy: str, locked: list[tuple[str,
                          wait: bool, within: float,
                          settled: Callable[[prewarms.Result], None],
                          ) -> list[prewarms.Result]:
-    refused = await token_refused(settings, proxy)
+    refused = await token_refused(settings.via_proxy, proxy)
     if refused is not None:
         raise PartsError(refused)  # exit 2, as any setting that cannot be used
-    async with open_proxy(settings, proxy) as client:
+    async with open_proxy(settings.via_proxy, proxy) as client:
         pulled = await prewarm_via_proxy(locked, client, progress=settled,
                                          max_tarball_bytes=settings.max_tarball_bytes)
         if not wait:
@@ -139,10 +139,10 @@ async def _audit(settings: Settings, paths: list[Path], given: list[str], search
                            "--names a,@s/b")
     try:
         if proxy is not None:
-            refused = await token_refused(settings, proxy)
+            refused = await token_refused(settings.via_proxy, proxy)
             if refused is not None:
                 return usage_error(refused)
-            async with open_proxy(settings, proxy) as client:
+            async with open_proxy(settings.via_proxy, proxy) as client:
                 progress = report.progress(len(dict.fromkeys(names)))
                 try:
                     results = await audit_via_proxy(

@@ -20,7 +20,7 @@ import orjson
 from mirrorgate.commands.cyclonedx import components, cyclonedx
 from mirrorgate.commands.exposure import QuestionError, open_pull_log, parse_since
 from mirrorgate.commands.spdx import spdx
-from mirrorgate.config import Settings
+from mirrorgate.config import StoreSettings
 from mirrorgate.store import StoreUnavailableError
 
 __all__ = ["FORMATS", "Selection", "run_sbom", "select"]
@@ -77,7 +77,7 @@ def select(*, client: str | None, repository: str | None, branch: str | None,
     return selection
 
 
-async def document(settings: Settings, selection: Selection, now: datetime,
+async def document(settings: StoreSettings, selection: Selection, now: datetime,
                    form: str = "cyclonedx") -> tuple[dict[str, object], int]:
     store = await open_pull_log(settings)
     try:
@@ -92,7 +92,7 @@ async def document(settings: Settings, selection: Selection, now: datetime,
     return written, len(found)
 
 
-def run_sbom(settings: Settings, selection: Selection, *, output: Path | None,
+def run_sbom(settings: StoreSettings, selection: Selection, *, output: Path | None,
              form: str = "cyclonedx") -> int:
     try:
         bom, count = asyncio.run(document(settings, selection, datetime.now(UTC), form))

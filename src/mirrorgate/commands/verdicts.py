@@ -16,7 +16,7 @@ from urllib.parse import urljoin
 import aiohttp
 import orjson
 
-from mirrorgate.config import Secret, Settings
+from mirrorgate.config import GateSettings, Secret, UpstreamSettings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.gate import Denial
 from mirrorgate.gate.assembled import Gate
@@ -63,7 +63,7 @@ class VerdictSource(Protocol):
 
 
 class GateVerdicts:
-    """The proxy's gate, run here: open with `await GateVerdicts.open(settings, rules, facts)`.
+    """The proxy's gate, run here: `await GateVerdicts.open(upstreams, gate, rules, facts)`.
 
     It is the proxy's own `gate.Gate` (both upstreams, the merge, ownership, the rules with
     their advisory index, signatures and takeover history, the release verdicts), with the
@@ -71,22 +71,23 @@ class GateVerdicts:
     (`parts.as_the_fleet`); nothing is written to the store or remembered on disk.
     """
 
-    def __init__(self, settings: Settings, rules: Rules, facts: KeptFacts | None = None) -> None:
+    def __init__(self, upstreams: UpstreamSettings, gate: GateSettings, rules: Rules,
+                 facts: KeptFacts | None = None) -> None:
         self.rules = rules
         self.metrics = Metrics()
-        self.upstreams = Upstreams.from_settings(settings, self.metrics)
+        self.upstreams = Upstreams.from_settings(upstreams, self.metrics)
         # the gate the proxy runs, on a memory of the fleet's facts that is never written
         # back: a check never changes the proxy's first-party names, nor its state store
-        self.gate = Gate(settings=settings, public=self.upstreams.public,
-                         private=open_registry(settings.private_upstream,
+        self.gate = Gate(settings=gate, public=self.upstreams.public,
+                         private=open_registry(upstreams.private_upstream,
                                                self.upstreams.private),
                          rules=rules, metrics=self.metrics, facts=facts)
         self.source = self.gate.source
 
     @classmethod
-    async def open(cls, settings: Settings, rules: Rules,
+    async def open(cls, upstreams: UpstreamSettings, gate: GateSettings, rules: Rules,
                    facts: KeptFacts | None = None) -> GateVerdicts:
-        self = cls(settings, rules, facts)
+        self = cls(upstreams, gate, rules, facts)
         await self.upstreams.start()
         return self
 

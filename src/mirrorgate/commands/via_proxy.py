@@ -18,7 +18,7 @@ import aiohttp
 
 from mirrorgate.commands import audit as audits
 from mirrorgate.commands import prewarm as prewarms
-from mirrorgate.config import Settings
+from mirrorgate.config import ViaProxySettings
 from mirrorgate.integrity import (
     DigestMismatch,
     StreamVerifier,
@@ -42,7 +42,7 @@ def registry_url(url: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_proxy(settings: Settings, url: str) -> AsyncIterator[Upstream]:
+async def open_proxy(settings: ViaProxySettings, url: str) -> AsyncIterator[Upstream]:
     """The running mirrorgate as an upstream: the same client (bounded, origin-locked, bytes
     as stored) the proxy uses for its own upstreams, sending `MIRRORGATE_PROXY_TOKEN` to that
     origin alone."""
@@ -56,7 +56,7 @@ async def open_proxy(settings: Settings, url: str) -> AsyncIterator[Upstream]:
         await client.close()
 
 
-async def token_refused(settings: Settings, url: str) -> str | None:
+async def token_refused(settings: ViaProxySettings, url: str) -> str | None:
     """What to set when the running mirrorgate at `url` refuses this command's token (its
     `/npm/-/ping` answers 401); None when it takes it, needs none, or failed otherwise (each
     name's own request then reports that).

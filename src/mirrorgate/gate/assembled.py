@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from mirrorgate import tracing
-from mirrorgate.config import Settings
+from mirrorgate.config import GateSettings
 from mirrorgate.gate.admission import Admissions, ScanFindings
 from mirrorgate.gate.cache import Cached, PackumentCache
 from mirrorgate.gate.kept.facts import KeptFacts
@@ -49,7 +49,7 @@ class Gate:
     packuments through `gated` and drops a refused version's entry through `forget`: the loop
     between the verdicts and the fill closes here, not in an application."""
 
-    def __init__(self, *, settings: Settings, public: Upstream, private: PrivateRegistry,
+    def __init__(self, *, settings: GateSettings, public: Upstream, private: PrivateRegistry,
                  rules: Rules | LiveRules, metrics: Metrics, facts: KeptFacts | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  now: Callable[[], datetime] = _utcnow, pins: int = 0) -> None:

@@ -24,7 +24,7 @@ from prometheus_client import Counter
 from mirrorgate import tracing
 from mirrorgate.access.operators import Operators
 from mirrorgate.access.tokens import ClientTokens
-from mirrorgate.config import Settings
+from mirrorgate.config import ServeSettings
 from mirrorgate.gate import (
     RenderKey,
 )
@@ -105,7 +105,7 @@ class WarmRead(NamedTuple):
 class Proxy:
     """Everything the proxy uses, built and started by the process (`mirrorgate serve`)."""
 
-    settings: Settings
+    settings: ServeSettings
     public: Upstream
     private: PrivateRegistry
     queue: MirrorQueue
@@ -182,7 +182,7 @@ class ProxyServer:
     def __init__(self, proxy: Proxy, *, clock: Callable[[], float]) -> None:
         self.proxy = proxy
         self.clock = clock
-        self.settings: Settings = proxy.settings
+        self.settings: ServeSettings = proxy.settings
         self.metrics = proxy.metrics
         self._counters: dict[tuple[str, int | str], Counter] = {}
         gate = proxy.gate
@@ -530,11 +530,13 @@ def build_proxy_app(
         app.middlewares.append(request_spans(server.describe, OUTCOME))
     add_health_routes(app, proxy.health, proxy.metrics)
     install_access(app, proxy.clients, metrics=proxy.metrics,
-                   metrics_open=proxy.settings.metrics_open, oidc=proxy.settings.oidc,
+                   metrics_open=proxy.settings.identity.metrics_open,
+                   oidc=proxy.settings.identity.oidc,
                    tasks=proxy.health.tasks)
     # [\s\S]: the router matches the decoded path, and `.` would not match a %0a in it.
     app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", server.npm)
-    operators = Operators.named(proxy.settings.operators, proxy.settings.waiver_granters)
+    identity = proxy.settings.identity
+    operators = Operators.named(identity.operators, identity.waiver_granters)
     add_ui_routes(app, metrics=proxy.metrics, rules=proxy.rules, health=proxy.health,
                   packument=server.packument_route.gated_or_none, over_tls=server.over_tls,
                   base=server._base,

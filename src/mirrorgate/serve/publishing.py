@@ -18,7 +18,7 @@ import structlog
 from aiohttp import web
 
 from mirrorgate.access.tokens import Client
-from mirrorgate.config import Settings
+from mirrorgate.config import ServeSettings
 from mirrorgate.events import Alert
 from mirrorgate.gate.kept.facts import UnrecordedError
 from mirrorgate.gate.kept.firstparty import FirstPartyNames
@@ -135,8 +135,8 @@ def _bad_document(error: UploadError) -> Refused:
 class PublishRoute:
     """The write routes under `/npm/` and `GET ?write=true`, sharing the checks."""
 
-    def __init__(self, *, settings: Settings, rules: Rules | LiveRules, private: PrivateRegistry,
-                 public: Upstream, first_party: FirstPartyNames,
+    def __init__(self, *, settings: ServeSettings, rules: Rules | LiveRules,
+                 private: PrivateRegistry, public: Upstream, first_party: FirstPartyNames,
                  forget: Callable[[PackageName], None], metrics: Metrics) -> None:
         self.settings = settings
         self._rules = live(rules)
@@ -522,7 +522,7 @@ class PublishRoute:
         # The registry's words go to the client: a gateway that quotes the request's headers
         # back would hand mirrorgate's own credential to whoever may publish. The log scrubber
         # never sees this text, so the secrets are masked here.
-        for secret in self.settings.secrets():
+        for secret in self.settings.secrets:
             said = said.replace(secret.reveal(), MASK)
         if says_already_exists(status, answer):
             raise Refused(409, f"the private upstream already has {write.name.full}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mirrorgate.config import Settings
+from mirrorgate.config import UpstreamSettings
 from mirrorgate.metrics import Metrics
 from mirrorgate.upstream.client import FILLS, TARBALLS, WORKER, PoolSizes, Upstream
 
@@ -25,7 +25,7 @@ class Upstreams:
     all: list[Upstream] = field(default_factory=list)
 
     @classmethod
-    def from_settings(cls, settings: Settings, metrics: Metrics) -> Upstreams:
+    def from_settings(cls, settings: UpstreamSettings, metrics: Metrics) -> Upstreams:
         def client(label: str, url: str, token: bool) -> Upstream:
             return Upstream(label, url, timeout=settings.upstream_timeout,
                             max_metadata_bytes=settings.max_metadata_bytes,

@@ -21,7 +21,7 @@ import aiohttp
 import structlog
 
 from mirrorgate import tracing
-from mirrorgate.config import Settings
+from mirrorgate.config import WorkerSettings
 from mirrorgate.errors import MirrorgateError
 from mirrorgate.events import Alert
 from mirrorgate.gate.kept.facts import UnrecordedError
@@ -112,7 +112,7 @@ class WorkerDeps:
     """`rules` and `now` re-gate each job as the serve path gates (`regate`). `on_outcome`
     hears each message's outcome: how `mirrorgate prewarm` follows the jobs it runs itself."""
 
-    settings: Settings
+    settings: WorkerSettings
     queue: MirrorQueue
     public: Upstream
     target: MirrorTarget

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from mirrorgate.config import Settings
+from mirrorgate.config import CacheSettings
 from mirrorgate.gate.cache import Cached, Loaded, PackumentCache
 from mirrorgate.gate.packuments.entry import PackumentEntry, PublicAnswer
 from mirrorgate.gate.records import VersionRecord
@@ -116,7 +116,7 @@ class CachedPublic:
     path's settings (MIRRORGATE_CACHE_TTL, _MAX_ENTRIES, _MAX_BYTES; single flight; ETag
     revalidation), read on the public client's `FILLS` pool like a serve-path fill."""
 
-    def __init__(self, public: Upstream, settings: Settings, *, max_bytes: int | None = None,
+    def __init__(self, public: Upstream, settings: CacheSettings, *, max_bytes: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.public = public
         self.clock = clock
