@@ -249,6 +249,10 @@ class Metrics:
         self.release_signals = Counter(
             "mirrorgate_release_signals", "release signals that fired, by signal and what came "
             "of it: denied, reported, excepted, allowed", ["signal", "outcome"], registry=r)
+        self.release_attestations = Counter(
+            "mirrorgate_release_attestations", "attestations documents a release verdict "
+            "fetched to compare a release's workflow with its baseline's, by outcome: read, "
+            "unread (unreachable, refused, malformed)", ["outcome"], registry=r)
         self.refusals = Counter("mirrorgate_refusals",
                                 "inputs refused for safety (bad names, off-origin URLs...)",
                                 ["reason"], registry=r)

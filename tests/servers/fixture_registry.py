@@ -46,6 +46,7 @@ __all__ = ["ABBREVIATED", "Fault", "FixtureRegistry", "Manners", "SeenRequest"]
 ABBREVIATED = "application/vnd.npm.install-v1+json"
 JSON = "application/json"
 OCTETS = "application/octet-stream"
+_ATTESTATIONS = "-/npm/v1/attestations/"
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ class FixtureRegistry(ThreadedApp):
         self._rendered: dict[tuple[str, bool], tuple[bytes, str]] = {}
         self._rules: list[_Rule] = []
         self._requests: list[SeenRequest] = []
+        self._attestations: dict[str, bytes] = {}
         self.add(*packages)
 
     # -- what tests use ------------------------------------------------------------------
@@ -204,6 +206,12 @@ class FixtureRegistry(ThreadedApp):
         """A snapshot of every request received so far, oldest first."""
         with self._lock:
             return list(self._requests)
+
+    def attest(self, name: str, version: str, document: Mapping[str, Any]) -> None:
+        """Serve `document` as `name@version`'s attestations document, at npm's
+        `/-/npm/v1/attestations/<name>@<version>` (`tests.servers.attestations`)."""
+        with self._lock:
+            self._attestations[f"{name}@{version}"] = orjson.dumps(document)
 
     def clear_requests(self) -> None:
         with self._lock:
@@ -251,6 +259,12 @@ class FixtureRegistry(ThreadedApp):
         if path == "/-/ping":
             return _Answer(200, {"Content-Type": JSON}, b"{}")
         rest = path.lstrip("/")
+        if rest.startswith(_ATTESTATIONS):
+            with self._lock:
+                document = self._attestations.get(rest[len(_ATTESTATIONS):])
+            if document is None:
+                return _error(404, "Not found")
+            return _Answer(200, {"Content-Type": JSON}, document)
         if "/-/" in rest:
             name, filename = rest.split("/-/", 1)
             return self._tarball(request, name, filename)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from mirrorgate.moments import stamp
+from mirrorgate.npm.attestations import Workflow
 from mirrorgate.npm.contents import Contents
 from mirrorgate.npm.jsmarks import LONG_LINE, STRONG, UNMEASURED, FileMarks
 from mirrorgate.npm.specs import Installed, installed_as
@@ -60,6 +61,9 @@ class Release:
     `contents.scripts`)."""
     provenance: str | None = None
     """The repository its provenance attestation names (`rules.kinship`), if it has one."""
+    built: Workflow | str | None = None
+    """The workflow its provenance statement names (`npm.attestations`), or why it could not
+    be read; None when it was not fetched (`rules.provenance` says the repository alone)."""
 
     @property
     def hooks(self) -> frozenset[str]:

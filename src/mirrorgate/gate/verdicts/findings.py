@@ -44,11 +44,14 @@ class Findings:
     times: tuple[str, ...] = ()
     """What in the packument's times was not believed (`gate.packuments.times`), each a
     sentence: kept with the evidence, though no signal reads it back."""
+    built: str | None = None
+    """Where the release was built against where the release compared with was
+    (`rules.provenance`): said whatever the verdict, weighed by none."""
 
     def evidence(self) -> str:
         return json.dumps({"fired": [[f.signal, f.evidence, list(f.details)] for f in self.fired],
                            "published": self.published.isoformat() if self.published else None,
-                           "times": list(self.times)})
+                           "times": list(self.times), "built": self.built})
 
     @classmethod
     def of(cls, verdict: Verdict) -> Findings | None:
@@ -60,9 +63,11 @@ class Findings:
                           for signal, evidence, details in data["fired"])
             published = moment(data["published"]) if data["published"] else None
             times = tuple(str(doubt) for doubt in data.get("times", ()))
+            built = data.get("built")
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
-        return cls(fired, published, verdict.compared_with, times)
+        return cls(fired, published, verdict.compared_with, times,
+                   built if isinstance(built, str) else None)
 
 
 def package_first_published(gated: Gated) -> datetime | None:

@@ -49,6 +49,13 @@ from mirrorgate.integrity import (
     strongest_sri,
 )
 from mirrorgate.metrics import Metrics
+from mirrorgate.npm.attestations import (
+    MAX_ATTESTATIONS_BYTES,
+    AttestationsError,
+    Workflow,
+    attestations_path,
+    workflow_of,
+)
 from mirrorgate.npm.contents import (
     Contents,
     KeptReadings,
@@ -86,6 +93,7 @@ _PUBLISHERS_READ = 20  # versions of a dependency whose publisher is read
 _STEP = 256 * 1024  # bytes fed to a reading at a time
 _AGES_KEPT = 16_384  # names whose first publish a pull noted, at most (oldest go)
 _UNKEPT_NOTED = 16_384  # versions a report-mode pull judged and kept nothing for, at most
+_WORKFLOWS_KEPT = 4_096  # versions whose provenance workflow is kept, at most (oldest go)
 _AGE_NOTED_FOR = timedelta(minutes=10)  # how long a pull's note answers a job (`verdict_for`)
 _ON_THE_NAME = frozenset({TYPOSQUAT, YOUNG_PACKAGE_INSTALL_SCRIPT, YOUNG_PACKAGE_CAPABILITY})
 """Not a baseline's flaw: words on the name and the package's age, not on what changed."""
@@ -184,6 +192,9 @@ class ReleaseJudge:
         self._whole: Whole | None = None
         self.readings = KeptReadings()
         """The last versions' readings: a predecessor read before is not fetched again."""
+        self._workflows: OrderedDict[tuple[str, str, str], Workflow | str] = OrderedDict()
+        """The workflow each version's provenance statement names, or why its document
+        cannot be read, as the readings are kept: a baseline's is not fetched again."""
         self.facts.listeners.append(self._changed)
 
     def _changed(self, kind: str) -> None:
@@ -423,6 +434,57 @@ class ReleaseJudge:
             return Unread(f"{record.version}'s tarball was not fetched within "
                            f"{self.timeout:g} s")
         return b"".join(chunks)
+
+    async def workflow(self, name: PackageName, record: VersionRecord) -> Workflow | str:
+        """The workflow `record`'s provenance statement names, from the public upstream's
+        attestations document (bounded in time and size like a baseline's tarball), or why
+        it was not read: said in the verdict, never a refusal and never a pass. Read once per
+        version and kept; an outage is not kept (the next verdict asks again)."""
+        key = kept_as(name, record)
+        found = self._workflows.get(key)
+        if found is not None:
+            self._workflows.move_to_end(key)
+            return found
+        found, keep = await self._read_workflow(name, record.version)
+        self.metrics.release_attestations.labels(
+            "read" if isinstance(found, Workflow) else "unread").inc()
+        if not isinstance(found, Workflow):
+            log.warning("release_attestations_unread", package=name.full,
+                        version=record.version, reason=found)
+        if keep:
+            self._workflows[key] = found
+            while len(self._workflows) > _WORKFLOWS_KEPT:
+                self._workflows.popitem(last=False)
+        return found
+
+    async def _read_workflow(self, name: PackageName,
+                             version: str) -> tuple[Workflow | str, bool]:
+        """`workflow`'s fetch and reading, and whether what it came to is the document's own
+        (kept) rather than an outage's."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                # the configured public upstream's path, never `dist.attestations.url`'s host
+                answer = await self.public.get_json(attestations_path(name, version),
+                                                    parse=False)
+                if answer.status != 200:
+                    return (f"the public registry has no attestations document for {version}",
+                            False)
+                if answer.size > MAX_ATTESTATIONS_BYTES:
+                    return (f"its attestations document is {answer.size:,} bytes, over the "
+                            f"{MAX_ATTESTATIONS_BYTES:,} read", True)
+                document = (await self.public.parsed(answer)).document
+        except UpstreamError as error:
+            if error.kind == "invalid":  # not JSON: the document's own shape
+                return f"its attestations document cannot be read: {error}", True
+            return f"its attestations document could not be fetched: {error}", False
+        except TimeoutError:
+            return (f"its attestations document was not fetched within {self.timeout:g} s",
+                    False)
+        try:
+            assert document is not None  # a 200 parsed
+            return workflow_of(document, name, version), True
+        except AttestationsError as error:
+            return f"its attestations document cannot be read: {error}", True
 
     async def read_previous(self, record: VersionRecord, fetched: bytes | Unread,
                             new: Contents) -> Contents | Unread:

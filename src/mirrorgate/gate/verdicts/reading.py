@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
@@ -32,11 +33,13 @@ from mirrorgate.gate.verdicts.findings import (
 )
 from mirrorgate.metrics import Metrics
 from mirrorgate.moments import moment, stamp
+from mirrorgate.npm.attestations import Workflow, has_provenance
 from mirrorgate.npm.contents import ContentReading, Contents, KeptReadings
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.rules import REPORT, Rules
 from mirrorgate.rules.capabilities import can_gain, of_release
+from mirrorgate.rules.provenance import provenance_evidence
 from mirrorgate.rules.release import (
     Dependency,
     Fired,
@@ -87,6 +90,7 @@ class Judging(Protocol):
                        history: History | None = None) -> Baseline | Unsettled: ...
     async def fetch_previous(self, name: PackageName,
                              record: VersionRecord) -> bytes | Unread: ...
+    async def workflow(self, name: PackageName, record: VersionRecord) -> Workflow | str: ...
     async def read_previous(self, record: VersionRecord, fetched: bytes | Unread,
                             new: Contents) -> Contents | Unread: ...
     async def first_published(self, names: list[str]) -> tuple[dict[str, Dependency | None],
@@ -122,10 +126,16 @@ class ReleaseCheck:
         """What in the packument's times was not believed (the package's first publish, and
         why the baseline was chosen by version order), named in the verdict's evidence."""
         self._task: asyncio.Task[bytes | Contents | Unread | None] | None = None
+        self._built: asyncio.Task[list[Workflow | str]] | None = None
+        """The workflows this release's and its baseline's provenance statements name, when
+        both carry provenance (`_fetch_workflows`)."""
         self.refused: str | None = None
         """Why `verdict()` refused the bytes, once it has."""
         self.looked = False
         """Whether a release to compare with was looked for (`verdict()`)."""
+        self.built: str | None = None
+        """Where this release was built against where its baseline was (`rules.provenance`),
+        kept with the findings whatever the verdict; None when neither carries provenance."""
 
     @property
     def scan(self) -> ScriptScan:
@@ -198,6 +208,7 @@ class ReleaseCheck:
         self.previous = chosen.record
         if chosen.record is None:
             return None
+        self._fetch_workflows(chosen.record)
         kept = self.judge.readings.get(kept_as(self.name, chosen.record))
         if kept is not None and kept.lean == self.reading.lean:
             # a baseline read before lends its marks to this version's unchanged files (from
@@ -206,9 +217,24 @@ class ReleaseCheck:
             return kept
         return await self.judge.fetch_previous(self.name, chosen.record)
 
+    def _fetch_workflows(self, previous: VersionRecord) -> None:
+        """Both this release and its baseline carry provenance: the workflow each statement
+        names is fetched beside the baseline's bytes, for the verdict's evidence
+        (`rules.provenance`). Only here, where a verdict compares the two: never on a warm
+        pull, never for a release compared with nothing."""
+        if not (has_provenance(self.record.manifest()) and has_provenance(previous.manifest())):
+            return
+
+        async def both() -> list[Workflow | str]:
+            return list(await asyncio.gather(self.judge.workflow(self.name, self.record),
+                                             self.judge.workflow(self.name, previous)))
+
+        self._built = asyncio.get_running_loop().create_task(both())
+
     def close(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        for task in (self._task, self._built):
+            if task is not None and not task.done():
+                task.cancel()
 
     async def verdict(self) -> str | None:
         """Every byte read: None when the bytes may leave, else the reason they may not (the
@@ -296,6 +322,16 @@ class ReleaseCheck:
                                             rules.young_package, rules.young_package_text, now)
         if young_package is not None:
             fired.append(young_package)
+        if self.previous is not None:
+            old_built = before_capabilities or release_of(
+                self.previous.version, self.previous.manifest(), Contents())
+            if self._built is not None:
+                now_workflow, then_workflow = await self._built
+                own = replace(own, built=now_workflow)
+                old_built = replace(old_built, built=then_workflow)
+                if before_capabilities is not None:
+                    before_capabilities = old_built
+            self.built = provenance_evidence(own, old_built)
         fired += capability_findings(own, self.previous, before_capabilities, self.gated,
                                      rules, now, looked=looked and self.unsettled is None)
         if rules.action(TYPOSQUAT) != "off":
@@ -374,7 +410,7 @@ class ReleaseCheck:
                     judge_.note_unkept(self.name.full, version, self.integrity)
                 return None
         judge_.remember(self.name.full, version, self.integrity,
-                        Findings(tuple(fired), published, compared, self.times))
+                        Findings(tuple(fired), published, compared, self.times, self.built))
         for rule, reason in verdict.reported:
             self._would_deny(rule, reason, compared)
         if not verdict.in_force(judge_.now()):
@@ -383,7 +419,8 @@ class ReleaseCheck:
             metrics.release_checks.labels(outcome).inc()
             log.info("release_checked", package=self.name.full, version=version,
                      outcome=outcome, compared_with=compared,
-                     signals=[found.signal for found in fired], times=list(self.times))
+                     signals=[found.signal for found in fired], times=list(self.times),
+                     built=self.built)
             return None
         assert verdict.rule is not None
         assert verdict.reason is not None
@@ -395,7 +432,8 @@ class ReleaseCheck:
                    for detail in found.details]
         log.warning("release_signal_refused", security=True, package=self.name.full,
                     version=version, rule=verdict.rule, reason=verdict.reason,
-                    compared_with=compared, evidence=details[:20], times=list(self.times))
+                    compared_with=compared, evidence=details[:20], times=list(self.times),
+                    built=self.built)
         metrics.events.alert(Alert(
                 "release-signal", self.label, f"{self.label} was refused by the "
                 f"{verdict.rule} release signal: {verdict.reason}", self.name.full, version,
