@@ -90,7 +90,7 @@ def test_the_path_is_built_from_the_name_and_version_never_from_the_documents_ur
 
 
 def test_a_statement_about_another_version_is_not_read_as_this_ones() -> None:
-    with pytest.raises(AttestationsError, match="not about @tanstack/react-router@1.120.6"):
+    with pytest.raises(AttestationsError, match=r"not about @tanstack/react-router@1\.120\.6"):
         workflow_of(document(), ROUTER, "1.120.6")
 
 

@@ -6,9 +6,11 @@ admits a gain. docs/verdicts.md#provenance-is-evidence-not-a-pass."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from mirrorgate.npm.attestations import Workflow
 from mirrorgate.npm.contents import contents_of
 from mirrorgate.rules import parse_rules
 from mirrorgate.rules.capabilities import check_gained
@@ -90,6 +92,53 @@ def test_provenance_first_carried_by_the_release_is_said() -> None:
                     "1.5.0 carried none")
 
 
+# --- the workflow, read from the attestations documents --------------------------------------
+
+RELEASE_YML = ".github/workflows/release.yml"
+
+
+def built(made: Release, path: str = RELEASE_YML,
+          repository: str = "github.com/tanstack/router") -> Release:
+    """`made` as the judge hands it once both attestations documents were read: the workflow
+    its provenance statement names, run at the release's own tag."""
+    return replace(made, built=Workflow(repository, path, f"refs/tags/v{made.version}"))
+
+
+def test_the_same_repository_and_workflow_says_both_and_that_it_is_not_a_pass() -> None:
+    said = provenance_evidence(built(release("1.5.1")), built(release("1.5.0")))
+
+    # the ref differs (a tag per release): said, never compared
+    assert said == ("1.5.1 was built from the same repository as 1.5.0 "
+                    "(github.com/tanstack/router) by the same workflow "
+                    "(.github/workflows/release.yml, at refs/tags/v1.5.1; 1.5.0 at "
+                    "refs/tags/v1.5.0), both with provenance: that says where it was built, "
+                    "not what its code does")
+
+
+def test_another_workflow_of_the_same_repository_is_named_beside_the_baselines() -> None:
+    # a workflow a pull request added, or one nobody reviews: the repository alone read the same
+    said = provenance_evidence(built(release("1.5.1"), ".github/workflows/pr-preview.yml"),
+                               built(release("1.5.0")))
+
+    assert said == ("1.5.1 was built from the same repository as 1.5.0 "
+                    "(github.com/tanstack/router), by another workflow: "
+                    ".github/workflows/pr-preview.yml of github.com/tanstack/router, where "
+                    "1.5.0 was built by .github/workflows/release.yml of "
+                    "github.com/tanstack/router, both with provenance: that says where it "
+                    "was built, not what its code does")
+
+
+def test_a_workflow_not_read_says_so_and_why_and_is_never_the_same_workflow() -> None:
+    why = ("its attestations document could not be fetched: public upstream: cannot "
+           "connect (ClientConnectorError)")
+    said = provenance_evidence(replace(release("1.5.1"), built=why), built(release("1.5.0")))
+
+    assert said == ("1.5.1 was built from the same repository as 1.5.0 "
+                    f"(github.com/tanstack/router), its workflow not read (1.5.1's: {why}), "
+                    "both with provenance: that says where it was built, not what its code "
+                    "does")
+
+
 # --- never a pass -------------------------------------------------------------------------------
 
 
@@ -124,6 +173,25 @@ def test_the_same_gain_published_with_a_stolen_token_is_refused_and_says_so() ->
     assert "the shape of a publish with a stolen token" in fired.evidence
 
 
+def test_a_gain_built_by_the_same_repository_and_workflow_is_still_refused() -> None:
+    # TanStack, May 2026: the poisoned pipeline is the project's own release workflow, so
+    # everything the attestations documents say matches the release before; the gain refuses
+    fired = check_gained(built(poisoned()), built(release("1.5.0")))
+
+    assert fired is not None
+    assert fired.signal == NEW_CAPABILITY
+    assert "install-time code gains processes" in fired.evidence
+    assert "by the same workflow (.github/workflows/release.yml" in fired.evidence
+    verdict = judge(parse_rules("", "r.toml"), "@tanstack/router", "1.5.1", NOW, [fired], NOW,
+                    "1.5.0")
+    assert (verdict.denied, verdict.rule) == (True, NEW_CAPABILITY)
+    assert "by the same workflow" in (verdict.reason or "")
+
+
 def test_a_release_with_the_same_provenance_that_gains_nothing_fires_nothing() -> None:
     # control: the provenance sentence rides on a finding, never makes one
     assert check_gained(release("1.5.1"), release("1.5.0")) is None
+    assert check_gained(built(release("1.5.1")), built(release("1.5.0"))) is None
+    # nor does another workflow, on its own: a sentence, not a signal
+    assert check_gained(built(release("1.5.1"), ".github/workflows/pr.yml"),
+                        built(release("1.5.0"))) is None
