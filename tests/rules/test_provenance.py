@@ -1,8 +1,9 @@
 """Provenance as evidence, not as a pass (`rules.provenance`): where a release was built,
-against its baseline, is said in the verdict of a capability gained and never weighed. A
-stolen token publishes without the project's provenance; a poisoned pipeline (TanStack, May
-2026) publishes with it, from the project's own repository: so the same repository never
-admits a gain. docs/verdicts.md#provenance-is-evidence-not-a-pass."""
+against its baseline (the repository, and the workflow the attestations documents name), is
+said in the verdict and never weighed. A stolen token publishes without the project's
+provenance; a poisoned pipeline (TanStack, May 2026) publishes with it, from the project's own
+repository and release workflow: so the same repository and workflow never admit a gain.
+docs/verdicts.md#provenance-is-evidence-not-a-pass."""
 
 from __future__ import annotations
 
