@@ -323,9 +323,11 @@ class ReleaseCheck:
         if young_package is not None:
             fired.append(young_package)
         if self.previous is not None:
-            old_built = before_capabilities or release_of(
-                self.previous.version, self.previous.manifest(), Contents())
+            # where each was built, said whatever the verdict (`rules.provenance`)
+            old_built = before_capabilities if before_capabilities is not None else \
+                release_of(self.previous.version, self.previous.manifest(), Contents())
             if self._built is not None:
+                # fetched beside the baseline's bytes, each within the judge's timeout
                 now_workflow, then_workflow = await self._built
                 own = replace(own, built=now_workflow)
                 old_built = replace(old_built, built=then_workflow)
