@@ -20,6 +20,7 @@ from tests.servers.packages import build_tarball
 from tests.servers.payloads import (
     flatmap_payload,
     interceptor,
+    own_walk,
     protest_writer,
     stealer,
     webhook_stealer,
@@ -108,12 +109,6 @@ def required_from_the_entry(release: str, entry: str, file: str, code: bytes) ->
     return {**files, file: code}
 
 
-# the walk of node-ipc's wiper, handed the package's own folder: it writes what it lists there
-OWN_WALK = wiper().replace(b'h(n.toString("utf8"));', b"h(__dirname);").replace(
-    b'h(o.toString("utf8"));', b"").replace(b'h(r.toString("utf8"));', b"").replace(
-    b'h(f.toString("utf8"))', b"")
-
-
 def test_node_ipc_gains_writes_outside_at_load_and_is_held() -> None:
     # node-ipc 10.1.1 (March 2022): its entry imports a new file that overwrites every file
     # under `./`, `../`, `../../` and `/`, each path hidden in base64
@@ -131,7 +126,7 @@ def test_node_ipc_gains_writes_outside_at_load_and_is_held() -> None:
 def test_a_new_file_that_writes_inside_the_package_at_load_gains_nothing() -> None:
     old = release_capabilities(real("chalk-5.6.0"))
     new = release_capabilities(required_from_the_entry(
-        "chalk-5.6.0", "source/index.js", "source/cache.js", OWN_WALK))
+        "chalk-5.6.0", "source/index.js", "source/cache.js", own_walk()))
 
     assert verdict(new, old) == []
 

@@ -15,8 +15,8 @@ import hashlib
 
 from tests.servers.incidents import minified_bundle
 
-__all__ = ["flatmap_payload", "interceptor", "protest_writer", "stealer", "webhook_stealer",
-           "wiper", "worm_bundle", "worm_dropper"]
+__all__ = ["flatmap_payload", "interceptor", "own_walk", "protest_writer", "stealer",
+           "webhook_stealer", "wiper", "worm_bundle", "worm_dropper"]
 
 
 def worm_bundle(size: int = 300_000) -> bytes:
@@ -194,3 +194,11 @@ async function h(n = "", o = "") {{
     }}
 }}
 """).encode()
+
+
+def own_walk() -> bytes:
+    """The clean twin of `wiper`: the same walk writing each file it lists, handed only the
+    package's own folder (a cache rebuilt in place)."""
+    return wiper().replace(b'h(n.toString("utf8"));', b"h(__dirname);").replace(
+        b'h(o.toString("utf8"));', b"").replace(b'h(r.toString("utf8"));', b"").replace(
+        b'h(f.toString("utf8"))', b"")
