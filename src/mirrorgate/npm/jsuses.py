@@ -753,8 +753,8 @@ def _declared_before(reading: _Reading, name: str, at: int) -> tuple[Node, Node,
     reading.follows -= 1
     if len(name) < 3:
         # a minifier's one- or two-letter name is declared again in every scope: only a
-        # declaration in a function around the use counts, read from `SCOPE` bytes before
-        # both ways: a tree cut short of the blocks' ends is one of error recovery
+        # declaration in a block around the use counts, parsed `SCOPE` bytes each way (a
+        # tree cut short of the blocks' ends is one of error recovery)
         start, end = max(0, at - SCOPE), min(len(reading.data), at + SCOPE)
         if not reading.budget.take(end - start):
             return None
@@ -764,11 +764,10 @@ def _declared_before(reading: _Reading, name: str, at: int) -> tuple[Node, Node,
         return (declared, root, start) if declared is not None else None
     pattern = re.compile(rb"(?:\b(?:var|let|const)\s+|,\s*)" + re.escape(name.encode())
                          + rb"\s*=(?![=>])")
-    last = None
-    for last in pattern.finditer(reading.data, max(0, at - _BEFORE), at):
-        pass
-    if last is None:
+    found = list(pattern.finditer(reading.data, max(0, at - _BEFORE), at))
+    if not found:
         return None
+    last = found[-1]  # the nearest before the use
     named = reading.data.rfind(name.encode(), last.start(), last.end())
     parsed = _parsed_around(reading, named, named + len(name))
     if parsed is None:
@@ -1168,11 +1167,12 @@ def _write(reading: _Reading, node: Node, offset: int, root: Node) -> None:
 
 def _called_outside(reading: _Reading, call: Node, index: int, offset: int) -> int:
     """Where a write's path, handed in by name, points where its function is called (as
-    `_outside` grades it, the furthest of its callers'): the path traced to a parameter of the named function around the write (parsed
-    wider, `SCOPE` each side), and each call of that function in the file (`_CALLERS` at
-    most) read for that argument. peacenotwar writes `deliverAPeacefulMessage(path, ...)`'s
-    `path`, called with `${Desktops}...` where `Desktops` is `${homedir}/Desktop/`; node-ipc
-    10.1.1 overwrites each file `walk(dir)` lists, called with a decoded `../`."""
+    `_outside` grades it, the furthest of its callers'): the path traced to a parameter of
+    the named function around the write (parsed wider, `SCOPE` each side), and each call of
+    that function in the file (`_CALLERS` at most) read for that argument. peacenotwar
+    writes `deliverAPeacefulMessage(path, ...)`'s `path`, called with `${Desktops}...` where
+    `Desktops` is `${homedir}/Desktop/`; node-ipc 10.1.1 overwrites each file `walk(dir)`
+    lists, called with a decoded `../`."""
     if reading.follows <= 0:
         return 0
     reading.follows -= 1
