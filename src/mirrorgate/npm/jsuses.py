@@ -1152,8 +1152,8 @@ def _write(reading: _Reading, node: Node, offset: int, root: Node) -> None:
         if mode is not None and _executable(mode):
             _use(reading, NATIVE, call, offset)  # a file made executable: a binary to run
         return
-    owner = target.child_by_field_name("object") if target.type == "member_expression" \
-        else None
+    owner = target.child_by_field_name("object") if target is not None \
+        and target.type == "member_expression" else None
     if owner is not None and _text(owner) == "FS":
         return  # emscripten's file system, in memory: `FS.mkdir("/home/web_user")`
     reach = _outside(path, root)
