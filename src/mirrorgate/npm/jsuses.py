@@ -108,7 +108,11 @@ FOLLOWED_WRITES = 8
 wider parse and up to `_CALLERS` small ones."""
 _CALLERS = 24  # calls of a writing function looked at, and declarations looked for
 _FOLLOWS = 64  # small parses per file to follow a write's path (about 32 KB parsed)
-_BEFORE = 64 * 1024  # bytes before a name looked through for its declaration
+_BEFORE = 32 * 1024  # bytes before a name looked through for its declaration
+_DECLARING = (b"var", b"let", b"const", b",")
+_REACH = 2048
+"""Bytes parsed each side of a write to find the function around it, and of a one- or
+two-letter name to find its declaration in scope."""
 _NAMED_PATH = re.compile(rb"\s{0,8}\(\s{0,40}[A-Za-z_$][\w$]{0,64}\s{0,8}[,)]")
 _SCRATCH = ("/" + "tmp", "/dev/null")  # absolute paths a write there changes nothing of the user's
 _WRITERS = {"writeFile": 0, "writeFileSync": 0, "appendFile": 0, "appendFileSync": 0,
@@ -225,6 +229,14 @@ class _Reading:
     """The last offset whose line was counted, and its line: lines are counted on from it."""
     follows: int = 0
     """The small parses a write's path may still cost to follow (`_FOLLOWS` a file)."""
+    far: bool | None = None
+    """Whether the file names an outside anywhere (`_FAR_WORDS`; None: not looked yet):
+    else a path handed in by name is not followed."""
+
+    def names_outside(self) -> bool:
+        if self.far is None:
+            self.far = any(word in self.data for word in _FAR_WORDS)
+        return self.far
 
     def line(self, offset: int) -> int:
         at, line = self.counted if offset >= self.counted[0] else (0, 1)
@@ -380,10 +392,10 @@ def _quick(data: bytes, hit: _Hit, modules: dict[str, None],
     return hit
 
 
-def _far_writes(data: bytes, hits: list[_Hit]) -> list[_Hit]:
+def _far_writes(hits: list[_Hit], far: bool) -> list[_Hit]:
     """The hits with the writes of a path handed in by name kept only in a file that names
-    an outside somewhere (`_FAR_WORDS`), the first `FOLLOWED_WRITES` of them."""
-    followed = FOLLOWED_WRITES if any(word in data for word in _FAR_WORDS) else 0
+    an outside somewhere (`far`), the first `FOLLOWED_WRITES` of them."""
+    followed = FOLLOWED_WRITES if far else 0
     kept: list[_Hit] = []
     for hit in hits:
         if hit.kind == "write-far":
@@ -448,11 +460,13 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
     hits = _hits(data, modules, relative)
     if hits is None:
         return Uses(unread=f"past {MAX_HITS:,} places where a capability may be")
+    far = None
     if any(hit.kind == "write-far" for hit in hits):
-        hits = _far_writes(data, hits)
+        far = any(word in data for word in _FAR_WORDS)
+        hits = _far_writes(hits, far)
     if not hits:  # most files: nothing to parse
         return Uses(modules=tuple(modules), requires=tuple(relative))
-    reading = _Reading(data, _parser(), budget, modules=modules, follows=_FOLLOWS)
+    reading = _Reading(data, _parser(), budget, modules=modules, follows=_FOLLOWS, far=far)
     for start, end, group in _windows(data, hits):
         if not budget.take(end - start):
             return Uses(tuple(reading.found.values()), tuple(reading.modules),
@@ -753,23 +767,30 @@ def _declared_before(reading: _Reading, name: str, at: int) -> tuple[Node, Node,
     reading.follows -= 1
     if len(name) < 3:
         # a minifier's one- or two-letter name is declared again in every scope: only a
-        # declaration in a block around the use counts, parsed `SCOPE` bytes each way (a
+        # declaration in a block around the use counts, parsed `_REACH` bytes each way (a
         # tree cut short of the blocks' ends is one of error recovery)
-        start, end = max(0, at - SCOPE), min(len(reading.data), at + SCOPE)
+        start, end = max(0, at - _REACH), min(len(reading.data), at + _REACH)
         if not reading.budget.take(end - start):
             return None
         root = reading.parser.parse(reading.data[start:end]).root_node
         use = root.descendant_for_byte_range(at - start, at - start + len(name))
         declared = _scoped_declaration(root, use, name) if use is not None else None
         return (declared, root, start) if declared is not None else None
-    pattern = re.compile(rb"(?:\b(?:var|let|const)\s+|,\s*)" + re.escape(name.encode())
-                         + rb"\s*=(?![=>])")
-    found = list(pattern.finditer(reading.data, max(0, at - _BEFORE), at))
-    if not found:
+    data, word = reading.data, name.encode()
+    named, looked, floor = at, 0, max(0, at - _BEFORE)
+    while looked < _CALLERS:  # the nearest `var|let|const|, name =` before the use
+        looked += 1
+        named = data.rfind(word, floor, named)
+        if named < 0:
+            return None
+        after = data[named + len(word):named + len(word) + 8].lstrip()
+        if not _ident_at(data, named - 1) and after[:1] == b"=" \
+                and after[1:2] not in (b"=", b">") \
+                and data[max(0, named - 8):named].rstrip().endswith(_DECLARING):
+            break
+    else:
         return None
-    last = found[-1]  # the nearest before the use
-    named = reading.data.rfind(name.encode(), last.start(), last.end())
-    parsed = _parsed_around(reading, named, named + len(name))
+    parsed = _parsed_around(reading, named, named + len(word))
     if parsed is None:
         return None
     declared = _declaration(parsed[0], name)
@@ -1158,46 +1179,58 @@ def _write(reading: _Reading, node: Node, offset: int, root: Node) -> None:
         return  # emscripten's file system, in memory: `FS.mkdir("/home/web_user")`
     reach = _outside(path, root)
     if reach < _USERS and path is not None and path.type == "identifier":
-        reach = max(reach, _called_outside(reading, call, _WRITERS[name], offset))
+        reach = max(reach, _called_outside(reading, call, _WRITERS[name], offset, root))
     if reach:
         _use(reading, WRITES, call, offset)
     if reach == _USERS:
         _use(reading, WRITES_HOME, call, offset)
 
 
-def _called_outside(reading: _Reading, call: Node, index: int, offset: int) -> int:
+def _called_outside(reading: _Reading, call: Node, index: int, offset: int,
+                    root: Node) -> int:
     """Where a write's path, handed in by name, points where its function is called (as
     `_outside` grades it, the furthest of its callers'): the path traced to a parameter of
-    the named function around the write (parsed wider, `SCOPE` each side), and each call of
-    that function in the file (`_CALLERS` at most) read for that argument. peacenotwar
+    the named function around the write (in the window's tree, else parsed wider, `_REACH`
+    each side), and each call of that function in the file (`_CALLERS` at most) read for
+    that argument; only in a file that names an outside at all (`_FAR_WORDS`). peacenotwar
     writes `deliverAPeacefulMessage(path, ...)`'s `path`, called with `${Desktops}...` where
     `Desktops` is `${homedir}/Desktop/`; node-ipc 10.1.1 overwrites each file `walk(dir)`
     lists, called with a decoded `../`."""
-    if reading.follows <= 0:
+    if reading.follows <= 0 or not reading.names_outside():
         return 0
     reading.follows -= 1
-    data = reading.data
-    start, end = offset + call.start_byte, offset + call.end_byte
-    wide_start, wide_end = max(0, start - SCOPE), min(len(data), end + SCOPE)
-    if not reading.budget.take(wide_end - wide_start):
-        return 0
-    wide = reading.parser.parse(data[wide_start:wide_end]).root_node
-    node: Node | None = wide.descendant_for_byte_range(start - wide_start, end - wide_start)
-    while node is not None and node.type != "call_expression":
-        node = node.parent
+    node: Node | None = call
+    function = _around(call)
+    if function is None or _function_name(function) is None:
+        # the function's head lies before the window: parsed wider
+        data = reading.data
+        start, end = offset + call.start_byte, offset + call.end_byte
+        wide_start, wide_end = max(0, start - _REACH), min(len(data), end + _REACH)
+        if not reading.budget.take(wide_end - wide_start):
+            return 0
+        root = reading.parser.parse(data[wide_start:wide_end]).root_node
+        node = root.descendant_for_byte_range(start - wide_start, end - wide_start)
+        while node is not None and node.type != "call_expression":
+            node = node.parent
+        function = _around(node) if node is not None else None
     arguments = node.child_by_field_name("arguments") if node is not None else None
-    if node is None or arguments is None or len(arguments.named_children) <= index:
+    if arguments is None or len(arguments.named_children) <= index or function is None:
         return 0
-    function: Node | None = node
-    while function is not None and function.type not in _FUNCTIONS:
-        function = function.parent
-    name = _function_name(function) if function is not None else None
+    name = _function_name(function)
     parameters = _parameters(function) if function is not None else []
-    at = _traced(arguments.named_children[index], parameters, wide)
+    at = _traced(arguments.named_children[index], parameters, root)
     if name is None or at is None:
         return 0
     return max((_outside(argument, root, reading, first)
                 for argument, root, first in _arguments_at(reading, name, at)), default=0)
+
+
+def _around(node: Node) -> Node | None:
+    """The function `node` stands in, if the tree holds it."""
+    current: Node | None = node
+    while current is not None and current.type not in _FUNCTIONS:
+        current = current.parent
+    return current
 
 
 def _function_name(function: Node) -> str | None:
