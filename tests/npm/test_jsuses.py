@@ -20,6 +20,7 @@ from mirrorgate.npm.jsuses import (
     NETWORK,
     PROCESS,
     WRITES,
+    WRITES_HOME,
     ReadBudget,
     uses_of,
 )
@@ -70,6 +71,10 @@ RELEASES = Path(__file__).parent / "fixtures" / "releases"
      WRITES),
     ("function put(file, text) { fs.writeFileSync(file, text); }\n"
      "put(path.join(os.homedir(), '.profile'), line);", WRITES),
+    ("fs.appendFileSync(path.join(process.env.HOME, '.bashrc'), line);", WRITES_HOME),
+    ("fs.writeFile('C:\\\\Users\\\\Public\\\\x.txt', text, done);", WRITES_HOME),
+    ("fs.rmSync(path.resolve(Buffer.from('Li4v', 'base64').toString()), {recursive: true});",
+     WRITES_HOME),
     ("const hook = require('discord.js');", NETWORK),
     ("import nodemailer from 'nodemailer';", NETWORK),
     ("eval(code);", DYNAMIC),
@@ -152,6 +157,20 @@ def test_the_flatmap_stream_payload_compiles_decrypted_text_at_require() -> None
 
     assert {DYNAMIC, DECODED} <= found.capabilities
     assert any("new module.constructor" in use.call for use in found.found)
+
+
+@pytest.mark.parametrize("code", [
+    "fs.writeFileSync(path.join(process.cwd(), 'index.js'), '');",
+    "fs.mkdirSync(process.env.INIT_CWD + '/.husky');",
+    "fs.writeFileSync('/etc/app.conf', text);",
+    "FS.mkdir('/home/web_user');",
+])
+def test_a_write_into_the_project_or_elsewhere_is_outside_but_not_into_the_home(
+        code: str) -> None:
+    found = uses_of(code.encode()).capabilities
+
+    assert WRITES_HOME not in found
+    assert (WRITES in found) == (not code.startswith("FS."))  # emscripten's FS: in memory
 
 
 def test_a_token_stealer_posting_through_a_chat_webhook_reaches_the_network() -> None:
