@@ -30,7 +30,11 @@ from tests.servers.packages import FixturePackage, FixtureVersion, make_package,
 from tests.servers.payloads import (
     flatmap_payload,
     interceptor,
+    own_walk,
+    protest_writer,
     stealer,
+    webhook_stealer,
+    wiper,
     worm_bundle,
     worm_dropper,
 )
@@ -66,6 +70,12 @@ def _two(name: str, base: str, changed: dict[str, bytes], **fields: Any) -> Fixt
 
 def _appended(base: str, file: str, payload: bytes) -> dict[str, bytes]:
     return {file: real(base)[file] + payload}
+
+
+def _imported(base: str, entry: str, file: str, code: bytes) -> dict[str, bytes]:
+    """`file` added, and imported by the (ES module) entry file."""
+    return {**_appended(base, entry, f"\nimport './{file.rsplit('/', 1)[-1]}';\n".encode()),
+            file: code}
 
 
 # (the refused shape, the clean release of the same kind beside it, the file its evidence names)
@@ -110,6 +120,14 @@ SHAPES: dict[str, Shape] = {
             "debug-4.4.1", "src/index.js",
             b"\nmodule.exports.table = Buffer.from('00ff10', 'hex');\n")),
         "src/index.js"),
+    # node-ipc 10.1.1: its entry imports a new file overwriting every file under `../` and
+    # more, each path hidden in base64; beside it, the same walk over its own folder
+    "node-ipc": (
+        lambda n: _two(n, "chalk-5.6.0", _imported("chalk-5.6.0", "source/index.js",
+                                                   "source/ssl-geospec.js", wiper())),
+        lambda n: _two(n, "chalk-5.6.0", _imported("chalk-5.6.0", "source/index.js",
+                                                   "source/cache.js", own_walk())),
+        "source/ssl-geospec.js"),
     # no install script: the stealer in `main` of an established package
     "payload-in-main": (
         lambda n: _two(n, "chalk-5.6.0", _appended("chalk-5.6.0", "source/index.js",
@@ -211,3 +229,41 @@ def test_a_young_packages_first_release_whose_main_sends_the_environment_is_refu
     assert any(item.startswith("load-time code can use, together, network")
                for item in refusal["evidence"])
 
+
+def test_young_packages_first_releases_that_post_tokens_or_write_into_the_desktop_are_refused(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # an0n-chat-lib 0.1.0: its main reads the browsers' Discord tokens and posts them with
+    # discord.js's WebhookClient, nothing at install; peacenotwar 9.1.1: its ES module writes
+    # into the Desktop and OneDrive folders at load. Beside them, first releases of the same
+    # kinds: a discord.js bot that reads nothing outside, and a scaffolder whose bin writes
+    # into the project it is run in
+    bot = (b"const { Client } = require('discord.js');\n"
+           b"module.exports = (token) => new Client({ intents: [] }).login(token);\n")
+    scaffold = (b"#!/usr/bin/env node\nconst fs = require('fs'), path = require('path');\n"
+                b"fs.writeFileSync(path.join(process.cwd(), 'index.js'), '');\n")
+    public_registry.add(
+        make_package("chat-kit", [make_version(
+            "chat-kit", "1.0.0", files={"build/stealer.js": webhook_stealer()},
+            main="build/stealer.js", published=_ago(2))]),
+        make_package("peace-kit", [make_version(
+            "peace-kit", "1.0.0", files={"index.js": protest_writer()}, type="module",
+            published=_ago(2))]),
+        make_package("chat-bot", [make_version(
+            "chat-bot", "1.0.0", files={"index.js": bot}, published=_ago(2))]),
+        make_package("scaffold-kit", [make_version(
+            "scaffold-kit", "1.0.0", files={"index.js": b"module.exports = {};\n",
+                                            "cli.js": scaffold},
+            bin={"scaffold-kit": "cli.js"}, published=_ago(2))]))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
+
+    stolen = refused(npm_client, proxy, verdaccio, "chat-kit", ALONE, None, "1.0.0")
+    written = refused(npm_client, proxy, verdaccio, "peace-kit", ALONE, None, "1.0.0")
+    admitted(npm_client, proxy, verdaccio, "chat-bot", "1.0.0")
+    admitted(npm_client, proxy, verdaccio, "scaffold-kit", "1.0.0")
+
+    assert any(item.startswith("load-time code can use, together, network")
+               and "discord.js" in item for item in stolen["evidence"])
+    assert any(item.startswith("load-time code can use writes-home") and "index.js:9" in item
+               for item in written["evidence"])

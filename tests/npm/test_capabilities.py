@@ -20,9 +20,10 @@ from mirrorgate.npm.jsuses import (
     OBFUSCATED,
     PROCESS,
     UNREAD,
+    WRITES_HOME,
 )
 from tests.servers.packages import build_tarball
-from tests.servers.payloads import interceptor, stealer, worm_bundle
+from tests.servers.payloads import interceptor, protest_writer, stealer, worm_bundle
 
 RELEASES = Path(__file__).parent / "fixtures" / "releases"
 
@@ -95,6 +96,17 @@ def test_a_payload_appended_to_the_entry_file_is_read_at_load() -> None:
 
     assert {INTERCEPTS, OBFUSCATED} <= read.at_load
     assert read.at_install == frozenset()
+
+
+def test_peacenotwar_9_1_6s_missing_main_runs_its_index_js_and_writes_into_the_desktop() -> None:
+    files = {"package.json": json.dumps({"name": "peacenotwar", "type": "module",
+                                         "main": "node-ipc.cjs"}).encode(),
+             "index.js": protest_writer()}
+
+    read = release_capabilities(files)
+
+    assert [item.text().split(" ")[0] for item in read.where(WRITES_HOME, LOAD)] == [
+        "index.js:9"]
 
 
 def test_an_inline_node_command_is_read_as_code() -> None:

@@ -25,6 +25,12 @@ def test_main_resolves_as_node_resolves_it_extensionless_a_folder_or_index_js() 
     assert entry_points({}, FILES) == [("index.js", "main")]
 
 
+def test_a_main_naming_no_file_falls_back_to_index_js_as_node_does() -> None:
+    # peacenotwar 9.1.6 named a `node-ipc.cjs` it did not ship: node ran its `index.js`
+    assert entry_points({"main": "node-ipc.cjs"}, FILES) == [("index.js", "main")]
+    assert entry_points({"main": "node-ipc.cjs"}, {"lib/index.js": 1}) == []
+
+
 def test_bin_exports_and_the_files_install_scripts_name_are_entry_points() -> None:
     found = entry_points({"main": "index.js", "bin": {"cli": "./bin/cli"},
                           "exports": {".": {"import": "./esm/a.mjs", "require": "./index.js"},

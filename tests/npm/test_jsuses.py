@@ -20,10 +20,18 @@ from mirrorgate.npm.jsuses import (
     NETWORK,
     PROCESS,
     WRITES,
+    WRITES_HOME,
     ReadBudget,
     uses_of,
 )
-from tests.servers.payloads import flatmap_payload, interceptor
+from tests.servers.payloads import (
+    flatmap_payload,
+    interceptor,
+    own_walk,
+    protest_writer,
+    webhook_stealer,
+    wiper,
+)
 
 RELEASES = Path(__file__).parent / "fixtures" / "releases"
 
@@ -57,6 +65,18 @@ RELEASES = Path(__file__).parent / "fixtures" / "releases"
     ("fs.writeFileSync(path.join(os.homedir(), '.bashrc'), line);", WRITES),
     ("fs.appendFileSync(process.env.INIT_CWD + '/.git/hooks/pre-commit', hook);", WRITES),
     ("const target = '../../.git/hooks/commit-msg';\nfs.writeFileSync(target, hook);", WRITES),
+    ("fs.writeFileSync(`${os.homedir}/Desktop/x.txt`, text);", WRITES),
+    ("fs.writeFile('C:\\\\Users\\\\Public\\\\x.txt', text, done);", WRITES),
+    ("fs.rmSync(path.resolve(Buffer.from('Li4v', 'base64').toString()), {recursive: true});",
+     WRITES),
+    ("function put(file, text) { fs.writeFileSync(file, text); }\n"
+     "put(path.join(os.homedir(), '.profile'), line);", WRITES),
+    ("fs.appendFileSync(path.join(process.env.HOME, '.bashrc'), line);", WRITES_HOME),
+    ("fs.writeFile('C:\\\\Users\\\\Public\\\\x.txt', text, done);", WRITES_HOME),
+    ("fs.rmSync(path.resolve(Buffer.from('Li4v', 'base64').toString()), {recursive: true});",
+     WRITES_HOME),
+    ("const hook = require('discord.js');", NETWORK),
+    ("import nodemailer from 'nodemailer';", NETWORK),
     ("eval(code);", DYNAMIC),
     ("(0, eval)(source);", DYNAMIC),
     ("window['eval'](source);", DYNAMIC),
@@ -94,6 +114,12 @@ def test_a_capability_is_read_where_the_code_uses_it(code: str, capability: str)
     "exports.evaluate = function evaluate(node) { return node.value; };",
     "const protocol = url.protocol === 'https:' ? 'https' : 'http';",
     "fs.writeFileSync(path.join(__dirname, 'build', 'config.json'), data);",
+    "fs.writeFileSync(path.join(__dirname, '..', 'cache', 'index.json'), data);",
+    "fs.writeFileSync(`${dir}/out/report.json`, data);",
+    "fs.writeFileSync(''.concat(outDir, '/index.html'), html);",
+    "fs.mkdirSync(path.resolve(Buffer.from('Li9idWlsZA==', 'base64').toString()));",
+    "function put(file, text) { fs.writeFileSync(file, text); }\n"
+    "put(path.join(__dirname, 'cache.json'), data);\nput(target, data);",
     "const mod = require(path.join(__dirname, 'lib', name));",
     "const prov = window.ethereum; prov.request({ method: 'eth_accounts' });",
     "self['webpackChunk'] = self['webpackChunk'] || [];",
@@ -131,6 +157,49 @@ def test_the_flatmap_stream_payload_compiles_decrypted_text_at_require() -> None
 
     assert {DYNAMIC, DECODED} <= found.capabilities
     assert any("new module.constructor" in use.call for use in found.found)
+
+
+@pytest.mark.parametrize("code", [
+    "fs.writeFileSync(path.join(process.cwd(), 'index.js'), '');",
+    "fs.mkdirSync(process.env.INIT_CWD + '/.husky');",
+    "fs.writeFileSync('/etc/app.conf', text);",
+    "FS.mkdir('/home/web_user');",
+])
+def test_a_write_into_the_project_or_elsewhere_is_outside_but_not_into_the_home(
+        code: str) -> None:
+    found = uses_of(code.encode()).capabilities
+
+    assert WRITES_HOME not in found
+    assert (WRITES in found) == (not code.startswith("FS."))  # emscripten's FS: in memory
+
+
+def test_a_token_stealer_posting_through_a_chat_webhook_reaches_the_network() -> None:
+    # an0n-chat-lib 0.1.0: no http, no fetch; discord.js's WebhookClient is its network
+    found = uses_of(webhook_stealer())
+
+    assert {NETWORK, HOME, CREDENTIALS} <= found.capabilities
+    assert any(use.call == 'require("discord.js")' for use in found.found)
+
+
+def test_peacenotwar_writes_into_the_desktop_through_a_function_handed_the_path() -> None:
+    # the write names only its parameter; the caller names `${Desktops}...`, declared at the
+    # module's head from `os`'s `homedir`
+    found = uses_of(protest_writer())
+
+    [write] = [use for use in found.found if use.capability == WRITES]
+    assert (write.line, write.call.split("(")[0]) == (9, "fs.writeFile")
+
+
+def test_node_ipc_overwrites_each_file_of_a_walk_from_a_climb_hidden_in_base64() -> None:
+    found = uses_of(wiper())
+
+    assert {NETWORK, WRITES} <= found.capabilities
+    assert any(use.call.startswith("a.writeFile(i,") for use in found.found)
+
+
+def test_a_walk_that_writes_what_it_lists_inside_its_own_folder_writes_nothing_outside() -> None:
+    # the same walk as node-ipc's, handed the package's own folder
+    assert WRITES not in uses_of(own_walk()).capabilities
 
 
 def test_a_real_bundle_reaches_the_network_and_nothing_else_it_is_held_for() -> None:

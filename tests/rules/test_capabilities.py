@@ -20,7 +20,11 @@ from tests.servers.packages import build_tarball
 from tests.servers.payloads import (
     flatmap_payload,
     interceptor,
+    own_walk,
+    protest_writer,
     stealer,
+    webhook_stealer,
+    wiper,
     worm_bundle,
     worm_dropper,
 )
@@ -97,6 +101,36 @@ def test_an_incident_shape_gains_a_capability_and_is_held(
         assert any(item.startswith(gain) for item in found), (gain, found)
 
 
+def required_from_the_entry(release: str, entry: str, file: str, code: bytes) -> dict[str, bytes]:
+    """`release` with `file` added and imported by its (ES module) entry file, as node-ipc
+    10.1.1's `dao/ssl-geospec.js` was by its entry."""
+    files = real(release)
+    files[entry] += f"\nimport './{file.rsplit('/', 1)[-1]}';\n".encode()
+    return {**files, file: code}
+
+
+def test_node_ipc_gains_writes_outside_at_load_and_is_held() -> None:
+    # node-ipc 10.1.1 (March 2022): its entry imports a new file that overwrites every file
+    # under `./`, `../`, `../../` and `/`, each path hidden in base64
+    old = release_capabilities(real("chalk-5.6.0"))
+    new = release_capabilities(required_from_the_entry(
+        "chalk-5.6.0", "source/index.js", "source/ssl-geospec.js", wiper()))
+
+    found = verdict(new, old)
+
+    assert any(item.startswith("load-time code gains writes-home")
+               and "source/ssl-geospec.js:" in item for item in found), found
+    assert any(item.startswith("load-time code gains writes-outside") for item in found)
+
+
+def test_a_new_file_that_writes_inside_the_package_at_load_gains_nothing() -> None:
+    old = release_capabilities(real("chalk-5.6.0"))
+    new = release_capabilities(required_from_the_entry(
+        "chalk-5.6.0", "source/index.js", "source/cache.js", own_walk()))
+
+    assert verdict(new, old) == []
+
+
 def test_the_evidence_names_the_file_line_and_call_and_the_predecessors_capabilities() -> None:
     files = appended("debug-4.4.1", "src/node.js", stealer())
     new = Release("4.4.2", contents_of(build_tarball(files)))
@@ -143,6 +177,55 @@ def test_a_first_release_whose_main_sends_the_environment_is_held() -> None:
 
     assert any(item.startswith("load-time code can use, together, network")
                for item in verdict(read, None))
+
+
+def test_a_first_release_whose_main_posts_browser_tokens_through_a_webhook_is_held() -> None:
+    # an0n-chat-lib 0.1.0 (October 2020): nothing at install; its main reads the Discord
+    # tokens in the browsers' Local Storage and posts them with discord.js's WebhookClient
+    read = release_capabilities({"package.json": b'{"name": "x", "main": "build/stealer.js"}',
+                                 "build/stealer.js": webhook_stealer()})
+
+    found = verdict(read, None)
+
+    assert any(item.startswith("load-time code can use, together, network")
+               and 'require("discord.js")' in item for item in found), found
+    assert any(item.startswith("load-time code can use, together, credentials-files")
+               for item in found)
+
+
+def test_a_first_release_of_a_chat_bot_that_reads_nothing_outside_passes() -> None:
+    bot = (b"const { Client } = require('discord.js');\n"
+           b"const client = new Client({ intents: [] });\n"
+           b"client.on('messageCreate', (m) => m.content === '!ping' && m.reply('pong'));\n"
+           b"module.exports = (token) => client.login(token);\n")
+    read = release_capabilities({"package.json": b'{"name": "x"}', "index.js": bot})
+
+    assert "network" in read.at_load
+    assert verdict(read, None) == []
+
+
+def test_a_first_release_whose_main_writes_into_the_desktop_is_held() -> None:
+    # peacenotwar 9.1.1 (March 2022): a first release whose module writes into the home
+    # folder's Desktop and OneDrive at load
+    read = release_capabilities({"package.json": b'{"name": "x", "type": "module"}',
+                                 "index.js": protest_writer()})
+
+    found = verdict(read, None)
+
+    assert any(item.startswith("load-time code can use writes-home")
+               and "index.js:9" in item for item in found), found
+
+
+def test_a_first_release_whose_cli_writes_into_the_project_it_runs_in_passes() -> None:
+    # what a scaffolder's or a formatter's bin does: it writes where it is run
+    cli = (b"#!/usr/bin/env node\nconst fs = require('fs'), path = require('path');\n"
+           b"fs.mkdirSync(path.join(process.cwd(), 'src'), { recursive: true });\n"
+           b"fs.writeFileSync(path.join(process.cwd(), 'src', 'index.js'), '');\n")
+    read = release_capabilities({"package.json": b'{"name": "x", "bin": {"x": "cli.js"}}',
+                                 "cli.js": cli})
+
+    assert "writes-outside" in read.at_load
+    assert verdict(read, None) == []
 
 
 def test_a_first_release_whose_install_writes_only_inside_itself_passes() -> None:

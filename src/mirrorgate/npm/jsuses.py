@@ -13,6 +13,7 @@ docs/serving.md "What a release's code can do" tells the story.
 
 from __future__ import annotations
 
+import base64
 import re
 import threading
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from tree_sitter import Language, Node, Parser
 
 __all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME",
            "INTERCEPTS", "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES",
-           "ReadBudget", "Use", "Uses", "uses_of"]
+           "WRITES_HOME", "ReadBudget", "Use", "Uses", "uses_of"]
 
 NETWORK = "network"
 PROCESS = "processes"
@@ -31,6 +32,7 @@ ENVIRONMENT = "environment"
 HOME = "home-directory"
 CREDENTIALS = "credentials-files"
 WRITES = "writes-outside"
+WRITES_HOME = "writes-home"
 DYNAMIC = "dynamic-code"
 DECODED = "decoded-code"
 NATIVE = "native-code"
@@ -44,6 +46,7 @@ CAPABILITIES: dict[str, str] = {
     HOME: "reaches the home directory",
     CREDENTIALS: "names credentials files (npm, ssh, cloud, browser or wallet stores)",
     WRITES: "writes outside the package",
+    WRITES_HOME: "writes into the home directory, or where it hides the path",
     DYNAMIC: "runs code made at run time",
     DECODED: "runs code decoded or decrypted at run time",
     NATIVE: "runs native code",
@@ -58,6 +61,12 @@ NETWORK_MODULES = frozenset({
     # the clients a package reaches the network through without a built-in module of its own
     "axios", "node-fetch", "got", "request", "needle", "superagent", "ws", "cross-fetch",
     "isomorphic-fetch", "make-fetch-happen", "minipass-fetch", "phin", "socket.io-client",
+    "ky", "bent", "simple-get", "urllib", "request-promise", "request-promise-native",
+    "sync-request", "then-request", "xmlhttprequest", "basic-ftp", "ftp", "ssh2", "mqtt",
+    # the channels stolen tokens leave by: a chat's webhook or bot, a mail (an0n-chat-lib
+    # 0.1.0 posts the browsers' Discord tokens through discord.js's `WebhookClient`)
+    "discord.js", "discord-webhook-node", "@discordjs/rest", "node-telegram-bot-api",
+    "telegraf", "@slack/webhook", "nodemailer",
 })
 PROCESS_MODULES = frozenset({"child_process", "execa", "cross-spawn", "shelljs"})
 DYNAMIC_MODULES = frozenset({"vm"})
@@ -88,8 +97,23 @@ _HOME_VARIABLES = frozenset({"HOME", "USERPROFILE", "HOMEPATH", "APPDATA", "LOCA
                              "XDG_CONFIG_HOME", "XDG_DATA_HOME"})
 _OUTSIDE_VARIABLES = _HOME_VARIABLES | {"INIT_CWD"}
 _OUTSIDE_WORDS = (b"homedir", b"HOME", b"USERPROFILE", b"APPDATA", b"INIT_CWD", b"XDG_",
-                  b"cwd(", b"'/", b'"/', b"`/", b"~", b"..")
+                  b"cwd(", b"'/", b'"/', b"`/", b"~", b"..", b":\\", b"base64", b"atob(")
 """What a path outside the package is written with (`_outside`)."""
+_FAR_WORDS = (b"homedir", b"HOME", b"USERPROFILE", b"APPDATA", b"INIT_CWD", b"cwd(",
+              b"base64", b"atob")
+"""What a file names where a path handed to a write by name may come from outside
+(`write-far`): without one of these, such a write is not followed to its callers."""
+FOLLOWED_WRITES = 8
+"""Writes of a path handed in by name followed to their callers per file, at most: each a
+wider parse and up to `_CALLERS` small ones."""
+_CALLERS = 24  # calls of a writing function looked at, and declarations looked for
+_FOLLOWS = 64  # small parses per file to follow a write's path (about 32 KB parsed)
+_BEFORE = 32 * 1024  # bytes before a name looked through for its declaration
+_DECLARING = (b"var", b"let", b"const", b",")
+_REACH = 2048
+"""Bytes parsed each side of a write to find the function around it, and of a one- or
+two-letter name to find its declaration in scope."""
+_NAMED_PATH = re.compile(rb"\s{0,8}\(\s{0,40}[A-Za-z_$][\w$]{0,64}\s{0,8}[,)]")
 _SCRATCH = ("/" + "tmp", "/dev/null")  # absolute paths a write there changes nothing of the user's
 _WRITERS = {"writeFile": 0, "writeFileSync": 0, "appendFile": 0, "appendFileSync": 0,
             "createWriteStream": 0, "copyFile": 1, "copyFileSync": 1, "cp": 1, "cpSync": 1,
@@ -203,6 +227,16 @@ class _Reading:
     modules: dict[str, None] = field(default_factory=dict)
     counted: tuple[int, int] = (0, 1)
     """The last offset whose line was counted, and its line: lines are counted on from it."""
+    follows: int = 0
+    """The small parses a write's path may still cost to follow (`_FOLLOWS` a file)."""
+    far: bool | None = None
+    """Whether the file names an outside anywhere (`_FAR_WORDS`; None: not looked yet):
+    else a path handed in by name is not followed."""
+
+    def names_outside(self) -> bool:
+        if self.far is None:
+            self.far = any(word in self.data for word in _FAR_WORDS)
+        return self.far
 
     def line(self, offset: int) -> int:
         at, line = self.counted if offset >= self.counted[0] else (0, 1)
@@ -334,9 +368,16 @@ def _quick(data: bytes, hit: _Hit, modules: dict[str, None],
         if data[hit.start:end] == b"chmod":
             return hit  # its mode is read, not its path
         # a write outside the package names the outside within the window `_outside` reads
-        # (the path, or the declaration of the variable handed in): none there, none at all
+        # (the path, or the declaration of the variable handed in); a path handed in by
+        # name may name it where the function is called (`_called_outside`), looked for
+        # only in a file that names an outside at all (`uses_of`)
         around = data[max(0, hit.start - WINDOW):end + WINDOW]
-        return hit if any(word in around for word in _OUTSIDE_WORDS) else None
+        if any(word in around for word in _OUTSIDE_WORDS):
+            return hit
+        if _NAMED_PATH.match(data, end + (4 if after.startswith(b"Sync") else 0)):
+            hit.kind = "write-far"
+            return hit
+        return None
     if kind == "credentials":
         # a store's path: a dot-name (`.npmrc`) is one; a bare word (`Chrome`, `Exodus`) is
         # one beside a path separator (not a browser's name in a user-agent test)
@@ -349,6 +390,20 @@ def _quick(data: bytes, hit: _Hit, modules: dict[str, None],
     if kind == "global-index":
         return None if after[1:2] in (b"'", b'"') else hit
     return hit
+
+
+def _far_writes(hits: list[_Hit], far: bool) -> list[_Hit]:
+    """The hits with the writes of a path handed in by name kept only in a file that names
+    an outside somewhere (`far`), the first `FOLLOWED_WRITES` of them."""
+    followed = FOLLOWED_WRITES if far else 0
+    kept: list[_Hit] = []
+    for hit in hits:
+        if hit.kind == "write-far":
+            if followed == 0:
+                continue
+            followed -= 1
+        kept.append(hit)
+    return kept
 
 
 def _windows(data: bytes, hits: list[_Hit]) -> list[tuple[int, int, list[_Hit]]]:
@@ -405,9 +460,13 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
     hits = _hits(data, modules, relative)
     if hits is None:
         return Uses(unread=f"past {MAX_HITS:,} places where a capability may be")
+    far = None
+    if any(hit.kind == "write-far" for hit in hits):
+        far = any(word in data for word in _FAR_WORDS)
+        hits = _far_writes(hits, far)
     if not hits:  # most files: nothing to parse
         return Uses(modules=tuple(modules), requires=tuple(relative))
-    reading = _Reading(data, _parser(), budget, modules=modules)
+    reading = _Reading(data, _parser(), budget, modules=modules, follows=_FOLLOWS, far=far)
     for start, end, group in _windows(data, hits):
         if not budget.take(end - start):
             return Uses(tuple(reading.found.values()), tuple(reading.modules),
@@ -569,37 +628,205 @@ def _dynamic(reading: _Reading, node: Node, hit: _Hit, offset: int, root: Node) 
         _use(reading, DECODED, node, offset)
 
 
-def _outside(expression: Node | None, root: Node, depth: int = 0) -> bool:
-    """Whether a path expression points outside the package: the home directory, the
-    project that installs it (`INIT_CWD`, `process.cwd()`), an absolute path, a climb with
-    `..` (one variable followed back to its declaration in the same window)."""
+def _outside(expression: Node | None, root: Node, reading: _Reading | None = None,
+             offset: int = 0, depth: int = 0) -> int:
+    """Where a path expression points: `_USERS` (the home directory: `os.homedir()`,
+    `homedir` itself, `process.env.HOME`, `~/`, `/Users/`, `%USERPROFILE%`; or a path hidden
+    in a literal decoded to the outside, `Buffer.from('Li4v', 'base64')`, as node-ipc 10.1.1
+    hid its `../`), `_PROJECT` (the project that installs it: `INIT_CWD`, `process.cwd()`;
+    an absolute path at its head; a climb with `..`, but from the package's own
+    `__dirname`), or 0: inside the package. The names in it are followed back to their
+    declaration in the window, and with `reading` (the window at `offset` of its file) in
+    the code before it (`_declared_before`)."""
     if expression is None:
-        return False
+        return 0
+    climbs = depth > 0 or not _ANCHORED.match(_text(expression))
     stack = [expression]
-    seen = 0
-    while stack and seen < 200:
+    seen = followed = found = 0
+    while stack and seen < 200 and found < _USERS:
         node = stack.pop()
         seen += 1
         kind = node.type
         if kind == "string_fragment":
-            text = (node.text or b"").decode("utf-8", "replace")
-            if (text.startswith(("/", "~")) and not text.startswith(_SCRATCH)) \
-                    or text == ".." or "../" in text or "..\\" in text or text.startswith(".."):
-                return True
+            found = max(found, _outside_text((node.text or b"").decode("utf-8", "replace"),
+                                             _leading(node), climbs))
+        elif kind == "string" and _leading(node):
+            found = max(found, _drive(_text(node)[1:]))  # its fragments are cut at escapes
         elif kind == "call_expression":
             name = _text(node.child_by_field_name("function") or node)
-            if name.endswith("homedir") or name == "process.cwd":
-                return True
+            if name.endswith("homedir"):
+                return _USERS
+            if name == "process.cwd":
+                found = max(found, _PROJECT)
+            decoded = _decoded_literal(node, name)
+            if decoded is not None and _outside_text(decoded, True, climbs):
+                return _USERS  # a path outside, hidden
         elif kind == "member_expression":
-            if _text(node.child_by_field_name("object") or node) == "process.env" and \
-                    _text(node.child_by_field_name("property") or node) in _OUTSIDE_VARIABLES:
-                return True
-        elif kind == "identifier" and depth == 0 and node is expression:
-            declared = _declaration(root, _text(node))
-            if declared is not None and _outside(declared, root, depth + 1):
-                return True
+            owner = _text(node.child_by_field_name("object") or node)
+            field_name = _text(node.child_by_field_name("property") or node)
+            if (owner == "process.env" and field_name in _HOME_VARIABLES) or \
+                    field_name == "homedir":  # `os.homedir` handed on as a value
+                return _USERS
+            if owner == "process.env" and field_name in _OUTSIDE_VARIABLES:
+                found = max(found, _PROJECT)
+            stack.append(node.child_by_field_name("object") or node)
+            continue  # a property's name is no path
+        elif kind == "identifier":
+            text = _text(node)
+            if text == "homedir":  # `import { homedir } from 'os'`, then `${homedir}/x`
+                return _USERS
+            if depth < 2 and followed < 4:
+                followed += 1
+                declared, where, at = _declaration(root, text, node.start_byte), root, offset
+                if declared is None and reading is not None:
+                    declared, where, at = _declared_before(
+                        reading, text, offset + node.start_byte) or (None, root, offset)
+                if declared is not None:
+                    found = max(found, _outside(declared, where, reading, at, depth + 1))
+            continue
         stack.extend(node.named_children)
-    return False
+    return found
+
+
+_PROJECT = 1
+_USERS = 2
+_ANCHORED = re.compile(r"(?:[\w$.]{0,40}\(\s?)?(?:__dirname|__filename|import\.meta)")
+"""A path built from the package's own folder: its `..` climbs inside the package."""
+_HOME_HEADS = ("~", "/Users/", "/home/", "/root/")
+_PROFILE = re.compile(r"[A-Za-z]:[\\/]+Users[\\/]|%(?:USERPROFILE|APPDATA|HOMEPATH|"
+                      r"LOCALAPPDATA)%", re.IGNORECASE)
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+
+
+def _drive(text: str) -> int:
+    """A Windows path's reach: a user's profile, or another drive's folder."""
+    return _USERS if _PROFILE.match(text) else _PROJECT if _DRIVE.match(text) else 0
+
+
+def _outside_text(text: str, leading: bool, climbs: bool) -> int:
+    """Where a piece of a path points: a home folder, a drive or a profile variable at the
+    path's head; an absolute path (but `/tmp`) there; or a climb."""
+    if leading:
+        if text.startswith(_HOME_HEADS) or _PROFILE.match(text):
+            return _USERS
+        if (text.startswith("/") and not text.startswith(_SCRATCH)) or _DRIVE.match(text):
+            return _PROJECT
+    return _PROJECT if climbs and (text == ".." or "../" in text or "..\\" in text
+                                   or text.startswith("..")) else 0
+
+
+def _leading(fragment: Node) -> bool:
+    """Whether a string's text stands at the head of the path it is part of: not after a
+    template's substitution (`${dir}/x`), the right of a `+`, or a later argument of a join
+    (`path.join(base, '/x')`, `''.concat(home, '/Desktop')`)."""
+    string = fragment.parent if fragment.type == "string_fragment" else fragment
+    if string is None:
+        return True
+    if string.type == "template_string" and string.named_children[:1] != [fragment]:
+        return False
+    parent = string.parent
+    if parent is not None and parent.type == "binary_expression":
+        return parent.child_by_field_name("right") != string
+    if parent is not None and parent.type == "arguments":
+        return parent.named_children[:1] == [string]
+    return True
+
+
+def _decoded_literal(call: Node, name: str) -> str | None:
+    """The text of `Buffer.from('...', 'base64' | 'hex')` or `atob('...')` over a plain
+    string, decoded (at most 256 characters)."""
+    if name not in ("Buffer.from", "atob", "window.atob", "globalThis.atob"):
+        return None
+    arguments = call.child_by_field_name("arguments")
+    named = arguments.named_children if arguments is not None else []
+    if not named or named[0].type != "string":
+        return None
+    literal = _text(named[0])[1:-1][:344]
+    encoding = _text(named[1]).strip("'\"`") if len(named) > 1 else (
+        "base64" if name != "Buffer.from" else "utf8")
+    try:
+        if encoding in ("base64", "base64url"):
+            raw = base64.b64decode(literal + "=" * (-len(literal) % 4), altchars=b"-_"
+                                   if encoding == "base64url" else None)
+        elif encoding == "hex":
+            raw = bytes.fromhex(literal)
+        else:
+            return None
+    except ValueError:
+        return None
+    return raw[:256].decode("utf-8", "replace")
+
+
+def _declared_before(reading: _Reading, name: str, at: int) -> tuple[Node, Node, int] | None:
+    """The value `name` is declared with nearest before `at` in the file (`var Desktops =
+    ...` at a module's head, `const o = Buffer.from(...)` a few lines up), looked for in the
+    `_BEFORE` bytes before it, with the window parsed around it and its offset; None when
+    there is none, or past the follows a file may make (`_FOLLOWS`)."""
+    if reading.follows <= 0 or not name.isidentifier():
+        return None
+    reading.follows -= 1
+    if len(name) < 3:
+        # a minifier's one- or two-letter name is declared again in every scope: only a
+        # declaration in a block around the use counts, parsed `_REACH` bytes each way (a
+        # tree cut short of the blocks' ends is one of error recovery)
+        start, end = max(0, at - _REACH), min(len(reading.data), at + _REACH)
+        if not reading.budget.take(end - start):
+            return None
+        root = reading.parser.parse(reading.data[start:end]).root_node
+        use = root.descendant_for_byte_range(at - start, at - start + len(name))
+        declared = _scoped_declaration(root, use, name) if use is not None else None
+        return (declared, root, start) if declared is not None else None
+    data, word = reading.data, name.encode()
+    named, looked, floor = at, 0, max(0, at - _BEFORE)
+    while looked < _CALLERS:  # the nearest `var|let|const|, name =` before the use
+        looked += 1
+        named = data.rfind(word, floor, named)
+        if named < 0:
+            return None
+        after = data[named + len(word):named + len(word) + 8].lstrip()
+        if not _ident_at(data, named - 1) and after[:1] == b"=" \
+                and after[1:2] not in (b"=", b">") \
+                and data[max(0, named - 8):named].rstrip().endswith(_DECLARING):
+            break
+    else:
+        return None
+    parsed = _parsed_around(reading, named, named + len(word))
+    if parsed is None:
+        return None
+    declared = _declaration(parsed[0], name)
+    return (declared, parsed[0], parsed[1]) if declared is not None else None
+
+
+def _scoped_declaration(root: Node, use: Node, name: str) -> Node | None:
+    """The value of the last declaration of `name` before `use` in a function (or block)
+    around `use`: the one in scope there, not another function's of the same name."""
+    around: set[tuple[int, int]] = set()
+    current: Node | None = use.parent
+    while current is not None:
+        around.add((current.start_byte, current.end_byte))
+        current = current.parent
+    found = None
+    for node in _named(root, name):
+        declarator = node.parent
+        if node.start_byte >= use.start_byte or declarator is None \
+                or declarator.type != "variable_declarator" \
+                or declarator.child_by_field_name("name") != node:
+            continue
+        scope = declarator.parent
+        while scope is not None and scope.type not in ("statement_block", "program"):
+            scope = scope.parent
+        if scope is not None and (scope.start_byte, scope.end_byte) in around:
+            found = declarator.child_by_field_name("value")
+    return found
+
+
+def _parsed_around(reading: _Reading, start: int, end: int) -> tuple[Node, int] | None:
+    """The window around `start:end` parsed (its edges placed as `_windows` places them),
+    and its offset; None past the budget."""
+    [(first, last, _group)] = _windows(reading.data, [_Hit(start, end, "call")])
+    if not reading.budget.take(last - first):
+        return None
+    return reading.parser.parse(reading.data[first:last]).root_node, first
 
 
 def _named(root: Node, name: str) -> list[Node]:
@@ -618,14 +845,20 @@ def _named(root: Node, name: str) -> list[Node]:
     return found
 
 
-def _declaration(root: Node, name: str) -> Node | None:
-    """The value `name` is declared with in the window (`const dir = path.join(...)`)."""
+def _declaration(root: Node, name: str, before: int | None = None) -> Node | None:
+    """The value `name` is declared with in the window (`const dir = path.join(...)`): the
+    first declaration, or with `before` the last one before that byte of the window (the
+    one in scope where minified code declares the same short name twice)."""
+    found = None
     for node in _named(root, name):
         parent = node.parent
         if parent is not None and parent.type == "variable_declarator" \
                 and parent.child_by_field_name("name") == node:
-            return parent.child_by_field_name("value")
-    return None
+            if before is None:
+                return parent.child_by_field_name("value")
+            if node.start_byte < before:
+                found = parent.child_by_field_name("value")
+    return found
 
 
 def _classify(reading: _Reading, node: Node, hit: _Hit, offset: int, root: Node) -> None:
@@ -669,7 +902,7 @@ def _classify(reading: _Reading, node: Node, hit: _Hit, offset: int, root: Node)
         _code(reading, node, hit, offset, root)
     elif kind in ("fetch", "xhr", "socket", "beacon", "ethereum", "global-index"):
         _globals(reading, node, hit, offset)
-    elif kind == "write":
+    elif kind in ("write", "write-far"):
         _write(reading, node, offset, root)
 
 
@@ -940,8 +1173,138 @@ def _write(reading: _Reading, node: Node, offset: int, root: Node) -> None:
         if mode is not None and _executable(mode):
             _use(reading, NATIVE, call, offset)  # a file made executable: a binary to run
         return
-    if _outside(path, root):
+    owner = target.child_by_field_name("object") if target is not None \
+        and target.type == "member_expression" else None
+    if owner is not None and _text(owner) == "FS":
+        return  # emscripten's file system, in memory: `FS.mkdir("/home/web_user")`
+    reach = _outside(path, root)
+    if reach < _USERS and path is not None and path.type == "identifier":
+        reach = max(reach, _called_outside(reading, call, _WRITERS[name], offset, root))
+    if reach:
         _use(reading, WRITES, call, offset)
+    if reach == _USERS:
+        _use(reading, WRITES_HOME, call, offset)
+
+
+def _called_outside(reading: _Reading, call: Node, index: int, offset: int,
+                    root: Node) -> int:
+    """Where a write's path, handed in by name, points where its function is called (as
+    `_outside` grades it, the furthest of its callers'): the path traced to a parameter of
+    the named function around the write (in the window's tree, else parsed wider, `_REACH`
+    each side), and each call of that function in the file (`_CALLERS` at most) read for
+    that argument; only in a file that names an outside at all (`_FAR_WORDS`). peacenotwar
+    writes `deliverAPeacefulMessage(path, ...)`'s `path`, called with `${Desktops}...` where
+    `Desktops` is `${homedir}/Desktop/`; node-ipc 10.1.1 overwrites each file `walk(dir)`
+    lists, called with a decoded `../`."""
+    if reading.follows <= 0 or not reading.names_outside():
+        return 0
+    reading.follows -= 1
+    node: Node | None = call
+    function = _around(call)
+    if function is None or _function_name(function) is None:
+        # the function's head lies before the window: parsed wider
+        data = reading.data
+        start, end = offset + call.start_byte, offset + call.end_byte
+        wide_start, wide_end = max(0, start - _REACH), min(len(data), end + _REACH)
+        if not reading.budget.take(wide_end - wide_start):
+            return 0
+        root = reading.parser.parse(data[wide_start:wide_end]).root_node
+        node = root.descendant_for_byte_range(start - wide_start, end - wide_start)
+        while node is not None and node.type != "call_expression":
+            node = node.parent
+        function = _around(node) if node is not None else None
+    arguments = node.child_by_field_name("arguments") if node is not None else None
+    if arguments is None or len(arguments.named_children) <= index or function is None:
+        return 0
+    name = _function_name(function)
+    parameters = _parameters(function) if function is not None else []
+    at = _traced(arguments.named_children[index], parameters, root)
+    if name is None or at is None:
+        return 0
+    return max((_outside(argument, root, reading, first)
+                for argument, root, first in _arguments_at(reading, name, at)), default=0)
+
+
+def _around(node: Node) -> Node | None:
+    """The function `node` stands in, if the tree holds it."""
+    current: Node | None = node
+    while current is not None and current.type not in _FUNCTIONS:
+        current = current.parent
+    return current
+
+
+def _function_name(function: Node) -> str | None:
+    """The name a function is called by: its declaration's, or the variable it is kept in."""
+    named = function.child_by_field_name("name")
+    if named is not None:
+        return _text(named)
+    parent = function.parent
+    if parent is not None and parent.type == "variable_declarator":
+        declared = parent.child_by_field_name("name")
+        return _text(declared) if declared is not None and declared.type == "identifier" \
+            else None
+    return None
+
+
+def _parameters(function: Node) -> list[str]:
+    """A function's parameters' names by position (a default's name; '' for a pattern)."""
+    listed = function.child_by_field_name("parameters") or function.child_by_field_name(
+        "parameter")
+    if listed is None:
+        return []
+    if listed.type == "identifier":  # `dir => ...`
+        return [_text(listed)]
+    names = []
+    for parameter in listed.named_children:
+        if parameter.type == "assignment_pattern":
+            parameter = parameter.child_by_field_name("left") or parameter
+        names.append(_text(parameter) if parameter.type == "identifier" else "")
+    return names
+
+
+def _traced(expression: Node, parameters: list[str], root: Node) -> int | None:
+    """The position of the parameter a path is built from (`path.join(dir, entry)`, through
+    one declaration in the window: `const full = path.join(dir, entry)`), if any."""
+    stack = [(expression, 0)]
+    seen = 0
+    while stack and seen < 100:
+        node, depth = stack.pop()
+        seen += 1
+        if node.type == "identifier":
+            text = _text(node)
+            if text and text in parameters:
+                return parameters.index(text)
+            declared = _declaration(root, text, node.start_byte) if depth == 0 else None
+            if declared is not None:
+                stack.append((declared, depth + 1))
+            continue
+        stack.extend((child, depth) for child in node.named_children)
+    return None
+
+
+def _arguments_at(reading: _Reading, name: str,
+                  index: int) -> list[tuple[Node, Node, int]]:
+    """The argument at `index` of each call of the function `name` in the file (at most
+    `_CALLERS` looked at), each with the window it was parsed in and its offset."""
+    data, word = reading.data, name.encode() + b"("
+    found: list[tuple[Node, Node, int]] = []
+    at = data.find(word)
+    looked = 0
+    while at >= 0 and looked < _CALLERS and reading.follows > 0:
+        looked += 1
+        if not _ident_at(data, at - 1) and data[max(0, at - 9):at] != b"function ":
+            reading.follows -= 1
+            parsed = _parsed_around(reading, at, at + len(name))
+            if parsed is None:
+                break
+            root, first = parsed
+            node = root.descendant_for_byte_range(at - first, at - first + len(name))
+            call = _callee(node) if node is not None else None
+            arguments = call.child_by_field_name("arguments") if call is not None else None
+            if arguments is not None and len(arguments.named_children) > index:
+                found.append((arguments.named_children[index], root, first))
+        at = data.find(word, at + len(word))
+    return found
 
 
 def _executable(mode: Node) -> bool:

@@ -25,6 +25,7 @@ from mirrorgate.npm.jsuses import (
     PROCESS,
     UNREAD,
     WRITES,
+    WRITES_HOME,
 )
 from mirrorgate.rules.provenance import provenance_evidence
 from mirrorgate.rules.release import Fired, Release
@@ -34,15 +35,17 @@ __all__ = ["ALONE_AT_INSTALL", "ALONE_AT_LOAD", "GAINED_AT_LOAD", "alone", "can_
            "check_alone",
            "check_gained", "gained", "of_release", "verdict"]
 
-GAINED_AT_LOAD = frozenset({WRITES, DECODED, INTERCEPTS, OBFUSCATED, UNREAD})
+GAINED_AT_LOAD = frozenset({WRITES, WRITES_HOME, DECODED, INTERCEPTS, OBFUSCATED, UNREAD})
 """What load-time code may not gain, alone; network with the environment or files outside
 the package (`_SENDS`) may not be gained together either. Other gains at load (a new
 `require('https')`, a `child_process` of a new feature) are what a library's releases do."""
 ALONE_AT_INSTALL = frozenset({NETWORK, PROCESS, ENVIRONMENT, CREDENTIALS, UNREAD})
 """What a release nothing vouches for may not do at install."""
-ALONE_AT_LOAD = frozenset({DECODED, INTERCEPTS, UNREAD})
+ALONE_AT_LOAD = frozenset({DECODED, INTERCEPTS, WRITES_HOME, UNREAD})
 """What a release nothing vouches for may not do at load, besides sending the environment or
-files outside the package over the network (`_SENDS`)."""
+files outside the package over the network (`_SENDS`). Writing into the home directory (or
+where it hides the path) is peacenotwar's; writing into the project it runs in
+(`writes-outside` alone) is what a young CLI's bin does, and passes."""
 _READS = frozenset({ENVIRONMENT, HOME, CREDENTIALS})
 _SHOWN = 3
 _SAID = 200  # characters of a dependency's spec and why it runs kept (a URL is the sender's)

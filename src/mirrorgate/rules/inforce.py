@@ -119,7 +119,8 @@ def in_force(rules: Rules) -> list[str]:
                          "run processes, read the environment or credentials files or cannot "
                          "be read at install (a dependency npm fetches from a git repository, "
                          "a URL or a path included), or at load run decoded code, intercept "
-                         f"globals or send what it reads, is {held(YOUNG_PACKAGE_CAPABILITY)}")
+                         "globals, write into the home directory or send what it reads, is "
+                         f"{held(YOUNG_PACKAGE_CAPABILITY)}")
     elif release.on:
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")
     if described and UNREADABLE_RELEASE in acting:  # riding on the signals that read
