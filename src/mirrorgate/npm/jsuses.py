@@ -561,6 +561,11 @@ def _dynamic(reading: _Reading, node: Node, hit: _Hit, offset: int, root: Node) 
     start, end = offset + node.start_byte, offset + node.end_byte
     wide_start, wide_end = max(0, start - SCOPE), min(len(reading.data), end + SCOPE)
     if reading.budget.take(wide_end - wide_start):
+        # `_decoded` reads the code of either parse (the wide one, or the window's where the
+        # wide tree has no node there): with no decoding word in both, it says no, unparsed
+        low, high = min(wide_start, offset), max(wide_end, offset + root.end_byte)
+        if not any(word in reading.data[low:high] for word in _DECODING):
+            return
         wide = reading.parser.parse(reading.data[wide_start:wide_end]).root_node
         found = wide.descendant_for_byte_range(start - wide_start, end - wide_start)
         if found is not None:

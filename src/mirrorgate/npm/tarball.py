@@ -164,6 +164,13 @@ def _number(block: bytes, start: int, size: int) -> int | None:
     return int(found.group(), 8) if found else None
 
 
+def _byte_sum(data: bytes) -> int:
+    """The sum of at most 256 bytes, as `sum(data)` (a header's checksum) at a third of its
+    CPU: Adler-32's first half is 1 plus that sum modulo 65521, which 256 bytes of 0xff
+    (65,280) stay under."""
+    return (zlib.adler32(data) & 0xFFFF) - 1
+
+
 def _decodable(block: bytes, start: int, size: int) -> None:
     """A numeric field npm decodes only to throw on it (mode, owner, times): refused where
     node-tar throws, that is where it is base-256 and not decodable."""
@@ -274,7 +281,7 @@ class TarballReader:
         self._entries = 0
         self._buffer = bytearray()
         self._skip = 0  # data (and padding) bytes of the current entry still to pass over
-        self._capture: bytearray | None = None
+        self._capture: list[bytes] | None = None  # the captured data's pieces, joined once
         self._capture_left = 0
         self._current: Entry | None = None  # the entry whose data is captured
         self._meta = ""  # the kind of the meta header whose data is captured
@@ -428,7 +435,10 @@ class TarballReader:
                 taken = min(self._skip, len(view))
                 if self._capture is not None and self._capture_left:
                     keep = min(taken, self._capture_left)
-                    self._capture += view[:keep]
+                    # a piece that is the whole chunk is kept as it is (a large file's middle),
+                    # others copied once: the data is copied once more, when joined
+                    self._capture.append(data if keep == len(view) == len(data)
+                                         and type(data) is bytes else bytes(view[:keep]))
                     self._capture_left -= keep
                     if not self._capture_left:
                         self._captured()
@@ -469,7 +479,8 @@ class TarballReader:
                 _decodable(block, start, size)
         ustar_size = _number(block, 124, 12)
         checksum = _number(block, 148, 12)
-        total = 8 * 0x20 + sum(block[:148]) + sum(block[156:])
+        total = 8 * 0x20 + _byte_sum(block[:148]) + _byte_sum(block[156:412]) \
+            + _byte_sum(block[412:])
         if checksum is None and total == 8 * 0x20:
             return None
         if total != checksum:
@@ -550,12 +561,13 @@ class TarballReader:
             self._start_capture(wanted, entry)
 
     def _start_capture(self, size: int, entry: Entry | None) -> None:
-        self._capture, self._capture_left, self._current = bytearray(), size, entry
+        self._capture, self._capture_left, self._current = [], size, entry
         if not size:
             self._captured()
 
     def _captured(self) -> None:
-        data, entry = bytes(self._capture or b""), self._current
+        # one piece (most files: inside one inflated chunk) is handed over without a copy
+        data, entry = b"".join(self._capture or ()), self._current
         self._capture, self._current = None, None
         if entry is not None:
             self._reader.data(entry, data)

@@ -31,7 +31,8 @@ def _escapes(path: str) -> bool:
     with `..`: npm pack never writes one (npm strips the first, skips the second)."""
     if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
         return True
-    return any(part == ".." for part in path.replace("\\", "/").split("/"))
+    # most paths hold no `..` at all: no split
+    return ".." in path and any(part == ".." for part in path.replace("\\", "/").split("/"))
 
 
 def _link_escapes(path: str, target: str) -> bool:
