@@ -246,6 +246,8 @@ def _normalized(path: str) -> str:
     return "/".join(part for part in path.split("/") if part not in ("", "."))
 
 
+_NO_RECORDS: dict[str, object] = {}  # no pax records apply (read, never written)
+
 _Folder = dict[str, "_Folder | None"]
 """The files written under a folder, by name: a folder's own, or None for a file."""
 _ABSENT: _Folder = {}  # `dict.get`'s answer for a name not there yet
@@ -445,15 +447,20 @@ class TarballReader:
                 self._skip -= taken
                 view = view[taken:]
                 continue
-            need = _BLOCK - len(self._buffer)
-            self._buffer += view[:need]
-            view = view[need:]
-            if len(self._buffer) == _BLOCK:
+            if not self._buffer and len(view) >= _BLOCK:
+                block = bytes(view[:_BLOCK])  # a header whole in the chunk (most): unbuffered
+                view = view[_BLOCK:]
+            else:
+                need = _BLOCK - len(self._buffer)
+                self._buffer += view[:need]
+                view = view[need:]
+                if len(self._buffer) < _BLOCK:
+                    continue
                 block, self._buffer = bytes(self._buffer), bytearray()
-                if self._eof:
-                    self._after_end(block)
-                else:
-                    self._block(block)
+            if self._eof:
+                self._after_end(block)
+            else:
+                self._block(block)
 
     def _after_end(self, block: bytes) -> None:
         # node-tar stops at two zero blocks; tar-stream (yarn 1) reads on past them
@@ -471,7 +478,7 @@ class TarballReader:
         code = block[156]  # decString of one byte: NUL is '', a byte past ASCII U+FFFD
         flag = chr(code) if 0 < code < 0x80 else "" if not code else "\ufffd"
         normal = flag in _NORMAL_FS
-        ex = self._ex if normal and self._ex is not None else {}
+        ex = self._ex if normal and self._ex is not None else _NO_RECORDS
         # every numeric field decoded, so a header node-tar throws on is refused here (only
         # a base-256 one, its high bit set, can throw)
         if block[100] & 0x80 or block[108] & 0x80 or block[116] & 0x80 or block[136] & 0x80:
@@ -545,14 +552,15 @@ class TarballReader:
                 self._meta = kind
                 self._start_capture(header.size, None)
             return
-        ex = self._ex or {}
+        ex = self._ex
         self._ex = None  # parse.js, for an entry that is not meta: `this[EX] = undefined`
         linkpath: str | None = header.linkpath or None
-        if isinstance(ex.get("linkpath"), str):
-            linkpath = str(ex["linkpath"])
         path = header.path  # the pax path over the prefix: ReadEntry slurps `ex` last
-        if isinstance(ex.get("path"), str):
-            path = str(ex["path"])
+        if ex:
+            if isinstance(ex.get("linkpath"), str):
+                linkpath = str(ex["linkpath"])
+            if isinstance(ex.get("path"), str):
+                path = str(ex["path"])
         entry = Entry(kind, path, linkpath, header.size,
                       self._placed(kind, path) if kind in _READ else None)
         wanted = min(self._reader.entry(entry), header.size)

@@ -203,7 +203,8 @@ class ScriptScan:
         if entry.placed is not None and "/" not in entry.placed \
                 and entry.placed.lower().endswith(".gyp"):
             self.gyp_any.add("")
-        manifests = {folder for folder, file in readings if file == "package.json"}
+        manifests = {folder for folder, file in readings if file == "package.json"} \
+            if readings else None
         if manifests and entry.kind in ("File", "OldFile", "ContiguousFile"):
             if entry.size > MAX_MANIFEST_BYTES:
                 self._problem = f"a package.json is larger than {MAX_MANIFEST_BYTES} bytes"
