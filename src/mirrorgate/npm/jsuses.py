@@ -205,8 +205,11 @@ class _Reading:
     """The last offset whose line was counted, and its line: lines are counted on from it."""
 
     def line(self, offset: int) -> int:
-        at, line = self.counted if offset >= self.counted[0] else (0, 1)
-        line += self.data.count(b"\n", at, offset)
+        at, line = self.counted
+        # a call begins before the word found in it: counted back from there, not from the
+        # file's start (a 9 MB bundle's every use would count its lines again)
+        line += self.data.count(b"\n", at, offset) if offset >= at else \
+            -self.data.count(b"\n", offset, at)
         self.counted = (offset, line)
         return line
 
@@ -554,6 +557,11 @@ def _decoded(node: Node, root: Node, reading: _Reading, offset: int) -> bool:
     return False
 
 
+def _may_decode(code: bytes) -> bool:
+    """Whether `code` names any decoding `_decoded` looks for."""
+    return any(word in code for word in _DECODING)
+
+
 def _dynamic(reading: _Reading, node: Node, hit: _Hit, offset: int, root: Node) -> None:
     """Dynamic code at `node`; decoded when the function around it decodes, read from a
     wider parse (`SCOPE` each side) than the window's."""
@@ -564,7 +572,7 @@ def _dynamic(reading: _Reading, node: Node, hit: _Hit, offset: int, root: Node) 
         # `_decoded` reads the code of either parse (the wide one, or the window's where the
         # wide tree has no node there): with no decoding word in both, it says no, unparsed
         low, high = min(wide_start, offset), max(wide_end, offset + root.end_byte)
-        if not any(word in reading.data[low:high] for word in _DECODING):
+        if not _may_decode(reading.data[low:high]):
             return
         wide = reading.parser.parse(reading.data[wide_start:wide_end]).root_node
         found = wide.descendant_for_byte_range(start - wide_start, end - wide_start)
