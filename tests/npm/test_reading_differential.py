@@ -75,7 +75,8 @@ def test_the_readings_shortcuts_read_what_the_plain_computation_reads(
     monkeypatch.setattr(jsuses, "_may_decode", counted)
     fast = _read_all(lean)
     # both ways of a dynamic call's wide parse were taken: spared, and parsed
-    assert True in decoding and False in decoding
+    assert True in decoding
+    assert False in decoding
 
     monkeypatch.setattr(jsuses, "_may_decode", lambda code: True)  # every wide parse made
     monkeypatch.setattr(jsuses._Reading, "line", _plain_line)  # lines counted from the start
@@ -121,7 +122,8 @@ def _refilled(data: bytes) -> Contents:
 def test_the_tar_walk_reads_the_same_whatever_the_cuts_of_its_bytes(name: str) -> None:
     compressed = TARBALLS[name]
     whole = contents_of(compressed, lean=True)
-    assert whole.problem is None and whole.code
+    assert whole.problem is None
+    assert whole.code
     for cut in (_cuts(7), _cuts(511), _cuts(513), _cuts(65_537)):
         assert _fed(compressed, cut, lean=True) == whole
     # a plain tar hands its pieces to the walk as they come: cut across headers and files,
