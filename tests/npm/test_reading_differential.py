@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tree_sitter import Tree
 
 from mirrorgate.npm import jsmarks, jsuses, tarball
 from mirrorgate.npm.contents import ContentReading, Contents, contents_of
@@ -46,8 +47,16 @@ def _tarballs() -> dict[str, bytes]:
         "install.js": worm_bundle(), "lib/stream.js": flatmap_payload(),
         # a dynamic call with no decoding near it, and one past a decoding 5 KB away
         "lib/dynamic.js": b"function run(code) { return eval(code) }\n" + b"//" * 2_600
-        + b"\nconst text = atob(payload);\nnew Function(text)();\n"})
+        + b"\nconst text = atob(payload);\nnew Function(text)();\n",
+        # a compiler's helper in every file: its window parsed once
+        **{f"lib/part{index}.js": _HELPER + f"exports.part = {index};\n".encode()
+           for index in range(3)}})
     return found
+
+
+_HELPER = (b'"use strict";\n' + b"// a compiler writes its helpers in each file\n" * 8
+           + b'var load = typeof require === "function" ? require : null;\n'
+           + b"// the helper goes on past the window around the word found in it\n" * 6)
 
 
 TARBALLS = _tarballs()
@@ -58,8 +67,20 @@ def _plain_line(reading: object, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-def _read_all(lean: bool) -> dict[str, Contents]:
-    return {name: contents_of(data, lean=lean) for name, data in TARBALLS.items()}
+def _read_all(lean: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Contents], int]:
+    """Every tarball read, and the windows parsed for it."""
+    parses = 0
+    parser = jsuses._parser()
+
+    class Counted:
+        def parse(self, code: bytes) -> Tree:
+            nonlocal parses
+            parses += 1
+            return parser.parse(code)
+
+    monkeypatch.setattr(jsuses, "_parser", Counted)
+    read = {name: contents_of(data, lean=lean) for name, data in TARBALLS.items()}
+    return read, parses
 
 
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "whole"])
@@ -73,17 +94,22 @@ def test_the_readings_shortcuts_read_what_the_plain_computation_reads(
         return decoding[-1]
 
     monkeypatch.setattr(jsuses, "_may_decode", counted)
-    fast = _read_all(lean)
+    fast, parsed = _read_all(lean, monkeypatch)
     # both ways of a dynamic call's wide parse were taken: spared, and parsed
     assert True in decoding
     assert False in decoding
+
+    monkeypatch.setattr(jsuses, "KEPT_WINDOW", -1)  # no tree kept for the same bytes again
+    unkept, parsed_unkept = _read_all(lean, monkeypatch)
+    assert parsed < parsed_unkept  # the helper's window parsed once
+    assert unkept == fast
 
     monkeypatch.setattr(jsuses, "_may_decode", lambda code: True)  # every wide parse made
     monkeypatch.setattr(jsuses._Reading, "line", _plain_line)  # lines counted from the start
     monkeypatch.setattr(tarball, "_byte_sum", sum)
     monkeypatch.setattr(jsmarks, "_hex_prefixes",
                         lambda data, least: data.count(b"_0x") >= least)
-    plain = _read_all(lean)
+    plain, _parsed = _read_all(lean, monkeypatch)
 
     for name, read in fast.items():
         assert read.problem is None, name
