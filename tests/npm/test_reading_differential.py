@@ -181,3 +181,14 @@ def test_obfuscator_names_are_counted_as_bytes_count_counts_them(size: int) -> N
         text = bytes(data)
         for least in (1, 40, 41):
             assert jsmarks._hex_prefixes(text, least) == (text.count(b"_0x") >= least)
+
+
+def test_the_trees_kept_for_the_same_bytes_go_once_the_reading_settles() -> None:
+    reading = ContentReading(lean=True)
+    reading.scan.feed(TARBALLS["payloads"])
+    reading.scan.finish()
+    kept = reading._budget.trees
+    assert kept  # the helper's window, among others
+    reading.scan.settle()
+    assert not kept
+    assert reading.contents().capabilities.found

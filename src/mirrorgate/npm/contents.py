@@ -205,6 +205,7 @@ class ContentReading:
         reading lane: `ScriptScan.settle`), and kept for the verdict on the event loop."""
         if self._settled is None:
             self._settled = self._contents()
+            self._budget.trees.clear()  # the windows' trees serve bytes to come: there are none
 
     def contents(self) -> Contents:
         """What the bytes fed hold: settled on the reading lane (`settle`), else now."""
