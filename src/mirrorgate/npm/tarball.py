@@ -294,6 +294,7 @@ class TarballReader:
         self._npmignores: set[str] = set()
         self._placed_bytes = 0
         self._tree: _Folder = {}  # the files written, in their folders (`_claim`)
+        self._parent, self._folder = "", self._tree  # the last file's folder, and its names
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -660,16 +661,23 @@ class TarballReader:
         if self._placed_bytes > MAX_PATH_BYTES:
             raise _RefusedError(f"the paths of its files add up to more than {MAX_PATH_BYTES} "
                                 "bytes")
-        names = placed.split("/")
-        folder = self._tree
-        for depth, name in enumerate(names[:-1]):
-            inside = folder.get(name, _ABSENT)
-            if inside is None:
-                raise _RefusedError(f"{'/'.join(names[:depth + 1])[:200]!r} is both a file "
-                                    "and a folder")
-            if inside is _ABSENT:
-                inside = folder[name] = {}
-            folder = inside
-        if folder.get(names[-1]) is not None:
+        parent, _, last = placed.rpartition("/")
+        if parent == self._parent:
+            # the folder of the file before (a tar lists a folder's files together): walked
+            # then, and a folder stays one (a file by its name is refused below)
+            folder = self._folder
+        else:
+            names = parent.split("/") if parent else []
+            folder = self._tree
+            for depth, name in enumerate(names):
+                inside = folder.get(name, _ABSENT)
+                if inside is None:
+                    raise _RefusedError(f"{'/'.join(names[:depth + 1])[:200]!r} is both a "
+                                        "file and a folder")
+                if inside is _ABSENT:
+                    inside = folder[name] = {}
+                folder = inside
+            self._parent, self._folder = parent, folder
+        if folder.get(last) is not None:
             raise _RefusedError(f"{placed[:200]!r} is both a file and a folder")
-        folder[names[-1]] = None
+        folder[last] = None
