@@ -164,6 +164,10 @@ HOSTILE: dict[str, Callable[[], tuple[bytes, str | None]]] = {
                                         + END), "end-of-archive"),
     "file-and-folder": lambda: (_gz(file("package/a", b"1") + file("package/a/b", b"2") + END),
                                 "both a file and a folder"),
+    # the folder of the file before is not walked again: one named as a file after its files
+    "folder-then-file": lambda: (_gz(file("package/lib/a.js", b"1") + file("package/lib/b.js", b"2")
+                                     + file("package/lib", b"3") + END),
+                                 "both a file and a folder"),
     "too-deep": lambda: (_deep(), "deep"),
 }
 

@@ -183,14 +183,14 @@ class ContentReading:
     def _measure(self, path: str, data: bytes, size: int, head: int | None = None) -> FileMarks:
         """The marks of `data` (its first `head` bytes), taken from the other version's same
         file where its bytes are these (the last entry of a path wins, as on disk)."""
-        part = data[:head] if head is not None and head < len(data) else data
         if self._lean:
-            if part is not data:
+            if head is not None and head < len(data):
                 return FileMarks(size, whole=False)  # a head: nothing the capabilities read
             uses = uses_of(data, self._budget)
             return FileMarks(size, tuple(obfuscator_marks(data, escapes=False)),
                              len(data) >= size,
                              requires=uses.requires, uses=uses)
+        part = data[:head] if head is not None and head < len(data) else data
         digest = digest_of(part)
         known = self._reuse.get(path)
         if known is not None and known.digest == digest and known.size == size:
@@ -205,6 +205,7 @@ class ContentReading:
         reading lane: `ScriptScan.settle`), and kept for the verdict on the event loop."""
         if self._settled is None:
             self._settled = self._contents()
+            self._budget.trees.clear()  # the windows' trees serve bytes to come: there are none
 
     def contents(self) -> Contents:
         """What the bytes fed hold: settled on the reading lane (`settle`), else now."""

@@ -164,6 +164,13 @@ def _number(block: bytes, start: int, size: int) -> int | None:
     return int(found.group(), 8) if found else None
 
 
+def _byte_sum(data: bytes) -> int:
+    """The sum of at most 256 bytes, as `sum(data)` (a header's checksum) at a third of its
+    CPU: Adler-32's first half is 1 plus that sum modulo 65521, which 256 bytes of 0xff
+    (65,280) stay under."""
+    return (zlib.adler32(data) & 0xFFFF) - 1
+
+
 def _decodable(block: bytes, start: int, size: int) -> None:
     """A numeric field npm decodes only to throw on it (mode, owner, times): refused where
     node-tar throws, that is where it is base-256 and not decodable."""
@@ -239,6 +246,8 @@ def _normalized(path: str) -> str:
     return "/".join(part for part in path.split("/") if part not in ("", "."))
 
 
+_NO_RECORDS: dict[str, object] = {}  # no pax records apply (read, never written)
+
 _Folder = dict[str, "_Folder | None"]
 """The files written under a folder, by name: a folder's own, or None for a file."""
 _ABSENT: _Folder = {}  # `dict.get`'s answer for a name not there yet
@@ -274,7 +283,7 @@ class TarballReader:
         self._entries = 0
         self._buffer = bytearray()
         self._skip = 0  # data (and padding) bytes of the current entry still to pass over
-        self._capture: bytearray | None = None
+        self._capture: list[bytes] | None = None  # the captured data's pieces, joined once
         self._capture_left = 0
         self._current: Entry | None = None  # the entry whose data is captured
         self._meta = ""  # the kind of the meta header whose data is captured
@@ -285,6 +294,7 @@ class TarballReader:
         self._npmignores: set[str] = set()
         self._placed_bytes = 0
         self._tree: _Folder = {}  # the files written, in their folders (`_claim`)
+        self._parent, self._folder = "", self._tree  # the last file's folder, and its names
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -428,22 +438,30 @@ class TarballReader:
                 taken = min(self._skip, len(view))
                 if self._capture is not None and self._capture_left:
                     keep = min(taken, self._capture_left)
-                    self._capture += view[:keep]
+                    # a piece that is the whole chunk is kept as it is (a large file's middle),
+                    # others copied once: the data is copied once more, when joined
+                    self._capture.append(data if keep == len(view) == len(data)
+                                         and type(data) is bytes else bytes(view[:keep]))
                     self._capture_left -= keep
                     if not self._capture_left:
                         self._captured()
                 self._skip -= taken
                 view = view[taken:]
                 continue
-            need = _BLOCK - len(self._buffer)
-            self._buffer += view[:need]
-            view = view[need:]
-            if len(self._buffer) == _BLOCK:
+            if not self._buffer and len(view) >= _BLOCK:
+                block = bytes(view[:_BLOCK])  # a header whole in the chunk (most): unbuffered
+                view = view[_BLOCK:]
+            else:
+                need = _BLOCK - len(self._buffer)
+                self._buffer += view[:need]
+                view = view[need:]
+                if len(self._buffer) < _BLOCK:
+                    continue
                 block, self._buffer = bytes(self._buffer), bytearray()
-                if self._eof:
-                    self._after_end(block)
-                else:
-                    self._block(block)
+            if self._eof:
+                self._after_end(block)
+            else:
+                self._block(block)
 
     def _after_end(self, block: bytes) -> None:
         # node-tar stops at two zero blocks; tar-stream (yarn 1) reads on past them
@@ -461,7 +479,7 @@ class TarballReader:
         code = block[156]  # decString of one byte: NUL is '', a byte past ASCII U+FFFD
         flag = chr(code) if 0 < code < 0x80 else "" if not code else "\ufffd"
         normal = flag in _NORMAL_FS
-        ex = self._ex if normal and self._ex is not None else {}
+        ex = self._ex if normal and self._ex is not None else _NO_RECORDS
         # every numeric field decoded, so a header node-tar throws on is refused here (only
         # a base-256 one, its high bit set, can throw)
         if block[100] & 0x80 or block[108] & 0x80 or block[116] & 0x80 or block[136] & 0x80:
@@ -469,7 +487,8 @@ class TarballReader:
                 _decodable(block, start, size)
         ustar_size = _number(block, 124, 12)
         checksum = _number(block, 148, 12)
-        total = 8 * 0x20 + sum(block[:148]) + sum(block[156:])
+        total = 8 * 0x20 + _byte_sum(block[:148]) + _byte_sum(block[156:412]) \
+            + _byte_sum(block[412:])
         if checksum is None and total == 8 * 0x20:
             return None
         if total != checksum:
@@ -534,14 +553,15 @@ class TarballReader:
                 self._meta = kind
                 self._start_capture(header.size, None)
             return
-        ex = self._ex or {}
+        ex = self._ex
         self._ex = None  # parse.js, for an entry that is not meta: `this[EX] = undefined`
         linkpath: str | None = header.linkpath or None
-        if isinstance(ex.get("linkpath"), str):
-            linkpath = str(ex["linkpath"])
         path = header.path  # the pax path over the prefix: ReadEntry slurps `ex` last
-        if isinstance(ex.get("path"), str):
-            path = str(ex["path"])
+        if ex:
+            if isinstance(ex.get("linkpath"), str):
+                linkpath = str(ex["linkpath"])
+            if isinstance(ex.get("path"), str):
+                path = str(ex["path"])
         entry = Entry(kind, path, linkpath, header.size,
                       self._placed(kind, path) if kind in _READ else None)
         wanted = min(self._reader.entry(entry), header.size)
@@ -550,12 +570,13 @@ class TarballReader:
             self._start_capture(wanted, entry)
 
     def _start_capture(self, size: int, entry: Entry | None) -> None:
-        self._capture, self._capture_left, self._current = bytearray(), size, entry
+        self._capture, self._capture_left, self._current = [], size, entry
         if not size:
             self._captured()
 
     def _captured(self) -> None:
-        data, entry = bytes(self._capture or b""), self._current
+        # one piece (most files: inside one inflated chunk) is handed over without a copy
+        data, entry = b"".join(self._capture or ()), self._current
         self._capture, self._current = None, None
         if entry is not None:
             self._reader.data(entry, data)
@@ -640,16 +661,23 @@ class TarballReader:
         if self._placed_bytes > MAX_PATH_BYTES:
             raise _RefusedError(f"the paths of its files add up to more than {MAX_PATH_BYTES} "
                                 "bytes")
-        names = placed.split("/")
-        folder = self._tree
-        for depth, name in enumerate(names[:-1]):
-            inside = folder.get(name, _ABSENT)
-            if inside is None:
-                raise _RefusedError(f"{'/'.join(names[:depth + 1])[:200]!r} is both a file "
-                                    "and a folder")
-            if inside is _ABSENT:
-                inside = folder[name] = {}
-            folder = inside
-        if folder.get(names[-1]) is not None:
+        parent, _, last = placed.rpartition("/")
+        if parent == self._parent:
+            # the folder of the file before (a tar lists a folder's files together): walked
+            # then, and a folder stays one (a file by its name is refused below)
+            folder = self._folder
+        else:
+            names = parent.split("/") if parent else []
+            folder = self._tree
+            for depth, name in enumerate(names):
+                inside = folder.get(name, _ABSENT)
+                if inside is None:
+                    raise _RefusedError(f"{'/'.join(names[:depth + 1])[:200]!r} is both a "
+                                        "file and a folder")
+                if inside is _ABSENT:
+                    inside = folder[name] = {}
+                folder = inside
+            self._parent, self._folder = parent, folder
+        if folder.get(last) is not None:
             raise _RefusedError(f"{placed[:200]!r} is both a file and a folder")
-        folder[names[-1]] = None
+        folder[last] = None

@@ -31,7 +31,8 @@ def _escapes(path: str) -> bool:
     with `..`: npm pack never writes one (npm strips the first, skips the second)."""
     if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
         return True
-    return any(part == ".." for part in path.replace("\\", "/").split("/"))
+    # most paths hold no `..` at all: no split
+    return ".." in path and any(part == ".." for part in path.replace("\\", "/").split("/"))
 
 
 def _link_escapes(path: str, target: str) -> bool:
@@ -202,7 +203,8 @@ class ScriptScan:
         if entry.placed is not None and "/" not in entry.placed \
                 and entry.placed.lower().endswith(".gyp"):
             self.gyp_any.add("")
-        manifests = {folder for folder, file in readings if file == "package.json"}
+        manifests = {folder for folder, file in readings if file == "package.json"} \
+            if readings else None
         if manifests and entry.kind in ("File", "OldFile", "ContiguousFile"):
             if entry.size > MAX_MANIFEST_BYTES:
                 self._problem = f"a package.json is larger than {MAX_MANIFEST_BYTES} bytes"
