@@ -1,7 +1,8 @@
 """How the interpreter under a long-running mirrorgate is set up: loop, collector, arenas, inflate.
 
 uvloop where it is installed (`MIRRORGATE_EVENT_LOOP`), a collector that rarely walks the
-packument cache's many small objects, two malloc arenas, and ISA-L's inflate under aiohttp.
+packument cache's many small objects, two malloc arenas with large blocks mapped apart, and
+ISA-L's inflate under aiohttp.
 Each was measured on the cold bench: docs/serving.md ("The runtime") gives the figures.
 """
 
@@ -18,7 +19,7 @@ import aiohttp
 import structlog
 from isal import isal_zlib
 
-__all__ = ["ARENAS", "LOOPS", "THRESHOLDS", "freeze_startup", "inflate_with_isal",
+__all__ = ["ARENAS", "LOOPS", "MMAP_ABOVE", "THRESHOLDS", "freeze_startup", "inflate_with_isal",
            "loop_factory", "tune_allocator", "tune_collector"]
 
 log = structlog.get_logger("mirrorgate")
@@ -33,7 +34,15 @@ the defaults a cold install spent 12 s of its 70 in the collector, with these 0.
 ARENAS = 2
 """glibc's malloc arenas, at most: each thread a fill parses in keeps an arena of its own, and
 what it freed stays mapped."""
-_M_ARENA_MAX = -8  # glibc's mallopt parameter number
+MMAP_ABOVE = 128 * 1024
+"""Blocks of at least this many bytes are mapped apart and unmapped when freed (glibc's
+`M_MMAP_THRESHOLD`, its own starting value, held there). Left to itself glibc raises it to
+the largest such block freed (a 24 MiB packument's body, a 5 MiB file a reading captured),
+and every block below it is carved from the arenas, where what is freed stays mapped between
+the small objects that outlive it: 15 to 25 MiB of the defaults' peak on the scale tree
+(docs/serving.md, "The cold path at scale")."""
+_M_ARENA_MAX = -8  # glibc's mallopt parameter numbers
+_M_MMAP_THRESHOLD = -3
 
 
 def loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
@@ -65,8 +74,9 @@ def freeze_startup() -> None:
 
 
 def tune_allocator() -> bool:
-    """At most `ARENAS` malloc arenas (glibc only; call it before any thread starts): False
-    where the C library has no mallopt, which changes nothing else."""
+    """At most `ARENAS` malloc arenas and large blocks mapped apart from `MMAP_ABOVE` bytes
+    (glibc only; call it before any thread starts): False where the C library has no
+    mallopt, which changes nothing else."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
@@ -75,7 +85,7 @@ def tune_allocator() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, ARENAS))
+    return bool(mallopt(_M_ARENA_MAX, ARENAS)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_ABOVE))
 
 
 def inflate_with_isal() -> None:

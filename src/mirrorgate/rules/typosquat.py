@@ -9,7 +9,10 @@ lazily.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
 from functools import cache
 from importlib import resources
 
@@ -53,19 +56,40 @@ def _deletions(word: str) -> set[str]:
 class NameIndex:
     """Names, looked up by closeness: every name one edit (or a separator) away from a query.
     Built with the single-deletion trick (two names one edit apart share a deletion of each),
-    so a query costs a few dictionary lookups, not a pass over every name."""
+    so a query costs a few lookups, not a pass over every name.
+
+    The deletions are held as their hashes in one sorted array beside the index of the name
+    each comes from (12 bytes a deletion), not as strings in a dict of lists: the shipped
+    list's 528,000 deletions took 52 MiB of Python objects that way, about 8 now (docs/serving.md,
+    "The cold path at scale"). A deletion whose hash another one shares only adds a candidate,
+    which the distance check below admits only if it is one edit away all the same."""
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = frozenset(names)
         self._by_folded: dict[str, str] = {}
-        self._by_deletion: dict[str, list[str]] = {}
-        for name in sorted(self.names):
+        compared = [name for name in sorted(self.names)
+                    if len(_folded(name)) >= MIN_LENGTH]
+        shift = max(1, len(compared).bit_length())
+        # each deletion's hash and its name's place in one int, sorted: by hash, then by
+        # name, the order the lists appended in sorted order kept them
+        keyed: list[int] = []
+        for owner, name in enumerate(compared):
             folded = _folded(name)
-            if len(folded) < MIN_LENGTH:
-                continue
             self._by_folded.setdefault(folded, name)
-            for variant in _deletions(folded):
-                self._by_deletion.setdefault(variant, []).append(name)
+            keyed += [hash(variant) << shift | owner for variant in _deletions(folded)]
+        keyed.sort()
+        self._hashes = array("q", [key >> shift for key in keyed])
+        self._owners = array("I", [key & ((1 << shift) - 1) for key in keyed])
+        self._compared = tuple(compared)
+
+    def _sharing(self, variant: str) -> Iterator[str]:
+        """The names one of whose deletions is `variant` (or hashes as it does)."""
+        key = hash(variant)
+        hashes = self._hashes
+        at = bisect_left(hashes, key)
+        while at < len(hashes) and hashes[at] == key:
+            yield self._compared[self._owners[at]]
+            at += 1
 
     def near(self, name: str) -> str | None:
         """A name of the index `name` could be a typo of (one edit apart once separators are
@@ -80,7 +104,7 @@ class NameIndex:
             return same
         seen: set[str] = set()
         for variant in _deletions(folded):
-            for candidate in self._by_deletion.get(variant, ()):
+            for candidate in self._sharing(variant):
                 if candidate in seen:
                     continue
                 seen.add(candidate)
@@ -89,9 +113,21 @@ class NameIndex:
         return None
 
 
-@cache
+_BUILDING = threading.Lock()
+"""Held while the shipped list's index is built: the first pulls of a cold install ask for it
+at once, each from a thread of its own (`gate.releasecheck`), and `cache` alone let each
+build its own copy side by side (six at once, 300 MiB of them, on the scale tree)."""
+
+
 def popular_names() -> NameIndex:
-    """The shipped list of widely used names (read on first use, about 17,000 names)."""
+    """The shipped list of widely used names (read on first use, about 17,000 names), built
+    once however many threads ask at once."""
+    with _BUILDING:
+        return _popular_names()
+
+
+@cache
+def _popular_names() -> NameIndex:
     text = resources.files("mirrorgate.rules").joinpath("popular-names.txt").read_text("utf-8")
     return NameIndex(line.strip() for line in text.splitlines()
                      if line.strip() and not line.startswith("#"))

@@ -349,9 +349,14 @@ class PackumentSource:
                 gated, gating = await in_thread_if_large(size, self._judged, name, private,
                                                          public_doc, now, keys, rules, only)
             if (only is not None and read is not None and private_error is None
-                    and rules.policy_name is None and not gated.first_party):
+                    and rules.policy_name is None and not gated.first_party
+                    and rules.release.compares_early):
                 # a first pull that compares walks the name's other versions next
-                # (`history`): gated from these documents, not read again
+                # (`history`): gated from these documents, not read again. Not kept when no
+                # pull compares from its start (the defaults: `new-capability` walks only
+                # for a release whose code shows a capability it could have gained, rare):
+                # `FILL_BYTES` of public's answers and their gatings held 30 s for walks that
+                # never come; the rare walk reads public's answer again (`recent`)
                 self._keep(full, read, rules, now, gating)
                 judged.set("mirrorgate.versions", len(gated.versions))
                 judged.set("mirrorgate.denied", sum(gated.denials.values()))

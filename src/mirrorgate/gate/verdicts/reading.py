@@ -337,7 +337,7 @@ class ReleaseCheck:
         fired += capability_findings(own, self.previous, before_capabilities, self.gated,
                                      rules, now, looked=looked and self.unsettled is None)
         if rules.action(TYPOSQUAT) != "off":
-            # the widely used names' index (some 50 MiB of Python objects, built on first use)
+            # the widely used names' index (some 7 MiB, built once on first use, `typosquat`)
             # only for a rule that reads it: off by default, it was built at the first pull
             # of any package and held for the process's life (row 13 of the faults table)
             popular = await asyncio.to_thread(popular_names)
