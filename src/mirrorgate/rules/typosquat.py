@@ -115,7 +115,7 @@ class NameIndex:
 
 _BUILDING = threading.Lock()
 """Held while the shipped list's index is built: the first pulls of a cold install ask for it
-at once, each from a thread of its own (`gate.releasecheck`), and `cache` alone let each
+at once, each from a thread of its own (`gate.verdicts.reading`), and `cache` alone let each
 build its own copy side by side (six at once, 300 MiB of them, on the scale tree)."""
 
 
