@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorgate.npm import jsuses
+from mirrorgate.npm.js import words
 from mirrorgate.npm.jsuses import (
     CREDENTIALS,
     DECODED,
@@ -223,7 +223,7 @@ def test_a_file_past_the_parse_budget_is_unread_not_clean() -> None:
 
 def test_a_file_of_nothing_but_places_to_look_stops_at_its_bound(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jsuses, "MAX_HITS", 100)
+    monkeypatch.setattr(words, "MAX_HITS", 100)
 
     found = uses_of(b"eval(a);" * 1000)
 

@@ -16,6 +16,7 @@ from tree_sitter import Tree
 
 from mirrorgate.npm import jsmarks, jsuses, tarball
 from mirrorgate.npm.contents import ContentReading, Contents, contents_of
+from mirrorgate.npm.js import calls, windows
 from tests.servers.incidents import axios_shape, chalk_shape, shai_hulud_shape
 from tests.servers.packages import build_tarball
 from tests.servers.payloads import flatmap_payload, interceptor, stealer, worm_bundle
@@ -70,7 +71,7 @@ def _plain_line(reading: object, offset: int) -> int:
 def _read_all(lean: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Contents], int]:
     """Every tarball read, and the windows parsed for it."""
     parses = 0
-    parser = jsuses._parser()
+    parser = windows._parser()
 
     class Counted:
         def parse(self, code: bytes) -> Tree:
@@ -87,25 +88,25 @@ def _read_all(lean: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Co
 def test_the_readings_shortcuts_read_what_the_plain_computation_reads(
         monkeypatch: pytest.MonkeyPatch, lean: bool) -> None:
     decoding: list[bool] = []
-    may_decode = jsuses._may_decode
+    may_decode = calls._may_decode
 
     def counted(code: bytes) -> bool:
         decoding.append(may_decode(code))
         return decoding[-1]
 
-    monkeypatch.setattr(jsuses, "_may_decode", counted)
+    monkeypatch.setattr(calls, "_may_decode", counted)
     fast, parsed = _read_all(lean, monkeypatch)
     # both ways of a dynamic call's wide parse were taken: spared, and parsed
     assert True in decoding
     assert False in decoding
 
-    monkeypatch.setattr(jsuses, "KEPT_WINDOW", -1)  # no tree kept for the same bytes again
+    monkeypatch.setattr(windows, "KEPT_WINDOW", -1)  # no tree kept for the same bytes again
     unkept, parsed_unkept = _read_all(lean, monkeypatch)
     assert parsed < parsed_unkept  # the helper's window parsed once
     assert unkept == fast
 
-    monkeypatch.setattr(jsuses, "_may_decode", lambda code: True)  # every wide parse made
-    monkeypatch.setattr(jsuses._Reading, "line", _plain_line)  # lines counted from the start
+    monkeypatch.setattr(calls, "_may_decode", lambda code: True)  # every wide parse made
+    monkeypatch.setattr(windows._Reading, "line", _plain_line)  # lines counted from the start
     monkeypatch.setattr(tarball, "_byte_sum", sum)
     monkeypatch.setattr(jsmarks, "_hex_prefixes",
                         lambda data, least: data.count(b"_0x") >= least)

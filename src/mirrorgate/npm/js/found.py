@@ -1,0 +1,66 @@
+"""What the capability reading (`npm.jsuses`) reports: each capability by name with the words
+the evidence says it in, one `Use` of one (its line and the call) and a file's `Uses`. Apart
+so each part of the reading, and what judges it (`npm.capabilities`, `rules.capabilities`),
+names them from one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NETWORK = "network"
+PROCESS = "processes"
+ENVIRONMENT = "environment"
+HOME = "home-directory"
+CREDENTIALS = "credentials-files"
+WRITES = "writes-outside"
+WRITES_HOME = "writes-home"
+DYNAMIC = "dynamic-code"
+DECODED = "decoded-code"
+NATIVE = "native-code"
+INTERCEPTS = "intercepts-globals"
+OBFUSCATED = "obfuscated"
+UNREAD = "unread"
+CAPABILITIES: dict[str, str] = {
+    NETWORK: "reaches the network",
+    PROCESS: "runs processes",
+    ENVIRONMENT: "reads the environment whole",
+    HOME: "reaches the home directory",
+    CREDENTIALS: "names credentials files (npm, ssh, cloud, browser or wallet stores)",
+    WRITES: "writes outside the package",
+    WRITES_HOME: "writes into the home directory, or where it hides the path",
+    DYNAMIC: "runs code made at run time",
+    DECODED: "runs code decoded or decrypted at run time",
+    NATIVE: "runs native code",
+    INTERCEPTS: "intercepts globals (fetch, XMLHttpRequest, window.ethereum)",
+    OBFUSCATED: "hides what it does (obfuscated code)",
+    UNREAD: "could not be read whole",
+}
+"""Each capability and the words the evidence says it with."""
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """One capability used: which, the line, and the code that uses it."""
+
+    capability: str
+    line: int
+    call: str
+
+
+@dataclass(frozen=True, slots=True)
+class Uses:
+    """What a file's code can do: its `found` uses, the bare modules it requires (a bundled
+    dependency's name among them), why it was not read whole (None: it was), and the files
+    it requires by a relative path."""
+
+    found: tuple[Use, ...] = ()
+    modules: tuple[str, ...] = ()
+    unread: str | None = None
+    requires: tuple[str, ...] = ()
+    """The relative specifiers it requires or imports (`./lib/x`, `../y.dat`), as
+    `npm.entrypoints.requires_of` finds them, from the same places: what the capability
+    signals alone follow (`npm.contents`, lean)."""
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return frozenset(use.capability for use in self.found)
