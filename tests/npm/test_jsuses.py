@@ -131,6 +131,32 @@ def test_the_same_words_where_no_capability_is_used_are_not_read_as_one(code: st
     assert found.found == (), found
 
 
+# query-string 10.0.0's base.js, line 138: a `//` comment longer than a parse window names
+# `openapi-fetch.` at its end, and the next line starts a statement
+_LONG_COMMENT = (
+    b"\t\tcase 'separator': {\n\t\t\treturn (key, value, accumulator) => {\n"
+    b"\t\t\t\t// Split the raw value before decoding. A percent-encoded separator (`%2C`) is"
+    b" part of an item, only a literal separator delimits items. This follows RFC 6570"
+    b" \xc2\xa73.2.8, where list members are percent-encoded and joined with a literal `,`, and"
+    b" matches `stringify()`, `qs`, and OpenAPI clients such as swagger-js and openapi-fetch.\n"
+    b"\t\t\t\tconst isArray = typeof value === 'string'"
+    b" && value.includes(options.arrayFormatSeparator);\n")
+
+
+def test_a_word_at_the_end_of_a_comment_longer_than_a_window_is_read_as_comment() -> None:
+    # a window begun inside the comment parsed `fetch.` + the next line's `const` as code:
+    # query-string 10.0.0 refused as intercepting `fetch`, the one false positive of 2,308
+    # updates; the window now begins at the line's start
+    assert uses_of(_LONG_COMMENT).found == ()
+
+
+def test_an_interception_after_a_comment_longer_than_a_window_is_still_read() -> None:
+    # the control: the same long comment, then the chalk/debug shape's hook of `fetch`
+    code = _LONG_COMMENT + b"window.fetch = function (url) { return steal(url); };\n"
+
+    assert INTERCEPTS in uses_of(code).capabilities
+
+
 def test_each_use_names_its_line_and_the_call() -> None:
     code = b"'use strict';\n\nconst a = 1;\nconst cp = require('child_process');\n"
 

@@ -15,6 +15,11 @@ from tree_sitter import Language, Node, Parser, Tree
 from mirrorgate.npm.js.found import Use
 from mirrorgate.npm.js.words import _FAR_WORDS, WINDOW, _Hit
 
+LINE_REACH = 4096
+"""How far before a window's start its line's start is looked for, when nothing nearer marks
+where a statement begins: a source file's long line (a comment, a string) is within it, a
+bundle's line is not (its windows begin where they did)."""
+
 PARSED_PER_TARBALL = 16 * 1024 * 1024
 """Bytes of windows parsed per tarball at most (about 2 s of CPU at tree-sitter's 120 ms a
 MB): past it the files read later are `unread`."""
@@ -90,7 +95,13 @@ def _windows(data: bytes, hits: list[_Hit]) -> list[tuple[int, int, list[_Hit]]]
         if start > 0:
             edges = [at for at in (data.find(b"\n", start, first), data.find(b";", start, first),
                                    data.find(b"}", start, first)) if at >= 0]
-            start = min(edges) + 1 if edges else start
+            newline = data.rfind(b"\n", max(0, start - LINE_REACH), start)
+            line = newline + 1 if newline >= 0 else (0 if start <= LINE_REACH else start)
+            # no edge before the hit: begin at its line's start when that is near, so a `//`
+            # comment the hit stands in is parsed as one (query-string 10.0.0: a long comment
+            # naming `openapi-fetch.` read from its middle was `fetch` intercepted); a bundle's
+            # long line has no start that near, and keeps the window as it was
+            start = min(edges) + 1 if edges else line
             closed = data.rfind(b"*/", start, first)
             if closed >= 0 and data.find(b"/*", start, closed) < 0:
                 start = closed + 2  # the window began inside a comment
