@@ -71,7 +71,7 @@ def _plain_line(reading: object, offset: int) -> int:
 def _read_all(lean: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Contents], int]:
     """Every tarball read, and the windows parsed for it."""
     parses = 0
-    parser = windows._parser()
+    parser = windows.thread_parser()
 
     class Counted:
         def parse(self, code: bytes) -> Tree:
@@ -79,7 +79,7 @@ def _read_all(lean: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Co
             parses += 1
             return parser.parse(code)
 
-    monkeypatch.setattr(jsuses, "_parser", Counted)
+    monkeypatch.setattr(jsuses, "thread_parser", Counted)
     read = {name: contents_of(data, lean=lean) for name, data in TARBALLS.items()}
     return read, parses
 
@@ -88,13 +88,13 @@ def _read_all(lean: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Co
 def test_the_readings_shortcuts_read_what_the_plain_computation_reads(
         monkeypatch: pytest.MonkeyPatch, lean: bool) -> None:
     decoding: list[bool] = []
-    may_decode = calls._may_decode
+    may_decode = calls.may_decode
 
     def counted(code: bytes) -> bool:
         decoding.append(may_decode(code))
         return decoding[-1]
 
-    monkeypatch.setattr(calls, "_may_decode", counted)
+    monkeypatch.setattr(calls, "may_decode", counted)
     fast, parsed = _read_all(lean, monkeypatch)
     # both ways of a dynamic call's wide parse were taken: spared, and parsed
     assert True in decoding
@@ -105,8 +105,8 @@ def test_the_readings_shortcuts_read_what_the_plain_computation_reads(
     assert parsed < parsed_unkept  # the helper's window parsed once
     assert unkept == fast
 
-    monkeypatch.setattr(calls, "_may_decode", lambda code: True)  # every wide parse made
-    monkeypatch.setattr(windows._Reading, "line", _plain_line)  # lines counted from the start
+    monkeypatch.setattr(calls, "may_decode", lambda code: True)  # every wide parse made
+    monkeypatch.setattr(windows.Reading, "line", _plain_line)  # lines counted from the start
     monkeypatch.setattr(tarball, "_byte_sum", sum)
     monkeypatch.setattr(jsmarks, "_hex_prefixes",
                         lambda data, least: data.count(b"_0x") >= least)

@@ -12,7 +12,7 @@ docs/serving.md "What a release's code can do" tells the story.
 
 from __future__ import annotations
 
-from mirrorgate.npm.js.calls import _classify
+from mirrorgate.npm.js.calls import classify
 from mirrorgate.npm.js.found import (
     CAPABILITIES,
     CREDENTIALS,
@@ -31,17 +31,17 @@ from mirrorgate.npm.js.found import (
     Use,
     Uses,
 )
-from mirrorgate.npm.js.tree import _in_code
+from mirrorgate.npm.js.tree import in_code
 from mirrorgate.npm.js.windows import (
     PARSED_PER_TARBALL,
     ReadBudget,
-    _parsed,
-    _parser,
-    _Reading,
-    _windows,
+    Reading,
+    parsed_window,
+    thread_parser,
+    windows_of,
 )
-from mirrorgate.npm.js.words import _FAR_WORDS, MAX_HITS, _far_writes, _hits
-from mirrorgate.npm.js.writes import _FOLLOWS
+from mirrorgate.npm.js.words import FAR_WORDS, MAX_HITS, capped_far_writes, hits_of
+from mirrorgate.npm.js.writes import FOLLOWS
 
 __all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME",
            "INTERCEPTS", "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES",
@@ -53,25 +53,25 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
     budget = budget if budget is not None else ReadBudget()
     modules: dict[str, None] = {}
     relative: dict[str, None] = {}
-    hits = _hits(data, modules, relative)
+    hits = hits_of(data, modules, relative)
     if hits is None:
         return Uses(unread=f"past {MAX_HITS:,} places where a capability may be")
     far = None
     if any(hit.kind == "write-far" for hit in hits):
-        far = any(word in data for word in _FAR_WORDS)
-        hits = _far_writes(hits, far)
+        far = any(word in data for word in FAR_WORDS)
+        hits = capped_far_writes(hits, far)
     if not hits:  # most files: nothing to parse
         return Uses(modules=tuple(modules), requires=tuple(relative))
-    reading = _Reading(data, _parser(), budget, modules=modules, follows=_FOLLOWS, far=far)
-    for start, end, group in _windows(data, hits):
+    reading = Reading(data, thread_parser(), budget, modules=modules, follows=FOLLOWS, far=far)
+    for start, end, group in windows_of(data, hits):
         if not budget.take(end - start):
             return Uses(tuple(reading.found.values()), tuple(reading.modules),
                         f"past the {PARSED_PER_TARBALL:,} bytes of code parsed per tarball",
                         tuple(relative))
-        root = _parsed(reading, data[start:end])
+        root = parsed_window(reading, data[start:end])
         for hit in group:
             node = root.descendant_for_byte_range(hit.start - start, hit.end - start)
-            if node is not None and _in_code(node, hit.kind):
-                _classify(reading, node, hit, start, root)
+            if node is not None and in_code(node, hit.kind):
+                classify(reading, node, hit, start, root)
     found = sorted(reading.found.values(), key=lambda use: (use.line, use.capability))
     return Uses(tuple(found), tuple(reading.modules), requires=tuple(relative))

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME", "INTERCEPTS",
+           "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES", "WRITES_HOME", "Use",
+           "Uses"]
+
 NETWORK = "network"
 PROCESS = "processes"
 ENVIRONMENT = "environment"

@@ -8,21 +8,25 @@ from __future__ import annotations
 from tree_sitter import Node
 
 from mirrorgate.npm.js.found import Use
-from mirrorgate.npm.js.windows import _Reading
-from mirrorgate.npm.js.words import _ident_at
+from mirrorgate.npm.js.windows import Reading
+from mirrorgate.npm.js.words import ident_at
+
+__all__ = ["FUNCTION_TYPES", "ancestor", "assignment_to", "call_of", "declaration_of", "defined_on",
+           "identifiers_named", "in_code", "literal_arguments", "node_text", "record_use",
+           "string_around"]
 
 _SHOWN = 100  # characters of a call kept as evidence
-_FUNCTIONS = frozenset({"function_declaration", "function_expression", "arrow_function",
-                        "method_definition", "generator_function_declaration",
-                        "generator_function"})
+FUNCTION_TYPES = frozenset({"function_declaration", "function_expression", "arrow_function",
+                            "method_definition", "generator_function_declaration",
+                            "generator_function"})
 
 
-def _text(node: Node) -> str:
+def node_text(node: Node) -> str:
     raw = node.text or b""
     return " ".join(raw[:400].decode("utf-8", "replace").split())[:_SHOWN]
 
 
-def _in_code(node: Node, kind: str) -> bool:
+def in_code(node: Node, kind: str) -> bool:
     """Whether the word stands in code: not in a comment, nor (but for the words that are
     strings: module names, credentials paths) in a string."""
     strings = kind in ("module", "credentials", "home-path", "global-index", "fetch", "xhr",
@@ -37,14 +41,14 @@ def _in_code(node: Node, kind: str) -> bool:
     return True
 
 
-def _use(reading: _Reading, capability: str, node: Node, offset: int) -> None:
+def record_use(reading: Reading, capability: str, node: Node, offset: int) -> None:
     line = reading.line(offset + node.start_byte)
     key = (capability, line)
     if key not in reading.found:
-        reading.found[key] = Use(capability, line, _text(node))
+        reading.found[key] = Use(capability, line, node_text(node))
 
 
-def _up(node: Node, *types: str) -> Node | None:
+def ancestor(node: Node, *types: str) -> Node | None:
     """The nearest ancestor (or `node`) of one of `types`, within a few steps."""
     current: Node | None = node
     for _ in range(8):
@@ -56,11 +60,11 @@ def _up(node: Node, *types: str) -> Node | None:
     return None
 
 
-def _string_node(node: Node) -> Node | None:
-    return _up(node, "string", "template_string")
+def string_around(node: Node) -> Node | None:
+    return ancestor(node, "string", "template_string")
 
 
-def _callee(node: Node) -> Node | None:
+def call_of(node: Node) -> Node | None:
     """The call or `new` whose callee `node` is, through parentheses and `(0, f)`."""
     current = node
     parent = current.parent
@@ -78,7 +82,7 @@ def _callee(node: Node) -> Node | None:
     return None
 
 
-def _assigned(node: Node) -> Node | None:
+def assignment_to(node: Node) -> Node | None:
     """The assignment whose left side `node` is part of (`window.fetch = ...`,
     `XMLHttpRequest.prototype.open = ...`)."""
     current = node
@@ -95,18 +99,18 @@ def _assigned(node: Node) -> Node | None:
     return None
 
 
-def _defined_on(node: Node) -> Node | None:
+def defined_on(node: Node) -> Node | None:
     """The `Object.defineProperty(s)(...)` call `node` is an argument of, if any."""
-    arguments = _up(node, "arguments")
+    arguments = ancestor(node, "arguments")
     call = arguments.parent if arguments is not None else None
     if call is None or call.type != "call_expression":
         return None
-    callee = _text(call.child_by_field_name("function") or call)
+    callee = node_text(call.child_by_field_name("function") or call)
     return call if callee in ("Object.defineProperty", "Object.defineProperties",
                               "Reflect.defineProperty") else None
 
 
-def _literal_arguments(call: Node) -> bool:
+def literal_arguments(call: Node) -> bool:
     """Whether every argument of `call` is a plain string: code in plain sight, read here
     as any other (`Function('return this')()`)."""
     arguments = call.child_by_field_name("arguments")
@@ -120,14 +124,14 @@ def _literal_arguments(call: Node) -> bool:
         for child in named)
 
 
-def _named(root: Node, name: str) -> list[Node]:
+def identifiers_named(root: Node, name: str) -> list[Node]:
     """The identifiers `name` in the window, found from its bytes (at most 50)."""
     text = root.text or b""
     word = name.encode()
     found: list[Node] = []
     at = text.find(word)
     while at >= 0 and len(found) < 50:
-        if not _ident_at(text, at - 1) and not _ident_at(text, at + len(word)):
+        if not ident_at(text, at - 1) and not ident_at(text, at + len(word)):
             start = root.start_byte + at
             node = root.descendant_for_byte_range(start, start + len(word))
             if node is not None and node.type in ("identifier", "shorthand_property_identifier"):
@@ -136,12 +140,12 @@ def _named(root: Node, name: str) -> list[Node]:
     return found
 
 
-def _declaration(root: Node, name: str, before: int | None = None) -> Node | None:
+def declaration_of(root: Node, name: str, before: int | None = None) -> Node | None:
     """The value `name` is declared with in the window (`const dir = path.join(...)`): the
     first declaration, or with `before` the last one before that byte of the window (the
     one in scope where minified code declares the same short name twice)."""
     found = None
-    for node in _named(root, name):
+    for node in identifiers_named(root, name):
         parent = node.parent
         if parent is not None and parent.type == "variable_declarator" \
                 and parent.child_by_field_name("name") == node:

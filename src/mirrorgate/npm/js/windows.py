@@ -2,7 +2,7 @@
 bytes, merged, begun and ended at a line's or a statement's edge): a 10 MB bundle costs its
 scan and a few dozen windows, not a whole parse (over 100 ms a MB). Holds what a tarball may
 still parse (`ReadBudget`) and the trees of the windows parsed last, kept for the same bytes
-again, each thread's parser, and one file's reading as it goes (`_Reading`)."""
+again, each thread's parser, and one file's reading as it goes (`Reading`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ import tree_sitter_javascript
 from tree_sitter import Language, Node, Parser, Tree
 
 from mirrorgate.npm.js.found import Use
-from mirrorgate.npm.js.words import _FAR_WORDS, WINDOW, _Hit
+from mirrorgate.npm.js.words import FAR_WORDS, WINDOW, Hit
+
+__all__ = ["KEPT_TREES", "KEPT_WINDOW", "LINE_REACH", "PARSED_PER_TARBALL", "ReadBudget", "Reading",
+           "parsed_around", "parsed_window", "thread_parser", "windows_of"]
 
 LINE_REACH = 4096
 """How far before a window's start its line's start is looked for, when nothing nearer marks
@@ -25,7 +28,7 @@ PARSED_PER_TARBALL = 16 * 1024 * 1024
 MB): past it the files read later are `unread`."""
 KEPT_TREES = 64
 KEPT_WINDOW = 2048
-"""Windows' trees a tarball's reading keeps for the same bytes again (`_parsed`), and the
+"""Windows' trees a tarball's reading keeps for the same bytes again (`parsed_window`), and the
 largest window kept: a tree holds about 23 times its window's bytes, so at most 3 MB."""
 _LANGUAGE = Language(tree_sitter_javascript.language())
 
@@ -33,7 +36,7 @@ _LANGUAGE = Language(tree_sitter_javascript.language())
 @dataclass(slots=True)
 class ReadBudget:
     """The bytes of windows a tarball's reading may still parse (`PARSED_PER_TARBALL`), and
-    the trees of the windows parsed last (`_parsed`)."""
+    the trees of the windows parsed last (`parsed_window`)."""
 
     parsed: int = PARSED_PER_TARBALL
     trees: dict[bytes, Tree] = field(default_factory=dict)
@@ -47,7 +50,7 @@ class ReadBudget:
 
 
 @dataclass(slots=True)
-class _Reading:
+class Reading:
     data: bytes
     parser: Parser
     budget: ReadBudget
@@ -56,14 +59,14 @@ class _Reading:
     counted: tuple[int, int] = (0, 1)
     """The last offset whose line was counted, and its line: lines are counted on from it."""
     follows: int = 0
-    """The small parses a write's path may still cost to follow (`_FOLLOWS` a file)."""
+    """The small parses a write's path may still cost to follow (`FOLLOWS` a file)."""
     far: bool | None = None
-    """Whether the file names an outside anywhere (`_FAR_WORDS`; None: not looked yet):
+    """Whether the file names an outside anywhere (`FAR_WORDS`; None: not looked yet):
     else a path handed in by name is not followed."""
 
     def names_outside(self) -> bool:
         if self.far is None:
-            self.far = any(word in self.data for word in _FAR_WORDS)
+            self.far = any(word in self.data for word in FAR_WORDS)
         return self.far
 
     def line(self, offset: int) -> int:
@@ -76,11 +79,11 @@ class _Reading:
         return line
 
 
-def _windows(data: bytes, hits: list[_Hit]) -> list[tuple[int, int, list[_Hit]]]:
+def windows_of(data: bytes, hits: list[Hit]) -> list[tuple[int, int, list[Hit]]]:
     """The hits grouped into windows of code to parse, each begun at a line's or a
     statement's edge and never inside a block comment (prose parsed as code sends the
     parser's error recovery through every quote and backtick of it: 30 times the cost)."""
-    windows: list[tuple[int, int, list[_Hit]]] = []
+    windows: list[tuple[int, int, list[Hit]]] = []
     for hit in hits:  # in order of their start
         start = max(0, hit.start - WINDOW)
         end = min(len(data), hit.end + WINDOW)
@@ -89,7 +92,7 @@ def _windows(data: bytes, hits: list[_Hit]) -> list[tuple[int, int, list[_Hit]]]
             windows[-1] = (open_start, max(open_end, end), [*open_group, hit])
             continue
         windows.append((start, end, [hit]))
-    placed: list[tuple[int, int, list[_Hit]]] = []
+    placed: list[tuple[int, int, list[Hit]]] = []
     for start, end, group in windows:
         first, last = group[0].start, max(hit.end for hit in group)
         if start > 0:
@@ -119,7 +122,7 @@ def _windows(data: bytes, hits: list[_Hit]) -> list[tuple[int, int, list[_Hit]]]
 _PARSERS = threading.local()
 
 
-def _parser() -> Parser:
+def thread_parser() -> Parser:
     """This thread's parser (a parser is not shared between threads; making one per file
     would cost more than most files' reading)."""
     parser: Parser | None = getattr(_PARSERS, "parser", None)
@@ -128,7 +131,7 @@ def _parser() -> Parser:
     return parser
 
 
-def _parsed(reading: _Reading, window: bytes) -> Node:
+def parsed_window(reading: Reading, window: bytes) -> Node:
     """The tree of `window`, parsed or, where the same bytes were parsed last in the tarball,
     kept: a compiler's or bundler's helpers stand the same in every file of a package (a
     fifth of the windows of 21 real tarballs, a quarter of their parsing, were bytes parsed
@@ -146,10 +149,10 @@ def _parsed(reading: _Reading, window: bytes) -> Node:
     return tree.root_node
 
 
-def _parsed_around(reading: _Reading, start: int, end: int) -> tuple[Node, int] | None:
-    """The window around `start:end` parsed (its edges placed as `_windows` places them),
+def parsed_around(reading: Reading, start: int, end: int) -> tuple[Node, int] | None:
+    """The window around `start:end` parsed (its edges placed as `windows_of` places them),
     and its offset; None past the budget."""
-    [(first, last, _group)] = _windows(reading.data, [_Hit(start, end, "call")])
+    [(first, last, _group)] = windows_of(reading.data, [Hit(start, end, "call")])
     if not reading.budget.take(last - first):
         return None
     return reading.parser.parse(reading.data[first:last]).root_node, first

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 import ahocorasick_rs
 
+__all__ = ["DYNAMIC_MODULES", "FAR_WORDS", "FOLLOWED_WRITES", "HOME_VARIABLES", "MAX_HITS",
+           "NETWORK_MODULES", "OUTSIDE_VARIABLES", "PROCESS_MODULES", "WINDOW", "WRITING_CALLS",
+           "Hit", "capped_far_writes", "hits_of", "ident_at"]
+
 NETWORK_MODULES = frozenset({
     "http", "https", "http2", "net", "tls", "dgram", "dns", "undici",
     # the clients a package reaches the network through without a built-in module of its own
@@ -33,25 +37,25 @@ MAX_HITS = 50_000
 """Places looked at per file at most: past it the file is `unread`."""
 _CHUNK = 1024 * 1024  # bytes scanned at a time, so a hostile file's hits stop at the bound
 _IDENT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$")
-_HOME_VARIABLES = frozenset({"HOME", "USERPROFILE", "HOMEPATH", "APPDATA", "LOCALAPPDATA",
-                             "XDG_CONFIG_HOME", "XDG_DATA_HOME"})
-_OUTSIDE_VARIABLES = _HOME_VARIABLES | {"INIT_CWD"}
+HOME_VARIABLES = frozenset({"HOME", "USERPROFILE", "HOMEPATH", "APPDATA", "LOCALAPPDATA",
+                            "XDG_CONFIG_HOME", "XDG_DATA_HOME"})
+OUTSIDE_VARIABLES = HOME_VARIABLES | {"INIT_CWD"}
 _OUTSIDE_WORDS = (b"homedir", b"HOME", b"USERPROFILE", b"APPDATA", b"INIT_CWD", b"XDG_",
                   b"cwd(", b"'/", b'"/', b"`/", b"~", b"..", b":\\", b"base64", b"atob(")
 """What a path outside the package is written with (`_outside`)."""
-_FAR_WORDS = (b"homedir", b"HOME", b"USERPROFILE", b"APPDATA", b"INIT_CWD", b"cwd(",
-              b"base64", b"atob")
+FAR_WORDS = (b"homedir", b"HOME", b"USERPROFILE", b"APPDATA", b"INIT_CWD", b"cwd(",
+             b"base64", b"atob")
 """What a file names where a path handed to a write by name may come from outside
 (`write-far`): without one of these, such a write is not followed to its callers."""
 FOLLOWED_WRITES = 8
 """Writes of a path handed in by name followed to their callers per file, at most: each a
 wider parse and up to `_CALLERS` small ones."""
 _NAMED_PATH = re.compile(rb"\s{0,8}\(\s{0,40}[A-Za-z_$][\w$]{0,64}\s{0,8}[,)]")
-_WRITERS = {"writeFile": 0, "writeFileSync": 0, "appendFile": 0, "appendFileSync": 0,
-            "createWriteStream": 0, "copyFile": 1, "copyFileSync": 1, "cp": 1, "cpSync": 1,
-            "symlink": 1, "symlinkSync": 1, "rename": 1, "renameSync": 1, "rm": 0,
-            "rmSync": 0, "unlink": 0, "unlinkSync": 0, "mkdir": 0, "mkdirSync": 0,
-            "chmod": 0, "chmodSync": 0}
+WRITING_CALLS = {"writeFile": 0, "writeFileSync": 0, "appendFile": 0, "appendFileSync": 0,
+                 "createWriteStream": 0, "copyFile": 1, "copyFileSync": 1, "cp": 1,
+                 "cpSync": 1, "symlink": 1, "symlinkSync": 1, "rename": 1, "renameSync": 1,
+                 "rm": 0, "rmSync": 0, "unlink": 0, "unlinkSync": 0, "mkdir": 0,
+                 "mkdirSync": 0, "chmod": 0, "chmodSync": 0}
 """fs's calls that change the disk, and which argument names the path changed."""
 _CREDENTIAL_PATHS = (
     b".npmrc", b".ssh", b"id_rsa", b"id_ed25519", b".aws", b"gcloud", b".azure", b".kube",
@@ -79,7 +83,7 @@ _WORDS: list[tuple[bytes, str]] = [
     (b"EventSource", "socket"), (b"sendBeacon", "beacon"), (b"ethereum", "ethereum"),
     # `self` apart: as often a local name (`const self = this`) as the global
     *[(f"{name}[".encode(), "global-index") for name in ("global", "globalThis", "window")],
-    *[(name.encode(), "write") for name in sorted(_WRITERS, key=len, reverse=True)
+    *[(name.encode(), "write") for name in sorted(WRITING_CALLS, key=len, reverse=True)
       if not name.endswith("Sync") and name not in ("cp", "rm")],
     (b"rmSync", "write"), (b"cpSync", "write"),
 ]
@@ -100,7 +104,7 @@ _WHOLE_WORD = frozenset({"require", "require-call", "homedir", "eval", "function
 
 
 @dataclass(slots=True)
-class _Hit:
+class Hit:
     """A word found: where its identifier (or string) stands, and what it may be."""
 
     start: int
@@ -108,16 +112,16 @@ class _Hit:
     kind: str
 
 
-def _ident_at(data: bytes, at: int) -> bool:
+def ident_at(data: bytes, at: int) -> bool:
     return 0 <= at < len(data) and data[at] in _IDENT
 
 
-def _hits(data: bytes, modules: dict[str, None],
-          relative: dict[str, None]) -> list[_Hit] | None:
+def hits_of(data: bytes, modules: dict[str, None],
+            relative: dict[str, None]) -> list[Hit] | None:
     """Where a capability may be, the words cut at identifier boundaries (`evaluate` is not
     `eval`), each narrowed to the identifier or string the tree holds; None past
     `MAX_HITS`. A module loaded by a plain string is settled here, its name kept."""
-    found: list[_Hit] = []
+    found: list[Hit] = []
     ident, size, kinds, whole = _IDENT, len(data), _KINDS, _WHOLE_WORD  # the hot loop's
     for index, start, end in _matches(_AUTOMATON, data):
         kind = kinds[index]
@@ -129,12 +133,12 @@ def _hits(data: bytes, modules: dict[str, None],
             end -= 1
         if data[start] == _DOT:
             start += 1
-        hit = _quick(data, _Hit(start, end, kind), modules, relative)
+        hit = _quick(data, Hit(start, end, kind), modules, relative)
         if hit is not None:
             found.append(hit)
     for automaton, kind in zip(_PATHS, ("credentials", "home-path"), strict=True):
         found += [hit for _index, start, end in _matches(automaton, data)
-                  if (hit := _quick(data, _Hit(start, end, kind), modules, relative))
+                  if (hit := _quick(data, Hit(start, end, kind), modules, relative))
                   is not None]
     if len(found) > MAX_HITS:
         return None
@@ -180,8 +184,8 @@ _QUOTED = re.compile(rb"(['\"])([^'\"\\\n]{0,256})\1")
 matched where the word ends (one anchored match, not a scan)."""
 
 
-def _quick(data: bytes, hit: _Hit, modules: dict[str, None],
-           relative: dict[str, None]) -> _Hit | None:
+def _quick(data: bytes, hit: Hit, modules: dict[str, None],
+           relative: dict[str, None]) -> Hit | None:
     """What the bytes around a word already settle without a parse: most words are not a
     capability (`process.env.NODE_ENV`, `require('./x')`, `x.constructor.name`)."""
     end, kind = hit.end, hit.kind
@@ -208,17 +212,17 @@ def _quick(data: bytes, hit: _Hit, modules: dict[str, None],
         elif name and not name.startswith("/"):
             modules[name] = None  # maybe a bundled dependency: a superset is harmless
         if name.removeprefix("node:") in _CAPABLE_MODULES:
-            return _Hit(at, at + len(literal) + 2, "module")  # confirmed by the parse
+            return Hit(at, at + len(literal) + 2, "module")  # confirmed by the parse
         return None
     if kind == "env":
         if after[:1] in (b".", b"["):
             variable = after[1:].lstrip(b"'\"")
             length = next((i for i, c in enumerate(variable) if c not in _IDENT), len(variable))
-            if variable[:length].decode("ascii") in _OUTSIDE_VARIABLES:
+            if variable[:length].decode("ascii") in OUTSIDE_VARIABLES:
                 hit.kind = "env-home"
                 return hit
             return None  # one variable by name: not the environment whole
-        return None if _ident_at(data, end) else hit
+        return None if ident_at(data, end) else hit
     if kind == "home-path":
         return hit if data[hit.start - 1:hit.start] in (b"'", b'"', b"`") else None
     if kind == "constructor":
@@ -255,11 +259,11 @@ def _quick(data: bytes, hit: _Hit, modules: dict[str, None],
     return hit
 
 
-def _far_writes(hits: list[_Hit], far: bool) -> list[_Hit]:
+def capped_far_writes(hits: list[Hit], far: bool) -> list[Hit]:
     """The hits with the writes of a path handed in by name kept only in a file that names
     an outside somewhere (`far`), the first `FOLLOWED_WRITES` of them."""
     followed = FOLLOWED_WRITES if far else 0
-    kept: list[_Hit] = []
+    kept: list[Hit] = []
     for hit in hits:
         if hit.kind == "write-far":
             if followed == 0:

@@ -12,12 +12,21 @@ import re
 from tree_sitter import Node
 
 from mirrorgate.npm.js.found import NATIVE, WRITES, WRITES_HOME
-from mirrorgate.npm.js.tree import _FUNCTIONS, _callee, _declaration, _named, _text, _use
-from mirrorgate.npm.js.windows import _parsed_around, _Reading
-from mirrorgate.npm.js.words import _HOME_VARIABLES, _OUTSIDE_VARIABLES, _WRITERS, _ident_at
+from mirrorgate.npm.js.tree import (
+    FUNCTION_TYPES,
+    call_of,
+    declaration_of,
+    identifiers_named,
+    node_text,
+    record_use,
+)
+from mirrorgate.npm.js.windows import Reading, parsed_around
+from mirrorgate.npm.js.words import HOME_VARIABLES, OUTSIDE_VARIABLES, WRITING_CALLS, ident_at
+
+__all__ = ["FOLLOWS", "classify_write"]
 
 _CALLERS = 24  # calls of a writing function looked at, and declarations looked for
-_FOLLOWS = 64  # small parses per file to follow a write's path (about 32 KB parsed)
+FOLLOWS = 64  # small parses per file to follow a write's path (about 32 KB parsed)
 _BEFORE = 32 * 1024  # bytes before a name looked through for its declaration
 _DECLARING = (b"var", b"let", b"const", b",")
 _REACH = 2048
@@ -26,7 +35,7 @@ two-letter name to find its declaration in scope."""
 _SCRATCH = ("/" + "tmp", "/dev/null")  # absolute paths a write there changes nothing of the user's
 
 
-def _outside(expression: Node | None, root: Node, reading: _Reading | None = None,
+def _outside(expression: Node | None, root: Node, reading: Reading | None = None,
              offset: int = 0, depth: int = 0) -> int:
     """Where a path expression points: `_USERS` (the home directory: `os.homedir()`,
     `homedir` itself, `process.env.HOME`, `~/`, `/Users/`, `%USERPROFILE%`; or a path hidden
@@ -38,7 +47,7 @@ def _outside(expression: Node | None, root: Node, reading: _Reading | None = Non
     the code before it (`_declared_before`)."""
     if expression is None:
         return 0
-    climbs = depth > 0 or not _ANCHORED.match(_text(expression))
+    climbs = depth > 0 or not _ANCHORED.match(node_text(expression))
     stack = [expression]
     seen = followed = found = 0
     while stack and seen < 200 and found < _USERS:
@@ -49,9 +58,9 @@ def _outside(expression: Node | None, root: Node, reading: _Reading | None = Non
             found = max(found, _outside_text((node.text or b"").decode("utf-8", "replace"),
                                              _leading(node), climbs))
         elif kind == "string" and _leading(node):
-            found = max(found, _drive(_text(node)[1:]))  # its fragments are cut at escapes
+            found = max(found, _drive(node_text(node)[1:]))  # its fragments are cut at escapes
         elif kind == "call_expression":
-            name = _text(node.child_by_field_name("function") or node)
+            name = node_text(node.child_by_field_name("function") or node)
             if name.endswith("homedir"):
                 return _USERS
             if name == "process.cwd":
@@ -60,22 +69,22 @@ def _outside(expression: Node | None, root: Node, reading: _Reading | None = Non
             if decoded is not None and _outside_text(decoded, True, climbs):
                 return _USERS  # a path outside, hidden
         elif kind == "member_expression":
-            owner = _text(node.child_by_field_name("object") or node)
-            field_name = _text(node.child_by_field_name("property") or node)
-            if (owner == "process.env" and field_name in _HOME_VARIABLES) or \
+            owner = node_text(node.child_by_field_name("object") or node)
+            field_name = node_text(node.child_by_field_name("property") or node)
+            if (owner == "process.env" and field_name in HOME_VARIABLES) or \
                     field_name == "homedir":  # `os.homedir` handed on as a value
                 return _USERS
-            if owner == "process.env" and field_name in _OUTSIDE_VARIABLES:
+            if owner == "process.env" and field_name in OUTSIDE_VARIABLES:
                 found = max(found, _PROJECT)
             stack.append(node.child_by_field_name("object") or node)
             continue  # a property's name is no path
         elif kind == "identifier":
-            text = _text(node)
+            text = node_text(node)
             if text == "homedir":  # `import { homedir } from 'os'`, then `${homedir}/x`
                 return _USERS
             if depth < 2 and followed < 4:
                 followed += 1
-                declared, where, at = _declaration(root, text, node.start_byte), root, offset
+                declared, where, at = declaration_of(root, text, node.start_byte), root, offset
                 if declared is None and reading is not None:
                     declared, where, at = _declared_before(
                         reading, text, offset + node.start_byte) or (None, root, offset)
@@ -139,8 +148,8 @@ def _decoded_literal(call: Node, name: str) -> str | None:
     named = arguments.named_children if arguments is not None else []
     if not named or named[0].type != "string":
         return None
-    literal = _text(named[0])[1:-1][:344]
-    encoding = _text(named[1]).strip("'\"`") if len(named) > 1 else (
+    literal = node_text(named[0])[1:-1][:344]
+    encoding = node_text(named[1]).strip("'\"`") if len(named) > 1 else (
         "base64" if name != "Buffer.from" else "utf8")
     try:
         if encoding in ("base64", "base64url"):
@@ -155,11 +164,11 @@ def _decoded_literal(call: Node, name: str) -> str | None:
     return raw[:256].decode("utf-8", "replace")
 
 
-def _declared_before(reading: _Reading, name: str, at: int) -> tuple[Node, Node, int] | None:
+def _declared_before(reading: Reading, name: str, at: int) -> tuple[Node, Node, int] | None:
     """The value `name` is declared with nearest before `at` in the file (`var Desktops =
     ...` at a module's head, `const o = Buffer.from(...)` a few lines up), looked for in the
     `_BEFORE` bytes before it, with the window parsed around it and its offset; None when
-    there is none, or past the follows a file may make (`_FOLLOWS`)."""
+    there is none, or past the follows a file may make (`FOLLOWS`)."""
     if reading.follows <= 0 or not name.isidentifier():
         return None
     reading.follows -= 1
@@ -182,16 +191,16 @@ def _declared_before(reading: _Reading, name: str, at: int) -> tuple[Node, Node,
         if named < 0:
             return None
         after = data[named + len(word):named + len(word) + 8].lstrip()
-        if not _ident_at(data, named - 1) and after[:1] == b"=" \
+        if not ident_at(data, named - 1) and after[:1] == b"=" \
                 and after[1:2] not in (b"=", b">") \
                 and data[max(0, named - 8):named].rstrip().endswith(_DECLARING):
             break
     else:
         return None
-    parsed = _parsed_around(reading, named, named + len(word))
+    parsed = parsed_around(reading, named, named + len(word))
     if parsed is None:
         return None
-    declared = _declaration(parsed[0], name)
+    declared = declaration_of(parsed[0], name)
     return (declared, parsed[0], parsed[1]) if declared is not None else None
 
 
@@ -204,7 +213,7 @@ def _scoped_declaration(root: Node, use: Node, name: str) -> Node | None:
         around.add((current.start_byte, current.end_byte))
         current = current.parent
     found = None
-    for node in _named(root, name):
+    for node in identifiers_named(root, name):
         declarator = node.parent
         if node.start_byte >= use.start_byte or declarator is None \
                 or declarator.type != "variable_declarator" \
@@ -218,42 +227,42 @@ def _scoped_declaration(root: Node, use: Node, name: str) -> Node | None:
     return found
 
 
-def _write(reading: _Reading, node: Node, offset: int, root: Node) -> None:
-    name = _text(node)
-    if name not in _WRITERS or node.type not in ("identifier", "property_identifier"):
+def classify_write(reading: Reading, node: Node, offset: int, root: Node) -> None:
+    name = node_text(node)
+    if name not in WRITING_CALLS or node.type not in ("identifier", "property_identifier"):
         return
     target = node.parent if node.type == "property_identifier" else node
-    call = _callee(target) if target is not None else None
+    call = call_of(target) if target is not None else None
     if call is None or call.type != "call_expression":
         return
     arguments = call.child_by_field_name("arguments")
     named = arguments.named_children if arguments is not None else []
-    path = named[_WRITERS[name]] if len(named) > _WRITERS[name] else None
+    path = named[WRITING_CALLS[name]] if len(named) > WRITING_CALLS[name] else None
     if name.startswith("chmod"):
         mode = named[1] if len(named) > 1 else None
         if mode is not None and _executable(mode):
-            _use(reading, NATIVE, call, offset)  # a file made executable: a binary to run
+            record_use(reading, NATIVE, call, offset)  # a file made executable: a binary to run
         return
     owner = target.child_by_field_name("object") if target is not None \
         and target.type == "member_expression" else None
-    if owner is not None and _text(owner) == "FS":
+    if owner is not None and node_text(owner) == "FS":
         return  # emscripten's file system, in memory: `FS.mkdir("/home/web_user")`
     reach = _outside(path, root)
     if reach < _USERS and path is not None and path.type == "identifier":
-        reach = max(reach, _called_outside(reading, call, _WRITERS[name], offset, root))
+        reach = max(reach, _called_outside(reading, call, WRITING_CALLS[name], offset, root))
     if reach:
-        _use(reading, WRITES, call, offset)
+        record_use(reading, WRITES, call, offset)
     if reach == _USERS:
-        _use(reading, WRITES_HOME, call, offset)
+        record_use(reading, WRITES_HOME, call, offset)
 
 
-def _called_outside(reading: _Reading, call: Node, index: int, offset: int,
+def _called_outside(reading: Reading, call: Node, index: int, offset: int,
                     root: Node) -> int:
     """Where a write's path, handed in by name, points where its function is called (as
     `_outside` grades it, the furthest of its callers'): the path traced to a parameter of
     the named function around the write (in the window's tree, else parsed wider, `_REACH`
     each side), and each call of that function in the file (`_CALLERS` at most) read for
-    that argument; only in a file that names an outside at all (`_FAR_WORDS`). peacenotwar
+    that argument; only in a file that names an outside at all (`FAR_WORDS`). peacenotwar
     writes `deliverAPeacefulMessage(path, ...)`'s `path`, called with `${Desktops}...` where
     `Desktops` is `${homedir}/Desktop/`; node-ipc 10.1.1 overwrites each file `walk(dir)`
     lists, called with a decoded `../`."""
@@ -289,7 +298,7 @@ def _called_outside(reading: _Reading, call: Node, index: int, offset: int,
 def _around(node: Node) -> Node | None:
     """The function `node` stands in, if the tree holds it."""
     current: Node | None = node
-    while current is not None and current.type not in _FUNCTIONS:
+    while current is not None and current.type not in FUNCTION_TYPES:
         current = current.parent
     return current
 
@@ -298,11 +307,11 @@ def _function_name(function: Node) -> str | None:
     """The name a function is called by: its declaration's, or the variable it is kept in."""
     named = function.child_by_field_name("name")
     if named is not None:
-        return _text(named)
+        return node_text(named)
     parent = function.parent
     if parent is not None and parent.type == "variable_declarator":
         declared = parent.child_by_field_name("name")
-        return _text(declared) if declared is not None and declared.type == "identifier" \
+        return node_text(declared) if declared is not None and declared.type == "identifier" \
             else None
     return None
 
@@ -314,12 +323,12 @@ def _parameters(function: Node) -> list[str]:
     if listed is None:
         return []
     if listed.type == "identifier":  # `dir => ...`
-        return [_text(listed)]
+        return [node_text(listed)]
     names = []
     for parameter in listed.named_children:
         if parameter.type == "assignment_pattern":
             parameter = parameter.child_by_field_name("left") or parameter
-        names.append(_text(parameter) if parameter.type == "identifier" else "")
+        names.append(node_text(parameter) if parameter.type == "identifier" else "")
     return names
 
 
@@ -332,10 +341,10 @@ def _traced(expression: Node, parameters: list[str], root: Node) -> int | None:
         node, depth = stack.pop()
         seen += 1
         if node.type == "identifier":
-            text = _text(node)
+            text = node_text(node)
             if text and text in parameters:
                 return parameters.index(text)
-            declared = _declaration(root, text, node.start_byte) if depth == 0 else None
+            declared = declaration_of(root, text, node.start_byte) if depth == 0 else None
             if declared is not None:
                 stack.append((declared, depth + 1))
             continue
@@ -343,7 +352,7 @@ def _traced(expression: Node, parameters: list[str], root: Node) -> int | None:
     return None
 
 
-def _arguments_at(reading: _Reading, name: str,
+def _arguments_at(reading: Reading, name: str,
                   index: int) -> list[tuple[Node, Node, int]]:
     """The argument at `index` of each call of the function `name` in the file (at most
     `_CALLERS` looked at), each with the window it was parsed in and its offset."""
@@ -353,14 +362,14 @@ def _arguments_at(reading: _Reading, name: str,
     looked = 0
     while at >= 0 and looked < _CALLERS and reading.follows > 0:
         looked += 1
-        if not _ident_at(data, at - 1) and data[max(0, at - 9):at] != b"function ":
+        if not ident_at(data, at - 1) and data[max(0, at - 9):at] != b"function ":
             reading.follows -= 1
-            parsed = _parsed_around(reading, at, at + len(name))
+            parsed = parsed_around(reading, at, at + len(name))
             if parsed is None:
                 break
             root, first = parsed
             node = root.descendant_for_byte_range(at - first, at - first + len(name))
-            call = _callee(node) if node is not None else None
+            call = call_of(node) if node is not None else None
             arguments = call.child_by_field_name("arguments") if call is not None else None
             if arguments is not None and len(arguments.named_children) > index:
                 found.append((arguments.named_children[index], root, first))
@@ -369,7 +378,7 @@ def _arguments_at(reading: _Reading, name: str,
 
 
 def _executable(mode: Node) -> bool:
-    text = _text(mode).strip("'\"")
+    text = node_text(mode).strip("'\"")
     try:
         value = int(text, 0) if not text.isdigit() or text.startswith("0o") else (
             int(text, 8) if len(text) in (3, 4) and text.startswith(("0", "7", "5"))
