@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import orjson
 
+from mirrorgate.errors import MirrorgateError
 from mirrorgate.npm.names import PackageName
 
 __all__ = ["MAX_ATTESTATIONS_BYTES", "PROVENANCE_PREDICATE", "AttestationsError", "Workflow",
@@ -69,7 +70,7 @@ def attestations_path(name: PackageName, version: str) -> str:
     return f"-/npm/v1/attestations/{name.url_path()}@{quote(version, safe='+')}"
 
 
-class AttestationsError(ValueError):
+class AttestationsError(MirrorgateError, ValueError):
     """Why an attestations document says no workflow mirrorgate can read; the text says what
     is wrong with it."""
 
