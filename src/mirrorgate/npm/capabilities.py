@@ -33,13 +33,18 @@ from mirrorgate.npm.jsuses import (
 from mirrorgate.npm.packagejson import PackageJsonError, parse_package_json
 from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 
-__all__ = ["INSTALL", "LOAD", "Capabilities", "Found", "Layout", "capabilities_of",
+__all__ = ["INSTALL", "LOAD", "Capabilities", "Found", "Layout", "Sent", "capabilities_of",
            "release_capabilities"]
 
 INSTALL = "install"
 LOAD = "load"
 KEPT_PER_CAPABILITY = 3
 """Places kept as evidence per capability and phase (the first found, in walk order)."""
+KEPT_DESTINATIONS = 64
+"""Network calls to a written host kept per phase (the first found, in walk order): each is
+compared with the predecessor's hosts, so more than evidence's few are kept."""
+KEPT_HOSTS = 4096
+"""Hosts named by the code that runs kept at most (an SDK's bundle names a few hundred)."""
 _FILES = 200_000  # files followed at most (as `npm.entrypoints.MAX_RUN_FILES`)
 _EDGES = 500_000
 _SCRIPT_DEPTH = 3  # `npm run x` followed this deep
@@ -82,10 +87,29 @@ class Found:
 
 
 @dataclass(frozen=True, slots=True)
+class Sent:
+    """A network call of the release whose host its code writes (`npm.js.destinations`):
+    when it runs, where, the call, the host, and whether it encodes or reads what it sends."""
+
+    phase: str
+    file: str
+    line: int
+    call: str
+    host: str
+    sends: bool
+
+    def text(self) -> str:
+        return f"{self.file}:{self.line} `{self.call}` to {self.host}"
+
+
+@dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a release's code can do: the places found, at install and at load."""
+    """What a release's code can do: the places found, at install and at load; the network
+    calls to a host the code writes (`sent`) and every host the code that runs names."""
 
     found: tuple[Found, ...] = ()
+    sent: tuple[Sent, ...] = ()
+    hosts: frozenset[str] = frozenset()
 
     def at(self, phase: str) -> frozenset[str]:
         return frozenset(item.capability for item in self.found if item.phase == phase)
@@ -127,6 +151,8 @@ class _Walk:
     found: dict[tuple[str, str], list[Found]] = field(default_factory=dict)
     seen: dict[str, set[str]] = field(default_factory=lambda: {INSTALL: set(), LOAD: set()})
     edges: int = 0
+    sent: dict[str, list[Sent]] = field(default_factory=lambda: {INSTALL: [], LOAD: []})
+    hosts: set[str] = field(default_factory=set)
 
     def add(self, item: Found) -> None:
         kept = self.found.setdefault((item.capability, item.phase), [])
@@ -277,6 +303,20 @@ def _record(walk: _Walk, path: str, marks: FileMarks, phase: str) -> None:
         walk.add(Found(UNREAD, phase, path, 0, marks.uses.unread))
     for use in marks.uses.found:
         walk.add(Found(use.capability, phase, path, use.line, use.call))
+    _record_destinations(walk, path, marks, phase)
+
+
+def _record_destinations(walk: _Walk, path: str, marks: FileMarks, phase: str) -> None:
+    """The hosts a file that runs names, and its network calls to a written host."""
+    uses = marks.uses
+    if uses is None:
+        return
+    if len(walk.hosts) < KEPT_HOSTS:
+        walk.hosts.update(uses.hosts)
+    kept = walk.sent[phase]
+    for destination in uses.destinations[:KEPT_DESTINATIONS - len(kept)]:
+        kept.append(Sent(phase, path, destination.line, destination.call, destination.host,
+                         destination.sends))
 
 
 def capabilities_of(layout: Layout, code: Mapping[str, FileMarks],
@@ -314,7 +354,8 @@ def capabilities_of(layout: Layout, code: Mapping[str, FileMarks],
             break
     found = [item for phase in (INSTALL, LOAD) for capability in CAPABILITIES
              for item in walk.found.get((capability, phase), ())]
-    return Capabilities(tuple(found))
+    return Capabilities(tuple(found), (*walk.sent[INSTALL], *walk.sent[LOAD]),
+                        frozenset(walk.hosts))
 
 
 def release_capabilities(files: Mapping[str, bytes]) -> Capabilities:

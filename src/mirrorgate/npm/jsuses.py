@@ -13,6 +13,7 @@ docs/serving.md "What a release's code can do" tells the story.
 from __future__ import annotations
 
 from mirrorgate.npm.js.calls import classify
+from mirrorgate.npm.js.destinations import hosts_in, url_call_hits
 from mirrorgate.npm.js.found import (
     CAPABILITIES,
     CREDENTIALS,
@@ -60,18 +61,22 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
     if any(hit.kind == "write-far" for hit in hits):
         far = any(word in data for word in FAR_WORDS)
         hits = capped_far_writes(hits, far)
+    hosts = hosts_in(data)
+    if hosts:  # a URL handed straight to a call the words do not name (`axios.post(url)`)
+        hits = sorted([*hits, *url_call_hits(data)], key=lambda hit: hit.start)
     if not hits:  # most files: nothing to parse
-        return Uses(modules=tuple(modules), requires=tuple(relative))
+        return Uses(modules=tuple(modules), requires=tuple(relative), hosts=hosts)
     reading = Reading(data, thread_parser(), budget, modules=modules, follows=FOLLOWS, far=far)
     for start, end, group in windows_of(data, hits):
         if not budget.take(end - start):
             return Uses(tuple(reading.found.values()), tuple(reading.modules),
                         f"past the {PARSED_PER_TARBALL:,} bytes of code parsed per tarball",
-                        tuple(relative))
+                        tuple(relative), tuple(reading.destinations.values()), hosts)
         root = parsed_window(reading, data[start:end])
         for hit in group:
             node = root.descendant_for_byte_range(hit.start - start, hit.end - start)
             if node is not None and in_code(node, hit.kind):
                 classify(reading, node, hit, start, root)
     found = sorted(reading.found.values(), key=lambda use: (use.line, use.capability))
-    return Uses(tuple(found), tuple(reading.modules), requires=tuple(relative))
+    return Uses(tuple(found), tuple(reading.modules), requires=tuple(relative),
+                destinations=tuple(reading.destinations.values()), hosts=hosts)

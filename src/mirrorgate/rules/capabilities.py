@@ -11,6 +11,7 @@ do" tells the story; `verdict` is the entry point for a reader of two releases (
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from mirrorgate.npm.capabilities import INSTALL, LOAD, Capabilities, Found, capabilities_of
 from mirrorgate.npm.jsuses import (
@@ -27,6 +28,7 @@ from mirrorgate.npm.jsuses import (
     WRITES,
     WRITES_HOME,
 )
+from mirrorgate.rules.destinations import new_destinations
 from mirrorgate.rules.provenance import provenance_evidence
 from mirrorgate.rules.release import Fired, Release
 from mirrorgate.rules.releasetable import NEW_CAPABILITY, YOUNG_PACKAGE_CAPABILITY
@@ -80,6 +82,7 @@ def gained(new: Capabilities, previous: Capabilities) -> list[str]:
     if _sends(new, LOAD) and not _sends(previous, LOAD):
         for capability in [NETWORK, *sorted(new.at_load & _READS)]:
             details.append(_detail(new, capability, LOAD, "gains, together,"))
+    details += new_destinations(new, previous)  # a host the release before never named
     return details
 
 
@@ -99,7 +102,8 @@ def can_gain(new: Capabilities) -> bool:
     """Whether a release reading `new` could have gained anything `gained` holds (most
     releases run nothing at install and nothing at load it looks for): if not, the release
     before it need not be read."""
-    return bool(new.at_install or new.at_load & GAINED_AT_LOAD) or _sends(new, LOAD)
+    return bool(new.at_install or new.at_load & GAINED_AT_LOAD) or _sends(new, LOAD) \
+        or bool(new.sent)  # a network call to a written host: compared (`new_destinations`)
 
 
 def verdict(new: Capabilities, previous: Capabilities | None) -> list[str]:
@@ -129,7 +133,7 @@ def of_release(release: Release) -> Capabilities:
         # install and at load, is unread
         unread += [Found(UNREAD, phase, "package.json", 0, contents.problem[:100])
                    for phase in (INSTALL, LOAD)]
-    return Capabilities(read.found + tuple(unread)) if unread else read
+    return replace(read, found=read.found + tuple(unread)) if unread else read
 
 
 def check_gained(new: Release, previous: Release) -> Fired | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
+from mirrorgate.npm.js.destinations import record_destination, url_call
 from mirrorgate.npm.js.found import (
     CREDENTIALS,
     DECODED,
@@ -136,7 +137,9 @@ def classify(reading: Reading, node: Node, hit: Hit, offset: int, root: Node) ->
     elif kind in ("eval", "function", "constructor", "compile", "wasm", "worker"):
         _code(reading, node, hit, offset, root)
     elif kind in ("fetch", "xhr", "socket", "beacon", "ethereum", "global-index"):
-        _globals(reading, node, hit, offset)
+        _globals(reading, node, hit, offset, root)
+    elif kind == "url-call":
+        url_call(reading, node, offset, root)
     elif kind in ("write", "write-far"):
         classify_write(reading, node, offset, root)
 
@@ -343,8 +346,9 @@ def _descendants(node: Node, limit: int) -> list[Node]:
     return found
 
 
-def _globals(reading: Reading, node: Node, hit: Hit, offset: int) -> None:
-    """Network globals called (`fetch(...)`, `new WebSocket(...)`), and globals replaced or
+def _globals(reading: Reading, node: Node, hit: Hit, offset: int, root: Node) -> None:
+    """Network globals called (`fetch(...)`, `new WebSocket(...)`, with their destination
+    where the code writes it), and globals replaced or
     redefined (`window.fetch = ...`, `XMLHttpRequest.prototype.open = ...`,
     `Object.defineProperty(window, 'ethereum', ...)`, `window[key] = ...`)."""
     kind = hit.kind
@@ -390,3 +394,4 @@ def _globals(reading: Reading, node: Node, hit: Hit, offset: int) -> None:
     call = call_of(node)
     if call is not None:
         record_use(reading, NETWORK, call, offset)
+        record_destination(reading, call, offset, root)

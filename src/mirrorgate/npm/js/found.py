@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME", "INTERCEPTS",
-           "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES", "WRITES_HOME", "Use",
-           "Uses"]
+           "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES", "WRITES_HOME",
+           "Destination", "Use", "Uses"]
 
 NETWORK = "network"
 PROCESS = "processes"
@@ -52,6 +52,17 @@ class Use:
 
 
 @dataclass(frozen=True, slots=True)
+class Destination:
+    """A network call whose destination the code writes (`npm.js.destinations`): the host,
+    the line, the call, and whether its arguments encode or read what they send."""
+
+    host: str
+    line: int
+    call: str
+    sends: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Uses:
     """What a file's code can do: its `found` uses, the bare modules it requires (a bundled
     dependency's name among them), why it was not read whole (None: it was), and the files
@@ -64,6 +75,11 @@ class Uses:
     """The relative specifiers it requires or imports (`./lib/x`, `../y.dat`), as
     `npm.entrypoints.requires_of` finds them, from the same places: what the capability
     signals alone follow (`npm.contents`, lean)."""
+    destinations: tuple[Destination, ...] = ()
+    """Its network calls to a host written in the code (`npm.js.destinations`)."""
+    hosts: tuple[str, ...] = ()
+    """Every host it names, anywhere in its text: what a successor's destinations are
+    compared with."""
 
     @property
     def capabilities(self) -> frozenset[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import tree_sitter_javascript
 from tree_sitter import Language, Node, Parser, Tree
 
-from mirrorgate.npm.js.found import Use
+from mirrorgate.npm.js.found import Destination, Use
 from mirrorgate.npm.js.words import FAR_WORDS, WINDOW, Hit
 
 __all__ = ["KEPT_TREES", "KEPT_WINDOW", "LINE_REACH", "PARSED_PER_TARBALL", "ReadBudget", "Reading",
@@ -60,6 +60,8 @@ class Reading:
     """The last offset whose line was counted, and its line: lines are counted on from it."""
     follows: int = 0
     """The small parses a write's path may still cost to follow (`FOLLOWS` a file)."""
+    destinations: dict[tuple[str, int], Destination] = field(default_factory=dict)
+    """The network calls to a written host found, by host and line (`npm.js.destinations`)."""
     far: bool | None = None
     """Whether the file names an outside anywhere (`FAR_WORDS`; None: not looked yet):
     else a path handed in by name is not followed."""
