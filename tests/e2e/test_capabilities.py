@@ -30,6 +30,7 @@ from tests.servers.packages import FixturePackage, FixtureVersion, make_package,
 from tests.servers.payloads import (
     flatmap_payload,
     interceptor,
+    key_stealer,
     own_walk,
     protest_writer,
     stealer,
@@ -135,6 +136,15 @@ SHAPES: dict[str, Shape] = {
         lambda n: _two(n, "chalk-5.6.0", _appended(
             "chalk-5.6.0", "source/index.js", b"\nexport const level = 1;\n")),
         "source/index.js"),
+    # @solana/web3.js 1.95.6: keys sent from a bundle that always reached the network, to a
+    # host it never named; beside it, the same call to a host the bundle names
+    "solana-web3": (
+        lambda n: _two(n, "axios-1.7.9", _appended("axios-1.7.9", "dist/node/axios.cjs",
+                                                   key_stealer())),
+        lambda n: _two(n, "axios-1.7.9", _appended(
+            "axios-1.7.9", "dist/node/axios.cjs",
+            key_stealer("https://github.com/axios/axios/queue"))),
+        "dist/node/axios.cjs"),
 }
 
 

