@@ -54,16 +54,17 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
     budget = budget if budget is not None else ReadBudget()
     modules: dict[str, None] = {}
     relative: dict[str, None] = {}
-    hits = hits_of(data, modules, relative)
+    urls: list[int] = []
+    hits = hits_of(data, modules, relative, urls)
     if hits is None:
         return Uses(unread=f"past {MAX_HITS:,} places where a capability may be")
     far = None
     if any(hit.kind == "write-far" for hit in hits):
         far = any(word in data for word in FAR_WORDS)
         hits = capped_far_writes(hits, far)
-    hosts = hosts_in(data)
-    if hosts:  # a URL handed straight to a call the words do not name (`axios.post(url)`)
-        hits = sorted([*hits, *url_call_hits(data)], key=lambda hit: hit.start)
+    hosts = hosts_in(data, urls) if urls else ()
+    if urls:  # a URL handed straight to a call the words do not name (`axios.post(url)`)
+        hits = sorted([*hits, *url_call_hits(data, urls)], key=lambda hit: hit.start)
     if not hits:  # most files: nothing to parse
         return Uses(modules=tuple(modules), requires=tuple(relative), hosts=hosts)
     reading = Reading(data, thread_parser(), budget, modules=modules, follows=FOLLOWS, far=far)
@@ -71,7 +72,8 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
         if not budget.take(end - start):
             return Uses(tuple(reading.found.values()), tuple(reading.modules),
                         f"past the {PARSED_PER_TARBALL:,} bytes of code parsed per tarball",
-                        tuple(relative), tuple(reading.destinations.values()), hosts)
+                        tuple(relative), destinations=tuple(reading.destinations.values()),
+                        hosts=hosts)
         root = parsed_window(reading, data[start:end])
         for hit in group:
             node = root.descendant_for_byte_range(hit.start - start, hit.end - start)

@@ -13,7 +13,7 @@ from tree_sitter import Node
 from mirrorgate.npm.js.found import Destination
 from mirrorgate.npm.js.tree import declaration_of, node_text
 from mirrorgate.npm.js.windows import Reading
-from mirrorgate.npm.js.words import Hit
+from mirrorgate.npm.js.words import Hit, ident_at
 
 __all__ = ["HOSTS_PER_FILE", "URL_CALLS_PER_FILE", "hosts_in", "record_destination", "url_call",
            "url_call_hits"]
@@ -22,9 +22,10 @@ HOSTS_PER_FILE = 512
 """Distinct hosts kept per file: a bundle of a cloud SDK names a few hundred endpoints."""
 URL_CALLS_PER_FILE = 32
 """URLs handed straight to a call (`get('https://...')`) parsed per file at most."""
-_URL = re.compile(rb"(?:https?|wss?)://([A-Za-z0-9][A-Za-z0-9.-]{0,252})", re.IGNORECASE)
-_HOST_KEY = re.compile(
-    rb"\bhost(?:name)?['\"]?\s{0,4}:\s{0,4}['\"`]([A-Za-z0-9][A-Za-z0-9.-]{0,252})")
+_HOST = re.compile(rb"([A-Za-z0-9][A-Za-z0-9.-]{0,252})")
+"""A host, read where a `://` ends."""
+_SCHEMES = (b"http", b"https", b"ws", b"wss")
+_SCHEME_BYTES = frozenset(b"httpswHTTPSW")
 # a URL string handed as a call's first argument (or an XMLHttpRequest's `open`'s second):
 # what precedes its quote, read backwards from it (one anchored match per URL)
 _CALLED = re.compile(rb"([A-Za-z_$][\w$]{0,40})\s{0,4}\(\s{0,8}(?:['\"][A-Za-z]{3,7}['\"]\s{0,4},"
@@ -41,42 +42,55 @@ _SENDING = ("Buffer.from", "toString('base64')", 'toString("base64")', "btoa(", 
 stealer's `Buffer.from(secret).toString('base64')` in a header): told in the evidence."""
 
 
+def _scheme_before(data: bytes, at: int) -> bool:
+    """Whether a web scheme (`https`, `ws`, any case) ends at `at`, begun at a word's edge."""
+    for scheme in _SCHEMES:
+        start = at - len(scheme)
+        if start >= 0 and data[start:at].lower() == scheme and not ident_at(data, start - 1):
+            return True
+    return False
+
+
 def _host(raw: bytes) -> str | None:
     host = raw.decode("ascii", "replace").lower().rstrip(".")
     return host if "." in host or host == "localhost" else None
 
 
-def hosts_in(data: bytes) -> tuple[str, ...]:
-    """Every host `data` names after a scheme (`https://api.example.com/v1`) or as a `host:`
-    or `hostname:` string (node's request options), in code, strings or comments alike: the
-    predecessor's hosts are read generously, so a host it names anywhere is not new."""
+def hosts_in(data: bytes, urls: list[int]) -> tuple[str, ...]:
+    """Every host `data` names after a `://` (`https://api.example.com/v1`, at each of `urls`,
+    the ends `npm.js.words.hits_of` found), in code, strings or comments alike, whatever the
+    scheme: the predecessor's hosts are read generously, so a host it names anywhere is not
+    new."""
     found: dict[str, None] = {}
-    for pattern, word in ((_URL, b"://"), (_HOST_KEY, b"host")):
-        if word not in data:  # most files name no URL: no regular expression run
-            continue
-        for match in pattern.finditer(data):
-            host = _host(match.group(1))
-            if host is not None:
-                found[host] = None
-                if len(found) >= HOSTS_PER_FILE:
-                    return tuple(found)
+    for end in urls:
+        match = _HOST.match(data, end)
+        host = _host(match.group(1)) if match is not None else None
+        if host is not None:
+            found[host] = None
+            if len(found) >= HOSTS_PER_FILE:
+                break
     return tuple(found)
 
 
-def url_call_hits(data: bytes) -> list[Hit]:
-    """The URLs written straight into a call whose name is a network call's
-    (`axios.post('https://...')`, `https.get("http://...")`, `xhr.open('POST', 'https://..')`),
-    as hits to parse: the calls the words of `npm.js.words` do not name. At most
-    `URL_CALLS_PER_FILE`."""
+def url_call_hits(data: bytes, urls: list[int]) -> list[Hit]:
+    """The URLs (`urls`: where each `://` ends) written straight into a call whose name is a
+    network call's (`axios.post('https://...')`, `https.get("http://...")`,
+    `xhr.open('POST', 'https://..')`), as hits to parse: the calls the words of
+    `npm.js.words` do not name. At most `URL_CALLS_PER_FILE`."""
     found: list[Hit] = []
-    for match in _URL.finditer(data):
-        quote = match.start() - 1
-        if quote < 1 or data[quote] not in b"'\"`":
+    for end in urls:
+        scheme = end - 3
+        quote = scheme
+        while quote > 0 and scheme - quote < 6 and data[quote - 1] in _SCHEME_BYTES:
+            quote -= 1  # back over the scheme to the quote before it
+        quote -= 1
+        if quote < 1 or data[quote] not in b"'\"`" or not _scheme_before(data, scheme):
             continue
         before = _CALLED.search(data, max(0, quote - 64), quote)
         if before is None or before.group(1).decode("ascii") not in _NETWORK_CALLEES:
             continue
-        found.append(Hit(quote, match.end(), "url-call"))
+        match = _HOST.match(data, end)
+        found.append(Hit(quote, match.end() if match is not None else end, "url-call"))
         if len(found) >= URL_CALLS_PER_FILE:
             break
     return found
@@ -91,9 +105,13 @@ def _literal_host(expression: Node, root: Node, depth: int = 0) -> str | None:
         text = (expression.text or b"")[1:]
         if kind == "template_string":
             text = text.split(b"${", 1)[0]  # the host must stand before any substitution
-        match = _URL.match(text)
-        return _host(match.group(1)) if match is not None and (
-            match.end() < len(text) or kind == "string") else None
+        scheme = text.find(b"://")
+        match = _HOST.match(text, scheme + 3) if 0 < scheme <= 5 else None
+        if match is None or not _scheme_before(text, scheme):
+            return None
+        # a template's host is literal when something follows it before `${` (its path
+        # or port); `https://${host}` and `https://api.${domain}` are not
+        return _host(match.group(1)) if match.end() < len(text) or kind == "string" else None
     if kind == "binary_expression":
         left = expression.child_by_field_name("left")
         return _literal_host(left, root, depth) if left is not None else None
