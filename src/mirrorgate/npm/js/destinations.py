@@ -15,8 +15,8 @@ from mirrorgate.npm.js.tree import declaration_of, node_text
 from mirrorgate.npm.js.windows import Reading
 from mirrorgate.npm.js.words import Hit, ident_at
 
-__all__ = ["HOSTS_PER_FILE", "URL_CALLS_PER_FILE", "hosts_in", "record_destination", "url_call",
-           "url_call_hits"]
+__all__ = ["HOSTS_PER_FILE", "URL_CALLS_PER_FILE", "host_option", "hosts_in", "record_destination",
+           "url_call", "url_call_hits"]
 
 HOSTS_PER_FILE = 512
 """Distinct hosts kept per file: a bundle of a cloud SDK names a few hundred endpoints."""
@@ -145,6 +145,22 @@ def record_destination(reading: Reading, call: Node, offset: int, root: Node) ->
     text = (call.text or b"")[:2048].decode("utf-8", "replace")
     sends = any(word in text for word in _SENDING)
     reading.destinations.setdefault((host, line), Destination(host, line, node_text(call), sends))
+
+
+def host_option(reading: Reading, node: Node, offset: int, root: Node) -> None:
+    """A `hostname:` key: recorded when its object is the options of a network call
+    (`https.request({ hostname: 'x.test', path: '/c' })`, the bench's install stealer's)."""
+    pair = node.parent.parent if node.type == "string_fragment" and node.parent else node.parent
+    holder = pair.parent if pair is not None and pair.type == "pair" else None
+    arguments = holder.parent if holder is not None and holder.type == "object" else None
+    call = arguments.parent if arguments is not None and arguments.type == "arguments" \
+        else None
+    if call is None or call.type != "call_expression" or arguments is None \
+            or arguments.named_children[:1] != [holder]:
+        return
+    callee = call.child_by_field_name("function")
+    if callee is not None and node_text(callee).rsplit(".", 1)[-1] in _NETWORK_CALLEES:
+        record_destination(reading, call, offset, root)
 
 
 def url_call(reading: Reading, node: Node, offset: int, root: Node) -> None:

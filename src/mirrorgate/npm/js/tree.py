@@ -30,7 +30,7 @@ def in_code(node: Node, kind: str) -> bool:
     """Whether the word stands in code: not in a comment, nor (but for the words that are
     strings: module names, credentials paths) in a string."""
     strings = kind in ("module", "credentials", "home-path", "global-index", "fetch", "xhr",
-                       "ethereum", "eval", "url-call")
+                       "ethereum", "eval", "url-call", "host-option")
     current: Node | None = node
     while current is not None:
         if current.type == "comment" or (current.type == "regex"):

@@ -94,6 +94,7 @@ _WORDS: list[tuple[bytes, str]] = [
     # last letters (http, https, ws, wss, in either case): `://` alone, three bytes of
     # which the first is a minified bundle's commonest, costs the scan 60%, these 5%
     *[(f"{tail}://".encode(), "url") for tail in ("tp", "ps", "ws", "ss", "TP", "PS", "WS", "SS")],
+    (b"hostname", "host-option"),  # `https.request({ hostname: 'x.test' })`
 ]
 _AUTOMATON = ahocorasick_rs.BytesAhoCorasick(
     [word for word, _ in _WORDS], matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
@@ -107,6 +108,7 @@ _KINDS = [kind for _, kind in _WORDS]
 _OPENING = frozenset(b"([")
 _DOT = ord(".")
 _WHOLE_WORD = frozenset({"require", "require-call", "homedir", "eval", "function", "wasm",
+                         "host-option",
                          "worker", "fetch", "xhr", "socket", "beacon", "ethereum", "write",
                          "global-index"})
 
@@ -195,6 +197,7 @@ _FOLLOWED_BY: dict[str, tuple[bytes, ...]] = {
 
 
 _CALLED_WITH = re.compile(rb"\s{0,8}\(\s{0,8}(['\"`])([^'\"`\\\n$]{0,256})\1\s{0,8}[),]")
+_HOST_OPTION = re.compile(rb"['\"]?\s{0,4}:\s{0,4}['\"`][A-Za-z0-9]")
 _QUOTED = re.compile(rb"(['\"])([^'\"\\\n]{0,256})\1")
 """A call's first argument that is a plain string (no escape, no `${`), and a quoted name:
 matched where the word ends (one anchored match, not a scan)."""
@@ -272,6 +275,8 @@ def _quick(data: bytes, hit: Hit, modules: dict[str, None],
         return hit if after.lstrip()[:1] in followers else None
     if kind == "global-index":
         return None if after[1:2] in (b"'", b'"') else hit
+    if kind == "host-option":  # a request's options naming its host in a plain string
+        return hit if _HOST_OPTION.match(data, end) else None
     return hit
 
 
