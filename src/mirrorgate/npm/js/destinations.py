@@ -171,9 +171,11 @@ def url_call(reading: Reading, node: Node, offset: int, root: Node) -> None:
         string = string.parent
     arguments = string.parent if string is not None else None
     call = arguments.parent if arguments is not None and arguments.type == "arguments" else None
-    if call is None or call.type not in ("call_expression", "new_expression"):
+    if call is None or arguments is None or call.type not in ("call_expression",
+                                                              "new_expression"):
         return
     callee = call.child_by_field_name("function") or call.child_by_field_name("constructor")
     name = node_text(callee).rsplit(".", 1)[-1] if callee is not None else ""
+    # `window.open(url)` opens a page; an XMLHttpRequest's `open(method, url)` sends
     if name in _NETWORK_CALLEES and (name != "open" or len(arguments.named_children) > 1):
         record_destination(reading, call, offset, root)
