@@ -99,7 +99,8 @@ class Sent:
     sends: bool
 
     def text(self) -> str:
-        return f"{self.file}:{self.line} `{self.call}` to {self.host}"
+        what = ", what it sends encoded or read from the environment" if self.sends else ""
+        return f"{self.file}:{self.line} `{self.call}` to {self.host}{what}"
 
 
 @dataclass(frozen=True, slots=True)
