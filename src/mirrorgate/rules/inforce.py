@@ -110,7 +110,8 @@ def in_force(rules: Rules) -> list[str]:
                          "load (the network, processes, the environment, files outside the "
                          "package, dynamic and native code, interception of globals) is read "
                          "at its first pull and compared with the release before it, and a "
-                         f"capability gained is {held(NEW_CAPABILITY)}")
+                         "capability gained, or a network call to a host its code never named, "
+                         f"is {held(NEW_CAPABILITY)}")
         if YOUNG_PACKAGE_CAPABILITY in reading:
             lines.append(f"{YOUNG_PACKAGE_CAPABILITY}: a release nothing vouches for (no "
                          "earlier release, or a package first published less than "
