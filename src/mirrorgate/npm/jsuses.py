@@ -41,7 +41,7 @@ from mirrorgate.npm.js.windows import (
     thread_parser,
     windows_of,
 )
-from mirrorgate.npm.js.words import FAR_WORDS, MAX_HITS, capped_far_writes, hits_of
+from mirrorgate.npm.js.words import FAR_WORDS, MAX_HITS, MAX_URLS, capped_far_writes, hits_of
 from mirrorgate.npm.js.writes import FOLLOWS
 
 __all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME",
@@ -57,7 +57,8 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
     urls: list[int] = []
     hits = hits_of(data, modules, relative, urls)
     if hits is None:
-        return Uses(unread=f"past {MAX_HITS:,} places where a capability may be")
+        return Uses(unread=f"past {MAX_HITS:,} places where a capability may be, or "
+                           f"{MAX_URLS:,} URLs")
     far = None
     if any(hit.kind == "write-far" for hit in hits):
         far = any(word in data for word in FAR_WORDS)

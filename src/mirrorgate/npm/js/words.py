@@ -35,10 +35,10 @@ WINDOW = 256
 """Bytes parsed each side of a place a capability may be (merged where windows meet)."""
 MAX_HITS = 50_000
 """Places looked at per file at most: past it the file is `unread`."""
-MAX_URLS = 4096
-"""URLs' places kept per file at most (`hits_of`'s `urls`): past it the rest are not read,
-never counted against `MAX_HITS` (a list of domains is data, not a capability)."""
-
+MAX_URLS = 50_000
+"""URLs' places looked at per file at most (`hits_of`'s `urls`), apart from `MAX_HITS` (a
+list of links is data, not a capability): past it the file is `unread`, never clean, so no
+padding of links hides a destination written after them."""
 _CHUNK = 1024 * 1024  # bytes scanned at a time, so a hostile file's hits stop at the bound
 _IDENT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$")
 HOME_VARIABLES = frozenset({"HOME", "USERPROFILE", "HOMEPATH", "APPDATA", "LOCALAPPDATA",
@@ -140,7 +140,9 @@ def hits_of(data: bytes, modules: dict[str, None], relative: dict[str, None],
     for index, start, end in matches:
         kind = kinds[index]
         if kind == "url":  # in the same scan as the words: no pass of its own over the file
-            if urls is not None and len(urls) < MAX_URLS:
+            if urls is not None:
+                if len(urls) >= MAX_URLS:
+                    return None
                 urls.append(end)
             continue
         if kind in whole and ((start > 0 and data[start - 1] in ident) or (
