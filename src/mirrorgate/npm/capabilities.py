@@ -22,6 +22,7 @@ from mirrorgate.npm.entrypoints import entry_points, requires_of, resolve
 from mirrorgate.npm.jsmarks import ESCAPES, HEX_IDENTIFIERS, UNMEASURED, FileMarks, marks_of
 from mirrorgate.npm.jsuses import (
     CAPABILITIES,
+    CODE_REMOVED,
     NATIVE,
     NETWORK,
     OBFUSCATED,
@@ -64,6 +65,7 @@ _NODE_VALUE_FLAGS = frozenset({"-r", "--require", "--import", "--loader",
                                "--experimental-loader"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WRAPPERS = frozenset({"cross-env", "env", "exec", "nohup", "sudo", "time"})
+_SHOWN_ENTRIES = 100  # entry points kept per release (an `exports` map may name thousands)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +85,12 @@ class Found:
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a release's code can do: the places found, at install and at load."""
+    """What a release's code can do: the places found, at install and at load; and the files
+    `require` of the package loads (`main`, `exports`), each with its bytes of code (0: only
+    comments; -1: not JavaScript), said beside a successor's `code-removed`."""
 
     found: tuple[Found, ...] = ()
+    entries: tuple[tuple[str, int], ...] = ()
 
     def at(self, phase: str) -> frozenset[str]:
         return frozenset(item.capability for item in self.found if item.phase == phase)
@@ -312,9 +317,55 @@ def capabilities_of(layout: Layout, code: Mapping[str, FileMarks],
         if path.endswith(".node"):  # a prebuilt addon, loaded by a computed require
             walk.add(Found(NATIVE, LOAD, path, 0, "a native addon shipped"))
             break
+    entries = _entries(layout, code)
+    _code_removed(walk, layout, code, entries)
     found = [item for phase in (INSTALL, LOAD) for capability in CAPABILITIES
              for item in walk.found.get((capability, phase), ())]
-    return Capabilities(tuple(found))
+    return Capabilities(tuple(found), entries)
+
+
+def _code_size(path: str, code: Mapping[str, FileMarks]) -> int:
+    marks = code.get(path)
+    if marks is None:
+        # an empty file is never measured (`npm.contents` reads a file that runs whole, or
+        # marks it unmeasured); JSON, a native addon: loaded, not read as code
+        return 0 if path.endswith((".js", ".cjs", ".mjs")) else -1
+    return 0 if marks.uses is not None and marks.uses.blank else marks.size
+
+
+def _entries(layout: Layout, code: Mapping[str, FileMarks]) -> tuple[tuple[str, int], ...]:
+    """The files `require` of the package loads, as node resolves `main` (else `index.js`)
+    and `exports`, each with its bytes of code (`Capabilities.entries`)."""
+    return tuple((path, _code_size(path, code))
+                 for path, why in entry_points(layout.manifest, layout.files)[:_SHOWN_ENTRIES]
+                 if why in ("main", "exports"))
+
+
+def _code_removed(walk: _Walk, layout: Layout, code: Mapping[str, FileMarks],
+                  entries: tuple[tuple[str, int], ...]) -> None:
+    """Marks a release whose code that runs at load is gone (faker 6.6.6: `main` names an
+    `index.js` it no longer ships; its rebuilt shape ships one holding `// endgame`): the
+    `main` or `exports` it declares, or the `index.js` it ships, loads no code, nor does any
+    `bin`. Not marked: a package declaring no entry and shipping no `index.js` (types-only,
+    a CLI of `bin` alone: it never had code at load to lose), nor one whose `bin` still runs
+    code (a library turned CLI). Whether the release before had code is `rules.capabilities`'
+    (`code-removed` gained)."""
+    manifest = layout.manifest
+    main, exports = manifest.get("main"), manifest.get("exports")
+    declared = (isinstance(main, str) and bool(main.strip())) or bool(exports) or \
+        "index.js" in layout.files
+    if not declared or any(size != 0 for _path, size in entries):
+        return
+    bins = [path for path, why in entry_points(manifest, layout.files) if why == "bin"]
+    if any(_code_size(path, code) != 0 for path in bins):
+        return
+    if entries:
+        path, _size = entries[0]
+        walk.add(Found(CODE_REMOVED, LOAD, path, 0, "holds no code, only comments"))
+        return
+    named = main.strip() if isinstance(main, str) and main.strip() else "index.js"
+    walk.add(Found(CODE_REMOVED, LOAD, named, 0,
+                   "`main`/`exports` names no file the release ships"))
 
 
 def release_capabilities(files: Mapping[str, bytes]) -> Capabilities:

@@ -11,12 +11,15 @@ do" tells the story; `verdict` is the entry point for a reader of two releases (
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from mirrorgate.npm.capabilities import INSTALL, LOAD, Capabilities, Found, capabilities_of
 from mirrorgate.npm.jsuses import (
     CAPABILITIES,
+    CODE_REMOVED,
     CREDENTIALS,
     DECODED,
+    ENDLESS,
     ENVIRONMENT,
     HOME,
     INTERCEPTS,
@@ -35,17 +38,22 @@ __all__ = ["ALONE_AT_INSTALL", "ALONE_AT_LOAD", "GAINED_AT_LOAD", "alone", "can_
            "check_alone",
            "check_gained", "gained", "of_release", "verdict"]
 
-GAINED_AT_LOAD = frozenset({WRITES, WRITES_HOME, DECODED, INTERCEPTS, OBFUSCATED, UNREAD})
+GAINED_AT_LOAD = frozenset({WRITES, WRITES_HOME, DECODED, INTERCEPTS, OBFUSCATED, UNREAD,
+                            ENDLESS})
 """What load-time code may not gain, alone; network with the environment or files outside
-the package (`_SENDS`) may not be gained together either. Other gains at load (a new
-`require('https')`, a `child_process` of a new feature) are what a library's releases do."""
+the package (`_SENDS`) may not be gained together either, nor may its code be removed
+(`_code_removed`). Other gains at load (a new `require('https')`, a `child_process` of a new
+feature) are what a library's releases do. An endless loop at module scope is sabotage's
+(colors 1.4.44-liberty-2): `require` never returns."""
 ALONE_AT_INSTALL = frozenset({NETWORK, PROCESS, ENVIRONMENT, CREDENTIALS, UNREAD})
 """What a release nothing vouches for may not do at install."""
-ALONE_AT_LOAD = frozenset({DECODED, INTERCEPTS, WRITES_HOME, UNREAD})
+ALONE_AT_LOAD = frozenset({DECODED, INTERCEPTS, WRITES_HOME, UNREAD, ENDLESS})
 """What a release nothing vouches for may not do at load, besides sending the environment or
 files outside the package over the network (`_SENDS`). Writing into the home directory (or
 where it hides the path) is peacenotwar's; writing into the project it runs in
-(`writes-outside` alone) is what a young CLI's bin does, and passes."""
+(`writes-outside` alone) is what a young CLI's bin does, and passes. A loop with no way out at
+module scope has no use in a first release either: it hangs whoever requires it. A first
+release with no code at load (`code-removed`) passes: nothing was taken from anyone."""
 _READS = frozenset({ENVIRONMENT, HOME, CREDENTIALS})
 _SHOWN = 3
 _SAID = 200  # characters of a dependency's spec and why it runs kept (a URL is the sender's)
@@ -80,7 +88,19 @@ def gained(new: Capabilities, previous: Capabilities) -> list[str]:
     if _sends(new, LOAD) and not _sends(previous, LOAD):
         for capability in [NETWORK, *sorted(new.at_load & _READS)]:
             details.append(_detail(new, capability, LOAD, "gains, together,"))
-    return details
+    return details + _code_removed(new, previous)
+
+
+def _code_removed(new: Capabilities, previous: Capabilities) -> list[str]:
+    """faker 6.6.6's sabotage: the code that runs at load is gone (its entry missing or only
+    comments) where the release before loaded code; said with the entries it loaded."""
+    if CODE_REMOVED not in new.at_load or CODE_REMOVED in previous.at_load or \
+            not any(size != 0 for _path, size in previous.entries):
+        return []
+    loaded = "; ".join(f"{path} ({size:,} bytes of code)" if size > 0 else path
+                       for path, size in previous.entries[:_SHOWN] if size != 0)
+    return [f"load-time code gains {CODE_REMOVED} ({CAPABILITIES[CODE_REMOVED]}): "
+            f"{_places(new.where(CODE_REMOVED, LOAD))}; the release before loaded {loaded}"]
 
 
 def alone(new: Capabilities) -> list[str]:
@@ -99,7 +119,8 @@ def can_gain(new: Capabilities) -> bool:
     """Whether a release reading `new` could have gained anything `gained` holds (most
     releases run nothing at install and nothing at load it looks for): if not, the release
     before it need not be read."""
-    return bool(new.at_install or new.at_load & GAINED_AT_LOAD) or _sends(new, LOAD)
+    return bool(new.at_install or new.at_load & (GAINED_AT_LOAD | {CODE_REMOVED})) or \
+        _sends(new, LOAD)
 
 
 def verdict(new: Capabilities, previous: Capabilities | None) -> list[str]:
@@ -129,7 +150,7 @@ def of_release(release: Release) -> Capabilities:
         # install and at load, is unread
         unread += [Found(UNREAD, phase, "package.json", 0, contents.problem[:100])
                    for phase in (INSTALL, LOAD)]
-    return Capabilities(read.found + tuple(unread)) if unread else read
+    return replace(read, found=read.found + tuple(unread)) if unread else read
 
 
 def check_gained(new: Release, previous: Release) -> Fired | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 __all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME", "INTERCEPTS",
            "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES", "WRITES_HOME", "Use",
            "Uses"]
+__all__ += ["CODE_REMOVED", "ENDLESS"]  # the sabotage signals (issue 55), apart
 
 NETWORK = "network"
 PROCESS = "processes"
@@ -41,6 +42,13 @@ CAPABILITIES: dict[str, str] = {
 }
 """Each capability and the words the evidence says it with."""
 
+# sabotage: what a maintainer's own release does to its users, gaining nothing an attacker
+# wants (colors 1.4.44-liberty-2's loop, faker 6.6.6's emptied package)
+ENDLESS = "endless-loop"
+CODE_REMOVED = "code-removed"
+CAPABILITIES[ENDLESS] = "never finishes loading (a loop at module scope with no way out)"
+CAPABILITIES[CODE_REMOVED] = "its code that runs at load is gone (the entry is missing or empty)"
+
 
 @dataclass(frozen=True, slots=True)
 class Use:
@@ -64,6 +72,9 @@ class Uses:
     """The relative specifiers it requires or imports (`./lib/x`, `../y.dat`), as
     `npm.entrypoints.requires_of` finds them, from the same places: what the capability
     signals alone follow (`npm.contents`, lean)."""
+    blank: bool = False
+    """Whether it holds no code at all, only comments and whitespace (faker 6.6.6's
+    `// endgame`): an entry that loads nothing (`npm.capabilities`, `code-removed`)."""
 
     @property
     def capabilities(self) -> frozenset[str]:
