@@ -361,11 +361,10 @@ def _code_removed(walk: _Walk, layout: Layout, code: Mapping[str, FileMarks],
         return
     if entries:
         path, _size = entries[0]
-        walk.add(Found(CODE_REMOVED, LOAD, path, 0, "holds no code, only comments"))
+        walk.add(Found(CODE_REMOVED, LOAD, path, 0, "comments only, no code"))
         return
     named = main.strip() if isinstance(main, str) and main.strip() else "index.js"
-    walk.add(Found(CODE_REMOVED, LOAD, named, 0,
-                   "`main`/`exports` names no file the release ships"))
+    walk.add(Found(CODE_REMOVED, LOAD, named, 0, "named by main or exports, not shipped"))
 
 
 def release_capabilities(files: Mapping[str, bytes]) -> Capabilities:

@@ -27,8 +27,8 @@ def is_blank(data: bytes) -> bool:
     matched = _BLANK.match(data)
     return matched is not None and matched.end() == len(data)
 
-_WORDS = (b"Infinity", b";;)", b"while(true)", b"while (true)", b"while(1)", b"while (1)",
-          b"while(!0)", b"while (!0)")
+_WORDS = (b"Infinity", b";;)", b"; true;", b";true;", b";!0;", b"while(true)", b"while (true)",
+          b"while(1)", b"while (1)", b"while(!0)", b"while (!0)")
 """What an endless loop's header is written with (terser writes `while(true)` as `for(;;)`)."""
 _LOOKED = 16  # candidates per word looked at, at most
 _DEPTH = 1
@@ -69,7 +69,7 @@ def _candidates(data: bytes) -> list[int]:
                 head = _INFINITE_FOR.search(data, max(0, at - 200), at)
                 if head is not None:
                     found.add(head.start())
-            elif word == b";;)":
+            elif word.startswith(b";"):
                 head = _FOR_HEAD.search(data, max(0, at - 120), at)
                 if head is not None:
                     found.add(head.start())
@@ -202,9 +202,10 @@ def endless_loops(data: bytes, budget: ReadBudget) -> list[Use]:
                 found.append(Use(ENDLESS, data.count(b"\n", 0, start) + 1, node_text(loop)))
         return found
     for start in kept:
-        if data[max(0, start - 64):start].rstrip()[-1:] == b"}" and \
-                data.startswith(b"while", start):
-            continue  # `do {...} while (true)` read from its `while`: not read
+        if data.startswith(b"while", start) and \
+                data[max(0, start - 64):start].rstrip()[-1:] == b"}" and \
+                data[data.find(b")", start) + 1:start + 64].lstrip()[:1] != b"{":
+            continue  # `do {...} while (true)` read from its `while`, without its `do`: not read
         end = data.rfind(b"\n", start, start + _WINDOW) if start + _WINDOW < len(data) \
             else len(data)
         end = end if end > start else min(len(data), start + _WINDOW)
