@@ -165,22 +165,34 @@ def admitted(npm: NpmClient, proxy: MirrorgateProcess, verdaccio: Verdaccio, nam
     return answer
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_an_incident_shape_is_refused_by_default_and_a_clean_release_beside_it_admitted(
-    shape: str, public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
-    mirrorgate: MirrorgateFactory, tmp_path: Path,
-) -> None:
-    bad, good, file = SHAPES[shape]
+def refused_beside_a_twin(shape: str, bad: Callable[[str], FixturePackage],
+                          good: Callable[[str], FixturePackage], public_registry: FixtureRegistry,
+                          verdaccio: Verdaccio, npm_client: NpmClient,
+                          mirrorgate: MirrorgateFactory, tmp_path: Path) -> list[str]:
+    """`bad` refused on the default policy, `good` (its twin) admitted beside it, and the
+    next install of the same range resolving to the release before `bad`: the refusal's
+    evidence."""
     name = f"{shape}-host"
     public_registry.add(bad(name), good(f"{shape}-twin"))
     proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
 
     refusal = refused(npm_client, proxy, verdaccio, name, GAINED, "1.0.0")
     admitted(npm_client, proxy, verdaccio, f"{shape}-twin", "1.0.1")
-    # the next install of the same range resolves to the release before it
     admitted(npm_client, proxy, verdaccio, name, "1.0.0")
-
     evidence: list[str] = refusal["evidence"]
+    return evidence
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_an_incident_shape_is_refused_by_default_and_a_clean_release_beside_it_admitted(
+    shape: str, public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    bad, good, file = SHAPES[shape]
+
+    evidence = refused_beside_a_twin(shape, bad, good, public_registry, verdaccio, npm_client,
+                                     mirrorgate, tmp_path)
+
     assert any(f"{file}:" in item for item in evidence), evidence
     assert evidence[-1].startswith("1.0.0 could use at install: ")
 
@@ -319,13 +331,8 @@ def test_a_sabotage_release_is_refused_by_default_and_a_clean_release_beside_it_
     mirrorgate: MirrorgateFactory, tmp_path: Path,
 ) -> None:
     bad, good, said = SABOTAGE[shape]
-    name = f"{shape}-host"
-    public_registry.add(bad(name), good(f"{shape}-twin"))
-    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
 
-    refusal = refused(npm_client, proxy, verdaccio, name, GAINED, "1.0.0")
-    admitted(npm_client, proxy, verdaccio, f"{shape}-twin", "1.0.1")
-    admitted(npm_client, proxy, verdaccio, name, "1.0.0")
+    evidence = refused_beside_a_twin(shape, bad, good, public_registry, verdaccio, npm_client,
+                                     mirrorgate, tmp_path)
 
-    evidence: list[str] = refusal["evidence"]
     assert any(said in item for item in evidence), evidence
