@@ -314,7 +314,7 @@ SABOTAGE: dict[str, Shape] = {
     "faker": (
         lambda n: _emptied(n, {"Readme.md": b"# What really happened with Aaron Swartz?\n"}),
         lambda n: _emptied(n, {"main.js": real("faker-5.5.3")["index.js"]}, main="main.js"),
-        "index.js `named by main or exports, not shipped`; the release before loaded index.js "
+        "index.js `named by main, exports or bin, not shipped`; the release before loaded index.js "
         "(196 bytes of code)"),
     # faker's rebuilt shape: an `index.js` of one comment; beside it, a one-line entry
     "faker-endgame": (

@@ -143,7 +143,7 @@ def test_a_release_moving_its_entry_to_a_file_it_ships_keeps_its_code() -> None:
     assert read.entries == (("main.js", 196),)
 
 
-def test_a_types_only_package_and_a_cli_of_bin_alone_never_had_code_at_load_to_lose() -> None:
+def test_a_types_only_package_never_had_code_at_load_nor_a_cli_whose_bin_still_runs() -> None:
     types = {"package.json": b'{"name": "@types/x", "version": "1.0.0", "main": ""}',
              "index.d.ts": b"export declare const x: number;\n"}
     cli = {"package.json": b'{"name": "x-cli", "version": "1.0.0", "bin": {"x": "cli.js"}}',
@@ -160,3 +160,11 @@ def test_a_cli_whose_bin_was_emptied_too_has_no_code_at_load() -> None:
              "cli.js": b"#!/usr/bin/env node\n// gone\n"}
 
     assert CODE_REMOVED in release_capabilities(files).at_load
+
+
+def test_a_cli_of_bin_alone_whose_bin_is_gone_has_no_code_at_load() -> None:
+    gone = {"package.json": b'{"name": "x-cli", "version": "2.0.0", "bin": {"x": "cli.js"}}',
+            "README.md": b"# gone\n"}
+
+    [found] = release_capabilities(gone).where(CODE_REMOVED, LOAD)
+    assert found.file == "package.json"

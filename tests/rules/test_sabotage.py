@@ -33,7 +33,7 @@ def test_faker_6_6_6_is_held_its_entry_gone_with_5_5_3s_entry_beside_it() -> Non
     assert fired is not None
     assert fired.signal == NEW_CAPABILITY
     assert "load-time code gains code-removed" in fired.evidence
-    assert "index.js `named by main or exports, not shipped`" in fired.evidence
+    assert "index.js `named by main, exports or bin, not shipped`" in fired.evidence
     assert "the release before loaded index.js (196 bytes of code)" in fired.evidence
 
 
@@ -90,6 +90,17 @@ def test_a_types_only_package_without_code_before_or_after_passes() -> None:
     read = release_capabilities(types)
 
     assert verdict(read, read) == []  # no code at load before either: nothing was taken
+
+
+def test_a_cli_whose_bin_is_emptied_is_held_with_the_bin_it_ran_before() -> None:
+    before = {"package.json": b'{"name": "x-cli", "version": "1.0.0", "bin": {"x": "cli.js"}}',
+              "cli.js": b"#!/usr/bin/env node\nconsole.log(process.argv.slice(2));\n"}
+    after = {**before, "cli.js": b"#!/usr/bin/env node\n// endgame\n"}
+
+    [found] = verdict(release_capabilities(after), release_capabilities(before))
+
+    assert "cli.js `comments only, no code`" in found
+    assert found.endswith("the release before loaded cli.js (56 bytes of code)")
 
 
 def test_a_first_release_whose_main_never_returns_is_held_alone() -> None:

@@ -87,7 +87,8 @@ class Found:
 class Capabilities:
     """What a release's code can do: the places found, at install and at load; and the files
     `require` of the package loads (`main`, `exports`), each with its bytes of code (0: only
-    comments; -1: not JavaScript), said beside a successor's `code-removed`."""
+    comments; -1: not JavaScript), and each `bin`'s: said beside a successor's
+    `code-removed`."""
 
     found: tuple[Found, ...] = ()
     entries: tuple[tuple[str, int], ...] = ()
@@ -318,7 +319,7 @@ def capabilities_of(layout: Layout, code: Mapping[str, FileMarks],
             walk.add(Found(NATIVE, LOAD, path, 0, "a native addon shipped"))
             break
     entries = _entries(layout, code)
-    _code_removed(walk, layout, code, entries)
+    _code_removed(walk, layout, entries)
     found = [item for phase in (INSTALL, LOAD) for capability in CAPABILITIES
              for item in walk.found.get((capability, phase), ())]
     return Capabilities(tuple(found), entries)
@@ -334,37 +335,33 @@ def _code_size(path: str, code: Mapping[str, FileMarks]) -> int:
 
 
 def _entries(layout: Layout, code: Mapping[str, FileMarks]) -> tuple[tuple[str, int], ...]:
-    """The files `require` of the package loads, as node resolves `main` (else `index.js`)
-    and `exports`, each with its bytes of code (`Capabilities.entries`)."""
+    """The files node starts at load, as it resolves `main` (else `index.js`), `exports`
+    and `bin`, each with its bytes of code (`Capabilities.entries`)."""
     return tuple((path, _code_size(path, code))
                  for path, why in entry_points(layout.manifest, layout.files)[:_SHOWN_ENTRIES]
-                 if why in ("main", "exports"))
+                 if why in ("main", "exports", "bin"))
 
 
-def _code_removed(walk: _Walk, layout: Layout, code: Mapping[str, FileMarks],
-                  entries: tuple[tuple[str, int], ...]) -> None:
+def _code_removed(walk: _Walk, layout: Layout, entries: tuple[tuple[str, int], ...]) -> None:
     """Marks a release whose code that runs at load is gone (faker 6.6.6: `main` names an
     `index.js` it no longer ships; its rebuilt shape ships one holding `// endgame`): the
-    `main` or `exports` it declares, or the `index.js` it ships, loads no code, nor does any
-    `bin`. Not marked: a package declaring no entry and shipping no `index.js` (types-only,
-    a CLI of `bin` alone: it never had code at load to lose), nor one whose `bin` still runs
-    code (a library turned CLI). Whether the release before had code is `rules.capabilities`'
-    (`code-removed` gained)."""
+    `main`, `exports` or `bin` it declares, or the `index.js` it ships, start no code. Not
+    marked: a package declaring none and shipping no `index.js` (types-only: it never had
+    code at load to lose), nor one whose `bin` still runs code (a library turned CLI); a CLI
+    of `bin` alone is marked when its `bin` names nothing or only comments. Whether the
+    release before had code is `rules.capabilities`' (`code-removed` gained)."""
     manifest = layout.manifest
-    main, exports = manifest.get("main"), manifest.get("exports")
-    declared = (isinstance(main, str) and bool(main.strip())) or bool(exports) or \
-        "index.js" in layout.files
-    if not declared or any(size != 0 for _path, size in entries):
-        return
-    bins = [path for path, why in entry_points(manifest, layout.files) if why == "bin"]
-    if any(_code_size(path, code) != 0 for path in bins):
+    main, exports, bins = manifest.get("main"), manifest.get("exports"), manifest.get("bin")
+    named = main.strip() if isinstance(main, str) and main.strip() else ""
+    if not (named or exports or bins or "index.js" in layout.files) or \
+            any(size != 0 for _path, size in entries):
         return
     if entries:
         path, _size = entries[0]
         walk.add(Found(CODE_REMOVED, LOAD, path, 0, "comments only, no code"))
         return
-    named = main.strip() if isinstance(main, str) and main.strip() else "index.js"
-    walk.add(Found(CODE_REMOVED, LOAD, named, 0, "named by main or exports, not shipped"))
+    where = named or ("package.json" if bins else "index.js")  # the file node looks for
+    walk.add(Found(CODE_REMOVED, LOAD, where, 0, "named by main, exports or bin, not shipped"))
 
 
 def release_capabilities(files: Mapping[str, bytes]) -> Capabilities:
