@@ -18,16 +18,6 @@ from mirrorgate.npm.js.windows import ReadBudget, thread_parser
 
 __all__ = ["WHOLE_PARSE", "endless_loops", "is_blank"]
 
-# comments, whitespace, a shebang and a "use strict" directive: no code (possessive, so a
-# long run of them that ends in code fails in linear time)
-_BLANK = re.compile(rb"(?:#![^\n]*+)?(?:\s++|//[^\n]*+|/\*(?s:.*?)\*/|(['\"])use strict\1;?+)*+")
-
-
-def is_blank(data: bytes) -> bool:
-    """Whether a file holds no code: nothing node would run when it is required."""
-    matched = _BLANK.match(data)
-    return matched is not None and matched.end() == len(data)
-
 _WORDS = (b"Infinity", b";;)", b"; true;", b";true;", b";!0;", b"while(true)", b"while (true)",
           b"while(1)", b"while (1)", b"while(!0)", b"while (!0)")
 """What an endless loop's header is written with (terser writes `while(true)` as `for(;;)`)."""
@@ -53,6 +43,9 @@ _EXIT_CALLS = (b"exit", b"abort", b"kill")  # `process.exit()`, `process.abort()
 _EXIT_WORDS = (b"break", b"return", b"throw", b"yield", b"await", *_EXIT_CALLS)
 _PARENS = re.compile(rb"[()]")
 _BRACES = re.compile(rb"[{}]")
+_BLANK = re.compile(rb"(?:#![^\n]*+)?(?:\s++|//[^\n]*+|/\*(?s:.*?)\*/|(['\"])use strict\1;?+)*+")
+"""Comments, whitespace, a shebang and a "use strict" directive: no code (possessive, so a long
+run of them that ends in code fails in linear time)."""
 # what may stand between a loop and the module: statements' containers, an IIFE (below)
 _CONTAINERS = frozenset({"program", "statement_block", "if_statement", "else_clause",
                          "try_statement", "catch_clause", "finally_clause", "labeled_statement",
@@ -233,8 +226,7 @@ def endless_loops(data: bytes, budget: ReadBudget) -> list[Use]:
             loop = _loop_at(root, start)
             # a `do {...} while (true)` is found from its `while`, after its body
             if loop is not None and (loop.start_byte == start or loop.type == "do_statement") \
-                    and _endless(loop) and \
-                    _at_module_scope(loop):
+                    and _endless(loop) and _at_module_scope(loop):
                 found.append(Use(ENDLESS, data.count(b"\n", 0, start) + 1, node_text(loop)))
         return found
     for start in kept:
@@ -253,3 +245,9 @@ def endless_loops(data: bytes, budget: ReadBudget) -> list[Use]:
                 not loop.has_error and _endless(loop):
             found.append(Use(ENDLESS, data.count(b"\n", 0, start) + 1, node_text(loop)))
     return found
+
+
+def is_blank(data: bytes) -> bool:
+    """Whether a file holds no code: nothing node would run when it is required."""
+    matched = _BLANK.match(data)
+    return matched is not None and matched.end() == len(data)
