@@ -175,22 +175,34 @@ def admitted(npm: NpmClient, proxy: MirrorgateProcess, verdaccio: Verdaccio, nam
     return answer
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_an_incident_shape_is_refused_by_default_and_a_clean_release_beside_it_admitted(
-    shape: str, public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
-    mirrorgate: MirrorgateFactory, tmp_path: Path,
-) -> None:
-    bad, good, file = SHAPES[shape]
+def refused_beside_a_twin(shape: str, bad: Callable[[str], FixturePackage],
+                          good: Callable[[str], FixturePackage], public_registry: FixtureRegistry,
+                          verdaccio: Verdaccio, npm_client: NpmClient,
+                          mirrorgate: MirrorgateFactory, tmp_path: Path) -> list[str]:
+    """`bad` refused on the default policy, `good` (its twin) admitted beside it, and the
+    next install of the same range resolving to the release before `bad`: the refusal's
+    evidence."""
     name = f"{shape}-host"
     public_registry.add(bad(name), good(f"{shape}-twin"))
     proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
 
     refusal = refused(npm_client, proxy, verdaccio, name, GAINED, "1.0.0")
     admitted(npm_client, proxy, verdaccio, f"{shape}-twin", "1.0.1")
-    # the next install of the same range resolves to the release before it
     admitted(npm_client, proxy, verdaccio, name, "1.0.0")
-
     evidence: list[str] = refusal["evidence"]
+    return evidence
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_an_incident_shape_is_refused_by_default_and_a_clean_release_beside_it_admitted(
+    shape: str, public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    bad, good, file = SHAPES[shape]
+
+    evidence = refused_beside_a_twin(shape, bad, good, public_registry, verdaccio, npm_client,
+                                     mirrorgate, tmp_path)
+
     assert any(f"{file}:" in item for item in evidence), evidence
     assert evidence[-1].startswith("1.0.0 could use at install: ")
 
@@ -277,3 +289,60 @@ def test_young_packages_first_releases_that_post_tokens_or_write_into_the_deskto
                and "discord.js" in item for item in stolen["evidence"])
     assert any(item.startswith("load-time code can use writes-home") and "index.js:9" in item
                for item in written["evidence"])
+
+
+# --- sabotage: a maintainer's release that takes from its users, gaining no capability ------
+
+LIBERTY = (b"\nconst am = require('./custom/american');\n"
+           b"for (let i = 666; i < Infinity; i++) {\n"
+           b"  console.log(am('LIBERTY LIBERTY LIBERTY'));\n}\n")
+
+
+def _emptied(name: str, kept: dict[str, bytes], **fields: Any) -> FixturePackage:
+    """`1.0.0`, faker 5.5.3's entry as it was (a year old), and `1.0.1` two days old holding
+    only `kept` besides its package.json (faker 6.6.6: every file of the library removed)."""
+    return make_package(name, [
+        _release(name, "1.0.0", "faker-5.5.3", _ago(365)),
+        make_version(name, "1.0.1", files=kept, published=_ago(2), **fields)])
+
+
+# (the refused shape, the clean release of the same kind beside it, what its evidence says)
+SABOTAGE: dict[str, Shape] = {
+    # colors 1.4.44-liberty-2: a loop with no way out appended to the entry, so `require`
+    # never returns; beside it, a bounded loop appended
+    "colors": (
+        lambda n: _two(n, "colors-1.4.0", {
+            **_appended("colors-1.4.0", "lib/index.js", LIBERTY),
+            "lib/custom/american.js": b"module.exports = function (t) { return t; };\n"}),
+        lambda n: _two(n, "colors-1.4.0", _appended(
+            "colors-1.4.0", "lib/index.js",
+            b"\nfor (let i = 0; i < 3; i++) { colors.enable(); }\n")),
+        "load-time code gains endless-loop (never finishes loading (a loop at module scope "
+        "with no way out)): lib/index.js:16 `for (let i = 666; i < Infinity; i++)"),
+    # faker 6.6.6 as published: `main` still names `index.js`, which it no longer ships;
+    # beside it, a release moving its entry to a file it ships
+    "faker": (
+        lambda n: _emptied(n, {"Readme.md": b"# What really happened with Aaron Swartz?\n"}),
+        lambda n: _emptied(n, {"main.js": real("faker-5.5.3")["index.js"]}, main="main.js"),
+        "index.js `named by main, exports or bin, not shipped`; the release before loaded index.js "
+        "(196 bytes of code)"),
+    # faker's rebuilt shape: an `index.js` of one comment; beside it, a one-line entry
+    "faker-endgame": (
+        lambda n: _emptied(n, {"index.js": b"// endgame\n"}),
+        lambda n: _emptied(n, {"index.js": b"module.exports = require('./lib');\n",
+                               "lib/index.js": real("faker-5.5.3")["lib/index.js"]}),
+        "index.js `comments only, no code`"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SABOTAGE))
+def test_a_sabotage_release_is_refused_by_default_and_a_clean_release_beside_it_admitted(
+    shape: str, public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    bad, good, said = SABOTAGE[shape]
+
+    evidence = refused_beside_a_twin(shape, bad, good, public_registry, verdaccio, npm_client,
+                                     mirrorgate, tmp_path)
+
+    assert any(said in item for item in evidence), evidence

@@ -22,6 +22,7 @@ from mirrorgate.npm.entrypoints import entry_points, requires_of, resolve
 from mirrorgate.npm.jsmarks import ESCAPES, HEX_IDENTIFIERS, UNMEASURED, FileMarks, marks_of
 from mirrorgate.npm.jsuses import (
     CAPABILITIES,
+    CODE_REMOVED,
     NATIVE,
     NETWORK,
     OBFUSCATED,
@@ -69,6 +70,7 @@ _NODE_VALUE_FLAGS = frozenset({"-r", "--require", "--import", "--loader",
                                "--experimental-loader"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WRAPPERS = frozenset({"cross-env", "env", "exec", "nohup", "sudo", "time"})
+_SHOWN_ENTRIES = 100  # entry points kept per release (an `exports` map may name thousands)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +108,15 @@ class Sent:
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a release's code can do: the places found, at install and at load; the network
-    calls to a host the code writes (`sent`) and every host the code that runs names."""
+    calls to a host the code writes (`sent`) and every host the code that runs names; and the
+    files `require` of the package loads (`main`, `exports`), each with its bytes of code (0:
+    only comments; -1: not JavaScript), and each `bin`'s: said beside a successor's
+    `code-removed`."""
 
     found: tuple[Found, ...] = ()
     sent: tuple[Sent, ...] = ()
     hosts: frozenset[str] = frozenset()
+    entries: tuple[tuple[str, int], ...] = ()
 
     def at(self, phase: str) -> frozenset[str]:
         return frozenset(item.capability for item in self.found if item.phase == phase)
@@ -353,10 +359,51 @@ def capabilities_of(layout: Layout, code: Mapping[str, FileMarks],
         if path.endswith(".node"):  # a prebuilt addon, loaded by a computed require
             walk.add(Found(NATIVE, LOAD, path, 0, "a native addon shipped"))
             break
+    entries = _entries(layout, code)
+    _code_removed(walk, layout, entries)
     found = [item for phase in (INSTALL, LOAD) for capability in CAPABILITIES
              for item in walk.found.get((capability, phase), ())]
     return Capabilities(tuple(found), (*walk.sent[INSTALL], *walk.sent[LOAD]),
-                        frozenset(walk.hosts))
+                        frozenset(walk.hosts), entries)
+
+
+def _code_size(path: str, code: Mapping[str, FileMarks]) -> int:
+    marks = code.get(path)
+    if marks is None:
+        # an empty file is never measured (`npm.contents` reads a file that runs whole, or
+        # marks it unmeasured); JSON, a native addon: loaded, not read as code
+        return 0 if path.endswith((".js", ".cjs", ".mjs")) else -1
+    return 0 if marks.uses is not None and marks.uses.blank else marks.size
+
+
+def _entries(layout: Layout, code: Mapping[str, FileMarks]) -> tuple[tuple[str, int], ...]:
+    """The files node starts at load, as it resolves `main` (else `index.js`), `exports`
+    and `bin`, each with its bytes of code (`Capabilities.entries`)."""
+    return tuple((path, _code_size(path, code))
+                 for path, why in entry_points(layout.manifest, layout.files)[:_SHOWN_ENTRIES]
+                 if why in ("main", "exports", "bin"))
+
+
+def _code_removed(walk: _Walk, layout: Layout, entries: tuple[tuple[str, int], ...]) -> None:
+    """Marks a release whose code that runs at load is gone (faker 6.6.6: `main` names an
+    `index.js` it no longer ships; its rebuilt shape ships one holding `// endgame`): the
+    `main`, `exports` or `bin` it declares, or the `index.js` it ships, start no code. Not
+    marked: a package declaring none and shipping no `index.js` (types-only: it never had
+    code at load to lose), nor one whose `bin` still runs code (a library turned CLI); a CLI
+    of `bin` alone is marked when its `bin` names nothing or only comments. Whether the
+    release before had code is `rules.capabilities`' (`code-removed` gained)."""
+    manifest = layout.manifest
+    main, exports, bins = manifest.get("main"), manifest.get("exports"), manifest.get("bin")
+    named = main.strip() if isinstance(main, str) and main.strip() else ""
+    if not (named or exports or bins or "index.js" in layout.files) or \
+            any(size != 0 for _path, size in entries):
+        return
+    if entries:
+        path, _size = entries[0]
+        walk.add(Found(CODE_REMOVED, LOAD, path, 0, "comments only, no code"))
+        return
+    where = named or ("package.json" if bins else "index.js")  # the file node looks for
+    walk.add(Found(CODE_REMOVED, LOAD, where, 0, "named by main, exports or bin, not shipped"))
 
 
 def release_capabilities(files: Mapping[str, bytes]) -> Capabilities:

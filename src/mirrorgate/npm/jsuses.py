@@ -12,13 +12,17 @@ docs/serving.md "What a release's code can do" tells the story.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mirrorgate.npm.js.calls import classify
 from mirrorgate.npm.js.destinations import hosts_in, url_call_hits
 from mirrorgate.npm.js.found import (
     CAPABILITIES,
+    CODE_REMOVED,
     CREDENTIALS,
     DECODED,
     DYNAMIC,
+    ENDLESS,
     ENVIRONMENT,
     HOME,
     INTERCEPTS,
@@ -32,6 +36,7 @@ from mirrorgate.npm.js.found import (
     Use,
     Uses,
 )
+from mirrorgate.npm.js.sabotage import endless_loops, is_blank
 from mirrorgate.npm.js.tree import in_code
 from mirrorgate.npm.js.windows import (
     PARSED_PER_TARBALL,
@@ -41,12 +46,19 @@ from mirrorgate.npm.js.windows import (
     thread_parser,
     windows_of,
 )
-from mirrorgate.npm.js.words import FAR_WORDS, MAX_HITS, MAX_URLS, capped_far_writes, hits_of
+from mirrorgate.npm.js.words import (
+    FAR_WORDS,
+    MAX_HITS,
+    MAX_URLS,
+    Hit,
+    capped_far_writes,
+    hits_of,
+)
 from mirrorgate.npm.js.writes import FOLLOWS
 
-__all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME",
-           "INTERCEPTS", "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES",
-           "WRITES_HOME", "ReadBudget", "Use", "Uses", "uses_of"]
+__all__ = ["CAPABILITIES", "CODE_REMOVED", "CREDENTIALS", "DECODED", "DYNAMIC", "ENDLESS",
+           "ENVIRONMENT", "HOME", "INTERCEPTS", "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS",
+           "UNREAD", "WRITES", "WRITES_HOME", "ReadBudget", "Use", "Uses", "uses_of"]
 
 
 def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
@@ -59,6 +71,17 @@ def uses_of(data: bytes, budget: ReadBudget | None = None) -> Uses:
     if hits is None:
         return Uses(unread=f"past {MAX_HITS:,} places where a capability may be, or "
                            f"{MAX_URLS:,} URLs")
+    uses = _uses_of(data, budget, hits, modules, relative, urls)
+    # sabotage's marks (`npm.js.sabotage`), read apart from the words' hits
+    loops, blank = endless_loops(data, budget), is_blank(data)
+    if not loops and not blank:
+        return uses
+    found = sorted((*uses.found, *loops), key=lambda use: (use.line, use.capability))
+    return replace(uses, found=tuple(found), blank=blank)
+
+
+def _uses_of(data: bytes, budget: ReadBudget, hits: list[Hit], modules: dict[str, None],
+             relative: dict[str, None], urls: list[int]) -> Uses:
     far = None
     if any(hit.kind == "write-far" for hit in hits):
         far = any(word in data for word in FAR_WORDS)

@@ -16,8 +16,10 @@ from dataclasses import replace
 from mirrorgate.npm.capabilities import INSTALL, LOAD, Capabilities, Found, capabilities_of
 from mirrorgate.npm.jsuses import (
     CAPABILITIES,
+    CODE_REMOVED,
     CREDENTIALS,
     DECODED,
+    ENDLESS,
     ENVIRONMENT,
     HOME,
     INTERCEPTS,
@@ -37,17 +39,22 @@ __all__ = ["ALONE_AT_INSTALL", "ALONE_AT_LOAD", "GAINED_AT_LOAD", "alone", "can_
            "check_alone",
            "check_gained", "gained", "of_release", "verdict"]
 
-GAINED_AT_LOAD = frozenset({WRITES, WRITES_HOME, DECODED, INTERCEPTS, OBFUSCATED, UNREAD})
+GAINED_AT_LOAD = frozenset({WRITES, WRITES_HOME, DECODED, INTERCEPTS, OBFUSCATED, UNREAD,
+                            ENDLESS})
 """What load-time code may not gain, alone; network with the environment or files outside
-the package (`_SENDS`) may not be gained together either. Other gains at load (a new
-`require('https')`, a `child_process` of a new feature) are what a library's releases do."""
+the package (`_SENDS`) may not be gained together either, nor may its code be removed
+(`_code_removed`). Other gains at load (a new `require('https')`, a `child_process` of a new
+feature) are what a library's releases do. An endless loop at module scope is sabotage's
+(colors 1.4.44-liberty-2): `require` never returns."""
 ALONE_AT_INSTALL = frozenset({NETWORK, PROCESS, ENVIRONMENT, CREDENTIALS, UNREAD})
 """What a release nothing vouches for may not do at install."""
-ALONE_AT_LOAD = frozenset({DECODED, INTERCEPTS, WRITES_HOME, UNREAD})
+ALONE_AT_LOAD = frozenset({DECODED, INTERCEPTS, WRITES_HOME, UNREAD, ENDLESS})
 """What a release nothing vouches for may not do at load, besides sending the environment or
 files outside the package over the network (`_SENDS`). Writing into the home directory (or
 where it hides the path) is peacenotwar's; writing into the project it runs in
-(`writes-outside` alone) is what a young CLI's bin does, and passes."""
+(`writes-outside` alone) is what a young CLI's bin does, and passes. A loop with no way out at
+module scope has no use in a first release either: it hangs whoever requires it. A first
+release with no code at load (`code-removed`) passes: nothing was taken from anyone."""
 _READS = frozenset({ENVIRONMENT, HOME, CREDENTIALS})
 _SHOWN = 3
 _SAID = 200  # characters of a dependency's spec and why it runs kept (a URL is the sender's)
@@ -83,7 +90,19 @@ def gained(new: Capabilities, previous: Capabilities) -> list[str]:
         for capability in [NETWORK, *sorted(new.at_load & _READS)]:
             details.append(_detail(new, capability, LOAD, "gains, together,"))
     details += new_destinations(new, previous)  # a host the release before never named
-    return details
+    return details + _code_removed(new, previous)
+
+
+def _code_removed(new: Capabilities, previous: Capabilities) -> list[str]:
+    """faker 6.6.6's sabotage: the code that runs at load is gone (its entry missing or only
+    comments) where the release before loaded code; said with the entries it loaded."""
+    if CODE_REMOVED not in new.at_load or CODE_REMOVED in previous.at_load or \
+            not any(size != 0 for _path, size in previous.entries):
+        return []
+    loaded = "; ".join(f"{path} ({size:,} bytes of code)" if size > 0 else path
+                       for path, size in previous.entries[:_SHOWN] if size != 0)
+    return [f"load-time code gains {CODE_REMOVED} ({CAPABILITIES[CODE_REMOVED]}): "
+            f"{_places(new.where(CODE_REMOVED, LOAD))}; the release before loaded {loaded}"]
 
 
 def alone(new: Capabilities) -> list[str]:
@@ -102,7 +121,8 @@ def can_gain(new: Capabilities) -> bool:
     """Whether a release reading `new` could have gained anything `gained` holds (most
     releases run nothing at install and nothing at load it looks for): if not, the release
     before it need not be read."""
-    return bool(new.at_install or new.at_load & GAINED_AT_LOAD) or _sends(new, LOAD) \
+    return bool(new.at_install or new.at_load & (GAINED_AT_LOAD | {CODE_REMOVED})) or \
+        _sends(new, LOAD) \
         or bool(new.sent)  # a network call to a written host: compared (`new_destinations`)
 
 

@@ -108,10 +108,11 @@ def in_force(rules: Rules) -> list[str]:
         if NEW_CAPABILITY in reading:
             lines.append(f"{NEW_CAPABILITY}: what a release's code can do at install and at "
                          "load (the network, processes, the environment, files outside the "
-                         "package, dynamic and native code, interception of globals) is read "
-                         "at its first pull and compared with the release before it, and a "
-                         "capability gained, or a network call to a host its code never named, "
-                         f"is {held(NEW_CAPABILITY)}")
+                         "package, dynamic and native code, interception of globals, a loop "
+                         "that never lets it load, its code removed) is read at its first pull "
+                         "and compared with the release before it, and a capability gained, or "
+                         "a network call to a host its code never named, is "
+                         f"{held(NEW_CAPABILITY)}")
         if YOUNG_PACKAGE_CAPABILITY in reading:
             lines.append(f"{YOUNG_PACKAGE_CAPABILITY}: a release nothing vouches for (no "
                          "earlier release, or a package first published less than "
@@ -120,7 +121,8 @@ def in_force(rules: Rules) -> list[str]:
                          "run processes, read the environment or credentials files or cannot "
                          "be read at install (a dependency npm fetches from a git repository, "
                          "a URL or a path included), or at load run decoded code, intercept "
-                         "globals, write into the home directory or send what it reads, is "
+                         "globals, write into the home directory, loop with no way out or send "
+                         "what it reads, is "
                          f"{held(YOUNG_PACKAGE_CAPABILITY)}")
     elif release.on:
         lines.append(f"release signals: {', '.join(acting)}{_mode(rules, 'release')}")

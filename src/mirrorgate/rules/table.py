@@ -340,8 +340,9 @@ RULES: tuple[Rule, ...] = (
          "it did not have: at install, any (the network, processes, the environment, files "
          "outside the package, dynamic or native code...); at load, the network together with "
          "the environment or files outside the package, writes outside it (into the home "
-         "directory apart), code decoded at run time, interception of globals, obfuscation. "
-         "Read from the bytes at the first "
+         "directory apart), code decoded at run time, interception of globals, obfuscation, "
+         "a loop at module scope with no way out; or its code that runs at load is gone "
+         "(the entry missing or empty). Read from the bytes at the first "
          "pull; see [What a release's code can do](#what-a-releases-code-can-do).",
          _at_first_pull, "release"),
     Rule((YOUNG_PACKAGE_CAPABILITY,), "on by default: nothing vouches for it (no earlier "
@@ -349,8 +350,8 @@ RULES: tuple[Rule, ...] = (
          "`release.young_package` ago, or one whose times establish no age) and its code can "
          "reach the network, run processes, read the environment or credentials files or "
          "cannot be read at install (a git, URL or path dependency's included), or at load "
-         "run decoded code, intercept globals, write into the home directory or send the "
-         "environment or files over the network.",
+         "run decoded code, intercept globals, write into the home directory, loop at "
+         "module scope with no way out or send the environment or files over the network.",
          _at_first_pull, "release"),
     Rule((NEW_INSTALL_SCRIPT,), "`[release]`: its tarball or manifest runs code at install "
          "(a `preinstall`, `install` or `postinstall`, a `binding.gyp`, a bundled "

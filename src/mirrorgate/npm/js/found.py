@@ -10,6 +10,7 @@ from dataclasses import dataclass
 __all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME", "INTERCEPTS",
            "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES", "WRITES_HOME",
            "Destination", "Use", "Uses"]
+__all__ += ["CODE_REMOVED", "ENDLESS"]  # the sabotage signals (issue 55), apart
 
 NETWORK = "network"
 PROCESS = "processes"
@@ -40,6 +41,13 @@ CAPABILITIES: dict[str, str] = {
     UNREAD: "could not be read whole",
 }
 """Each capability and the words the evidence says it with."""
+
+# sabotage: what a maintainer's own release does to its users, gaining nothing an attacker
+# wants (colors 1.4.44-liberty-2's loop, faker 6.6.6's emptied package)
+ENDLESS = "endless-loop"
+CODE_REMOVED = "code-removed"
+CAPABILITIES[ENDLESS] = "never finishes loading (a loop at module scope with no way out)"
+CAPABILITIES[CODE_REMOVED] = "its code that runs at load is gone (the entry is missing or empty)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +88,9 @@ class Uses:
     hosts: tuple[str, ...] = ()
     """Every host it names, anywhere in its text: what a successor's destinations are
     compared with."""
+    blank: bool = False
+    """Whether it holds no code at all, only comments and whitespace (faker 6.6.6's
+    `// endgame`): an entry that loads nothing (`npm.capabilities`, `code-removed`)."""
 
     @property
     def capabilities(self) -> frozenset[str]:
