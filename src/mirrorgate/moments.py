@@ -7,6 +7,7 @@ can never disagree about the same text.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
 from mirrorgate.errors import MirrorgateError
@@ -48,11 +49,25 @@ def read_moment(text: str) -> datetime:
     return when
 
 
+MOMENTS_KEPT = 8192
+"""Times `moment` keeps read, the most recently used: one packument's are read several times
+over (its first publish, the takeover history, the baseline walk's order, the merged `time`),
+and the largest lists a few thousand. About 2 MiB at most (short texts only are kept)."""
+
+
 def moment(text: object) -> datetime | None:
     """`text` as an aware UTC datetime (`read_moment`); None when it is not a string holding
     a time mirrorgate reads. From an upstream, None is "no time": never an error answer."""
     if not isinstance(text, str):
         return None
+    if len(text) > MAX_TIME_TEXT:
+        return None  # no time (`read_moment`), and never a key of the kept ones
+    return _moment_of(text)
+
+
+@functools.lru_cache(maxsize=MOMENTS_KEPT)
+def _moment_of(text: str) -> datetime | None:
+    """`moment` of a text short enough to be a time, kept: a datetime is immutable."""
     try:
         return read_moment(text)
     except TimeTextError:

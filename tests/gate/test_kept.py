@@ -247,3 +247,34 @@ async def test_a_waiver_another_process_writes_is_in_the_rules_within_a_poll_and
     stop.set()
     await running
     await facts.close()
+
+
+async def test_a_verdict_read_back_from_the_store_is_no_change_and_another_process_s_is(
+        tmp_path: Path) -> None:
+    # each poll reads back what this process wrote: telling the listeners would rebuild the
+    # index of refusals (every verdict held) at every poll of a cold install. Another
+    # process's verdict, or this one's changed by it, is a change they hear of
+    path = tmp_path / "state.sqlite3"
+    facts = await kept_on(path)
+    heard: list[str] = []
+    facts.listeners.append(heard.append)
+    judge = _judge(RELEASE_RULES, facts)
+    fired = Fired("new-install-script", "adds a postinstall script: node ./bundle.js",
+                  ("package.json: scripts.postinstall",))
+    for version in ("1.0.1", "1.0.2", "1.0.3"):
+        judge.remember("colour-kit", version, BYTES, Findings((fired,), None, "1.0.0"))
+    assert facts.store is not None
+    await facts._flush(facts.store)
+    heard.clear()  # what the judge said of its own verdicts as it kept them
+    await facts._follow(facts.store)
+    assert heard == []
+
+    other = _judge(RELEASE_RULES, await kept_on(path))
+    other.remember("colour-kit", "1.0.4", BYTES, Findings((fired,), None, "1.0.3"))
+    assert other.facts.store is not None
+    await other.facts._flush(other.facts.store)
+    await facts._follow(facts.store)
+    assert heard == ["verdict"]
+    assert judge.refused_versions("colour-kit").keys() == {"1.0.1", "1.0.2", "1.0.3", "1.0.4"}
+    await other.facts.close()
+    await facts.close()

@@ -27,7 +27,7 @@ from mirrorgate.npm.mirrormark import MirrorMark, with_mark
 from mirrorgate.npm.names import parse_name
 from mirrorgate.npm.origins import Origin
 from mirrorgate.rules import DEFAULT_RULES, Rules, parse_keys, parse_rules
-from mirrorgate.rules.takeover import HISTORY_FIELDS
+from mirrorgate.rules.takeover import HISTORY_FIELDS, History
 from tests.rules.signing import SigningKey, keys_document
 from tests.serve.rig import StartProxy
 from tests.servers.fixture_registry import Fault, FixtureRegistry
@@ -261,6 +261,52 @@ def test_the_takeover_history_parses_the_fields_it_reads_and_no_others() -> None
     assert history == {version: ({field: manifest[field] for field in HISTORY_FIELDS
                                   if field in manifest} if isinstance(manifest, dict)
                                  else manifest) for version, manifest in whole.items()}
+
+
+def test_the_takeover_history_read_lazily_is_the_one_read_whole() -> None:
+    """The publisher and provenance signals read releases of a history ordered by the times
+    alone, each release's fields parsed when a rule reads it: the same releases, in the same
+    order, as from the whole parse (a manifest that is no object and a version without a time
+    left out alike; some releases with provenance, a second publisher, a `maintainers` list
+    standing in for `_npmUser`)."""
+    public = real_shaped("small", 300, seed=3)
+    for at, manifest in enumerate(public["versions"].values()):
+        if isinstance(manifest, dict) and at % 7 == 1:
+            manifest["dist"]["attestations"] = {
+                "url": "https://example.com/attestations",
+                "provenance": {"predicateType": "https://slsa.dev/provenance/v1"}}
+        if isinstance(manifest, dict) and at % 11 == 4:
+            del manifest["_npmUser"]
+    document = lazy_packument(orjson.dumps(public))
+    assert document is not None
+    lazily = History.of(reduced(document["versions"], HISTORY_FIELDS), document["time"])
+    whole = History.of(public["versions"], public["time"])
+    assert lazily.index == whole.index
+    assert "3.0.0-bad" not in lazily.index
+    for version in public["versions"]:
+        assert lazily.get(version) == whole.get(version), version
+        assert lazily.before(version, 5) == whole.before(version, 5), version
+        assert lazily.after(version) == whole.after(version), version
+    assert any(release.provenance for release in whole.after(next(iter(whole.index))))
+
+
+def test_the_takeover_history_parses_only_the_releases_a_rule_reads() -> None:
+    """A history field no parse takes (`1e400` in one release's `dist`) is refused when that
+    release is read, as a whole parse refuses the document, and never read otherwise (the one
+    departure of a lazily read packument, docs/serving.md)."""
+    public = real_shaped("small", 40, seed=1)
+    listed = [version for version in public["time"] if version in public["versions"]
+              and isinstance(public["versions"][version], dict)]
+    spoiled_version = listed[20]
+    body = orjson.dumps(public).replace(
+        f'"unpackedSize":{public["versions"][spoiled_version]["dist"]["unpackedSize"]},'.encode(),
+        b'"unpackedSize":1e400,', 1)
+    document = lazy_packument(body)
+    assert document is not None
+    history = History.of(reduced(document["versions"], HISTORY_FIELDS), document["time"])
+    assert history.get(listed[5]) is not None  # a release far from it reads as before
+    with pytest.raises(orjson.JSONDecodeError):
+        history.get(spoiled_version)
 
 
 def test_a_document_without_a_versions_object_is_parsed_whole() -> None:

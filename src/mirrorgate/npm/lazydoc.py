@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import orjson
 
-__all__ = ["LazyMapping", "lazy_packument", "reduced"]
+__all__ = ["LazyMapping", "lazy_packument", "objects", "reduced"]
 
 _ABSENT = msgspec.Raw()
 """A field's value when the object lacks it: empty, which no JSON value is (msgspec takes no
@@ -49,20 +49,24 @@ def _fields_decoder(fields: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
 
 class LazyMapping(Mapping[str, Any]):
     """A JSON object whose values are parsed when first read (and kept); `parsed` holds those
-    read another way already (a packument's `versions`, itself a `LazyMapping`)."""
+    read another way already (a packument's `versions`, itself a `LazyMapping`). With
+    `fields`, each value that is an object is read with only those fields (`reduced`)."""
 
-    __slots__ = ("_parsed", "_raw")
+    __slots__ = ("_fields", "_parsed", "_raw")
 
-    def __init__(self, raw: dict[str, msgspec.Raw], parsed: dict[str, Any] | None = None) -> None:
+    def __init__(self, raw: dict[str, msgspec.Raw], parsed: dict[str, Any] | None = None,
+                 fields: tuple[str, ...] | None = None) -> None:
         self._raw = raw
         self._parsed: dict[str, Any] = parsed if parsed is not None else {}
+        self._fields = fields
 
     def __getitem__(self, key: str) -> Any:
         try:
             return self._parsed[key]
         except KeyError:
             pass
-        value = orjson.loads(memoryview(self._raw[key]))
+        view = memoryview(self._raw[key])
+        value = orjson.loads(view) if self._fields is None else _kept(view, self._fields)
         self._parsed[key] = value
         return value
 
@@ -75,33 +79,50 @@ class LazyMapping(Mapping[str, Any]):
     def __contains__(self, key: object) -> bool:
         return key in self._raw
 
-    def reduced(self, fields: tuple[str, ...]) -> dict[str, Any]:
-        """Each value that is an object with only `fields` kept (a value that is no object as
-        it is): what a reader of those fields alone sees, at a fraction of a parse."""
-        decoder = _fields_decoder(fields)
-        found: dict[str, Any] = {}
+    def objects(self) -> Iterator[str]:
+        """The keys whose value is a JSON object, none of them parsed (msgspec's `Raw` begins
+        with the value's first byte)."""
         for key, raw in self._raw.items():
-            if key in self._parsed:  # parsed already: read it from there
-                value = self._parsed[key]
-                found[key] = ({f: value[f] for f in fields if f in value}
-                              if isinstance(value, dict) else value)
-                continue
-            view = memoryview(raw)
-            try:
-                kept = decoder.decode(view)
-            except msgspec.ValidationError:  # not an object
-                found[key] = orjson.loads(view)
-                continue
-            found[key] = {field: orjson.loads(memoryview(part)) for field, part
-                          in zip(fields, msgspec.structs.astuple(kept), strict=True)
-                          if len(part)}
-        return found
+            if key in self._parsed:
+                if isinstance(self._parsed[key], dict):
+                    yield key
+            elif memoryview(raw)[:1].tobytes() == b"{":
+                yield key
+
+    def reduced(self, fields: tuple[str, ...]) -> LazyMapping:
+        """Each value that is an object with only `fields` kept (a value that is no object as
+        it is), read when first read: what a reader of those fields alone sees, at a fraction
+        of a parse, and nothing of the values never read."""
+        parsed = {key: ({f: value[f] for f in fields if f in value}
+                        if isinstance(value, dict) else value)
+                  for key, value in self._parsed.items()}
+        return LazyMapping(self._raw, parsed, fields)
+
+
+def _kept(view: memoryview, fields: tuple[str, ...]) -> Any:
+    """The JSON value `view` with only `fields` if it is an object (each parsed by orjson, as
+    a whole parse would), else as it is."""
+    try:
+        kept = _fields_decoder(fields).decode(view)
+    except msgspec.ValidationError:  # not an object
+        return orjson.loads(view)
+    return {field: orjson.loads(memoryview(part)) for field, part
+            in zip(fields, msgspec.structs.astuple(kept), strict=True) if len(part)}
 
 
 def reduced(mapping: Mapping[str, Any], fields: tuple[str, ...]) -> Mapping[str, Any]:
     """`mapping` for a reader of `fields` of its values alone: read lazily, only those are
-    parsed (`LazyMapping.reduced`); a parsed mapping is handed back as it is."""
+    parsed, each value when it is read (`LazyMapping.reduced`); a parsed mapping is handed
+    back as it is."""
     return mapping.reduced(fields) if isinstance(mapping, LazyMapping) else mapping
+
+
+def objects(mapping: Mapping[str, Any]) -> Iterator[str]:
+    """The keys of `mapping` whose value is an object (a `Mapping`): of a lazily read one,
+    without parsing any (`LazyMapping.objects`)."""
+    if isinstance(mapping, LazyMapping):
+        return mapping.objects()
+    return (key for key, value in mapping.items() if isinstance(value, Mapping))
 
 
 def lazy_packument(body: bytes) -> LazyMapping | None:

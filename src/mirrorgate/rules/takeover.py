@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from mirrorgate.moments import moment, stamp
 from mirrorgate.npm.attestations import has_provenance
+from mirrorgate.npm.lazydoc import objects
 from mirrorgate.rules.patterns import PatternList, Subject
 
 __all__ = ["MODES", "PROVENANCE_CONTINUITY", "PUBLISHER_CHANGE",
@@ -91,34 +92,48 @@ def publishers_of(manifest: Mapping[str, Any]) -> frozenset[str]:
 class History:
     """The public versions of one packument in publish-time order. A version without a usable
     `time` entry cannot be placed, so it is left out: it neither fires a signal nor serves as
-    evidence (the age rule decides what a missing time means)."""
+    evidence (the age rule decides what a missing time means). Ordered by the times alone; a
+    release's publishers and provenance are read from its manifest when a rule reads it (a
+    pull's rules read a few releases of thousands)."""
 
-    def __init__(self, releases: list[Release]) -> None:
-        self.order = sorted(releases, key=lambda release: (release.published, release.version))
-        self.index = {release.version: at for at, release in enumerate(self.order)}
+    def __init__(self, dated: list[tuple[datetime, str]], manifests: Mapping[str, Any]) -> None:
+        self._dated = sorted(dated)
+        self.index = {version: at for at, (_when, version) in enumerate(self._dated)}
+        self._manifests = manifests
+        self._releases: dict[int, Release] = {}
 
     @classmethod
     def of(cls, versions: Mapping[str, Any], times: Mapping[str, Any]) -> History:
-        releases: list[Release] = []
-        for version, manifest in versions.items():
+        """The history of `versions` (each an object read for `HISTORY_FIELDS`; a lazily read
+        mapping is parsed only where a release is read) dated by `times`."""
+        dated: list[tuple[datetime, str]] = []
+        for version in objects(versions):
             when = moment(times.get(version))
-            if when is None or not isinstance(manifest, Mapping):
-                continue
-            releases.append(Release(version, when, publishers_of(manifest),
-                                    has_provenance(manifest)))
-        return cls(releases)
+            if when is not None:
+                dated.append((when, version))
+        return cls(dated, versions)
+
+    def _release(self, at: int) -> Release:
+        found = self._releases.get(at)
+        if found is None:
+            when, version = self._dated[at]
+            manifest = self._manifests[version]
+            found = self._releases[at] = Release(version, when, publishers_of(manifest),
+                                                 has_provenance(manifest))
+        return found
 
     def get(self, version: str) -> Release | None:
         at = self.index.get(version)
-        return None if at is None else self.order[at]
+        return None if at is None else self._release(at)
 
     def before(self, version: str, count: int) -> list[Release]:
         at = self.index.get(version, 0)
-        return self.order[max(0, at - count):at]
+        return [self._release(earlier) for earlier in range(max(0, at - count), at)]
 
     def after(self, version: str) -> list[Release]:
         at = self.index.get(version)
-        return [] if at is None else self.order[at + 1:]
+        return [] if at is None else [self._release(later)
+                                      for later in range(at + 1, len(self._dated))]
 
 
 def _shown(text: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -395,6 +396,11 @@ class KeptFacts:
                 changed.add(fact.kind)
                 keys.setdefault(fact.kind, []).append(fact.key)
             for verdict in changes.verdicts:
+                held = self.verdict(verdict.name, verdict.version, verdict.integrity)
+                if held is not None and dataclasses.replace(held, seq=verdict.seq) == verdict:
+                    # this process's own, read back (the store numbers it): nothing changed,
+                    # and the listeners' rebuild of every verdict held is not paid per poll
+                    continue
                 self._hold_verdict(verdict)
                 changed.add("verdict")
             self._cursor = changes.cursor

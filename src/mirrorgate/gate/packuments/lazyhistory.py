@@ -10,8 +10,9 @@ docs/verdicts.md#the-baseline.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Any
 
 from mirrorgate.gate.packuments.merge import Gating
 from mirrorgate.gate.packuments.times import TOLERANCE, order_contradicted
@@ -104,30 +105,31 @@ class LazyHistory:
 
     def doubts(self) -> tuple[str, ...]:
         """`order_contradicted` of the whole gating's times, judging only the versions that
-        can change it. Within a release line (major.minor) whose times never run backwards
-        by more than the tolerance between any two of its versions, no subset of them
-        contradicts, and only its lowest survivor (the line's opening) and the first survivor
-        listed (where the line first appears, which orders the sentences) are read; a line
-        whose times do run backwards somewhere has each version judged."""
+        can change it. A major whose versions' times never run backwards by more than the
+        tolerance between any two of them in version order contradicts nothing whichever of
+        them survive (every pair `order_contradicted` compares is such a pair), so none of
+        them is read. In another major, within a release line (major.minor) whose times never
+        run backwards, no subset contradicts, and only its lowest survivor (the line's
+        opening) and the first survivor listed (where the line first appears, which orders
+        the sentences) are read; a line whose times do run backwards has each version judged."""
         if self._doubts is not None:
             return self._doubts
-        lines: dict[tuple[int, int], list[tuple[int, datetime, str]]] = {}
+        majors: dict[int, dict[int, list[tuple[int, datetime, str]]]] = {}
         for text, (key, when) in self._read.items():
             if key is None or key[3] == 0 or when is None:  # as `order_contradicted` reads
                 continue
-            lines.setdefault((key[0], key[1]), []).append((key[2], when, text))
+            majors.setdefault(key[0], {}).setdefault(key[1], []).append((key[2], when, text))
+        lines: dict[tuple[int, int], list[tuple[int, datetime, str]]] = {}
+        for major, of_major in majors.items():
+            if not _runs_backwards(sorted((minor, *entry) for minor, line in of_major.items()
+                                          for entry in line)):
+                continue  # no sentence from it, and its absence orders no other's
+            lines.update(((major, minor), line) for minor, line in of_major.items())
         standing: dict[str, str] = {}  # a line's first survivor listed -> the version shown
         judged_all: set[tuple[int, int]] = set()
         for line_key, line in lines.items():
             ordered = sorted(line)
-            latest: datetime | None = None
-            steady = True
-            for _patch, when, _text in ordered:
-                if latest is not None and latest > when + TOLERANCE:
-                    steady = False
-                    break
-                latest = when if latest is None or when > latest else latest
-            if not steady:
+            if _runs_backwards(ordered):
                 judged_all.add(line_key)
                 continue
             opening = next((text for _p, _w, text in ordered if self._survivor(text)), None)
@@ -150,3 +152,15 @@ class LazyHistory:
                 times[shown] = shown_stamp
         self._doubts = order_contradicted(times)
         return self._doubts
+
+
+def _runs_backwards(ordered: Iterable[tuple[Any, ...]]) -> bool:
+    """Whether, in `ordered` (version order: each entry's time is its second to last item),
+    a version's time is later than a higher one's by more than the tolerance."""
+    latest: datetime | None = None
+    for entry in ordered:
+        when: datetime = entry[-2]
+        if latest is not None and latest > when + TOLERANCE:
+            return True
+        latest = when if latest is None or when > latest else latest
+    return False
