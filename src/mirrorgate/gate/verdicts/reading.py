@@ -36,6 +36,7 @@ from mirrorgate.moments import moment, stamp
 from mirrorgate.npm.attestations import Workflow, has_provenance
 from mirrorgate.npm.contents import ContentReading, Contents, KeptReadings
 from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.scripts import install_commands
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.rules import REPORT, Rules
 from mirrorgate.rules.capabilities import can_gain, of_release
@@ -115,7 +116,10 @@ class ReleaseCheck:
         self.name = name
         self.gated = gated
         self.record = record
-        self.reading = ContentReading(lean=judge_.rules.release.lean)
+        # the registry manifest's hooks: the files they run are read with those the
+        # tarball's package.json runs (a lean reading reads no other file it holds)
+        self.reading = ContentReading(lean=judge_.rules.release.lean,
+                                      commands=install_commands(record.manifest()))
         self.budget = budget if budget is not None else Budget()
         self.previous: VersionRecord | None = None
         """The release compared with, once `baseline` chose it (`gate.verdicts.baseline`); stays
