@@ -6,7 +6,8 @@ the entries as npm unpacks them, `tarball`), so a tarball is inflated once whate
 it. Pure, incremental, bounded: at most `MAX_CODE_FILES` JavaScript files and `MAX_CODE_BYTES`
 bytes measured, each file's first `jsmarks.READ_PER_FILE` bytes, what was not read said in
 `Contents.unread`; a file that runs (`npm.entrypoints`, any extension) whole, up to
-`READ_RUN_FILE`, and one past the bounds carries the `unmeasured` mark, which refuses.
+`READ_RUN_FILE`, and one past the bounds carries the `unmeasured` mark, which refuses. A lean
+reading holds files' bytes (`DEFERRED_BYTES`) and reads only those a walk of what runs asks for.
 """
 
 from __future__ import annotations
