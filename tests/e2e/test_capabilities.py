@@ -11,6 +11,7 @@ off, and their hosts are `.test` names.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from collections.abc import Callable
@@ -346,3 +347,34 @@ def test_a_sabotage_release_is_refused_by_default_and_a_clean_release_beside_it_
                                      mirrorgate, tmp_path)
 
     assert any(said in item for item in evidence), evidence
+
+
+def _hook_in_registry_only(name: str, script: bytes) -> FixturePackage:
+    """`1.0.0`, real chalk, and `1.0.1` whose registry manifest runs `node lib/setup.js` at
+    postinstall while its tarball's package.json runs nothing: npm and yarn differ in which
+    they run, so both count."""
+    release = _release(name, "1.0.1", "chalk-5.6.0", _ago(2), {"lib/setup.js": script},
+                       scripts={"postinstall": "node lib/setup.js"})
+    own = {key: value for key, value in release.manifest.items() if key != "scripts"}
+    release = dataclasses.replace(release, files={**release.files,
+                                                  "package.json": json.dumps(own).encode()})
+    return make_package(name, [_release(name, "1.0.0", "chalk-5.6.0", _ago(365)), release])
+
+
+def test_a_file_only_the_registry_manifests_hook_runs_is_read_where_it_runs(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # the default reading reads only the files that run, which the tarball's package.json
+    # alone does not say: a dropper only the registry manifest's postinstall runs is read
+    # (its line in the evidence, not "not read"), and the same hook over a file that prints
+    # a line is admitted beside it (were the hook's file not read, it would be refused too)
+    public_registry.add(
+        _hook_in_registry_only("registry-hook", worm_dropper()),
+        _hook_in_registry_only("registry-hook-twin", b"console.log('thanks for installing');\n"))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
+
+    refusal = refused(npm_client, proxy, verdaccio, "registry-hook", GAINED, "1.0.0")
+    admitted(npm_client, proxy, verdaccio, "registry-hook-twin", "1.0.1")
+    evidence: list[str] = refusal["evidence"]
+    assert any("lib/setup.js:" in item for item in evidence), evidence

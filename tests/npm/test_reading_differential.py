@@ -14,9 +14,13 @@ from pathlib import Path
 import pytest
 from tree_sitter import Tree
 
-from mirrorgate.npm import jsmarks, jsuses, tarball
+from mirrorgate.npm import contents, jsmarks, jsuses, tarball
+from mirrorgate.npm.capabilities import INSTALL
 from mirrorgate.npm.contents import ContentReading, Contents, contents_of
 from mirrorgate.npm.js import calls, windows
+from mirrorgate.npm.jsuses import NETWORK, UNREAD
+from mirrorgate.rules.capabilities import of_release
+from mirrorgate.rules.release import Release
 from tests.servers.incidents import axios_shape, chalk_shape, shai_hulud_shape
 from tests.servers.packages import build_tarball
 from tests.servers.payloads import flatmap_payload, interceptor, stealer, worm_bundle
@@ -44,7 +48,9 @@ def _tarballs() -> dict[str, bytes]:
                 "scripts": {"postinstall": "node install.js"}}
     found["payloads"] = build_tarball({
         "package.json": json.dumps(manifest).encode(),
-        "index.js": b"require('./lib/stream');\n" + interceptor("x") + stealer(),
+        "index.js": b"require('./lib/stream');\nrequire('./lib/dynamic');\n"
+        + b"".join(f"require('./lib/part{index}');\n".encode() for index in range(3))
+        + interceptor("x") + stealer(),
         "install.js": worm_bundle(), "lib/stream.js": flatmap_payload(),
         # a dynamic call with no decoding near it, and one past a decoding 5 KB away
         "lib/dynamic.js": b"function run(code) { return eval(code) }\n" + b"//" * 2_600
@@ -184,7 +190,9 @@ def test_obfuscator_names_are_counted_as_bytes_count_counts_them(size: int) -> N
             assert jsmarks._hex_prefixes(text, least) == (text.count(b"_0x") >= least)
 
 
-def test_the_trees_kept_for_the_same_bytes_go_once_the_reading_settles() -> None:
+def test_the_trees_kept_for_the_same_bytes_go_once_the_reading_settles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(contents, "DEFERRED_BYTES", 0)  # each file read as it comes
     reading = ContentReading(lean=True)
     reading.scan.feed(TARBALLS["payloads"])
     reading.scan.finish()
@@ -193,3 +201,52 @@ def test_the_trees_kept_for_the_same_bytes_go_once_the_reading_settles() -> None
     reading.scan.settle()
     assert not kept
     assert reading.contents().capabilities.found
+
+
+def _held_or_read(lean_read: Contents, every: Contents) -> int:
+    """How many of `lean_read`'s files were held and never read, each checked to stand as
+    code not read whole (never as clean code); every other file's marks as `every` read them."""
+    held = 0
+    assert lean_read.code.keys() == every.code.keys()
+    for path, marks in lean_read.code.items():
+        if marks != every.code[path]:
+            assert marks.uses is None, path
+            assert every.code[path].uses is not None, path
+            held += 1
+    return held
+
+
+def test_a_lean_reading_reads_of_the_files_it_holds_those_that_run_and_finds_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    held = {name: contents_of(data, lean=True) for name, data in TARBALLS.items()}
+    monkeypatch.setattr(contents, "DEFERRED_BYTES", 0)  # every file read as it comes
+    every = {name: contents_of(data, lean=True) for name, data in TARBALLS.items()}
+    unread = 0
+    for name, read in held.items():
+        assert read.capabilities == every[name].capabilities, name
+        assert (read.runs, read.unread, read.scripts, read.layout) == (
+            every[name].runs, every[name].unread, every[name].scripts, every[name].layout), name
+        unread += _held_or_read(read, every[name])
+    assert unread > 20  # 33 of their files run neither at install nor at load: never read
+    assert any(read.capabilities.found for read in held.values())
+
+
+def test_a_file_only_the_registry_manifests_hook_runs_is_read_with_those_its_package_json_runs(
+        ) -> None:
+    # the attack: the registry manifest's postinstall (which npm runs, while the tarball's
+    # package.json declares none) runs a file nothing in the package.json names; held and
+    # never asked for, it would be code not read
+    files = {"package.json": json.dumps({"name": "x", "version": "1.0.1",
+                                         "main": "index.js"}).encode(),
+             "index.js": b"module.exports = 1;\n", "lib/steal.js": stealer("install")}
+    extra = {"postinstall": "node lib/steal.js"}
+    data = build_tarball(files)
+    read = contents_of(data, lean=True, commands=extra)
+    found = of_release(Release("1.0.1", read, commands=extra)).where(NETWORK, INSTALL)
+    assert [item.file for item in found] == ["lib/steal.js"]
+    assert found[0].line > 0
+    # control: read without the registry's hooks, the file held is never read, and the same
+    # walk finds it unread (held by `new-capability` as a gain), never clean
+    blind = of_release(Release("1.0.1", contents_of(data, lean=True), commands=extra))
+    assert not blind.where(NETWORK, INSTALL)
+    assert [item.file for item in blind.where(UNREAD, INSTALL)] == ["lib/steal.js"]

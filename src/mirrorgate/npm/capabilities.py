@@ -265,6 +265,10 @@ def _follow(walk: _Walk, starts: Iterable[str], phase: str) -> None:
     """Every file that runs from `starts`, what each can do recorded under `phase`."""
     pending = deque(starts)
     seen = walk.seen[phase]
+    # a package with nothing under a `node_modules` folder bundles nothing a module name
+    # could load (`_bundled` finds none): its modules are not looked for, folder by folder
+    bundles = bool(walk.layout.bundled) or any("node_modules/" in path
+                                               for path in walk.layout.files)
     while pending:
         path = pending.popleft()
         if path in seen:
@@ -288,7 +292,7 @@ def _follow(walk: _Walk, starts: Iterable[str], phase: str) -> None:
             hit = resolve(posixpath.join(folder, specifier), walk.layout.files)
             if hit is not None:
                 pending.append(hit)
-        for name in modules:
+        for name in modules if bundles else ():
             hit = _bundled(walk, path, name.removeprefix("node:"))
             if hit is not None:
                 pending.append(hit)

@@ -6,13 +6,14 @@ the entries as npm unpacks them, `tarball`), so a tarball is inflated once whate
 it. Pure, incremental, bounded: at most `MAX_CODE_FILES` JavaScript files and `MAX_CODE_BYTES`
 bytes measured, each file's first `jsmarks.READ_PER_FILE` bytes, what was not read said in
 `Contents.unread`; a file that runs (`npm.entrypoints`, any extension) whole, up to
-`READ_RUN_FILE`, and one past the bounds carries the `unmeasured` mark, which refuses.
+`READ_RUN_FILE`, and one past the bounds carries the `unmeasured` mark, which refuses. A lean
+reading holds files' bytes (`DEFERRED_BYTES`) and reads only those a walk of what runs asks for.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from mirrorgate.npm.capabilities import Capabilities, Layout, capabilities_of
@@ -32,9 +33,9 @@ from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.npm.tarscripts import ScriptScan
 
-__all__ = ["KEPT_FILES", "KEPT_READINGS", "MAX_CODE_BYTES", "MAX_CODE_FILES", "MAX_RUN_BYTES",
-           "READ_RUN_FILE", "ContentReading", "Contents", "KeptReadings", "contents_of",
-           "manifest_runs"]
+__all__ = ["DEFERRED_BYTES", "KEPT_FILES", "KEPT_READINGS", "MAX_CODE_BYTES", "MAX_CODE_FILES",
+           "MAX_RUN_BYTES", "READ_RUN_FILE", "ContentReading", "Contents", "KeptReadings",
+           "contents_of", "manifest_runs"]
 
 MAX_CODE_FILES = 5_000
 """JavaScript files measured at most per tarball (the largest packages ship a few thousand)."""
@@ -59,6 +60,10 @@ package, by tracemalloc), which the file count does not see. Counted by files al
 fetched and read again if a later release chooses it as its baseline, or a job asks for it
 with no verdict kept: CPU and a download, never another verdict. 4,096 covers a cold install
 of a large tree, whose jobs the worker judges seconds after the pulls."""
+DEFERRED_BYTES = 8 * 1024 * 1024
+"""Bytes a lean reading holds at most until it knows which files run (`ContentReading`): the
+files held are read only if they run, those past it as they come. Most tarballs unpack to
+less; a third of the lean reading's CPU went to files that never run."""
 _STEP = 256 * 1024
 _NOT_RUN = (".json", ".node", ".d.ts", ".d.mts", ".d.cts", ".flow")
 """Never run as JavaScript: node parses a required .json and loads a .node natively; a type
@@ -109,12 +114,20 @@ class ContentReading:
     patch release most files are unchanged, and measuring is most of the cost."""
 
     def __init__(self, reuse: Mapping[str, FileMarks] | None = None, *,
-                 lean: bool = False) -> None:
+                 lean: bool = False, commands: Mapping[str, str] | None = None) -> None:
         self.scan = ScriptScan(self)
         self._lean = lean
         """Only what the capability signals read (the default rules): each file's
         capabilities, requires and obfuscator's marks, no digest, no other mark, nothing
-        lent (docs/serving.md "What a release's code can do": half the CPU)."""
+        lent (docs/serving.md "What a release's code can do": half the CPU), and of the
+        files held (`DEFERRED_BYTES`) only those that run."""
+        self._commands = dict(commands or {})
+        """The registry manifest's install hooks (`rules.release.Release.commands`): the
+        files they run are read too, as `rules.capabilities.of_release` walks them."""
+        self._pending: dict[str, tuple[bytes, int]] = {}  # held files' bytes, and sizes
+        self._held = 0  # bytes in `_pending`
+        self._placeholders: dict[str, FileMarks] = {}  # what stands for a held file's marks
+        self._read: dict[str, FileMarks] = {}  # held files read once asked for
         self._reuse = {} if lean else (reuse or {})
         self._code: dict[str, FileMarks] = {}
         self._measured = 0
@@ -141,6 +154,9 @@ class ContentReading:
             self._reuse = reuse
 
     def wants(self, path: str, size: int) -> int:
+        if path in self._pending:
+            self._resolved(path)  # read now, as an earlier entry was: a later one replaces it
+        self._read.pop(path, None)
         self._files[path] = size  # a later entry of the same path replaces what was read
         for read in (self._unmeasured, self._whole, self._requires):
             read.pop(path, None)
@@ -172,6 +188,18 @@ class ContentReading:
         # a JavaScript file's head is measured as the bounds have always read it; a file read
         # past its head (any file, in case it runs) is measured whole as well
         head = self._heads.get(path, 0)
+        if self._lean and self._held + len(data) <= DEFERRED_BYTES:
+            # held until the walk asks for it (`_contents`): most files of a package never
+            # run, and a lean reading reads only for the capabilities of those that do; one
+            # read measure stands for the head and the whole, as below
+            self._pending[path] = (data, size)
+            self._held += len(data)
+            held = self._placeholders[path] = FileMarks(size, whole=len(data) >= size)
+            if head:
+                self._code[path] = held if head >= len(data) else FileMarks(size, whole=False)
+            if len(data) > head:
+                self._whole[path] = held
+            return
         whole = self._measure(path, data, size) if len(data) > head else None
         if head:
             self._code[path] = self._measure(path, data, size, head)
@@ -179,6 +207,24 @@ class ContentReading:
             self._whole[path] = whole
         read = whole if whole is not None else self._code.get(path)
         self._requires[path] = read.requires if read is not None else ()
+
+    def _resolved(self, path: str) -> FileMarks:
+        """A held file's marks, read the first time they are asked for (as `read` would have
+        read them); its placeholder once the bytes are dropped (`_contents`)."""
+        found = self._read.get(path)
+        if found is not None:
+            return found
+        held = self._pending.pop(path, None)
+        if held is None:
+            return self._placeholders[path]
+        data, size = held
+        self._held -= len(data)
+        found = self._read[path] = self._measure(path, data, size)
+        for marks in (self._code, self._whole):
+            if marks.get(path) is self._placeholders[path]:
+                marks[path] = found
+        self._requires[path] = found.requires
+        return found
 
     def _measure(self, path: str, data: bytes, size: int, head: int | None = None) -> FileMarks:
         """The marks of `data` (its first `head` bytes), taken from the other version's same
@@ -229,8 +275,8 @@ class ContentReading:
                             else where)
         runs += [f"{folder}: binding.gyp" if folder else "binding.gyp"
                  for folder in scan.gyp_runs()]
-        code = dict(self._code)
-        run, overrun = run_files(scan.manifest, self._files, self._requires)
+        code = _Asked(self, dict(self._code))
+        run, overrun = run_files(scan.manifest, self._files, _Requires(self))
         if overrun is not None:  # a walk that stopped at its bound refuses, as an unread file
             code["package.json"] = FileMarks(0, (
                 Mark(UNMEASURED, 0, 1, f"the files that run were not all followed: {overrun}"),),
@@ -258,12 +304,63 @@ class ContentReading:
             scan.manifest).items()} if scan.manifest is not None else {}
         layout = Layout(scan.manifest or {}, frozenset(self._files), dict(scan.bundled),
                         tuple(scan.gyp_runs()))
-        return Contents(tuple(runs), code, tuple(unread), scripts=whole, dependencies=installs,
-                        layout=layout, capabilities=capabilities_of(layout, code),
+        capabilities = capabilities_of(layout, code)
+        extra = {hook: command for hook, command in self._commands.items()
+                 if whole.get(hook) != command}
+        if extra and self._pending:
+            capabilities_of(layout, code, extra)  # only to read the files those hooks run
+        # the bytes of files nothing asked for are dropped: each stays its placeholder, read
+        # by a later walk as code not read whole (`capabilities._record`), never as clean
+        self._pending.clear()
+        self._held = 0
+        return Contents(tuple(runs), code.marks, tuple(unread), scripts=whole,
+                        dependencies=installs, layout=layout, capabilities=capabilities,
                         lean=self._lean)
 
     def _read_of(self, path: str) -> int:
         return self._heads[path]
+
+
+class _Asked(Mapping[str, FileMarks]):
+    """A reading's marks by path, as the walks of what runs ask for them: a held file's are
+    read then (`ContentReading._resolved`) and kept in `marks`."""
+
+    def __init__(self, reading: ContentReading, marks: dict[str, FileMarks]) -> None:
+        self._reading = reading
+        self.marks = marks
+
+    def __getitem__(self, path: str) -> FileMarks:
+        found = self.marks[path]
+        if found is self._reading._placeholders.get(path):
+            found = self.marks[path] = self._reading._resolved(path)
+        return found
+
+    def __setitem__(self, path: str, marks: FileMarks) -> None:
+        self.marks[path] = marks
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.marks)
+
+    def __len__(self) -> int:
+        return len(self.marks)
+
+
+class _Requires(Mapping[str, tuple[str, ...]]):
+    """A reading's requires by path, a held file read when the walk asks for its own."""
+
+    def __init__(self, reading: ContentReading) -> None:
+        self._reading = reading
+
+    def __getitem__(self, path: str) -> tuple[str, ...]:
+        if path in self._reading._pending:
+            return self._reading._resolved(path).requires
+        return self._reading._requires[path]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reading._requires.keys() | self._reading._pending.keys())
+
+    def __len__(self) -> int:
+        return len(self._reading._requires.keys() | self._reading._pending.keys())
 
 
 class KeptReadings:
@@ -305,10 +402,10 @@ def _files_of(read: Contents) -> int:
 
 
 def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None, *,
-                lean: bool = False) -> Contents:
+                lean: bool = False, commands: Mapping[str, str] | None = None) -> Contents:
     """`ContentReading` over a whole tarball held in memory (the previous version's, read
     once the new one's `reuse` is known)."""
-    reading = ContentReading(reuse, lean=lean)
+    reading = ContentReading(reuse, lean=lean, commands=commands)
     view = memoryview(tarball)
     for start in range(0, len(view), _STEP):
         reading.scan.feed(bytes(view[start:start + _STEP]))

@@ -15,7 +15,7 @@ from mirrorgate.gate.records import Gated, VersionRecord
 from mirrorgate.moments import moment
 from mirrorgate.npm.contents import Contents, manifest_runs
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
+from mirrorgate.npm.scripts import install_commands
 from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.rules.kinship import provenance_repository
 from mirrorgate.rules.release import Fired, Release
@@ -81,18 +81,10 @@ def _dependencies(manifest: Mapping[str, Any]) -> dict[str, str]:
     return {key: how.spec for key, how in installed_dependencies(manifest).items()}
 
 
-def _commands(manifest: Mapping[str, Any]) -> dict[str, str]:
-    scripts = manifest.get("scripts")
-    if not isinstance(scripts, Mapping):
-        return {}
-    return {key: scripts[key] for key in INSTALL_SCRIPT_KEYS
-            if isinstance(scripts.get(key), str) and scripts[key]}
-
-
 def release_of(version: str, manifest: dict[str, Any], contents: Contents,
              published: datetime | None = None) -> Release:
     return Release(version, contents, manifest_runs(manifest), _dependencies(manifest),
-                   published, publishers_of(manifest), _commands(manifest),
+                   published, publishers_of(manifest), install_commands(manifest),
                    provenance_repository(manifest))
 
 

@@ -62,6 +62,7 @@ from mirrorgate.npm.contents import (
     contents_of,
 )
 from mirrorgate.npm.names import InvalidNameError, PackageName, parse_name
+from mirrorgate.npm.scripts import install_commands
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.npm.versions import newest_first
 from mirrorgate.rules import REPORT, LiveRules, Rules
@@ -492,8 +493,9 @@ class ReleaseJudge:
         or why they cannot be had."""
         if isinstance(fetched, Unread):
             return fetched
-        contents = await asyncio.to_thread(partial(contents_of, lean=new.lean), fetched,
-                                           new.code)
+        contents = await asyncio.to_thread(
+            partial(contents_of, lean=new.lean, commands=install_commands(record.manifest())),
+            fetched, new.code)
         if contents.problem is not None:
             return Unread(f"{record.version}'s tarball cannot be read: {contents.problem}",
                            publishers=True)

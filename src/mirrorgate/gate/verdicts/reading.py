@@ -36,6 +36,7 @@ from mirrorgate.moments import moment, stamp
 from mirrorgate.npm.attestations import Workflow, has_provenance
 from mirrorgate.npm.contents import ContentReading, Contents, KeptReadings
 from mirrorgate.npm.names import PackageName
+from mirrorgate.npm.scripts import install_commands
 from mirrorgate.npm.tarscripts import ScriptScan
 from mirrorgate.rules import REPORT, Rules
 from mirrorgate.rules.capabilities import can_gain, of_release
@@ -115,7 +116,12 @@ class ReleaseCheck:
         self.name = name
         self.gated = gated
         self.record = record
-        self.reading = ContentReading(lean=judge_.rules.release.lean)
+        self.manifest = record.manifest()
+        """The registry's manifest of the version, parsed once (`verdict()` reads it too)."""
+        # the registry manifest's hooks: the files they run are read with those the
+        # tarball's package.json runs (a lean reading reads no other file it holds)
+        self.reading = ContentReading(lean=judge_.rules.release.lean,
+                                      commands=install_commands(self.manifest))
         self.budget = budget if budget is not None else Budget()
         self.previous: VersionRecord | None = None
         """The release compared with, once `baseline` chose it (`gate.verdicts.baseline`); stays
@@ -222,7 +228,7 @@ class ReleaseCheck:
         names is fetched beside the baseline's bytes, for the verdict's evidence
         (`rules.provenance`). Only here, where a verdict compares the two: never on a warm
         pull, never for a release compared with nothing."""
-        if not (has_provenance(self.record.manifest()) and has_provenance(previous.manifest())):
+        if not (has_provenance(self.manifest) and has_provenance(previous.manifest())):
             return
 
         async def both() -> list[Workflow | str]:
@@ -250,7 +256,7 @@ class ReleaseCheck:
             published = now
             self.times = (*self.times, f"{version} has no publish time mirrorgate can read: "
                           f"a quarantine runs from its first read, {stamp(now)}")
-        manifest = self.record.manifest()
+        manifest = self.manifest
         contents = self.read if self.read is not None else self.reading.contents()
         if judge_.rules.release.compares:
             # a later release's baseline, read once; with no signal that compares (the
