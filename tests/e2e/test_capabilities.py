@@ -25,16 +25,23 @@ from tests.e2e.test_release_attacks import install, start
 from tests.npm.test_capabilities import real
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.fixtures import MirrorgateFactory
-from tests.servers.incidents import minified_bundle
+from tests.servers.incidents import minified_bundle, obfuscated_blob
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixturePackage, FixtureVersion, make_package, make_version
 from tests.servers.payloads import (
+    dll,
+    dropper,
     flatmap_payload,
     interceptor,
     key_stealer,
+    obfuscated_stage,
     own_walk,
+    platform_runner,
+    platform_script,
     protest_writer,
+    rundll32_runner,
     stealer,
+    telemetry,
     webhook_stealer,
     wiper,
     worm_bundle,
@@ -79,6 +86,24 @@ def _imported(base: str, entry: str, file: str, code: bytes) -> dict[str, bytes]
     return {**_appended(base, entry, f"\nimport './{file.rsplit('/', 1)[-1]}';\n".encode()),
             file: code}
 
+
+def _compile(name: str, base: str) -> FixturePackage:
+    """coa 2.0.3 and rc 1.2.9 (November 2021, the same hands, the same day): a new preinstall,
+    `start /B node compile.js & node compile.js`, runs an obfuscated compile.js that runs
+    compile.bat, which downloads a DLL and registers it."""
+    return _two(name, base, {"compile.js": obfuscated_blob("compile") + platform_runner("compile"),
+                             "compile.bat": platform_script(windows=True)},
+                scripts={"preinstall": "start /B node compile.js & node compile.js"})
+
+
+def _built(name: str, base: str) -> FixturePackage:
+    """Their twin: a new preinstall, `node compile.js`, building a file in its own folder."""
+    build = (b"const fs = require('fs'), path = require('path');\n"
+             b"fs.writeFileSync(path.join(__dirname, 'compiled.js'), 'module.exports = {};');\n")
+    return _two(name, base, {"compile.js": build}, scripts={"preinstall": "node compile.js"})
+
+
+NOTICE = b"console.log('thanks for installing: see the changelog for what is new');\n"
 
 # (the refused shape, the clean release of the same kind beside it, the file its evidence names)
 Shape = tuple[Callable[[str], FixturePackage], Callable[[str], FixturePackage], str]
@@ -146,6 +171,76 @@ SHAPES: dict[str, Shape] = {
             "axios-1.7.9", "dist/node/axios.cjs",
             key_stealer("https://github.com/axios/axios/queue"))),
         "dist/node/axios.cjs"),
+    # ua-parser-js 0.7.29 (October 2021): a new preinstall, `start /B node preinstall.js &
+    # node preinstall.js`, whose preinstall.js runs the platform's preinstall.sh or .bat, which
+    # download a miner (and a password stealer) and start it; beside it, a new preinstall,
+    # `node preinstall.js`, printing a line
+    "ua-parser-js": (
+        lambda n: _two(n, "debug-4.4.1", {"preinstall.js": platform_runner("preinstall"),
+                                          "preinstall.sh": platform_script(windows=False),
+                                          "preinstall.bat": platform_script(windows=True)},
+                       scripts={"preinstall": "start /B node preinstall.js & node preinstall.js"}),
+        lambda n: _two(n, "debug-4.4.1", {"preinstall.js": NOTICE},
+                       scripts={"preinstall": "node preinstall.js"}),
+        "preinstall.js"),
+    # coa and rc: the same shape on two predecessors; beside each, a preinstall that builds
+    # in its own folder
+    "coa": (lambda n: _compile(n, "colors-1.4.0"), lambda n: _built(n, "colors-1.4.0"),
+            "compile.js"),
+    "rc": (lambda n: _compile(n, "debug-4.4.1"), lambda n: _built(n, "debug-4.4.1"),
+           "compile.js"),
+    # nx 21.5.0 (August 2025, s1ngularity): a new postinstall, `node telemetry.js`, driving the
+    # local AI command-line tools, reading the environment and `gh auth token`, writing the
+    # inventory and posting it; beside it, a telemetry.js that reads one variable by name and
+    # prints a line
+    "nx": (
+        lambda n: _two(n, "axios-1.7.9", {"telemetry.js": telemetry()},
+                       scripts={"postinstall": "node telemetry.js"}),
+        lambda n: _two(n, "axios-1.7.9", {"telemetry.js": (
+            b"if (!process.env.NX_NO_CLOUD) console.log('try `nx connect`');\n")},
+                       scripts={"postinstall": "node telemetry.js"}),
+        "telemetry.js"),
+    # eslint-config-prettier 10.1.6 (July 2025, Scavenger): a new install hook, `node
+    # install.js`, running the node-gyp.dll shipped beside it through rundll32 on Windows;
+    # beside it, an install.js that prints a line on Windows
+    "eslint-config-prettier": (
+        lambda n: _two(n, "colors-1.4.0", {"install.js": rundll32_runner(),
+                                           "node-gyp.dll": dll("node-gyp.dll", 120_000)},
+                       scripts={"install": "node install.js"}),
+        lambda n: _two(n, "colors-1.4.0", {"install.js": (
+            b"if (process.platform === 'win32') console.log('see the docs on line endings');\n")},
+                       scripts={"install": "node install.js"}),
+        "install.js"),
+    # @rspack/core 1.1.7 (December 2024): a new postinstall, `node support.js`, downloading a
+    # miner and running it; beside it, a support.js printing a line
+    "rspack": (
+        lambda n: _two(n, "chalk-5.6.0", {"support.js": dropper()},
+                       scripts={"postinstall": "node support.js"}),
+        lambda n: _two(n, "chalk-5.6.0", {"support.js": NOTICE},
+                       scripts={"postinstall": "node support.js"}),
+        "support.js"),
+    # the Bitwarden CLI 2026.4.0 (April 2026): a new preinstall, `node bw_setup.js`, fetching
+    # the Bun runtime to run bw1.js, 600 KB obfuscated; beside it, a bw_setup.js checking
+    # node's version beside a 600 KB minified bw1.js
+    "bitwarden-cli": (
+        lambda n: _two(n, "debug-4.4.1", {"bw_setup.js": worm_dropper("bw1.js"),
+                                          "bw1.js": obfuscated_stage("bw1", 600_000)},
+                       scripts={"preinstall": "node bw_setup.js"}),
+        lambda n: _two(n, "debug-4.4.1", {"bw_setup.js": (
+            b"if (Number(process.versions.node.split('.')[0]) < 18) console.warn('node 18+');\n"),
+                                          "bw1.js": minified_bundle(600_000)},
+                       scripts={"preinstall": "node bw_setup.js"}),
+        "bw_setup.js"),
+    # SAP CAP's @cap-js/sqlite 2.2.2 (April 2026): the same loader as an ES module, `node
+    # setup.mjs`, over execution.js; beside it, a setup.mjs printing a line
+    "sap-cap": (
+        lambda n: _two(n, "chalk-5.6.0", {"setup.mjs": worm_dropper("execution.js", esm=True),
+                                          "execution.js": obfuscated_stage("execution", 600_000)},
+                       scripts={"preinstall": "node setup.mjs"}),
+        lambda n: _two(n, "chalk-5.6.0", {"setup.mjs": NOTICE,
+                                          "execution.js": minified_bundle(600_000)},
+                       scripts={"preinstall": "node setup.mjs"}),
+        "setup.mjs"),
 }
 
 
@@ -229,6 +324,52 @@ def test_the_sleeper_a_month_old_packages_new_postinstall_that_downloads_is_refu
 
     assert any(item.startswith("install-time code gains network") and "install.js:" in item
                for item in refusal["evidence"])
+
+
+def _added_dependency(name: str, dependency: str, script: bytes | None) -> list[FixturePackage]:
+    """axios 1.14.1's shape (March 2026): `name` 1.0.0 a year old with no dependencies, 1.0.1
+    two days old adding `dependency@^4.2.1`, a package first published three days ago (4.2.0,
+    crypto code, here debug 4.4.1's) whose 4.2.1 a day later runs `script` at postinstall
+    (none: a plain release)."""
+    fields: dict[str, Any] = ({} if script is None
+                              else {"scripts": {"postinstall": "node setup.js"}})
+    return [
+        make_package(name, [_release(name, "1.0.0", "axios-1.7.9", _ago(365)),
+                            _release(name, "1.0.1", "axios-1.7.9", _ago(2),
+                                     dependencies={dependency: "^4.2.1"})]),
+        make_package(dependency, [
+            _release(dependency, "4.2.0", "debug-4.4.1", _ago(3)),
+            _release(dependency, "4.2.1", "debug-4.4.1", _ago(2),
+                     {} if script is None else {"setup.js": script}, **fields)])]
+
+
+def test_a_new_young_dependency_whose_postinstall_is_a_dropper_fails_the_install(
+    public_registry: FixtureRegistry, verdaccio: Verdaccio, npm_client: NpmClient,
+    mirrorgate: MirrorgateFactory, tmp_path: Path,
+) -> None:
+    # axios 1.14.1: the release itself changes no code but adds `plain-crypto-js`, whose
+    # 4.2.1 runs a dropper at postinstall (fetch the platform's remote-access tool, run it,
+    # delete itself). The refusal falls on the young dependency's own release, which gains
+    # the network and processes at install over its clean 4.2.0 (the decoy published the
+    # day before), and the install fails. Beside it, a release adding a young dependency
+    # whose 4.2.1 is a plain library installs, with its new dependency
+    public_registry.add(*_added_dependency("axios-host", "plain-crypto-js", dropper()),
+                        *_added_dependency("axios-twin", "clean-crypto-js", None))
+    proxy = start(mirrorgate, public_registry, verdaccio, tmp_path, rules=None)
+
+    failed = install(npm_client, proxy, {"axios-host": "^1.0.0"})
+    assert failed.returncode != 0, failed.stdout
+    assert "E403" in failed.stderr, failed.stderr
+    [refusal] = proxy.events("release_signal_refused")
+    assert (refusal["package"], refusal["version"], refusal["rule"]) == (
+        "plain-crypto-js", "4.2.1", GAINED)
+    assert refusal["compared_with"] == "4.2.0"
+    assert any(item.startswith("install-time code gains network") and "setup.js:" in item
+               for item in refusal["evidence"]), refusal["evidence"]
+    assert "4.2.1" not in verdaccio.versions("plain-crypto-js")
+
+    admitted(npm_client, proxy, verdaccio, "axios-twin", "1.0.1")
+    assert npm_client.installed()["clean-crypto-js"] == "4.2.1"
 
 
 def test_a_young_packages_first_release_whose_main_sends_the_environment_is_refused(

