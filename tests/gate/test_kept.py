@@ -192,6 +192,9 @@ async def test_a_release_verdict_outlives_the_process_and_is_judged_again_under_
 
 BYTES = "sha512-" + "A" * 86 + "=="
 RELEASE_RULES = parse_rules('[age]\nminimum = "0"\n\n[release]\n', "rules.toml")
+JUDGED_AT = datetime.now(UTC).replace(microsecond=0)
+"""One clock for every judge of a test: the verdict's reason says when its quarantine ends,
+which two judges reading the wall clock a second apart would say differently."""
 
 
 def _judge(rules: Rules, facts: KeptFacts) -> ReleaseJudge:
@@ -202,7 +205,7 @@ def _judge(rules: Rules, facts: KeptFacts) -> ReleaseJudge:
     async def no_packument(_name: PackageName) -> Gated | None:
         return None
     return ReleaseJudge(rules=rules, public=public, metrics=metrics, packument=no_packument,
-                        now=lambda: datetime.now(UTC), facts=facts,
+                        now=lambda: JUDGED_AT, facts=facts,
                         previous_max_bytes=1 << 20, timeout=1.0)
 
 
