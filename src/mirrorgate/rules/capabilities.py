@@ -121,9 +121,10 @@ def can_gain(new: Capabilities) -> bool:
     """Whether a release reading `new` could have gained anything `gained` holds (most
     releases run nothing at install and nothing at load it looks for): if not, the release
     before it need not be read."""
-    return bool(new.at_install or new.at_load & (GAINED_AT_LOAD | {CODE_REMOVED})) or \
-        _sends(new, LOAD) \
-        or bool(new.sent)  # a network call to a written host: compared (`new_destinations`)
+    # besides the gains themselves: code removed (`_code_removed`) and a network call to a
+    # written host (`new_destinations`), each judged against the release before
+    return bool(new.at_install or new.at_load & (GAINED_AT_LOAD | {CODE_REMOVED})
+                or new.sent) or _sends(new, LOAD)
 
 
 def verdict(new: Capabilities, previous: Capabilities | None) -> list[str]:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CAPABILITIES", "CREDENTIALS", "DECODED", "DYNAMIC", "ENVIRONMENT", "HOME", "INTERCEPTS",
-           "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS", "UNREAD", "WRITES", "WRITES_HOME",
-           "Destination", "Use", "Uses"]
-__all__ += ["CODE_REMOVED", "ENDLESS"]  # the sabotage signals (issue 55), apart
+__all__ = ["CAPABILITIES", "CODE_REMOVED", "CREDENTIALS", "DECODED", "DYNAMIC", "ENDLESS",
+           "ENVIRONMENT", "HOME", "INTERCEPTS", "NATIVE", "NETWORK", "OBFUSCATED", "PROCESS",
+           "UNREAD", "WRITES", "WRITES_HOME", "Destination", "Use", "Uses"]
 
 NETWORK = "network"
 PROCESS = "processes"
@@ -25,6 +24,10 @@ NATIVE = "native-code"
 INTERCEPTS = "intercepts-globals"
 OBFUSCATED = "obfuscated"
 UNREAD = "unread"
+# sabotage: what a maintainer's own release does to its users, gaining nothing an attacker
+# wants (colors 1.4.44-liberty-2's loop, faker 6.6.6's emptied package)
+ENDLESS = "endless-loop"
+CODE_REMOVED = "code-removed"
 CAPABILITIES: dict[str, str] = {
     NETWORK: "reaches the network",
     PROCESS: "runs processes",
@@ -39,15 +42,10 @@ CAPABILITIES: dict[str, str] = {
     INTERCEPTS: "intercepts globals (fetch, XMLHttpRequest, window.ethereum)",
     OBFUSCATED: "hides what it does (obfuscated code)",
     UNREAD: "could not be read whole",
+    ENDLESS: "never finishes loading (a loop at module scope with no way out)",
+    CODE_REMOVED: "its code that runs at load is gone (the entry is missing or empty)",
 }
 """Each capability and the words the evidence says it with."""
-
-# sabotage: what a maintainer's own release does to its users, gaining nothing an attacker
-# wants (colors 1.4.44-liberty-2's loop, faker 6.6.6's emptied package)
-ENDLESS = "endless-loop"
-CODE_REMOVED = "code-removed"
-CAPABILITIES[ENDLESS] = "never finishes loading (a loop at module scope with no way out)"
-CAPABILITIES[CODE_REMOVED] = "its code that runs at load is gone (the entry is missing or empty)"
 
 
 @dataclass(frozen=True, slots=True)
