@@ -10,7 +10,9 @@ names, packuments from 2 KB to 22 MB, 163,000 versions listed, 1,917 installed, 
   in a new MIRRORGATE_DATA_DIR, the fixture registry as MIRRORGATE_PUBLIC_UPSTREAM), then
   waiting until the worker has mirrored every installed version into the store;
 - `replay`: a fresh `mirrorgate serve` on that data directory with the fixture registry
-  stopped, and `npm ci` again: it must pass, from the mirror alone;
+  stopped, and `npm ci` again: it must pass, from the mirror alone (`--replay-public dark`:
+  the public upstream a registry that takes every connection and never answers instead, as a
+  firewall that drops packets looks from the proxy);
 - `parked` (with `--split`): the cold install once more with the worker parked on a mirror
   target that never answers, so the CPU it shows is the serve path's alone (the worker
   takes its first job and waits); the worker's share of `cold` is the difference.
@@ -107,7 +109,7 @@ def mirrored(store: Path) -> int:
 
 class Blackhole(ThreadedApp):
     """A registry that takes every request and never answers: a worker pointed at it holds its
-    first job and does nothing more."""
+    first job and does nothing more; a replay pointed at it has public gone dark."""
 
     def __init__(self) -> None:
         super().__init__(self._build, name="blackhole")
@@ -124,7 +126,9 @@ class Blackhole(ThreadedApp):
 
 class Bench:
     def __init__(self, tree: ScaleTree, public: ScaleRegistry, npm: NpmClient, workdir: Path,
-                 loop: str | None, settings: Mapping[str, str], startup: list[str]) -> None:
+                 loop: str | None, settings: Mapping[str, str], startup: list[str],
+                 replay_public: str = "stopped") -> None:
+        self.replay_public = replay_public
         self.settings = settings
         self.startup = startup
         self.tree = tree
@@ -184,17 +188,24 @@ class Bench:
         run.gc = gc_stats(directory / "gc.json")
 
     def replay(self, run: Run, directory: Path) -> None:
+        if self.replay_public == "dark":
+            with Blackhole() as hole:
+                self._replay(run, directory, {"MIRRORGATE_PUBLIC_UPSTREAM": hole.url})
+            return
         self.public.stop()
         try:
-            proxy = self.mirrorgate(directory)
-            try:
-                start = self.baseline(proxy)
-                run.replay = timed_ci(self.npm, proxy.registry_url)
-                run.replay_usage = usage(proxy.pid).minus(start)
-            finally:
-                proxy.terminate()
+            self._replay(run, directory, None)
         finally:
             self.public.start()
+
+    def _replay(self, run: Run, directory: Path, extra: Mapping[str, str] | None) -> None:
+        proxy = self.mirrorgate(directory, extra)
+        try:
+            start = self.baseline(proxy)
+            run.replay = timed_ci(self.npm, proxy.registry_url)
+            run.replay_usage = usage(proxy.pid).minus(start)
+        finally:
+            proxy.terminate()
 
     def parked(self, run: Run, directory: Path) -> None:
         with Blackhole() as hole:
@@ -306,7 +317,7 @@ def report(runs: list[Run], tree: ScaleTree) -> None:
     replays = [r for r in done if r.replay is not None and r.replay_usage is not None]
     if replays:
         rows += [
-            _stat("replay, public stopped", [r.replay for r in replays if r.replay], "s"),
+            _stat("replay, public gone", [r.replay for r in replays if r.replay], "s"),
             _stat("replay CPU per version", [r.replay_usage.cpu * 1000 / versions
                                              for r in replays if r.replay_usage], "ms"),
             _stat("replay peak RSS", [r.replay_usage.peak_rss / MIB for r in replays
@@ -344,6 +355,9 @@ def main() -> int:
     parser.add_argument("--split", action="store_true",
                         help="add a run with the worker parked, for the serve path alone")
     parser.add_argument("--no-replay", action="store_true")
+    parser.add_argument("--replay-public", choices=("stopped", "dark"), default="stopped",
+                        help="the public upstream during the replay: stopped (its port refuses "
+                        "connections) or dark (it takes them and never answers)")
     parser.add_argument("--profile", type=Path, help="py-spy one more cold run into DIR")
     parser.add_argument("--loop", choices=LOOPS, default=None,
                         help="the event loop mirrorgate runs on (default: its own choice, "
@@ -380,7 +394,8 @@ def main() -> int:
                   f"{os.cpu_count()} CPUs", flush=True)
             settings = dict(item.split("=", 1) for item in options.set)
             startup = [*options.startup, *([GC_STATS] if options.gc_stats else [])]
-            bench = Bench(tree, public, npm, workdir, options.loop, settings, startup)
+            bench = Bench(tree, public, npm, workdir, options.loop, settings, startup,
+                          options.replay_public)
             runs: list[Run] = []
             phases: list[tuple[str, Callable[[Run, Path], None]]] = [("cold", bench.cold)]
             if not options.no_replay:

@@ -28,6 +28,7 @@ from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
 from mirrorgate.npm.packument import not_a_packument
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
+from mirrorgate.upstream.outage import WAITED, Call, Outage
 
 __all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "BodyStopped", "Download", "JsonAnswer",
            "Pool", "PoolSizes", "StreamedBody", "Upstream", "UpstreamError"]
@@ -124,6 +125,7 @@ class UpstreamError(MirrorgateError):
                  retry_after: str | None = None) -> None:
         super().__init__(f"{label} upstream: {detail}")
         self.label = label
+        self.detail = detail
         self.kind = kind
         self.status = status
         self.retry_after = retry_after
@@ -174,7 +176,8 @@ class Download:
 class Upstream:
     """One upstream registry. No redirects are followed (`allow_redirects=False` everywhere):
     a 3xx is an answer like any other, so an upstream cannot bounce the proxy to another host.
-    Every call has a timeout (connect and each read)."""
+    Every call has a timeout (connect and each read), and while the upstream lets its calls
+    wait for no answer (`outage`) they are answered at once but for one a second."""
 
     def __init__(
         self,
@@ -198,6 +201,7 @@ class Upstream:
         self.pools = pools or PoolSizes()
         self._sessions: dict[Pool, aiohttp.ClientSession] = {}
         self._in_flight: dict[Pool, int] = {FILLS: 0, TARBALLS: 0, WORKER: 0}
+        self.outage = Outage(label, waited=min(WAITED, timeout / 2))
 
     async def start(self) -> None:
         for pool in (FILLS, TARBALLS, WORKER):
@@ -279,6 +283,29 @@ class Upstream:
             self._metrics.events.upstream_failed(self.label, error.kind, str(error))
         return error
 
+    def _call(self, pool: Pool) -> tuple[Call, bool]:
+        """The leave for one call on `pool`, and whether the pool had a connection free (a
+        call that waited for one and ran out of time says nothing of the upstream); raises
+        the failure the upstream is down with (`outage`) when the call is not let through."""
+        call = self.outage.call()
+        if call is None:
+            if self._metrics is not None:
+                self._metrics.upstream_failures.labels(self.label, "down").inc()
+            raise UpstreamError(self.label, self.outage.last_kind, self.outage.refusal())
+        return call, self._in_flight[pool] < self.pools.of(pool)
+
+    @staticmethod
+    def _unanswered(call: Call, free: bool, error: BaseException,
+                    failure: UpstreamError) -> UpstreamError:
+        """`failure` (`error` translated), told to the outage when the upstream took no
+        connection: a connect timeout, or a refusal after a wait (a resolver that does not
+        answer). An upstream that took the connection and sent no status line in time is
+        slow on that call, which may be one document's: its other calls are its own."""
+        if free and not call.was_answered and isinstance(
+                error, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
+            call.failed(failure.kind, failure.detail)
+        return failure
+
     def _translate(self, error: BaseException) -> UpstreamError:
         if isinstance(error, UpstreamError):
             return self._failure(error)
@@ -335,11 +362,13 @@ class Upstream:
         headers = {"Accept": accept, "Accept-Encoding": "gzip"}
         if etag:
             headers["If-None-Match"] = etag
+        call, free = self._call(pool)
         started = time.monotonic()
         try:
-            with self._holding(pool) as session:
+            with call, self._holding(pool) as session:
                 async with session.get(url, headers=self._headers(url, headers),
                                        allow_redirects=False) as response:
+                    call.answered()
                     if response.status == 304:
                         return JsonAnswer(304, None, response.headers.get("ETag") or etag, 0)
                     if response.status == 404:
@@ -352,7 +381,7 @@ class Upstream:
                                                   timeout=self._timeout * 4)
                     answer_etag = response.headers.get("ETag")
         except Exception as error:  # every failure becomes one typed UpstreamError
-            raise self._translate(error) from None
+            raise self._unanswered(call, free, error, self._translate(error)) from None
         finally:
             self._observe("metadata", started)
         values = _json_values(body, self._max_values)
@@ -441,19 +470,22 @@ class Upstream:
             check_on_origin(url, self.origin)
         except OriginRefusal as refusal:
             raise self._failure(UpstreamError(self.label, "refused", str(refusal))) from None
+        call, free = self._call(pool)
         started = time.monotonic()
         with self._holding(pool) as session:
             try:
                 # identity: aiohttp's default asks for gzip, and a tarball then arrives gzip'd
                 # (Verdaccio does it above 1 KB); auto_decompress stays off so `decode` is the
                 # one place a coding is undone and Content-Length is trusted only for identity.
-                response = await session.request(
-                    method, url, headers=self._headers(url, {"Accept": "*/*",
-                                                             "Accept-Encoding": IDENTITY}),
-                    allow_redirects=False, auto_decompress=False)
+                with call:
+                    response = await session.request(
+                        method, url, headers=self._headers(url, {"Accept": "*/*",
+                                                                 "Accept-Encoding": IDENTITY}),
+                        allow_redirects=False, auto_decompress=False)
+                    call.answered()
             except Exception as error:  # connection-level failures become UpstreamError
                 self._observe("tarball", started)
-                raise self._translate(error) from None
+                raise self._unanswered(call, free, error, self._translate(error)) from None
             self._observe("tarball", started)
             try:
                 if response.status == 404 and accept_missing:
@@ -497,13 +529,15 @@ class Upstream:
             data = body.chunks()
             if body.size is not None:
                 headers["Content-Length"] = str(body.size)
+        call, free = self._call(pool)
         started = time.monotonic()
         try:
-            with self._holding(pool) as session, self._span(method, url, pool) as span:
+            with call, self._holding(pool) as session, self._span(method, url, pool) as span:
                 async with session.request(
                     method, url, data=data, allow_redirects=False,
                     headers=self._headers(url, headers),
                 ) as response:
+                    call.answered()
                     answer = await response.content.read(64 * 1024)
                     span.set("http.response.status_code", response.status)
                     return response.status, answer
@@ -512,6 +546,6 @@ class Upstream:
             stopped = error if isinstance(error, BodyStopped) else error.__cause__
             if isinstance(stopped, BodyStopped):
                 raise stopped.reason from None
-            raise self._translate(error) from None
+            raise self._unanswered(call, free, error, self._translate(error)) from None
         finally:
             self._observe("publish", started)

@@ -1,0 +1,290 @@
+"""An upstream that takes no connection is asked once a second, not once a call
+(`upstream.outage`).
+
+The failure this stops: a public registry behind a firewall that drops packets fails each call
+only when the upstream timeout runs out, and every name of an offline install asks it. The dark
+registry here is a loopback port whose listener's queue is held full, so the kernel drops every
+other SYN as such a firewall does; the others are small aiohttp servers that hang or answer on
+cue, counting what reaches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from mirrorgate.metrics import Metrics
+from mirrorgate.upstream.client import PoolSizes, Upstream, UpstreamError
+from mirrorgate.upstream.outage import DOWN_AFTER, RETRY_EVERY, Outage
+
+TIMEOUT = 0.3
+
+
+@dataclass
+class Clock:
+    """The monotonic clock, moved on by `later` where a test would wait a second."""
+
+    offset: float = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def later(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@dataclass
+class Registry:
+    """Answers `/left-pad` as told: `hang` (never), else with `status`; counts every request."""
+
+    hang: bool = True
+    status: int = 200
+    seen: list[str] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen.append(request.path)
+        if self.hang:
+            await asyncio.sleep(30)
+        return web.json_response({"name": "left-pad"}, status=self.status)
+
+
+class Dark:
+    """A port that takes no connection: its listener's one-place queue is held full by a
+    connection of its own, so every other connection attempt waits out its timeout."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self._held = socket.create_connection(("127.0.0.1", self.port))
+
+    def close(self) -> None:
+        self._held.close()
+        self.listener.close()
+
+
+@pytest.fixture
+def dark() -> Iterator[Dark]:
+    port = Dark()
+    yield port
+    port.close()
+
+
+@pytest.fixture
+async def registry() -> AsyncIterator[tuple[Registry, TestServer]]:
+    state = Registry()
+    app = web.Application()
+    app.router.add_get("/{name}", state.handle)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield state, server
+    await server.close()
+
+
+def client_of(url: str, clock: Clock, metrics: Metrics | None = None,
+              pools: PoolSizes | None = None) -> Upstream:
+    client = Upstream("public", url, timeout=TIMEOUT, max_metadata_bytes=4096, metrics=metrics,
+                      pools=pools)
+    client.outage = Outage("public", waited=client.outage.waited, clock=clock)
+    return client
+
+
+async def failure_of(call: Callable[[], object]) -> UpstreamError:
+    with pytest.raises(UpstreamError) as caught:
+        await call()  # type: ignore[misc]
+    return caught.value
+
+
+async def test_an_upstream_that_takes_no_connection_is_asked_once_a_second_not_once_a_call(
+        dark: Dark) -> None:
+    clock, metrics = Clock(), Metrics()
+    client = client_of(dark.url, clock, metrics)
+    await client.start()
+    loop = asyncio.get_running_loop()
+    try:
+        for _ in range(DOWN_AFTER):  # each waits out the timeout: nothing yet says it is down
+            started = loop.time()
+            error = await failure_of(lambda: client.get_json("left-pad"))
+            assert error.kind == "timeout"
+            assert loop.time() - started >= TIMEOUT * 0.9
+        assert client.outage.down
+        started = loop.time()
+        skipped = [await failure_of(lambda: client.get_json("left-pad")) for _ in range(20)]
+        # answered at once, as the failure the upstream is down with (a 504, as a timeout)
+        assert loop.time() - started < TIMEOUT
+        assert {error.kind for error in skipped} == {"timeout"}
+        assert all("not asked" in str(error) for error in skipped)
+        assert skipped[0].client_status == 504
+        assert metrics.upstream_failures.labels("public", "down")._value.get() == 20
+        assert metrics.upstream_failures.labels("public", "timeout")._value.get() == DOWN_AFTER
+
+        # a second on, one call goes: it too waits out the timeout, and the next second starts
+        # over
+        clock.later(RETRY_EVERY)
+        started = loop.time()
+        assert "not asked" not in str(await failure_of(lambda: client.get_json("left-pad")))
+        assert loop.time() - started >= TIMEOUT * 0.9
+        assert "not asked" in str(await failure_of(lambda: client.get_json("left-pad")))
+    finally:
+        await client.close()
+
+
+async def test_an_upstream_that_takes_connections_again_is_asked_within_a_second(
+        dark: Dark) -> None:
+    clock = Clock()
+    client = client_of(dark.url, clock)
+    await client.start()
+    try:
+        for _ in range(DOWN_AFTER):
+            await failure_of(lambda: client.get_json("left-pad"))
+        dark.close()
+        state = Registry(hang=False)
+        app = web.Application()
+        app.router.add_get("/{name}", state.handle)
+        server = TestServer(app, host="127.0.0.1", port=dark.port)
+        await server.start_server()
+        try:
+            # within the second, still answered without asking (the control)
+            assert "not asked" in str(await failure_of(lambda: client.get_json("left-pad")))
+            clock.later(RETRY_EVERY)
+            assert (await client.get_json("left-pad")).status == 200
+            assert not client.outage.down
+            answers = await asyncio.gather(*(client.get_json("left-pad") for _ in range(5)))
+            assert {answer.status for answer in answers} == {200}
+            assert len(state.seen) == 1 + 5
+        finally:
+            await server.close()
+    finally:
+        await client.close()
+
+
+async def test_while_down_one_call_at_a_time_is_let_through(dark: Dark) -> None:
+    clock = Clock()
+    client = client_of(dark.url, clock)
+    await client.start()
+    try:
+        for _ in range(DOWN_AFTER):
+            await failure_of(lambda: client.get_json("left-pad"))
+        clock.later(RETRY_EVERY)
+        # the first of these goes and waits out its timeout; the others do not wait on it
+        outcomes = await asyncio.gather(*(client.get_json("left-pad") for _ in range(6)),
+                                        return_exceptions=True)
+        texts = [str(outcome) for outcome in outcomes]
+        assert sum("not asked" in text for text in texts) == 5
+        assert [text for text in texts if "not asked" not in text] == [
+            f"public upstream: no answer within {TIMEOUT:g} s"]
+    finally:
+        await client.close()
+
+
+async def test_an_upstream_that_takes_the_connection_and_hangs_is_asked_every_time(
+        registry: tuple[Registry, TestServer]) -> None:
+    """The control: a registry that takes the connection and sends no status line in time
+    is slow on that call, which may be one document's (faults row 2): its other calls go."""
+    state, server = registry
+    client = client_of(str(server.make_url("/")), Clock())
+    await client.start()
+    try:
+        for _ in range(2 * DOWN_AFTER):
+            assert (await failure_of(lambda: client.get_json("left-pad"))).kind == "timeout"
+        assert (client.outage.failures, client.outage.down) == (0, False)
+        assert len(state.seen) == 2 * DOWN_AFTER
+    finally:
+        await client.close()
+
+
+async def test_an_upstream_answering_errors_is_up_and_asked_every_time(
+        registry: tuple[Registry, TestServer]) -> None:
+    state, server = registry
+    state.hang, state.status = False, 500
+    client = client_of(str(server.make_url("/")), Clock())
+    await client.start()
+    try:
+        for _ in range(10):
+            error = await failure_of(lambda: client.get_json("left-pad"))
+            assert (error.kind, error.status) == ("status", 500)
+        assert not client.outage.down
+        assert len(state.seen) == 10
+    finally:
+        await client.close()
+
+
+async def test_a_call_that_waited_for_its_pools_connection_says_nothing_of_the_upstream(
+        dark: Dark) -> None:
+    """A full pool times a call out too (the wait counts against the connect timeout); that
+    is mirrorgate's own queue, not the upstream failing."""
+    client = client_of(dark.url, Clock(), pools=PoolSizes(fills=1))
+    await client.start()
+    try:
+        outcomes = await asyncio.gather(*(client.get_json("left-pad") for _ in range(5)),
+                                        return_exceptions=True)
+        assert all(isinstance(outcome, UpstreamError) for outcome in outcomes)
+        assert client.outage.failures == 1  # one call had the pool's connection to try
+        assert not client.outage.down
+    finally:
+        await client.close()
+
+
+async def test_a_refused_connection_makes_nobody_wait_and_is_asked_every_time() -> None:
+    """The control: a registry whose port refuses connections fails each call at once, so
+    nothing is held down and it is asked again at every call (it may be back at the next)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        client = client_of(f"http://127.0.0.1:{port}/", Clock())
+        await client.start()
+        try:
+            for _ in range(3 * DOWN_AFTER):
+                error = await failure_of(lambda: client.get_json("left-pad"))
+                assert (error.kind, "not asked" in str(error)) == ("unreachable", False)
+            assert (client.outage.failures, client.outage.down) == (0, False)
+        finally:
+            await client.close()
+
+
+async def test_a_dark_upstream_answers_the_tarball_streams_at_once_too(dark: Dark) -> None:
+    """One outage a client: the fills' timeouts answer its tarball streams at once as well."""
+    client = client_of(dark.url, Clock())
+    await client.start()
+    try:
+        for _ in range(DOWN_AFTER):
+            await failure_of(lambda: client.get_json("left-pad"))
+        with pytest.raises(UpstreamError) as caught:
+            async with client.stream(f"{dark.url}left-pad/-/left-pad-1.0.0.tgz"):
+                pass
+        assert "not asked" in str(caught.value)
+        assert caught.value.client_status == 504
+    finally:
+        await client.close()
+
+
+def test_any_answer_brings_it_back_and_a_lone_failure_does_not_take_it_down() -> None:
+    clock = Clock()
+    outage = Outage("private", waited=0.0, clock=clock)
+
+    def fail() -> None:
+        call = outage.call()
+        assert call is not None
+        call.failed("timeout", "no answer within 30 s")
+
+    for _ in range(DOWN_AFTER - 1):
+        fail()
+    answered = outage.call()
+    assert answered is not None
+    answered.answered()
+    for _ in range(DOWN_AFTER - 1):  # the count starts over after an answer
+        fail()
+    assert not outage.down
+    fail()
+    assert outage.down
+    assert outage.call() is None
+    assert outage.skipped == 1
