@@ -11,8 +11,8 @@ names, packuments from 2 KB to 22 MB, 163,000 versions listed, 1,917 installed, 
   waiting until the worker has mirrored every installed version into the store;
 - `replay`: a fresh `mirrorgate serve` on that data directory with the fixture registry
   stopped, and `npm ci` again: it must pass, from the mirror alone (`--replay-public dark`:
-  the public upstream a registry that takes every connection and never answers instead, as a
-  firewall that drops packets looks from the proxy);
+  the public upstream a port that takes no connection instead, as a firewall that drops
+  packets looks from the proxy);
 - `parked` (with `--split`): the cold install once more with the worker parked on a mirror
   target that never answers, so the CPU it shows is the serve path's alone (the worker
   takes its first job and waits); the worker's share of `cold` is the difference.
@@ -36,6 +36,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -109,7 +110,7 @@ def mirrored(store: Path) -> int:
 
 class Blackhole(ThreadedApp):
     """A registry that takes every request and never answers: a worker pointed at it holds its
-    first job and does nothing more; a replay pointed at it has public gone dark."""
+    first job and does nothing more."""
 
     def __init__(self) -> None:
         super().__init__(self._build, name="blackhole")
@@ -122,6 +123,19 @@ class Blackhole(ThreadedApp):
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", hang)
         return app
+
+
+@contextmanager
+def dark_port() -> Iterator[str]:
+    """The URL of a port that takes no connection, as a firewall that drops packets looks from
+    the proxy: its listener's one-place queue is held full by a connection of its own, so the
+    kernel drops every other SYN and each connect waits out its timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):
+            yield f"http://127.0.0.1:{port}/"
 
 
 class Bench:
@@ -189,8 +203,8 @@ class Bench:
 
     def replay(self, run: Run, directory: Path) -> None:
         if self.replay_public == "dark":
-            with Blackhole() as hole:
-                self._replay(run, directory, {"MIRRORGATE_PUBLIC_UPSTREAM": hole.url})
+            with dark_port() as url:
+                self._replay(run, directory, {"MIRRORGATE_PUBLIC_UPSTREAM": url})
             return
         self.public.stop()
         try:
@@ -357,7 +371,7 @@ def main() -> int:
     parser.add_argument("--no-replay", action="store_true")
     parser.add_argument("--replay-public", choices=("stopped", "dark"), default="stopped",
                         help="the public upstream during the replay: stopped (its port refuses "
-                        "connections) or dark (it takes them and never answers)")
+                        "connections) or dark (it takes none: each connect waits out its timeout)")
     parser.add_argument("--profile", type=Path, help="py-spy one more cold run into DIR")
     parser.add_argument("--loop", choices=LOOPS, default=None,
                         help="the event loop mirrorgate runs on (default: its own choice, "
