@@ -305,7 +305,7 @@ class ProxyServer:
                 if slot is not None:
                     rendered = slot.value.renderings.get(read.key)
                     if rendered is not None:
-                        response = self.packument_route.answer(headers, rendered, read.gzip)
+                        response = self.packument_route.warm(headers, rendered, read.gzip)
                         self._warm_counts[response.status].inc()
                         self._warm_seconds(_clock() - started)
                         return response

@@ -32,6 +32,7 @@ from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import policy_of
 from mirrorgate.serve.refusals import Refused, json_response
+from mirrorgate.serve.warm import GZIPPED, WarmAnswer
 
 __all__ = ["PackumentRoute"]
 
@@ -71,15 +72,27 @@ class PackumentRoute:
 
     def answer(self, headers: CIMultiDictProxy[str], rendered: Rendered,
                gzip: bool) -> web.Response:
-        """`rendered` as a request with these headers asked: a 304 when its If-None-Match
-        matches, gzip'd when `gzip` says the client takes it (and a gzip was made), else
-        plain."""
-        wanted = headers.get("If-None-Match")
-        if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
+        """`rendered` as a request with these headers asked (`chosen`), as aiohttp answers."""
+        chosen = self.chosen(headers, rendered, gzip)
+        if chosen == 304:
             return web.Response(status=304, headers=rendered.not_modified_headers)
-        if gzip and rendered.gzipped:
+        if chosen == GZIPPED:
             return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
         return web.Response(body=rendered.body, headers=rendered.headers)
+
+    def warm(self, headers: CIMultiDictProxy[str], rendered: Rendered,
+             gzip: bool) -> WarmAnswer:
+        """`answer`'s bytes, written by `serve.warm` (the warm path's answer)."""
+        return WarmAnswer(rendered, self.chosen(headers, rendered, gzip))
+
+    @staticmethod
+    def chosen(headers: CIMultiDictProxy[str], rendered: Rendered, gzip: bool) -> int:
+        """304 when the request's If-None-Match matches, `GZIPPED` when `gzip` says the
+        client takes it (and a gzip was made), else 200 (plain)."""
+        wanted = headers.get("If-None-Match")
+        if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
+            return 304
+        return GZIPPED if gzip and rendered.gzipped else 200
 
     async def entry(self, name: PackageName,
                     policy: str | None = None) -> Cached[PackumentEntry]:

@@ -13,7 +13,7 @@ import asyncio
 import gzip
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -42,6 +42,10 @@ class Rendered:
     headers: Mapping[str, str]
     gzip_headers: Mapping[str, str]
     not_modified_headers: Mapping[str, str]
+    wire: dict[Any, tuple[bytes, bytes]] = field(default_factory=dict, compare=False,
+                                                 repr=False)
+    """What the application sending it made of it once (`serve.warm`: each answer's status
+    line and headers, serialised), kept as long as the rendering is."""
 
     @property
     def size(self) -> int:

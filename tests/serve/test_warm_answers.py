@@ -1,0 +1,218 @@
+"""The warm path's answers (`serve.warm`) on the wire: the very bytes aiohttp's `web.Response`
+writes on the slow path for the same request, whatever its shape (coding, 304, HEAD, HTTP
+version, keep-alive or close), and the same connection handling after them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.serve.rig import NPM_ACCEPT, RunningProxy, StartProxy, policy_tokens
+from tests.servers.fixture_registry import FixtureRegistry
+from tests.servers.packages import make_package, realistic_package
+
+_DATE = re.compile(rb"\r\nDate: ([A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT)\r\n")
+_LENGTH = re.compile(rb"(?i)\r\ncontent-length: (\d+)\r\n")
+
+
+class Connection:
+    """One raw HTTP connection: requests written as given, answers read whole (by their
+    Content-Length; none for a HEAD or a 304)."""
+
+    def __init__(self, authority: str, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.authority, self.reader, self.writer = authority, reader, writer
+
+    @classmethod
+    async def to(cls, proxy: RunningProxy) -> Connection:
+        authority = proxy.url.split("/")[2]
+        host, port = authority.split(":")
+        return cls(authority, *await asyncio.open_connection(host, int(port)))
+
+    def send(self, head: str) -> None:
+        """`head` with this connection's Host after its request line."""
+        line, rest = head.split("\r\n", 1)
+        self.writer.write(f"{line}\r\nHost: {self.authority}\r\n{rest}".encode())
+
+    async def ask(self, head: str | None, *, bodiless: bool = False) -> bytes:
+        if head is not None:
+            self.send(head)
+        answer = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 10)
+        length = _LENGTH.search(answer)
+        if length is not None and not bodiless:
+            answer += await asyncio.wait_for(self.reader.readexactly(int(length.group(1))), 10)
+        return answer
+
+    async def closed_by_server(self) -> bool:
+        return await asyncio.wait_for(self.reader.read(1), 10) == b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def without_date(answer: bytes) -> bytes:
+    """The answer with its Date's value blanked (it may move a second between two answers),
+    once it is checked to be there in aiohttp's format."""
+    found = _DATE.search(answer)
+    assert found is not None, answer[:400]
+    return answer[:found.start(1)] + b"-" + answer[found.end(1):]
+
+
+def warm_hits(proxy: RunningProxy) -> float:
+    return proxy.metric("mirrorgate_request_seconds_count", route="packument", path="warm")
+
+
+async def slow_then_warm(proxy: RunningProxy, head: str, *, bodiless: bool = False,
+                         ttl: float = 60.0) -> tuple[bytes, bytes]:
+    """`head` answered by the slow path (the entry past its TTL: revalidated, answered by
+    `web.Response`), then again by the warm path, each on a connection of its own."""
+    proxy.clock.advance(ttl + 1)
+    answers = []
+    for _ in range(2):
+        before = warm_hits(proxy)
+        connection = await Connection.to(proxy)
+        answers.append(await connection.ask(head, bodiless=bodiless))
+        connection.close()
+        answers.append(warm_hits(proxy) - before)  # type: ignore[arg-type]
+    slow, slow_hits, warm, warm_hits_now = answers
+    assert (slow_hits, warm_hits_now) == (0, 1), "the first is slow, the second warm"
+    assert isinstance(slow, bytes) and isinstance(warm, bytes)
+    return slow, warm
+
+
+def get(name: str, *, method: str = "GET", version: str = "1.1", **headers: str) -> str:
+    lines = [f"{method} /npm/{name} HTTP/{version}", f"Accept: {NPM_ACCEPT}",
+             *(f"{key.replace('_', '-')}: {value}" for key, value in headers.items())]
+    return "\r\n".join(lines) + "\r\n\r\n"
+
+
+@pytest.fixture
+async def warm_proxy(public_registry: FixtureRegistry, start_proxy: StartProxy) -> RunningProxy:
+    public_registry.add(realistic_package("warm-bytes"), make_package("warm-small"))
+    proxy = await start_proxy(public_registry.url)
+    for name in ("warm-bytes", "warm-small"):
+        assert (await proxy.get(f"npm/{name}", Accept=NPM_ACCEPT)).status == 200
+    return proxy
+
+
+@pytest.mark.parametrize("headers", [
+    {"Accept_Encoding": "gzip, deflate"},
+    {"Accept_Encoding": "identity"},
+    {},
+], ids=["gzip", "identity", "no-coding"])
+@pytest.mark.parametrize("name", ["warm-bytes", "warm-small"])
+async def test_a_warm_200_is_the_slow_paths_bytes(
+    warm_proxy: RunningProxy, name: str, headers: dict[str, str],
+) -> None:
+    slow, warm = await slow_then_warm(warm_proxy, get(name, **headers))
+
+    assert slow.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert without_date(warm) == without_date(slow)
+    # the control: the coding asked is the coding answered
+    assert (b"\r\nContent-Encoding: gzip\r\n" in warm) == ("gzip" in str(headers))
+
+
+@pytest.mark.parametrize("coding", ["gzip", "identity"])
+async def test_a_warm_304_is_the_slow_paths_bytes(warm_proxy: RunningProxy, coding: str) -> None:
+    etag = (await warm_proxy.get("npm/warm-bytes", Accept=NPM_ACCEPT)).headers["ETag"]
+
+    slow, warm = await slow_then_warm(
+        warm_proxy, get("warm-bytes", Accept_Encoding=coding, If_None_Match=etag),
+        bodiless=True)
+    _, plain = await slow_then_warm(warm_proxy, get("warm-bytes", Accept_Encoding=coding,
+                                                    If_None_Match='W/"another"'))
+
+    assert slow.startswith(b"HTTP/1.1 304 Not Modified\r\n")
+    assert without_date(warm) == without_date(slow)
+    assert b"Content-Length" not in warm and warm.endswith(b"\r\n\r\n")
+    assert plain.startswith(b"HTTP/1.1 200 OK\r\n")  # an ETag that does not match: the body
+
+
+@pytest.mark.parametrize("coding", ["gzip", "identity"])
+async def test_a_warm_head_is_the_slow_paths_head_and_sends_no_body(
+    warm_proxy: RunningProxy, coding: str,
+) -> None:
+    slow, warm = await slow_then_warm(
+        warm_proxy, get("warm-bytes", method="HEAD", Accept_Encoding=coding), bodiless=True)
+    connection = await Connection.to(warm_proxy)
+    head = await connection.ask(get("warm-bytes", method="HEAD", Accept_Encoding=coding),
+                                bodiless=True)
+    # the next answer on the connection begins right after the head: no body was sent
+    after = await connection.ask(get("warm-small", Accept_Encoding=coding))
+    connection.close()
+
+    assert without_date(warm) == without_date(slow) == without_date(head)
+    assert int(_LENGTH.search(warm).group(1)) > 1000  # type: ignore[union-attr]
+    assert after.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+@pytest.mark.parametrize(("version", "connection", "kept"), [
+    ("1.1", "close", False),
+    ("1.0", None, False),
+    ("1.0", "keep-alive", True),
+    ("1.1", "keep-alive", True),
+])
+async def test_keep_alive_and_close_are_answered_and_honoured_as_on_the_slow_path(
+    warm_proxy: RunningProxy, version: str, connection: str | None, kept: bool,
+) -> None:
+    headers = {"Accept_Encoding": "gzip"} | ({"Connection": connection} if connection else {})
+    head = get("warm-bytes", version=version, **headers)
+    slow, warm = await slow_then_warm(warm_proxy, head)
+    open_after = []
+    for slow_path in (True, False):
+        if slow_path:
+            warm_proxy.clock.advance(61)
+        client = await Connection.to(warm_proxy)
+        await client.ask(head)
+        if kept:  # a second request on the same connection is answered
+            again = await client.ask(head)
+            open_after.append(again.startswith(f"HTTP/{version} 200".encode()))
+        else:
+            open_after.append(not await client.closed_by_server())
+        client.close()
+
+    assert slow.startswith(f"HTTP/{version} 200 OK\r\n".encode())
+    assert without_date(warm) == without_date(slow)
+    assert open_after == [kept, kept]
+
+
+async def test_pipelined_warm_requests_are_answered_in_order(warm_proxy: RunningProxy) -> None:
+    connection = await Connection.to(warm_proxy)
+    names = ["warm-small", "warm-bytes", "warm-small"]
+    for name in names:  # all sent before the first answer is read
+        connection.send(get(name, Accept_Encoding="identity"))
+    answers = [await connection.ask(None) for _ in names]
+    connection.close()
+
+    single = [await warm_proxy.request("GET", f"npm/{name}", decompress=False,
+                                       headers={"Accept": NPM_ACCEPT,
+                                                "Accept-Encoding": "identity"})
+              for name in names]
+    assert [answer.split(b"\r\n\r\n", 1)[1] for answer in answers] == [
+        reply.body for reply in single]
+
+
+async def test_a_warm_answer_behind_client_tokens_is_the_slow_paths_bytes(
+    public_registry: FixtureRegistry, start_proxy: StartProxy, tmp_path: Path,
+) -> None:
+    # the access middleware runs around the warm path: a client's token is still checked
+    # (the attack: a warm packument read without one), and its answer is the same bytes
+    public_registry.add(realistic_package("warm-guarded"))
+    tokens = policy_tokens(tmp_path / "tokens", builds=None)
+    proxy = await start_proxy(public_registry.url, client_tokens_file=tmp_path / "tokens")
+    head = get("warm-guarded", Accept_Encoding="gzip", Authorization=tokens["builds"])
+    connection = await Connection.to(proxy)
+    await connection.ask(head)
+    connection.close()
+
+    slow, warm = await slow_then_warm(proxy, head)
+    refused = await Connection.to(proxy)
+    anonymous = await refused.ask(get("warm-guarded", Accept_Encoding="gzip"))
+    refused.close()
+
+    assert without_date(warm) == without_date(slow)
+    assert warm.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert anonymous.startswith(b"HTTP/1.1 401 ")
