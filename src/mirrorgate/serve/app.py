@@ -73,6 +73,7 @@ from mirrorgate.serve.traced import request_spans
 from mirrorgate.serve.ui import add_ui_routes
 from mirrorgate.serve.ui.readers import PullReaders
 from mirrorgate.serve.ui.stored import stored_counts_for, with_state_store
+from mirrorgate.serve.warm import WarmAnswer, kind_of, raw_message
 from mirrorgate.store import StoreUnavailableError
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.registry import PrivateRegistry
@@ -294,9 +295,12 @@ class ProxyServer:
         (`fill`, `rendered`), never per request, and the warm path takes no admission slot, so
         it is never shed."""
         started = _clock()
-        if request.method in _READS:
-            headers = request.headers
-            read = self._read(request, headers)
+        # the request line and headers as parsed (`raw_message`): `method`, `headers` and
+        # `raw_path` would each run a Python frame on a new request
+        message = raw_message(request)
+        if message.method in _READS:
+            headers = message.headers
+            read = self._read(request, message.path, headers)
             if read:
                 # the client's policy set's entry (`policy:NAME` in the tokens file): one
                 # policy's packument is never another's (`gate.packuments.service.cache_key`)
@@ -305,20 +309,19 @@ class ProxyServer:
                 if slot is not None:
                     rendered = slot.value.renderings.get(read.key)
                     if rendered is not None:
-                        response = self.packument_route.warm(headers, rendered, read.gzip)
+                        response = WarmAnswer(rendered, kind_of(headers, rendered, read.gzip))
                         self._warm_counts[response.status].inc()
                         self._warm_seconds(_clock() - started)
                         return response
         return await self._slow(request, self.describe(request), started)
 
-    def _read(self, request: web.Request,
+    def _read(self, request: web.Request, raw: str,
               headers: CIMultiDictProxy[str]) -> WarmRead | Literal[False]:
         """What a GET or HEAD reads when it is a packument (False when it is not, or when its
         headers cannot make a base URL: the slow path answers that). Memoised on the raw path
         and the headers read, unless forwarded headers count (a trusted proxy), the Host is
         missing, or they are long: a memo keyed by what a client sends is bounded in bytes as
         well as in entries."""
-        raw = request.raw_path
         accept = headers.get("Accept") or ""
         coding = headers.get("Accept-Encoding") or ""
         # the Host only matters without MIRRORGATE_PUBLIC_URL

@@ -26,13 +26,13 @@ from mirrorgate.gate.packuments.entry import MAX_BASES, build_rendered, rendered
 from mirrorgate.gate.refusals import Refusal
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
+from mirrorgate.npm.negotiation import Memo, accepts_gzip
 from mirrorgate.npm.packument import FULL, on_base
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import policy_of
 from mirrorgate.serve.refusals import Refused, json_response
-from mirrorgate.serve.warm import GZIPPED, WarmAnswer
+from mirrorgate.serve.warm import GZIPPED, NOT_MODIFIED, kind_of
 
 __all__ = ["PackumentRoute"]
 
@@ -72,27 +72,14 @@ class PackumentRoute:
 
     def answer(self, headers: CIMultiDictProxy[str], rendered: Rendered,
                gzip: bool) -> web.Response:
-        """`rendered` as a request with these headers asked (`chosen`), as aiohttp answers."""
-        chosen = self.chosen(headers, rendered, gzip)
-        if chosen == 304:
+        """`rendered` as a request with these headers asked (`warm.kind_of`), as aiohttp
+        answers; the warm path writes the same bytes (`warm.WarmAnswer`)."""
+        kind = kind_of(headers, rendered, gzip)
+        if kind == NOT_MODIFIED:
             return web.Response(status=304, headers=rendered.not_modified_headers)
-        if chosen == GZIPPED:
+        if kind == GZIPPED:
             return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
         return web.Response(body=rendered.body, headers=rendered.headers)
-
-    def warm(self, headers: CIMultiDictProxy[str], rendered: Rendered,
-             gzip: bool) -> WarmAnswer:
-        """`answer`'s bytes, written by `serve.warm` (the warm path's answer)."""
-        return WarmAnswer(rendered, self.chosen(headers, rendered, gzip))
-
-    @staticmethod
-    def chosen(headers: CIMultiDictProxy[str], rendered: Rendered, gzip: bool) -> int:
-        """304 when the request's If-None-Match matches, `GZIPPED` when `gzip` says the
-        client takes it (and a gzip was made), else 200 (plain)."""
-        wanted = headers.get("If-None-Match")
-        if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
-            return 304
-        return GZIPPED if gzip and rendered.gzipped else 200
 
     async def entry(self, name: PackageName,
                     policy: str | None = None) -> Cached[PackumentEntry]:
