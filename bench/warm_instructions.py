@@ -62,7 +62,7 @@ def _control(pid: int, *args: str) -> None:
 
 
 def _counted(process: subprocess.Popen[bytes], out: Path, port: int, path: str, form: str,
-             requests: int) -> float:
+             requests: int, keep: Path | None = None) -> float:
     """Instructions a request, `requests` of them counted after a warm-up."""
     _control(process.pid, "-i", "on")
     asyncio.run(_drive(port, path, form, WARMUP))
@@ -75,6 +75,8 @@ def _counted(process: subprocess.Popen[bytes], out: Path, port: int, path: str, 
     dumps = sorted(out.parent.glob(out.name + "*"), key=lambda found: found.stat().st_mtime)
     totals = _TOTALS.search(dumps[-1].read_text(errors="replace"))
     assert totals is not None
+    if keep is not None:  # for callgrind_annotate
+        shutil.copy(dumps[-1], keep / f"{out.stem}-{path.rsplit('/', 1)[-1]}.callgrind")
     for dump in dumps:
         dump.unlink()
     return int(totals.group(1)) / answered
@@ -104,6 +106,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2_000)
     parser.add_argument("--form", choices=sorted(ACCEPTS), default="full")
     parser.add_argument("--no-bare", action="store_true", help="mirrorgate alone")
+    parser.add_argument("--keep", type=Path, help="a directory to keep callgrind's dumps in")
     args = parser.parse_args()
     if shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (callgrind_control)")
@@ -146,7 +149,7 @@ def main() -> int:
         counts: dict[str, dict[str, float]] = {"mirrorgate": {}}
         for key, package in packages.items():
             counts["mirrorgate"][key] = _counted(mirrorgate, out, port, "/npm/" + package.name,
-                                                 args.form, args.requests)
+                                                 args.form, args.requests, args.keep)
         _stop(mirrorgate)
         if not args.no_bare:
             answers = workdir / "answers.json"
@@ -162,7 +165,7 @@ def main() -> int:
             processes.append(bare)
             _up(f"http://127.0.0.1:{bare_port}/" + packages["express"].name, bare)
             counts["bare"] = {key: _counted(bare, out, bare_port, "/" + package.name,
-                                            args.form, args.requests)
+                                            args.form, args.requests, args.keep)
                               for key, package in packages.items()}
         print(f"src {src}; {args.requests} warm GETs each ({args.form}), instructions a hit:")
         for label, found in counts.items():

@@ -9,10 +9,13 @@ import re
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from mirrorgate.serve.warm import PLAIN, WarmAnswer, raw_message
 from tests.serve.rig import NPM_ACCEPT, RunningProxy, StartProxy, policy_tokens
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.packages import make_package, realistic_package
+from tests.servers.ports import free_port
 
 _DATE = re.compile(rb"\r\nDate: ([A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT)\r\n")
 _LENGTH = re.compile(rb"(?i)\r\ncontent-length: (\d+)\r\n")
@@ -215,3 +218,53 @@ async def test_a_warm_answer_behind_client_tokens_is_the_slow_paths_bytes(
     assert without_date(warm) == without_date(slow)
     assert warm.startswith(b"HTTP/1.1 200 OK\r\n")
     assert anonymous.startswith(b"HTTP/1.1 401 ")
+
+
+async def test_the_parsed_message_holds_what_aiohttps_request_properties_read() -> None:
+    # the warm path reads the request line, headers and keep-alive from aiohttp's parsed
+    # message (`raw_message`, a private field): this fails first if aiohttp moves them
+    seen: list[tuple[bool, ...]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        for read in (request, request.clone(method="HEAD", headers={"Accept": "x/y"})):
+            message = raw_message(read)
+            seen.append((message.method == read.method, message.path == read.raw_path,
+                         message.headers is read.headers, message.version == read.version,
+                         (not message.should_close) == read.keep_alive))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        for head in ("GET /npm/a%2fb?write=1 HTTP/1.1\r\nHost: h\r\n\r\n",
+                     "HEAD /npm/x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                     "GET /npm/x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head.encode())
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            writer.close()
+    finally:
+        await runner.cleanup()
+
+    assert len(seen) == 6
+    assert set(seen) == {(True,) * 5}
+
+
+async def test_a_warm_answer_reads_as_a_response_to_what_runs_around_it(
+    warm_proxy: RunningProxy,
+) -> None:
+    # middlewares (access, tracing) read a response's status and its own mapping; aiohttp's
+    # server reads keep_alive after writing it
+    entry = warm_proxy.server.packuments.cache.peek("warm-small")
+    assert entry is not None
+    rendered = next(iter(entry.value.renderings.values()))
+    answer = WarmAnswer(rendered, PLAIN)
+
+    assert (answer.status, answer.reason, answer.keep_alive) == (200, "OK", None)
+    assert answer.get("mirrorgate_outcome", "absent") == "absent"
+    assert dict(answer.headers) == dict(rendered.headers)
+    assert not answer.prepared
