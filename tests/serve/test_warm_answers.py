@@ -5,12 +5,15 @@ version, keep-alive or close), and the same connection handling after them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from mirrorgate.access.tokens import ClientTokens
+from mirrorgate.serve.app import answer_warm_first, build_proxy_app
 from mirrorgate.serve.warm import PLAIN, WarmAnswer, raw_message
 from tests.serve.rig import NPM_ACCEPT, RunningProxy, StartProxy, policy_tokens
 from tests.servers.fixture_registry import FixtureRegistry
@@ -268,3 +271,40 @@ async def test_a_warm_answer_reads_as_a_response_to_what_runs_around_it(
     assert answer.get("mirrorgate_outcome", "absent") == "absent"
     assert dict(answer.headers) == dict(rendered.headers)
     assert not answer.prepared
+
+
+async def test_warm_hits_are_answered_before_routing_only_where_no_middleware_must_see_them(
+    warm_proxy: RunningProxy, tmp_path: Path,
+) -> None:
+    # the attack: a tokens file configured, and a warm packument answered before the access
+    # middleware asked for a token; the control: an open proxy's warm hits skip the router
+    policy_tokens(tmp_path / "tokens", builds=None)
+    guarded = dataclasses.replace(warm_proxy.proxy, clients=ClientTokens(tmp_path / "tokens"))
+    installed = {}
+    for label, proxy in (("open", warm_proxy.proxy), ("tokens", guarded)):
+        runner = web.AppRunner(build_proxy_app(proxy, clock=warm_proxy.clock), access_log=None)
+        await runner.setup()
+        assert runner.server is not None
+        routed = runner.server.request_handler
+        answer_warm_first(runner)
+        installed[label] = runner.server.request_handler is not routed
+        await runner.cleanup()
+
+    assert installed == {"open": True, "tokens": False}
+
+
+async def test_a_warm_request_that_expects_a_continue_is_routed_and_gets_it(
+    warm_proxy: RunningProxy,
+) -> None:
+    # aiohttp's application answers `Expect` (a 100 Continue first); the warm path must not
+    # answer such a request before it
+    connection = await Connection.to(warm_proxy)
+    connection.send(get("warm-small", Accept_Encoding="identity", Expect="100-continue"))
+    interim = await asyncio.wait_for(connection.reader.readuntil(b"\r\n\r\n"), 10)
+    answer = await connection.ask(None)
+    plain = await connection.ask(get("warm-small", Accept_Encoding="identity"))
+    connection.close()
+
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert without_date(answer) == without_date(plain)
