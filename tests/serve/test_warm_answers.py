@@ -282,7 +282,10 @@ async def test_warm_hits_are_answered_before_routing_only_where_no_middleware_mu
     guarded = dataclasses.replace(warm_proxy.proxy, clients=ClientTokens(tmp_path / "tokens"))
     installed = {}
     for label, proxy in (("open", warm_proxy.proxy), ("tokens", guarded)):
-        runner = web.AppRunner(build_proxy_app(proxy, clock=warm_proxy.clock), access_log=None)
+        app = build_proxy_app(proxy, clock=warm_proxy.clock)
+        # a warm answer is written whole, without the signal: none may be connected
+        assert not app.on_response_prepare
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         assert runner.server is not None
         routed = runner.server.request_handler
@@ -308,3 +311,25 @@ async def test_a_warm_request_that_expects_a_continue_is_routed_and_gets_it(
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
     assert without_date(answer) == without_date(plain)
+
+
+async def test_only_http_1_1_kept_alive_heads_are_kept_beside_a_rendering(
+    warm_proxy: RunningProxy,
+) -> None:
+    # the attack: a client cycling its HTTP version and Connection to grow what each cached
+    # rendering holds; the control: the heads of what clients send are kept
+    for version, connection in (("1.0", None), ("1.0", "keep-alive"), ("1.1", "close"),
+                                ("1.1", None)):
+        for method in ("GET", "HEAD"):
+            client = await Connection.to(warm_proxy)
+            answer = await client.ask(
+                get("warm-small", method=method, version=version, Accept_Encoding="gzip",
+                    **({"Connection": connection} if connection else {})),
+                bodiless=method == "HEAD")
+            client.close()
+            assert answer.startswith(f"HTTP/{version} 200 OK\r\n".encode())
+    entry = warm_proxy.server.packuments.cache.peek("warm-small")
+    assert entry is not None
+
+    kept = {shape for rendered in entry.value.renderings.values() for shape in rendered.wire}
+    assert kept == {("gzip", (1, 1), True, True), ("gzip", (1, 1), True, False)}

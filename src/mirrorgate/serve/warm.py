@@ -35,8 +35,6 @@ Shape = tuple[Kind, HttpVersion, bool, bool]
 version, keep-alive, and whether the body is sent (a HEAD's is not)."""
 Head = tuple[bytes, bytes]
 """A head's bytes before the Date's value and after it."""
-_KEPT_VERSIONS = (HttpVersion10, HttpVersion11)
-"""The versions whose heads are kept; any other a client sends is serialised per request."""
 _WRITELINES_FROM = 2048
 """A body smaller than this is joined to its head (one small write), a larger one written
 beside it (`writelines`: no copy of it on uvloop, a join on asyncio's own loop), as aiohttp
@@ -129,7 +127,10 @@ class WarmAnswer(web.StreamResponse):
         head = rendered.wire.get(shape)
         if head is None:
             head = _head(rendered, shape)
-            if version in _KEPT_VERSIONS:
+            # kept for what clients send, HTTP/1.1 kept alive: at most five heads a rendering
+            # (its size counts them); any other shape is serialised per request, so a client
+            # varying its version and Connection cannot grow what the cache holds
+            if keep_alive and version == HttpVersion11:
                 rendered.wire[shape] = head
         self._keep_alive = keep_alive  # aiohttp's server keeps the connection open by it
         transport = request.transport

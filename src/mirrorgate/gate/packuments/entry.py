@@ -49,7 +49,8 @@ class Rendered:
 
     @property
     def size(self) -> int:
-        return len(self.body) + len(self.gzipped) + 256
+        # the header sets, and the heads kept in `wire` (at most five, a few hundred bytes each)
+        return len(self.body) + len(self.gzipped) + 256 + 2048
 
 
 @dataclass(frozen=True, slots=True)
