@@ -37,8 +37,8 @@ Head = tuple[bytes, bytes]
 """A head's bytes before the Date's value and after it."""
 _WRITELINES_FROM = 2048
 """A body smaller than this is joined to its head (one small write), a larger one written
-beside it (`writelines`: no copy of it on uvloop, a join on asyncio's own loop), as aiohttp
-decides."""
+beside it (`writelines`: no copy of it on uvloop; asyncio's own loop joins them, as aiohttp's
+writer always does on Python 3.11)."""
 _time = time.time
 
 
