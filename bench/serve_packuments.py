@@ -25,6 +25,10 @@ mirrorgate runs with `MIRRORGATE_CACHE_TTL=300` so no revalidation lands inside 
 the run measures warm hits, which is what the target is about (a revalidation is one upstream
 round trip per package per TTL, answered 304).
 
+Beside each rate, the server's CPU seconds a request (the kernel's count over the round, its
+warm-up included, the median round's): on a shared machine they follow the code more than
+the rate does.
+
 Targets (express-sized packument): mirrorgate >= 20x Verdaccio's requests/s and >= 50% of the
 bare handler's.
 
@@ -57,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.loops import LOOPS, child_environment, uses_uvloop
+from bench.procstat import usage
 
 ACCEPTS = {
     # npm 11 (the npm on these machines) asks for the full document when it installs;
@@ -176,6 +181,8 @@ class _Run:
         self.stop_at = self.measure_from + measure
         self.latencies: list[float] = []
         self.errors = 0
+        self.answered = 0
+        """Every answer, the warm-up's too (what the server's CPU seconds are divided by)."""
         self.statuses: dict[int, int] = {}
 
     @property
@@ -183,6 +190,7 @@ class _Run:
         return time.perf_counter() < self.stop_at
 
     def done(self, status: int, latency: float) -> None:
+        self.answered += 1
         if time.perf_counter() < self.measure_from:
             return
         self.statuses[status] = self.statuses.get(status, 0) + 1
@@ -217,7 +225,8 @@ async def _drive(host: str, port: int, path: str, accept: str, connections: int,
             return float("nan")
         return latencies[min(len(latencies) - 1, int(fraction * len(latencies)))] * 1000
 
-    return {"requests": len(latencies), "errors": run.errors, "statuses": run.statuses,
+    return {"requests": len(latencies), "answered": run.answered, "errors": run.errors,
+            "statuses": run.statuses,
             "rps": len(latencies) / measure, "p50_ms": percentile(0.50),
             "p99_ms": percentile(0.99)}
 
@@ -270,6 +279,8 @@ def _pin(cpu: int, pid: int = 0) -> None:
 class Target:
     label: str
     base: str  # http://127.0.0.1:PORT/ plus the registry prefix
+    pid: int | None = None
+    """The server's process: its CPU seconds a request are reported beside its rate."""
 
 
 def _get(url: str, form: str = "full", timeout: float = 120.0,
@@ -309,10 +320,24 @@ def _load(target: Target, path: str, form: str, warmup: float,
     return result
 
 
+def _load_timed(target: Target, path: str, form: str, warmup: float,
+                measure: float) -> dict[str, Any]:
+    """`_load`, with the server's CPU seconds a request (`cpu_us`, warm-up included) when its
+    process is known: the kernel's count, far steadier than the rate on a shared machine."""
+    before = usage(target.pid) if target.pid is not None else None
+    result = _load(target, path, form, warmup, measure)
+    if before is not None and target.pid is not None and result.get("answered"):
+        result["cpu_us"] = (usage(target.pid).cpu - before.cpu) / result["answered"] * 1e6
+    return result
+
+
 def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     ordered = sorted(rounds, key=lambda result: float(result["rps"]))
     chosen = dict(ordered[len(ordered) // 2])
     chosen["rounds"] = [round(float(result["rps"]), 1) for result in rounds]
+    if all("cpu_us" in result for result in rounds):
+        cpu = sorted(float(result["cpu_us"]) for result in rounds)
+        chosen["cpu_us"] = cpu[len(cpu) // 2]
     return chosen
 
 
@@ -450,7 +475,7 @@ def main() -> int:
         # a tree with `runtime.py` picks its loop by this (the shim above serves older ones)
         env["MIRRORGATE_EVENT_LOOP"] = args.loop
         processes.append(_start([*mirrorgate_argv(), "serve"], env, workdir))
-        mirrorgate = Target("mirrorgate", f"http://127.0.0.1:{port}/npm/")
+        mirrorgate = Target("mirrorgate", f"http://127.0.0.1:{port}/npm/", processes[0].pid)
         _wait_until_up(mirrorgate.base + "-/ping")
 
         recorded: dict[str, dict[str, Any]] = {}
@@ -473,7 +498,7 @@ def main() -> int:
                                  str(bare_port), str(answers)],
                                 {**os.environ, **child_environment(workdir, loop=args.bare_loop)},
                                 root))
-        bare = Target("bare aiohttp", f"http://127.0.0.1:{bare_port}/")
+        bare = Target("bare aiohttp", f"http://127.0.0.1:{bare_port}/", processes[1].pid)
         _wait_until_up(bare.base + packages["express"].name)
         for key, package in packages.items():
             mine = _get(mirrorgate.base + package.name, form)[2]
@@ -509,8 +534,8 @@ def main() -> int:
             rounds: dict[str, list[dict[str, Any]]] = {}
             for _ in range(ROUNDS):
                 for target in targets[:2]:
-                    rounds.setdefault(target.label, []).append(
-                        _load(target, package.name, form, WARMUP_SECONDS, MEASURE_SECONDS))
+                    rounds.setdefault(target.label, []).append(_load_timed(
+                        target, package.name, form, WARMUP_SECONDS, MEASURE_SECONDS))
             measured = {label: _median_round(found) for label, found in rounds.items()}
             for target in targets[2:]:
                 measured[target.label] = _load(target, package.name, form,
@@ -518,6 +543,8 @@ def main() -> int:
             results[key] = measured
             for label, result in measured.items():
                 spread = (f"   rounds {result['rounds']}" if "rounds" in result else "")
+                if "cpu_us" in result:
+                    spread += f"   CPU {result['cpu_us']:.1f} us a request"
                 print(f"  {key:8} {label:13} {result['rps']:9.1f} req/s   "
                       f"p50 {result['p50_ms']:8.2f} ms   p99 {result['p99_ms']:8.2f} ms   "
                       f"({result['requests']} ok, {result['errors']} not 200){spread}",
@@ -527,6 +554,9 @@ def main() -> int:
             mine = measured["mirrorgate"]["rps"]
             bare_rps = measured["bare aiohttp"]["rps"]
             line = f"{key}: mirrorgate / bare aiohttp = {mine / bare_rps:.0%}"
+            if "cpu_us" in measured["mirrorgate"] and "cpu_us" in measured["bare aiohttp"]:
+                by_cpu = measured["bare aiohttp"]["cpu_us"] / measured["mirrorgate"]["cpu_us"]
+                line += f", by CPU a request {by_cpu:.2f}x"
             if "verdaccio" in measured and measured["verdaccio"]["rps"] > 0:
                 line += f", mirrorgate / Verdaccio = {mine / measured['verdaccio']['rps']:.1f}x"
             print(line)

@@ -48,7 +48,7 @@ from mirrorgate.mirror import MirrorJob, MirrorQueue, QueueMessage
 from mirrorgate.notify import Notifier
 from mirrorgate.rules import LiveRules, Rules, RulesError
 from mirrorgate.serve.access import install_access
-from mirrorgate.serve.app import Proxy, build_proxy_app
+from mirrorgate.serve.app import Proxy, answer_warm_first, build_proxy_app
 from mirrorgate.serve.listener import ClientBounds, GuardedSite
 from mirrorgate.store import Store, StoreSetupError, open_store
 from mirrorgate.tasks import Tasks
@@ -191,6 +191,7 @@ async def _listening(app: web.Application, host: str, port: int, settings: Setti
                            handle_signals=False, logger=_server_logger(metrics),
                            keepalive_timeout=settings.keepalive_timeout)
     await runner.setup()
+    answer_warm_first(runner)  # the proxy's warm packuments, before routing (`serve.app`)
     # aiohttp has the idle keep-alive timeout; GuardedSite adds the head-read and write-stall
     # bounds it lacks
     bounds = ClientBounds(head_timeout=settings.head_timeout,

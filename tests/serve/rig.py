@@ -37,7 +37,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.mirror import MirrorJob, MirrorQueue
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES, LiveRules, Rules
-from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, build_proxy_app
+from mirrorgate.serve.app import SERVER, Proxy, ProxyServer, answer_warm_first, build_proxy_app
 from mirrorgate.store import open_store
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
@@ -289,6 +289,7 @@ async def open_proxy(settings: Settings, *, store: Path | None, rules: Rules | L
     app = build_proxy_app(proxy, clock=clock)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
     await runner.setup()
+    answer_warm_first(runner)  # as `mirrorgate serve` listens (`process`)
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     running = RunningProxy(f"http://127.0.0.1:{port}/", proxy, app[SERVER], clock, wall,

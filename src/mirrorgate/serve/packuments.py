@@ -26,12 +26,13 @@ from mirrorgate.gate.packuments.entry import MAX_BASES, build_rendered, rendered
 from mirrorgate.gate.refusals import Refusal
 from mirrorgate.metrics import Metrics
 from mirrorgate.npm.names import PackageName
-from mirrorgate.npm.negotiation import Memo, accepts_gzip, etag_matches
+from mirrorgate.npm.negotiation import Memo, accepts_gzip
 from mirrorgate.npm.packument import FULL, on_base
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.rules.wayout import exception_how
 from mirrorgate.serve.access import policy_of
 from mirrorgate.serve.refusals import Refused, json_response
+from mirrorgate.serve.warm import GZIPPED, NOT_MODIFIED, kind_of
 
 __all__ = ["PackumentRoute"]
 
@@ -71,13 +72,12 @@ class PackumentRoute:
 
     def answer(self, headers: CIMultiDictProxy[str], rendered: Rendered,
                gzip: bool) -> web.Response:
-        """`rendered` as a request with these headers asked: a 304 when its If-None-Match
-        matches, gzip'd when `gzip` says the client takes it (and a gzip was made), else
-        plain."""
-        wanted = headers.get("If-None-Match")
-        if wanted is not None and rendered.etag and etag_matches(wanted, rendered.etag):
+        """`rendered` as a request with these headers asked (`warm.kind_of`), as aiohttp
+        answers; the warm path writes the same bytes (`warm.WarmAnswer`)."""
+        kind = kind_of(headers, rendered, gzip)
+        if kind == NOT_MODIFIED:
             return web.Response(status=304, headers=rendered.not_modified_headers)
-        if gzip and rendered.gzipped:
+        if kind == GZIPPED:
             return web.Response(body=rendered.gzipped, headers=rendered.gzip_headers)
         return web.Response(body=rendered.body, headers=rendered.headers)
 

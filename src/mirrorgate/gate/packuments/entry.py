@@ -13,7 +13,7 @@ import asyncio
 import gzip
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -42,10 +42,15 @@ class Rendered:
     headers: Mapping[str, str]
     gzip_headers: Mapping[str, str]
     not_modified_headers: Mapping[str, str]
+    wire: dict[Any, tuple[bytes, bytes]] = field(default_factory=dict, compare=False,
+                                                 repr=False)
+    """What the application sending it made of it once (`serve.warm`: each answer's status
+    line and headers, serialised), kept as long as the rendering is."""
 
     @property
     def size(self) -> int:
-        return len(self.body) + len(self.gzipped) + 256
+        # the header sets, and the heads kept in `wire` (at most five, a few hundred bytes each)
+        return len(self.body) + len(self.gzipped) + 256 + 2048
 
 
 @dataclass(frozen=True, slots=True)
