@@ -1,4 +1,4 @@
-"""An upstream that takes no connection is asked once a second, not once a call
+"""An upstream that takes no connection is not asked again until a connection is made
 (`upstream.outage`).
 
 The failure this stops: a public registry behind a firewall that drops packets fails each call
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -22,22 +21,11 @@ from aiohttp.test_utils import TestServer
 
 from mirrorgate.metrics import Metrics
 from mirrorgate.upstream.client import PoolSizes, Upstream, UpstreamError
-from mirrorgate.upstream.outage import DOWN_AFTER, RETRY_EVERY, Outage
+from mirrorgate.upstream.outage import DOWN_AFTER, Outage
 
 TIMEOUT = 0.3
-
-
-@dataclass
-class Clock:
-    """The monotonic clock, moved on by `later` where a test would wait a second."""
-
-    offset: float = 0.0
-
-    def __call__(self) -> float:
-        return time.monotonic() + self.offset
-
-    def later(self, seconds: float) -> None:
-        self.offset += seconds
+RETRY = 0.1
+"""Seconds between the connections tried while down, here (a second in use)."""
 
 
 @dataclass
@@ -90,11 +78,12 @@ async def registry() -> AsyncIterator[tuple[Registry, TestServer]]:
     await server.close()
 
 
-def client_of(url: str, clock: Clock, metrics: Metrics | None = None,
+def client_of(url: str, metrics: Metrics | None = None,
               pools: PoolSizes | None = None) -> Upstream:
     client = Upstream("public", url, timeout=TIMEOUT, max_metadata_bytes=4096, metrics=metrics,
                       pools=pools)
-    client.outage = Outage("public", waited=client.outage.waited, clock=clock)
+    client.outage = Outage("public", client.connect_once, waited=client.outage.waited,
+                           retry_every=RETRY)
     return client
 
 
@@ -104,10 +93,10 @@ async def failure_of(call: Callable[[], object]) -> UpstreamError:
     return caught.value
 
 
-async def test_an_upstream_that_takes_no_connection_is_asked_once_a_second_not_once_a_call(
+async def test_an_upstream_that_takes_no_connection_is_not_asked_again_until_it_does(
         dark: Dark) -> None:
-    clock, metrics = Clock(), Metrics()
-    client = client_of(dark.url, clock, metrics)
+    metrics = Metrics()
+    client = client_of(dark.url, metrics)
     await client.start()
     loop = asyncio.get_running_loop()
     try:
@@ -127,25 +116,24 @@ async def test_an_upstream_that_takes_no_connection_is_asked_once_a_second_not_o
         assert metrics.upstream_failures.labels("public", "down")._value.get() == 20
         assert metrics.upstream_failures.labels("public", "timeout")._value.get() == DOWN_AFTER
 
-        # a second on, one call goes: it too waits out the timeout, and the next second starts
-        # over
-        clock.later(RETRY_EVERY)
+        # while it stays dark, connections are tried beside the calls, and no call waits
+        await asyncio.sleep(3 * RETRY + TIMEOUT)
         started = loop.time()
-        assert "not asked" not in str(await failure_of(lambda: client.get_json("left-pad")))
-        assert loop.time() - started >= TIMEOUT * 0.9
         assert "not asked" in str(await failure_of(lambda: client.get_json("left-pad")))
+        assert loop.time() - started < TIMEOUT / 2
+        assert client.outage.connections_failed >= 1
     finally:
         await client.close()
 
 
-async def test_an_upstream_that_takes_connections_again_is_asked_within_a_second(
-        dark: Dark) -> None:
-    clock = Clock()
-    client = client_of(dark.url, clock)
+async def test_an_upstream_that_takes_connections_again_is_asked_again(dark: Dark) -> None:
+    client = client_of(dark.url)
     await client.start()
     try:
         for _ in range(DOWN_AFTER):
             await failure_of(lambda: client.get_json("left-pad"))
+        # the control: still dark, still answered without asking
+        assert "not asked" in str(await failure_of(lambda: client.get_json("left-pad")))
         dark.close()
         state = Registry(hang=False)
         app = web.Application()
@@ -153,35 +141,16 @@ async def test_an_upstream_that_takes_connections_again_is_asked_within_a_second
         server = TestServer(app, host="127.0.0.1", port=dark.port)
         await server.start_server()
         try:
-            # within the second, still answered without asking (the control)
-            assert "not asked" in str(await failure_of(lambda: client.get_json("left-pad")))
-            clock.later(RETRY_EVERY)
-            assert (await client.get_json("left-pad")).status == 200
+            for _ in range(50):  # a connection is tried every RETRY seconds
+                if not client.outage.down:
+                    break
+                await asyncio.sleep(RETRY / 2)
             assert not client.outage.down
             answers = await asyncio.gather(*(client.get_json("left-pad") for _ in range(5)))
             assert {answer.status for answer in answers} == {200}
-            assert len(state.seen) == 1 + 5
+            assert len(state.seen) == 5  # the connection tried sent no request
         finally:
             await server.close()
-    finally:
-        await client.close()
-
-
-async def test_while_down_one_call_at_a_time_is_let_through(dark: Dark) -> None:
-    clock = Clock()
-    client = client_of(dark.url, clock)
-    await client.start()
-    try:
-        for _ in range(DOWN_AFTER):
-            await failure_of(lambda: client.get_json("left-pad"))
-        clock.later(RETRY_EVERY)
-        # the first of these goes and waits out its timeout; the others do not wait on it
-        outcomes = await asyncio.gather(*(client.get_json("left-pad") for _ in range(6)),
-                                        return_exceptions=True)
-        texts = [str(outcome) for outcome in outcomes]
-        assert sum("not asked" in text for text in texts) == 5
-        assert [text for text in texts if "not asked" not in text] == [
-            f"public upstream: no answer within {TIMEOUT:g} s"]
     finally:
         await client.close()
 
@@ -191,7 +160,7 @@ async def test_an_upstream_that_takes_the_connection_and_hangs_is_asked_every_ti
     """The control: a registry that takes the connection and sends no status line in time
     is slow on that call, which may be one document's (faults row 2): its other calls go."""
     state, server = registry
-    client = client_of(str(server.make_url("/")), Clock())
+    client = client_of(str(server.make_url("/")))
     await client.start()
     try:
         for _ in range(2 * DOWN_AFTER):
@@ -206,7 +175,7 @@ async def test_an_upstream_answering_errors_is_up_and_asked_every_time(
         registry: tuple[Registry, TestServer]) -> None:
     state, server = registry
     state.hang, state.status = False, 500
-    client = client_of(str(server.make_url("/")), Clock())
+    client = client_of(str(server.make_url("/")))
     await client.start()
     try:
         for _ in range(10):
@@ -222,7 +191,7 @@ async def test_a_call_that_waited_for_its_pools_connection_says_nothing_of_the_u
         dark: Dark) -> None:
     """A full pool times a call out too (the wait counts against the connect timeout); that
     is mirrorgate's own queue, not the upstream failing."""
-    client = client_of(dark.url, Clock(), pools=PoolSizes(fills=1))
+    client = client_of(dark.url, pools=PoolSizes(fills=1))
     await client.start()
     try:
         outcomes = await asyncio.gather(*(client.get_json("left-pad") for _ in range(5)),
@@ -240,7 +209,7 @@ async def test_a_refused_connection_makes_nobody_wait_and_is_asked_every_time() 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: connections are refused
-        client = client_of(f"http://127.0.0.1:{port}/", Clock())
+        client = client_of(f"http://127.0.0.1:{port}/")
         await client.start()
         try:
             for _ in range(3 * DOWN_AFTER):
@@ -253,7 +222,7 @@ async def test_a_refused_connection_makes_nobody_wait_and_is_asked_every_time() 
 
 async def test_a_dark_upstream_answers_the_tarball_streams_at_once_too(dark: Dark) -> None:
     """One outage a client: the fills' timeouts answer its tarball streams at once as well."""
-    client = client_of(dark.url, Clock())
+    client = client_of(dark.url)
     await client.start()
     try:
         for _ in range(DOWN_AFTER):
@@ -267,9 +236,14 @@ async def test_a_dark_upstream_answers_the_tarball_streams_at_once_too(dark: Dar
         await client.close()
 
 
-def test_any_answer_brings_it_back_and_a_lone_failure_does_not_take_it_down() -> None:
-    clock = Clock()
-    outage = Outage("private", waited=0.0, clock=clock)
+async def test_any_answer_brings_it_back_and_a_lone_failure_does_not_take_it_down() -> None:
+    tried: list[None] = []
+
+    async def dark() -> None:
+        tried.append(None)
+        raise ConnectionRefusedError
+
+    outage = Outage("private", dark, waited=0.0, retry_every=RETRY)
 
     def fail() -> None:
         call = outage.call()
@@ -288,3 +262,6 @@ def test_any_answer_brings_it_back_and_a_lone_failure_does_not_take_it_down() ->
     assert outage.down
     assert outage.call() is None
     assert outage.skipped == 1
+    await asyncio.sleep(2.5 * RETRY)
+    assert len(tried) >= 2  # tried on its own while down, no call made
+    await outage.close()

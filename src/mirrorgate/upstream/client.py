@@ -176,8 +176,8 @@ class Download:
 class Upstream:
     """One upstream registry. No redirects are followed (`allow_redirects=False` everywhere):
     a 3xx is an answer like any other, so an upstream cannot bounce the proxy to another host.
-    Every call has a timeout (connect and each read), and while the upstream lets its calls
-    wait for no answer (`outage`) they are answered at once but for one a second."""
+    Every call has a timeout (connect and each read), and while the upstream takes no
+    connection (`outage`) its calls are answered at once."""
 
     def __init__(
         self,
@@ -201,7 +201,7 @@ class Upstream:
         self.pools = pools or PoolSizes()
         self._sessions: dict[Pool, aiohttp.ClientSession] = {}
         self._in_flight: dict[Pool, int] = {FILLS: 0, TARBALLS: 0, WORKER: 0}
-        self.outage = Outage(label, waited=min(WAITED, timeout / 2))
+        self.outage = Outage(label, self.connect_once, waited=min(WAITED, timeout / 2))
 
     async def start(self) -> None:
         for pool in (FILLS, TARBALLS, WORKER):
@@ -226,6 +226,7 @@ class Upstream:
                 )
 
     async def close(self) -> None:
+        await self.outage.close()
         sessions, self._sessions = self._sessions, {}
         for session in sessions.values():
             await session.close()
@@ -283,10 +284,18 @@ class Upstream:
             self._metrics.events.upstream_failed(self.label, error.kind, str(error))
         return error
 
+    async def connect_once(self) -> None:
+        """A connection to the upstream's origin, opened and closed: what says a dark upstream
+        takes connections again (`outage`). TCP alone; a TLS or HTTP failure after it is the
+        calls' own."""
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(self.origin.host, self.origin.port), self._timeout)
+        writer.close()
+
     def _call(self, pool: Pool) -> tuple[Call, bool]:
         """The leave for one call on `pool`, and whether the pool had a connection free (a
         call that waited for one and ran out of time says nothing of the upstream); raises
-        the failure the upstream is down with (`outage`) when the call is not let through."""
+        the failure the upstream is down with (`outage`) when the call is not to be made."""
         call = self.outage.call()
         if call is None:
             if self._metrics is not None:
@@ -365,7 +374,7 @@ class Upstream:
         call, free = self._call(pool)
         started = time.monotonic()
         try:
-            with call, self._holding(pool) as session:
+            with self._holding(pool) as session:
                 async with session.get(url, headers=self._headers(url, headers),
                                        allow_redirects=False) as response:
                     call.answered()
@@ -477,12 +486,11 @@ class Upstream:
                 # identity: aiohttp's default asks for gzip, and a tarball then arrives gzip'd
                 # (Verdaccio does it above 1 KB); auto_decompress stays off so `decode` is the
                 # one place a coding is undone and Content-Length is trusted only for identity.
-                with call:
-                    response = await session.request(
-                        method, url, headers=self._headers(url, {"Accept": "*/*",
-                                                                 "Accept-Encoding": IDENTITY}),
-                        allow_redirects=False, auto_decompress=False)
-                    call.answered()
+                response = await session.request(
+                    method, url, headers=self._headers(url, {"Accept": "*/*",
+                                                             "Accept-Encoding": IDENTITY}),
+                    allow_redirects=False, auto_decompress=False)
+                call.answered()
             except Exception as error:  # connection-level failures become UpstreamError
                 self._observe("tarball", started)
                 raise self._unanswered(call, free, error, self._translate(error)) from None
@@ -532,7 +540,7 @@ class Upstream:
         call, free = self._call(pool)
         started = time.monotonic()
         try:
-            with call, self._holding(pool) as session, self._span(method, url, pool) as span:
+            with self._holding(pool) as session, self._span(method, url, pool) as span:
                 async with session.request(
                     method, url, data=data, allow_redirects=False,
                     headers=self._headers(url, headers),

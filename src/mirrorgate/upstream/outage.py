@@ -1,4 +1,4 @@
-"""An upstream that takes no connection is asked one call a second until it answers again.
+"""An upstream that takes no connection is not asked until a connection to it is made again.
 
 A registry behind a firewall that drops packets fails each call only when
 MIRRORGATE_UPSTREAM_TIMEOUT (30 s) runs out. Every fill of a cold or offline install asks public
@@ -8,9 +8,10 @@ offline replay of a mirror would be slower than the internet.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
-from types import TracebackType
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -26,106 +27,125 @@ WAITED = 1.0
 connection refused at once made nobody wait: its calls go on being made, each failing as fast
 as it would have been answered, and a registry that comes back is asked at once."""
 RETRY_EVERY = 1.0
-"""Seconds between the calls let through while down, one at a time: an upstream that comes back
-is seen within a second (and the call under way, within the timeout), and a dead one holds one
-call at a time for its timeout, not one a name."""
+"""Seconds between the connections tried while down (each then waits up to the timeout). No
+client's call is the one that tries: a client's request held for the upstream's 30 s would
+outlast yarn 1's own 30 s network timeout."""
+
+Connect = Callable[[], Awaitable[None]]
+"""Open a connection to the upstream and close it; raises when none is made."""
 
 
 class Outage:
     """Whether one upstream takes connections, from its calls' outcomes (the client says which
-    failures count: `Upstream._unanswered`). While it is down a call is let through (to find
-    out whether it is back) when no other is under way and the last one let through started
-    `RETRY_EVERY` ago; every other call is answered at once by the caller, as the failure the
-    last ones met. Any answer at all (a status line, even a 500) brings it back: a registry
-    that answers errors is up, and its errors are the calls' own."""
+    failures count: `Upstream._unanswered`). While it is down every call is answered at once
+    by the caller, as the failure the last ones met, and a task of its own tries a connection
+    every `RETRY_EVERY` seconds (`connect`); the first made brings the upstream back, as does
+    any call answered meanwhile. A registry that answers errors is up: its errors are the
+    calls' own."""
 
-    def __init__(self, label: str, *, waited: float = WAITED,
+    def __init__(self, label: str, connect: Connect, *, waited: float = WAITED,
+                 retry_every: float = RETRY_EVERY,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.label = label
         self.waited = waited
         """Seconds a failed call must have waited to count (`WAITED`)."""
+        self._connect = connect
+        self._retry_every = retry_every
         self._clock = clock
         self.failures = 0
         """Calls in a row that waited for a connection and got none."""
         self.last_failure = ""
-        """What the last of them met (`UpstreamError.kind`, then its detail), for the answer
-        given to a call not let through."""
+        """What the last of them met (`UpstreamError.detail`), for the answer given to a call
+        not made."""
         self.last_kind = "unreachable"
         self.skipped = 0
         """Calls answered without asking since the upstream went down."""
+        self.connections_failed = 0
+        """Connections tried while down that were not made."""
         self._down_since: float | None = None
-        self._tried_at = float("-inf")
-        self._trying = False
+        self._trying: asyncio.Task[None] | None = None
 
     @property
     def down(self) -> bool:
         return self._down_since is not None
 
     def call(self) -> Call | None:
-        """A call let through now, or None (counted skipped): the caller answers it at once
-        with `refusal()`. Used as a context manager around the call."""
-        now = self._clock()
-        if self._down_since is None:
-            return Call(self, now, trying=False)
-        if self._trying or now - self._tried_at < RETRY_EVERY:
+        """A call to make now, or None (counted skipped) while the upstream is down: the caller
+        answers it at once with `refusal()`."""
+        if self._down_since is not None:
             self.skipped += 1
+            if self._trying is None or self._trying.done():
+                self._try()  # a task that ended (its loop closed) leaves none trying: start one
             return None
-        self._trying, self._tried_at = True, now
-        return Call(self, now, trying=True)
+        return Call(self, self._clock())
 
     def now(self) -> float:
         return self._clock()
-
-    def tried(self) -> None:
-        """The call let through while down has ended: the next may go."""
-        self._trying = False
 
     def answered(self) -> None:
         if self._down_since is not None:
             log.info("upstream_back", upstream=self.label,
                      down_seconds=round(self._clock() - self._down_since, 1),
                      skipped=self.skipped)
-        self.failures, self.skipped, self._down_since = 0, 0, None
+            trying, self._trying = self._trying, None
+            if trying is not None and trying is not asyncio.current_task():
+                trying.cancel()
+        self.failures, self.skipped, self.connections_failed = 0, 0, 0
+        self._down_since = None
 
     def failed(self, kind: str, detail: str, waited: float) -> None:
         if waited < self.waited:
             return  # failed at once: the upstream's own answer, however curt (`WAITED`)
         self.failures += 1
         self.last_kind, self.last_failure = kind, detail
-        if self._down_since is None and self.failures >= DOWN_AFTER:
-            self._down_since = self._tried_at = self._clock()
-            log.warning("upstream_down", upstream=self.label, failures=self.failures,
-                        kind=kind, detail=detail,
-                        hint=f"calls are answered at once as {kind}, one let through every "
-                        f"{RETRY_EVERY:g} s until one is answered")
+        if self._down_since is not None or self.failures < DOWN_AFTER:
+            return
+        self._down_since = self._clock()
+        log.warning("upstream_down", upstream=self.label, failures=self.failures, kind=kind,
+                    detail=detail, hint=f"calls are answered at once as {kind} until a "
+                    f"connection is made, tried every {self._retry_every:g} s")
+        self._try()
+
+    def _try(self) -> None:
+        self._trying = asyncio.get_running_loop().create_task(self._try_connections())
+
+    async def _try_connections(self) -> None:
+        while self._down_since is not None:
+            await asyncio.sleep(self._retry_every)
+            try:
+                await self._connect()
+            except Exception:  # not yet (refused, timed out, unresolved): tried again
+                self.connections_failed += 1
+            else:
+                self._trying = None
+                self.answered()
+
+    async def close(self) -> None:
+        """Stop trying connections (the client is closing)."""
+        trying, self._trying = self._trying, None
+        if trying is not None:
+            trying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await trying
 
     def refusal(self) -> str:
-        """Why a call was not let through, for its error."""
+        """Why a call was not made, for its error."""
         return (f"down: {self.failures} calls in a row got no connection (the last: "
-                f"{self.last_failure}); not asked, one call every {RETRY_EVERY:g} s is let "
-                "through until one is answered")
+                f"{self.last_failure}); not asked until a connection is made, tried every "
+                f"{self._retry_every:g} s")
 
 
 class Call:
-    """One call let through (`Outage.call`): `answered()` once a status line is in, `failed()`
-    when none came. A call that ends otherwise (cancelled, refused before it was sent) says
-    nothing of the upstream; the next may go once it has ended, whatever its end."""
+    """One call made (`Outage.call`): `answered()` once a status line is in, `failed()` when
+    none came. A call that ends otherwise (cancelled, refused before it was sent) says nothing
+    of the upstream."""
 
-    __slots__ = ("_outage", "_started", "_trying", "was_answered")
+    __slots__ = ("_outage", "_started", "was_answered")
 
-    def __init__(self, outage: Outage, started: float, *, trying: bool) -> None:
+    def __init__(self, outage: Outage, started: float) -> None:
         self._outage = outage
         self._started = started
-        self._trying = trying
         self.was_answered = False
-
-    def __enter__(self) -> Call:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        if self._trying:
-            self._outage.tried()
 
     def answered(self) -> None:
         self.was_answered = True
