@@ -20,6 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from mirrorgate.metrics import Metrics
+from mirrorgate.upstream import client as client_module
 from mirrorgate.upstream.client import PoolSizes, Upstream, UpstreamError
 from mirrorgate.upstream.outage import DOWN_AFTER, Outage
 
@@ -265,3 +266,24 @@ async def test_any_answer_brings_it_back_and_a_lone_failure_does_not_take_it_dow
     await asyncio.sleep(2.5 * RETRY)
     assert len(tried) >= 2  # tried on its own while down, no call made
     await outage.close()
+
+
+async def test_a_new_connection_gets_its_own_bound_and_an_answer_the_whole_timeout(
+        dark: Dark, registry: tuple[Registry, TestServer],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dark upstream costs a call `CONNECT_WITHIN` (10 s in use), not the whole upstream
+    timeout; a registry that took the connection is given the whole timeout to answer."""
+    monkeypatch.setattr(client_module, "CONNECT_WITHIN", 0.2)
+    _state, server = registry
+    loop = asyncio.get_running_loop()
+    for url, least, most in ((dark.url, 0.18, 0.6), (str(server.make_url("/")), 0.9, 2.0)):
+        client = Upstream("public", url, timeout=1.0, max_metadata_bytes=4096)
+        await client.start()
+        try:
+            started = loop.time()
+            error = await failure_of(lambda: client.get_json("left-pad"))  # noqa: B023
+            assert least <= loop.time() - started <= most, str(error)
+            assert error.kind == "timeout"
+            assert ("no connection within 0.2 s" in str(error)) == (url == dark.url)
+        finally:
+            await client.close()

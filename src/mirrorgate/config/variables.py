@@ -174,8 +174,9 @@ VARIABLES: tuple[Var, ...] = (
     Var("MIRRORGATE_MAX_PUBLISH_BYTES", str(100 * MIB), "largest `npm publish` body a client "
         "may send through the proxy (refused with 413 as soon as it is crossed)",
         read_by=(PROXY,), see="publishing.md#what-is-checked-in-a-publish"),
-    Var("MIRRORGATE_UPSTREAM_TIMEOUT", "30", "seconds an upstream call may take (connect and "
-        "each read)"),
+    Var("MIRRORGATE_UPSTREAM_TIMEOUT", "30", "seconds an upstream call may take (waiting for a "
+        "pooled connection, and each read); a new connection, TCP and TLS, is given at most 10 "
+        "of them"),
     Var("MIRRORGATE_REQUEST_TIMEOUT", "60", "seconds a client request may take before 504",
         read_by=(PROXY,)),
     Var("MIRRORGATE_POOL_FILLS", "32", "connections per upstream for serve-path packument "

@@ -45,6 +45,11 @@ value every 22 bytes or so of their own size, well under that at any size up to 
 The byte cap alone does not bound the parse: a packument costs about 4.5 times its bytes once
 parsed, but 32 MiB of `[{},{},...]` would cost 24 times (768 MiB). Bounding the values keeps
 any accepted document's parse near the five copies of the cap the deployment sizing budgets."""
+CONNECT_WITHIN = 10.0
+"""Seconds a new connection (TCP and TLS) may take, whatever MIRRORGATE_UPSTREAM_TIMEOUT says
+(a shorter timeout is the bound): a registry reachable at all connects in well under a second,
+and one behind a firewall that drops packets otherwise costs every call under way when it went
+dark the whole timeout (`outage`)."""
 MIN_VALUES = 65_536
 """The bound never goes below this (a few MiB parsed at worst), so a small byte cap does not
 turn a malformed document into a size refusal."""
@@ -195,6 +200,7 @@ class Upstream:
         self.origin = Origin.of(self.base)
         self._token = token
         self._timeout = timeout
+        self._connect_within = min(CONNECT_WITHIN, timeout)
         self._max_metadata = max_metadata_bytes
         self._max_values = max(MIN_VALUES, max_metadata_bytes // BYTES_PER_VALUE)
         self._metrics = metrics
@@ -218,6 +224,7 @@ class Upstream:
                     connector=aiohttp.TCPConnector(limit=self.pools.of(pool), limit_per_host=0,
                                                    ttl_dns_cache=60),
                     timeout=aiohttp.ClientTimeout(total=None, connect=self._timeout,
+                                                  sock_connect=self._connect_within,
                                                   sock_read=self._timeout),
                     # the pool in the User-Agent: a registry's access log tells the proxy's
                     # reads from the worker's (and a test, the serve path's from the worker's)
@@ -289,7 +296,7 @@ class Upstream:
         takes connections again (`outage`). TCP alone; a TLS or HTTP failure after it is the
         calls' own."""
         _reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.origin.host, self.origin.port), self._timeout)
+            asyncio.open_connection(self.origin.host, self.origin.port), self._connect_within)
         writer.close()
 
     def _call(self, pool: Pool) -> tuple[Call, bool]:
@@ -318,6 +325,10 @@ class Upstream:
     def _translate(self, error: BaseException) -> UpstreamError:
         if isinstance(error, UpstreamError):
             return self._failure(error)
+        if isinstance(error, aiohttp.ConnectionTimeoutError):
+            return self._failure(UpstreamError(
+                self.label, "timeout", f"no connection within {self._connect_within:g} s (nor "
+                f"a free one of its pool within {self._timeout:g} s)"))
         if isinstance(error, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
             return self._failure(UpstreamError(self.label, "timeout",
                                                f"no answer within {self._timeout:g} s"))
