@@ -1,8 +1,8 @@
 """An upstream that takes no connection is not asked until a connection to it is made again.
 
-A registry behind a firewall that drops packets fails each call only when
-MIRRORGATE_UPSTREAM_TIMEOUT (30 s) runs out. Every fill of a cold or offline install asks public
-beside private, so without this each name of the install would wait out that timeout: the
+A registry behind a firewall that drops packets fails each call only when its connect timeout
+runs out (`upstream.client.CONNECT_WITHIN`, 10 s). Every fill of a cold or offline install asks
+public beside private, so without this each name of the install would wait that long: the
 offline replay of a mirror would be slower than the internet.
 """
 
@@ -27,9 +27,9 @@ WAITED = 1.0
 connection refused at once made nobody wait: its calls go on being made, each failing as fast
 as it would have been answered, and a registry that comes back is asked at once."""
 RETRY_EVERY = 1.0
-"""Seconds between the connections tried while down (each then waits up to the timeout). No
-client's call is the one that tries: a client's request held for the upstream's 30 s would
-outlast yarn 1's own 30 s network timeout."""
+"""Seconds between the connections tried while down (each waits up to the connect timeout).
+No client's call is the one that tries: its request would be held that long, one of the
+client's few sockets, every time."""
 
 Connect = Callable[[], Awaitable[None]]
 """Open a connection to the upstream and close it; raises when none is made."""
