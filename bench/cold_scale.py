@@ -36,7 +36,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 
 from aiohttp import web
 from tests.servers.npm import NpmClient
+from tests.servers.ports import DarkPort
 from tests.servers.processes import MirrorgateProcess
 from tests.servers.threaded import ThreadedApp
 
@@ -125,19 +125,6 @@ class Blackhole(ThreadedApp):
         return app
 
 
-@contextmanager
-def dark_port() -> Iterator[str]:
-    """The URL of a port that takes no connection, as a firewall that drops packets looks from
-    the proxy: its listener's one-place queue is held full by a connection of its own, so the
-    kernel drops every other SYN and each connect waits out its timeout."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        port = listener.getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port)):
-            yield f"http://127.0.0.1:{port}/"
-
-
 class Bench:
     def __init__(self, tree: ScaleTree, public: ScaleRegistry, npm: NpmClient, workdir: Path,
                  loop: str | None, settings: Mapping[str, str], startup: list[str],
@@ -203,8 +190,8 @@ class Bench:
 
     def replay(self, run: Run, directory: Path) -> None:
         if self.replay_public == "dark":
-            with dark_port() as url:
-                self._replay(run, directory, {"MIRRORGATE_PUBLIC_UPSTREAM": url})
+            with DarkPort() as dark:
+                self._replay(run, directory, {"MIRRORGATE_PUBLIC_UPSTREAM": dark.url})
             return
         self.public.stop()
         try:

@@ -17,7 +17,6 @@ other SYN as such a firewall does.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -25,6 +24,7 @@ import pytest
 from tests.faults.guarded import GuardedFactory
 from tests.servers.npm import NpmClient
 from tests.servers.packages import make_version
+from tests.servers.ports import DarkPort
 from tests.servers.verdaccio import Verdaccio
 
 NAMES = [f"inhouse-lib-{index:02d}" for index in range(40)]
@@ -33,13 +33,8 @@ TIMEOUT = 3
 
 @pytest.fixture
 def dark_url() -> Iterator[str]:
-    """A port that takes no connection: its listener's one-place queue held full."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        port = listener.getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port)):
-            yield f"http://127.0.0.1:{port}/"
+    with DarkPort() as port:
+        yield port.url
 
 
 def test_an_install_from_the_mirror_does_not_wait_out_a_dark_public_registry_name_by_name(

@@ -23,6 +23,7 @@ from mirrorgate.metrics import Metrics
 from mirrorgate.upstream import client as client_module
 from mirrorgate.upstream.client import PoolSizes, Upstream, UpstreamError
 from mirrorgate.upstream.outage import DOWN_AFTER, Outage
+from tests.servers.ports import DarkPort
 
 TIMEOUT = 0.3
 RETRY = 0.1
@@ -44,28 +45,10 @@ class Registry:
         return web.json_response({"name": "left-pad"}, status=self.status)
 
 
-class Dark:
-    """A port that takes no connection: its listener's one-place queue is held full by a
-    connection of its own, so every other connection attempt waits out its timeout."""
-
-    def __init__(self) -> None:
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(0)
-        self.port = self.listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self._held = socket.create_connection(("127.0.0.1", self.port))
-
-    def close(self) -> None:
-        self._held.close()
-        self.listener.close()
-
-
 @pytest.fixture
-def dark() -> Iterator[Dark]:
-    port = Dark()
-    yield port
-    port.close()
+def dark() -> Iterator[DarkPort]:
+    with DarkPort() as port:
+        yield port
 
 
 @pytest.fixture
@@ -95,7 +78,7 @@ async def failure_of(call: Callable[[], object]) -> UpstreamError:
 
 
 async def test_an_upstream_that_takes_no_connection_is_not_asked_again_until_it_does(
-        dark: Dark) -> None:
+        dark: DarkPort) -> None:
     metrics = Metrics()
     client = client_of(dark.url, metrics)
     await client.start()
@@ -127,7 +110,7 @@ async def test_an_upstream_that_takes_no_connection_is_not_asked_again_until_it_
         await client.close()
 
 
-async def test_an_upstream_that_takes_connections_again_is_asked_again(dark: Dark) -> None:
+async def test_an_upstream_that_takes_connections_again_is_asked_again(dark: DarkPort) -> None:
     client = client_of(dark.url)
     await client.start()
     try:
@@ -189,7 +172,7 @@ async def test_an_upstream_answering_errors_is_up_and_asked_every_time(
 
 
 async def test_a_call_that_waited_for_its_pools_connection_says_nothing_of_the_upstream(
-        dark: Dark) -> None:
+        dark: DarkPort) -> None:
     """A full pool times a call out too (the wait counts against the connect timeout); that
     is mirrorgate's own queue, not the upstream failing."""
     client = client_of(dark.url, pools=PoolSizes(fills=1))
@@ -221,7 +204,7 @@ async def test_a_refused_connection_makes_nobody_wait_and_is_asked_every_time() 
             await client.close()
 
 
-async def test_a_dark_upstream_answers_the_tarball_streams_at_once_too(dark: Dark) -> None:
+async def test_a_dark_upstream_answers_the_tarball_streams_at_once_too(dark: DarkPort) -> None:
     """One outage a client: the fills' timeouts answer its tarball streams at once as well."""
     client = client_of(dark.url)
     await client.start()
@@ -269,7 +252,7 @@ async def test_any_answer_brings_it_back_and_a_lone_failure_does_not_take_it_dow
 
 
 async def test_a_new_connection_gets_its_own_bound_and_an_answer_the_whole_timeout(
-        dark: Dark, registry: tuple[Registry, TestServer],
+        dark: DarkPort, registry: tuple[Registry, TestServer],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A dark upstream costs a call `CONNECT_WITHIN` (10 s in use), not the whole upstream
     timeout; a registry that took the connection is given the whole timeout to answer."""
