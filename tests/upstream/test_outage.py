@@ -11,6 +11,7 @@ cue, counting what reaches them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,13 +63,19 @@ async def registry() -> AsyncIterator[tuple[Registry, TestServer]]:
     await server.close()
 
 
-def client_of(url: str, metrics: Metrics | None = None,
-              pools: PoolSizes | None = None) -> Upstream:
+@contextlib.asynccontextmanager
+async def client_of(url: str, metrics: Metrics | None = None,
+                    pools: PoolSizes | None = None) -> AsyncIterator[Upstream]:
+    """A started client of `url`, trying connections every RETRY seconds while down."""
     client = Upstream("public", url, timeout=TIMEOUT, max_metadata_bytes=4096, metrics=metrics,
                       pools=pools)
     client.outage = Outage("public", client.connect_once, waited=client.outage.waited,
                            retry_every=RETRY)
-    return client
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 async def failure_of(call: Callable[[], object]) -> UpstreamError:
@@ -80,10 +87,8 @@ async def failure_of(call: Callable[[], object]) -> UpstreamError:
 async def test_an_upstream_that_takes_no_connection_is_not_asked_again_until_it_does(
         dark: DarkPort) -> None:
     metrics = Metrics()
-    client = client_of(dark.url, metrics)
-    await client.start()
     loop = asyncio.get_running_loop()
-    try:
+    async with client_of(dark.url, metrics) as client:
         for _ in range(DOWN_AFTER):  # each waits out the timeout: nothing yet says it is down
             started = loop.time()
             error = await failure_of(lambda: client.get_json("left-pad"))
@@ -106,14 +111,10 @@ async def test_an_upstream_that_takes_no_connection_is_not_asked_again_until_it_
         assert "not asked" in str(await failure_of(lambda: client.get_json("left-pad")))
         assert loop.time() - started < TIMEOUT / 2
         assert client.outage.connections_failed >= 1
-    finally:
-        await client.close()
 
 
 async def test_an_upstream_that_takes_connections_again_is_asked_again(dark: DarkPort) -> None:
-    client = client_of(dark.url)
-    await client.start()
-    try:
+    async with client_of(dark.url) as client:
         for _ in range(DOWN_AFTER):
             await failure_of(lambda: client.get_json("left-pad"))
         # the control: still dark, still answered without asking
@@ -135,8 +136,6 @@ async def test_an_upstream_that_takes_connections_again_is_asked_again(dark: Dar
             assert len(state.seen) == 5  # the connection tried sent no request
         finally:
             await server.close()
-    finally:
-        await client.close()
 
 
 async def test_an_upstream_that_takes_the_connection_and_hangs_is_asked_every_time(
@@ -144,47 +143,35 @@ async def test_an_upstream_that_takes_the_connection_and_hangs_is_asked_every_ti
     """The control: a registry that takes the connection and sends no status line in time
     is slow on that call, which may be one document's (faults row 2): its other calls go."""
     state, server = registry
-    client = client_of(str(server.make_url("/")))
-    await client.start()
-    try:
+    async with client_of(str(server.make_url("/"))) as client:
         for _ in range(2 * DOWN_AFTER):
             assert (await failure_of(lambda: client.get_json("left-pad"))).kind == "timeout"
         assert (client.outage.failures, client.outage.down) == (0, False)
         assert len(state.seen) == 2 * DOWN_AFTER
-    finally:
-        await client.close()
 
 
 async def test_an_upstream_answering_errors_is_up_and_asked_every_time(
         registry: tuple[Registry, TestServer]) -> None:
     state, server = registry
     state.hang, state.status = False, 500
-    client = client_of(str(server.make_url("/")))
-    await client.start()
-    try:
+    async with client_of(str(server.make_url("/"))) as client:
         for _ in range(10):
             error = await failure_of(lambda: client.get_json("left-pad"))
             assert (error.kind, error.status) == ("status", 500)
         assert not client.outage.down
         assert len(state.seen) == 10
-    finally:
-        await client.close()
 
 
 async def test_a_call_that_waited_for_its_pools_connection_says_nothing_of_the_upstream(
         dark: DarkPort) -> None:
     """A full pool times a call out too (the wait counts against the connect timeout); that
     is mirrorgate's own queue, not the upstream failing."""
-    client = client_of(dark.url, pools=PoolSizes(fills=1))
-    await client.start()
-    try:
+    async with client_of(dark.url, pools=PoolSizes(fills=1)) as client:
         outcomes = await asyncio.gather(*(client.get_json("left-pad") for _ in range(5)),
                                         return_exceptions=True)
         assert all(isinstance(outcome, UpstreamError) for outcome in outcomes)
         assert client.outage.failures == 1  # one call had the pool's connection to try
         assert not client.outage.down
-    finally:
-        await client.close()
 
 
 async def test_a_refused_connection_makes_nobody_wait_and_is_asked_every_time() -> None:
@@ -193,22 +180,16 @@ async def test_a_refused_connection_makes_nobody_wait_and_is_asked_every_time() 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: connections are refused
-        client = client_of(f"http://127.0.0.1:{port}/")
-        await client.start()
-        try:
+        async with client_of(f"http://127.0.0.1:{port}/") as client:
             for _ in range(3 * DOWN_AFTER):
                 error = await failure_of(lambda: client.get_json("left-pad"))
                 assert (error.kind, "not asked" in str(error)) == ("unreachable", False)
             assert (client.outage.failures, client.outage.down) == (0, False)
-        finally:
-            await client.close()
 
 
 async def test_a_dark_upstream_answers_the_tarball_streams_at_once_too(dark: DarkPort) -> None:
     """One outage a client: the fills' timeouts answer its tarball streams at once as well."""
-    client = client_of(dark.url)
-    await client.start()
-    try:
+    async with client_of(dark.url) as client:
         for _ in range(DOWN_AFTER):
             await failure_of(lambda: client.get_json("left-pad"))
         with pytest.raises(UpstreamError) as caught:
@@ -216,8 +197,6 @@ async def test_a_dark_upstream_answers_the_tarball_streams_at_once_too(dark: Dar
                 pass
         assert "not asked" in str(caught.value)
         assert caught.value.client_status == 504
-    finally:
-        await client.close()
 
 
 async def test_any_answer_brings_it_back_and_a_lone_failure_does_not_take_it_down() -> None:
@@ -230,21 +209,19 @@ async def test_any_answer_brings_it_back_and_a_lone_failure_does_not_take_it_dow
     outage = Outage("private", dark, waited=0.0, retry_every=RETRY)
 
     def fail() -> None:
-        call = outage.call()
-        assert call is not None
-        call.failed("timeout", "no answer within 30 s")
+        assert outage.allows()
+        outage.failed("timeout", "no answer within 30 s", waited=30.0)
 
     for _ in range(DOWN_AFTER - 1):
         fail()
-    answered = outage.call()
-    assert answered is not None
-    answered.answered()
+    assert outage.allows()
+    outage.answered()
     for _ in range(DOWN_AFTER - 1):  # the count starts over after an answer
         fail()
     assert not outage.down
     fail()
     assert outage.down
-    assert outage.call() is None
+    assert not outage.allows()
     assert outage.skipped == 1
     for _ in range(40):  # tried on its own while down, every RETRY seconds, no call made
         if len(tried) >= 2:

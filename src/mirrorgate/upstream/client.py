@@ -28,7 +28,7 @@ from mirrorgate.npm.origins import Origin, OriginRefusal, check_on_origin
 from mirrorgate.npm.packument import not_a_packument
 from mirrorgate.offload import in_thread_if_large
 from mirrorgate.upstream.codings import IDENTITY, UnsupportedCodingError, coding_of, decode
-from mirrorgate.upstream.outage import WAITED, Call, Outage
+from mirrorgate.upstream.outage import WAITED, Outage
 
 __all__ = ["ABBREVIATED", "FILLS", "TARBALLS", "WORKER", "BodyStopped", "Download", "JsonAnswer",
            "Pool", "PoolSizes", "StreamedBody", "Upstream", "UpstreamError"]
@@ -299,27 +299,26 @@ class Upstream:
             asyncio.open_connection(self.origin.host, self.origin.port), self._connect_within)
         writer.close()
 
-    def _call(self, pool: Pool) -> tuple[Call, bool]:
-        """The leave for one call on `pool`, and whether the pool had a connection free (a
-        call that waited for one and ran out of time says nothing of the upstream); raises
-        the failure the upstream is down with (`outage`) when the call is not to be made."""
-        call = self.outage.call()
-        if call is None:
+    def _admit(self, pool: Pool) -> bool:
+        """Whether the pool has a connection free for a call (one that waited for a connection
+        of its pool and ran out of time says nothing of the upstream); raises the failure the
+        upstream is down with (`outage`) when the call is not to be made."""
+        if not self.outage.allows():
             if self._metrics is not None:
                 self._metrics.upstream_failures.labels(self.label, "down").inc()
             raise UpstreamError(self.label, self.outage.last_kind, self.outage.refusal())
-        return call, self._in_flight[pool] < self.pools.of(pool)
+        return self._in_flight[pool] < self.pools.of(pool)
 
-    @staticmethod
-    def _unanswered(call: Call, free: bool, error: BaseException,
+    def _unanswered(self, free: bool, started: float, error: BaseException,
                     failure: UpstreamError) -> UpstreamError:
         """`failure` (`error` translated), told to the outage when the upstream took no
         connection: a connect timeout, or a refusal after a wait (a resolver that does not
-        answer). An upstream that took the connection and sent no status line in time is
-        slow on that call, which may be one document's: its other calls are its own."""
-        if free and not call.was_answered and isinstance(
-                error, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
-            call.failed(failure.kind, failure.detail)
+        answer); both are raised before any status line. An upstream that took the
+        connection and sent no status line in time is slow on that call, which may be one
+        document's: its other calls are its own."""
+        if free and isinstance(error, aiohttp.ConnectionTimeoutError
+                               | aiohttp.ClientConnectorError):
+            self.outage.failed(failure.kind, failure.detail, time.monotonic() - started)
         return failure
 
     def _translate(self, error: BaseException) -> UpstreamError:
@@ -382,13 +381,13 @@ class Upstream:
         headers = {"Accept": accept, "Accept-Encoding": "gzip"}
         if etag:
             headers["If-None-Match"] = etag
-        call, free = self._call(pool)
+        free = self._admit(pool)
         started = time.monotonic()
         try:
             with self._holding(pool) as session:
                 async with session.get(url, headers=self._headers(url, headers),
                                        allow_redirects=False) as response:
-                    call.answered()
+                    self.outage.answered()
                     if response.status == 304:
                         return JsonAnswer(304, None, response.headers.get("ETag") or etag, 0)
                     if response.status == 404:
@@ -401,7 +400,7 @@ class Upstream:
                                                   timeout=self._timeout * 4)
                     answer_etag = response.headers.get("ETag")
         except Exception as error:  # every failure becomes one typed UpstreamError
-            raise self._unanswered(call, free, error, self._translate(error)) from None
+            raise self._unanswered(free, started, error, self._translate(error)) from None
         finally:
             self._observe("metadata", started)
         values = _json_values(body, self._max_values)
@@ -490,7 +489,7 @@ class Upstream:
             check_on_origin(url, self.origin)
         except OriginRefusal as refusal:
             raise self._failure(UpstreamError(self.label, "refused", str(refusal))) from None
-        call, free = self._call(pool)
+        free = self._admit(pool)
         started = time.monotonic()
         with self._holding(pool) as session:
             try:
@@ -501,10 +500,10 @@ class Upstream:
                     method, url, headers=self._headers(url, {"Accept": "*/*",
                                                              "Accept-Encoding": IDENTITY}),
                     allow_redirects=False, auto_decompress=False)
-                call.answered()
+                self.outage.answered()
             except Exception as error:  # connection-level failures become UpstreamError
                 self._observe("tarball", started)
-                raise self._unanswered(call, free, error, self._translate(error)) from None
+                raise self._unanswered(free, started, error, self._translate(error)) from None
             self._observe("tarball", started)
             try:
                 if response.status == 404 and accept_missing:
@@ -548,7 +547,7 @@ class Upstream:
             data = body.chunks()
             if body.size is not None:
                 headers["Content-Length"] = str(body.size)
-        call, free = self._call(pool)
+        free = self._admit(pool)
         started = time.monotonic()
         try:
             with self._holding(pool) as session, self._span(method, url, pool) as span:
@@ -556,7 +555,7 @@ class Upstream:
                     method, url, data=data, allow_redirects=False,
                     headers=self._headers(url, headers),
                 ) as response:
-                    call.answered()
+                    self.outage.answered()
                     answer = await response.content.read(64 * 1024)
                     span.set("http.response.status_code", response.status)
                     return response.status, answer
@@ -565,6 +564,6 @@ class Upstream:
             stopped = error if isinstance(error, BodyStopped) else error.__cause__
             if isinstance(stopped, BodyStopped):
                 raise stopped.reason from None
-            raise self._unanswered(call, free, error, self._translate(error)) from None
+            raise self._unanswered(free, started, error, self._translate(error)) from None
         finally:
             self._observe("publish", started)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-__all__ = ["DOWN_AFTER", "RETRY_EVERY", "WAITED", "Call", "Outage"]
+__all__ = ["DOWN_AFTER", "RETRY_EVERY", "WAITED", "Outage"]
 
 log = structlog.get_logger("mirrorgate.serve")
 
@@ -36,22 +36,20 @@ Connect = Callable[[], Awaitable[None]]
 
 
 class Outage:
-    """Whether one upstream takes connections, from its calls' outcomes (the client says which
-    failures count: `Upstream._unanswered`). While it is down every call is answered at once
+    """Whether one upstream takes connections, from its calls' outcomes. While it is down
+    every call is answered at once
     by the caller, as the failure the last ones met, and a task of its own tries a connection
     every `RETRY_EVERY` seconds (`connect`); the first made brings the upstream back, as does
     any call answered meanwhile. A registry that answers errors is up: its errors are the
     calls' own."""
 
     def __init__(self, label: str, connect: Connect, *, waited: float = WAITED,
-                 retry_every: float = RETRY_EVERY,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 retry_every: float = RETRY_EVERY) -> None:
         self.label = label
         self.waited = waited
         """Seconds a failed call must have waited to count (`WAITED`)."""
         self._connect = connect
         self._retry_every = retry_every
-        self._clock = clock
         self.failures = 0
         """Calls in a row that waited for a connection and got none."""
         self.last_failure = ""
@@ -69,23 +67,23 @@ class Outage:
     def down(self) -> bool:
         return self._down_since is not None
 
-    def call(self) -> Call | None:
-        """A call to make now, or None (counted skipped) while the upstream is down: the caller
-        answers it at once with `refusal()`."""
-        if self._down_since is not None:
-            self.skipped += 1
-            if self._trying is None or self._trying.done():
-                self._try()  # a task that ended (its loop closed) leaves none trying: start one
-            return None
-        return Call(self, self._clock())
-
-    def now(self) -> float:
-        return self._clock()
+    def allows(self) -> bool:
+        """Whether a call may be made now; False (counted skipped) while the upstream is down,
+        and the caller answers it at once with `refusal()`."""
+        if self._down_since is None:
+            return True
+        self.skipped += 1
+        if self._trying is None or self._trying.done():
+            self._try()  # a task that ended (its loop closed) leaves none trying: start one
+        return False
 
     def answered(self) -> None:
+        """A call got a status line (whatever it was): the upstream takes connections."""
+        if not self.failures:
+            return  # up, as it was (down is three failures or more): every answer passes here
         if self._down_since is not None:
             log.info("upstream_back", upstream=self.label,
-                     down_seconds=round(self._clock() - self._down_since, 1),
+                     down_seconds=round(time.monotonic() - self._down_since, 1),
                      skipped=self.skipped)
             trying, self._trying = self._trying, None
             if trying is not None and trying is not asyncio.current_task():
@@ -94,13 +92,15 @@ class Outage:
         self._down_since = None
 
     def failed(self, kind: str, detail: str, waited: float) -> None:
+        """A call got no connection after `waited` seconds (the client says which failures
+        are that: `Upstream._unanswered`)."""
         if waited < self.waited:
             return  # failed at once: the upstream's own answer, however curt (`WAITED`)
         self.failures += 1
         self.last_kind, self.last_failure = kind, detail
         if self._down_since is not None or self.failures < DOWN_AFTER:
             return
-        self._down_since = self._clock()
+        self._down_since = time.monotonic()
         log.warning("upstream_down", upstream=self.label, failures=self.failures, kind=kind,
                     detail=detail, hint=f"calls are answered at once as {kind} until a "
                     f"connection is made, tried every {self._retry_every:g} s")
@@ -117,7 +117,6 @@ class Outage:
             except Exception:  # not yet (refused, timed out, unresolved): tried again
                 self.connections_failed += 1
             else:
-                self._trying = None
                 self.answered()
 
     async def close(self) -> None:
@@ -133,24 +132,3 @@ class Outage:
         return (f"down: {self.failures} calls in a row got no connection (the last: "
                 f"{self.last_failure}); not asked until a connection is made, tried every "
                 f"{self._retry_every:g} s")
-
-
-class Call:
-    """One call made (`Outage.call`): `answered()` once a status line is in, `failed()` when
-    none came. A call that ends otherwise (cancelled, refused before it was sent) says nothing
-    of the upstream."""
-
-    __slots__ = ("_outage", "_started", "was_answered")
-
-    def __init__(self, outage: Outage, started: float) -> None:
-        self._outage = outage
-        self._started = started
-        self.was_answered = False
-
-    def answered(self) -> None:
-        self.was_answered = True
-        self._outage.answered()
-
-    def failed(self, kind: str, detail: str) -> None:
-        outage = self._outage
-        outage.failed(kind, detail, outage.now() - self._started)
