@@ -333,3 +333,28 @@ async def test_only_http_1_1_kept_alive_heads_are_kept_beside_a_rendering(
 
     kept = {shape for rendered in entry.value.renderings.values() for shape in rendered.wire}
     assert kept == {("gzip", (1, 1), True, True), ("gzip", (1, 1), True, False)}
+
+
+async def test_a_request_found_cold_before_routing_is_not_looked_up_warm_again(
+    warm_proxy: RunningProxy, public_registry: FixtureRegistry,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    public_registry.add(make_package("cold-once"))
+    server = warm_proxy.server
+    looked: list[str] = []
+    warm = server.warm
+
+    def counted(request: web.BaseRequest, started: float) -> WarmAnswer | None:
+        looked.append(raw_message(request).path)
+        return warm(request, started)
+
+    monkeypatch.setattr(server, "warm", counted)
+    cold = await warm_proxy.get("npm/cold-once", Accept=NPM_ACCEPT)
+    tarball = await warm_proxy.get("npm/cold-once/-/cold-once-1.0.0.tgz")
+    # the control: a request not looked at before routing (`Expect`) is looked at once, routed
+    expecting = await warm_proxy.get("npm/cold-once", Accept=NPM_ACCEPT,
+                                     Expect="100-continue")
+
+    assert (cold.status, tarball.status, expecting.status) == (200, 200, 200)
+    assert looked == ["/npm/cold-once", "/npm/cold-once/-/cold-once-1.0.0.tgz",
+                      "/npm/cold-once"]

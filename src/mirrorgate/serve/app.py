@@ -18,6 +18,7 @@ from typing import Literal, NamedTuple
 
 import structlog
 from aiohttp import web
+from aiohttp.http_parser import RawRequestMessage
 from multidict import CIMultiDictProxy
 from prometheus_client import Counter
 
@@ -229,6 +230,8 @@ class ProxyServer:
             min_rate_grace=self.settings.send_min_rate_grace)
         self._ids = itertools.count(1)
         self._authenticated = proxy.clients is not None
+        self.answers_warm_first = False
+        """Whether `answer_warm_first` is installed before routing (`warmed_first`)."""
         """Every /npm/ request carries its client (`access.CLIENT`), and perhaps a policy set."""
         # `Counter.inc` cost a warm hit more than its lookups: counted as plain ints, folded
         # into mirrorgate_requests_total at every scrape
@@ -288,10 +291,17 @@ class ProxyServer:
     async def npm(self, request: web.Request) -> web.StreamResponse:
         """Every `/npm/...` request; a warm packument returns before anything else runs."""
         started = _clock()
-        answer = self.warm(request, started)
-        if answer is not None:
-            return answer
+        if not self.warmed_first(raw_message(request)):  # else found cold before routing
+            answer = self.warm(request, started)
+            if answer is not None:
+                return answer
         return await self._slow(request, self.describe(request), started)
+
+    def warmed_first(self, message: RawRequestMessage) -> bool:
+        """Whether `answer_warm_first` looks for this request's warm answer before routing:
+        an `/npm/` raw path without `Expect` (aiohttp's application answers that)."""
+        return (self.answers_warm_first and message.path.startswith(PREFIX)
+                and "Expect" not in message.headers)
 
     def warm(self, request: web.BaseRequest, started: float) -> WarmAnswer | None:
         """The answer to a warm packument request (an `/npm/` path), else None.
@@ -527,9 +537,10 @@ def answer_warm_first(runner: web.AppRunner) -> None:
     Call it between the runner's `setup()` and its site's `start()`.
 
     Routing costs a warm hit more than its own lookups (the router's resolve, the match info,
-    the middleware chain: 5 to 7 us of a 50 us hit); any `/npm/` raw path reaches `npm`
-    routed, which answers a warm hit the same way (`warm`), so this changes which frames run,
-    not what is answered (tests/serve/test_warm_answers.py)."""
+    the middleware chain: 5 to 7 us of a 50 us hit). A request found cold here reaches `npm`
+    routed, which does not look again (`warmed_first`); one not looked at (`Expect`) is
+    answered by `npm` the same way (`warm`), so this changes which frames run, not what is
+    answered (tests/serve/test_warm_answers.py)."""
     app, server = runner.app, runner.server
     proxy = app.get(SERVER)
     if proxy is None or server is None or app.middlewares or app.on_response_prepare:
@@ -537,15 +548,14 @@ def answer_warm_first(runner: web.AppRunner) -> None:
     routed = server.request_handler
 
     async def warm_first(request: web.BaseRequest) -> web.StreamResponse:
-        started = _clock()
-        message = raw_message(request)
-        if message.path.startswith(PREFIX) and "Expect" not in message.headers:
-            answer = proxy.warm(request, started)
+        if proxy.warmed_first(raw_message(request)):
+            answer = proxy.warm(request, _clock())
             if answer is not None:
                 return answer
         return await routed(request)
 
     server.request_handler = warm_first
+    proxy.answers_warm_first = True
 
 
 def build_proxy_app(
