@@ -191,33 +191,36 @@ class Bench:
     def replay(self, run: Run, directory: Path) -> None:
         if self.replay_public == "dark":
             with DarkPort() as dark:
-                self._replay(run, directory, {"MIRRORGATE_PUBLIC_UPSTREAM": dark.url})
+                run.replay, run.replay_usage = self._timed(
+                    directory, {"MIRRORGATE_PUBLIC_UPSTREAM": dark.url})
             return
         self.public.stop()
         try:
-            self._replay(run, directory, None)
+            run.replay, run.replay_usage = self._timed(directory, None)
         finally:
             self.public.start()
 
-    def _replay(self, run: Run, directory: Path, extra: Mapping[str, str] | None) -> None:
+    def parked(self, run: Run, directory: Path) -> None:
+        with Blackhole() as hole:
+            # killed, not stopped: its worker holds a job the blackhole never answers
+            run.parked_wall, run.parked = self._timed(
+                directory, {"MIRRORGATE_MIRROR_TARGET": hole.url,
+                            "MIRRORGATE_DRAIN_TIMEOUT": "1"}, kill=True)
+
+    def _timed(self, directory: Path, extra: Mapping[str, str] | None, *,
+               kill: bool = False) -> tuple[float, Usage]:
+        """`npm ci` through a fresh mirrorgate on `directory`: its wall, and mirrorgate's usage
+        from /readyz on."""
         proxy = self.mirrorgate(directory, extra)
         try:
             start = self.baseline(proxy)
-            run.replay = timed_ci(self.npm, proxy.registry_url)
-            run.replay_usage = usage(proxy.pid).minus(start)
+            wall = timed_ci(self.npm, proxy.registry_url)
+            return wall, usage(proxy.pid).minus(start)
         finally:
-            proxy.terminate()
-
-    def parked(self, run: Run, directory: Path) -> None:
-        with Blackhole() as hole:
-            proxy = self.mirrorgate(directory, {"MIRRORGATE_MIRROR_TARGET": hole.url,
-                                                "MIRRORGATE_DRAIN_TIMEOUT": "1"})
-            try:
-                start = self.baseline(proxy)
-                run.parked_wall = timed_ci(self.npm, proxy.registry_url)
-                run.parked = usage(proxy.pid).minus(start)
-            finally:
+            if kill:
                 proxy.kill()
+            else:
+                proxy.terminate()
 
     @contextmanager
     def directory(self, label: str) -> Iterator[Path]:
