@@ -295,11 +295,16 @@ def _get(url: str, form: str = "full", timeout: float = 120.0,
         return response.status, dict(response.headers.items()), response.read()
 
 
-def _wait_until_up(url: str, timeout: float = 30.0) -> None:
+def _wait_until_up(url: str, timeout: float = 30.0,
+                   process: subprocess.Popen[bytes] | None = None, each: float = 2.0) -> None:
+    """Until `url` answers 200, asked with `each` seconds to answer; a `process` that exits
+    first ends the bench."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise SystemExit(f"{url}: the process exited {process.returncode}")
         try:
-            if _get(url, timeout=2)[0] == 200:
+            if _get(url, timeout=each)[0] == 200:
                 return
         except OSError:
             time.sleep(0.1)

@@ -22,14 +22,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from bench.loops import child_environment
-from bench.serve_packuments import ACCEPT_ENCODING, ACCEPTS, REPEATED_HEADERS, _get, _stop
+from bench.serve_packuments import (
+    ACCEPT_ENCODING,
+    ACCEPTS,
+    REPEATED_HEADERS,
+    _get,
+    _stop,
+    _wait_until_up,
+)
 
 CONNECTIONS = 4
 WARMUP = 200
+UP_WITHIN = 300.0
+"""Seconds a server under valgrind may take to answer first (it runs 20 to 50 times slower)."""
 _TOTALS = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 
 
@@ -87,19 +95,6 @@ def _valgrind(out: Path) -> list[str]:
             f"--callgrind-out-file={out}", "--dump-instr=no"]
 
 
-def _up(url: str, process: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{url}: the process exited {process.returncode}")
-        try:
-            if _get(url, timeout=30)[0] == 200:
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"{url} did not answer within {timeout:g}s")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", help="the `src` directory of the tree to measure")
@@ -138,7 +133,7 @@ def main() -> int:
             stderr=subprocess.DEVNULL, start_new_session=True)
         processes.append(mirrorgate)
         base = f"http://127.0.0.1:{port}/npm/"
-        _up(base + "-/ping", mirrorgate)
+        _wait_until_up(base + "-/ping", UP_WITHIN, mirrorgate, each=30)
         recorded = {}
         for key, package in packages.items():
             _status, headers, body = _get(base + package.name, args.form, timeout=600)
@@ -163,7 +158,8 @@ def main() -> int:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True)
             processes.append(bare)
-            _up(f"http://127.0.0.1:{bare_port}/" + packages["express"].name, bare)
+            _wait_until_up(f"http://127.0.0.1:{bare_port}/" + packages["express"].name,
+                           UP_WITHIN, bare, each=30)
             counts["bare"] = {key: _counted(bare, out, bare_port, "/" + package.name,
                                             args.form, args.requests, args.keep)
                               for key, package in packages.items()}
