@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from structlog.testing import LogCapture
 
@@ -24,6 +25,7 @@ from mirrorgate.mirror import MirrorJob
 from mirrorgate.npm.mirrormark import without_mark
 from mirrorgate.npm.names import parse_name
 from mirrorgate.rules import DEFAULT_RULES
+from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
 from mirrorgate.worker.loop import Worker
 from tests.clock import ManualClock
@@ -127,6 +129,46 @@ async def test_a_200_that_is_no_packument_retries_the_job_instead_of_retiring_it
     assert rig.retired("public-missing") == 0
     [line] = events(logs, "upstream_not_a_packument")
     assert line["package"] == "limited"
+
+
+async def test_the_worker_reads_publics_packument_lazily_never_parsed_whole(
+        make_rig: RigFactory, public_registry: FixtureRegistry,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job reads one version of public's packument: its answer used to be parsed whole on
+    the event loop and thrown away (kept as bytes), a 20 MB packument's 100 MiB of objects at
+    once, the peak of a cold install with every protection. Now read as the serve path's
+    one-version fill reads it, checked to be the name's packument all the same."""
+    public_registry.add(make_package("lazily", ["1.0.0", "1.1.0"]))
+    whole: list[int] = []
+    real = Upstream._document
+
+    def counting(self: Upstream, body: bytes) -> object:
+        whole.append(len(body))
+        return real(self, body)
+
+    monkeypatch.setattr(Upstream, "_document", counting)
+    rig = await make_rig()
+    await rig.queue.enqueue(job_from(public_registry, "lazily", "1.1.0"))
+    assert await rig.handle_next() == "published"
+    assert whole == []
+
+
+async def test_a_value_the_job_reads_that_is_not_json_retires_it_as_a_whole_parse_would(
+        make_rig: RigFactory, public_registry: FixtureRegistry) -> None:
+    """The lazy read's one departure (`npm.lazydoc`): a number past a double's range is seen
+    only where it is read. In the job's own version it is read, and the job is retired as
+    public's refusal, as when the whole document was parsed: never admitted, never a crash."""
+    public_registry.add(make_package("overflowing", ["1.0.0"]))
+    job = job_from(public_registry, "overflowing", "1.0.0")
+    body = orjson.dumps(public_registry.packument("overflowing"))
+    spoiled = body.replace(b'"version":"1.0.0"', b'"version":"1.0.0","x":1e400', 1)
+    assert spoiled != body
+    public_registry.fault("/overflowing", Fault(body=spoiled), exact=True)
+    rig = await make_rig()
+    await rig.queue.enqueue(job)
+    assert await rig.handle_next() == "retired"
+    assert rig.retired("public-refused") == 1
+    assert tarball_path("overflowing", "1.0.0") not in rig.tarball_gets()
 
 
 # --- the worker beside the proxy: the serve path's own cache -----------------------------

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp
+import orjson
 import structlog
 
 from mirrorgate import tracing
@@ -482,8 +483,14 @@ class JobRunner:
             # Refusing now would retire a job only a passing outage stands in the way of.
             raise Retry("public-failed", "the public registry's signing keys are unavailable")
         document = await in_thread_if_large(answer.size, answer.document)  # a parse of its own
-        return await regate(job, name, document, answer.size, public=self.deps.public,
-                            rules=self._rules, now=self.deps.now(), keys=keys)
+        try:
+            return await regate(job, name, document, answer.size, public=self.deps.public,
+                                rules=self._rules, now=self.deps.now(), keys=keys)
+        except orjson.JSONDecodeError as error:
+            # a value the gate read of the lazily read document (`npm.lazydoc`) is not JSON:
+            # public's document refused, as a whole parse of it would have been
+            raise Retire("public-refused", "the public upstream's packument is not usable "
+                         f"JSON ({str(error)[:120]})") from None
 
     async def _target_call(self, call: Awaitable[_T]) -> _T:
         try:

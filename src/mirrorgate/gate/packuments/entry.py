@@ -67,8 +67,9 @@ class PublicAnswer:
         return len(self.body) if self.body is not None else 0
 
     def document(self) -> Mapping[str, Any] | None:
-        """A fresh parse (the bytes passed the upstream client's bounds, and a whole parse,
-        when they arrived), read lazily (`npm.lazydoc`): a job reads one version of it."""
+        """A fresh parse (the bytes passed the upstream client's bounds and its packument
+        check, `Upstream.lazy_packument_of`, when they arrived), read lazily (`npm.lazydoc`):
+        a job reads one version of it."""
         if self.body is None:
             return None
         lazy = lazy_packument(self.body)

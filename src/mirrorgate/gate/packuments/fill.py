@@ -28,7 +28,6 @@ from mirrorgate.gate.packuments.lazyhistory import LazyHistory
 from mirrorgate.gate.packuments.merge import Gating
 from mirrorgate.gate.records import Gated, RefusedBytes, TooManyVersionsError
 from mirrorgate.metrics import Metrics
-from mirrorgate.npm.lazydoc import lazy_packument
 from mirrorgate.npm.names import PackageName
 from mirrorgate.npm.packument import versions_of
 from mirrorgate.offload import Budget, in_thread_if_large
@@ -260,13 +259,7 @@ class PackumentSource:
         """The document of a 200, checked to be `name`'s packument: read lazily for a
         one-version fill (`npm.lazydoc`), else (or when it must be) parsed whole."""
         if lazily:
-            document = await in_thread_if_large(answer.size, lazy_packument, answer.body)
-            if document is not None:
-                try:
-                    self.public.check_packument(name, document)
-                except orjson.JSONDecodeError as error:  # a value it reads (`npm.lazydoc`)
-                    raise _unusable(error) from None
-                return document
+            return await self.public.lazy_packument_of(name, answer)
         return self.public.packument_of(name, await self.public.parsed(answer)).document
 
     async def _load(self, name: PackageName, previous: Cached[PackumentEntry] | None,

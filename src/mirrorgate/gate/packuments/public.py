@@ -139,8 +139,12 @@ class CachedPublic:
     async def _load(self, name: PackageName,
                     previous: Cached[PublicAnswer] | None) -> Loaded[PublicAnswer]:
         etag = previous.validator if previous is not None else None
-        answer = self.public.packument_of(  # a 200 that is not its packument: a failure
-            name, await self.public.get_json(name.url_path(), etag=etag, pool=FILLS))
+        answer = await self.public.get_json(name.url_path(), etag=etag, pool=FILLS,
+                                            parse=False)
+        # a 200 that is not its packument is a failure; read lazily, as the serve path's
+        # one-version fill reads it, since a job reads one version: a whole parse here (on
+        # the loop) was thrown away, a 20 MB packument's 100 MiB of objects at once
+        await self.public.lazy_packument_of(name, answer)
         if answer.status == 304 and previous is not None:
             return Loaded(previous.value, previous.size, answer.etag)
         if answer.status == 304:
