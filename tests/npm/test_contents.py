@@ -67,9 +67,11 @@ def test_unreadable_contents_are_a_problem_not_an_empty_release() -> None:
     assert contents_of(build_tarball({"package.json": b"{}"})[:-40]).problem is not None
 
 
-def test_kept_readings_hold_the_last_versions_within_their_file_bound() -> None:
+def test_kept_readings_hold_the_last_versions_within_their_byte_bound() -> None:
     read = contents_of(build_tarball({"package.json": b"{}", "a.js": b"a", "b.js": b"b"}))
-    kept = contents.KeptReadings(files=7)  # each counts 3 paths, 2 files' marks and one
+    # each weighs its own objects, 2 paths and 2 files' marks: two fit, not three
+    kept = contents.KeptReadings(max_bytes=2 * contents._bytes_of(read))
+    assert contents._bytes_of(read) == contents._READING_BYTES + 4 * contents._FILE_BYTES
     for version in ("1.0.0", "1.0.1", "1.0.2"):
         kept.keep(("x", version, "sha512-x"), read)
     assert kept.get(("x", "1.0.0", "sha512-x")) is None  # the oldest went first
@@ -80,25 +82,26 @@ def test_kept_readings_hold_the_last_versions_within_their_file_bound() -> None:
     assert kept.get(("x", "2.0.1", "sha512-y")) is None
 
 
-def test_kept_readings_are_bounded_by_count_and_by_the_paths_they_list() -> None:
+def test_kept_readings_weigh_each_reading_and_the_paths_it_lists() -> None:
     # a burst of distinct small versions: each reading holds its package.json, layout and
-    # capabilities whatever its files, so their number is bounded too (row 13 of the faults
-    # table grew by each first pull's reading for the whole burst)
+    # capabilities whatever its files, so each weighs that much (row 13 of the faults table
+    # grew by each first pull's reading for the whole burst)
     small = contents_of(build_tarball({"package.json": b"{}", "index.js": b"a"}))
-    kept = contents.KeptReadings(readings=3)
+    kept = contents.KeptReadings(max_bytes=3 * contents._bytes_of(small))
     for patch in range(10):
         kept.keep(("x", f"1.0.{patch}", "sha512-x"), small)
     assert len(kept) == 3
     assert [kept.get(("x", f"1.0.{patch}", "sha512-x")) is small for patch in (6, 7, 8, 9)] \
         == [False, True, True, True]
-    # the control: a package of many files and no JavaScript counts its paths, not one
+    # the control: a package of many files and no JavaScript weighs its paths, not one
     images = contents_of(build_tarball({"package.json": b"{}", **{
         f"img/{index}.png": b"\x89PNG" for index in range(50)}}))
     assert images.code == {}
-    kept = contents.KeptReadings(files=120)
+    assert contents._bytes_of(images) == contents._READING_BYTES + 50 * contents._FILE_BYTES
+    kept = contents.KeptReadings(max_bytes=2 * contents._bytes_of(images) + 100)
     for patch in range(3):
         kept.keep(("y", f"1.0.{patch}", "sha512-y"), images)
-    assert len(kept) == 2  # 52 each: the third pushes out the first
+    assert len(kept) == 2  # the third pushes out the first
 
 
 def test_marks_lent_once_the_baseline_is_chosen_serve_the_files_fed_from_then_on(

@@ -33,7 +33,7 @@ from mirrorgate.npm.scripts import INSTALL_SCRIPT_KEYS
 from mirrorgate.npm.specs import installed_dependencies
 from mirrorgate.npm.tarscripts import ScriptScan
 
-__all__ = ["DEFERRED_BYTES", "KEPT_FILES", "KEPT_READINGS", "MAX_CODE_BYTES", "MAX_CODE_FILES",
+__all__ = ["DEFERRED_BYTES", "KEPT_BYTES", "MAX_CODE_BYTES", "MAX_CODE_FILES",
            "MAX_RUN_BYTES", "READ_RUN_FILE", "ContentReading", "Contents", "KeptReadings",
            "contents_of", "manifest_runs"]
 
@@ -48,18 +48,21 @@ MAX_RUN_BYTES = 128 * 1024 * 1024
 """Bytes measured at most per tarball past what `MAX_CODE_BYTES` counts: JavaScript files past
 their first `READ_PER_FILE` bytes, and files of other kinds (any may be required and run);
 a file that runs and falls past it is refused, never passed unread."""
-KEPT_FILES = 200_000
-"""Files `KeptReadings` holds at most, each path its layout lists and each JavaScript file's
-marks counted (about 200 bytes each: some 40 MB)."""
-KEPT_READINGS = 4_096
-"""Readings `KeptReadings` holds at most, whatever their files: each holds its root
-package.json, its layout and its capabilities besides (2.4 KB of objects for the smallest
-package, by tracemalloc), which the file count does not see. Counted by files alone, up to
-100,000 small readings were kept: a burst of 50,000 distinct versions held every one
-(tests/faults/test_13_drop_burst.py, its second half grew 66 MiB). A version pushed out is
-fetched and read again if a later release chooses it as its baseline, or a job asks for it
-with no verdict kept: CPU and a download, never another verdict. 4,096 covers a cold install
-of a large tree, whose jobs the worker judges seconds after the pulls."""
+KEPT_BYTES = 12 * 1024 * 1024
+"""What `KeptReadings` holds at most, by `_bytes_of`'s estimate. A version pushed out is fetched
+and read again if a later release chooses it as its baseline, or a job asks for it with no
+verdict kept: CPU and a download, never another verdict. A cold install's jobs find their
+verdicts kept (the reading is not asked for), and its baselines are the releases pulled just
+before; bounded by 200,000 files and 4,096 readings instead, the readings of axios's real
+lockfile with every protection on (3,000 of them, 80,000 files) came to 32 MiB of objects,
+a tenth of the process's peak, for releases no later pull compared with."""
+_READING_BYTES = 2_800
+_FILE_BYTES = 330
+"""A kept reading's objects: its own (root package.json, layout, capabilities: 2.4 to 2.8 KB for
+the smallest package) and each path its layout lists and each file's marks (about 320 bytes),
+measured over axios's real lockfile's readings with every signal on (a deep `getsizeof` of
+3,000 readings against their counts). A package of 100,000 images and no JavaScript weighs
+its 100,000 paths."""
 DEFERRED_BYTES = 8 * 1024 * 1024
 """Bytes a lean reading holds at most until it knows which files run (`ContentReading`): the
 files held are read only if they run, those past it as they come. Most tarballs unpack to
@@ -366,14 +369,13 @@ class _Requires(Mapping[str, tuple[str, ...]]):
 class KeptReadings:
     """The readings of the versions read last, by (name, version, integrity): the next
     release of a package is compared with one of them, whose tarball then needs neither a
-    fetch nor a read (the same bytes read the same). The oldest go first past `KEPT_FILES`
-    files or `KEPT_READINGS` readings."""
+    fetch nor a read (the same bytes read the same). The oldest go first past `max_bytes`
+    (`_bytes_of`)."""
 
-    def __init__(self, files: int = KEPT_FILES, readings: int = KEPT_READINGS) -> None:
-        self._files = files
-        self._readings = readings
+    def __init__(self, max_bytes: int = KEPT_BYTES) -> None:
+        self._max_bytes = max_bytes
         self._kept: OrderedDict[tuple[str, str, str], Contents] = OrderedDict()
-        self._count = 0
+        self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -388,17 +390,16 @@ class KeptReadings:
         if read.problem is not None or not key[2] or key in self._kept:
             return  # a version without a digest has no bytes to name
         self._kept[key] = read
-        self._count += _files_of(read)
-        while (self._count > self._files or len(self._kept) > self._readings) and self._kept:
+        self._bytes += _bytes_of(read)
+        while self._bytes > self._max_bytes and self._kept:
             _key, dropped = self._kept.popitem(last=False)
-            self._count -= _files_of(dropped)
+            self._bytes -= _bytes_of(dropped)
 
 
-def _files_of(read: Contents) -> int:
-    """What a kept reading counts against `KEPT_FILES`: every path its layout lists (a package
-    of 100,000 images and no JavaScript holds 100,000 of them) and each file's marks, and one
-    for the reading itself."""
-    return len(read.layout.files) + len(read.code) + 1
+def _bytes_of(read: Contents) -> int:
+    """What a kept reading counts against `KEPT_BYTES`: its own objects, and every path its
+    layout lists and each file's marks (`_FILE_BYTES`)."""
+    return _READING_BYTES + _FILE_BYTES * (len(read.layout.files) + len(read.code))
 
 
 def contents_of(tarball: bytes, reuse: Mapping[str, FileMarks] | None = None, *,
