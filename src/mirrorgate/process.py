@@ -40,7 +40,7 @@ from mirrorgate.gate.packuments.public import (
 from mirrorgate.gate.packuments.service import PINS
 from mirrorgate.gate.pulls.exposure import ExposureWarnings
 from mirrorgate.gate.pulls.log import PullLog
-from mirrorgate.handoff import HANDOFF_DIR, Handoff
+from mirrorgate.handoff import HANDOFF_DIR, Handoff, files_for
 from mirrorgate.healthz import Health, Heartbeat, add_health_routes
 from mirrorgate.logs import configure_logging, register_secret
 from mirrorgate.metrics import Metrics
@@ -356,7 +356,8 @@ async def _serve(settings: Settings, shape: Shape, metrics: Metrics, health: Hea
                  clients: ClientTokens | None, notifier: Notifier | None,
                  facts: KeptFacts) -> int:
     # the proxy hands the tarballs it verified to the worker beside it: one download a version
-    handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes)
+    handoff = (Handoff(settings.data_dir / HANDOFF_DIR, settings.handoff_max_bytes,
+                       max_files=files_for(runtime.open_files()))
                if shape.serves and shape.runs_worker and settings.handoff_max_bytes else None)
     # who pulled which tarball, written through the store the facts opened (`gate.pulls.log`)
     pulls = PullLog(facts, retention_days=settings.pull_log_retention_days,

@@ -1,8 +1,9 @@
-"""How the interpreter under a long-running mirrorgate is set up: loop, collector, arenas, inflate.
+"""How the interpreter under a long-running mirrorgate is set up: loop, collector, arenas, inflate,
+descriptors.
 
 uvloop where it is installed (`MIRRORGATE_EVENT_LOOP`), a collector that rarely walks the
-packument cache's many small objects, two malloc arenas with large blocks mapped apart, and
-ISA-L's inflate under aiohttp.
+packument cache's many small objects, two malloc arenas with large blocks mapped apart,
+ISA-L's inflate under aiohttp, and as many open files as the hard limit allows.
 Each was measured on the cold bench: docs/serving.md ("The runtime") gives the figures.
 """
 
@@ -13,14 +14,15 @@ import ctypes
 import ctypes.util
 import gc
 import importlib.util
+import resource
 from collections.abc import Callable
 
 import aiohttp
 import structlog
 from isal import isal_zlib
 
-__all__ = ["ARENAS", "LOOPS", "MMAP_ABOVE", "THRESHOLDS", "freeze_startup", "inflate_with_isal",
-           "loop_factory", "tune_allocator", "tune_collector"]
+__all__ = ["ARENAS", "LOOPS", "MMAP_ABOVE", "OPEN_FILES_AT_MOST", "THRESHOLDS", "freeze_startup",
+           "inflate_with_isal", "loop_factory", "open_files", "tune_allocator", "tune_collector"]
 
 log = structlog.get_logger("mirrorgate")
 
@@ -41,6 +43,9 @@ the largest such block freed (a 24 MiB packument's body, a 5 MiB file a reading 
 and every block below it is carved from the arenas, where what is freed stays mapped between
 the small objects that outlive it: 15 to 25 MiB of the defaults' peak on the scale tree
 (docs/serving.md, "The cold path at scale")."""
+OPEN_FILES_AT_MOST = 1 << 20
+"""The soft limit on open files is raised to the hard one, at most this (an unlimited hard
+limit is taken as this)."""
 _M_ARENA_MAX = -8  # glibc's mallopt parameter numbers
 _M_MMAP_THRESHOLD = -3
 
@@ -95,3 +100,21 @@ def inflate_with_isal() -> None:
     output (`max_length`), so the metadata cap counts inflated bytes as before. mirrorgate's
     own gzip (the served packuments') does not go through aiohttp."""
     aiohttp.set_zlib_backend(isal_zlib)
+
+
+def open_files() -> int:
+    """The soft limit on open descriptors raised to the hard one (systemd's services start at
+    1,024 soft under 524,288 hard; containers mostly at their hard limit), and the limit now
+    in force. The worker's handoff holds a descriptor a tarball waiting for its job
+    (`handoff.files_for`), the one bound a cold install of a large tree reached."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = OPEN_FILES_AT_MOST if hard == resource.RLIM_INFINITY else min(
+            hard, OPEN_FILES_AT_MOST)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+    except (OSError, ValueError) as error:  # not allowed here: the limit stays as it was
+        log.warning("open_files_not_raised", detail=str(error))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return OPEN_FILES_AT_MOST if soft == resource.RLIM_INFINITY else soft

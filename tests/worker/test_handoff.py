@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -134,15 +136,36 @@ def test_each_tarball_waits_in_an_unnamed_file_of_its_own_until_taken_or_dropped
     assert handoff_files(tmp_path) == []
 
 
-def test_offers_past_the_file_bound_are_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each waiting tarball holds a descriptor: past `MAX_FILES` the worker downloads."""
-    monkeypatch.setattr(handoff_module, "MAX_FILES", 3)
-    handoff = Handoff(tmp_path, MIB)
+def test_offers_past_the_file_bound_are_refused(tmp_path: Path) -> None:
+    """Each waiting tarball holds a descriptor: past `max_files` the worker downloads."""
+    handoff = Handoff(tmp_path, MIB, max_files=3)
     assert all(handoff.offer(f"u{index}", b"x", SHA) for index in range(3))
     assert not handoff.offer("u3", b"x", SHA)
     assert taken(handoff, "u0") == b"x"
     assert handoff.offer("u3", b"x", SHA)
+
+
+def test_the_file_bound_is_a_quarter_of_the_descriptors_the_process_may_open() -> None:
+    """A cold install of 1,917 versions had its worker a thousand jobs behind: at 512 files
+    (the bound before), 994 tarballs were downloaded twice. The process raises its soft limit
+    to the hard one and the handoff takes a quarter of it, within its floor and ceiling."""
+    assert handoff_module.files_for(1024) == handoff_module.MIN_FILES
+    assert handoff_module.files_for(20_000) == 5_000
+    assert handoff_module.files_for(1 << 20) == handoff_module.MAX_FILES
+
+
+def test_the_process_raises_its_open_files_limit_to_the_hard_one() -> None:
+    """Run in a child: a soft limit of 256 under the hard one is raised to it."""
+    code = ("import resource; from mirrorgate import runtime; "
+            "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
+            "print(runtime.open_files(), min(hard, runtime.OPEN_FILES_AT_MOST), "
+            "resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                               sys.path)}).stdout.split()
+    assert found[0] == found[1] == found[2]
+    assert int(found[0]) > 256
 
 
 def test_an_unwritable_directory_means_downloads_not_a_failure(tmp_path: Path) -> None:
