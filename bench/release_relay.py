@@ -34,6 +34,7 @@ from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
 from bench.tarball_relay import Round, _pin, one_round, serve_upstream, start_proxy
+from mirrorgate import runtime
 from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.logs import configure_logging
 from mirrorgate.npm import contents as contents_module
@@ -202,6 +203,9 @@ def main() -> int:
     args = parser.parse_args()
     links = [float(rate) for rate in args.links.split(",") if rate]
     configure_logging("warning", "json")
+    # the allocator as `mirrorgate serve` sets it (`runtime.MMAP_ABOVE`): glibc's own would
+    # leave large blocks in its arenas, which a served process's reading does not enjoy
+    runtime.tune_allocator()
     multiprocessing.set_start_method("fork")
     packages = build_packages(args.tarballs)
     if args.reading is not None:

@@ -21,8 +21,9 @@ import aiohttp
 import structlog
 from isal import isal_zlib
 
-__all__ = ["ARENAS", "LOOPS", "MMAP_ABOVE", "OPEN_FILES_AT_MOST", "THRESHOLDS", "freeze_startup",
-           "inflate_with_isal", "loop_factory", "open_files", "tune_allocator", "tune_collector"]
+__all__ = ["ARENAS", "KEEP_TOP", "LOOPS", "MMAP_ABOVE", "OPEN_FILES_AT_MOST", "THRESHOLDS",
+           "freeze_startup", "inflate_with_isal", "loop_factory", "open_files", "tune_allocator",
+           "tune_collector"]
 
 log = structlog.get_logger("mirrorgate")
 
@@ -36,18 +37,28 @@ the defaults a cold install spent 12 s of its 70 in the collector, with these 0.
 ARENAS = 2
 """glibc's malloc arenas, at most: each thread a fill parses in keeps an arena of its own, and
 what it freed stays mapped."""
-MMAP_ABOVE = 128 * 1024
+MMAP_ABOVE = 1024 * 1024
 """Blocks of at least this many bytes are mapped apart and unmapped when freed (glibc's
-`M_MMAP_THRESHOLD`, its own starting value, held there). Left to itself glibc raises it to
-the largest such block freed (a 24 MiB packument's body, a 5 MiB file a reading captured),
-and every block below it is carved from the arenas, where what is freed stays mapped between
-the small objects that outlive it: 15 to 25 MiB of the defaults' peak on the scale tree
-(docs/serving.md, "The cold path at scale")."""
+`M_MMAP_THRESHOLD`, held here). Left to itself glibc raises it to the largest such block freed
+(a 24 MiB packument's body, a 5 MiB file a reading captured), and every block below it is
+carved from the arenas, where what is freed stays mapped between the small objects that
+outlive it: 15 to 25 MiB of the defaults' peak on the scale tree (docs/serving.md, "The cold
+path at scale"). Not glibc's own 128 KiB: every 256 KiB the tarball reader inflates at a time
+and every file it captures would be a mapping made, faulted in page by page and unmapped, a
+tenth of the capability reading's CPU (5.5 ms a MB against 4.8), for no lower peak (the
+scale tree's and axios's the same at either)."""
+KEEP_TOP = 4 * 1024 * 1024
+"""Free bytes glibc keeps at the top of a heap before it gives them back (`M_TRIM_THRESHOLD`).
+Holding the mapping threshold also holds this at glibc's 128 KiB, and a reading that frees
+and takes a few hundred KiB at a time then shrinks and grows the heap each time, every page
+faulted in again: the capability reading cost 6.2 ms of CPU a MB at 128 KiB against 4.8 at
+4 MiB (`bench/release_relay.py --reading`)."""
 OPEN_FILES_AT_MOST = 1 << 20
 """The soft limit on open files is raised to the hard one, at most this (an unlimited hard
 limit is taken as this)."""
 _M_ARENA_MAX = -8  # glibc's mallopt parameter numbers
 _M_MMAP_THRESHOLD = -3
+_M_TRIM_THRESHOLD = -1
 
 
 def loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
@@ -79,9 +90,9 @@ def freeze_startup() -> None:
 
 
 def tune_allocator() -> bool:
-    """At most `ARENAS` malloc arenas and large blocks mapped apart from `MMAP_ABOVE` bytes
-    (glibc only; call it before any thread starts): False where the C library has no
-    mallopt, which changes nothing else."""
+    """At most `ARENAS` malloc arenas, large blocks mapped apart from `MMAP_ABOVE` bytes and
+    `KEEP_TOP` bytes kept free at a heap's top (glibc only; call it before any thread
+    starts): False where the C library has no mallopt, which changes nothing else."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
@@ -90,7 +101,8 @@ def tune_allocator() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, ARENAS)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_ABOVE))
+    return (bool(mallopt(_M_ARENA_MAX, ARENAS)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_ABOVE))
+            and bool(mallopt(_M_TRIM_THRESHOLD, KEEP_TOP)))
 
 
 def inflate_with_isal() -> None:
