@@ -129,22 +129,6 @@ async def test_a_hash_that_falls_behind_holds_the_relay_to_a_bounded_backlog(
     assert worst > BEHIND_AT_MOST // 2  # it did fall behind: the bound was what held it
 
 
-async def test_chunks_reach_the_lane_a_quarter_mib_at_a_time(
-        held_hash: threading.Event) -> None:
-    """Each hand-over wakes the lane's thread, a switch between it and the loop on a core they
-    share: public's 64 KiB chunks go over four at a time (`HAND_OVER_AT`), in order."""
-    data = BYTES[:12 * CHUNK]
-    hasher = hasher_for(data)
-    for chunk in chunks(data):
-        await hasher.feed(chunk)
-    lane = hasher._lane
-    assert lane is not None
-    # three hand-overs of four chunks (the first perhaps taken already), not twelve
-    assert lane.queue.qsize() <= 3
-    held_hash.set()
-    assert (await verified(hasher)).digest == digest_of("sha512", data)
-
-
 async def test_a_small_download_is_hashed_on_the_loop(spare_cpu: list[int]) -> None:
     small = BYTES[:OFF_LOOP_ABOVE]
     hasher = hasher_for(small)

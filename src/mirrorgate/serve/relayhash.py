@@ -23,7 +23,7 @@ from collections.abc import Callable
 from mirrorgate.integrity import StreamVerifier, Verified
 from mirrorgate.npm.tarscripts import ScriptScan
 
-__all__ = ["BEHIND_AT_MOST", "HAND_OVER_AT", "OFF_LOOP_ABOVE", "RelayHasher"]
+__all__ = ["BEHIND_AT_MOST", "OFF_LOOP_ABOVE", "RelayHasher"]
 
 OFF_LOOP_ABOVE = 64 * 1024
 """A download that ends within this many bytes is hashed on the loop when it ends: handing a
@@ -32,10 +32,6 @@ tarballs are that small."""
 BEHIND_AT_MOST = 1024 * 1024
 """Bytes relayed but not hashed yet, at most, per download: past this the relay waits for
 the hash, so a starved hashing thread never makes the proxy hold a whole tarball."""
-HAND_OVER_AT = 256 * 1024
-"""Bytes fed before they are handed to the lane together (a download's end, or its falling
-`BEHIND_AT_MOST` behind, hands over what is left): one wake-up of the lane's thread for four
-of public's 64 KiB chunks, not one each."""
 LANES_AT_MOST = 4
 """Hashing threads at most (one per spare CPU up to this): each hashes about 850 MB/s of
 sha512, more than a relay's one event loop moves."""
@@ -95,7 +91,7 @@ class _Lane:
     download bounds its own share (`BEHIND_AT_MOST`)."""
 
     def __init__(self, name: str) -> None:
-        self.queue: queue.SimpleQueue[tuple[RelayHasher, list[bytes] | _Waiter]] = \
+        self.queue: queue.SimpleQueue[tuple[RelayHasher, bytes | _Waiter]] = \
             queue.SimpleQueue()
         self.reading: set[RelayHasher] = set()
         """Downloads being read on it (a reading lane's, `_reading_lane`): changed and read
@@ -116,8 +112,7 @@ class _Lane:
                     hasher._call(work.then)
                 work.reached()
             else:
-                for chunk in work:
-                    hasher._hash(chunk)
+                hasher._hash(work)
 
 
 _lanes: list[_Lane] = []
@@ -190,16 +185,15 @@ class RelayHasher:
 
     Only `finish()` knows the digest and the scan's verdict, so a caller holds the last chunk
     back until it returns. `close()` drops what is not read yet (a relay that stopped early).
-    Chunks go to the lane's thread `HAND_OVER_AT` bytes at a time, no copy and no future: the
-    relay is woken only when it waits (at the end, or `BEHIND_AT_MOST` behind). A small download is
+    Each chunk is one hand-over to the lane's thread, no copy and no future: the relay is
+    woken only when it waits (at the end, or `BEHIND_AT_MOST` behind). A small download is
     only hashed, at its end on the loop. A scan always goes to a reading lane
     (`_reading_lane`), even with one CPU, since what inflating and reading cost is not what
     the compressed bytes weigh: on the loop it would stall every client. Without a scan and
     with one CPU (`_spare_cpu`), every chunk is hashed on the loop as it comes.
     """
 
-    __slots__ = ("_closed", "_error", "_fed", "_hashed", "_held", "_lane", "_offload", "_own",
-                 "_small",
+    __slots__ = ("_closed", "_error", "_fed", "_hashed", "_lane", "_offload", "_own", "_small",
                  "scan", "verifier")
 
     def __init__(self, verifier: StreamVerifier | None, scan: ScriptScan | None = None) -> None:
@@ -208,8 +202,7 @@ class RelayHasher:
         self._offload = scan is not None or _spare_cpu()
         self._own = scan is not None  # on a reading lane, counted off once read (`_release`)
         self._lane: _Lane | None = None
-        self._small: list[bytes] = []  # the chunks not handed over yet (`HAND_OVER_AT`)
-        self._held = 0  # their bytes
+        self._small: list[bytes] = []  # the first chunks, until the download outgrows small
         self._fed = 0
         self._hashed = 0  # written by the lane's thread only (an int store, atomic)
         self._error: BaseException | None = None  # likewise
@@ -223,25 +216,19 @@ class RelayHasher:
         if not self._offload:
             self._read(chunk)
             return
-        self._small.append(chunk)
-        self._held += len(chunk)
         if self._lane is None:
+            self._small.append(chunk)
             if self._fed <= OFF_LOOP_ABOVE and self.scan is None:
                 return
             self._lane = _reading_lane(self) if self._own else _next_lane()
-        if self._held >= HAND_OVER_AT:
-            self._hand_over()
+            for held in self._small:
+                self._lane.queue.put((self, held))
+            self._small = []
+        else:
+            self._lane.queue.put((self, chunk))
         if self.behind > BEHIND_AT_MOST:
             await self._caught_up()
         self._raise()
-
-    def _hand_over(self) -> None:
-        """The chunks fed since the last hand-over, to the lane in one: each hand-over wakes
-        its thread, which on a busy core costs a switch between it and the loop."""
-        assert self._lane is not None
-        if self._small:
-            self._lane.queue.put((self, self._small))
-            self._small, self._held = [], 0
 
     async def finish(self) -> Verified | None:
         """Wait for every chunk fed to be read (and the scan settled where it was read:
@@ -252,7 +239,7 @@ class RelayHasher:
         if self._lane is None:  # nothing fed off the loop (with a watch: nothing fed at all)
             for chunk in self._small:
                 self._read(chunk)
-            self._small, self._held = [], 0
+            self._small = []
             if settle is not None:
                 settle()
         elif self.behind or settle is not None:
@@ -269,7 +256,7 @@ class RelayHasher:
     def close(self) -> None:
         """Stop hashing: what is still queued is skipped, not hashed."""
         self._closed = True
-        self._small, self._held = [], 0
+        self._small = []
         self._release()
 
     def _release(self) -> None:
@@ -281,7 +268,6 @@ class RelayHasher:
 
     async def _caught_up(self, then: Callable[[], None] | None = None) -> None:
         assert self._lane is not None
-        self._hand_over()
         waiter = _Waiter(then)
         self._lane.queue.put((self, waiter))
         await waiter.future
