@@ -56,7 +56,8 @@ verdicts kept (the reading is not asked for), and its baselines are the releases
 before. Bounded by 200,000 files and 4,096 readings instead, the readings of axios's real
 lockfile with every protection on (3,000 of them, 80,000 files) came to 32 MiB of objects, a
 tenth of the process's peak, and its lookups found 47 of 1,609; at 12 MiB they find 23, and
-the other 24 are fetched and read again (about 0.4 s of CPU in the install's 30)."""
+the other 24 are fetched and read again, for no CPU the runs could tell apart (29.6 to 30.5 s
+of it in all at 12 MiB, 29.9 to 34.6 before)."""
 _READING_BYTES = 2_800
 _FILE_BYTES = 330
 """A kept reading's objects: its own (root package.json, layout, capabilities: 2.4 to 2.8 KB for
