@@ -19,7 +19,6 @@ to the unloaded one. Target: the loaded p99 within 2x of the unloaded p99.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import shutil
@@ -37,6 +36,7 @@ from bench.serve_packuments import (
     _start,
     _stop,
     _wait_until_up,
+    serve_environment,
 )
 
 READERS = 64
@@ -79,17 +79,10 @@ def main() -> int:
     process = None
     try:
         port = free_port()
-        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(workdir),
-               "LANG": "C.UTF-8", "MIRRORGATE_PUBLIC_UPSTREAM": upstream.url,
-               "MIRRORGATE_LISTEN": f"127.0.0.1:{port}",
-               "MIRRORGATE_WORKER_LISTEN": f"127.0.0.1:{free_port()}",
-               "MIRRORGATE_DATA_DIR": str(workdir / "data"), "MIRRORGATE_CACHE_TTL": "300",
-               "MIRRORGATE_WRITE_STALL_TIMEOUT": "600",
-               # mirrored elsewhere, so every read of the tarball streams from the upstream
-               "MIRRORGATE_MIRROR_TARGET": f"file://{workdir / 'mirror'}",
-               "MIRRORGATE_LOG_FORMAT": "json", "MIRRORGATE_LOG_LEVEL": "warning"}
-        if "PYTHONPATH" in os.environ:
-            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        env = serve_environment(workdir, upstream.url, port, settings={
+            "MIRRORGATE_WRITE_STALL_TIMEOUT": "600",
+            # mirrored elsewhere, so every read of the tarball streams from the upstream
+            "MIRRORGATE_MIRROR_TARGET": f"file://{workdir / 'mirror'}"})
         process = _start([*mirrorgate_argv(), "serve"], env, workdir)
         root = f"http://127.0.0.1:{port}/"
         target = Target("mirrorgate", root + "npm/")

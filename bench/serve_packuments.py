@@ -346,6 +346,27 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return chosen
 
 
+def serve_environment(workdir: Path, public: str, port: int, *, data: Path | None = None,
+                      pythonpath: str | None = None,
+                      settings: dict[str, str] | None = None) -> dict[str, str]:
+    """`mirrorgate serve`'s environment in a bench: the fixture registry `public` as its public
+    upstream, listening on `port` (its worker on a free one), `data` (default `workdir/data`)
+    as its data directory, a 300 s cache, warnings as JSON, `pythonpath` (default this
+    process's) as its PYTHONPATH; `settings` add to it or replace any of it."""
+    from tests.servers.ports import free_port
+
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(workdir), "LANG": "C.UTF-8",
+           "MIRRORGATE_PUBLIC_UPSTREAM": public, "MIRRORGATE_LISTEN": f"127.0.0.1:{port}",
+           "MIRRORGATE_WORKER_LISTEN": f"127.0.0.1:{free_port()}",
+           "MIRRORGATE_DATA_DIR": str(data if data is not None else workdir / "data"),
+           "MIRRORGATE_CACHE_TTL": "300", "MIRRORGATE_LOG_FORMAT": "json",
+           "MIRRORGATE_LOG_LEVEL": "warning"}
+    pythonpath = pythonpath if pythonpath is not None else os.environ.get("PYTHONPATH")
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    return {**env, **(settings or {})}
+
+
 def _start(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -384,15 +405,10 @@ def _policies(form: str, loop: str) -> int:
     (workdir / "rules.toml").write_text('[policy.team.deny]\npackages = ["bench-express@<2", '
                                         '"bench-large@<2"]\n')
     port = free_port()
-    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(workdir), "LANG": "C.UTF-8",
-           "MIRRORGATE_PUBLIC_UPSTREAM": upstream.url, "MIRRORGATE_LISTEN": f"127.0.0.1:{port}",
-           "MIRRORGATE_WORKER_LISTEN": f"127.0.0.1:{free_port()}",
-           "MIRRORGATE_DATA_DIR": str(workdir / "data"), "MIRRORGATE_CACHE_TTL": "300",
-           "MIRRORGATE_LOG_FORMAT": "json", "MIRRORGATE_LOG_LEVEL": "warning",
-           "MIRRORGATE_CLIENT_TOKENS_FILE": str(workdir / "tokens"),
-           "MIRRORGATE_RULES_FILE": str(workdir / "rules.toml"), "MIRRORGATE_EVENT_LOOP": loop,
-           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
-           **child_environment(workdir, loop=loop)}
+    env = serve_environment(workdir, upstream.url, port, settings={
+        "MIRRORGATE_CLIENT_TOKENS_FILE": str(workdir / "tokens"),
+        "MIRRORGATE_RULES_FILE": str(workdir / "rules.toml"), "MIRRORGATE_EVENT_LOOP": loop,
+        **child_environment(workdir, loop=loop)})
     process = _start([*mirrorgate_argv(), "serve"], env, workdir)
     try:
         _wait_until_up(f"http://127.0.0.1:{port}/readyz")
@@ -468,15 +484,8 @@ def main() -> int:
             for key, p in packages.items()))
 
         port = free_port()
-        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(workdir),
-               "LANG": "C.UTF-8", "MIRRORGATE_PUBLIC_UPSTREAM": upstream.url,
-               "MIRRORGATE_LISTEN": f"127.0.0.1:{port}",
-               "MIRRORGATE_WORKER_LISTEN": f"127.0.0.1:{free_port()}",
-               "MIRRORGATE_DATA_DIR": str(workdir / "data"), "MIRRORGATE_CACHE_TTL": "300",
-               "MIRRORGATE_LOG_FORMAT": "json", "MIRRORGATE_LOG_LEVEL": "warning"}
-        if "PYTHONPATH" in os.environ:
-            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        env.update(child_environment(workdir, loop=args.loop))
+        env = serve_environment(workdir, upstream.url, port,
+                                settings=child_environment(workdir, loop=args.loop))
         # a tree with `runtime.py` picks its loop by this (the shim above serves older ones)
         env["MIRRORGATE_EVENT_LOOP"] = args.loop
         processes.append(_start([*mirrorgate_argv(), "serve"], env, workdir))

@@ -61,6 +61,7 @@ from bench.serve_packuments import (
     _start,
     _stop,
     _wait_until_up,
+    serve_environment,
 )
 
 TARGET = 0.98
@@ -145,14 +146,8 @@ def main() -> int:
         pids: dict[str, int] = {}
         for label in SERVERS:
             port = free_port()
-            env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(workdir),
-                   "LANG": "C.UTF-8", "PYTHONPATH": sources[label],
-                   "MIRRORGATE_PUBLIC_UPSTREAM": upstream.url,
-                   "MIRRORGATE_LISTEN": f"127.0.0.1:{port}",
-                   "MIRRORGATE_WORKER_LISTEN": f"127.0.0.1:{free_port()}",
-                   "MIRRORGATE_DATA_DIR": str(workdir / f"data-{label}"),
-                   "MIRRORGATE_CACHE_TTL": "300", "MIRRORGATE_LOG_FORMAT": "json",
-                   "MIRRORGATE_LOG_LEVEL": "warning"}
+            env = serve_environment(workdir, upstream.url, port,
+                                    data=workdir / f"data-{label}", pythonpath=sources[label])
             if label == "on":
                 env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sinks[label].url.rstrip("/"),
                             "OTEL_TRACES_SAMPLER": "always_on", "OTEL_SERVICE_NAME": "bench"})

@@ -32,6 +32,7 @@ from bench.serve_packuments import (
     _get,
     _stop,
     _wait_until_up,
+    serve_environment,
 )
 
 CONNECTIONS = 4
@@ -119,13 +120,8 @@ def main() -> int:
     processes: list[subprocess.Popen[bytes]] = []
     try:
         port = free_port()
-        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(workdir),
-               "LANG": "C.UTF-8", "MIRRORGATE_PUBLIC_UPSTREAM": upstream.url,
-               "MIRRORGATE_LISTEN": f"127.0.0.1:{port}",
-               "MIRRORGATE_WORKER_LISTEN": f"127.0.0.1:{free_port()}",
-               "MIRRORGATE_DATA_DIR": str(workdir / "data"), "MIRRORGATE_CACHE_TTL": "3000",
-               "MIRRORGATE_LOG_FORMAT": "json", "MIRRORGATE_LOG_LEVEL": "warning",
-               "MIRRORGATE_EVENT_LOOP": "uvloop", "PYTHONPATH": src}
+        env = serve_environment(workdir, upstream.url, port, pythonpath=src, settings={
+            "MIRRORGATE_CACHE_TTL": "3000", "MIRRORGATE_EVENT_LOOP": "uvloop"})
         out = workdir / "mirrorgate.callgrind"
         mirrorgate = subprocess.Popen(
             [*_valgrind(out), sys.executable, "-m", "mirrorgate", "serve"], env=env,
