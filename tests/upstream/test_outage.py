@@ -174,51 +174,17 @@ async def test_a_call_that_waited_for_its_pools_connection_says_nothing_of_the_u
         assert not client.outage.down
 
 
-async def test_a_refused_port_is_held_down_and_asked_again_once_it_listens() -> None:
-    """The attack on the offline replay's CPU: a public registry whose port refuses
-    connections (stopped, the mirror offline) fails each call at once, but each still costs the
-    loop a socket, a connect and an error; held down after DOWN_AFTER, the calls are answered
-    without a connection, and the registry is asked again within RETRY of listening."""
+async def test_a_refused_connection_makes_nobody_wait_and_is_asked_every_time() -> None:
+    """The control: a registry whose port refuses connections fails each call at once, so
+    nothing is held down and it is asked again at every call (it may be back at the next)."""
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: connections are refused
         async with client_of(f"http://127.0.0.1:{port}/") as client:
-            for _ in range(DOWN_AFTER):
+            for _ in range(3 * DOWN_AFTER):
                 error = await failure_of(lambda: client.get_json("left-pad"))
                 assert (error.kind, "not asked" in str(error)) == ("unreachable", False)
-            assert client.outage.down
-            skipped = [await failure_of(lambda: client.get_json("left-pad")) for _ in range(5)]
-            assert all(error.kind == "unreachable" and "not asked" in str(error)
-                       for error in skipped)
-            assert skipped[0].client_status == 502
-            closed.close()
-            state = Registry(hang=False)
-            app = web.Application()
-            app.router.add_get("/{name}", state.handle)
-            server = TestServer(app, host="127.0.0.1", port=port)
-            await server.start_server()
-            try:
-                for _ in range(50):
-                    if not client.outage.down:
-                        break
-                    await asyncio.sleep(RETRY / 2)
-                assert not client.outage.down
-                assert (await client.get_json("left-pad")).status == 200
-                assert state.seen == ["/left-pad"]  # the connection tried sent no request
-            finally:
-                await server.close()
-
-
-def test_a_failure_at_once_on_this_side_holds_nothing_down() -> None:
-    """The control: a connect that failed at once without a refusal (no descriptor or local
-    port free under load) says nothing of the upstream, however many in a row."""
-    outage = Outage("public", lambda: asyncio.sleep(0), waited=1.0, retry_every=RETRY)
-    for _ in range(3 * DOWN_AFTER):
-        outage.failed("unreachable", "cannot connect (ClientConnectorError)", waited=0.001)
-    assert (outage.failures, outage.down, outage.allows()) == (0, False, True)
-    outage.failed("unreachable", "cannot connect (ClientConnectorError)", waited=0.001,
-                  refused=True)
-    assert outage.failures == 1
+            assert (client.outage.failures, client.outage.down) == (0, False)
 
 
 async def test_a_dark_upstream_answers_the_tarball_streams_at_once_too(dark: DarkPort) -> None:

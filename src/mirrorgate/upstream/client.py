@@ -313,16 +313,13 @@ class Upstream:
     def _unanswered(self, free: bool, started: float, error: BaseException,
                     failure: UpstreamError) -> UpstreamError:
         """`failure` (`error` translated), told to the outage when the upstream took no
-        connection: a connect timeout, a connection refused, or a failure after a wait (a
-        resolver that does not answer); all are raised before any status line. An upstream
-        that took the connection and sent no status line in time is slow on that call, which
-        may be one document's: its other calls are its own."""
+        connection: a connect timeout, or a refusal after a wait (a resolver that does not
+        answer); both are raised before any status line. An upstream that took the
+        connection and sent no status line in time is slow on that call, which may be one
+        document's: its other calls are its own."""
         if free and isinstance(error, aiohttp.ConnectionTimeoutError
                                | aiohttp.ClientConnectorError):
-            refused = isinstance(error, aiohttp.ClientConnectorError) and isinstance(
-                error.os_error, ConnectionRefusedError)
-            self.outage.failed(failure.kind, failure.detail, time.monotonic() - started,
-                               refused=refused)
+            self.outage.failed(failure.kind, failure.detail, time.monotonic() - started)
         return failure
 
     def _translate(self, error: BaseException) -> UpstreamError:

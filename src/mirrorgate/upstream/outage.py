@@ -3,10 +3,7 @@
 A registry behind a firewall that drops packets fails each call only when its connect timeout
 runs out (`upstream.client.CONNECT_WITHIN`, 10 s). Every fill of a cold or offline install asks
 public beside private, so without this each name of the install would wait that long: the
-offline replay of a mirror would be slower than the internet. A registry whose port refuses
-connections fails at once, but not for free: each call still costs the event loop a socket, a
-connect, the error raised and translated and its log line, about half a millisecond, a sixth of
-an offline replay's CPU (docs/serving.md, "The replay's refused connections").
+offline replay of a mirror would be slower than the internet.
 """
 
 from __future__ import annotations
@@ -23,15 +20,12 @@ __all__ = ["DOWN_AFTER", "RETRY_EVERY", "WAITED", "Outage"]
 log = structlog.get_logger("mirrorgate.serve")
 
 DOWN_AFTER = 3
-"""Calls in a row that got no connection before the upstream is held down. One is an accident;
-three in a row across a cold install's fills is the upstream."""
+"""Calls in a row that waited for a connection and got none before the upstream is held down.
+One is an accident; three in a row across a cold install's fills is the upstream."""
 WAITED = 1.0
-"""Seconds a failed call must have waited to count (half the timeout, when that is shorter),
-unless the connection was refused: a failure of the machine's own making that comes at once
-(no descriptor or local port free under load) says nothing of the upstream and holds nothing
-down, where a wait or a refusal does. A refused port comes back as soon as its registry
-listens: the connection tried every `RETRY_EVERY` seconds finds it, and a refused one costs
-microseconds."""
+"""Seconds a failed call must have waited to count (half the timeout, when that is shorter). A
+connection refused at once made nobody wait: its calls go on being made, each failing as fast
+as it would have been answered, and a registry that comes back is asked at once."""
 RETRY_EVERY = 1.0
 """Seconds between the connections tried while down (each waits up to the connect timeout).
 No client's call is the one that tries: its request would be held that long, one of the
@@ -97,11 +91,11 @@ class Outage:
         self.failures, self.skipped, self.connections_failed = 0, 0, 0
         self._down_since = None
 
-    def failed(self, kind: str, detail: str, waited: float, *, refused: bool = False) -> None:
-        """A call got no connection after `waited` seconds, `refused` when the upstream's host
-        refused it (the client says which failures are that: `Upstream._unanswered`)."""
-        if waited < self.waited and not refused:
-            return  # failed at once on this side: nothing said of the upstream (`WAITED`)
+    def failed(self, kind: str, detail: str, waited: float) -> None:
+        """A call got no connection after `waited` seconds (the client says which failures
+        are that: `Upstream._unanswered`)."""
+        if waited < self.waited:
+            return  # failed at once: the upstream's own answer, however curt (`WAITED`)
         self.failures += 1
         self.last_kind, self.last_failure = kind, detail
         if self._down_since is not None or self.failures < DOWN_AFTER:
