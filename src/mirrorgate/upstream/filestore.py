@@ -166,25 +166,35 @@ class FileStore:
         mark's public publish time, else the manifest file's modification time."""
         directory = self._package_dir(name) / "versions"
         try:
-            entries = sorted(directory.glob("*.json"))
+            # os.scandir, not Path.glob: a fill of an offline install reads every name's
+            # directory, and glob's selectors cost more than the reads they select
+            with os.scandir(directory) as found:
+                paths = sorted(entry.path for entry in found if entry.name.endswith(".json"))
         except OSError:
             return None
         versions: dict[str, Any] = {}
         times: dict[str, str] = {}
-        for entry in entries:
+        for path in paths:
             try:
-                manifest = orjson.loads(entry.read_bytes())
-                stamp = entry.stat().st_mtime
+                with open(path, "rb") as handle:
+                    manifest = orjson.loads(handle.read())
             except (OSError, orjson.JSONDecodeError):
                 continue
             if not isinstance(manifest, dict) or not isinstance(manifest.get("version"), str):
                 continue
+            mark = read_mark(manifest)  # a mirrored version keeps its public publish time
+            if mark is not None and mark.published:
+                published = mark.published
+            else:  # the file's own time, asked only of a version with no publish time
+                try:
+                    stamp = os.stat(path).st_mtime
+                except OSError:
+                    continue
+                published = dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(
+                    timespec="milliseconds").replace("+00:00", "Z")
             version = manifest["version"]
             versions[version] = manifest
-            mark = read_mark(manifest)  # a mirrored version keeps its public publish time
-            times[version] = (mark.published if mark is not None and mark.published else
-                              dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(
-                                  timespec="milliseconds").replace("+00:00", "Z"))
+            times[version] = published
         if not versions:
             return None
         latest = highest(list(versions))
