@@ -56,6 +56,7 @@ from tests.servers.ports import DarkPort
 from tests.servers.processes import MirrorgateProcess
 from tests.servers.threaded import ThreadedApp
 
+from bench.disk import filesystem_of
 from bench.loops import GC_STATS, LOOPS, child_environment, gc_stats, uses_uvloop
 from bench.procstat import MIB, Usage, usage
 from bench.scale_tree import Counters, ScaleRegistry, ScaleTree
@@ -395,7 +396,8 @@ def main() -> int:
                   f"{options.loop or 'its default loop'}"
                   f"{''.join(f', {item}' for item in options.set)}"
                   f"{''.join(f'; first {code!r}' for code in options.startup)}; "
-                  f"{os.cpu_count()} CPUs", flush=True)
+                  f"{os.cpu_count()} CPUs; working on {filesystem_of(workdir)} "
+                  "(bench.disk)", flush=True)
             settings = dict(item.split("=", 1) for item in options.set)
             startup = [*options.startup, *([GC_STATS] if options.gc_stats else [])]
             bench = Bench(tree, public, npm, workdir, options.loop, settings, startup,

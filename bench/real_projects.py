@@ -37,6 +37,7 @@ from tests.servers.npm import npm_executable
 from tests.servers.package_managers import PackageManager, client
 from tests.servers.processes import MirrorgateProcess, mirrorgate_argv
 
+from bench.disk import filesystem_of
 from bench.procstat import MIB, usage
 
 DATA = Path(__file__).resolve().parent / "data" / "real_projects"
@@ -502,7 +503,8 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-real-projects-"))
     results: dict[str, dict[str, Way]] = {}
     print(f"{options.label or 'run'}: mirrorgate from {os.environ.get('PYTHONPATH')}; "
-          f"{os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+          f"{os.cpu_count()} CPUs; working on {filesystem_of(root)} (bench.disk); "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
           flush=True)
     try:
         for order, name in enumerate(names):
