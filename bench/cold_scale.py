@@ -375,10 +375,21 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="VARIABLE=VALUE",
                         help="a setting for every mirrorgate started (e.g. "
                         "MIRRORGATE_CACHE_MAX_BYTES=134217728); repeatable")
+    parser.add_argument("--own-core", action="store_true",
+                        help="mirrorgate on the first CPU alone, npm and the fixture registry on "
+                        "the others: mirrorgate as deployed, on a host apart from the build's")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
         "XDG_CACHE_HOME", Path.home() / ".cache")) / "mirrorgate-bench",
                         help="where the generated tree is kept between runs")
     options = parser.parse_args()
+    if options.own_core:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error(f"--own-core needs two CPUs or more; this process may use {len(cpus)}")
+        # this thread's set, inherited by every thread and child made after it (the registry's
+        # thread, npm); mirrorgate takes the first CPU before any thread of its own starts
+        os.sched_setaffinity(0, set(cpus[1:]))
+        options.startup.append(f"import os; os.sched_setaffinity(0, {{{cpus[0]}}})")
     # the children run in directories of their own: a relative PYTHONPATH (`src`) would
     # silently import whatever mirrorgate the virtualenv has installed instead of this tree
     os.environ["PYTHONPATH"] = os.pathsep.join(
