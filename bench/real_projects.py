@@ -38,7 +38,7 @@ from tests.servers.package_managers import PackageManager, client
 from tests.servers.processes import MirrorgateProcess, mirrorgate_argv
 
 from bench.disk import filesystem_of
-from bench.procstat import MIB, usage
+from bench.procstat import MIB, pin, usage
 
 DATA = Path(__file__).resolve().parent / "data" / "real_projects"
 INSTALL_TIMEOUT = 1_800.0
@@ -231,9 +231,17 @@ def wait_mirrored(proxy: MirrorgateProcess, way: Way) -> None:
     way.versions = int(last[0])
 
 
+MIRRORGATE_CPUS: set[int] | None = None
+"""With `--own-core`, the CPU every mirrorgate runs on alone (npm and this process on the
+others): a mirror on a host apart from the build, as the public registry is."""
+
+
 def start(env: Mapping[str, str], directory: Path) -> MirrorgateProcess:
-    return MirrorgateProcess("serve", {"MIRRORGATE_LOG_LEVEL": "info", **trust(), **env},
-                             workdir=directory).start(timeout=60)
+    proxy = MirrorgateProcess("serve", {"MIRRORGATE_LOG_LEVEL": "info", **trust(), **env},
+                              workdir=directory).start(timeout=60)
+    if MIRRORGATE_CPUS is not None:
+        pin(proxy.pid, MIRRORGATE_CPUS)
+    return proxy
 
 
 def through(project: Project, workdir: Path, directory: Path, env: Mapping[str, str], *,
@@ -479,10 +487,20 @@ def main() -> int:
                         help="the public registry (default: the one npm is configured with)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--label", default="")
+    parser.add_argument("--own-core", action="store_true",
+                        help="mirrorgate on the first CPU alone, npm on the others: mirrorgate "
+                        "as deployed, on a host apart from the build's")
     parser.add_argument("--render", type=Path, nargs="+", default=None,
                         help="print the table of earlier runs' --json files (their ways "
                         "merged, the later file winning), and stop")
     options = parser.parse_args()
+    if options.own_core:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error(f"--own-core needs two CPUs or more; this process may use {len(cpus)}")
+        global MIRRORGATE_CPUS
+        MIRRORGATE_CPUS = {cpus[0]}
+        os.sched_setaffinity(0, set(cpus[1:]))  # inherited by npm, started from this thread
     if options.render is not None:
         loaded: dict[str, dict[str, Way]] = {}
         for saved_file in options.render:
