@@ -57,7 +57,7 @@ from tests.servers.processes import MirrorgateProcess
 from tests.servers.threaded import ThreadedApp
 
 from bench.disk import filesystem_of
-from bench.loops import GC_STATS, LOOPS, child_environment, gc_stats, uses_uvloop
+from bench.loops import GC_STATS, LOOPS, child_environment, gc_stats, own_core, uses_uvloop
 from bench.procstat import MIB, Usage, usage
 from bench.scale_tree import Counters, ScaleRegistry, ScaleTree
 from bench.stacks import read_profile
@@ -383,13 +383,10 @@ def main() -> int:
                         help="where the generated tree is kept between runs")
     options = parser.parse_args()
     if options.own_core:
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) < 2:
-            parser.error(f"--own-core needs two CPUs or more; this process may use {len(cpus)}")
-        # this thread's set, inherited by every thread and child made after it (the registry's
-        # thread, npm); mirrorgate takes the first CPU before any thread of its own starts
-        os.sched_setaffinity(0, set(cpus[1:]))
-        options.startup.append(f"import os; os.sched_setaffinity(0, {{{cpus[0]}}})")
+        try:  # before the registry's thread starts: it and npm inherit the other CPUs
+            options.startup.append(own_core())
+        except ValueError as error:
+            parser.error(str(error))
     # the children run in directories of their own: a relative PYTHONPATH (`src`) would
     # silently import whatever mirrorgate the virtualenv has installed instead of this tree
     os.environ["PYTHONPATH"] = os.pathsep.join(

@@ -1,12 +1,9 @@
 """Which filesystem a bench writes to, and whether it keeps a journal: said beside its figures.
 
 ext4 without a journal (this machine's root disk) checks each inode it would allocate against
-those deleted in the last minute, reading the inode's block, so every file and directory made
-costs more the more were deleted just before: `npm ci` removes a node_modules of tens of
-thousands of files between a bench's runs, and perf found 22% of mirrorgate's CPU on a cold
-install of the scale tree in that search (`recently_deleted`), a third of npm's own time in
-the kernel besides. A journaled ext4, what a volume is formatted with, does not search so.
-Measure there with TMPDIR on it (docs/serving.md, "The disk under the bench").
+those deleted in the last minute, so every file made after a bench deleted a node_modules costs
+a walk past them: a fifth of mirrorgate's cold CPU here, and much of npm's. Measure with TMPDIR
+on a journaled filesystem (docs/serving.md, "The disk under the bench").
 """
 
 from __future__ import annotations

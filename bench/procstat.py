@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Usage", "pin", "usage"]
+__all__ = ["Usage", "usage"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
@@ -65,12 +65,3 @@ def usage(pid: int) -> Usage:
     memory = _status(pid)
     return Usage(total, main, others, memory.get("VmRSS", 0), memory.get("VmHWM", 0))
 
-
-def pin(pid: int, cpus: set[int]) -> None:
-    """Run every thread of `pid` on `cpus` from now on: each one it has (a thread's set is its
-    own), and so every one its threads start later, which inherit their maker's."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            os.sched_setaffinity(int(task.name), cpus)
-        except ProcessLookupError:  # a thread that ended meanwhile
-            continue

@@ -38,7 +38,8 @@ from tests.servers.package_managers import PackageManager, client
 from tests.servers.processes import MirrorgateProcess, mirrorgate_argv
 
 from bench.disk import filesystem_of
-from bench.procstat import MIB, pin, usage
+from bench.loops import child_environment, own_core
+from bench.procstat import MIB, usage
 
 DATA = Path(__file__).resolve().parent / "data" / "real_projects"
 INSTALL_TIMEOUT = 1_800.0
@@ -231,17 +232,9 @@ def wait_mirrored(proxy: MirrorgateProcess, way: Way) -> None:
     way.versions = int(last[0])
 
 
-MIRRORGATE_CPUS: set[int] | None = None
-"""With `--own-core`, the CPU every mirrorgate runs on alone (npm and this process on the
-others): a mirror on a host apart from the build, as the public registry is."""
-
-
 def start(env: Mapping[str, str], directory: Path) -> MirrorgateProcess:
-    proxy = MirrorgateProcess("serve", {"MIRRORGATE_LOG_LEVEL": "info", **trust(), **env},
-                              workdir=directory).start(timeout=60)
-    if MIRRORGATE_CPUS is not None:
-        pin(proxy.pid, MIRRORGATE_CPUS)
-    return proxy
+    return MirrorgateProcess("serve", {"MIRRORGATE_LOG_LEVEL": "info", **trust(), **env},
+                             workdir=directory).start(timeout=60)
 
 
 def through(project: Project, workdir: Path, directory: Path, env: Mapping[str, str], *,
@@ -494,13 +487,6 @@ def main() -> int:
                         help="print the table of earlier runs' --json files (their ways "
                         "merged, the later file winning), and stop")
     options = parser.parse_args()
-    if options.own_core:
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) < 2:
-            parser.error(f"--own-core needs two CPUs or more; this process may use {len(cpus)}")
-        global MIRRORGATE_CPUS
-        MIRRORGATE_CPUS = {cpus[0]}
-        os.sched_setaffinity(0, set(cpus[1:]))  # inherited by npm, started from this thread
     if options.render is not None:
         loaded: dict[str, dict[str, Way]] = {}
         for saved_file in options.render:
@@ -520,7 +506,13 @@ def main() -> int:
     names = [n for n in options.projects.split(",") if n]
     root = Path(tempfile.mkdtemp(prefix="bench-real-projects-"))
     results: dict[str, dict[str, Way]] = {}
-    print(f"{options.label or 'run'}: mirrorgate from {os.environ.get('PYTHONPATH')}; "
+    mirrorgate_from = os.environ.get("PYTHONPATH")
+    if options.own_core:
+        try:  # every mirrorgate this process starts runs the line first, from its PYTHONPATH
+            os.environ.update(child_environment(root, startup=[own_core()]))
+        except ValueError as error:
+            parser.error(str(error))
+    print(f"{options.label or 'run'}: mirrorgate from {mirrorgate_from}; "
           f"{os.cpu_count()} CPUs; working on {filesystem_of(root)} (bench.disk); "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
           flush=True)
