@@ -69,6 +69,9 @@ change = "quarantine"
 block = true
 """
 
+WAYS = ("direct", "defaults", "protected", "replay", "check")
+"""What `--ways` may ask for, each an install or a check of every project (module head)."""
+
 EVENTS = ("version_would_deny", "versions_would_deny", "release_signal_reported",
           "release_signal_refused", "release_unchecked", "release_read_partly",
           "tarball_scripts_refused", "tarball_spool_unreadable", "tarball_denied",
@@ -99,10 +102,17 @@ PROJECTS: dict[str, Project] = {project.name: project for project in (
     Project("hono", "bun"),
 )}
 
-# yarn 1 fetches a lockfile's `resolved` URL as written (the registry's alias host); a
-# registry tarball path (`/<name>/-/<file>`) is pointed at the registry under test, as a
-# company behind a proxy rewrites it; other URLs (a git host's archive) stay
-_YARN1_RESOLVED = re.compile(r'(resolved ")https?://[^/"]+/((?:@[^/"]+/)?[^/"@]+/-/[^"]+")')
+# npm and yarn 1 fetch a lockfile's `resolved` URL as written, and the lockfiles kept here name
+# no registry's host (`registry.invalid`: bench/data/real_projects/README.md): a registry
+# tarball path (`/<name>/-/<file>`) is pointed at the registry under test, as a company behind
+# a proxy rewrites it; other URLs (a git host's archive) stay
+_RESOLVED = {
+    "package-lock.json": re.compile(
+        r'("resolved": ")https?://[^/"]+/((?:@[^/"]+/)?[^/"@]+/-/[^"]+")'),
+    "yarn.lock": re.compile(r'(resolved ")https?://[^/"]+/((?:@[^/"]+/)?[^/"@]+/-/[^"]+")'),
+}
+_RESOLVED_BY = {"npm": "package-lock.json", "yarn1": "yarn.lock"}
+"""The clients whose lockfile's `resolved` URLs are fetched as written, and that lockfile."""
 
 
 @dataclass
@@ -159,10 +169,12 @@ def prepare(project: Project, workdir: Path, registry: str) -> PackageManager:
     shutil.copytree(DATA / project.name, manager.project, dirs_exist_ok=True)
     (manager.project / "README.md").unlink(missing_ok=True)
     manager.configure(registry)
-    if project.client == "yarn1":
-        lock = manager.project / "yarn.lock"
-        lock.write_text(_YARN1_RESOLVED.sub(lambda m: m[1] + registry + m[2],
-                                            lock.read_text(encoding="utf-8")), encoding="utf-8")
+    lockfile = _RESOLVED_BY.get(project.client)
+    if lockfile is not None:
+        lock = manager.project / lockfile
+        lock.write_text(_RESOLVED[lockfile].sub(lambda m: m[1] + registry + m[2],
+                                                lock.read_text(encoding="utf-8")),
+                        encoding="utf-8")
     return manager
 
 
@@ -475,7 +487,7 @@ def details(results: dict[str, dict[str, Way]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--projects", default=",".join(PROJECTS))
-    parser.add_argument("--ways", default="direct,defaults,protected,replay,check")
+    parser.add_argument("--ways", default=",".join(WAYS))
     parser.add_argument("--public", default=None,
                         help="the public registry (default: the one npm is configured with)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
@@ -503,7 +515,19 @@ def main() -> int:
             os.pathsep) if entry)
     public = public_registry(options.public)
     ways = [w for w in options.ways.split(",") if w]
+    unknown = sorted(set(ways) - set(WAYS))
+    if unknown:
+        parser.error(f"--ways: unknown {', '.join(unknown)}; the ways are {', '.join(WAYS)}")
+    if "replay" in ways and "protected" not in ways:
+        # the replay installs from what the protected run mirrored: alone it would find an
+        # empty mirror and fail at its first tarball, which says nothing about mirrorgate
+        parser.error("--ways: replay installs from the mirror the protected run fills; ask "
+                     "for protected too (--ways protected,replay)")
     names = [n for n in options.projects.split(",") if n]
+    unknown = sorted(set(names) - set(PROJECTS))
+    if unknown:
+        parser.error(f"--projects: unknown {', '.join(unknown)}; the projects are "
+                     f"{', '.join(PROJECTS)}")
     root = Path(tempfile.mkdtemp(prefix="bench-real-projects-"))
     results: dict[str, dict[str, Way]] = {}
     mirrorgate_from = os.environ.get("PYTHONPATH")
