@@ -8,8 +8,9 @@ drives warm packument GETs over 16 keep-alive connections with npm 11's headers:
 
 - **unloaded**: nothing else is connected;
 - **loaded**: 64 clients are each reading the tarball one byte a second
-  (`tests.faults.slow_clients.SlowLoad`), so 64 handlers, 64 client connections with full
-  buffers and 64 of the public upstream's tarball connections are held for the whole round.
+  (`tests.faults.slow_clients.SlowLoad`), so 64 handlers and 64 client connections with full
+  buffers are held for the whole round, all fed by one download from the public upstream
+  (its spool: docs/serving.md, "One download per tarball").
   `MIRRORGATE_WRITE_STALL_TIMEOUT` is raised for the run so that they stay attached (the
   default would cut them after 30 s, which is the point of it, but not of this measurement).
 
@@ -99,11 +100,13 @@ def main() -> int:
                                             MEASURE_SECONDS))
             load = SlowLoad("127.0.0.1", port, "/npm" + heavy_path, READERS, 0,
                             deadline=WARMUP_SECONDS + MEASURE_SECONDS + 15).start()
-            _wait(lambda: _tarballs_in_flight(root) >= READERS, "the slow readers to attach")
+            # the readers share one upstream download (its spool): a reader is attached once
+            # its first byte came, its handler held from then on
+            _wait(lambda load=load: load.receiving >= READERS, "the slow readers to attach")
             time.sleep(1.0)  # their buffers fill and their writes block
             rounds["loaded"].append(_load(target, express.name, "full", WARMUP_SECONDS,
                                           MEASURE_SECONDS))
-            attached = _tarballs_in_flight(root)
+            attached = load.receiving
             load.join(60)
             _wait(lambda: _tarballs_in_flight(root) == 0, "the slow readers to go")
             if attached < READERS:

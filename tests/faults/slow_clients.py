@@ -51,6 +51,9 @@ class SlowLoad:
     """Reader i reads paths[i % len(paths)] instead of `tarball_path`: many tarballs."""
     reader_endings: list[Ending] = field(default_factory=list)
     head_endings: list[Ending] = field(default_factory=list)
+    receiving: int = 0
+    """Readers that have had a first byte and have not ended: each holds a handler of the
+    server's (written only on the load's own loop; read from any thread)."""
     _thread: threading.Thread | None = None
 
     def start(self) -> SlowLoad:
@@ -100,6 +103,8 @@ class SlowLoad:
                     endings.append(Ending("closed", time.monotonic() - started, received))
                     return
                 received += 1
+                if received == 1 and endings is self.reader_endings:
+                    self.receiving += 1
                 # What a cut left in our receive buffer would take hours to read at this
                 # pace: the connection's state says sooner whether the server closed it.
                 state = _tcp_state(sock)
@@ -110,4 +115,6 @@ class SlowLoad:
                 await asyncio.sleep(1)
             endings.append(Ending("gave_up", time.monotonic() - started, received))
         finally:
+            if received and endings is self.reader_endings:
+                self.receiving -= 1
             sock.close()
