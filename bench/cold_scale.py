@@ -56,8 +56,9 @@ from tests.servers.ports import DarkPort
 from tests.servers.processes import MirrorgateProcess
 from tests.servers.threaded import ThreadedApp
 
+from bench.cpus import own_core
 from bench.disk import filesystem_of
-from bench.loops import GC_STATS, LOOPS, child_environment, gc_stats, own_core, uses_uvloop
+from bench.loops import GC_STATS, LOOPS, child_environment, gc_stats, uses_uvloop
 from bench.procstat import MIB, Usage, usage
 from bench.scale_tree import Counters, ScaleRegistry, ScaleTree
 from bench.stacks import read_profile

@@ -40,13 +40,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.cpus import pin
 from bench.procstat import usage
 from bench.serve_packuments import (
     Target,
     _get,
     _load,
     _median_round,
-    _pin,
     _start,
     _stop,
     _wait_until_up,
@@ -93,7 +93,7 @@ class Replica:
         self.process = _start([*mirrorgate_argv(), "serve"],
                               _env(upstreams, database, self.port, workdir, label), workdir)
         if label != "A":  # A keeps CPU 0 to itself; the rest share the other one
-            _pin(OTHER_CPU, self.process.pid)
+            pin(OTHER_CPU, self.process.pid)
         _wait_until_up(self.root + "readyz")
 
     def stop(self) -> None:

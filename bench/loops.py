@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GC_STATS", "LOOPS", "child_environment", "gc_stats", "own_core", "uses_uvloop"]
+__all__ = ["GC_STATS", "LOOPS", "child_environment", "gc_stats", "uses_uvloop"]
 
 LOOPS = ("asyncio", "uvloop")
 GC_STATS = """\
@@ -55,19 +55,6 @@ def child_environment(workdir: Path, *, loop: str = "asyncio", startup: Sequence
     (shim / "sitecustomize.py").write_text("\n".join(lines) + "\n")
     inherited = pythonpath if pythonpath is not None else os.environ.get("PYTHONPATH", "")
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(shim), inherited]))}
-
-
-def own_core() -> str:
-    """Keep the first CPU for mirrorgate, as a mirror on a host apart from the build would run:
-    this thread moves to the others (every thread and child it makes after, npm's included,
-    inherit that), and the line of start-up code returned moves a child to the first before any
-    thread of its own starts. ValueError on a machine of one CPU."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise ValueError(f"mirrorgate on a core of its own needs two CPUs or more; this process "
-                         f"may use {len(cpus)}")
-    os.sched_setaffinity(0, set(cpus[1:]))
-    return f"import os; os.sched_setaffinity(0, {{{cpus[0]}}})"
 
 
 def gc_stats(path: Path) -> dict[str, Any] | None:

@@ -37,8 +37,9 @@ from tests.servers.npm import npm_executable
 from tests.servers.package_managers import PackageManager, client
 from tests.servers.processes import MirrorgateProcess, mirrorgate_argv
 
+from bench.cpus import own_core
 from bench.disk import filesystem_of
-from bench.loops import child_environment, own_core
+from bench.loops import child_environment
 from bench.procstat import MIB, usage
 
 DATA = Path(__file__).resolve().parent / "data" / "real_projects"

@@ -33,7 +33,8 @@ from tests.servers.incidents import entry_file
 from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
-from bench.tarball_relay import Round, _pin, one_round, serve_upstream, start_proxy
+from bench.cpus import pin
+from bench.tarball_relay import Round, one_round, serve_upstream, start_proxy
 from mirrorgate import runtime
 from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.logs import configure_logging
@@ -113,7 +114,7 @@ def mode(name: str) -> Iterator[None]:
 
 async def measure(args: argparse.Namespace, packages: list[FixturePackage],
                   public_url: str, data: Path) -> dict[str, list[Round]]:
-    _pin(PROXY_CPU)
+    pin(PROXY_CPU)
     # a finished download's spool lingers 30 s for the next reader; here every pull must be
     # a first pull (a download of its own), in every mode
     runner, base, public = await start_proxy(public_url, data, rules=RULES[args.rules],

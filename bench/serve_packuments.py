@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cpus import pin
 from bench.loops import LOOPS, child_environment, uses_uvloop
 from bench.procstat import usage
 
@@ -235,7 +236,7 @@ def load_main(argv: list[str]) -> int:
     """`--load HOST PORT PATH FORM CONNECTIONS WARMUP MEASURE [TOKEN,...]`: print one JSON
     result line."""
     host, port, path, form, connections, warmup, measure, *tokens = argv
-    _pin(LOAD_CPU)
+    pin(LOAD_CPU)
     result = asyncio.run(_drive(host, int(port), path, ACCEPTS[form], int(connections),
                                 float(warmup), float(measure),
                                 tokens[0].split(",") if tokens else []))
@@ -250,7 +251,7 @@ def bare_main(argv: list[str]) -> int:
     from aiohttp import web
 
     port, recorded = int(argv[0]), json.loads(Path(argv[1]).read_text())
-    _pin(SERVER_CPU)
+    pin(SERVER_CPU)
     answers: dict[str, tuple[bytes, dict[str, str]]] = {
         path: (Path(entry["body"]).read_bytes(), entry["headers"])
         for path, entry in recorded.items()}
@@ -266,14 +267,6 @@ def bare_main(argv: list[str]) -> int:
 
 
 # --- the orchestrator ---------------------------------------------------------------------
-
-def _pin(cpu: int, pid: int = 0) -> None:
-    try:
-        if len(os.sched_getaffinity(0)) > 1:
-            os.sched_setaffinity(pid, {cpu})
-    except (AttributeError, OSError):
-        pass
-
 
 @dataclass
 class Target:
@@ -371,7 +364,7 @@ def _start(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[
     process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
-    _pin(SERVER_CPU, process.pid)
+    pin(SERVER_CPU, process.pid)
     return process
 
 
@@ -528,7 +521,7 @@ def main() -> int:
             verdaccio = Verdaccio(workdir / "verdaccio", uplink=upstream.url)
             verdaccio.start(timeout=30)
             assert verdaccio.process is not None
-            _pin(SERVER_CPU, verdaccio.process.pid)
+            pin(SERVER_CPU, verdaccio.process.pid)
             for package in packages.values():
                 _get(verdaccio.url + package.name, form)
             targets.append(Target("verdaccio", verdaccio.url))

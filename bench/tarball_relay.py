@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import math
 import multiprocessing
-import os
 import random
 import statistics
 import sys
@@ -51,6 +50,7 @@ from tests.servers.fixture_registry import FixtureRegistry, Manners
 from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
+from bench.cpus import pin
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
 from mirrorgate.gate import VersionRecord
@@ -86,22 +86,11 @@ def build_packages(count: int, seed: int = 14) -> list[FixturePackage]:
     return packages
 
 
-EVERYWHERE = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-    frozenset()
-"""The CPUs this process may use, read before any pin: a child forked by a pinned thread
-inherits its one CPU, and must still be able to move to its own."""
-
-
-def _pin(cpu: int) -> None:
-    if len(EVERYWHERE) > 1 and cpu in EVERYWHERE:
-        os.sched_setaffinity(0, {cpu})
-
-
 def serve_upstream(packages: list[FixturePackage], port: int, link: float,
                    ready: Connection) -> None:
     """Child process: the fixture public upstream until terminated; with `link` (MB/s), each
     answer is sent at most that fast, in 64 KiB pieces."""
-    _pin(OTHER_CPU)
+    pin(OTHER_CPU)
     manners = Manners(trickle=PIECE / (link * 1e6), piece=PIECE) if link else Manners()
     with FixtureRegistry(*packages, port=port, manners=manners):
         ready.send(True)
@@ -133,7 +122,7 @@ async def _download(urls: list[str], connections: int) -> tuple[int, float]:
 
 def load(urls: list[str], connections: int, answer: Connection) -> None:
     """Child process: fetch every URL once, report (bytes, seconds)."""
-    _pin(OTHER_CPU)
+    pin(OTHER_CPU)
     answer.send(asyncio.run(_download(urls, connections)))
 
 
@@ -223,7 +212,7 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage],
         # the hasher asks the loop thread's CPUs whether a thread could run beside it; the
         # pin is the bench's own, so it is told the truth
         setattr(relayhash, "_spare_cpu", lambda: True)  # noqa: B010 - a module's function
-    _pin(PROXY_CPU)
+    pin(PROXY_CPU)
     runner, base, public = await start_proxy(public_url, data)
     urls = [f"{base}npm/{p.name}/-/{p.name}-1.0.0.tgz" for p in packages] * args.passes
     results: dict[str, list[Round]] = {name: [] for name in MODES}

@@ -34,7 +34,8 @@ from tests.servers.packages import FixturePackage, wide_tree
 from tests.servers.ports import free_port
 from tests.servers.processes import MirrorgateProcess
 
-from bench.tarball_relay import Round, _pin, build_packages, one_round, serve_upstream, start_proxy
+from bench.cpus import pin
+from bench.tarball_relay import Round, build_packages, one_round, serve_upstream, start_proxy
 from mirrorgate.logs import configure_logging
 from mirrorgate.serve.app import SERVER
 
@@ -112,7 +113,7 @@ def run_fleet(args: argparse.Namespace) -> None:
 
 async def measure(args: argparse.Namespace, packages: list[FixturePackage], public_url: str,
                   data: Path) -> dict[str, list[Round]]:
-    _pin(0)
+    pin(0)
     runner, base, public = await start_proxy(public_url, data)
     spools = runner.app[SERVER].relay.spools
     room = spools.max_bytes
