@@ -71,7 +71,7 @@ block = true
 """
 
 WAYS = ("direct", "defaults", "protected", "replay", "check")
-"""What `--ways` may ask for, each an install or a check of every project (module head)."""
+"""What `--ways` may ask for (the module's head says what each one does)."""
 
 EVENTS = ("version_would_deny", "versions_would_deny", "release_signal_reported",
           "release_signal_refused", "release_unchecked", "release_read_partly",
@@ -514,7 +514,6 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         str(Path(entry).resolve()) for entry in os.environ.get("PYTHONPATH", "").split(
             os.pathsep) if entry)
-    public = public_registry(options.public)
     ways = [w for w in options.ways.split(",") if w]
     unknown = sorted(set(ways) - set(WAYS))
     if unknown:
@@ -529,6 +528,7 @@ def main() -> int:
     if unknown:
         parser.error(f"--projects: unknown {', '.join(unknown)}; the projects are "
                      f"{', '.join(PROJECTS)}")
+    public = public_registry(options.public)
     root = Path(tempfile.mkdtemp(prefix="bench-real-projects-"))
     results: dict[str, dict[str, Way]] = {}
     mirrorgate_from = os.environ.get("PYTHONPATH")
