@@ -64,4 +64,3 @@ def usage(pid: int) -> Usage:
             others += spent
     memory = _status(pid)
     return Usage(total, main, others, memory.get("VmRSS", 0), memory.get("VmHWM", 0))
-

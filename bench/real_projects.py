@@ -107,11 +107,9 @@ PROJECTS: dict[str, Project] = {project.name: project for project in (
 # no registry's host (`registry.invalid`: bench/data/real_projects/README.md): a registry
 # tarball path (`/<name>/-/<file>`) is pointed at the registry under test, as a company behind
 # a proxy rewrites it; other URLs (a git host's archive) stay
-_RESOLVED = {
-    "package-lock.json": re.compile(
-        r'("resolved": ")https?://[^/"]+/((?:@[^/"]+/)?[^/"@]+/-/[^"]+")'),
-    "yarn.lock": re.compile(r'(resolved ")https?://[^/"]+/((?:@[^/"]+/)?[^/"@]+/-/[^"]+")'),
-}
+_RESOLVED = re.compile(r'((?:"resolved": |resolved )")https?://[^/"]+/'
+                       r'((?:@[^/"]+/)?[^/"@]+/-/[^"]+")')
+"""A `resolved` tarball URL as `package-lock.json` (JSON) and `yarn.lock` (v1) write it."""
 _RESOLVED_BY = {"npm": "package-lock.json", "yarn1": "yarn.lock"}
 """The clients whose lockfile's `resolved` URLs are fetched as written, and that lockfile."""
 
@@ -173,9 +171,8 @@ def prepare(project: Project, workdir: Path, registry: str) -> PackageManager:
     lockfile = _RESOLVED_BY.get(project.client)
     if lockfile is not None:
         lock = manager.project / lockfile
-        lock.write_text(_RESOLVED[lockfile].sub(lambda m: m[1] + registry + m[2],
-                                                lock.read_text(encoding="utf-8")),
-                        encoding="utf-8")
+        lock.write_text(_RESOLVED.sub(lambda m: m[1] + registry + m[2],
+                                      lock.read_text(encoding="utf-8")), encoding="utf-8")
     return manager
 
 
