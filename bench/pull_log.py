@@ -48,8 +48,7 @@ from pathlib import Path
 from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
-from bench.tarball_relay import _download, serve_upstream, start_proxy
-from mirrorgate import runtime
+from bench.tarball_relay import _download, run_as_served, serve_upstream, start_proxy
 from mirrorgate.gate.kept.facts import KeptFacts
 from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.logs import configure_logging
@@ -105,10 +104,7 @@ def proxy(public_url: str, data: Path, orders: Connection) -> None:
     """Child process: one proxy, as `mirrorgate serve` runs it (its collector, its event loop),
     answering `orders` ("on", "off": the pull log; "cpu", "records", "stop") until stopped."""
     configure_logging("warning", "json")  # as bench.tarball_relay: the lines are not measured
-    runtime.tune_collector()
-    factory, _ = runtime.loop_factory("auto")
-    with asyncio.Runner(loop_factory=factory) as run:
-        run.run(_serve(public_url, data, orders))
+    run_as_served(_serve(public_url, data, orders))
 
 
 async def _serve(public_url: str, data: Path, orders: Connection) -> None:

@@ -1,15 +1,16 @@
 """What the release signals cost a first pull: relay MB/s with the signals on against off.
 
 Run by hand from the repository root: `.venv/bin/python -m bench.release_relay`. The harness is
-`bench.tarball_relay`'s (the proxy in this process on CPU 0, the fixture upstream and the load
-generator in child processes on CPU 1, rounds of both modes back to back in an order that turns,
-the median of per-round ratios). The tarballs are JavaScript (hand-written modules and minified
-bundles of varied names, strings and numbers, 200 KB to 4 MB unpacked, which gzip shrinks
-3 to 5 times as it does real code), each package with the version before
-it, so a first pull with the signals on reads the new tarball's code as it streams, fetches and
-reads the previous version's, and withholds the bytes until the verdict. Every pull of a round
-is a first pull (the verdicts are forgotten between pulls), the worst case: in use a version is
-read once, and a warm packument hit or a later pull reads nothing.
+`bench.tarball_relay`'s (the proxy in this process on CPU 0, run as serve runs it, the fixture
+upstream and the load generator in child processes on CPU 1, rounds of both modes back to back
+in an order that turns, the median of per-round ratios; each mode's CPU a MB split between the
+event loop and the lanes that hash and read). The tarballs are JavaScript (hand-written modules
+and minified bundles of varied names, strings and numbers, 200 KB to 4 MB unpacked, which gzip
+shrinks 3 to 5 times as it does real code), each package with the version before it, so a first
+pull with the signals on reads the new tarball's code as it streams, fetches and reads the
+previous version's, and withholds the bytes until the verdict. Every pull of a round is a first
+pull (the verdicts are forgotten between pulls), the worst case: in use a version is read once,
+and a warm packument hit or a later pull reads nothing.
 
 Figures go in docs/serving.md ("Release signals").
 """
@@ -17,7 +18,6 @@ Figures go in docs/serving.md ("Release signals").
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import multiprocessing
 import random
@@ -34,7 +34,7 @@ from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
 from bench.cpus import pin
-from bench.tarball_relay import Round, one_round, serve_upstream, start_proxy
+from bench.tarball_relay import Round, one_round, run_as_served, serve_upstream, start_proxy
 from mirrorgate import runtime
 from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.logs import configure_logging
@@ -145,7 +145,8 @@ def scenario(args: argparse.Namespace, packages: list[FixturePackage],
     ready.recv()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            return asyncio.run(measure(args, packages, f"http://127.0.0.1:{port}/", Path(tmp)))
+            return run_as_served(measure(args, packages, f"http://127.0.0.1:{port}/",
+                                         Path(tmp)))
     finally:
         upstream.terminate()
         upstream.join()
@@ -228,7 +229,9 @@ def main() -> int:
         for name in MODES:
             rounds = results[name]
             print(f"  signals {name:<3} {statistics.median(r.mbps for r in rounds):7.1f} MB/s  "
-                  f"process {statistics.median(r.process_ms for r in rounds):6.2f} ms/MB  "
+                  f"process {statistics.median(r.process_ms for r in rounds):6.2f} ms/MB: "
+                  f"loop {statistics.median(r.loop_ms for r in rounds):5.2f}, lanes "
+                  f"{statistics.median(r.lanes_ms for r in rounds):5.2f}  "
                   f"(MB/s: {', '.join(f'{r.mbps:.1f}' for r in rounds)})")
         for on in MODES[1:]:
             print(f"  ratio {on}/off: {paired(results, on=on):.3f} MB/s, "

@@ -3,10 +3,11 @@
 Run by hand from the repository root: `.venv/bin/python -m bench.tarball_relay`. One run:
 
 - builds `--tarballs` real tarballs of incompressible content, 200 KB to 4 MB (fixed seed);
-- for each scenario, serves them from the fixture public upstream in a child process of its
-  own, runs the proxy (`build_proxy_app`, the application `mirrorgate serve` listens with) in
-  this process, and a load generator in another child process that GETs every tarball
-  through it over `--connections` keep-alive connections, discarding the bodies;
+- for each scenario, serves them from the fixture public upstream in a child process of its own,
+  runs the proxy (`build_proxy_app`, the application `mirrorgate serve` listens with) in this
+  process, on serve's event loop, collector and allocator (`run_as_served`), and a load
+  generator in another child process that GETs every tarball through it over `--connections`
+  keep-alive connections, discarding the bodies;
 - the scenarios: `--links` (the upstream pauses after each 64 KiB as a link of that many
   MB/s a connection would, as a public registry across a network does), then loopback (no
   pause: the relay is CPU-bound, the worst case);
@@ -37,11 +38,13 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any, TypeVar
 from unittest import mock
 
 import aiohttp
@@ -51,9 +54,10 @@ from tests.servers.packages import FixturePackage, make_package, make_version
 from tests.servers.ports import free_port
 
 from bench.cpus import pin
+from mirrorgate import runtime
 from mirrorgate.backends.memory import MemoryQueueSettings, bounded_memory_queue
 from mirrorgate.config import load_settings
-from mirrorgate.gate import VersionRecord
+from mirrorgate.gate.admission import Admission
 from mirrorgate.gate.assembled import Gate
 from mirrorgate.gate.pulls.log import PullLog
 from mirrorgate.healthz import Health
@@ -61,7 +65,7 @@ from mirrorgate.integrity import StreamVerifier
 from mirrorgate.logs import configure_logging
 from mirrorgate.metrics import Metrics
 from mirrorgate.rules import DEFAULT_RULES, Rules
-from mirrorgate.serve import relayhash, tarballs
+from mirrorgate.serve import relayhash
 from mirrorgate.serve.app import SERVER, Proxy, build_proxy_app
 from mirrorgate.upstream.client import Upstream
 from mirrorgate.upstream.filestore import FileStore
@@ -73,6 +77,7 @@ TARGET_RATIO = 0.9
 PIECE = 64 * 1024
 PROXY_CPU = 0
 OTHER_CPU = 1
+T = TypeVar("T")
 
 
 def build_packages(count: int, seed: int = 14) -> list[FixturePackage]:
@@ -158,29 +163,58 @@ async def start_proxy(public_url: str, data: Path, *, rules: Rules = DEFAULT_RUL
 @dataclass(frozen=True)
 class Round:
     """One pass over every URL: MB/s at the load generator, and the proxy's CPU per MB
-    relayed: its event loop's thread alone (the relay's core) and the whole process (the
-    hashing threads too). CPU time moves far less than MB/s when neighbours load the machine."""
+    relayed: its event loop's thread alone (the relay's core), the relay's lanes (the threads
+    that hash and read its downloads, `serve.relayhash`) and the whole process. CPU time moves
+    far less than MB/s when neighbours load the machine."""
 
     mbps: float
     loop_ms: float
     process_ms: float
+    lanes_ms: float = 0.0
+
+
+def lanes_cpu() -> dict[int, float]:
+    """CPU seconds so far of each of the relay's lanes (`serve.relayhash`'s threads, by their
+    names), by thread: a lane is made on first use, so one a round made counts from nothing."""
+    found: dict[int, float] = {}
+    for thread in threading.enumerate():
+        if thread.name.startswith(relayhash.LANE_PREFIX) and thread.ident is not None:
+            with contextlib.suppress(OSError):  # a thread gone meanwhile (lanes never end)
+                found[thread.ident] = time.clock_gettime(
+                    time.pthread_getcpuclockid(thread.ident))
+    return found
 
 
 async def one_round(urls: list[str], connections: int) -> Round:
     """One pass over every URL, the load generator in a child process."""
     receiving, sending = multiprocessing.Pipe(duplex=False)
     loop_started, process_started = time.thread_time(), time.process_time()
+    lanes_started = lanes_cpu()
     child = multiprocessing.Process(target=load, args=(urls, connections, sending))
     child.start()
     received, seconds = await asyncio.get_running_loop().run_in_executor(None, receiving.recv)
     child.join()
+    lanes = sum(cpu - lanes_started.get(ident, 0.0) for ident, cpu in lanes_cpu().items())
     megabytes = received / 1e6
     return Round(megabytes / seconds, (time.thread_time() - loop_started) * 1e3 / megabytes,
-                 (time.process_time() - process_started) * 1e3 / megabytes)
+                 (time.process_time() - process_started) * 1e3 / megabytes,
+                 lanes * 1e3 / megabytes)
 
 
-def unverified(_record: VersionRecord) -> StreamVerifier | None:
-    """The relay as it was before it verified: no verifier, so no hashing and no held chunk."""
+def run_as_served(main: Coroutine[Any, Any, T]) -> T:
+    """`main` run on the event loop `mirrorgate serve` runs (`process.run`: uvloop where it is
+    installed), with the collector and the allocator as serve sets them: the relay measured is
+    the one served. Called before the proxy's first thread starts (the allocator's arenas)."""
+    factory, _ = runtime.loop_factory("auto")
+    runtime.tune_allocator()
+    runtime.tune_collector()
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
+
+
+def unverified(_admission: Admission) -> StreamVerifier | None:
+    """The relay as it was before it verified: no verifier, so no hashing and no held chunk
+    (`Admission.verifier`, where the relay gets one since the gate answers a pull whole)."""
     return None
 
 
@@ -194,7 +228,7 @@ relay first did (`relayhash._spare_cpu` says no)."""
 def mode(name: str) -> Iterator[None]:
     """The switch this benchmark exists to flip, for one round."""
     if name == "unverified":
-        with mock.patch.object(tarballs, "_verifier", unverified):
+        with mock.patch.object(Admission, "verifier", unverified):
             yield
     elif name == "on-loop":
         with mock.patch.object(relayhash, "_spare_cpu", return_value=False):
@@ -213,7 +247,9 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage],
         # pin is the bench's own, so it is told the truth
         setattr(relayhash, "_spare_cpu", lambda: True)  # noqa: B010 - a module's function
     pin(PROXY_CPU)
-    runner, base, public = await start_proxy(public_url, data)
+    # a finished download's spool lingers 30 s for the next reader, who then reads it from
+    # disk, unhashed: every pull here must be a download of its own, as at a first pull
+    runner, base, public = await start_proxy(public_url, data, linger=0)
     urls = [f"{base}npm/{p.name}/-/{p.name}-1.0.0.tgz" for p in packages] * args.passes
     results: dict[str, list[Round]] = {name: [] for name in MODES}
     try:
@@ -255,7 +291,8 @@ def scenario(args: argparse.Namespace, packages: list[FixturePackage],
     ready.recv()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            return asyncio.run(measure(args, packages, f"http://127.0.0.1:{port}/", Path(tmp)))
+            return run_as_served(measure(args, packages, f"http://127.0.0.1:{port}/",
+                                         Path(tmp)))
     finally:
         upstream.terminate()
         upstream.join()
@@ -272,7 +309,8 @@ def report(title: str, results: dict[str, list[Round]]) -> float:
         rounds = results[name]
         shown = ", ".join(f"{r.mbps:.0f}" for r in rounds)
         print(f"  relay {name:<11} {statistics.median(r.mbps for r in rounds):7.1f} MB/s  "
-              f"loop {statistics.median(r.loop_ms for r in rounds):5.2f} ms/MB  process "
+              f"loop {statistics.median(r.loop_ms for r in rounds):5.2f} ms/MB  lanes "
+              f"{statistics.median(r.lanes_ms for r in rounds):5.2f} ms/MB  process "
               f"{statistics.median(r.process_ms for r in rounds):5.2f} ms/MB  (MB/s: {shown})")
     for name in ("on-loop", "verified"):
         print(f"  ratio {name}/unverified: {paired(results, name):6.3f} MB/s, "

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from mirrorgate.integrity import StreamVerifier, Verified
 from mirrorgate.npm.tarscripts import ScriptScan
 
-__all__ = ["BEHIND_AT_MOST", "OFF_LOOP_ABOVE", "RelayHasher"]
+__all__ = ["BEHIND_AT_MOST", "LANE_PREFIX", "OFF_LOOP_ABOVE", "RelayHasher"]
 
 OFF_LOOP_ABOVE = 64 * 1024
 """A download that ends within this many bytes is hashed on the loop when it ends: handing a
@@ -35,6 +35,9 @@ the hash, so a starved hashing thread never makes the proxy hold a whole tarball
 LANES_AT_MOST = 4
 """Hashing threads at most (one per spare CPU up to this): each hashes about 850 MB/s of
 sha512, more than a relay's one event loop moves."""
+LANE_PREFIX = "mirrorgate-relay-"
+"""The lanes' thread names begin with it (`-hash-N`, `-read-N`): what a profile or a bench
+(bench/tarball_relay.py's `lanes_cpu`) tells them by."""
 READING_LANES_AT_LEAST = 2
 """Reading threads: one per CPU, and never fewer than this, so that one costly reading never
 holds up another (`_reading_lane`)."""
@@ -96,7 +99,8 @@ class _Lane:
         self.reading: set[RelayHasher] = set()
         """Downloads being read on it (a reading lane's, `_reading_lane`): changed and read
         under `_lanes_made`."""
-        threading.Thread(target=self._run, name=name, daemon=True).start()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
 
     @property
     def backlog(self) -> int:
@@ -136,7 +140,7 @@ def _next_lane() -> _Lane:
     if not _lanes:
         with _lanes_made:
             if not _lanes:
-                _lanes.extend(_Lane(f"mirrorgate-relay-hash-{index}") for index in
+                _lanes.extend(_Lane(f"{LANE_PREFIX}hash-{index}") for index in
                               range(max(1, min(LANES_AT_MOST, _cpus() - 1))))
     return _lanes[next(_turns) % len(_lanes)]
 
@@ -166,7 +170,7 @@ def _reading_lane(download: RelayHasher) -> _Lane:
         lane = min(_readers, key=lambda lane: (len(lane.reading), lane.backlog), default=None)
         if lane is None or (lane.reading and len(_readers) < max(READING_LANES_AT_LEAST,
                                                                  _cpus())):
-            lane = _Lane(f"mirrorgate-relay-read-{len(_readers)}")
+            lane = _Lane(f"{LANE_PREFIX}read-{len(_readers)}")
             _readers.append(lane)
         lane.reading.add(download)
         return lane
