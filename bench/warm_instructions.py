@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench.loops import child_environment
@@ -81,14 +82,27 @@ def _counted(process: subprocess.Popen[bytes], out: Path, port: int, path: str, 
         raise SystemExit(f"{answered} of {requests} answered 200")
     _control(process.pid, "-d")
     _control(process.pid, "-i", "off")
-    dumps = sorted(out.parent.glob(out.name + "*"), key=lambda found: found.stat().st_mtime)
-    totals = _TOTALS.search(dumps[-1].read_text(errors="replace"))
-    assert totals is not None
+    dumps, totals = _dumped(out)
     if keep is not None:  # for callgrind_annotate
         shutil.copy(dumps[-1], keep / f"{out.stem}-{path.rsplit('/', 1)[-1]}.callgrind")
     for dump in dumps:
         dump.unlink()
     return int(totals.group(1)) / answered
+
+
+def _dumped(out: Path, within: float = 60.0) -> tuple[list[Path], re.Match[str]]:
+    """Callgrind's dumps of `out`, oldest first, once the newest is whole: `callgrind_control
+    -d` can return while the dump is still being written (its totals line comes last), and a
+    busy machine once read it half-written."""
+    deadline = time.monotonic() + within
+    while True:
+        dumps = sorted(out.parent.glob(out.name + "*"), key=lambda found: found.stat().st_mtime)
+        totals = _TOTALS.search(dumps[-1].read_text(errors="replace")) if dumps else None
+        if totals is not None:
+            return dumps, totals
+        if time.monotonic() > deadline:
+            raise SystemExit(f"callgrind wrote no whole dump of {out.name} within {within:g} s")
+        time.sleep(0.2)
 
 
 def _valgrind(out: Path) -> list[str]:
