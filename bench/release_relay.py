@@ -31,10 +31,16 @@ from unittest import mock
 
 from tests.servers.incidents import entry_file
 from tests.servers.packages import FixturePackage, make_package, make_version
-from tests.servers.ports import free_port
 
 from bench.cpus import pin
-from bench.tarball_relay import Round, one_round, run_as_served, serve_upstream, start_proxy
+from bench.tarball_relay import (
+    LoadGenerator,
+    Round,
+    one_round,
+    run_as_served,
+    start_proxy,
+    upstream_and_load,
+)
 from mirrorgate import runtime
 from mirrorgate.gate.verdicts.judge import ReleaseJudge
 from mirrorgate.logs import configure_logging
@@ -113,7 +119,7 @@ def mode(name: str) -> Iterator[None]:
 
 
 async def measure(args: argparse.Namespace, packages: list[FixturePackage],
-                  public_url: str, data: Path) -> dict[str, list[Round]]:
+                  public_url: str, data: Path, load: LoadGenerator) -> dict[str, list[Round]]:
     pin(PROXY_CPU)
     # a finished download's spool lingers 30 s for the next reader; here every pull must be
     # a first pull (a download of its own), in every mode
@@ -123,12 +129,12 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage],
     results: dict[str, list[Round]] = {name: [] for name in MODES}
     try:
         with mode("off"):
-            await one_round(urls[:len(packages)], args.connections)  # warm every packument
+            await one_round(load, urls[:len(packages)], args.connections)  # every packument
         for index in range(args.rounds):
             turned = MODES[index % len(MODES):] + MODES[:index % len(MODES)]
             for name in turned:
                 with mode(name):
-                    results[name].append(await one_round(urls, args.connections))
+                    results[name].append(await one_round(load, urls, args.connections))
     finally:
         await runner.cleanup()
         await public.close()
@@ -137,19 +143,9 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage],
 
 def scenario(args: argparse.Namespace, packages: list[FixturePackage],
              link: float) -> dict[str, list[Round]]:
-    port = free_port()
-    ready, ready_sender = multiprocessing.Pipe(duplex=False)
-    upstream = multiprocessing.Process(target=serve_upstream,
-                                       args=(packages, port, link, ready_sender), daemon=True)
-    upstream.start()
-    ready.recv()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            return run_as_served(measure(args, packages, f"http://127.0.0.1:{port}/",
-                                         Path(tmp)))
-    finally:
-        upstream.terminate()
-        upstream.join()
+    with upstream_and_load(packages, link) as (public_url, load), \
+            tempfile.TemporaryDirectory() as tmp:
+        return run_as_served(measure(args, packages, public_url, Path(tmp), load))
 
 
 def paired(results: dict[str, list[Round]], cpu: bool = False, on: str = "on") -> float:

@@ -125,10 +125,62 @@ async def _download(urls: list[str], connections: int) -> tuple[int, float]:
         return received, time.perf_counter() - started
 
 
-def load(urls: list[str], connections: int, answer: Connection) -> None:
-    """Child process: fetch every URL once, report (bytes, seconds)."""
+def _loads(orders: Connection) -> None:
+    """Child process: for each order (URLs and connections), fetch every URL once and answer
+    (bytes, seconds); None ends it."""
     pin(OTHER_CPU)
-    answer.send(asyncio.run(_download(urls, connections)))
+    while (order := orders.recv()) is not None:
+        urls, connections = order
+        orders.send(asyncio.run(_download(urls, connections)))
+
+
+class LoadGenerator:
+    """The load generator: one child process for a whole scenario, forked before the proxy
+    starts and told each round's URLs over a pipe. A child forked at each round, as the relay
+    benches first did, shared the proxy's memory copy-on-write, so the proxy took a page fault
+    for each page it wrote after every fork: 3,300 a round on its event loop, 7,000 more on its
+    lanes with the release signals on (about 1 ms of CPU a MB of the signals' 7), which `mirrorgate
+    serve` never pays."""
+
+    def __init__(self) -> None:
+        self._orders, theirs = multiprocessing.Pipe()
+        self._process = multiprocessing.Process(target=_loads, args=(theirs,), daemon=True)
+        self._process.start()
+
+    async def run(self, urls: list[str], connections: int) -> tuple[int, float]:
+        """Every URL fetched once over `connections`: (bytes received, seconds)."""
+        self._orders.send((urls, connections))
+        answer: tuple[int, float] = await asyncio.get_running_loop().run_in_executor(
+            None, self._orders.recv)
+        return answer
+
+    def close(self) -> None:
+        self._orders.send(None)
+        self._process.join(timeout=30)
+        if self._process.is_alive():  # a load stuck on a dead proxy
+            self._process.terminate()
+            self._process.join()
+
+
+@contextlib.contextmanager
+def upstream_and_load(packages: list[FixturePackage], link: float
+                      ) -> Iterator[tuple[str, LoadGenerator]]:
+    """The fixture upstream (sending at `link` MB/s a connection, 0: as fast as loopback goes)
+    and the load generator, each in a child process forked before the proxy starts: the
+    upstream's URL and the generator."""
+    port = free_port()
+    ready, ready_sender = multiprocessing.Pipe(duplex=False)
+    upstream = multiprocessing.Process(target=serve_upstream,
+                                       args=(packages, port, link, ready_sender), daemon=True)
+    upstream.start()
+    ready.recv()
+    load = LoadGenerator()
+    try:
+        yield f"http://127.0.0.1:{port}/", load
+    finally:
+        load.close()
+        upstream.terminate()
+        upstream.join()
 
 
 async def start_proxy(public_url: str, data: Path, *, rules: Rules = DEFAULT_RULES,
@@ -185,15 +237,11 @@ def lanes_cpu() -> dict[int, float]:
     return found
 
 
-async def one_round(urls: list[str], connections: int) -> Round:
-    """One pass over every URL, the load generator in a child process."""
-    receiving, sending = multiprocessing.Pipe(duplex=False)
+async def one_round(load: LoadGenerator, urls: list[str], connections: int) -> Round:
+    """One pass over every URL by `load`."""
     loop_started, process_started = time.thread_time(), time.process_time()
     lanes_started = lanes_cpu()
-    child = multiprocessing.Process(target=load, args=(urls, connections, sending))
-    child.start()
-    received, seconds = await asyncio.get_running_loop().run_in_executor(None, receiving.recv)
-    child.join()
+    received, seconds = await load.run(urls, connections)
     lanes = sum(cpu - lanes_started.get(ident, 0.0) for ident, cpu in lanes_cpu().items())
     megabytes = received / 1e6
     return Round(megabytes / seconds, (time.thread_time() - loop_started) * 1e3 / megabytes,
@@ -238,7 +286,7 @@ def mode(name: str) -> Iterator[None]:
 
 
 async def measure(args: argparse.Namespace, packages: list[FixturePackage],
-                  public_url: str, data: Path) -> dict[str, list[Round]]:
+                  public_url: str, data: Path, load: LoadGenerator) -> dict[str, list[Round]]:
     if args.threads == "any-cpu":
         # the hashing threads start here, before the pin below, so they may run on any core,
         # as on a host with cores to spare (a thread takes its starter's CPUs)
@@ -253,13 +301,14 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage],
     urls = [f"{base}npm/{p.name}/-/{p.name}-1.0.0.tgz" for p in packages] * args.passes
     results: dict[str, list[Round]] = {name: [] for name in MODES}
     try:
-        await one_round(urls[:len(packages)], args.connections)  # warm: cache every packument
+        # warm: cache every packument
+        await one_round(load, urls[:len(packages)], args.connections)
         for index in range(args.rounds):
             # the order turns every round, so no mode always follows another
             turned = MODES[index % len(MODES):] + MODES[:index % len(MODES)]
             for name in turned:
                 with mode(name):
-                    results[name].append(await one_round(urls, args.connections))
+                    results[name].append(await one_round(load, urls, args.connections))
     finally:
         await runner.cleanup()
         await public.close()
@@ -283,19 +332,9 @@ def scenario(args: argparse.Namespace, packages: list[FixturePackage],
              link: float) -> dict[str, list[Round]]:
     """Every mode's rounds against an upstream of its own, sending at `link` MB/s a
     connection (0: as fast as loopback goes)."""
-    port = free_port()
-    ready, ready_sender = multiprocessing.Pipe(duplex=False)
-    upstream = multiprocessing.Process(target=serve_upstream,
-                                       args=(packages, port, link, ready_sender), daemon=True)
-    upstream.start()
-    ready.recv()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            return run_as_served(measure(args, packages, f"http://127.0.0.1:{port}/",
-                                         Path(tmp)))
-    finally:
-        upstream.terminate()
-        upstream.join()
+    with upstream_and_load(packages, link) as (public_url, load), \
+            tempfile.TemporaryDirectory() as tmp:
+        return run_as_served(measure(args, packages, public_url, Path(tmp), load))
 
 
 def median_mbps(results: dict[str, list[Round]]) -> float:

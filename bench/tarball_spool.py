@@ -19,7 +19,6 @@ Figures go in the issue note and docs/serving.md ("One download per tarball").
 from __future__ import annotations
 
 import argparse
-import asyncio
 import multiprocessing
 import statistics
 import sys
@@ -31,11 +30,18 @@ from pathlib import Path
 from tests.servers.fixture_registry import FixtureRegistry
 from tests.servers.npm import NpmClient
 from tests.servers.packages import FixturePackage, wide_tree
-from tests.servers.ports import free_port
 from tests.servers.processes import MirrorgateProcess
 
 from bench.cpus import pin
-from bench.tarball_relay import Round, build_packages, one_round, serve_upstream, start_proxy
+from bench.tarball_relay import (
+    LoadGenerator,
+    Round,
+    build_packages,
+    one_round,
+    run_as_served,
+    start_proxy,
+    upstream_and_load,
+)
 from mirrorgate.logs import configure_logging
 from mirrorgate.serve.app import SERVER
 
@@ -112,7 +118,7 @@ def run_fleet(args: argparse.Namespace) -> None:
 # -- 2. one reader -------------------------------------------------------------------------
 
 async def measure(args: argparse.Namespace, packages: list[FixturePackage], public_url: str,
-                  data: Path) -> dict[str, list[Round]]:
+                  data: Path, load: LoadGenerator) -> dict[str, list[Round]]:
     pin(0)
     runner, base, public = await start_proxy(public_url, data)
     spools = runner.app[SERVER].relay.spools
@@ -120,13 +126,13 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage], publ
     urls = [f"{base}npm/{p.name}/-/{p.name}-1.0.0.tgz" for p in packages]
     results: dict[str, list[Round]] = {name: [] for name in MODES}
     try:
-        await one_round(urls, 1)  # warm: every packument cached
+        await one_round(load, urls, 1)  # warm: every packument cached
         for index in range(args.rounds):
             turned = MODES[index % 2:] + MODES[:index % 2]
             for name in turned:
                 spools.max_bytes = room if name == "spooled" else 0
                 spools.linger = 0.0  # every round downloads again, as a cold reader does
-                results[name].append(await one_round(urls, 1))
+                results[name].append(await one_round(load, urls, 1))
     finally:
         await runner.cleanup()
         await public.close()
@@ -137,19 +143,9 @@ def run_reader(args: argparse.Namespace) -> float:
     packages = build_packages(args.tarballs)
     ratios = []
     for link in (args.link, 0.0):
-        port = free_port()
-        ready, sender = multiprocessing.Pipe(duplex=False)
-        upstream = multiprocessing.Process(target=serve_upstream,
-                                           args=(packages, port, link, sender), daemon=True)
-        upstream.start()
-        ready.recv()
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                results = asyncio.run(measure(args, packages, f"http://127.0.0.1:{port}/",
-                                              Path(tmp)))
-        finally:
-            upstream.terminate()
-            upstream.join()
+        with upstream_and_load(packages, link) as (public_url, load), \
+                tempfile.TemporaryDirectory() as tmp:
+            results = run_as_served(measure(args, packages, public_url, Path(tmp), load))
         paired = statistics.median(a.mbps / b.mbps for a, b in zip(
             results["spooled"], results["streamed"], strict=True))
         where = f"a {link:g} MB/s link" if link else "loopback (CPU-bound)"
