@@ -128,11 +128,9 @@ async def measure(args: argparse.Namespace, packages: list[FixturePackage],
     urls = [f"{base}npm/{p.name}/-/{p.name}-1.0.1.tgz" for p in packages] * args.passes
     results: dict[str, list[Round]] = {name: [] for name in MODES}
     try:
-        with mode("off"):
-            await one_round(load, urls[:len(packages)], args.connections)  # every packument
-        # and a round of each mode untimed: the first round with the signals on starts the
-        # reading lanes and grows their allocator's arena, which the packuments' round, in
-        # `off`, warmed for the relay alone (a first round on ran 10 to 20% slower than the rest)
+        # a round of each mode untimed: `off`'s caches every packument, the others start the
+        # reading lanes and grow their allocator's arena (a packuments' round in `off` alone
+        # warmed the relay alone: a first round on then ran 10 to 20% slower than the rest)
         for name in MODES:
             with mode(name):
                 await one_round(load, urls[:len(packages)], args.connections)
@@ -207,12 +205,12 @@ def main() -> int:
     args = parser.parse_args()
     links = [float(rate) for rate in args.links.split(",") if rate]
     configure_logging("warning", "json")
-    # the allocator as `mirrorgate serve` sets it (`runtime.MMAP_ABOVE`): glibc's own would
-    # leave large blocks in its arenas, which a served process's reading does not enjoy
-    runtime.tune_allocator()
     multiprocessing.set_start_method("fork")
     packages = build_packages(args.tarballs)
     if args.reading is not None:
+        # the allocator as `mirrorgate serve` sets it (`runtime.MMAP_ABOVE`), as the relay's
+        # rounds have it (`run_as_served`): glibc's own would leave large blocks in its arenas
+        runtime.tune_allocator()
         tarballs = ([path.read_bytes() for path in sorted(Path(args.reading).glob("*.tgz"))]
                     if args.reading else [p.version("1.0.1").tarball for p in packages])
         found = reading_cost(tarballs)

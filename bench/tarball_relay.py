@@ -222,7 +222,7 @@ class Round:
     mbps: float
     loop_ms: float
     process_ms: float
-    lanes_ms: float = 0.0
+    lanes_ms: float
 
 
 def lanes_cpu() -> dict[int, float]:

@@ -12,7 +12,7 @@ import os
 import time
 
 import pytest
-from bench.tarball_relay import Round, lanes_cpu
+from bench.tarball_relay import lanes_cpu
 
 from mirrorgate.integrity import StreamVerifier, digest_of
 from mirrorgate.npm.contents import ContentReading
@@ -44,6 +44,3 @@ async def test_a_download_read_on_a_lane_is_counted_as_the_lanes_cpu(
     # the lane did the reading: more CPU there than on this loop, which only handed it over
     assert sum(spent.values()) > loop_cpu
 
-
-def test_a_round_made_before_lanes_were_counted_reads_as_none() -> None:
-    assert Round(100.0, 3.0, 3.0).lanes_ms == 0.0
